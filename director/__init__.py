@@ -1,0 +1,3 @@
+"""director: an IPVS load-balancer appliance (LVS director) for on-prem Kubernetes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from director.cli import main
+
+sys.exit(main())

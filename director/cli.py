@@ -1,0 +1,128 @@
+"""The ``director`` command: the composition root, the one place real adapters are built."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+
+from director import logs
+from director.config import ConfigError, Settings, load_config
+from director.dataplane import Ipvs, IpvsUnavailable
+from director.model import Op, OpKind
+from director.plan import Plan
+from director.reconcile import Reconciler
+
+EXIT_FAILED_OPS = 1
+EXIT_CONFIG = 2
+EXIT_NO_IPVS = 3
+
+
+def open_ipvs(netns: str | None) -> Ipvs:
+    from director.ipvs import KernelIpvs  # only the kernel commands pay for netlink
+
+    return KernelIpvs(netns)
+
+
+def _summary(ops: Sequence[Op]) -> str:
+    verbs = Counter(op.kind.value.split("-")[0] for op in ops)
+    return f"{verbs['add']} to add, {verbs['set']} to change in place, {verbs['del']} to remove"
+
+
+def _print_plan(settings: Settings, plan: Plan, verb: str) -> None:
+    print(f"{verb} {settings.source} against this kernel's IPVS "
+          f"(owned: {settings.ownership.describe()})")
+    for op in plan.ops:
+        origin = f"   [{op.origin}]" if op.origin else ""
+        indent = "  " if op.kind in (OpKind.ADD_DEST, OpKind.SET_DEST, OpKind.DEL_DEST) else ""
+        print(f"{indent}{op.describe()}{origin}")
+    print("No changes: the kernel matches the configuration." if plan.empty else _summary(plan.ops) + ".")
+    for key in plan.foreign:
+        print(f"Left alone (not owned): {key}")
+    for key, reason in plan.refused:
+        print(f"Refused: {key}: {reason}")
+
+
+def _plan_json(plan: Plan) -> str:
+    return json.dumps({
+        "ops": [{"op": op.kind.value, "service": str(op.key), "detail": op.describe(),
+                 "origin": op.origin} for op in plan.ops],
+        "foreign": [str(k) for k in plan.foreign],
+        "refused": [{"service": str(k), "reason": r} for k, r in plan.refused],
+    }, indent=2)
+
+
+def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
+    settings = load_config(args.config)
+    ipvs = open_ipvs(args.netns)
+    try:
+        reconciler = Reconciler(ipvs, settings.ownership, dry_run=not apply)
+        report = reconciler.full_sync(settings.services)
+    finally:
+        ipvs.close()
+    if args.json:
+        print(_plan_json(report.plan))
+    else:
+        _print_plan(settings, report.plan, "Applied" if apply else "Plan for")
+    if apply:
+        for failure in report.result.errors:
+            print(f"FAILED {failure.describe()}", file=sys.stderr)
+        if report.result.errors:
+            return EXIT_FAILED_OPS
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    settings = load_config(args.config)
+    dests = sum(len(vs.real_servers) for vs in settings.services.values())
+    print(f"{settings.source}: valid ({len(settings.services)} virtual services, "
+          f"{dests} real servers)")
+    return 0
+
+
+def cmd_schedulers(args: argparse.Namespace) -> int:
+    from director.ipvs import offered_schedulers
+
+    print(" ".join(sorted(offered_schedulers())))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="director", description=__doc__)
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("plan", "print what apply would change, changing nothing"),
+        ("apply", "apply the configuration to the kernel once"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--config", required=True, help="the director's YAML configuration")
+        p.add_argument("--netns", help="operate on the IPVS of this network namespace")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser("check", help="validate a configuration file and exit")
+    p.add_argument("--config", required=True)
+    sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logs.setup(args.log_level)
+    try:
+        if args.command in ("plan", "apply"):
+            return cmd_plan(args, apply=args.command == "apply")
+        if args.command == "check":
+            return cmd_check(args)
+        return cmd_schedulers(args)
+    except ConfigError as exc:
+        print(f"director: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except IpvsUnavailable as exc:
+        print(f"director: {exc}.", file=sys.stderr)
+        return EXIT_NO_IPVS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

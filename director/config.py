@@ -1,0 +1,308 @@
+"""The director's configuration file: one typed validation gate.
+
+Every error names the file, the line, the field (``services[2].real_servers[0].weight``)
+and the reason; nothing partially valid is ever returned.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from director.model import (
+    CONFIGURABLE_FORWARDING,
+    KNOWN_SCHEDULERS,
+    Family,
+    Forwarding,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    Table,
+    VirtualService,
+    canonical_address,
+    encode_flags,
+)
+from director.plan import Network, Ownership
+
+MAX_WEIGHT = 65535
+MAX_THRESHOLD = 2**31 - 1
+MAX_PERSISTENCE = 31 * 24 * 3600
+
+
+class ConfigError(ValueError):
+    def __init__(self, source: str, line: int, where: str, reason: str) -> None:
+        self.source, self.line, self.where, self.reason = source, line, where, reason
+        location = f"{source}:{line}" if line else source
+        super().__init__(f"{location}: {where + ': ' if where else ''}{reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    scheduler: str = "wlc"
+    forwarding: Forwarding = Forwarding.NAT
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    source: str = "<defaults>"
+    ownership: Ownership = Ownership()
+    defaults: Defaults = Defaults()
+    services: Table = field(default_factory=dict)
+
+
+class _Node:
+    """A YAML node with its path in the document, for precise errors."""
+
+    def __init__(self, node: yaml.Node, where: str, source: str) -> None:
+        self.node, self.where, self.source = node, where, source
+
+    @property
+    def line(self) -> int:
+        return int(self.node.start_mark.line) + 1
+
+    def fail(self, reason: str) -> ConfigError:
+        return ConfigError(self.source, self.line, self.where, reason)
+
+    def child(self, node: yaml.Node, suffix: str) -> _Node:
+        return _Node(node, f"{self.where}{suffix}" if self.where else suffix.lstrip("."), self.source)
+
+    def mapping(self, allowed: set[str], required: set[str] = frozenset()) -> dict[str, _Node]:  # type: ignore[assignment]
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.fail("must be a mapping of keys to values")
+        out: dict[str, _Node] = {}
+        for key_node, value_node in self.node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                raise _Node(key_node, self.where, self.source).fail("keys must be strings")
+            if key in out:
+                raise self.child(key_node, f".{key}").fail(
+                    f"duplicate key (first given on line {out[key].line})"
+                )
+            if key not in allowed:
+                raise self.child(key_node, f".{key}").fail(
+                    f"unknown key (allowed: {', '.join(sorted(allowed))})"
+                )
+            out[key] = self.child(value_node, f".{key}")
+        missing = sorted(required - out.keys())
+        if missing:
+            raise self.fail(f"missing required key {missing[0]!r}")
+        return out
+
+    def items(self) -> Iterator[_Node]:
+        if not isinstance(self.node, yaml.SequenceNode):
+            raise self.fail("must be a list")
+        for index, item in enumerate(self.node.value):
+            yield self.child(item, f"[{index}]")
+
+    def scalar(self) -> str:
+        if not isinstance(self.node, yaml.ScalarNode):
+            raise self.fail("must be a single value, not a list or mapping")
+        return str(self.node.value)
+
+    def text(self, choices: tuple[str, ...] | None = None) -> str:
+        value = self.scalar()
+        if choices is not None and value not in choices:
+            raise self.fail(f"must be one of {', '.join(choices)} (got {value!r})")
+        return value
+
+    def integer(self, low: int, high: int) -> int:
+        value = self.scalar()
+        try:
+            number = int(value, 10)
+        except ValueError:
+            raise self.fail(f"must be an integer between {low} and {high} (got {value!r})") from None
+        if not low <= number <= high:
+            raise self.fail(f"must be an integer between {low} and {high} (got {number})")
+        return number
+
+    def address(self) -> str:
+        try:
+            return canonical_address(self.scalar())
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+
+
+def load_config(path: str | Path) -> Settings:
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(source, 0, "", f"cannot read: {exc.strerror or exc}") from None
+    return parse_config(text, source)
+
+
+def parse_config(text: str, source: str = "<config>") -> Settings:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else 0
+        raise ConfigError(source, line, "", f"not valid YAML: {exc.problem}") from None
+    if root is None:
+        return Settings(source=source)
+    top = _Node(root, "", source).mapping({"ownership", "defaults", "services"})
+    ownership = _ownership(top["ownership"]) if "ownership" in top else Ownership()
+    defaults = _defaults(top["defaults"]) if "defaults" in top else Defaults()
+    services: Table = {}
+    lines: dict[object, int] = {}
+    for item in top["services"].items() if "services" in top else ():
+        vs = _service(item, defaults)
+        if vs.key in services:
+            raise item.fail(f"{vs.key} is declared twice (first on line {lines[vs.key]})")
+        if not ownership.owns(vs.key):
+            raise item.fail(
+                f"{vs.key} is outside the owned ranges ({ownership.describe()}); "
+                "add its network to ownership.networks (or its mark to ownership.fwmarks)"
+            )
+        services[vs.key] = vs
+        lines[vs.key] = item.line
+    return Settings(source, ownership, defaults, services)
+
+
+def _ownership(node: _Node) -> Ownership:
+    fields = node.mapping({"networks", "fwmarks"})
+    networks: list[Network] = []
+    for item in fields["networks"].items() if "networks" in fields else ():
+        try:
+            networks.append(ipaddress.ip_network(item.scalar(), strict=True))
+        except ValueError as exc:
+            raise item.fail(f"not a network in CIDR form: {exc}") from None
+    marks: list[range] = []
+    for item in fields["fwmarks"].items() if "fwmarks" in fields else ():
+        low_text, _, high_text = item.scalar().partition("-")
+        try:
+            low = int(low_text)
+            high = int(high_text) if high_text else low
+        except ValueError:
+            raise item.fail("must be a mark or a range of marks like 100-199") from None
+        if not 1 <= low <= high <= 0xFFFFFFFF:
+            raise item.fail("marks must be between 1 and 4294967295, low to high")
+        marks.append(range(low, high + 1))
+    return Ownership(tuple(networks), tuple(marks))
+
+
+def _scheduler(node: _Node) -> str:
+    return node.text(KNOWN_SCHEDULERS)
+
+
+def _forwarding(node: _Node) -> Forwarding:
+    labels = tuple(f.label for f in CONFIGURABLE_FORWARDING)
+    return Forwarding[node.text(labels).upper()]
+
+
+def _defaults(node: _Node) -> Defaults:
+    fields = node.mapping({"scheduler", "forwarding", "weight"})
+    base = Defaults()
+    return Defaults(
+        _scheduler(fields["scheduler"]) if "scheduler" in fields else base.scheduler,
+        _forwarding(fields["forwarding"]) if "forwarding" in fields else base.forwarding,
+        fields["weight"].integer(0, MAX_WEIGHT) if "weight" in fields else base.weight,
+    )
+
+
+SERVICE_KEYS = {
+    "name", "address", "port", "protocol", "fwmark", "family", "scheduler", "flags",
+    "persistence", "netmask", "forwarding", "real_servers",
+}
+REAL_SERVER_KEYS = {
+    "address", "port", "weight", "forwarding", "upper_threshold", "lower_threshold",
+}
+
+
+def _service(node: _Node, defaults: Defaults) -> VirtualService:
+    fields = node.mapping(SERVICE_KEYS)
+    name = fields["name"].scalar() if "name" in fields else ""
+    if "fwmark" in fields:
+        for clash in ("address", "port", "protocol"):
+            if clash in fields:
+                raise fields[clash].fail("a firewall-mark service has no address, port or protocol")
+        family = Family.INET6 if "family" in fields and fields["family"].text(("ipv4", "ipv6")) == "ipv6" else Family.INET
+        key = ServiceKey.mark(family, fields["fwmark"].integer(1, 0xFFFFFFFF))
+    else:
+        if "address" not in fields:
+            raise node.fail("a service needs an address and port, or a fwmark")
+        if "family" in fields:
+            raise fields["family"].fail("family is implied by the address (use it with fwmark)")
+        address = fields["address"].address()
+        if "port" not in fields:
+            raise node.fail("missing required key 'port'")
+        protocol = Protocol.TCP
+        if "protocol" in fields:
+            protocol = Protocol[fields["protocol"].text(("tcp", "udp", "sctp")).upper()]
+        key = ServiceKey.inet(protocol, address, fields["port"].integer(1, 65535))
+    scheduler = _scheduler(fields["scheduler"]) if "scheduler" in fields else defaults.scheduler
+    flags = frozenset(
+        item.scalar() for item in (fields["flags"].items() if "flags" in fields else ())
+    )
+    persistence = fields["persistence"].integer(0, MAX_PERSISTENCE) if "persistence" in fields else 0
+    try:
+        encode_flags(scheduler, flags, persistence > 0)
+    except ValueError as exc:
+        raise fields["flags"].fail(str(exc)) from None
+    if "onepacket" in flags and key.protocol is not Protocol.UDP:
+        raise fields["flags"].fail("onepacket scheduling only applies to UDP services")
+    netmask = key.family.max_prefix
+    if "netmask" in fields:
+        netmask = fields["netmask"].integer(1, key.family.max_prefix)
+    forwarding = _forwarding(fields["forwarding"]) if "forwarding" in fields else defaults.forwarding
+    real_servers: dict[tuple[str, int], RealServer] = {}
+    lines: dict[tuple[str, int], int] = {}
+    for item in fields["real_servers"].items() if "real_servers" in fields else ():
+        rs = _real_server(item, key, forwarding, defaults.weight)
+        if rs.key in real_servers:
+            raise item.fail(f"real server declared twice (first on line {lines[rs.key]})")
+        real_servers[rs.key] = rs
+        lines[rs.key] = item.line
+    config = ServiceConfig(scheduler, flags, persistence, netmask)
+    return VirtualService(key, config, real_servers, f"static/{name}" if name else "static")
+
+
+def _split_endpoint(node: _Node) -> tuple[str, int]:
+    text = node.scalar()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = text.rpartition(":")
+    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise node.fail(
+            f"{text!r} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT), or a mapping with address and port"
+        )
+    try:
+        return canonical_address(host), int(port_text)
+    except ValueError as exc:
+        raise node.fail(str(exc)) from None
+
+
+def _real_server(node: _Node, key: ServiceKey, forwarding: Forwarding, weight: int) -> RealServer:
+    if isinstance(node.node, yaml.ScalarNode):
+        address, port = _split_endpoint(node)
+        upper = lower = 0
+    else:
+        fields = node.mapping(REAL_SERVER_KEYS, {"address"})
+        address = fields["address"].address()
+        port = fields["port"].integer(0, 65535) if "port" in fields else key.port
+        if "weight" in fields:
+            weight = fields["weight"].integer(0, MAX_WEIGHT)
+        if "forwarding" in fields:
+            forwarding = _forwarding(fields["forwarding"])
+        upper = fields["upper_threshold"].integer(0, MAX_THRESHOLD) if "upper_threshold" in fields else 0
+        lower = fields["lower_threshold"].integer(0, MAX_THRESHOLD) if "lower_threshold" in fields else 0
+        if lower > upper:
+            raise fields["lower_threshold"].fail(
+                f"lower_threshold ({lower}) needs an upper_threshold at least as large (got {upper})"
+            )
+    if port == 0 and not key.fwmark:
+        raise node.fail("a real server of an address:port service needs a port")
+    if Family.of(address) is not key.family and forwarding is not Forwarding.TUN:
+        raise node.fail(
+            f"real server {address} is {Family.of(address).label} but the service is "
+            f"{key.family.label}; mixing families only works with forwarding: tun"
+        )
+    return RealServer(address, port, weight, forwarding, upper, lower)

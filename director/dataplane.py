@@ -1,0 +1,106 @@
+"""The narrow interface between the engine and IPVS, and its error types. Pure.
+
+Two implementations: ``director.ipvs.KernelIpvs`` (netlink, the only code that touches the
+kernel) and ``director.fake.FakeIpvs`` (a stateful fake that enforces the kernel's rules).
+``tests/test_conformance.py`` runs one suite against both.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from director.model import KernelTable, Op, OpKind, ServiceKey, VirtualService
+
+
+class IpvsUnavailable(RuntimeError):
+    """The kernel cannot do IPVS here (no ip_vs support, or no permission)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpError:
+    op: Op
+    errno: str  # symbolic name: "EEXIST", "ESRCH", ...
+    message: str
+
+    def describe(self) -> str:
+        return f"{self.op.describe()}: {self.errno} ({self.message})"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    requested: int = 0
+    errors: tuple[OpError, ...] = ()
+    sends: int = 0  # netlink send() calls (batches); 0 for the fake
+    failed: frozenset[int] = field(default=frozenset())  # positions in the op list
+
+    @property
+    def applied(self) -> int:
+        return self.requested - len(self.errors)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class Ipvs(Protocol):
+    """What the engine needs from IPVS."""
+
+    def read(self, *, stats: bool = False) -> KernelTable:
+        """The whole table; counters too when ``stats``."""
+        ...
+
+    def read_service(self, key: ServiceKey) -> VirtualService | None:
+        """One virtual service with its real servers, or None."""
+        ...
+
+    def apply(self, ops: Sequence[Op]) -> ApplyResult:
+        """Apply in order; every operation is attempted, each failure is reported."""
+        ...
+
+    def schedulers(self) -> frozenset[str]:
+        """Schedulers this kernel offers (loaded or loadable)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def errno_name(code: int) -> str:
+    return errno.errorcode.get(code, f"E{code}")
+
+
+def error_message(code: int) -> str:
+    import os
+
+    return os.strerror(code)
+
+
+def scheduler_refusals(
+    ops: Sequence[Op], available: Iterable[str]
+) -> dict[int, OpError]:
+    """Service ops naming a scheduler the kernel does not offer, refused before sending.
+
+    Real servers of a service whose add is refused are refused too (the kernel would
+    answer ESRCH for each; one clear reason is better).
+    """
+    offered = frozenset(available)
+    refused: dict[int, OpError] = {}
+    dead: set[ServiceKey] = set()
+    for index, op in enumerate(ops):
+        if op.config is not None and op.config.scheduler not in offered:
+            refused[index] = OpError(
+                op,
+                "ENOENT",
+                f"scheduler {op.config.scheduler!r} is not available in this kernel "
+                f"(no module ip_vs_{op.config.scheduler}); available: "
+                f"{', '.join(sorted(offered))}",
+            )
+            if op.kind is OpKind.ADD_SERVICE:
+                dead.add(op.key)
+        elif op.key in dead and op.dest is not None:
+            refused[index] = OpError(
+                op, "ESRCH", f"not sent: adding {op.key} was refused"
+            )
+    return refused

@@ -1,0 +1,127 @@
+"""A stateful fake of the IPVS adapter that enforces the kernel's rules.
+
+It answers each operation the way net/netfilter/ipvs/ip_vs_ctl.c does (same errno), so the
+engine can be tested on a host without IPVS; ``tests/test_conformance.py`` holds it to the
+real kernel's behaviour in the lab VM.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from collections.abc import Iterable, Sequence
+
+from director.dataplane import ApplyResult, OpError, error_message, scheduler_refusals
+from director.model import (
+    KNOWN_SCHEDULERS,
+    DestKey,
+    DestState,
+    Family,
+    Forwarding,
+    KernelTable,
+    Op,
+    OpKind,
+    RealServer,
+    ServiceKey,
+    Stats,
+    VirtualService,
+)
+
+
+class FakeIpvs:
+    def __init__(self, schedulers: Iterable[str] = KNOWN_SCHEDULERS) -> None:
+        self._schedulers = frozenset(schedulers)
+        self._table: dict[ServiceKey, VirtualService] = {}
+        self._conns: dict[tuple[ServiceKey, DestKey], tuple[int, int]] = {}
+        self.applied: list[Op] = []  # every op the kernel accepted, in order
+        self.calls = 0  # apply() calls
+
+    # -- test hooks ----------------------------------------------------------------------
+    def set_connections(self, key: ServiceKey, dest: DestKey, active: int, inactive: int) -> None:
+        self._conns[(key, dest)] = (active, inactive)
+
+    # -- Ipvs protocol -------------------------------------------------------------------
+    def read(self, *, stats: bool = False) -> KernelTable:
+        out = KernelTable(services=dict(self._table))
+        if stats:
+            for key, vs in self._table.items():
+                out.service_stats[key] = Stats()
+                for dkey in vs.real_servers:
+                    active, inactive = self._conns.get((key, dkey), (0, 0))
+                    out.dest_state[(key, dkey)] = DestState(active, inactive)
+        return out
+
+    def read_service(self, key: ServiceKey) -> VirtualService | None:
+        return self._table.get(key)
+
+    def schedulers(self) -> frozenset[str]:
+        return self._schedulers
+
+    def close(self) -> None:
+        pass
+
+    def apply(self, ops: Sequence[Op]) -> ApplyResult:
+        self.calls += 1
+        errors = scheduler_refusals(ops, self._schedulers)
+        for index, op in enumerate(ops):
+            if index in errors:
+                continue
+            code = self._apply_one(op)
+            if code:
+                errors[index] = OpError(op, _errno.errorcode[code], error_message(code))
+            else:
+                self.applied.append(op)
+        ordered = tuple(errors[i] for i in sorted(errors))
+        return ApplyResult(len(ops), ordered, 0, frozenset(errors))
+
+    # -- the kernel's rules --------------------------------------------------------------
+    def _apply_one(self, op: Op) -> int:
+        current = self._table.get(op.key)
+        if op.kind is OpKind.ADD_SERVICE:
+            assert op.config is not None
+            if current is not None:
+                return _errno.EEXIST
+            if op.key.family is Family.INET6 and not 1 <= op.config.netmask <= 128:
+                return _errno.EINVAL
+            self._table[op.key] = VirtualService(op.key, op.config, {})
+            return 0
+        if current is None:
+            return _errno.ESRCH
+        if op.kind is OpKind.SET_SERVICE:
+            assert op.config is not None
+            if op.key.family is Family.INET6 and not 1 <= op.config.netmask <= 128:
+                return _errno.EINVAL
+            self._table[op.key] = VirtualService(op.key, op.config, current.real_servers)
+            return 0
+        if op.kind is OpKind.DEL_SERVICE:
+            del self._table[op.key]
+            for dkey in current.real_servers:
+                self._conns.pop((op.key, dkey), None)
+            return 0
+        assert op.dest is not None
+        dest = op.dest
+        have = current.real_servers.get(dest.key)
+        if op.kind is OpKind.DEL_DEST:
+            if have is None:
+                return _errno.ENOENT
+            dests = {k: v for k, v in current.real_servers.items() if k != dest.key}
+            self._conns.pop((op.key, dest.key), None)
+        else:
+            code = _dest_rules(op.key, dest)
+            if code:
+                return code
+            if op.kind is OpKind.ADD_DEST and have is not None:
+                return _errno.EEXIST
+            if op.kind is OpKind.SET_DEST and have is None:
+                return _errno.ENOENT
+            dests = dict(current.real_servers)
+            dests[dest.key] = dest
+        self._table[op.key] = VirtualService(op.key, current.config, dests)
+        return 0
+
+
+def _dest_rules(key: ServiceKey, dest: RealServer) -> int:
+    if Family.of(dest.address) is not key.family and dest.forwarding is not Forwarding.TUN:
+        return _errno.EINVAL  # mixed families only for tunnelling
+    if dest.weight < 0 or dest.lower_threshold > dest.upper_threshold:
+        return _errno.ERANGE
+    return 0

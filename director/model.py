@@ -1,0 +1,290 @@
+"""Value types for IPVS state: virtual services, real servers, counters.
+
+Pure data, no I/O. Addresses are kept as canonical text (``socket.inet_ntop`` form) so
+keys compare and hash cheaply at 100,000+ real servers; the config loader and the
+kernel reader both produce canonical text. Equality of a virtual service or real server
+means "same configuration": counters live in separate types.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+
+class Family(IntEnum):
+    INET = socket.AF_INET
+    INET6 = socket.AF_INET6
+
+    @property
+    def label(self) -> str:
+        return "ipv4" if self is Family.INET else "ipv6"
+
+    @property
+    def max_prefix(self) -> int:
+        return 32 if self is Family.INET else 128
+
+    @classmethod
+    def of(cls, address: str) -> Family:
+        return cls.INET6 if ":" in address else cls.INET
+
+
+class Protocol(IntEnum):
+    TCP = socket.IPPROTO_TCP
+    UDP = socket.IPPROTO_UDP
+    SCTP = 132
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Forwarding(IntEnum):
+    """IPVS forwarding method (the kernel's IP_VS_CONN_F_FWD_MASK values)."""
+
+    NAT = 0  # masquerading
+    LOCAL = 1  # local node: only ever read from the kernel, never configured
+    TUN = 2  # IP-in-IP tunnelling
+    DR = 3  # direct routing
+    BYPASS = 4  # only ever read from the kernel
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+CONFIGURABLE_FORWARDING = (Forwarding.NAT, Forwarding.DR, Forwarding.TUN)
+
+# Every scheduler Linux ships (net/netfilter/ipvs/ip_vs_*.c). Which of them a given kernel
+# offers is the adapter's business (``Ipvs.schedulers()``).
+KNOWN_SCHEDULERS = (
+    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
+    "twos",
+)
+
+# Service flag bits (include/uapi/linux/ip_vs.h).
+SVC_F_PERSISTENT = 0x0001
+SVC_F_HASHED = 0x0002  # kernel-internal, never configured
+SVC_F_ONEPACKET = 0x0004
+SVC_F_SCHED1 = 0x0008
+SVC_F_SCHED2 = 0x0010
+SVC_F_SCHED3 = 0x0020
+
+_SCHED_BITS = (SVC_F_SCHED1, SVC_F_SCHED2, SVC_F_SCHED3)
+# ipvsadm's names for the scheduler flag bits; flag-N works with any scheduler.
+_SCHED_FLAG_NAMES: dict[str, tuple[str, str, str]] = {
+    "sh": ("sh-fallback", "sh-port", "flag-3"),
+    "mh": ("mh-fallback", "mh-port", "flag-3"),
+}
+_GENERIC_FLAG_NAMES = ("flag-1", "flag-2", "flag-3")
+
+
+def scheduler_flag_names(scheduler: str) -> tuple[str, ...]:
+    """The flag names valid with ``scheduler`` (besides the generic flag-1..3)."""
+    named = _SCHED_FLAG_NAMES.get(scheduler, ())
+    return tuple(dict.fromkeys((*named, *_GENERIC_FLAG_NAMES, "onepacket")))
+
+
+def encode_flags(scheduler: str, flags: Iterable[str], persistent: bool) -> int:
+    """Flag names -> the kernel's service flag bits. Raises ValueError naming a bad flag."""
+    bits = SVC_F_PERSISTENT if persistent else 0
+    names = _SCHED_FLAG_NAMES.get(scheduler, _GENERIC_FLAG_NAMES)
+    for flag in flags:
+        if flag == "onepacket":
+            bits |= SVC_F_ONEPACKET
+        elif flag in names:
+            bits |= _SCHED_BITS[names.index(flag)]
+        elif flag in _GENERIC_FLAG_NAMES:
+            bits |= _SCHED_BITS[_GENERIC_FLAG_NAMES.index(flag)]
+        else:
+            allowed = ", ".join(scheduler_flag_names(scheduler))
+            raise ValueError(
+                f"flag {flag!r} is not valid with scheduler {scheduler!r} (allowed: {allowed})"
+            )
+    return bits
+
+
+def decode_flags(scheduler: str, bits: int) -> frozenset[str]:
+    names = _SCHED_FLAG_NAMES.get(scheduler, _GENERIC_FLAG_NAMES)
+    out = {names[i] for i, bit in enumerate(_SCHED_BITS) if bits & bit}
+    if bits & SVC_F_ONEPACKET:
+        out.add("onepacket")
+    return frozenset(out)
+
+
+def canonical_address(text: str) -> str:
+    """Canonical text of an IPv4 or IPv6 address. Raises ValueError if it is not one."""
+    family = socket.AF_INET6 if ":" in text else socket.AF_INET
+    try:
+        return socket.inet_ntop(family, socket.inet_pton(family, text))
+    except OSError:
+        raise ValueError(f"{text!r} is not an IPv4 or IPv6 address") from None
+
+
+def format_endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ServiceKey:
+    """Identity of a virtual service: (family, protocol, address, port) or (family, fwmark)."""
+
+    family: Family
+    protocol: Protocol | None
+    address: str
+    port: int
+    fwmark: int = 0
+
+    @classmethod
+    def inet(cls, protocol: Protocol, address: str, port: int) -> ServiceKey:
+        return cls(Family.of(address), protocol, address, port)
+
+    @classmethod
+    def mark(cls, family: Family, fwmark: int) -> ServiceKey:
+        return cls(family, None, "", 0, fwmark)
+
+    @property
+    def is_fwmark(self) -> bool:
+        return self.fwmark != 0
+
+    def __str__(self) -> str:
+        if self.fwmark:
+            return f"fwmark {self.fwmark} {self.family.label}"
+        assert self.protocol is not None
+        return f"{self.protocol.label} {format_endpoint(self.address, self.port)}"
+
+
+DestKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RealServer:
+    address: str
+    port: int
+    weight: int = 1
+    forwarding: Forwarding = Forwarding.NAT
+    upper_threshold: int = 0
+    lower_threshold: int = 0
+
+    @property
+    def key(self) -> DestKey:
+        return (self.address, self.port)
+
+    def describe(self) -> str:
+        text = (
+            f"{format_endpoint(self.address, self.port)} weight={self.weight} "
+            f"forwarding={self.forwarding.label}"
+        )
+        if self.upper_threshold or self.lower_threshold:
+            text += f" thresholds={self.lower_threshold}-{self.upper_threshold}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """What can be changed on a live virtual service in place (IPVS_CMD_SET_SERVICE)."""
+
+    scheduler: str = "wlc"
+    flags: frozenset[str] = frozenset()
+    persistence: int = 0  # seconds; 0 = no persistence
+    netmask: int = 32  # persistence granularity as a prefix length
+
+    def flag_bits(self) -> int:
+        return encode_flags(self.scheduler, self.flags, self.persistence > 0)
+
+    def describe(self) -> str:
+        text = f"scheduler={self.scheduler}"
+        if self.flags:
+            text += f" flags={','.join(sorted(self.flags))}"
+        if self.persistence:
+            text += f" persistence={self.persistence}s/{self.netmask}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualService:
+    key: ServiceKey
+    config: ServiceConfig
+    real_servers: Mapping[DestKey, RealServer] = field(default_factory=dict)
+    # Where it came from ("static/web", "default/shop:http"); not part of its identity.
+    origin: str = field(default="", compare=False)
+
+    __hash__ = None  # type: ignore[assignment]  # holds a mapping
+
+    @classmethod
+    def build(
+        cls,
+        key: ServiceKey,
+        config: ServiceConfig,
+        real_servers: Iterable[RealServer] = (),
+        origin: str = "",
+    ) -> VirtualService:
+        return cls(key, config, {rs.key: rs for rs in real_servers}, origin)
+
+
+Table = dict[ServiceKey, VirtualService]
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Kernel counters of a virtual service or real server (64-bit variants)."""
+
+    connections: int = 0
+    packets_in: int = 0
+    packets_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    cps: int = 0
+    pps_in: int = 0
+    pps_out: int = 0
+    bps_in: int = 0
+    bps_out: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DestState:
+    active_connections: int = 0
+    inactive_connections: int = 0
+    persistent_connections: int = 0
+    stats: Stats = field(default_factory=Stats)
+
+
+@dataclass(slots=True)
+class KernelTable:
+    """Everything read back from IPVS: configuration and, when asked for, counters."""
+
+    services: Table = field(default_factory=dict)
+    service_stats: dict[ServiceKey, Stats] = field(default_factory=dict)
+    dest_state: dict[tuple[ServiceKey, DestKey], DestState] = field(default_factory=dict)
+
+
+class OpKind(Enum):
+    ADD_SERVICE = "add-service"
+    SET_SERVICE = "set-service"
+    DEL_SERVICE = "del-service"
+    ADD_DEST = "add-dest"
+    SET_DEST = "set-dest"
+    DEL_DEST = "del-dest"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One IPVS change. ``config`` is set for service adds/sets, ``dest`` for dest ops."""
+
+    kind: OpKind
+    key: ServiceKey
+    config: ServiceConfig | None = None
+    dest: RealServer | None = None
+    origin: str = field(default="", compare=False)
+
+    def describe(self) -> str:
+        symbol = {"add": "+", "set": "~", "del": "-"}[self.kind.value[:3]]
+        if self.dest is None:
+            detail = f" {self.config.describe()}" if self.config is not None else ""
+            return f"{symbol} service {self.key}{detail}"
+        detail = self.dest.describe() if self.kind is not OpKind.DEL_DEST else (
+            format_endpoint(self.dest.address, self.dest.port)
+        )
+        return f"{symbol} real server {detail} in {self.key}"

@@ -1,0 +1,140 @@
+"""Desired vs actual IPVS state -> the minimal ordered list of operations. Pure.
+
+Ownership: the director only ever touches virtual services inside the address ranges
+(and firewall-mark ranges) it is configured to own. Everything else the kernel holds is
+*foreign*: left alone, and reported.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from director.model import (
+    DestKey,
+    Op,
+    OpKind,
+    RealServer,
+    ServiceKey,
+    Table,
+    VirtualService,
+)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    networks: tuple[Network, ...] = ()
+    fwmarks: tuple[range, ...] = ()
+
+    def owns(self, key: ServiceKey) -> bool:
+        if key.fwmark:
+            return any(key.fwmark in marks for marks in self.fwmarks)
+        address = ipaddress.ip_address(key.address)
+        return any(address in net for net in self.networks)
+
+    def describe(self) -> str:
+        parts = [str(n) for n in self.networks]
+        parts += [f"fwmark {r.start}-{r.stop - 1}" for r in self.fwmarks]
+        return ", ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    ops: tuple[Op, ...] = ()
+    # Services in the kernel outside the owned ranges: never touched.
+    foreign: tuple[ServiceKey, ...] = ()
+    # Desired services the director refuses to program, with the reason.
+    refused: tuple[tuple[ServiceKey, str], ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not self.ops
+
+
+def plan_service(
+    key: ServiceKey,
+    desired: VirtualService | None,
+    actual: VirtualService | None,
+) -> list[Op]:
+    """Operations that turn ``actual`` into ``desired`` for one virtual service.
+
+    Scheduler, flags, persistence and real-server weights/forwarding/thresholds change in
+    place (SET), never by delete-and-add, so established connections survive.
+    """
+    if desired is None:
+        if actual is None:
+            return []
+        return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
+    origin = desired.origin
+    ops: list[Op] = []
+    actual_dests: Mapping[DestKey, RealServer]
+    if actual is None:
+        ops.append(Op(OpKind.ADD_SERVICE, key, config=desired.config, origin=origin))
+        actual_dests = {}
+    else:
+        if actual.config != desired.config:
+            ops.append(Op(OpKind.SET_SERVICE, key, config=desired.config, origin=origin))
+        actual_dests = actual.real_servers
+    wanted = desired.real_servers
+    for dkey, rs in actual_dests.items():
+        if dkey not in wanted:
+            ops.append(Op(OpKind.DEL_DEST, key, dest=rs, origin=origin))
+    for dkey, rs in wanted.items():
+        have = actual_dests.get(dkey)
+        if have is None:
+            ops.append(Op(OpKind.ADD_DEST, key, dest=rs, origin=origin))
+        elif have != rs:
+            ops.append(Op(OpKind.SET_DEST, key, dest=rs, origin=origin))
+    return ops
+
+
+def build_plan(desired: Table, actual: Table, ownership: Ownership) -> Plan:
+    """The full diff: every owned service in either table."""
+    ops: list[Op] = []
+    refused: list[tuple[ServiceKey, str]] = []
+    foreign = sorted(key for key in actual if not ownership.owns(key))
+    # Deletions first: they free kernel memory before anything new is added.
+    for key in sorted(actual.keys() - desired.keys()):
+        if key not in foreign:
+            ops.extend(plan_service(key, None, actual[key]))
+    for key in sorted(desired):
+        if not ownership.owns(key):
+            refused.append(
+                (key, f"outside the owned ranges ({ownership.describe()}); left alone")
+            )
+            continue
+        ops.extend(plan_service(key, desired[key], actual.get(key)))
+    return Plan(tuple(ops), tuple(foreign), tuple(refused))
+
+
+def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None = None) -> None:
+    """Update a cached copy of the kernel table with the ops that succeeded.
+
+    ``failed`` holds the positions (in ``ops``) of operations the kernel refused. This lets
+    the reconciler keep an exact picture of the kernel without reading it back.
+    """
+    for index, op in enumerate(ops):
+        if failed and index in failed:
+            continue
+        current = table.get(op.key)
+        if op.kind is OpKind.ADD_SERVICE:
+            assert op.config is not None
+            table[op.key] = VirtualService(op.key, op.config, {}, op.origin)
+        elif op.kind is OpKind.DEL_SERVICE:
+            table.pop(op.key, None)
+        elif current is None:
+            continue
+        elif op.kind is OpKind.SET_SERVICE:
+            assert op.config is not None
+            table[op.key] = VirtualService(op.key, op.config, current.real_servers, op.origin)
+        else:
+            assert op.dest is not None
+            dests = dict(current.real_servers)
+            if op.kind is OpKind.DEL_DEST:
+                dests.pop(op.dest.key, None)
+            else:
+                dests[op.dest.key] = op.dest
+            table[op.key] = VirtualService(op.key, current.config, dests, current.origin)

@@ -1,0 +1,69 @@
+"""Observe, compute, diff, apply only the difference.
+
+The reconciler keeps an exact cached copy of the owned part of the kernel table: a full
+sync reads the kernel and replaces it; every apply updates it with the operations the
+kernel accepted. A change to one virtual service is therefore planned against the cache
+and costs what the change costs, not what the table costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from director.dataplane import ApplyResult, Ipvs
+from director.logs import event
+from director.model import Op, ServiceKey, Table, VirtualService
+from director.plan import Ownership, Plan, apply_ops_to_table, build_plan, plan_service
+
+log = logging.getLogger("director.reconcile")
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    plan: Plan
+    result: ApplyResult
+    seconds: float
+
+
+class Reconciler:
+    def __init__(self, ipvs: Ipvs, ownership: Ownership, *, dry_run: bool = False) -> None:
+        self.ipvs = ipvs
+        self.ownership = ownership
+        self.dry_run = dry_run
+        self.actual: Table = {}
+
+    def full_sync(self, desired: Table) -> SyncReport:
+        started = time.perf_counter()
+        self.actual = self.ipvs.read().services
+        plan = build_plan(desired, self.actual, self.ownership)
+        for key in plan.foreign:
+            event(log, "plan.foreign_service", level=logging.DEBUG, service=key)
+        for key, reason in plan.refused:
+            event(log, "plan.refused", level=logging.WARNING, service=key, reason=reason)
+        result = self._apply(plan.ops)
+        return SyncReport(plan, result, time.perf_counter() - started)
+
+    def sync_service(self, key: ServiceKey, desired: VirtualService | None) -> SyncReport:
+        """Bring one virtual service to ``desired`` (None: remove it), using the cache."""
+        started = time.perf_counter()
+        if not self.ownership.owns(key):
+            plan = Plan(refused=((key, f"outside the owned ranges ({self.ownership.describe()})"),))
+            return SyncReport(plan, ApplyResult(), time.perf_counter() - started)
+        plan = Plan(tuple(plan_service(key, desired, self.actual.get(key))))
+        result = self._apply(plan.ops)
+        return SyncReport(plan, result, time.perf_counter() - started)
+
+    def _apply(self, ops: tuple[Op, ...]) -> ApplyResult:
+        if not ops:
+            return ApplyResult()
+        for op in ops:
+            event(log, "ipvs.would_change" if self.dry_run else "ipvs.change",
+                  op=op.describe(), origin=op.origin or "-")
+        if self.dry_run:
+            return ApplyResult(requested=len(ops))
+        result = self.ipvs.apply(ops)
+        apply_ops_to_table(self.actual, ops, set(result.failed))
+        event(log, "ipvs.applied", ops=len(ops), failed=len(result.errors), sends=result.sends)
+        return result

@@ -1,0 +1,68 @@
+"""Shared fixtures. Tests marked ``kernel`` need real IPVS: they run in the lab VM
+(``make test``) and are reported as not run (skipped, with the reason) anywhere else."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from director.dataplane import Ipvs
+from director.fake import FakeIpvs
+
+
+@cache
+def kernel_unavailable() -> str | None:
+    """Why the kernel tests cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "not root"
+    subprocess.run(["modprobe", "ip_vs"], capture_output=True, check=False)
+    if not Path("/proc/net/ip_vs").exists():
+        return "this kernel has no IPVS"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = kernel_unavailable() if any("kernel" in i.keywords for i in items) else None
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"not run: {reason} (make test runs these in the lab VM)")
+    for item in items:
+        if "kernel" in item.keywords:
+            item.add_marker(skip)
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A fresh, empty network namespace (its own empty IPVS table)."""
+    from lab.netns import Netns
+
+    ns = Netns(f"t{os.getpid()}-{next(_names)}")
+    try:
+        yield ns.name
+    finally:
+        ns.close()
+
+
+@pytest.fixture(params=["fake", pytest.param("kernel", marks=pytest.mark.kernel)])
+def ipvs(request: pytest.FixtureRequest) -> Iterator[Ipvs]:
+    """The conformance subject: the stateful fake on the host, the real kernel in the VM."""
+    if request.param == "fake":
+        yield FakeIpvs()
+        return
+    from director.ipvs import KernelIpvs
+
+    name = request.getfixturevalue("netns")
+    kernel = KernelIpvs(netns=name)
+    try:
+        yield kernel
+    finally:
+        kernel.close()

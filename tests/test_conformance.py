@@ -1,0 +1,164 @@
+"""One suite, two subjects: the stateful fake (host) and the real kernel (lab VM).
+
+Whatever the fake answers, the kernel must answer too; that is what lets the rest of the
+suite trust the fake."""
+
+from __future__ import annotations
+
+import pytest
+
+from director.dataplane import Ipvs
+from director.model import (
+    KNOWN_SCHEDULERS,
+    Family,
+    Forwarding,
+    Op,
+    OpKind,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+)
+
+WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+DNS6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
+SCTP = ServiceKey.inet(Protocol.SCTP, "198.51.100.11", 3868)
+MARK4 = ServiceKey.mark(Family.INET, 7)
+MARK6 = ServiceKey.mark(Family.INET6, 8)
+RR = ServiceConfig("rr", netmask=32)
+RR6 = ServiceConfig("rr", netmask=128)
+A = RealServer("192.0.2.11", 8080)
+B = RealServer("192.0.2.12", 8080, weight=3)
+
+
+def add(key: ServiceKey, config: ServiceConfig = RR) -> Op:
+    return Op(OpKind.ADD_SERVICE, key, config=config)
+
+
+def dest(kind: OpKind, key: ServiceKey, rs: RealServer) -> Op:
+    return Op(kind, key, dest=rs)
+
+
+def errnos(ipvs: Ipvs, *ops: Op) -> list[str]:
+    return [e.errno for e in ipvs.apply(ops).errors]
+
+
+@pytest.mark.parametrize(
+    ("key", "config"),
+    [(WEB, RR), (DNS6, RR6), (SCTP, RR), (MARK4, RR), (MARK6, RR6)],
+    ids=["tcp4", "udp6", "sctp4", "fwmark4", "fwmark6"],
+)
+def test_added_service_reads_back_identical(ipvs: Ipvs, key: ServiceKey,
+                                            config: ServiceConfig) -> None:
+    assert ipvs.apply([add(key, config)]).ok
+    table = ipvs.read().services
+    assert list(table) == [key]
+    assert table[key].config == config
+    assert ipvs.read_service(key) == table[key]
+
+
+def test_adding_a_service_twice_is_refused_with_eexist(ipvs: Ipvs) -> None:
+    assert errnos(ipvs, add(WEB), add(WEB)) == ["EEXIST"]
+
+
+def test_real_server_on_missing_service_is_refused_with_esrch(ipvs: Ipvs) -> None:
+    assert errnos(ipvs, dest(OpKind.ADD_DEST, WEB, A)) == ["ESRCH"]
+    assert ipvs.read().services == {}
+
+
+def test_missing_service_cannot_be_changed_or_deleted(ipvs: Ipvs) -> None:
+    assert errnos(ipvs, Op(OpKind.SET_SERVICE, WEB, config=RR), Op(OpKind.DEL_SERVICE, WEB)) == [
+        "ESRCH", "ESRCH"]
+
+
+def test_real_server_rules(ipvs: Ipvs) -> None:
+    assert errnos(
+        ipvs,
+        add(WEB),
+        dest(OpKind.ADD_DEST, WEB, A),
+        dest(OpKind.ADD_DEST, WEB, A),  # duplicate
+        dest(OpKind.SET_DEST, WEB, B),  # not there
+        dest(OpKind.DEL_DEST, WEB, B),  # not there
+        dest(OpKind.ADD_DEST, WEB, RealServer("192.0.2.13", 80, 1, Forwarding.NAT, 10, 20)),
+    ) == ["EEXIST", "ENOENT", "ENOENT", "ERANGE"]
+    assert list(ipvs.read().services[WEB].real_servers) == [A.key]
+
+
+def test_mixed_address_families_only_with_tunnelling(ipvs: Ipvs) -> None:
+    v4_in_v6_nat = RealServer("192.0.2.11", 53, forwarding=Forwarding.NAT)
+    v4_in_v6_tun = RealServer("192.0.2.12", 53, forwarding=Forwarding.TUN)
+    assert errnos(ipvs, add(DNS6, RR6), dest(OpKind.ADD_DEST, DNS6, v4_in_v6_nat),
+                  dest(OpKind.ADD_DEST, DNS6, v4_in_v6_tun)) == ["EINVAL"]
+    assert ipvs.read().services[DNS6].real_servers == {v4_in_v6_tun.key: v4_in_v6_tun}
+
+
+def test_changes_in_place_keep_the_other_real_servers(ipvs: Ipvs) -> None:
+    assert ipvs.apply([add(WEB), dest(OpKind.ADD_DEST, WEB, A), dest(OpKind.ADD_DEST, WEB, B)]).ok
+    sh = ServiceConfig("sh", frozenset({"sh-port", "sh-fallback"}), persistence=300, netmask=24)
+    heavier = RealServer(A.address, A.port, 7, Forwarding.DR, 100, 50)
+    assert ipvs.apply([Op(OpKind.SET_SERVICE, WEB, config=sh),
+                       dest(OpKind.SET_DEST, WEB, heavier)]).ok
+    vs = ipvs.read().services[WEB]
+    assert vs.config == sh
+    assert vs.real_servers == {A.key: heavier, B.key: B}
+
+
+def test_ipv6_persistence_netmask_is_a_prefix_length(ipvs: Ipvs) -> None:
+    config = ServiceConfig("wlc", persistence=60, netmask=64)
+    assert ipvs.apply([add(DNS6, config)]).ok
+    assert ipvs.read().services[DNS6].config == config
+
+
+def test_deleting_a_service_deletes_its_real_servers(ipvs: Ipvs) -> None:
+    assert ipvs.apply([add(WEB), dest(OpKind.ADD_DEST, WEB, A), Op(OpKind.DEL_SERVICE, WEB),
+                       add(WEB)]).ok
+    assert ipvs.read().services[WEB].real_servers == {}
+
+
+def test_every_offered_scheduler_can_be_used(ipvs: Ipvs) -> None:
+    offered = sorted(ipvs.schedulers())
+    assert {"rr", "wrr", "lc", "wlc", "sh", "sed", "nq", "mh"} <= set(offered)
+    keys = [ServiceKey.inet(Protocol.TCP, "198.51.100.10", 1000 + i) for i in range(len(offered))]
+    result = ipvs.apply([add(k, ServiceConfig(s)) for k, s in zip(keys, offered, strict=True)])
+    assert result.ok, [e.describe() for e in result.errors]
+    table = ipvs.read().services
+    assert [table[k].config.scheduler for k in keys] == offered
+
+
+def test_a_scheduler_the_kernel_lacks_is_refused_by_name(ipvs: Ipvs) -> None:
+    missing = next(s for s in ("twos", "nosuch") if s not in ipvs.schedulers())
+    result = ipvs.apply([add(WEB, ServiceConfig(missing)), dest(OpKind.ADD_DEST, WEB, A)])
+    assert [e.errno for e in result.errors] == ["ENOENT", "ESRCH"]
+    assert f"scheduler {missing!r} is not available" in result.errors[0].message
+    assert ipvs.read().services == {}
+
+
+def test_a_large_batch_applies_and_attributes_each_failure(ipvs: Ipvs) -> None:
+    ops: list[Op] = []
+    keys = [ServiceKey.inet(Protocol.TCP, f"198.51.100.{1 + i // 200}", 1 + i % 200)
+            for i in range(600)]
+    for key in keys:
+        ops.append(add(key))
+        ops.extend(dest(OpKind.ADD_DEST, key, RealServer(f"192.0.2.{d + 1}", 80))
+                   for d in range(5))
+    ops.insert(1000, add(keys[0]))  # one duplicate, deep inside a batch
+    result = ipvs.apply(ops)
+    assert [(e.op, e.errno) for e in result.errors] == [(ops[1000], "EEXIST")]
+    assert result.applied == len(ops) - 1
+    if result.sends:  # the kernel adapter batches: 3,601 requests in a handful of sends
+        assert result.sends <= 10
+    table = ipvs.read().services
+    assert len(table) == 600
+    assert sum(len(vs.real_servers) for vs in table.values()) == 3000
+
+
+def test_read_with_stats_reports_each_real_server(ipvs: Ipvs) -> None:
+    assert ipvs.apply([add(WEB), dest(OpKind.ADD_DEST, WEB, A)]).ok
+    table = ipvs.read(stats=True)
+    assert table.dest_state[(WEB, A.key)].active_connections == 0
+    assert WEB in table.service_stats
+
+
+def test_every_known_scheduler_is_known_to_the_model() -> None:
+    assert {"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo",
+            "ovf"} <= set(KNOWN_SCHEDULERS)

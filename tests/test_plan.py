@@ -1,0 +1,129 @@
+"""The diff: minimal, ordered, in place, and never touching what the director does not own."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from director.fake import FakeIpvs
+from director.model import (
+    Forwarding,
+    Op,
+    OpKind,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+)
+from director.plan import Ownership, apply_ops_to_table, build_plan, plan_service
+from director.reconcile import Reconciler
+
+OWN = Ownership((ipaddress.ip_network("198.51.100.0/24"),), (range(100, 200),))
+WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+FOREIGN = ServiceKey.inet(Protocol.TCP, "10.9.9.9", 80)
+A, B, C = (RealServer(f"192.0.2.{i}", 8080) for i in (11, 12, 13))
+
+
+def vs(key: ServiceKey, *dests: RealServer, scheduler: str = "rr") -> VirtualService:
+    return VirtualService.build(key, ServiceConfig(scheduler), dests, origin="static/web")
+
+
+def kinds(ops: list[Op] | tuple[Op, ...]) -> list[str]:
+    return [op.kind.value for op in ops]
+
+
+def test_identical_tables_need_no_operation() -> None:
+    table = {WEB: vs(WEB, A, B)}
+    assert build_plan(table, dict(table), OWN).empty
+
+
+def test_new_service_is_added_before_its_real_servers() -> None:
+    plan = build_plan({WEB: vs(WEB, A, B)}, {}, OWN)
+    assert kinds(plan.ops) == ["add-service", "add-dest", "add-dest"]
+    assert all(op.origin == "static/web" for op in plan.ops)
+
+
+def test_scheduler_and_weight_changes_are_made_in_place() -> None:
+    heavier = RealServer(A.address, A.port, weight=5)
+    plan = build_plan({WEB: vs(WEB, heavier, B, scheduler="sh")}, {WEB: vs(WEB, A, B)}, OWN)
+    assert kinds(plan.ops) == ["set-service", "set-dest"]
+    assert plan.ops[0].config == ServiceConfig("sh")
+    assert plan.ops[1].dest == heavier
+
+
+def test_forwarding_change_is_in_place_too() -> None:
+    dr = RealServer(A.address, A.port, forwarding=Forwarding.DR)
+    assert kinds(plan_service(WEB, vs(WEB, dr), vs(WEB, A))) == ["set-dest"]
+
+
+def test_only_the_difference_in_real_servers_is_sent() -> None:
+    ops = plan_service(WEB, vs(WEB, B, C), vs(WEB, A, B))
+    assert [(op.kind, op.dest) for op in ops] == [(OpKind.DEL_DEST, A), (OpKind.ADD_DEST, C)]
+
+
+def test_removed_service_is_one_delete_not_one_per_real_server() -> None:
+    plan = build_plan({}, {WEB: vs(WEB, A, B, C)}, OWN)
+    assert kinds(plan.ops) == ["del-service"]
+
+
+def test_foreign_services_are_reported_and_left_alone() -> None:
+    plan = build_plan({}, {FOREIGN: vs(FOREIGN, A), WEB: vs(WEB, A)}, OWN)
+    assert plan.foreign == (FOREIGN,)
+    assert [op.key for op in plan.ops] == [WEB]
+
+
+def test_desired_services_outside_the_owned_ranges_are_refused() -> None:
+    plan = build_plan({FOREIGN: vs(FOREIGN, A)}, {}, OWN)
+    assert plan.empty
+    assert plan.refused[0][0] == FOREIGN
+    assert "outside the owned ranges" in plan.refused[0][1]
+
+
+def test_fwmark_ownership_is_by_mark_range() -> None:
+    from director.model import Family
+
+    assert OWN.owns(ServiceKey.mark(Family.INET, 150))
+    assert not OWN.owns(ServiceKey.mark(Family.INET, 200))
+
+
+def test_cache_tracks_the_kernel_without_reading_it() -> None:
+    fake = FakeIpvs()
+    cache: dict[ServiceKey, VirtualService] = {}
+    ops = [*plan_service(WEB, vs(WEB, A, B), None), Op(OpKind.ADD_DEST, WEB, dest=A)]
+    result = fake.apply(ops)
+    assert [e.errno for e in result.errors] == ["EEXIST"]
+    apply_ops_to_table(cache, ops, set(result.failed))
+    assert cache == fake.read().services
+
+
+def test_reconciler_second_sync_writes_nothing() -> None:
+    fake = FakeIpvs()
+    reconciler = Reconciler(fake, OWN)
+    desired = {WEB: vs(WEB, A, B)}
+    assert reconciler.full_sync(desired).result.applied == 3
+    calls = fake.calls
+    report = reconciler.full_sync(desired)
+    assert report.plan.empty
+    assert fake.calls == calls  # no apply at all
+
+
+def test_reconciler_one_real_server_change_is_one_operation() -> None:
+    fake = FakeIpvs()
+    reconciler = Reconciler(fake, OWN)
+    table = {
+        ServiceKey.inet(Protocol.TCP, "198.51.100.1", port): vs(
+            ServiceKey.inet(Protocol.TCP, "198.51.100.1", port), A, B)
+        for port in range(1, 500)
+    }
+    reconciler.full_sync(table)
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 77)
+    report = reconciler.sync_service(key, vs(key, A, RealServer(B.address, B.port, weight=9)))
+    assert kinds(report.plan.ops) == ["set-dest"]
+    assert fake.read().services[key].real_servers[B.key].weight == 9
+
+
+def test_dry_run_changes_nothing() -> None:
+    fake = FakeIpvs()
+    report = Reconciler(fake, OWN, dry_run=True).full_sync({WEB: vs(WEB, A)})
+    assert len(report.plan.ops) == 2
+    assert fake.read().services == {}
