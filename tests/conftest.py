@@ -46,6 +46,9 @@ def netns() -> Iterator[str]:
     from lab.netns import Netns
 
     ns = Netns(f"t{os.getpid()}-{next(_names)}")
+    # Like any host: with lo down a fresh namespace has no local routing table, and the
+    # kernel then refuses IPv4 real servers (ip_vs_new_dest checks inet_addr_type()).
+    ns.ip("link set lo up")
     try:
         yield ns.name
     finally:

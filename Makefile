@@ -1,0 +1,52 @@
+# The two commands an operator needs first: `make demo` and `make test`.
+# Each does all its own set-up on a fresh Debian 12 machine (as root: apt and pip).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# qemu + Debian's kernel (it has ip_vs and every scheduler as modules) for the lab VM;
+# ipvsadm to cross-check the kernel; keepalived for the HA pair.
+APT_PACKAGES := qemu-system-x86 linux-image-amd64 ipvsadm keepalived iproute2 kmod procps
+
+.PHONY: setup system venv lint unit kernel-test test demo bench clean
+
+setup: system venv
+
+system:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+lint: venv
+	$(PY) -m ruff check director lab tests
+	$(PY) -m mypy
+
+unit: venv
+	$(PY) -m pytest -m "not kernel" tests
+
+kernel-test: setup
+	$(PY) -m lab.vm test
+
+# Host unit tests, then the kernel suite in the lab VM (one boot, one pytest process).
+test: setup lint unit kernel-test
+
+demo: setup
+	$(PY) -m lab.vm run lab.demo
+
+bench: setup
+	$(PY) -m lab.vm run lab.bench --memory 4G
+	cp .lab/lab.bench/results.json bench/results.json
+
+clean:
+	rm -rf .lab $(VENV) *.egg-info
