@@ -27,8 +27,18 @@ def open_ipvs(netns: str | None) -> Ipvs:
 
 
 def _summary(ops: Sequence[Op]) -> str:
-    verbs = Counter(op.kind.value.split("-")[0] for op in ops)
-    return f"{verbs['add']} to add, {verbs['set']} to change in place, {verbs['del']} to remove"
+    counts = Counter(op.kind for op in ops)
+    parts = []
+    for verb, service_kind, dest_kind in (
+        ("To remove", OpKind.DEL_SERVICE, OpKind.DEL_DEST),
+        ("To change in place", OpKind.SET_SERVICE, OpKind.SET_DEST),
+        ("To add", OpKind.ADD_SERVICE, OpKind.ADD_DEST),
+    ):
+        things = [f"{n} {noun}{'s' if n != 1 else ''}" for n, noun in (
+            (counts[service_kind], "service"), (counts[dest_kind], "real server")) if n]
+        if things:
+            parts.append(f"{verb}: {', '.join(things)}.")
+    return " ".join(parts)
 
 
 def _print_plan(settings: Settings, plan: Plan, verb: str) -> None:
@@ -38,7 +48,7 @@ def _print_plan(settings: Settings, plan: Plan, verb: str) -> None:
         origin = f"   [{op.origin}]" if op.origin else ""
         indent = "  " if op.kind in (OpKind.ADD_DEST, OpKind.SET_DEST, OpKind.DEL_DEST) else ""
         print(f"{indent}{op.describe()}{origin}")
-    print("No changes: the kernel matches the configuration." if plan.empty else _summary(plan.ops) + ".")
+    print("No changes: the kernel matches the configuration." if plan.empty else _summary(plan.ops))
     for key in plan.foreign:
         print(f"Left alone (not owned): {key}")
     for key, reason in plan.refused:

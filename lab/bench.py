@@ -1,0 +1,186 @@
+"""`make bench`: the IPVS dataplane measured against ipvsadm, side by side, in one VM run.
+
+Runs inside the lab VM (real kernel IPVS, software emulation: absolute times are slow and
+noisy, so the figures that matter are ratios taken in the same run). Writes results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from director.ipvs import KernelIpvs
+from director.model import Forwarding, Protocol, RealServer, ServiceConfig, ServiceKey, Table, VirtualService
+from director.plan import Ownership
+from director.reconcile import Reconciler
+from lab.netns import Netns
+
+DESTS = 10
+# RFC 2544 benchmarking range; only ever inside the bench namespace.
+OWNED = Ownership((ipaddress.ip_network("198.18.0.0/16"),))
+
+
+def build_table(services: int) -> Table:
+    table: Table = {}
+    for i in range(services):
+        key = ServiceKey.inet(Protocol.TCP, f"198.18.{i // 250}.{i % 250 + 1}", 80)
+        dests = [RealServer(f"198.19.{d}.{i % 250 + 1}", 8080, 1, Forwarding.NAT)
+                 for d in range(DESTS)]
+        table[key] = VirtualService.build(key, ServiceConfig("wlc"), dests, origin="bench")
+    return table
+
+
+def restore_file(table: Table, path: Path) -> None:
+    lines = []
+    for key, vs in table.items():
+        vip = f"{key.address}:{key.port}"
+        lines.append(f"-A -t {vip} -s {vs.config.scheduler}")
+        lines.extend(f"-a -t {vip} -r {rs.address}:{rs.port} -m -w {rs.weight}"
+                     for rs in vs.real_servers.values())
+    path.write_text("\n".join(lines) + "\n")
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def timed(fn) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def incremental(reconciler: Reconciler, table: Table, rounds: int = 40) -> dict[str, float]:
+    """One real server's weight changes, one service at a time, against the cache."""
+    rng = random.Random(7)
+    keys = list(table)
+    ops, times = [], []
+    for n in range(rounds):
+        key = rng.choice(keys)
+        vs = table[key]
+        first = next(iter(vs.real_servers.values()))
+        changed = RealServer(first.address, first.port, 2 + n % 5, first.forwarding)
+        dests = dict(vs.real_servers)
+        dests[changed.key] = changed
+        table[key] = VirtualService(key, vs.config, dests, vs.origin)
+        report = reconciler.sync_service(key, table[key])
+        assert report.result.ok
+        ops.append(len(report.plan.ops))
+        times.append(report.seconds * 1000)
+    return {"ops_max": max(ops), "ops_min": min(ops), "ms_p50": statistics.median(times),
+            "ms_p99": sorted(times)[int(len(times) * 0.99) - 1] if len(times) > 1 else times[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--services", type=int, default=10_000)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    ns = Netns("bench")
+    ns.ip("link set lo up")
+    ipvs = KernelIpvs(netns="bench")
+
+    def ipvsadm(*argv: str, stdin: Path | None = None) -> float:
+        handle = open(stdin) if stdin else None  # noqa: SIM115
+        started = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", "bench", "ipvsadm", *argv], stdin=handle,
+                       stdout=subprocess.DEVNULL, check=True)
+        elapsed = time.perf_counter() - started
+        if handle:
+            handle.close()
+        return elapsed
+
+    results: dict[str, object] = {"services": args.services, "dests_per_service": DESTS,
+                                  "kernel": os.uname().release}
+    print(f"bench: {args.services} services x {DESTS} real servers, kernel {os.uname().release}",
+          flush=True)
+
+    # Incremental at 1,000 services.
+    small = build_table(1000)
+    reconciler = Reconciler(ipvs, OWNED)
+    reconciler.full_sync(small)
+    results["incremental_1k"] = incremental(reconciler, small)
+    print(f"bench: incremental at 1,000: {results['incremental_1k']}", flush=True)
+    ipvsadm("-C")
+
+    # Full sync from empty: ipvsadm -R, then director, same table.
+    big = build_table(args.services)
+    rules = args.out / "rules.txt"
+    restore_file(big, rules)
+    results["ipvsadm_restore_s"] = ipvsadm("-R", stdin=rules)
+    print(f"bench: ipvsadm -R: {results['ipvsadm_restore_s']:.1f}s", flush=True)
+    ipvsadm("-C")
+    reconciler = Reconciler(ipvs, OWNED)
+    report = None
+
+    def full() -> None:
+        nonlocal report
+        report = reconciler.full_sync(big)
+
+    results["director_full_sync_s"] = timed(full)
+    assert report is not None and report.result.ok
+    results["director_full_sync_ops"] = report.result.requested
+    results["director_full_sync_sends"] = report.result.sends
+    print(f"bench: director full sync: {results['director_full_sync_s']:.1f}s "
+          f"({report.result.requested} ops in {report.result.sends} sends)", flush=True)
+
+    # No-op resync: read the whole table back, find no difference.
+    noop, listing = [], []
+    for _ in range(2):
+        noop.append(timed(lambda: reconciler.full_sync(big)))
+        listing.append(ipvsadm("-Ln"))
+    check = reconciler.full_sync(big)
+    assert check.plan.empty, "a resync of an unchanged table found differences"
+    results["director_noop_resync_s"] = min(noop)
+    results["ipvsadm_list_s"] = min(listing)
+    print(f"bench: no-op resync {min(noop):.1f}s vs ipvsadm -Ln {min(listing):.1f}s", flush=True)
+
+    results["incremental_10k"] = incremental(reconciler, big)
+    print(f"bench: incremental at {args.services}: {results['incremental_10k']}", flush=True)
+    results["rss_mb"] = round(rss_mb(), 1)
+
+    full_ratio = results["director_full_sync_s"] / results["ipvsadm_restore_s"]  # type: ignore[operator]
+    noop_ratio = results["director_noop_resync_s"] / results["ipvsadm_list_s"]  # type: ignore[operator]
+    results["full_sync_ratio"] = round(full_ratio, 3)
+    results["noop_resync_ratio"] = round(noop_ratio, 3)
+    i1k, i10k = results["incremental_1k"], results["incremental_10k"]
+    assert isinstance(i1k, dict) and isinstance(i10k, dict)
+    results["incremental_ops"] = {"1k": i1k["ops_max"], "10k": i10k["ops_max"]}
+    results["incremental_ms"] = {"1k_p50": round(i1k["ms_p50"], 2), "10k_p50": round(i10k["ms_p50"], 2),
+                                 "1k_p99": round(i1k["ms_p99"], 2), "10k_p99": round(i10k["ms_p99"], 2)}
+    ipvsadm("-C")
+    ipvs.close()
+    ns.close()
+    rules.unlink()
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+    rows = [
+        ("full_sync_ratio", f"{full_ratio:.2f}", "<= 1.0",
+         f"director {results['director_full_sync_s']:.1f}s / ipvsadm -R {results['ipvsadm_restore_s']:.1f}s"),
+        ("noop_resync_ratio", f"{noop_ratio:.2f}", "<= 1.0",
+         f"director {results['director_noop_resync_s']:.1f}s / ipvsadm -Ln {results['ipvsadm_list_s']:.1f}s"),
+        ("incremental_ops 1k / 10k", f"{i1k['ops_max']} / {i10k['ops_max']}", "1 / 1",
+         "one real server's weight changed"),
+        ("incremental_ms p50 1k / 10k", f"{i1k['ms_p50']:.2f} / {i10k['ms_p50']:.2f}", "flat",
+         f"p99 {i1k['ms_p99']:.2f} / {i10k['ms_p99']:.2f}"),
+        ("rss_mb", f"{results['rss_mb']}", "", "desired + cached actual, 10k x 10"),
+    ]
+    print()
+    print(f"{'figure':<30} {'value':>14}  {'target':<8} detail")
+    for name, value, target, detail in rows:
+        print(f"{name:<30} {value:>14}  {target:<8} {detail}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""`make demo`: the appliance doing its main job, in the lab VM, in front of the operator.
+
+Programs the services of examples/static.yaml into real IPVS, sends real requests from a
+client namespace to each VIP, prints which backend answered (the spread per scheduler) and
+the table the kernel holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+
+from director import cli
+from director.config import load_config
+from director.ipvs import KernelIpvs
+from director.model import Forwarding, Protocol, ServiceConfig, VirtualService
+from director.reconcile import Reconciler
+from lab.netns import Connection, ask_tcp, ask_udp, build_lab, start_servers
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
+REQUESTS = 24
+
+
+def banner(text: str) -> None:
+    print(f"\n=== {text} " + "=" * max(0, 70 - len(text)), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--config", type=Path, default=EXAMPLE)
+    args = parser.parse_args()
+    settings = load_config(args.config)
+    vips: dict[Forwarding, set[str]] = {f: set() for f in Forwarding}
+    tcp_ports, udp_ports = set(), set()
+    for vs in settings.services.values():
+        modes = {rs.forwarding for rs in vs.real_servers.values()}
+        mode = modes.pop() if len(modes) == 1 else Forwarding.NAT
+        vips[mode].add(vs.key.address)
+        ports = tcp_ports if vs.key.protocol is Protocol.TCP else udp_ports
+        ports.update(rs.port for rs in vs.real_servers.values())
+
+    banner("building the lab: client -- director (IPVS) -- 3 backends, in namespaces")
+    lab = build_lab(prefix="demo", vips=sorted(vips[Forwarding.NAT]),
+                    dr_vips=sorted(vips[Forwarding.DR]), tun_vips=sorted(vips[Forwarding.TUN]))
+    try:
+        start_servers(lab, sorted(tcp_ports), sorted(udp_ports))
+        netns = ["--config", str(args.config), "--netns", lab.lvs.name]
+
+        banner(f"director plan --config {args.config.name}  (changes nothing)")
+        cli.main(["plan", *netns])
+        banner(f"director apply --config {args.config.name}")
+        started = time.perf_counter()
+        cli.main(["apply", *netns])
+        print(f"(applied in {1000 * (time.perf_counter() - started):.0f} ms, including reading "
+              "the kernel table back)")
+
+        banner(f"{REQUESTS} requests to each VIP from 8 client addresses: who answered")
+        names = [be.name for be in lab.backends]
+        print(f"{'service':<34} {'sched':<6} {'fwd':<4} " + " ".join(f"{n:>5}" for n in names))
+        for vs in settings.services.values():
+            ask = ask_tcp if vs.key.protocol is Protocol.TCP else ask_udp
+            sources = lab.client_sources4 if ":" not in vs.key.address else [None]
+            answers: Counter[str] = Counter()
+            for i in range(REQUESTS):
+                try:
+                    answers[ask(lab.client, vs.key.address, vs.key.port,
+                                sources[i % len(sources)], 2.0)] += 1
+                except OSError:
+                    answers["failed"] += 1
+            fwd = next(iter(vs.real_servers.values())).forwarding.label
+            row = " ".join(f"{answers[n]:>5}" for n in names)
+            failed = f"  ({answers['failed']} failed)" if answers["failed"] else ""
+            print(f"{vs.origin + ' ' + str(vs.key):<34.34} {vs.config.scheduler:<6} {fwd:<4} "
+                  f"{row}{failed}")
+        print("rr/wrr/nq/sed spread by weight and load; sh hashes each client address to one "
+              "backend;\nlc with persistence /24 keeps the whole client subnet on one backend.")
+
+        banner("the table the kernel holds (ipvsadm -Ln, in the director namespace)")
+        print(lab.lvs.exec(["ipvsadm", "-Ln"]).rstrip())
+
+        banner("scheduler rr -> sh, in place, under an open TCP connection")
+        ipvs = KernelIpvs(netns=lab.lvs.name)
+        reconciler = Reconciler(ipvs, settings.ownership)
+        reconciler.full_sync(settings.services)
+        web = next(vs for vs in settings.services.values() if vs.config.scheduler == "rr"
+                   and vs.key.protocol is Protocol.TCP)
+        conn = Connection(lab.client, web.key.address, web.key.port)
+        before = conn.ask()
+        sh = VirtualService(web.key, ServiceConfig("sh", netmask=web.config.netmask),
+                            web.real_servers, web.origin)
+        report = reconciler.sync_service(web.key, sh)
+        after = [conn.ask() for _ in range(3)]
+        conn.close()
+        print(f"operations: {[op.describe() for op in report.plan.ops]} "
+              f"({1000 * report.seconds:.1f} ms)")
+        print(f"open connection answered by {before} before, {after} after: "
+              f"{'survived' if set(after) == {before} else 'BROKEN'}")
+        print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{web.key.address}:{web.key.port}"]).rstrip())
+
+        banner("someone's manual ipvsadm entry is left alone")
+        lab.lvs.exec(["ipvsadm", "-A", "-t", "203.0.113.250:8443", "-s", "lc"])
+        cli.main(["plan", *netns])
+        ipvs.close()
+    finally:
+        lab.close()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "done").write_text(socket.gethostname() + "\n")
+
+
+if __name__ == "__main__":
+    main()
