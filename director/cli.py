@@ -34,16 +34,21 @@ def _summary(ops: Sequence[Op]) -> str:
         ("To change in place", OpKind.SET_SERVICE, OpKind.SET_DEST),
         ("To add", OpKind.ADD_SERVICE, OpKind.ADD_DEST),
     ):
-        things = [f"{n} {noun}{'s' if n != 1 else ''}" for n, noun in (
-            (counts[service_kind], "service"), (counts[dest_kind], "real server")) if n]
+        things = [
+            f"{n} {noun}{'s' if n != 1 else ''}"
+            for n, noun in ((counts[service_kind], "service"), (counts[dest_kind], "real server"))
+            if n
+        ]
         if things:
             parts.append(f"{verb}: {', '.join(things)}.")
     return " ".join(parts)
 
 
 def _print_plan(settings: Settings, plan: Plan, verb: str) -> None:
-    print(f"{verb} {settings.source} against this kernel's IPVS "
-          f"(owned: {settings.ownership.describe()})")
+    print(
+        f"{verb} {settings.source} against this kernel's IPVS "
+        f"(owned: {settings.ownership.describe()})"
+    )
     for op in plan.ops:
         origin = f"   [{op.origin}]" if op.origin else ""
         indent = "  " if op.kind in (OpKind.ADD_DEST, OpKind.SET_DEST, OpKind.DEL_DEST) else ""
@@ -56,12 +61,22 @@ def _print_plan(settings: Settings, plan: Plan, verb: str) -> None:
 
 
 def _plan_json(plan: Plan) -> str:
-    return json.dumps({
-        "ops": [{"op": op.kind.value, "service": str(op.key), "detail": op.describe(),
-                 "origin": op.origin} for op in plan.ops],
-        "foreign": [str(k) for k in plan.foreign],
-        "refused": [{"service": str(k), "reason": r} for k, r in plan.refused],
-    }, indent=2)
+    return json.dumps(
+        {
+            "ops": [
+                {
+                    "op": op.kind.value,
+                    "service": str(op.key),
+                    "detail": op.describe(),
+                    "origin": op.origin,
+                }
+                for op in plan.ops
+            ],
+            "foreign": [str(k) for k in plan.foreign],
+            "refused": [{"service": str(k), "reason": r} for k, r in plan.refused],
+        },
+        indent=2,
+    )
 
 
 def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
@@ -87,8 +102,10 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
     dests = sum(len(vs.real_servers) for vs in settings.services.values())
-    print(f"{settings.source}: valid ({len(settings.services)} virtual services, "
-          f"{dests} real servers)")
+    print(
+        f"{settings.source}: valid ({len(settings.services)} virtual services, "
+        f"{dests} real servers)"
+    )
     return 0
 
 

@@ -51,8 +51,8 @@ class Defaults:
 @dataclass(frozen=True, slots=True)
 class Settings:
     source: str = "<defaults>"
-    ownership: Ownership = Ownership()
-    defaults: Defaults = Defaults()
+    ownership: Ownership = field(default_factory=Ownership)
+    defaults: Defaults = field(default_factory=Defaults)
     services: Table = field(default_factory=dict)
 
 
@@ -70,7 +70,9 @@ class _Node:
         return ConfigError(self.source, self.line, self.where, reason)
 
     def child(self, node: yaml.Node, suffix: str) -> _Node:
-        return _Node(node, f"{self.where}{suffix}" if self.where else suffix.lstrip("."), self.source)
+        return _Node(
+            node, f"{self.where}{suffix}" if self.where else suffix.lstrip("."), self.source
+        )
 
     def mapping(self, allowed: set[str], required: set[str] = frozenset()) -> dict[str, _Node]:  # type: ignore[assignment]
         if not isinstance(self.node, yaml.MappingNode):
@@ -116,7 +118,9 @@ class _Node:
         try:
             number = int(value, 10)
         except ValueError:
-            raise self.fail(f"must be an integer between {low} and {high} (got {value!r})") from None
+            raise self.fail(
+                f"must be an integer between {low} and {high} (got {value!r})"
+            ) from None
         if not low <= number <= high:
             raise self.fail(f"must be an integer between {low} and {high} (got {number})")
         return number
@@ -207,11 +211,26 @@ def _defaults(node: _Node) -> Defaults:
 
 
 SERVICE_KEYS = {
-    "name", "address", "port", "protocol", "fwmark", "family", "scheduler", "flags",
-    "persistence", "netmask", "forwarding", "real_servers",
+    "name",
+    "address",
+    "port",
+    "protocol",
+    "fwmark",
+    "family",
+    "scheduler",
+    "flags",
+    "persistence",
+    "netmask",
+    "forwarding",
+    "real_servers",
 }
 REAL_SERVER_KEYS = {
-    "address", "port", "weight", "forwarding", "upper_threshold", "lower_threshold",
+    "address",
+    "port",
+    "weight",
+    "forwarding",
+    "upper_threshold",
+    "lower_threshold",
 }
 
 
@@ -222,7 +241,11 @@ def _service(node: _Node, defaults: Defaults) -> VirtualService:
         for clash in ("address", "port", "protocol"):
             if clash in fields:
                 raise fields[clash].fail("a firewall-mark service has no address, port or protocol")
-        family = Family.INET6 if "family" in fields and fields["family"].text(("ipv4", "ipv6")) == "ipv6" else Family.INET
+        family = (
+            Family.INET6
+            if "family" in fields and fields["family"].text(("ipv4", "ipv6")) == "ipv6"
+            else Family.INET
+        )
         key = ServiceKey.mark(family, fields["fwmark"].integer(1, 0xFFFFFFFF))
     else:
         if "address" not in fields:
@@ -240,7 +263,9 @@ def _service(node: _Node, defaults: Defaults) -> VirtualService:
     flags = frozenset(
         item.scalar() for item in (fields["flags"].items() if "flags" in fields else ())
     )
-    persistence = fields["persistence"].integer(0, MAX_PERSISTENCE) if "persistence" in fields else 0
+    persistence = (
+        fields["persistence"].integer(0, MAX_PERSISTENCE) if "persistence" in fields else 0
+    )
     try:
         encode_flags(scheduler, flags, persistence > 0)
     except ValueError as exc:
@@ -250,7 +275,9 @@ def _service(node: _Node, defaults: Defaults) -> VirtualService:
     netmask = key.family.max_prefix
     if "netmask" in fields:
         netmask = fields["netmask"].integer(1, key.family.max_prefix)
-    forwarding = _forwarding(fields["forwarding"]) if "forwarding" in fields else defaults.forwarding
+    forwarding = (
+        _forwarding(fields["forwarding"]) if "forwarding" in fields else defaults.forwarding
+    )
     real_servers: dict[tuple[str, int], RealServer] = {}
     lines: dict[tuple[str, int], int] = {}
     for item in fields["real_servers"].items() if "real_servers" in fields else ():
@@ -272,7 +299,8 @@ def _split_endpoint(node: _Node) -> tuple[str, int]:
         host, _, port_text = text.rpartition(":")
     if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise node.fail(
-            f"{text!r} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT), or a mapping with address and port"
+            f"{text!r} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT), "
+            "or a mapping with address and port"
         )
     try:
         return canonical_address(host), int(port_text)
@@ -292,11 +320,20 @@ def _real_server(node: _Node, key: ServiceKey, forwarding: Forwarding, weight: i
             weight = fields["weight"].integer(0, MAX_WEIGHT)
         if "forwarding" in fields:
             forwarding = _forwarding(fields["forwarding"])
-        upper = fields["upper_threshold"].integer(0, MAX_THRESHOLD) if "upper_threshold" in fields else 0
-        lower = fields["lower_threshold"].integer(0, MAX_THRESHOLD) if "lower_threshold" in fields else 0
+        upper = (
+            fields["upper_threshold"].integer(0, MAX_THRESHOLD)
+            if "upper_threshold" in fields
+            else 0
+        )
+        lower = (
+            fields["lower_threshold"].integer(0, MAX_THRESHOLD)
+            if "lower_threshold" in fields
+            else 0
+        )
         if lower > upper:
             raise fields["lower_threshold"].fail(
-                f"lower_threshold ({lower}) needs an upper_threshold at least as large (got {upper})"
+                f"lower_threshold ({lower}) needs an upper_threshold at least as large "
+                f"(got {upper})"
             )
     if port == 0 and not key.fwmark:
         raise node.fail("a real server of an address:port service needs a port")

@@ -77,9 +77,7 @@ def error_message(code: int) -> str:
     return os.strerror(code)
 
 
-def scheduler_refusals(
-    ops: Sequence[Op], available: Iterable[str]
-) -> dict[int, OpError]:
+def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int, OpError]:
     """Service ops naming a scheduler the kernel does not offer, refused before sending.
 
     Real servers of a service whose add is refused are refused too (the kernel would
@@ -100,7 +98,5 @@ def scheduler_refusals(
             if op.kind is OpKind.ADD_SERVICE:
                 dead.add(op.key)
         elif op.key in dead and op.dest is not None:
-            refused[index] = OpError(
-                op, "ESRCH", f"not sent: adding {op.key} was refused"
-            )
+            refused[index] = OpError(op, "ESRCH", f"not sent: adding {op.key} was refused")
     return refused

@@ -14,6 +14,7 @@ Scheduler, flags and weights change in place with IPVS_CMD_SET_SERVICE / SET_DES
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -353,17 +354,17 @@ def _modprobe(module: str) -> str | None:
 
 def offered_schedulers() -> frozenset[str]:
     """Schedulers the running kernel has: loaded, built in, or available as modules."""
-    names = {p.name[len("ip_vs_"):] for p in Path("/sys/module").glob("ip_vs_*")}
+    names = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}
     release = os.uname().release
     moddir = Path(f"/lib/modules/{release}/kernel/net/netfilter/ipvs")
     if moddir.is_dir():
-        names.update(p.name.split(".", 1)[0][len("ip_vs_"):] for p in moddir.glob("ip_vs_*.ko*"))
+        names.update(p.name.split(".", 1)[0][len("ip_vs_") :] for p in moddir.glob("ip_vs_*.ko*"))
     builtin = Path(f"/lib/modules/{release}/modules.builtin")
     if builtin.exists():
         for line in builtin.read_text().splitlines():
             name = line.rsplit("/", 1)[-1]
             if name.startswith("ip_vs_"):
-                names.add(name.split(".", 1)[0][len("ip_vs_"):])
+                names.add(name.split(".", 1)[0][len("ip_vs_") :])
     return frozenset(names - NOT_SCHEDULERS)
 
 
@@ -412,10 +413,9 @@ class KernelIpvs:
     def _open() -> socket.socket:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
         for option, value in ((NETLINK_CAP_ACK, 1), (NETLINK_EXT_ACK, 1)):
-            try:
+            # Older kernels lack these: full acks, no extended messages.
+            with contextlib.suppress(OSError):
                 sock.setsockopt(SOL_NETLINK, option, value)
-            except OSError:
-                pass  # older kernels: full acks, no extended messages
         for force, plain, size in (
             (33, socket.SO_RCVBUF, RCVBUF),  # SO_RCVBUFFORCE needs CAP_NET_ADMIN
             (32, socket.SO_SNDBUF, 4 * BATCH_BYTES),
@@ -517,7 +517,13 @@ class KernelIpvs:
         table = KernelTable()
         for key, config, stats_at, data in self._services():
             dests = {}
-            for rs, state in self._dests(key, stats):
+            try:
+                found = self._dests(key, stats)
+            except OSError as exc:
+                if exc.errno in (errno.ESRCH, errno.ENOENT):
+                    continue  # deleted by someone else between the two dumps
+                raise
+            for rs, state in found:
                 dests[rs.key] = rs
                 if state is not None:
                     table.dest_state[(key, rs.key)] = state
@@ -604,8 +610,14 @@ class KernelIpvs:
         flush()
         ordered = tuple(errors[i] for i in sorted(errors))
         for failure in ordered:
-            event(log, "ipvs.op_failed", op=failure.op.describe(), errno=failure.errno,
-                  reason=failure.message, origin=failure.op.origin or "-")
+            event(
+                log,
+                "ipvs.op_failed",
+                op=failure.op.describe(),
+                errno=failure.errno,
+                reason=failure.message,
+                origin=failure.op.origin or "-",
+            )
         return ApplyResult(len(ops), ordered, sends, frozenset(errors))
 
     def _send_batch(

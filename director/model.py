@@ -60,7 +60,19 @@ CONFIGURABLE_FORWARDING = (Forwarding.NAT, Forwarding.DR, Forwarding.TUN)
 # Every scheduler Linux ships (net/netfilter/ipvs/ip_vs_*.c). Which of them a given kernel
 # offers is the adapter's business (``Ipvs.schedulers()``).
 KNOWN_SCHEDULERS = (
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
+    "rr",
+    "wrr",
+    "lc",
+    "wlc",
+    "lblc",
+    "lblcr",
+    "dh",
+    "sh",
+    "sed",
+    "nq",
+    "mh",
+    "fo",
+    "ovf",
     "twos",
 )
 
@@ -284,7 +296,9 @@ class Op:
         if self.dest is None:
             detail = f" {self.config.describe()}" if self.config is not None else ""
             return f"{symbol} service {self.key}{detail}"
-        detail = self.dest.describe() if self.kind is not OpKind.DEL_DEST else (
-            format_endpoint(self.dest.address, self.dest.port)
+        detail = (
+            self.dest.describe()
+            if self.kind is not OpKind.DEL_DEST
+            else (format_endpoint(self.dest.address, self.dest.port))
         )
         return f"{symbol} real server {detail} in {self.key}"

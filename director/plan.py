@@ -102,9 +102,7 @@ def build_plan(desired: Table, actual: Table, ownership: Ownership) -> Plan:
             ops.extend(plan_service(key, None, actual[key]))
     for key in sorted(desired):
         if not ownership.owns(key):
-            refused.append(
-                (key, f"outside the owned ranges ({ownership.describe()}); left alone")
-            )
+            refused.append((key, f"outside the owned ranges ({ownership.describe()}); left alone"))
             continue
         ops.extend(plan_service(key, desired[key], actual.get(key)))
     return Plan(tuple(ops), tuple(foreign), tuple(refused))

@@ -59,8 +59,12 @@ class Reconciler:
         if not ops:
             return ApplyResult()
         for op in ops:
-            event(log, "ipvs.would_change" if self.dry_run else "ipvs.change",
-                  op=op.describe(), origin=op.origin or "-")
+            event(
+                log,
+                "ipvs.would_change" if self.dry_run else "ipvs.change",
+                op=op.describe(),
+                origin=op.origin or "-",
+            )
         if self.dry_run:
             return ApplyResult(requested=len(ops))
         result = self.ipvs.apply(ops)

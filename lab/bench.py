@@ -17,7 +17,15 @@ import time
 from pathlib import Path
 
 from director.ipvs import KernelIpvs
-from director.model import Forwarding, Protocol, RealServer, ServiceConfig, ServiceKey, Table, VirtualService
+from director.model import (
+    Forwarding,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    Table,
+    VirtualService,
+)
 from director.plan import Ownership
 from director.reconcile import Reconciler
 from lab.netns import Netns
@@ -31,8 +39,9 @@ def build_table(services: int) -> Table:
     table: Table = {}
     for i in range(services):
         key = ServiceKey.inet(Protocol.TCP, f"198.18.{i // 250}.{i % 250 + 1}", 80)
-        dests = [RealServer(f"198.19.{d}.{i % 250 + 1}", 8080, 1, Forwarding.NAT)
-                 for d in range(DESTS)]
+        dests = [
+            RealServer(f"198.19.{d}.{i % 250 + 1}", 8080, 1, Forwarding.NAT) for d in range(DESTS)
+        ]
         table[key] = VirtualService.build(key, ServiceConfig("wlc"), dests, origin="bench")
     return table
 
@@ -42,8 +51,10 @@ def restore_file(table: Table, path: Path) -> None:
     for key, vs in table.items():
         vip = f"{key.address}:{key.port}"
         lines.append(f"-A -t {vip} -s {vs.config.scheduler}")
-        lines.extend(f"-a -t {vip} -r {rs.address}:{rs.port} -m -w {rs.weight}"
-                     for rs in vs.real_servers.values())
+        lines.extend(
+            f"-a -t {vip} -r {rs.address}:{rs.port} -m -w {rs.weight}"
+            for rs in vs.real_servers.values()
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -77,8 +88,12 @@ def incremental(reconciler: Reconciler, table: Table, rounds: int = 40) -> dict[
         assert report.result.ok
         ops.append(len(report.plan.ops))
         times.append(report.seconds * 1000)
-    return {"ops_max": max(ops), "ops_min": min(ops), "ms_p50": statistics.median(times),
-            "ms_p99": sorted(times)[int(len(times) * 0.99) - 1] if len(times) > 1 else times[0]}
+    return {
+        "ops_max": max(ops),
+        "ops_min": min(ops),
+        "ms_p50": statistics.median(times),
+        "ms_p99": sorted(times)[int(len(times) * 0.99) - 1] if len(times) > 1 else times[0],
+    }
 
 
 def main() -> None:
@@ -94,17 +109,26 @@ def main() -> None:
     def ipvsadm(*argv: str, stdin: Path | None = None) -> float:
         handle = open(stdin) if stdin else None  # noqa: SIM115
         started = time.perf_counter()
-        subprocess.run(["ip", "netns", "exec", "bench", "ipvsadm", *argv], stdin=handle,
-                       stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["ip", "netns", "exec", "bench", "ipvsadm", *argv],
+            stdin=handle,
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
         elapsed = time.perf_counter() - started
         if handle:
             handle.close()
         return elapsed
 
-    results: dict[str, object] = {"services": args.services, "dests_per_service": DESTS,
-                                  "kernel": os.uname().release}
-    print(f"bench: {args.services} services x {DESTS} real servers, kernel {os.uname().release}",
-          flush=True)
+    results: dict[str, object] = {
+        "services": args.services,
+        "dests_per_service": DESTS,
+        "kernel": os.uname().release,
+    }
+    print(
+        f"bench: {args.services} services x {DESTS} real servers, kernel {os.uname().release}",
+        flush=True,
+    )
 
     # Incremental at 1,000 services.
     small = build_table(1000)
@@ -132,8 +156,11 @@ def main() -> None:
     assert report is not None and report.result.ok
     results["director_full_sync_ops"] = report.result.requested
     results["director_full_sync_sends"] = report.result.sends
-    print(f"bench: director full sync: {results['director_full_sync_s']:.1f}s "
-          f"({report.result.requested} ops in {report.result.sends} sends)", flush=True)
+    print(
+        f"bench: director full sync: {results['director_full_sync_s']:.1f}s "
+        f"({report.result.requested} ops in {report.result.sends} sends)",
+        flush=True,
+    )
 
     # No-op resync: read the whole table back, find no difference.
     noop, listing = [], []
@@ -157,8 +184,12 @@ def main() -> None:
     i1k, i10k = results["incremental_1k"], results["incremental_10k"]
     assert isinstance(i1k, dict) and isinstance(i10k, dict)
     results["incremental_ops"] = {"1k": i1k["ops_max"], "10k": i10k["ops_max"]}
-    results["incremental_ms"] = {"1k_p50": round(i1k["ms_p50"], 2), "10k_p50": round(i10k["ms_p50"], 2),
-                                 "1k_p99": round(i1k["ms_p99"], 2), "10k_p99": round(i10k["ms_p99"], 2)}
+    results["incremental_ms"] = {
+        "1k_p50": round(i1k["ms_p50"], 2),
+        "10k_p50": round(i10k["ms_p50"], 2),
+        "1k_p99": round(i1k["ms_p99"], 2),
+        "10k_p99": round(i10k["ms_p99"], 2),
+    }
     ipvsadm("-C")
     ipvs.close()
     ns.close()
@@ -166,14 +197,32 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 
     rows = [
-        ("full_sync_ratio", f"{full_ratio:.2f}", "<= 1.0",
-         f"director {results['director_full_sync_s']:.1f}s / ipvsadm -R {results['ipvsadm_restore_s']:.1f}s"),
-        ("noop_resync_ratio", f"{noop_ratio:.2f}", "<= 1.0",
-         f"director {results['director_noop_resync_s']:.1f}s / ipvsadm -Ln {results['ipvsadm_list_s']:.1f}s"),
-        ("incremental_ops 1k / 10k", f"{i1k['ops_max']} / {i10k['ops_max']}", "1 / 1",
-         "one real server's weight changed"),
-        ("incremental_ms p50 1k / 10k", f"{i1k['ms_p50']:.2f} / {i10k['ms_p50']:.2f}", "flat",
-         f"p99 {i1k['ms_p99']:.2f} / {i10k['ms_p99']:.2f}"),
+        (
+            "full_sync_ratio",
+            f"{full_ratio:.2f}",
+            "<= 1.0",
+            f"director {results['director_full_sync_s']:.1f}s"
+            f" / ipvsadm -R {results['ipvsadm_restore_s']:.1f}s",
+        ),
+        (
+            "noop_resync_ratio",
+            f"{noop_ratio:.2f}",
+            "<= 1.0",
+            f"director {results['director_noop_resync_s']:.1f}s"
+            f" / ipvsadm -Ln {results['ipvsadm_list_s']:.1f}s",
+        ),
+        (
+            "incremental_ops 1k / 10k",
+            f"{i1k['ops_max']} / {i10k['ops_max']}",
+            "1 / 1",
+            "one real server's weight changed",
+        ),
+        (
+            "incremental_ms p50 1k / 10k",
+            f"{i1k['ms_p50']:.2f} / {i10k['ms_p50']:.2f}",
+            "flat",
+            f"p99 {i1k['ms_p99']:.2f} / {i10k['ms_p99']:.2f}",
+        ),
         ("rss_mb", f"{results['rss_mb']}", "", "desired + cached actual, 10k x 10"),
     ]
     print()

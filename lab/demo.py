@@ -44,8 +44,12 @@ def main() -> None:
         ports.update(rs.port for rs in vs.real_servers.values())
 
     banner("building the lab: client -- director (IPVS) -- 3 backends, in namespaces")
-    lab = build_lab(prefix="demo", vips=sorted(vips[Forwarding.NAT]),
-                    dr_vips=sorted(vips[Forwarding.DR]), tun_vips=sorted(vips[Forwarding.TUN]))
+    lab = build_lab(
+        prefix="demo",
+        vips=sorted(vips[Forwarding.NAT]),
+        dr_vips=sorted(vips[Forwarding.DR]),
+        tun_vips=sorted(vips[Forwarding.TUN]),
+    )
     try:
         start_servers(lab, sorted(tcp_ports), sorted(udp_ports))
         netns = ["--config", str(args.config), "--netns", lab.lvs.name]
@@ -55,8 +59,10 @@ def main() -> None:
         banner(f"director apply --config {args.config.name}")
         started = time.perf_counter()
         cli.main(["apply", *netns])
-        print(f"(applied in {1000 * (time.perf_counter() - started):.0f} ms, including reading "
-              "the kernel table back)")
+        print(
+            f"(applied in {1000 * (time.perf_counter() - started):.0f} ms, including reading "
+            "the kernel table back)"
+        )
 
         banner(f"{REQUESTS} requests to each VIP from 8 client addresses: who answered")
         names = [be.name for be in lab.backends]
@@ -67,17 +73,22 @@ def main() -> None:
             answers: Counter[str] = Counter()
             for i in range(REQUESTS):
                 try:
-                    answers[ask(lab.client, vs.key.address, vs.key.port,
-                                sources[i % len(sources)], 2.0)] += 1
+                    answers[
+                        ask(lab.client, vs.key.address, vs.key.port, sources[i % len(sources)], 2.0)
+                    ] += 1
                 except OSError:
                     answers["failed"] += 1
             fwd = next(iter(vs.real_servers.values())).forwarding.label
             row = " ".join(f"{answers[n]:>5}" for n in names)
             failed = f"  ({answers['failed']} failed)" if answers["failed"] else ""
-            print(f"{vs.origin + ' ' + str(vs.key):<34.34} {vs.config.scheduler:<6} {fwd:<4} "
-                  f"{row}{failed}")
-        print("rr/wrr/nq/sed spread by weight and load; sh hashes each client address to one "
-              "backend;\nlc with persistence /24 keeps the whole client subnet on one backend.")
+            print(
+                f"{vs.origin + ' ' + str(vs.key):<34.34} {vs.config.scheduler:<6} {fwd:<4} "
+                f"{row}{failed}"
+            )
+        print(
+            "rr/wrr/nq/sed spread by weight and load; sh hashes each client address to one "
+            "backend;\nlc with persistence /24 keeps the whole client subnet on one backend."
+        )
 
         banner("the table the kernel holds (ipvsadm -Ln, in the director namespace)")
         print(lab.lvs.exec(["ipvsadm", "-Ln"]).rstrip())
@@ -86,19 +97,27 @@ def main() -> None:
         ipvs = KernelIpvs(netns=lab.lvs.name)
         reconciler = Reconciler(ipvs, settings.ownership)
         reconciler.full_sync(settings.services)
-        web = next(vs for vs in settings.services.values() if vs.config.scheduler == "rr"
-                   and vs.key.protocol is Protocol.TCP)
+        web = next(
+            vs
+            for vs in settings.services.values()
+            if vs.config.scheduler == "rr" and vs.key.protocol is Protocol.TCP
+        )
         conn = Connection(lab.client, web.key.address, web.key.port)
         before = conn.ask()
-        sh = VirtualService(web.key, ServiceConfig("sh", netmask=web.config.netmask),
-                            web.real_servers, web.origin)
+        sh = VirtualService(
+            web.key, ServiceConfig("sh", netmask=web.config.netmask), web.real_servers, web.origin
+        )
         report = reconciler.sync_service(web.key, sh)
         after = [conn.ask() for _ in range(3)]
         conn.close()
-        print(f"operations: {[op.describe() for op in report.plan.ops]} "
-              f"({1000 * report.seconds:.1f} ms)")
-        print(f"open connection answered by {before} before, {after} after: "
-              f"{'survived' if set(after) == {before} else 'BROKEN'}")
+        print(
+            f"operations: {[op.describe() for op in report.plan.ops]} "
+            f"({1000 * report.seconds:.1f} ms)"
+        )
+        print(
+            f"open connection answered by {before} before, {after} after: "
+            f"{'survived' if set(after) == {before} else 'BROKEN'}"
+        )
         print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{web.key.address}:{web.key.port}"]).rstrip())
 
         banner("someone's manual ipvsadm entry is left alone")

@@ -39,8 +39,9 @@ class Netns:
         run(["ip", "netns", "add", name])
         self._jobs: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]] | None] = queue.Queue()
         ready: queue.Queue[BaseException | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, args=(ready,), daemon=True,
-                                        name=f"netns-{name}")
+        self._thread = threading.Thread(
+            target=self._work, args=(ready,), daemon=True, name=f"netns-{name}"
+        )
         self._thread.start()
         failure = ready.get()
         if failure is not None:
@@ -162,27 +163,54 @@ def build_lab(
         made.append(client)
         lvs = Netns(f"{prefix}-lvs")
         made.append(lvs)
-        run(["ip", "link", "add", "c0", "netns", client.name, "type", "veth",
-             "peer", "name", "to-client", "netns", lvs.name])
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                "c0",
+                "netns",
+                client.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "to-client",
+                "netns",
+                lvs.name,
+            ]
+        )
         lvs.ip(
-            "link set lo up", "link set to-client up",
+            "link set lo up",
+            "link set to-client up",
             f"addr add {CLIENT_NET4}.1/24 dev to-client",
             f"addr add {CLIENT_NET6}1/64 dev to-client nodad",
-            "link add br0 type bridge", "link set br0 up",
+            "link add br0 type bridge",
+            "link set br0 up",
             f"addr add {BACKEND_NET4}.1/24 dev br0",
             f"addr add {BACKEND_NET6}1/64 dev br0 nodad",
-            "link add vips type dummy", "link set vips up",
+            "link add vips type dummy",
+            "link set vips up",
         )
-        lvs.sysctls({
-            "net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1,
-            "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
-            # DR/TUN replies come back through the director with a VIP (local) source.
-            "net.ipv4.conf.all.accept_local": 1, "net.ipv4.conf.br0.accept_local": 1,
-            "net.ipv4.vs.conntrack": 0,
-        })
+        lvs.sysctls(
+            {
+                "net.ipv4.ip_forward": 1,
+                "net.ipv6.conf.all.forwarding": 1,
+                "net.ipv4.conf.all.rp_filter": 0,
+                "net.ipv4.conf.default.rp_filter": 0,
+                # DR/TUN replies come back through the director with a VIP (local) source.
+                "net.ipv4.conf.all.accept_local": 1,
+                "net.ipv4.conf.br0.accept_local": 1,
+                "net.ipv4.vs.conntrack": 0,
+            }
+        )
         client.ip(
-            "link set lo up", "link set c0 up",
-            *(f"addr add {a}/24 dev c0" for a in [f"{CLIENT_NET4}.{2 + i}" for i in range(CLIENT_SOURCES)]),
+            "link set lo up",
+            "link set c0 up",
+            *(
+                f"addr add {a}/24 dev c0"
+                for a in [f"{CLIENT_NET4}.{2 + i}" for i in range(CLIENT_SOURCES)]
+            ),
             f"addr add {CLIENT_NET6}2/64 dev c0 nodad",
             f"route add default via {CLIENT_NET4}.1",
             f"route add default via {CLIENT_NET6}1",
@@ -193,23 +221,48 @@ def build_lab(
             ns = Netns(f"{prefix}-{name}")
             made.append(ns)
             v4, v6 = f"{BACKEND_NET4}.{11 + index}", f"{BACKEND_NET6}{11 + index:x}"
-            run(["ip", "link", "add", "eth0", "netns", ns.name, "type", "veth",
-                 "peer", "name", f"to-{name}", "netns", lvs.name])
+            run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    "eth0",
+                    "netns",
+                    ns.name,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    f"to-{name}",
+                    "netns",
+                    lvs.name,
+                ]
+            )
             lvs.ip(f"link set to-{name} master br0", f"link set to-{name} up")
             ns.ip(
-                "link set lo up", "link set eth0 up",
-                f"addr add {v4}/24 dev eth0", f"addr add {v6}/64 dev eth0 nodad",
+                "link set lo up",
+                "link set eth0 up",
+                f"addr add {v4}/24 dev eth0",
+                f"addr add {v6}/64 dev eth0 nodad",
                 f"route add default via {BACKEND_NET4}.1",
                 f"route add default via {BACKEND_NET6}1",
                 *(f"addr add {_host(v)} dev lo" for v in dr_vips),
-                "link set tunl0 up", "link set ip6tnl0 up",
-                *(f"addr add {_host(v)} dev {'ip6tnl0' if ':' in v else 'tunl0'}" for v in tun_vips),
+                "link set tunl0 up",
+                "link set ip6tnl0 up",
+                *(
+                    f"addr add {_host(v)} dev {'ip6tnl0' if ':' in v else 'tunl0'}"
+                    for v in tun_vips
+                ),
             )
-            ns.sysctls({
-                "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
-                "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
-                "net.ipv4.conf.tunl0.rp_filter": 0,
-            })
+            ns.sysctls(
+                {
+                    "net.ipv4.conf.all.arp_ignore": 1,
+                    "net.ipv4.conf.all.arp_announce": 2,
+                    "net.ipv4.conf.all.rp_filter": 0,
+                    "net.ipv4.conf.default.rp_filter": 0,
+                    "net.ipv4.conf.tunl0.rp_filter": 0,
+                }
+            )
             members.append(Backend(name, ns, v4, v6))
         lab = Lab(prefix, client, lvs, members, dr_vips, tun_vips, made)
         lab.add_vips([*vips, *dr_vips, *tun_vips])
@@ -309,8 +362,11 @@ class BackendServers:
         self._sel.close()
 
 
-def start_servers(lab: Lab, tcp_ports: Iterable[int] = (NAT_PORT, DR_PORT),
-                  udp_ports: Iterable[int] = (UDP_NAT_PORT, UDP_PORT)) -> BackendServers:
+def start_servers(
+    lab: Lab,
+    tcp_ports: Iterable[int] = (NAT_PORT, DR_PORT),
+    udp_ports: Iterable[int] = (UDP_NAT_PORT, UDP_PORT),
+) -> BackendServers:
     lab.servers = BackendServers(lab, tcp_ports, udp_ports)
     return lab.servers
 
@@ -322,8 +378,9 @@ def _family(address: str) -> int:
 class Connection:
     """A long-lived TCP connection from the client namespace; ``ask()`` sends one line."""
 
-    def __init__(self, ns: Netns, address: str, port: int, source: str | None = None,
-                 timeout: float = 3.0) -> None:
+    def __init__(
+        self, ns: Netns, address: str, port: int, source: str | None = None, timeout: float = 3.0
+    ) -> None:
         self.sock = ns.socket(_family(address), socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         if source:
@@ -343,8 +400,9 @@ class Connection:
         self.sock.close()
 
 
-def ask_tcp(ns: Netns, address: str, port: int, source: str | None = None,
-            timeout: float = 3.0) -> str:
+def ask_tcp(
+    ns: Netns, address: str, port: int, source: str | None = None, timeout: float = 3.0
+) -> str:
     conn = Connection(ns, address, port, source, timeout)
     try:
         return conn.ask()
@@ -352,8 +410,9 @@ def ask_tcp(ns: Netns, address: str, port: int, source: str | None = None,
         conn.close()
 
 
-def ask_udp(ns: Netns, address: str, port: int, source: str | None = None,
-            timeout: float = 3.0) -> str:
+def ask_udp(
+    ns: Netns, address: str, port: int, source: str | None = None, timeout: float = 3.0
+) -> str:
     sock = ns.socket(_family(address), socket.SOCK_DGRAM)
     try:
         sock.settimeout(timeout)

@@ -24,16 +24,20 @@ def find_kernel() -> Path:
     """The newest /boot/vmlinuz-*-amd64 whose modules include IPVS."""
     found = []
     for image in Path("/boot").glob("vmlinuz-*"):
-        release = image.name[len("vmlinuz-"):]
+        release = image.name[len("vmlinuz-") :]
         if Path(f"/lib/modules/{release}/kernel/net/netfilter/ipvs").is_dir():
             found.append(image)
     if not found:
         sys.exit("lab: no kernel with IPVS modules under /boot (apt-get install linux-image-amd64)")
-    return sorted(found, key=lambda p: [int(x) if x.isdigit() else x for x in p.name.replace("-", ".").split(".")])[-1]
+    return sorted(
+        found,
+        key=lambda p: [int(x) if x.isdigit() else x for x in p.name.replace("-", ".").split(".")],
+    )[-1]
 
 
-def boot(command: str, rwdir: Path, memory: str = "2G", cpus: int = 2,
-         timeout: float = 3600) -> int:
+def boot(
+    command: str, rwdir: Path, memory: str = "2G", cpus: int = 2, timeout: float = 3600
+) -> int:
     """Run ``command`` (bash) in the VM as root, cwd = the repo. Returns its exit status."""
     vng = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
     rwdir.mkdir(parents=True, exist_ok=True)
@@ -43,22 +47,51 @@ def boot(command: str, rwdir: Path, memory: str = "2G", cpus: int = 2,
         f"cd {shlex.quote(str(REPO))} && export PYTHONDONTWRITEBYTECODE=1 "
         f"PATH={shlex.quote(env['PATH'])}:/usr/sbin:/sbin && {command}"
     )
-    cmd = [vng, "--run", str(find_kernel()), "--disable-kvm", "--force-9p",
-           "--cpus", str(cpus), "--memory", memory, "--rwdir", str(rwdir),
-           "--", "bash", "-c", guest]
+    cmd = [
+        vng,
+        "--run",
+        str(find_kernel()),
+        "--disable-kvm",
+        "--force-9p",
+        "--cpus",
+        str(cpus),
+        "--memory",
+        memory,
+        "--rwdir",
+        str(rwdir),
+        "--",
+        "bash",
+        "-c",
+        guest,
+    ]
     started = time.monotonic()
     print(f"lab: booting {find_kernel().name} (software emulation)...", flush=True)
     done = subprocess.run(cmd, env=env, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-    print(f"lab: VM finished in {time.monotonic() - started:.0f}s (exit {done.returncode})",
-          flush=True)
+    print(
+        f"lab: VM finished in {time.monotonic() - started:.0f}s (exit {done.returncode})",
+        flush=True,
+    )
     return done.returncode
 
 
 def precompile() -> None:
     """Write bytecode on the host: the guest sees a read-only tree over 9p."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0",
-                    str(REPO / "director"), str(REPO / "lab"), str(REPO / "tests"),
-                    str(Path(sys.prefix) / "lib")], check=False, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compileall",
+            "-q",
+            "-j",
+            "0",
+            str(REPO / "director"),
+            str(REPO / "lab"),
+            str(REPO / "tests"),
+            str(Path(sys.prefix) / "lib"),
+        ],
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def kernel_suite(pytest_args: list[str]) -> int:
@@ -92,8 +125,10 @@ def kernel_suite(pytest_args: list[str]) -> int:
     assert suite is not None
     counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
     ran = counts["tests"] - counts["skipped"]
-    print(f"lab: kernel suite in the VM: {ran} ran, {counts['failures']} failed, "
-          f"{counts['errors']} errors, {counts['skipped']} not run (results in {results})")
+    print(
+        f"lab: kernel suite in the VM: {ran} ran, {counts['failures']} failed, "
+        f"{counts['errors']} errors, {counts['skipped']} not run (results in {results})"
+    )
     if ran == 0:
         print("lab: FAILED: no kernel test ran in the VM")
         return 1

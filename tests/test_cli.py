@@ -19,8 +19,9 @@ def test_check_validates_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert "valid (8 virtual services, 24 real servers)" in capsys.readouterr().out
 
 
-def test_an_invalid_file_exits_2_naming_the_line(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_invalid_file_exits_2_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
     assert cli.main(["plan", "--config", str(bad)]) == cli.EXIT_CONFIG
@@ -33,7 +34,9 @@ def test_an_invalid_file_exits_2_naming_the_line(tmp_path: Path,
 def test_without_ipvs_plan_and_apply_say_so_in_one_sentence(command: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "director", command, "--config", EXAMPLE],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == cli.EXIT_NO_IPVS
     assert done.stdout == ""

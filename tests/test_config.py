@@ -34,37 +34,82 @@ def test_the_example_loads() -> None:
 @pytest.mark.parametrize(
     ("body", "line", "where", "reason"),
     [
-        ("  - address: 198.51.100.1\n    port: eighty\n", 5, "services[0].port",
-         "must be an integer between 1 and 65535 (got 'eighty')"),
-        ("  - address: 198.51.100.1\n    port: 80\n    schedular: rr\n", 6,
-         "services[0].schedular", "unknown key"),
-        ("  - address: 198.51.100.1\n    port: 80\n    scheduler: fastest\n", 6,
-         "services[0].scheduler", "must be one of rr, wrr"),
-        ("  - address: 10.0.0.1\n    port: 80\n", 4, "services[0]",
-         "outside the owned ranges"),
-        ("  - address: 198.51.100.1\n    port: 80\n    real_servers:\n      - 192.0.2.1:80\n"
-         "      - {address: 192.0.2.2, weight: -1}\n", 8,
-         "services[0].real_servers[1].weight", "between 0 and 65535 (got -1)"),
-        ("  - address: 198.51.100.1\n    port: 80\n    real_servers: [192.0.2.1:80, 192.0.2.1:80]\n",
-         6, "services[0].real_servers[1]", "declared twice (first on line 6)"),
-        ("  - address: 198.51.100.1\n    port: 80\n  - address: 198.51.100.1\n    port: 80\n", 6,
-         "services[1]", "declared twice (first on line 4)"),
-        ("  - address: 198.51.100.1\n    port: 80\n    scheduler: rr\n    flags: [sh-port]\n", 7,
-         "services[0].flags", "'sh-port' is not valid with scheduler 'rr'"),
-        ("  - address: 2001:db8:100::1\n    port: 80\n    real_servers: [192.0.2.1:80]\n", 6,
-         "services[0].real_servers[0]", "mixing families only works with forwarding: tun"),
-        ("  - address: 198.51.100.1\n    port: 80\n    real_servers:\n"
-         "      - {address: 192.0.2.1, lower_threshold: 5}\n", 7,
-         "services[0].real_servers[0].lower_threshold", "needs an upper_threshold"),
-        ("  - address: 198.51.100.1\n    port: 80\n    port: 81\n", 6, "services[0].port",
-         "duplicate key (first given on line 5)"),
-        ("  - address: 198.51.100.1\n    port: 53\n    flags: [onepacket]\n", 6,
-         "services[0].flags", "only applies to UDP"),
+        (
+            "  - address: 198.51.100.1\n    port: eighty\n",
+            5,
+            "services[0].port",
+            "must be an integer between 1 and 65535 (got 'eighty')",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n    schedular: rr\n",
+            6,
+            "services[0].schedular",
+            "unknown key",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n    scheduler: fastest\n",
+            6,
+            "services[0].scheduler",
+            "must be one of rr, wrr",
+        ),
+        ("  - address: 10.0.0.1\n    port: 80\n", 4, "services[0]", "outside the owned ranges"),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n    real_servers:\n      - 192.0.2.1:80\n"
+            "      - {address: 192.0.2.2, weight: -1}\n",
+            8,
+            "services[0].real_servers[1].weight",
+            "between 0 and 65535 (got -1)",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n"
+            "    real_servers: [192.0.2.1:80, 192.0.2.1:80]\n",
+            6,
+            "services[0].real_servers[1]",
+            "declared twice (first on line 6)",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n  - address: 198.51.100.1\n    port: 80\n",
+            6,
+            "services[1]",
+            "declared twice (first on line 4)",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n    scheduler: rr\n    flags: [sh-port]\n",
+            7,
+            "services[0].flags",
+            "'sh-port' is not valid with scheduler 'rr'",
+        ),
+        (
+            "  - address: 2001:db8:100::1\n    port: 80\n    real_servers: [192.0.2.1:80]\n",
+            6,
+            "services[0].real_servers[0]",
+            "mixing families only works with forwarding: tun",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n    real_servers:\n"
+            "      - {address: 192.0.2.1, lower_threshold: 5}\n",
+            7,
+            "services[0].real_servers[0].lower_threshold",
+            "needs an upper_threshold",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 80\n    port: 81\n",
+            6,
+            "services[0].port",
+            "duplicate key (first given on line 5)",
+        ),
+        (
+            "  - address: 198.51.100.1\n    port: 53\n    flags: [onepacket]\n",
+            6,
+            "services[0].flags",
+            "only applies to UDP",
+        ),
         ("  - address: 198.51.100.1\n    port: [80\n", 6, "", "not valid YAML"),
     ],
 )
-def test_invalid_files_fail_with_line_field_and_reason(body: str, line: int, where: str,
-                                                       reason: str) -> None:
+def test_invalid_files_fail_with_line_field_and_reason(
+    body: str, line: int, where: str, reason: str
+) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(HEAD + body, "director.yaml")
     error = caught.value
@@ -74,13 +119,15 @@ def test_invalid_files_fail_with_line_field_and_reason(body: str, line: int, whe
 
 
 def test_a_missing_file_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load_config("nope.yaml")
 
 
 def test_real_server_port_defaults_to_the_service_port() -> None:
-    settings = parse_config(HEAD + "  - address: 198.51.100.1\n    port: 443\n"
-                            "    real_servers: [{address: 192.0.2.1, forwarding: dr}]\n")
+    settings = parse_config(
+        HEAD + "  - address: 198.51.100.1\n    port: 443\n"
+        "    real_servers: [{address: 192.0.2.1, forwarding: dr}]\n"
+    )
     (vs,) = settings.services.values()
     (rs,) = vs.real_servers.values()
     assert (rs.port, rs.forwarding) == (443, Forwarding.DR)

@@ -48,8 +48,9 @@ def errnos(ipvs: Ipvs, *ops: Op) -> list[str]:
     [(WEB, RR), (DNS6, RR6), (SCTP, RR), (MARK4, RR), (MARK6, RR6)],
     ids=["tcp4", "udp6", "sctp4", "fwmark4", "fwmark6"],
 )
-def test_added_service_reads_back_identical(ipvs: Ipvs, key: ServiceKey,
-                                            config: ServiceConfig) -> None:
+def test_added_service_reads_back_identical(
+    ipvs: Ipvs, key: ServiceKey, config: ServiceConfig
+) -> None:
     assert ipvs.apply([add(key, config)]).ok
     table = ipvs.read().services
     assert list(table) == [key]
@@ -68,7 +69,9 @@ def test_real_server_on_missing_service_is_refused_with_esrch(ipvs: Ipvs) -> Non
 
 def test_missing_service_cannot_be_changed_or_deleted(ipvs: Ipvs) -> None:
     assert errnos(ipvs, Op(OpKind.SET_SERVICE, WEB, config=RR), Op(OpKind.DEL_SERVICE, WEB)) == [
-        "ESRCH", "ESRCH"]
+        "ESRCH",
+        "ESRCH",
+    ]
 
 
 def test_real_server_rules(ipvs: Ipvs) -> None:
@@ -87,8 +90,12 @@ def test_real_server_rules(ipvs: Ipvs) -> None:
 def test_mixed_address_families_only_with_tunnelling(ipvs: Ipvs) -> None:
     v4_in_v6_nat = RealServer("192.0.2.11", 53, forwarding=Forwarding.NAT)
     v4_in_v6_tun = RealServer("192.0.2.12", 53, forwarding=Forwarding.TUN)
-    assert errnos(ipvs, add(DNS6, RR6), dest(OpKind.ADD_DEST, DNS6, v4_in_v6_nat),
-                  dest(OpKind.ADD_DEST, DNS6, v4_in_v6_tun)) == ["EINVAL"]
+    assert errnos(
+        ipvs,
+        add(DNS6, RR6),
+        dest(OpKind.ADD_DEST, DNS6, v4_in_v6_nat),
+        dest(OpKind.ADD_DEST, DNS6, v4_in_v6_tun),
+    ) == ["EINVAL"]
     assert ipvs.read().services[DNS6].real_servers == {v4_in_v6_tun.key: v4_in_v6_tun}
 
 
@@ -96,8 +103,9 @@ def test_changes_in_place_keep_the_other_real_servers(ipvs: Ipvs) -> None:
     assert ipvs.apply([add(WEB), dest(OpKind.ADD_DEST, WEB, A), dest(OpKind.ADD_DEST, WEB, B)]).ok
     sh = ServiceConfig("sh", frozenset({"sh-port", "sh-fallback"}), persistence=300, netmask=24)
     heavier = RealServer(A.address, A.port, 7, Forwarding.DR, 100, 50)
-    assert ipvs.apply([Op(OpKind.SET_SERVICE, WEB, config=sh),
-                       dest(OpKind.SET_DEST, WEB, heavier)]).ok
+    assert ipvs.apply(
+        [Op(OpKind.SET_SERVICE, WEB, config=sh), dest(OpKind.SET_DEST, WEB, heavier)]
+    ).ok
     vs = ipvs.read().services[WEB]
     assert vs.config == sh
     assert vs.real_servers == {A.key: heavier, B.key: B}
@@ -110,8 +118,9 @@ def test_ipv6_persistence_netmask_is_a_prefix_length(ipvs: Ipvs) -> None:
 
 
 def test_deleting_a_service_deletes_its_real_servers(ipvs: Ipvs) -> None:
-    assert ipvs.apply([add(WEB), dest(OpKind.ADD_DEST, WEB, A), Op(OpKind.DEL_SERVICE, WEB),
-                       add(WEB)]).ok
+    assert ipvs.apply(
+        [add(WEB), dest(OpKind.ADD_DEST, WEB, A), Op(OpKind.DEL_SERVICE, WEB), add(WEB)]
+    ).ok
     assert ipvs.read().services[WEB].real_servers == {}
 
 
@@ -135,12 +144,12 @@ def test_a_scheduler_the_kernel_lacks_is_refused_by_name(ipvs: Ipvs) -> None:
 
 def test_a_large_batch_applies_and_attributes_each_failure(ipvs: Ipvs) -> None:
     ops: list[Op] = []
-    keys = [ServiceKey.inet(Protocol.TCP, f"198.51.100.{1 + i // 200}", 1 + i % 200)
-            for i in range(600)]
+    keys = [
+        ServiceKey.inet(Protocol.TCP, f"198.51.100.{1 + i // 200}", 1 + i % 200) for i in range(600)
+    ]
     for key in keys:
         ops.append(add(key))
-        ops.extend(dest(OpKind.ADD_DEST, key, RealServer(f"192.0.2.{d + 1}", 80))
-                   for d in range(5))
+        ops.extend(dest(OpKind.ADD_DEST, key, RealServer(f"192.0.2.{d + 1}", 80)) for d in range(5))
     ops.insert(1000, add(keys[0]))  # one duplicate, deep inside a batch
     result = ipvs.apply(ops)
     assert [(e.op, e.errno) for e in result.errors] == [(ops[1000], "EEXIST")]
@@ -160,5 +169,18 @@ def test_read_with_stats_reports_each_real_server(ipvs: Ipvs) -> None:
 
 
 def test_every_known_scheduler_is_known_to_the_model() -> None:
-    assert {"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo",
-            "ovf"} <= set(KNOWN_SCHEDULERS)
+    assert {
+        "rr",
+        "wrr",
+        "lc",
+        "wlc",
+        "lblc",
+        "lblcr",
+        "dh",
+        "sh",
+        "sed",
+        "nq",
+        "mh",
+        "fo",
+        "ovf",
+    } <= set(KNOWN_SCHEDULERS)

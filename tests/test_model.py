@@ -29,7 +29,7 @@ def test_scheduler_flags_round_trip_with_ipvsadm_names() -> None:
 
 
 def test_a_flag_of_another_scheduler_is_refused_with_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match="'sh-port' is not valid with scheduler 'rr'.*flag-1"):
+    with pytest.raises(ValueError, match=r"'sh-port' is not valid with scheduler 'rr'.*flag-1"):
         encode_flags("rr", {"sh-port"}, persistent=False)
 
 
@@ -45,6 +45,10 @@ def test_keys_and_ops_read_like_ipvsadm() -> None:
     assert str(key) == "udp [2001:db8::1]:53"
     assert str(ServiceKey.mark(Family.INET, 9)) == "fwmark 9 ipv4"
     op = Op(OpKind.ADD_DEST, key, dest=RealServer("2001:db8::2", 53, weight=2))
-    assert op.describe() == "+ real server [2001:db8::2]:53 weight=2 forwarding=nat in udp [2001:db8::1]:53"
+    assert (
+        op.describe()
+        == "+ real server [2001:db8::2]:53 weight=2 forwarding=nat in udp [2001:db8::1]:53"
+    )
     assert Op(OpKind.SET_SERVICE, key, config=ServiceConfig("sh", persistence=60)).describe() == (
-        "~ service udp [2001:db8::1]:53 scheduler=sh persistence=60s/32")
+        "~ service udp [2001:db8::1]:53 scheduler=sh persistence=60s/32"
+    )

@@ -8,7 +8,14 @@ import struct
 
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
-from director.ipvs import CMD_ATTR_DEST, CMD_ATTR_SERVICE, _attrs, decode_dest, decode_service, encode_op
+from director.ipvs import (
+    CMD_ATTR_DEST,
+    CMD_ATTR_SERVICE,
+    _attrs,
+    decode_dest,
+    decode_service,
+    encode_op,
+)
 from director.model import (
     Family,
     Forwarding,
@@ -66,16 +73,23 @@ def test_we_decode_a_service_that_pyroute2_encoded() -> None:
     msg = ipvsmsg()
     msg["cmd"] = 1
     msg["version"] = 1
-    msg["attrs"] = [("IPVS_CMD_ATTR_SERVICE", {"attrs": [
-        ("IPVS_SVC_ATTR_AF", socket.AF_INET),
-        ("IPVS_SVC_ATTR_PROTOCOL", socket.IPPROTO_TCP),
-        ("IPVS_SVC_ATTR_ADDR", "198.51.100.10"),
-        ("IPVS_SVC_ATTR_PORT", 443),
-        ("IPVS_SVC_ATTR_SCHED_NAME", "wrr"),
-        ("IPVS_SVC_ATTR_FLAGS", {"flags": 0x1 | 0x2, "mask": 0xFFFFFFFF}),
-        ("IPVS_SVC_ATTR_TIMEOUT", 60),
-        ("IPVS_SVC_ATTR_NETMASK", "255.255.255.0"),
-    ]})]
+    msg["attrs"] = [
+        (
+            "IPVS_CMD_ATTR_SERVICE",
+            {
+                "attrs": [
+                    ("IPVS_SVC_ATTR_AF", socket.AF_INET),
+                    ("IPVS_SVC_ATTR_PROTOCOL", socket.IPPROTO_TCP),
+                    ("IPVS_SVC_ATTR_ADDR", "198.51.100.10"),
+                    ("IPVS_SVC_ATTR_PORT", 443),
+                    ("IPVS_SVC_ATTR_SCHED_NAME", "wrr"),
+                    ("IPVS_SVC_ATTR_FLAGS", {"flags": 0x1 | 0x2, "mask": 0xFFFFFFFF}),
+                    ("IPVS_SVC_ATTR_TIMEOUT", 60),
+                    ("IPVS_SVC_ATTR_NETMASK", "255.255.255.0"),
+                ]
+            },
+        )
+    ]
     msg.encode()
     data = bytes(msg.data)
     attrs = _attrs(data, 20, len(data))

@@ -112,7 +112,8 @@ def test_reconciler_one_real_server_change_is_one_operation() -> None:
     reconciler = Reconciler(fake, OWN)
     table = {
         ServiceKey.inet(Protocol.TCP, "198.51.100.1", port): vs(
-            ServiceKey.inet(Protocol.TCP, "198.51.100.1", port), A, B)
+            ServiceKey.inet(Protocol.TCP, "198.51.100.1", port), A, B
+        )
         for port in range(1, 500)
     }
     reconciler.full_sync(table)

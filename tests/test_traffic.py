@@ -14,7 +14,14 @@ import pytest
 
 from director import cli
 from director.ipvs import KernelIpvs
-from director.model import Forwarding, Protocol, RealServer, ServiceConfig, ServiceKey, VirtualService
+from director.model import (
+    Forwarding,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+)
 from director.plan import Ownership
 from director.reconcile import Reconciler
 from lab.netns import (
@@ -33,12 +40,16 @@ from lab.netns import (
 pytestmark = pytest.mark.kernel
 
 VIP = {
-    (Forwarding.NAT, 4): "198.51.100.10", (Forwarding.NAT, 6): "2001:db8:100::10",
-    (Forwarding.DR, 4): "198.51.100.20", (Forwarding.DR, 6): "2001:db8:100::20",
-    (Forwarding.TUN, 4): "198.51.100.30", (Forwarding.TUN, 6): "2001:db8:100::30",
+    (Forwarding.NAT, 4): "198.51.100.10",
+    (Forwarding.NAT, 6): "2001:db8:100::10",
+    (Forwarding.DR, 4): "198.51.100.20",
+    (Forwarding.DR, 6): "2001:db8:100::20",
+    (Forwarding.TUN, 4): "198.51.100.30",
+    (Forwarding.TUN, 6): "2001:db8:100::30",
 }
-OWNED = Ownership((ipaddress.ip_network("198.51.100.0/24"),
-                   ipaddress.ip_network("2001:db8:100::/64")))
+OWNED = Ownership(
+    (ipaddress.ip_network("198.51.100.0/24"), ipaddress.ip_network("2001:db8:100::/64"))
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,23 +78,28 @@ def ipvs(lab: Lab) -> Iterator[KernelIpvs]:
         kernel.close()
 
 
-def service(lab: Lab, mode: Forwarding, family: int, proto: Protocol,
-            scheduler: str = "rr") -> VirtualService:
+def service(
+    lab: Lab, mode: Forwarding, family: int, proto: Protocol, scheduler: str = "rr"
+) -> VirtualService:
     vip = VIP[(mode, family)]
     nat = mode is Forwarding.NAT
     port = {Protocol.TCP: DR_PORT, Protocol.UDP: UDP_PORT}[proto]
     backend_port = (NAT_PORT if proto is Protocol.TCP else UDP_NAT_PORT) if nat else port
     key = ServiceKey.inet(proto, vip, port)
-    dests = [RealServer(be.ipv4 if family == 4 else be.ipv6, backend_port, 1, mode)
-             for be in lab.backends]
-    return VirtualService.build(key, ServiceConfig(scheduler, netmask=32 if family == 4 else 128),
-                                dests, origin="test")
+    dests = [
+        RealServer(be.ipv4 if family == 4 else be.ipv6, backend_port, 1, mode)
+        for be in lab.backends
+    ]
+    return VirtualService.build(
+        key, ServiceConfig(scheduler, netmask=32 if family == 4 else 128), dests, origin="test"
+    )
 
 
 @pytest.mark.parametrize("family", [4, 6], ids=["ipv4", "ipv6"])
 @pytest.mark.parametrize("proto", [Protocol.TCP, Protocol.UDP], ids=["tcp", "udp"])
-@pytest.mark.parametrize("mode", [Forwarding.NAT, Forwarding.DR, Forwarding.TUN],
-                         ids=["nat", "dr", "tun"])
+@pytest.mark.parametrize(
+    "mode", [Forwarding.NAT, Forwarding.DR, Forwarding.TUN], ids=["nat", "dr", "tun"]
+)
 def test_client_reaches_every_backend_through_the_vip(
     lab: Lab, ipvs: KernelIpvs, mode: Forwarding, proto: Protocol, family: int
 ) -> None:
@@ -127,11 +143,14 @@ def test_scheduler_change_in_place_keeps_an_open_connection(lab: Lab, ipvs: Kern
 
 
 def test_ipvsadm_sees_exactly_what_director_programmed(lab: Lab, ipvs: KernelIpvs) -> None:
-    table = {vs.key: vs for vs in (
-        service(lab, Forwarding.NAT, 4, Protocol.TCP),
-        service(lab, Forwarding.DR, 6, Protocol.UDP, scheduler="wlc"),
-        service(lab, Forwarding.TUN, 4, Protocol.TCP, scheduler="sed"),
-    )}
+    table = {
+        vs.key: vs
+        for vs in (
+            service(lab, Forwarding.NAT, 4, Protocol.TCP),
+            service(lab, Forwarding.DR, 6, Protocol.UDP, scheduler="wlc"),
+            service(lab, Forwarding.TUN, 4, Protocol.TCP, scheduler="sed"),
+        )
+    }
     assert Reconciler(ipvs, OWNED).full_sync(table).result.ok
     listing = lab.lvs.exec(["ipvsadm", "-Ln"])
     assert "TCP  198.51.100.10:80 rr" in listing
@@ -157,8 +176,9 @@ def test_a_foreign_ipvsadm_entry_is_left_alone_and_reported(lab: Lab, ipvs: Kern
         lab.lvs.exec(["ipvsadm", "-D", "-t", "203.0.113.200:80"])
 
 
-def test_cli_apply_then_plan_shows_no_changes(lab: Lab, ipvs: KernelIpvs,
-                                              tmp_path: pytest.TempPathFactory) -> None:
+def test_cli_apply_then_plan_shows_no_changes(
+    lab: Lab, ipvs: KernelIpvs, tmp_path: pytest.TempPathFactory
+) -> None:
     config = tmp_path / "director.yaml"  # type: ignore[operator]
     config.write_text(
         "ownership: {networks: [198.51.100.0/24]}\n"
