@@ -155,21 +155,56 @@ def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
     )
 
 
+# A real server's attributes, nested in IPVS_CMD_ATTR_DEST, packed in one call: address (16),
+# port (network order, padded), address family, and for add/set the four u32 settings.
+_DEST_KEY = struct.Struct("=HHHH16sHH2s2xHHH2x")
+_DEST_FULL = struct.Struct("=HHHH16sHH2s2xHHH2xHHIHHIHHIHHI")
+_DEST_KEY_LEN, _DEST_FULL_LEN = _DEST_KEY.size, _DEST_FULL.size
+
+
 def encode_dest(rs: RealServer, full: bool) -> bytes:
+    """IPVS_CMD_ATTR_DEST with its nested attributes."""
     family, packed = _addr16(rs.address)
-    out = (
-        _nla(DEST_ADDR, packed)
-        + _nla(DEST_PORT, _BE16.pack(rs.port))
-        + _nla(DEST_ADDR_FAMILY, _U16.pack(family))
-    )
-    if full:
-        out += (
-            _nla(DEST_FWD_METHOD, _U32.pack(rs.forwarding))
-            + _nla(DEST_WEIGHT, _U32.pack(rs.weight))
-            + _nla(DEST_U_THRESH, _U32.pack(rs.upper_threshold))
-            + _nla(DEST_L_THRESH, _U32.pack(rs.lower_threshold))
+    port = _BE16.pack(rs.port)
+    if not full:
+        return _DEST_KEY.pack(
+            _DEST_KEY_LEN,
+            CMD_ATTR_DEST,
+            20,
+            DEST_ADDR,
+            packed,
+            6,
+            DEST_PORT,
+            port,
+            6,
+            DEST_ADDR_FAMILY,
+            family,
         )
-    return out
+    return _DEST_FULL.pack(
+        _DEST_FULL_LEN,
+        CMD_ATTR_DEST,
+        20,
+        DEST_ADDR,
+        packed,
+        6,
+        DEST_PORT,
+        port,
+        6,
+        DEST_ADDR_FAMILY,
+        family,
+        8,
+        DEST_FWD_METHOD,
+        rs.forwarding,
+        8,
+        DEST_WEIGHT,
+        rs.weight,
+        8,
+        DEST_U_THRESH,
+        rs.upper_threshold,
+        8,
+        DEST_L_THRESH,
+        rs.lower_threshold,
+    )
 
 
 def encode_op(op: Op, key_attrs: bytes | None = None) -> tuple[int, bytes]:
@@ -182,9 +217,7 @@ def encode_op(op: Op, key_attrs: bytes | None = None) -> tuple[int, bytes]:
             key_attrs += encode_service_config(op.key, op.config)
         return _OP_CMD[op.kind], _nla(CMD_ATTR_SERVICE, key_attrs)
     full = op.kind is not OpKind.DEL_DEST
-    return _OP_CMD[op.kind], _nla(CMD_ATTR_SERVICE, key_attrs) + _nla(
-        CMD_ATTR_DEST, encode_dest(op.dest, full)
-    )
+    return _OP_CMD[op.kind], _nla(CMD_ATTR_SERVICE, key_attrs) + encode_dest(op.dest, full)
 
 
 # --- decoding ---------------------------------------------------------------------------
@@ -249,6 +282,9 @@ def decode_service(
     return key, config, a.get(SVC_STATS64)
 
 
+_FORWARDING = (*Forwarding, Forwarding.BYPASS, Forwarding.BYPASS, Forwarding.BYPASS)
+
+
 def decode_dest(
     data: bytes, start: int, end: int, family: int, with_stats: bool
 ) -> tuple[RealServer, DestState | None]:
@@ -260,7 +296,7 @@ def decode_dest(
         _address(data, a[DEST_ADDR][0], family),
         _BE16.unpack_from(data, a[DEST_PORT][0])[0],
         _I32.unpack_from(data, a[DEST_WEIGHT][0])[0],
-        Forwarding(_u32(data, a, DEST_FWD_METHOD) & 0x7),
+        _FORWARDING[_u32(data, a, DEST_FWD_METHOD) & 0x7],
         _u32(data, a, DEST_U_THRESH),
         _u32(data, a, DEST_L_THRESH),
     )
@@ -571,7 +607,7 @@ class KernelIpvs:
         if not ops:
             return ApplyResult()
         errors: dict[int, OpError] = scheduler_refusals(ops, self._usable_schedulers(ops))
-        key_cache: dict[ServiceKey, bytes] = {}
+        key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
         batch = bytearray()
         seq_to_index: dict[int, int] = {}
         last_offset = 0
@@ -594,10 +630,14 @@ class KernelIpvs:
         for index, op in enumerate(ops):
             if index in errors:
                 continue
-            key_attrs = key_cache.get(op.key)
-            if key_attrs is None:
-                key_attrs = key_cache[op.key] = encode_service_key(op.key)
-            cmd, payload = encode_op(op, key_attrs)
+            if op.dest is not None:
+                nested = key_cache.get(op.key)
+                if nested is None:
+                    nested = key_cache[op.key] = _nla(CMD_ATTR_SERVICE, encode_service_key(op.key))
+                cmd = _OP_CMD[op.kind]
+                payload = nested + encode_dest(op.dest, op.kind is not OpKind.DEL_DEST)
+            else:
+                cmd, payload = encode_op(op)
             size = 20 + len(payload)
             if len(batch) + size > BATCH_BYTES:
                 flush()

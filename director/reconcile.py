@@ -42,32 +42,41 @@ class Reconciler:
             event(log, "plan.foreign_service", level=logging.DEBUG, service=key)
         for key, reason in plan.refused:
             event(log, "plan.refused", level=logging.WARNING, service=key, reason=reason)
-        result = self._apply(plan.ops)
+        result = self._apply(plan.ops, update_cache=False)
+        if result.ok and plan.ops and not self.dry_run:
+            # Everything applied: the owned part of the kernel now is the desired table.
+            refused = {key for key, _ in plan.refused}
+            foreign = set(plan.foreign)
+            self.actual = {k: v for k, v in self.actual.items() if k in foreign}
+            self.actual.update((k, v) for k, v in desired.items() if k not in refused)
+        elif not self.dry_run:
+            apply_ops_to_table(self.actual, plan.ops, set(result.failed))
         return SyncReport(plan, result, time.perf_counter() - started)
 
     def sync_service(self, key: ServiceKey, desired: VirtualService | None) -> SyncReport:
         """Bring one virtual service to ``desired`` (None: remove it), using the cache."""
         started = time.perf_counter()
         if not self.ownership.owns(key):
-            plan = Plan(refused=((key, f"outside the owned ranges ({self.ownership.describe()})"),))
-            return SyncReport(plan, ApplyResult(), time.perf_counter() - started)
+            reason = f"outside the owned ranges ({self.ownership.describe()})"
+            return SyncReport(
+                Plan(refused=((key, reason),)), ApplyResult(), time.perf_counter() - started
+            )
         plan = Plan(tuple(plan_service(key, desired, self.actual.get(key))))
         result = self._apply(plan.ops)
         return SyncReport(plan, result, time.perf_counter() - started)
 
-    def _apply(self, ops: tuple[Op, ...]) -> ApplyResult:
+    def _apply(self, ops: tuple[Op, ...], update_cache: bool = True) -> ApplyResult:
         if not ops:
             return ApplyResult()
-        for op in ops:
-            event(
-                log,
-                "ipvs.would_change" if self.dry_run else "ipvs.change",
-                op=op.describe(),
-                origin=op.origin or "-",
-            )
+        if self.dry_run or log.isEnabledFor(logging.INFO):  # describe() only when shown
+            name = "ipvs.would_change" if self.dry_run else "ipvs.change"
+            level = logging.WARNING if self.dry_run else logging.INFO
+            for op in ops:
+                event(log, name, level=level, op=op.describe(), origin=op.origin or "-")
         if self.dry_run:
             return ApplyResult(requested=len(ops))
         result = self.ipvs.apply(ops)
-        apply_ops_to_table(self.actual, ops, set(result.failed))
+        if update_cache:
+            apply_ops_to_table(self.actual, ops, set(result.failed))
         event(log, "ipvs.applied", ops=len(ops), failed=len(result.errors), sends=result.sends)
         return result

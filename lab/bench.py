@@ -76,11 +76,11 @@ def incremental(reconciler: Reconciler, table: Table, rounds: int = 40) -> dict[
     rng = random.Random(7)
     keys = list(table)
     ops, times = [], []
-    for n in range(rounds):
+    for _ in range(rounds):
         key = rng.choice(keys)
         vs = table[key]
         first = next(iter(vs.real_servers.values()))
-        changed = RealServer(first.address, first.port, 2 + n % 5, first.forwarding)
+        changed = RealServer(first.address, first.port, first.weight % 50 + 1, first.forwarding)
         dests = dict(vs.real_servers)
         dests[changed.key] = changed
         table[key] = VirtualService(key, vs.config, dests, vs.origin)
