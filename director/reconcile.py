@@ -70,9 +70,8 @@ class Reconciler:
             return ApplyResult()
         if self.dry_run or log.isEnabledFor(logging.INFO):  # describe() only when shown
             name = "ipvs.would_change" if self.dry_run else "ipvs.change"
-            level = logging.WARNING if self.dry_run else logging.INFO
             for op in ops:
-                event(log, name, level=level, op=op.describe(), origin=op.origin or "-")
+                event(log, name, op=op.describe(), origin=op.origin or "-")
         if self.dry_run:
             return ApplyResult(requested=len(ops))
         result = self.ipvs.apply(ops)

@@ -66,7 +66,7 @@ def main() -> None:
 
         banner(f"{REQUESTS} requests to each VIP from 8 client addresses: who answered")
         names = [be.name for be in lab.backends]
-        print(f"{'service':<34} {'sched':<6} {'fwd':<4} " + " ".join(f"{n:>5}" for n in names))
+        print(f"{'service':<44} {'sched':<6} {'fwd':<4} " + " ".join(f"{n:>5}" for n in names))
         for vs in settings.services.values():
             ask = ask_tcp if vs.key.protocol is Protocol.TCP else ask_udp
             sources = lab.client_sources4 if ":" not in vs.key.address else [None]

@@ -155,7 +155,7 @@ def build_lab(
 ) -> Lab:
     """Build the standard lab. ``vips`` are added to the director; ``dr_vips`` and
     ``tun_vips`` also to every backend (on lo / on the tunnel devices)."""
-    run(["modprobe", "-a", "ipip", "ip6_tunnel", "dummy", "veth", "bridge"], check=False)
+    run(["modprobe", "-a", "ip_vs", "ipip", "ip6_tunnel", "dummy", "veth", "bridge"], check=False)
     dr_vips, tun_vips = tuple(dr_vips), tuple(tun_vips)
     made: list[Netns] = []
     try:
