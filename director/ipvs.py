@@ -344,6 +344,14 @@ CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def enter_netns(netns: str) -> None:
+    """Move the calling thread into network namespace ``netns`` (by ``ip netns`` name)."""
+    with open(f"/run/netns/{netns}") as handle:
+        if _libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns({netns}): {os.strerror(code)}")
+
+
 def in_netns(netns: str | None, fn: Callable[[], T]) -> T:
     """Run ``fn`` in network namespace ``netns`` (by ``ip netns`` name) on a helper thread.
 
@@ -356,10 +364,7 @@ def in_netns(netns: str | None, fn: Callable[[], T]) -> T:
 
     def run() -> None:
         try:
-            with open(f"/run/netns/{netns}") as handle:
-                if _libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
-                    code = ctypes.get_errno()
-                    raise OSError(code, f"setns({netns}): {os.strerror(code)}")
+            enter_netns(netns)
             result.append(fn())
         except BaseException as exc:  # handed back to the caller's thread
             failure.append(exc)

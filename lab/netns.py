@@ -8,8 +8,6 @@ backend and director at once without starting more interpreters (slow in the VM)
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import queue
 import selectors
 import socket
@@ -19,9 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from director.ipvs import enter_netns
+
 T = TypeVar("T")
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def run(cmd: list[str], stdin: str | None = None, check: bool = True) -> str:
@@ -49,10 +47,7 @@ class Netns:
 
     def _work(self, ready: queue.Queue[BaseException | None]) -> None:
         try:
-            with open(f"/run/netns/{self.name}") as handle:
-                if _libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
-                    code = ctypes.get_errno()
-                    raise OSError(code, os.strerror(code))
+            enter_netns(self.name)
         except BaseException as exc:
             ready.put(exc)
             return
