@@ -8,6 +8,7 @@ kernel) and ``director.fake.FakeIpvs`` (a stateful fake that enforces the kernel
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -72,8 +73,6 @@ def errno_name(code: int) -> str:
 
 
 def error_message(code: int) -> str:
-    import os
-
     return os.strerror(code)
 
 

@@ -207,11 +207,9 @@ def encode_dest(rs: RealServer, full: bool) -> bytes:
     )
 
 
-def encode_op(op: Op, key_attrs: bytes | None = None) -> tuple[int, bytes]:
-    """(command, genl payload) for one operation. ``key_attrs`` may be a cached
-    ``encode_service_key(op.key)``."""
-    if key_attrs is None:
-        key_attrs = encode_service_key(op.key)
+def encode_op(op: Op) -> tuple[int, bytes]:
+    """(command, genl payload) for one operation."""
+    key_attrs = encode_service_key(op.key)
     if op.dest is None:
         if op.config is not None and op.kind is not OpKind.DEL_SERVICE:
             key_attrs += encode_service_config(op.key, op.config)

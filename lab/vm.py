@@ -152,9 +152,8 @@ def main() -> int:
     precompile()
     out = REPO / ".lab" / args.module
     shutil.rmtree(out, ignore_errors=True)
-    rwdirs = out
     cmd = f"{shlex.quote(sys.executable)} -m {shlex.quote(args.module)} --out {out}"
-    return boot(cmd, rwdirs, memory=args.memory)
+    return boot(cmd, out, memory=args.memory)
 
 
 if __name__ == "__main__":
