@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from director import logs
 from director.config import ConfigError, Settings, load_config
@@ -15,6 +17,7 @@ from director.model import Op, OpKind
 from director.plan import Plan
 from director.reconcile import Reconciler
 
+_log = logging.getLogger("director.cli")
 EXIT_FAILED_OPS = 1
 EXIT_CONFIG = 2
 EXIT_NO_IPVS = 3
@@ -99,6 +102,42 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """The appliance: follow the cluster until SIGTERM/SIGINT."""
+    import signal
+    import threading
+
+    from director.runtime import Runtime
+
+    settings = load_config(args.config)
+    if settings.kubernetes is None:
+        raise ConfigError(settings.source, 0, "kubernetes", "director run needs this section")
+    try:
+        ipvs = open_ipvs(args.netns)
+    except IpvsUnavailable as exc:
+        if not args.dry_run:
+            raise
+        from director.fake import FakeIpvs
+
+        # A shadow on a host without IPVS plans against an empty table.
+        logs.event(_log, "ipvs.unavailable_shadow", reason=str(exc))
+        ipvs = FakeIpvs()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    runtime = Runtime(
+        settings,
+        ipvs,
+        dry_run=args.dry_run,
+        state_file=Path(args.state_file) if args.state_file else None,
+        kubeconfig=args.kubeconfig,
+    )
+    with runtime:
+        stop.wait()
+    ipvs.close()
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
     dests = sum(len(vs.real_servers) for vs in settings.services.values())
@@ -118,7 +157,9 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="director", description=__doc__)
-    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("plan", "print what apply would change, changing nothing"),
@@ -128,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", required=True, help="the director's YAML configuration")
         p.add_argument("--netns", help="operate on the IPVS of this network namespace")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser("run", help="run the director: follow the cluster, program IPVS")
+    p.add_argument("--config", required=True)
+    p.add_argument("--netns", help="program the IPVS of this network namespace")
+    p.add_argument("--kubeconfig", help="overrides kubernetes.kubeconfig of the config")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="shadow mode: write nothing to the kernel or the cluster, log what would change",
+    )
+    p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
     p = sub.add_parser("check", help="validate a configuration file and exit")
     p.add_argument("--config", required=True)
     sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
@@ -136,10 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.setup(args.log_level)
+    logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"))
     try:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")
+        if args.command == "run":
+            return cmd_run(args)
         if args.command == "check":
             return cmd_check(args)
         return cmd_schedulers(args)

@@ -7,12 +7,15 @@ and the reason; nothing partially valid is ever returned.
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from director.ipam import Pool, PoolError
 from director.model import (
     CONFIGURABLE_FORWARDING,
     KNOWN_SCHEDULERS,
@@ -29,6 +32,7 @@ from director.model import (
 )
 from director.plan import Network, Ownership
 
+DEFAULT_CLASS = "lvs-director.io/ipvs"
 MAX_WEIGHT = 65535
 MAX_THRESHOLD = 2**31 - 1
 MAX_PERSISTENCE = 31 * 24 * 3600
@@ -49,11 +53,30 @@ class Defaults:
 
 
 @dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """The ``kubernetes:`` section: which Services this director serves, and how."""
+
+    kubeconfig: str | None = None  # None: in-cluster config
+    load_balancer_class: str = DEFAULT_CLASS
+    default_class: bool = False  # also serve LoadBalancer Services with no class
+    nodeport_vips: tuple[str, ...] = ()  # one per family at most
+    backends: str = "nodeport"  # nodeport | pod
+    resync_seconds: int = 60
+    drain_timeout_seconds: int = 30
+    identity: str = field(default_factory=socket.gethostname)
+    lease_namespace: str = "kube-system"
+    lease_name: str = "lvs-director"
+    lease_seconds: int = 15
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     source: str = "<defaults>"
     ownership: Ownership = field(default_factory=Ownership)
     defaults: Defaults = field(default_factory=Defaults)
     services: Table = field(default_factory=dict)
+    kubernetes: KubeSettings | None = None
+    pools: tuple[Pool, ...] = ()
 
 
 class _Node:
@@ -150,8 +173,23 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
         raise ConfigError(source, line, "", f"not valid YAML: {exc.problem}") from None
     if root is None:
         return Settings(source=source)
-    top = _Node(root, "", source).mapping({"ownership", "defaults", "services"})
+    top = _Node(root, "", source).mapping(
+        {"ownership", "defaults", "services", "kubernetes", "pools"}
+    )
     ownership = _ownership(top["ownership"]) if "ownership" in top else Ownership()
+    pools = _pools(top["pools"]) if "pools" in top else ()
+    kube = _kubernetes(top["kubernetes"]) if "kubernetes" in top else None
+    if kube is not None and not pools:
+        raise top["kubernetes"].fail(
+            "serving Kubernetes Services needs at least one address pool (pools:)"
+        )
+    # The pools and the NodePort VIPs are the director's own: it owns their addresses.
+    extra: list[Network] = [net for pool in pools for net in pool.networks()]
+    extra += [ipaddress.ip_network(vip) for vip in (kube.nodeport_vips if kube else ())]
+    if extra:
+        ownership = Ownership(
+            tuple(dict.fromkeys((*ownership.networks, *extra))), ownership.fwmarks
+        )
     defaults = _defaults(top["defaults"]) if "defaults" in top else Defaults()
     services: Table = {}
     lines: dict[object, int] = {}
@@ -166,7 +204,111 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
             )
         services[vs.key] = vs
         lines[vs.key] = item.line
-    return Settings(source, ownership, defaults, services)
+    return Settings(source, ownership, defaults, services, kube, pools)
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_QUALIFIED = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _pools(node: _Node) -> tuple[Pool, ...]:
+    pools: list[Pool] = []
+    seen: dict[str, int] = {}
+    for item in node.items():
+        fields = item.mapping({"name", "addresses", "auto_assign"}, {"name", "addresses"})
+        name = fields["name"].scalar()
+        if not _DNS_LABEL.match(name):
+            raise fields["name"].fail("a pool name is a DNS label (lowercase letters, digits, -)")
+        if name in seen:
+            raise fields["name"].fail(
+                f"pool {name!r} is declared twice (first on line {seen[name]})"
+            )
+        auto = (
+            fields["auto_assign"].text(("true", "false")) == "true"
+            if "auto_assign" in fields
+            else True
+        )
+        entries = [entry.scalar() for entry in fields["addresses"].items()]
+        try:
+            pool = Pool.parse(name, entries, auto)
+        except PoolError as exc:
+            raise fields["addresses"].fail(str(exc)) from None
+        for other in pools:
+            for fam, first, last in pool.ranges:
+                if any(f == fam and first <= l2 and f2 <= last for f, f2, l2 in other.ranges):
+                    raise fields["addresses"].fail(f"overlaps pool {other.name!r}")
+        pools.append(pool)
+        seen[name] = item.line
+    return tuple(pools)
+
+
+def _kubernetes(node: _Node) -> KubeSettings:
+    fields = node.mapping(
+        {
+            "kubeconfig",
+            "load_balancer_class",
+            "default_class",
+            "nodeport_vip",
+            "backends",
+            "resync_seconds",
+            "drain_timeout_seconds",
+            "identity",
+            "lease_namespace",
+            "lease_name",
+            "lease_seconds",
+        }
+    )
+    base = KubeSettings()
+    vips: list[str] = []
+    if "nodeport_vip" in fields:
+        vip_node = fields["nodeport_vip"]
+        items = (
+            list(vip_node.items()) if isinstance(vip_node.node, yaml.SequenceNode) else [vip_node]
+        )
+        for item in items:
+            vip = item.address()
+            if any(Family.of(v) is Family.of(vip) for v in vips):
+                raise item.fail("at most one nodeport_vip per address family")
+            vips.append(vip)
+    klass = (
+        fields["load_balancer_class"].scalar()
+        if "load_balancer_class" in fields
+        else base.load_balancer_class
+    )
+    if not _QUALIFIED.match(klass):
+        raise fields["load_balancer_class"].fail("must be a label-style name like example.com/lb")
+    for name in ("lease_namespace", "lease_name"):
+        if name in fields and not _DNS_LABEL.match(fields[name].scalar()):
+            raise fields[name].fail("must be a DNS label (lowercase letters, digits, -)")
+    return KubeSettings(
+        kubeconfig=fields["kubeconfig"].scalar() if "kubeconfig" in fields else None,
+        load_balancer_class=klass,
+        default_class=(
+            fields["default_class"].text(("true", "false")) == "true"
+            if "default_class" in fields
+            else False
+        ),
+        nodeport_vips=tuple(vips),
+        backends=fields["backends"].text(("nodeport", "pod"))
+        if "backends" in fields
+        else "nodeport",
+        resync_seconds=fields["resync_seconds"].integer(5, 86400)
+        if "resync_seconds" in fields
+        else 60,
+        drain_timeout_seconds=(
+            fields["drain_timeout_seconds"].integer(0, 86400)
+            if "drain_timeout_seconds" in fields
+            else 30
+        ),
+        identity=fields["identity"].scalar() if "identity" in fields else base.identity,
+        lease_namespace=fields["lease_namespace"].scalar()
+        if "lease_namespace" in fields
+        else base.lease_namespace,
+        lease_name=fields["lease_name"].scalar() if "lease_name" in fields else base.lease_name,
+        lease_seconds=fields["lease_seconds"].integer(2, 3600) if "lease_seconds" in fields else 15,
+    )
 
 
 def _ownership(node: _Node) -> Ownership:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from director.model import KernelTable, Op, OpKind, ServiceKey, VirtualService
+from director.model import DestKey, DestState, KernelTable, Op, OpKind, ServiceKey, VirtualService
 
 
 class IpvsUnavailable(RuntimeError):
@@ -55,6 +55,10 @@ class Ipvs(Protocol):
 
     def read_service(self, key: ServiceKey) -> VirtualService | None:
         """One virtual service with its real servers, or None."""
+        ...
+
+    def read_dest_states(self, key: ServiceKey) -> dict[DestKey, DestState]:
+        """Connection counts and counters of one service's real servers ({} if absent)."""
         ...
 
     def apply(self, ops: Sequence[Op]) -> ApplyResult:

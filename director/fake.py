@@ -53,6 +53,12 @@ class FakeIpvs:
     def read_service(self, key: ServiceKey) -> VirtualService | None:
         return self._table.get(key)
 
+    def read_dest_states(self, key: ServiceKey) -> dict[DestKey, DestState]:
+        vs = self._table.get(key)
+        if vs is None:
+            return {}
+        return {d: DestState(*self._conns.get((key, d), (0, 0))) for d in vs.real_servers}
+
     def schedulers(self) -> frozenset[str]:
         return self._schedulers
 

@@ -39,6 +39,7 @@ from director.logs import event
 from director.model import (
     SVC_F_HASHED,
     SVC_F_PERSISTENT,
+    DestKey,
     DestState,
     Family,
     Forwarding,
@@ -160,6 +161,16 @@ def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
 _DEST_KEY = struct.Struct("=HHHH16sHH2s2xHHH2x")
 _DEST_FULL = struct.Struct("=HHHH16sHH2s2xHHH2xHHIHHIHHIHHI")
 _DEST_KEY_LEN, _DEST_FULL_LEN = _DEST_KEY.size, _DEST_FULL.size
+_HEAD = struct.Struct("=IHHIIBBH")  # nlmsghdr + genlmsghdr
+
+
+def _dest_message(nested_len: int, full: bool) -> struct.Struct:
+    """A whole real-server request (headers, service key, dest attributes) as one struct.
+
+    The port goes in as ``socket.htons(port)`` in a native u16, which is network order.
+    """
+    dest = "HHHH16sHHH2xHHH2x" + ("HHIHHIHHIHHI" if full else "")
+    return struct.Struct(f"=IHHIIBBH{nested_len}s{dest}")
 
 
 def encode_dest(rs: RealServer, full: bool) -> bytes:
@@ -309,6 +320,83 @@ def decode_dest(
     return rs, state
 
 
+# Fixed-size dest attributes the fast decoder reads: (type, payload size, struct code).
+_FAST_DEST_FIELDS = (
+    (DEST_ADDR, 16, "16s"),
+    (DEST_PORT, 2, "H2x"),  # network order: read native, then ntohs
+    (DEST_FWD_METHOD, 4, "I"),
+    (DEST_WEIGHT, 4, "i"),
+    (DEST_U_THRESH, 4, "I"),
+    (DEST_L_THRESH, 4, "I"),
+    (DEST_ACTIVE_CONNS, 4, "I"),
+    (DEST_INACT_CONNS, 4, "I"),
+    (DEST_PERSIST_CONNS, 4, "I"),
+)
+
+
+class DestLayout:
+    """Where this kernel puts each attribute of a real server in a GET_DEST reply.
+
+    The kernel writes the same attributes in the same order with the same sizes for every
+    real server, so after learning the layout from one reply, each further reply decodes
+    with one ``unpack_from``, its attribute headers checked against the learned ones (any
+    difference falls back to the attribute-by-attribute decoder).
+    """
+
+    def __init__(self, layout: struct.Struct, headers: tuple[int, ...], at: dict[int, int]):
+        self.struct, self.headers = layout, headers
+        self.addr, self.port = at[DEST_ADDR], at[DEST_PORT]
+        self.fwd, self.weight = at[DEST_FWD_METHOD], at[DEST_WEIGHT]
+        self.upper, self.lower = at[DEST_U_THRESH], at[DEST_L_THRESH]
+        self.family = at.get(DEST_ADDR_FAMILY)
+
+    @classmethod
+    def learn(cls, data: bytes, start: int, end: int) -> DestLayout | None:
+        attrs = _attrs(data, start, end)
+        spots = []
+        fields: tuple[tuple[int, int, str], ...] = _FAST_DEST_FIELDS
+        if DEST_ADDR_FAMILY in attrs:
+            fields += ((DEST_ADDR_FAMILY, 2, "H2x"),)
+        for kind, size, code in fields:
+            where = attrs.get(kind)
+            if where is None or where[1] != size:
+                return None
+            spots.append((where[0] - start, kind, code))
+        spots.sort()
+        fmt, position, headers, at = "=", 0, [], {}
+        for index, (offset, kind, code) in enumerate(spots):
+            header_at = offset - 4
+            if header_at < position:
+                return None
+            fmt += "x" * (header_at - position) + "I" + code
+            headers.append(_U32.unpack_from(data, start + header_at)[0])
+            at[kind] = 2 * index + 1  # values alternate: header, value
+            position = offset + struct.calcsize("=" + code)
+        return cls(struct.Struct(fmt), tuple(headers), at)
+
+    def decode(self, data: bytes, start: int, end: int, family: int) -> RealServer | None:
+        if start + self.struct.size > end:
+            return None
+        v = self.struct.unpack_from(data, start)
+        if v[0::2] != self.headers:
+            return None
+        if self.family is not None:
+            family = v[self.family]
+        packed = v[self.addr]
+        if family == socket.AF_INET6:
+            address = socket.inet_ntop(socket.AF_INET6, packed)
+        else:
+            address = socket.inet_ntop(socket.AF_INET, packed[:4])
+        return RealServer(
+            address,
+            socket.ntohs(v[self.port]),
+            v[self.weight],
+            _FORWARDING[v[self.fwd] & 0x7],
+            v[self.upper],
+            v[self.lower],
+        )
+
+
 def _messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
     """(type, flags, seq, payload start, end) for every netlink message in a datagram."""
     out = []
@@ -438,6 +526,7 @@ class KernelIpvs:
         self._sock = in_netns(netns, self._open)
         self._buf = bytearray(RCVBUF)
         self._schedulers: frozenset[str] | None = None
+        self._dest_layout: DestLayout | None = None
         try:
             self._request(CMD_GET_INFO, b"")
         except OSError as exc:
@@ -477,7 +566,7 @@ class KernelIpvs:
 
     # -- low level ---------------------------------------------------------------------
     def _next_seq(self) -> int:
-        self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
         return self._seq
 
     def _message(self, cmd: int, flags: int, seq: int, payload: bytes) -> bytes:
@@ -545,11 +634,23 @@ class KernelIpvs:
         self, key: ServiceKey, with_stats: bool
     ) -> list[tuple[RealServer, DestState | None]]:
         request = _nla(CMD_ATTR_SERVICE, encode_service_key(key))
-        out = []
+        out: list[tuple[RealServer, DestState | None]] = []
+        family = key.family
         for data, start, end in self._dump(CMD_GET_DEST, request):
-            attrs = _attrs(data, start, end)
-            off, size = attrs[CMD_ATTR_DEST]
-            out.append(decode_dest(data, off, off + size, key.family, with_stats))
+            size, kind = _NLA.unpack_from(data, start)
+            if kind & NLA_TYPE_MASK != CMD_ATTR_DEST:
+                off, size = _attrs(data, start, end)[CMD_ATTR_DEST]
+                start = off - 4
+            nested, nested_end = start + 4, start + size
+            if not with_stats:
+                layout = self._dest_layout
+                if layout is None:
+                    layout = self._dest_layout = DestLayout.learn(data, nested, nested_end)
+                rs = layout.decode(data, nested, nested_end, family) if layout else None
+                if rs is not None:
+                    out.append((rs, None))
+                    continue
+            out.append(decode_dest(data, nested, nested_end, family, with_stats))
         return out
 
     def read(self, *, stats: bool = False) -> KernelTable:
@@ -588,6 +689,15 @@ class KernelIpvs:
                 return VirtualService(key, config, dests)
         return None
 
+    def read_dest_states(self, key: ServiceKey) -> dict[DestKey, DestState]:
+        try:
+            found = self._dests(key, True)
+        except OSError as exc:
+            if exc.errno in (errno.ESRCH, errno.ENOENT):
+                return {}
+            raise
+        return {rs.key: state for rs, state in found if state is not None}
+
     # -- schedulers --------------------------------------------------------------------
     def schedulers(self) -> frozenset[str]:
         if self._schedulers is None:
@@ -610,46 +720,83 @@ class KernelIpvs:
         if not ops:
             return ApplyResult()
         errors: dict[int, OpError] = scheduler_refusals(ops, self._usable_schedulers(ops))
+        # The hot loop of a full sync (110,000 operations at 10,000 services): one struct
+        # pack per real-server message, header and attributes together.
         key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
-        batch = bytearray()
-        seq_to_index: dict[int, int] = {}
-        last_offset = 0
+        parts: list[bytes] = []
+        indices: list[int] = []  # positions in ops of the batch's messages, in seq order
+        size_now = 0
         sends = 0
-        hdr_pack = _HDR.pack
-        genl_pack = _GENL.pack
         family = self.family
+        head_pack = _HEAD.pack
+        pton, htons = socket.inet_pton, socket.htons
+        af4, af6 = socket.AF_INET, socket.AF_INET6
+        structs: dict[tuple[int, bool], struct.Struct] = {}
+        last_key: ServiceKey | None = None
+        nested = b""
 
         def flush() -> None:
-            nonlocal batch, sends
-            if not batch:
+            nonlocal parts, indices, size_now, sends
+            if not parts:
                 return
+            batch = bytearray(b"".join(parts))
             # Only the batch's last request asks for an ack; failures are always answered.
-            batch[last_offset + 6 : last_offset + 8] = _U16.pack(NLM_F_REQUEST | NLM_F_ACK)
-            self._send_batch(bytes(batch), self._seq, seq_to_index, ops, errors)
+            last = len(batch) - len(parts[-1])
+            batch[last + 6 : last + 8] = _U16.pack(NLM_F_REQUEST | NLM_F_ACK)
+            first_seq = (self._seq - len(indices) + 1) & 0xFFFFFFFF
+            self._send_batch(bytes(batch), first_seq, indices, ops, errors)
             sends += 1
-            batch = bytearray()
-            seq_to_index.clear()
+            parts, indices, size_now = [], [], 0
 
         for index, op in enumerate(ops):
             if index in errors:
                 continue
-            if op.dest is not None:
-                nested = key_cache.get(op.key)
-                if nested is None:
-                    nested = key_cache[op.key] = _nla(CMD_ATTR_SERVICE, encode_service_key(op.key))
-                cmd = _OP_CMD[op.kind]
-                payload = nested + encode_dest(op.dest, op.kind is not OpKind.DEL_DEST)
+            rs = op.dest
+            if rs is not None:
+                if op.key is not last_key:  # a service's ops come together
+                    last_key = op.key
+                    cached = key_cache.get(last_key)
+                    if cached is None:
+                        cached = key_cache[last_key] = _nla(
+                            CMD_ATTR_SERVICE, encode_service_key(last_key)
+                        )
+                    nested = cached
+                kind = op.kind
+                full = kind is not OpKind.DEL_DEST
+                layout = structs.get((len(nested), full))
+                if layout is None:
+                    layout = structs[(len(nested), full)] = _dest_message(len(nested), full)
+                if size_now + layout.size > BATCH_BYTES:
+                    flush()
+                address = rs.address
+                af = af6 if ":" in address else af4
+                seq = self._seq = (self._seq + 1) & 0xFFFFFFFF
+                if full:
+                    message = layout.pack(
+                        layout.size, family, NLM_F_REQUEST, seq, 0, _OP_CMD[kind],
+                        GENL_VERSION, 0, nested, _DEST_FULL_LEN, CMD_ATTR_DEST,
+                        20, DEST_ADDR, pton(af, address), 6, DEST_PORT, htons(rs.port),
+                        6, DEST_ADDR_FAMILY, af, 8, DEST_FWD_METHOD, rs.forwarding,
+                        8, DEST_WEIGHT, rs.weight, 8, DEST_U_THRESH, rs.upper_threshold,
+                        8, DEST_L_THRESH, rs.lower_threshold,
+                    )  # fmt: skip
+                else:
+                    message = layout.pack(
+                        layout.size, family, NLM_F_REQUEST, seq, 0, CMD_DEL_DEST,
+                        GENL_VERSION, 0, nested, _DEST_KEY_LEN, CMD_ATTR_DEST,
+                        20, DEST_ADDR, pton(af, address), 6, DEST_PORT, htons(rs.port),
+                        6, DEST_ADDR_FAMILY, af,
+                    )  # fmt: skip
             else:
                 cmd, payload = encode_op(op)
-            size = 20 + len(payload)
-            if len(batch) + size > BATCH_BYTES:
-                flush()
-            seq = self._next_seq()
-            seq_to_index[seq] = index
-            last_offset = len(batch)
-            batch += hdr_pack(size, family, NLM_F_REQUEST, seq, 0)
-            batch += genl_pack(cmd, GENL_VERSION, 0)
-            batch += payload
+                if size_now + 20 + len(payload) > BATCH_BYTES:
+                    flush()
+                seq = self._next_seq()
+                message = head_pack(20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd,
+                                    GENL_VERSION, 0) + payload  # fmt: skip
+            parts.append(message)
+            indices.append(index)
+            size_now += len(message)
         flush()
         ordered = tuple(errors[i] for i in sorted(errors))
         for failure in ordered:
@@ -666,20 +813,23 @@ class KernelIpvs:
     def _send_batch(
         self,
         batch: bytes,
-        last_seq: int,
-        seq_to_index: dict[int, int],
+        first_seq: int,
+        indices: list[int],
         ops: Sequence[Op],
         errors: dict[int, OpError],
     ) -> None:
+        """Send one batch; map each error reply back to its operation by sequence number."""
         self._sock.send(batch)
+        last_seq = (first_seq + len(indices) - 1) & 0xFFFFFFFF
         while True:
             data = self._recv()
             for kind, flags, seq, start, end in _messages(data):
-                if kind != NLMSG_ERROR or seq not in seq_to_index:
+                position = (seq - first_seq) & 0xFFFFFFFF
+                if kind != NLMSG_ERROR or position >= len(indices):
                     continue
                 code = -_I32.unpack_from(data, start)[0]
                 if code:
-                    index = seq_to_index[seq]
+                    index = indices[position]
                     errors[index] = OpError(
                         ops[index], errno_name(code), _error_text(data, flags, start, end)
                     )

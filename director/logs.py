@@ -29,3 +29,5 @@ def setup(level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # urllib3 retries are reported by the watchers as kube.watch_failed; no second voice.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)

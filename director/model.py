@@ -12,9 +12,12 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from typing import NamedTuple
 
 
 class Family(IntEnum):
+    __hash__ = int.__hash__  # Enum's own __hash__ is Python code; keys hash this often
+
     INET = socket.AF_INET
     INET6 = socket.AF_INET6
 
@@ -32,6 +35,8 @@ class Family(IntEnum):
 
 
 class Protocol(IntEnum):
+    __hash__ = int.__hash__  # Enum's own __hash__ is Python code; keys hash this often
+
     TCP = socket.IPPROTO_TCP
     UDP = socket.IPPROTO_UDP
     SCTP = 132
@@ -43,6 +48,8 @@ class Protocol(IntEnum):
 
 class Forwarding(IntEnum):
     """IPVS forwarding method (the kernel's IP_VS_CONN_F_FWD_MASK values)."""
+
+    __hash__ = int.__hash__
 
     NAT = 0  # masquerading
     LOCAL = 1  # local node: only ever read from the kernel, never configured
@@ -171,8 +178,9 @@ class ServiceKey:
 DestKey = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class RealServer:
+class RealServer(NamedTuple):
+    """A real server's configuration. A NamedTuple: a full read of 100,000 builds 100,000."""
+
     address: str
     port: int
     weight: int = 1
@@ -273,6 +281,8 @@ class KernelTable:
 
 
 class OpKind(Enum):
+    __hash__ = object.__hash__  # members are singletons; Enum's __hash__ is Python code
+
     ADD_SERVICE = "add-service"
     SET_SERVICE = "set-service"
     DEL_SERVICE = "del-service"
@@ -281,15 +291,18 @@ class OpKind(Enum):
     DEL_DEST = "del-dest"
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One IPVS change. ``config`` is set for service adds/sets, ``dest`` for dest ops."""
+class Op(NamedTuple):
+    """One IPVS change. ``config`` is set for service adds/sets, ``dest`` for dest ops.
+
+    A NamedTuple, not a dataclass: a full sync of 10,000 services creates 110,000 of them,
+    and tuple construction costs half of a frozen dataclass's.
+    """
 
     kind: OpKind
     key: ServiceKey
     config: ServiceConfig | None = None
     dest: RealServer | None = None
-    origin: str = field(default="", compare=False)
+    origin: str = ""
 
     def describe(self) -> str:
         symbol = {"add": "+", "set": "~", "del": "-"}[self.kind.value[:3]]

@@ -8,6 +8,7 @@ Ownership: the director only ever touches virtual services inside the address ra
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -28,12 +29,26 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 class Ownership:
     networks: tuple[Network, ...] = ()
     fwmarks: tuple[range, ...] = ()
+    # (family, network as int, mask as int): owns() runs once per service on every full sync.
+    _masks: tuple[tuple[int, int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        masks = tuple(
+            (
+                socket.AF_INET6 if net.version == 6 else socket.AF_INET,
+                int(net.network_address),
+                int(net.netmask),
+            )
+            for net in self.networks
+        )
+        object.__setattr__(self, "_masks", masks)
 
     def owns(self, key: ServiceKey) -> bool:
         if key.fwmark:
             return any(key.fwmark in marks for marks in self.fwmarks)
-        address = ipaddress.ip_address(key.address)
-        return any(address in net for net in self.networks)
+        family = key.family
+        value = int.from_bytes(socket.inet_pton(family, key.address), "big")
+        return any(fam == family and value & mask == net for fam, net, mask in self._masks)
 
     def describe(self) -> str:
         parts = [str(n) for n in self.networks]

@@ -34,9 +34,15 @@ class Reconciler:
         self.dry_run = dry_run
         self.actual: Table = {}
 
-    def full_sync(self, desired: Table) -> SyncReport:
-        started = time.perf_counter()
+    def observe(self) -> None:
+        """Read the whole kernel table into the cache."""
         self.actual = self.ipvs.read().services
+
+    def full_sync(self, desired: Table, *, reread: bool = True) -> SyncReport:
+        """Diff ``desired`` against the kernel (read afresh unless ``reread`` is False)."""
+        started = time.perf_counter()
+        if reread:
+            self.observe()
         plan = build_plan(desired, self.actual, self.ownership)
         for key in plan.foreign:
             event(log, "plan.foreign_service", level=logging.DEBUG, service=key)

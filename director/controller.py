@@ -1,0 +1,533 @@
+"""The control loop: cluster events in, IPVS changes (and Service status) out.
+
+One thread owns all state. Watch events are queued, drained in a burst (coalesced), folded
+into the snapshot, and only the Services they touch are recomputed and synced against the
+reconciler's cached copy of the kernel table, so an EndpointSlice change costs what that
+Service costs whatever the size of the table. A periodic full resync repairs drift.
+
+Removed and terminating real servers drain: weight 0 until their active connections reach 0
+or ``drain_timeout_seconds`` passes (UDP ones go at once). Nothing here ever flushes: an API
+outage stops the events, and the kernel keeps what it has.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from director.cluster import ServiceInfo
+from director.config import Settings
+from director.dataplane import Ipvs
+from director.ipam import Address, Allocator
+from director.logs import event
+from director.model import (
+    DestKey,
+    RealServer,
+    ServiceKey,
+    Table,
+    VirtualService,
+)
+from director.model import (
+    Protocol as IpProtocol,
+)
+from director.reconcile import Reconciler, SyncReport
+from director.snapshot import ALL, Snapshot
+from director.translate import Options, Policy, ipam_request, relevant, translate, wants_address
+
+log = logging.getLogger("director.controller")
+RESOURCES = ("services", "endpointslices", "nodes")
+COMPONENT = "lvs-director"
+
+
+class ClusterWriter(Protocol):
+    """What the controller writes to the cluster (director.kube.KubeWriter)."""
+
+    def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None: ...
+
+    def event(
+        self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
+    ) -> None: ...
+
+
+@dataclass
+class Health:
+    """What ``director status``, /readyz and the metrics report."""
+
+    synced: bool = False  # the first full sync is applied
+    leader: bool = False
+    connected: dict[str, bool] = field(default_factory=dict)
+    disconnected_since: float | None = None
+    last_error: str | None = None
+    last_sync: float | None = None  # wall clock of the last full sync
+    last_sync_seconds: float = 0.0
+    syncs: int = 0
+    failed_ops: int = 0
+
+    @property
+    def kubernetes_connected(self) -> bool:
+        return bool(self.connected) and all(self.connected.values())
+
+
+class Outbox:
+    """Cluster writes on their own thread, so the loop never waits on the API server.
+
+    The latest write per target wins; a failed one is retried with backoff.
+    """
+
+    def __init__(self, writer: ClusterWriter) -> None:
+        self.writer = writer
+        self._pending: dict[tuple[str, ...], Callable[[], None]] = {}
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="cluster-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, target: tuple[str, ...], write: Callable[[], None]) -> None:
+        with self._cv:
+            self._pending[target] = write
+            self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+
+    def idle(self) -> bool:
+        with self._cv:
+            return not self._pending
+
+    def _run(self) -> None:
+        delay = 0.5
+        while True:
+            with self._cv:
+                while not self._pending and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                target, write = next(iter(self._pending.items()))
+            try:
+                write()
+            except Exception as exc:
+                event(log, "kube.write_failed", level=logging.WARNING, target="/".join(target),
+                      reason=f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
+                      retry_in=f"{delay:.1f}s")  # fmt: skip
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 0.5
+            with self._cv:
+                if self._pending.get(target) is write:
+                    del self._pending[target]
+
+
+class Controller:
+    def __init__(
+        self,
+        ipvs: Ipvs,
+        settings: Settings,
+        *,
+        writer: ClusterWriter | None = None,
+        dry_run: bool = False,
+        state_file: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        observer: Callable[[str, SyncReport], None] | None = None,
+    ) -> None:
+        kube = settings.kubernetes
+        if kube is None:
+            raise ValueError("the configuration has no kubernetes section")
+        self.settings, self.kube = settings, kube
+        self.dry_run = dry_run
+        self.clock = clock
+        self.observer = observer
+        self.state_file = state_file
+        self.policy = Policy(
+            load_balancer_class=kube.load_balancer_class,
+            default_class=kube.default_class,
+            nodeport_vips=kube.nodeport_vips,
+            backends=kube.backends,
+            scheduler=settings.defaults.scheduler,
+            forwarding=settings.defaults.forwarding,
+            weight=settings.defaults.weight or 1,
+            schedulers=ipvs.schedulers(),
+        )
+        self.ipvs = ipvs
+        self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
+        self.allocator = Allocator(settings.pools)
+        self.snapshot = Snapshot()
+        self.health = Health()
+        self.queue: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.outbox = Outbox(writer) if writer is not None and not dry_run else None
+        self.desired: Table = dict(settings.services)  # static services too
+        self.produced: dict[str, set[ServiceKey]] = {}
+        self.owner: dict[ServiceKey, str] = {k: "static" for k in settings.services}
+        self.options: dict[str, Options] = {}
+        self.reported: dict[tuple[str, str], str] = {}
+        self.draining: dict[tuple[ServiceKey, DestKey], float] = {}  # -> deadline
+        self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
+        self._next_resync = 0.0
+        self._next_drain_check = 0.0
+        self._state_dirty = False
+
+    # -- input -----------------------------------------------------------------------
+    def submit(self, resource: str, kind: str, payload: Any) -> None:
+        """Watchers and the elector call this from their threads."""
+        self.queue.put((resource, kind, payload))
+
+    def set_leader(self, leader: bool) -> None:
+        self.submit("lease", "LEADER" if leader else "FOLLOWER", None)
+
+    # -- the loop --------------------------------------------------------------------
+    def run(self, stop: threading.Event, tick: float = 0.5) -> None:
+        while not stop.is_set():
+            self.step(tick)
+        if self.outbox is not None:
+            self.outbox.close()
+
+    def step(self, wait: float = 0.5) -> None:
+        """Take a burst of queued events, then sync what they touched."""
+        batch = []
+        try:
+            batch.append(self.queue.get(timeout=wait))
+            while True:
+                batch.append(self.queue.get_nowait())
+        except queue.Empty:
+            pass
+        dirty: set[str] = set()
+        for resource, kind, payload in batch:
+            dirty |= self._absorb(resource, kind, payload)
+        now = self.clock()
+        if not self.health.synced:
+            if set(RESOURCES) <= self.snapshot.listed:
+                self._first_sync()
+            return
+        if self.draining and now >= self._next_drain_check:
+            self._next_drain_check = now + 1.0
+            dirty |= {self.owner.get(key, "") for key, _ in self.draining} - {"", "static"}
+        if dirty:
+            self._sync(dirty)
+        if now >= self._next_resync:
+            self.full_resync()
+        self._write_state()
+
+    def _absorb(self, resource: str, kind: str, payload: Any) -> set[str]:
+        if resource == "lease":
+            leader = kind == "LEADER"
+            if leader != self.leader and not self.dry_run:
+                self.leader = self.health.leader = leader
+                event(log, "lease.changed", leader=leader, identity=self.kube.identity)
+                return {ALL}
+            return set()
+        if kind in ("CONNECTED", "DISCONNECTED"):
+            self.health.connected[resource] = kind == "CONNECTED"
+            if kind == "DISCONNECTED":
+                self.health.last_error = f"{resource}: {payload}"
+                if self.health.disconnected_since is None:
+                    self.health.disconnected_since = time.time()
+            elif self.health.kubernetes_connected:
+                self.health.disconnected_since = None
+            return set()
+        if kind == "RELIST":
+            return self.snapshot.replace(resource, payload)
+        return self.snapshot.apply(resource, kind, payload)
+
+    # -- computing -------------------------------------------------------------------
+    def _order(self, refs: Iterable[str]) -> list[str]:
+        """Services already holding an address first (restart safety), oldest first."""
+
+        def rank(ref: str) -> tuple[int, str, str]:
+            svc = self.snapshot.services.get(ref)
+            if svc is None:
+                return (2, "", ref)
+            return (0 if svc.status_ips else 1, svc.created, ref)
+
+        return sorted(refs, key=rank)
+
+    def _compute(self, ref: str) -> dict[ServiceKey, VirtualService]:
+        svc = self.snapshot.services.get(ref)
+        if svc is None or not relevant(svc, self.policy):
+            self.allocator.release(ref)
+            self.options.pop(ref, None)
+            for topic_key in [k for k in self.reported if k[0] == ref]:
+                del self.reported[topic_key]
+            return {}
+        addresses = self._addresses(svc)
+        result = translate(
+            svc,
+            addresses,
+            self.snapshot.slices_for(ref),
+            self.snapshot.nodes,
+            self.policy,
+            previous=self.options.get(ref),
+        )
+        if result.options is not None:
+            self.options[ref] = result.options
+        for problem in result.problems:
+            self._report(
+                svc,
+                "Warning",
+                "InvalidAnnotation",
+                f"{problem.annotation}: {problem.message}",
+                problem.annotation,
+            )
+        current = {p.annotation for p in result.problems}
+        for _ref, topic in [k for k in self.reported if k[0] == ref]:
+            if topic.startswith("lvs-director.io/") and topic not in current:
+                del self.reported[(ref, topic)]  # fixed: a new problem will be reported again
+        out: dict[ServiceKey, VirtualService] = {}
+        for key, vs in result.services.items():
+            holder = self.owner.get(key)
+            if holder is not None and holder != ref:
+                self._report(
+                    svc,
+                    "Warning",
+                    "VirtualServiceTaken",
+                    f"{key} is already programmed for {holder}",
+                    f"taken:{key}",
+                )
+                continue
+            out[key] = self._with_drains(key, vs, result.draining)
+        return out
+
+    def _addresses(self, svc: ServiceInfo) -> tuple[str, ...]:
+        ref = svc.ref
+        if not wants_address(svc, self.policy):
+            self.allocator.release(ref)
+            return ()
+        keep: list[Address] = []
+        for text in svc.status_ips:
+            try:
+                keep.append(ipaddress.ip_address(text))
+            except ValueError:
+                continue
+        request, problems = ipam_request(svc)
+        if request is None:
+            self.allocator.release(ref)
+            problem = problems[0]
+            self._report(
+                svc,
+                "Warning",
+                "AddressRefused",
+                f"{problem.annotation}: {problem.message}",
+                "address",
+            )
+            return ()
+        if not self.leader:
+            # The follower programs what the leader wrote to status, and tracks it so that
+            # it allocates consistently should it become the leader.
+            if not keep:
+                self.allocator.release(ref)
+                return ()
+            self.allocator.assign(request, keep)
+            return tuple(svc.status_ips)
+        outcome = self.allocator.assign(request, keep)
+        if not outcome.ok:
+            self._report(svc, "Warning", "AddressRefused", str(outcome.error), "address")
+            if svc.status_ips:
+                self._write_status(svc, ())
+            return ()
+        ips = tuple(str(a) for a in outcome.addresses)
+        if ips != svc.status_ips:
+            self._write_status(svc, ips)
+        self._report(
+            svc,
+            "Normal",
+            "AddressAssigned",
+            f"assigned {', '.join(ips)} from pool {outcome.pool}",
+            "address",
+        )
+        return ips
+
+    def _with_drains(
+        self,
+        key: ServiceKey,
+        vs: VirtualService,
+        terminating: frozenset[tuple[ServiceKey, DestKey]],
+    ) -> VirtualService:
+        """Keep removed and terminating real servers at weight 0 while connections finish."""
+        actual = self.reconciler.actual.get(key)
+        dests = dict(vs.real_servers)
+        candidates: dict[DestKey, RealServer] = {}
+        if actual is not None and key.protocol is not IpProtocol.UDP:
+            for dkey, rs in actual.real_servers.items():
+                if dkey not in dests:
+                    candidates[dkey] = RealServer(
+                        rs.address,
+                        rs.port,
+                        0,
+                        rs.forwarding,
+                        rs.upper_threshold,
+                        rs.lower_threshold,
+                    )
+        for tkey, dkey in terminating:
+            if tkey == key and dkey in dests:
+                if key.protocol is IpProtocol.UDP:
+                    del dests[dkey]
+                else:
+                    candidates[dkey] = dests[dkey]
+        for pair in [p for p in self.draining if p[0] == key and p[1] not in candidates]:
+            del self.draining[pair]  # back in service, or gone for good
+        if candidates:
+            now = self.clock()
+            active = self._active_connections(key)
+            for dkey, rs in candidates.items():
+                deadline = self.draining.setdefault(
+                    (key, dkey), now + self.kube.drain_timeout_seconds
+                )
+                if now >= deadline or active.get(dkey, 0) == 0:
+                    dests.pop(dkey, None)
+                    del self.draining[(key, dkey)]
+                    event(log, "drain.done", service=key, real_server=f"{dkey[0]}:{dkey[1]}",
+                          reason="timeout" if now >= deadline else "no active connections")  # fmt: skip
+                else:
+                    dests[dkey] = rs
+        if dests == vs.real_servers:
+            return vs
+        return VirtualService(key, vs.config, dests, vs.origin)
+
+    def _active_connections(self, key: ServiceKey) -> dict[DestKey, int]:
+        try:
+            states = self.ipvs.read_dest_states(key)
+        except OSError as exc:
+            event(log, "drain.read_failed", level=logging.WARNING, service=key, reason=str(exc))
+            return {}
+        return {dkey: state.active_connections for dkey, state in states.items()}
+
+    # -- cluster writes --------------------------------------------------------------
+    def _write_status(self, svc: ServiceInfo, ips: tuple[str, ...]) -> None:
+        if self.dry_run:
+            event(log, "kube.would_write_status", service=svc.ref, ingress=",".join(ips) or "-")
+            return
+        if self.outbox is None:
+            return
+        writer = self.outbox.writer
+        self.outbox.put(
+            ("status", svc.ref), lambda: writer.patch_status(svc.namespace, svc.name, ips)
+        )
+
+    def _report(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
+        """An Event on the Service when what it says changes (not on every sync)."""
+        if self.reported.get((svc.ref, topic)) == message:
+            return
+        self.reported[(svc.ref, topic)] = message
+        level = logging.WARNING if kind == "Warning" else logging.INFO
+        event(log, "service." + reason, level=level, service=svc.ref, message=message)
+        if self.outbox is None or not self.leader:
+            return
+        writer = self.outbox.writer
+        self.outbox.put(
+            ("event", svc.ref, reason, message),
+            lambda: writer.event(
+                svc.namespace, svc.name, svc.uid, kind=kind, reason=reason, message=message
+            ),
+        )
+
+    # -- syncing ---------------------------------------------------------------------
+    def _first_sync(self) -> None:
+        self.reconciler.observe()  # drains are computed against what the kernel holds
+        for ref in self._order(self.snapshot.services):
+            for key, vs in self._compute(ref).items():
+                self.desired[key] = vs
+                self.owner[key] = ref
+                self.produced.setdefault(ref, set()).add(key)
+        self.full_resync(reread=False)
+        self.health.synced = True
+        event(
+            log, "controller.ready", services=len(self.produced), virtual_services=len(self.desired)
+        )
+
+    def full_resync(self, reread: bool = True) -> None:
+        started = time.perf_counter()
+        report = self.reconciler.full_sync(self.desired, reread=reread)
+        self._after(report, "full-resync")
+        self.health.last_sync = time.time()
+        self.health.last_sync_seconds = time.perf_counter() - started
+        self.health.syncs += 1
+        self._next_resync = self.clock() + self.kube.resync_seconds
+        self._state_dirty = True
+        if report.plan.ops:
+            event(
+                log, "resync.repaired", ops=len(report.plan.ops), failed=len(report.result.errors)
+            )
+
+    def _sync(self, dirty: set[str]) -> None:
+        refs = set(self.snapshot.services) | set(self.produced) if ALL in dirty else dirty
+        for ref in self._order(refs):
+            self.sync_service(ref)
+
+    def sync_service(self, ref: str) -> None:
+        fresh = self._compute(ref)
+        before = self.produced.get(ref, set())
+        for key in before - fresh.keys():
+            self.desired.pop(key, None)
+            self.owner.pop(key, None)
+            for pair in [p for p in self.draining if p[0] == key]:
+                del self.draining[pair]
+            self._after(self.reconciler.sync_service(key, None), ref)
+        for key, vs in fresh.items():
+            self.desired[key] = vs
+            self.owner[key] = ref
+            self._after(self.reconciler.sync_service(key, vs), ref)
+        if fresh:
+            self.produced[ref] = set(fresh)
+        else:
+            self.produced.pop(ref, None)
+        self._state_dirty = True
+
+    def _after(self, report: SyncReport, ref: str) -> None:
+        if report.result.errors:
+            self.health.failed_ops += len(report.result.errors)
+            self.health.last_error = report.result.errors[0].describe()
+        if self.observer is not None and (report.plan.ops or report.plan.refused):
+            self.observer(ref, report)
+
+    # -- shadow mode -----------------------------------------------------------------
+    def _write_state(self) -> None:
+        if self.state_file is None or not self._state_dirty:
+            return
+        self._state_dirty = False
+        write_state(self.state_file, self.desired, self.addresses_by_service())
+
+    def addresses_by_service(self) -> dict[str, list[str]]:
+        return {ref: [str(a) for a in self.allocator.held(ref)] for ref in sorted(self.produced)}
+
+
+def table_json(table: Table) -> list[dict[str, Any]]:
+    out = []
+    for key in sorted(table, key=str):
+        vs = table[key]
+        out.append(
+            {
+                "service": str(key),
+                "origin": vs.origin,
+                "scheduler": vs.config.scheduler,
+                "flags": sorted(vs.config.flags),
+                "persistence": vs.config.persistence,
+                "real_servers": [
+                    {
+                        "address": rs.address,
+                        "port": rs.port,
+                        "weight": rs.weight,
+                        "forwarding": rs.forwarding.label,
+                    }
+                    for rs in vs.real_servers.values()
+                ],
+            }
+        )
+    return out
+
+
+def write_state(path: Path, table: Table, addresses: dict[str, list[str]]) -> None:
+    """The desired table as JSON, replaced atomically (readers never see half a file)."""
+    body = {"generated": time.time(), "addresses": addresses, "services": table_json(table)}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(body, indent=1) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,337 @@
+"""The Kubernetes adapter: the only module that imports the ``kubernetes`` client.
+
+- ``Watcher``: list + watch of one resource, resuming from the last resourceVersion (bookmarks
+  keep it fresh), relisting on 410 Gone, reconnecting with capped exponential backoff. It
+  hands plain JSON to a callback; it never touches IPVS, so an API outage changes nothing in
+  the kernel.
+- ``KubeWriter``: Service status, Events and the Lease, each a single small request.
+
+Objects are read with ``_preload_content=False`` and decoded as JSON: the client's model
+classes cost ~10x the memory of the JSON, and 10,000 Services must fit in 200 MB.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.watch.watch import iter_resp_lines
+
+from director.logs import event
+
+log = logging.getLogger("director.kube")
+
+Json = Mapping[str, Any]
+Handler = Callable[[str, str, Any], None]  # (resource, event type, payload)
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (410): relist."""
+
+
+class KubeError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+    @classmethod
+    def from_response(cls, status: int, data: bytes | None) -> KubeError:
+        try:
+            body = json.loads(data or b"{}")
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        return cls(status, str(body.get("reason") or ""), str(body.get("message") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    name: str  # services | endpointslices | nodes
+    path: str  # collection path for all namespaces
+
+
+SERVICES = Resource("services", "/api/v1/services")
+ENDPOINTSLICES = Resource("endpointslices", "/apis/discovery.k8s.io/v1/endpointslices")
+NODES = Resource("nodes", "/api/v1/nodes")
+RESOURCES = (SERVICES, ENDPOINTSLICES, NODES)
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, or the in-cluster service account."""
+    if kubeconfig:
+        configuration = client.Configuration()
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    else:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        configuration = client.Configuration.get_default_copy()
+    return client.ApiClient(configuration)
+
+
+class KubeApi:
+    """Raw JSON requests through the official client (auth, TLS, kubeconfig handling)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: float | tuple[float, float] | None = 30,
+    ) -> Any:
+        """One request; the decoded JSON (or, with ``stream``, the open urllib3 response).
+
+        Raises KubeError for an answer other than 2xx."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, url, headers, body, _post = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=timeout
+        ).response
+        if not 200 <= response.status < 300:
+            raise KubeError.from_response(response.status, response.data)
+        if stream:
+            return response
+        return json.loads(response.data or b"{}")
+
+    def list(self, resource: Resource) -> tuple[list[Json], str]:
+        data = self.request("GET", resource.path, timeout=120)
+        return list(data.get("items") or ()), str(data["metadata"]["resourceVersion"])
+
+    def watch(
+        self, resource: Resource, resource_version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, Json]]:
+        response = self.request(
+            "GET",
+            resource.path,
+            query=[
+                ("watch", "true"),
+                ("resourceVersion", resource_version),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", timeout_seconds),
+            ],
+            stream=True,
+            timeout=(10, timeout_seconds + 30),
+        )
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if not line.strip():
+                    continue
+                item = json.loads(line)
+                kind, obj = str(item.get("type")), item.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone(str(obj.get("message")))
+                    raise RuntimeError(f"watch error: {obj.get('message')}")
+                yield kind, obj
+        finally:
+            response.release_conn()
+
+
+class Watcher:
+    """List + watch of one resource on a thread of its own."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        resource: Resource,
+        handler: Handler,
+        *,
+        watch_seconds: int = 300,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.kube, self.resource, self.handler = kube, resource, handler
+        self.watch_seconds, self.backoff_max = watch_seconds, backoff_max
+        self.resource_version: str | None = None
+        self.connected = False
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"watch-{resource.name}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _set_connected(self, up: bool, error: str | None = None) -> None:
+        if up != self.connected:
+            self.connected = up
+            self.handler(self.resource.name, "CONNECTED" if up else "DISCONNECTED", error)
+        if error:
+            self.last_error = error
+
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    items, rv = self.kube.list(self.resource)
+                    self.resource_version = rv
+                    self._set_connected(True)
+                    self.handler(self.resource.name, "RELIST", items)
+                    event(log, "kube.listed", resource=self.resource.name, items=len(items), rv=rv)
+                for kind, obj in self.kube.watch(
+                    self.resource, self.resource_version, self.watch_seconds
+                ):
+                    self._set_connected(True)
+                    delay = 0.5
+                    seen = (obj.get("metadata") or {}).get("resourceVersion")
+                    if seen:
+                        self.resource_version = str(seen)
+                    if kind != "BOOKMARK":
+                        self.handler(self.resource.name, kind, obj)
+                    if self._stop.is_set():
+                        return
+                delay = 0.5  # a watch that ran to its timeout: resume at once
+            except Gone as exc:
+                event(log, "kube.watch_gone", resource=self.resource.name, reason=str(exc))
+                self.resource_version = None  # relist; the kernel is not touched
+            except Exception as exc:
+                reason = _reason(exc)
+                self._set_connected(False, reason)
+                event(
+                    log,
+                    "kube.watch_failed",
+                    level=logging.WARNING,
+                    resource=self.resource.name,
+                    reason=reason,
+                    retry_in=f"{delay:.1f}s",
+                )
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.backoff_max)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubeWriter:
+    """Service status, Events and the Lease: the director's only writes to the cluster."""
+
+    def __init__(self, kube: KubeApi, component: str, identity: str) -> None:
+        self.kube, self.component, self.identity = kube, component, identity
+
+    def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+        body = {
+            "status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in ips]}}
+        }
+        self.kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/services/{name}/status",
+            body=body,
+            content_type="application/merge-patch+json",
+        )
+
+    def event(
+        self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
+    ) -> None:
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.component, "host": self.identity},
+            "reportingComponent": self.component,
+            "reportingInstance": self.identity,
+            "firstTimestamp": now[:19] + "Z",
+            "lastTimestamp": now[:19] + "Z",
+            "count": 1,
+        }
+        self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+
+    def acquire_lease(self, namespace: str, name: str, seconds: int) -> bool:
+        """Take or renew the Lease; True when this director holds it afterwards."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        now = _now()
+        try:
+            lease = self.kube.request("GET", f"{path}/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "holderIdentity": self.identity,
+                    "leaseDurationSeconds": seconds,
+                    "acquireTime": now,
+                    "renewTime": now,
+                    "leaseTransitions": 0,
+                },
+            }
+            try:
+                self.kube.request("POST", path, body=body)
+            except KubeError as exc2:
+                if exc2.status == 409:
+                    return False  # someone else created it first
+                raise
+            return True
+        spec = dict(lease.get("spec") or {})
+        holder = spec.get("holderIdentity")
+        if holder != self.identity and not _expired(spec):
+            return False
+        if holder != self.identity:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        spec.update(holderIdentity=self.identity, leaseDurationSeconds=seconds, renewTime=now)
+        lease = dict(lease, spec=spec)
+        try:
+            self.kube.request("PUT", f"{path}/{name}", body=lease)  # resourceVersion guards it
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+
+def _expired(spec: Json) -> bool:
+    renew = spec.get("renewTime")
+    if not renew:
+        return True
+    try:
+        when = dt.datetime.strptime(str(renew).rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        when = dt.datetime.strptime(str(renew).rstrip("Z")[:19], "%Y-%m-%dT%H:%M:%S")
+    when = when.replace(tzinfo=dt.UTC)
+    duration = float(spec.get("leaseDurationSeconds") or 15)
+    return (dt.datetime.now(dt.UTC) - when).total_seconds() > duration

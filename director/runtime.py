@@ -1,0 +1,141 @@
+"""Wiring for ``director run``: watchers, the lease elector, the controller thread.
+
+Kept apart from the CLI so tests, the demo and the benchmarks run exactly what operators
+run, with the adapter of their choice (the kernel in a lab namespace, or the fake).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from director.config import Settings
+from director.controller import COMPONENT, Controller
+from director.dataplane import Ipvs
+from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
+from director.logs import event
+from director.reconcile import SyncReport
+
+log = logging.getLogger("director.runtime")
+
+
+class Elector:
+    """Holds the Lease that decides which director of the pair writes Service status."""
+
+    def __init__(
+        self,
+        writer: KubeWriter,
+        namespace: str,
+        name: str,
+        seconds: int,
+        on_change: Callable[[bool], None],
+    ) -> None:
+        self.writer, self.namespace, self.name, self.seconds = writer, namespace, name, seconds
+        self.on_change = on_change
+        self.leader = False
+        self._last_renewal = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                held = self.writer.acquire_lease(self.namespace, self.name, self.seconds)
+                if held:
+                    self._last_renewal = time.monotonic()
+            except Exception as exc:
+                event(log, "lease.renew_failed", level=logging.WARNING, reason=str(exc)[:200])
+                # Leadership lapses when the lease would have expired for the others too.
+                held = self.leader and time.monotonic() - self._last_renewal < self.seconds
+            if held != self.leader:
+                self.leader = held
+                self.on_change(held)
+            self._stop.wait(max(0.2, self.seconds / 3))
+
+
+class Runtime:
+    def __init__(
+        self,
+        settings: Settings,
+        ipvs: Ipvs,
+        *,
+        dry_run: bool = False,
+        state_file: Path | None = None,
+        kubeconfig: str | None = None,
+        observer: Callable[[str, SyncReport], None] | None = None,
+        watch_seconds: int = 300,
+    ) -> None:
+        kube = settings.kubernetes
+        if kube is None:
+            raise ValueError("director run needs a kubernetes section in the configuration")
+        api = KubeApi(api_client(kubeconfig or kube.kubeconfig))
+        api.api.configuration.retries = False  # the watchers have their own backoff
+        writer = KubeWriter(api, COMPONENT, kube.identity)
+        self.controller = Controller(
+            ipvs,
+            settings,
+            writer=None if dry_run else writer,
+            dry_run=dry_run,
+            state_file=state_file,
+            observer=observer,
+        )
+        self.watchers = [
+            Watcher(api, resource, self.controller.submit, watch_seconds=watch_seconds)
+            for resource in RESOURCES
+        ]
+        self.elector = (
+            None
+            if dry_run
+            else Elector(
+                writer,
+                kube.lease_namespace,
+                kube.lease_name,
+                kube.lease_seconds,
+                self.controller.set_leader,
+            )
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self.controller.run, args=(self._stop,), name="controller", daemon=True
+        )
+
+    def start(self) -> Runtime:
+        if self._thread.is_alive():
+            return self
+        if self.elector is not None:
+            self.elector.start()
+        for watcher in self.watchers:
+            watcher.start()
+        self._thread.start()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.controller.health.synced:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def stop(self) -> None:
+        for watcher in self.watchers:
+            watcher.stop()
+        if self.elector is not None:
+            self.elector.stop()
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,286 @@
+"""Cluster objects -> desired IPVS virtual services. Pure.
+
+One Service becomes one virtual service per (load-balancer address, port), plus one per
+node port on the NodePort VIP when one is configured. Real servers are the usable nodes at
+the node port (``nodeport`` mode) or the ready endpoints at their target port (``pod``
+mode). Serving-but-terminating endpoints are kept at weight 0 and reported as draining, so
+their open connections finish while new ones go elsewhere.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from director.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
+from director.ipam import Address, Request
+from director.model import (
+    CONFIGURABLE_FORWARDING,
+    DestKey,
+    Family,
+    Forwarding,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+    canonical_address,
+    encode_flags,
+    scheduler_flag_names,
+)
+
+A_SCHEDULER = PREFIX + "scheduler"
+A_FORWARDING = PREFIX + "forwarding"
+A_BACKENDS = PREFIX + "backends"
+A_NODEPORT = PREFIX + "nodeport"
+A_IPS = PREFIX + "load-balancer-ips"
+A_POOL = PREFIX + "pool"
+A_SHARED = PREFIX + "allow-shared-ip"
+BACKEND_MODES = ("nodeport", "pod")
+_PROTOCOLS = {"TCP": Protocol.TCP, "UDP": Protocol.UDP, "SCTP": Protocol.SCTP}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """A Service's effective per-Service settings, and where the scheduler came from."""
+
+    scheduler: str
+    flags: frozenset[str]
+    forwarding: Forwarding
+    backends: str
+    scheduler_source: str = "default"  # default | annotation
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    annotation: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    services: dict[ServiceKey, VirtualService] = field(default_factory=dict)
+    options: Options | None = None
+    problems: tuple[Problem, ...] = ()
+    # Real servers kept at weight 0 because their endpoint is terminating.
+    draining: frozenset[tuple[ServiceKey, DestKey]] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What the director's settings say about Services in general."""
+
+    load_balancer_class: str
+    default_class: bool
+    nodeport_vips: tuple[str, ...]
+    backends: str
+    scheduler: str
+    forwarding: Forwarding
+    weight: int
+    schedulers: frozenset[str]  # what the kernel offers
+
+
+def wants_address(svc: ServiceInfo, policy: Policy) -> bool:
+    """Is this a LoadBalancer Service this director implements?"""
+    if svc.type != "LoadBalancer":
+        return False
+    if svc.load_balancer_class is None:
+        return policy.default_class
+    return svc.load_balancer_class == policy.load_balancer_class
+
+
+def wants_nodeports(svc: ServiceInfo, policy: Policy) -> bool:
+    if not policy.nodeport_vips or svc.type not in ("NodePort", "LoadBalancer"):
+        return False
+    return svc.annotations.get(A_NODEPORT, "true").lower() not in ("false", "disabled", "off")
+
+
+def relevant(svc: ServiceInfo, policy: Policy) -> bool:
+    return wants_address(svc, policy) or wants_nodeports(svc, policy)
+
+
+def options(
+    svc: ServiceInfo, policy: Policy, previous: Options | None
+) -> tuple[Options, list[Problem]]:
+    """Per-Service settings from annotations; an invalid one keeps the last valid value."""
+    base = previous or Options(policy.scheduler, frozenset(), policy.forwarding, policy.backends)
+    problems: list[Problem] = []
+    scheduler, flags, source = policy.scheduler, frozenset[str](), "default"
+    text = svc.annotations.get(A_SCHEDULER)
+    if text is not None:
+        name, _, flag_text = text.strip().partition(":")
+        wanted = frozenset(f.strip() for f in flag_text.split(",") if f.strip())
+        if name not in policy.schedulers:
+            problems.append(
+                Problem(
+                    A_SCHEDULER,
+                    f"scheduler {name!r} is not offered by this kernel "
+                    f"(allowed: {', '.join(sorted(policy.schedulers))})",
+                )
+            )
+            scheduler, flags, source = base.scheduler, base.flags, base.scheduler_source
+        else:
+            try:
+                encode_flags(name, wanted, False)
+                scheduler, flags, source = name, wanted, "annotation"
+            except ValueError:
+                problems.append(
+                    Problem(
+                        A_SCHEDULER,
+                        f"{text!r}: flags must be among "
+                        f"{', '.join(scheduler_flag_names(name))} (write sh:sh-port,sh-fallback)",
+                    )
+                )
+                scheduler, flags, source = base.scheduler, base.flags, base.scheduler_source
+    forwarding = policy.forwarding
+    text = svc.annotations.get(A_FORWARDING)
+    if text is not None:
+        labels = [f.label for f in CONFIGURABLE_FORWARDING]
+        if text.lower() in labels:
+            forwarding = Forwarding[text.upper()]
+        else:
+            problems.append(Problem(A_FORWARDING, f"{text!r} is not one of {', '.join(labels)}"))
+            forwarding = base.forwarding
+    backends = policy.backends
+    text = svc.annotations.get(A_BACKENDS)
+    if text is not None:
+        if text in BACKEND_MODES:
+            backends = text
+        else:
+            problems.append(
+                Problem(A_BACKENDS, f"{text!r} is not one of {', '.join(BACKEND_MODES)}")
+            )
+            backends = base.backends
+    return Options(scheduler, flags, forwarding, backends, source), problems
+
+
+def ipam_request(svc: ServiceInfo) -> tuple[Request | None, list[Problem]]:
+    """What the Service asks of IPAM; None (with the problem) when the ask is invalid."""
+    requested: list[Address] = []
+    text = svc.annotations.get(A_IPS)
+    source = A_IPS
+    if text is None and svc.load_balancer_ip:
+        text, source = svc.load_balancer_ip, "spec.loadBalancerIP"
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        try:
+            requested.append(ipaddress.ip_address(part.strip()))
+        except ValueError:
+            return None, [Problem(source, f"{part.strip()!r} is not an IP address")]
+    if len({a.version for a in requested}) != len(requested):
+        return None, [Problem(source, "at most one address per IP family")]
+    ports = frozenset((p.protocol, p.port) for p in svc.ports)
+    request = Request(
+        svc.ref,
+        svc.ip_families,
+        ports,
+        tuple(requested),
+        svc.annotations.get(A_POOL),
+        svc.annotations.get(A_SHARED),
+    )
+    return request, []
+
+
+def _target_port(port: Mapping[str, int], svc_port_name: str, target: int | str) -> int:
+    if svc_port_name in port:
+        return port[svc_port_name]
+    return target if isinstance(target, int) else 0
+
+
+def translate(
+    svc: ServiceInfo,
+    addresses: Iterable[str],
+    slices: Iterable[SliceInfo],
+    nodes: Mapping[str, NodeInfo],
+    policy: Policy,
+    *,
+    previous: Options | None = None,
+) -> Translation:
+    opts, problems = options(svc, policy, previous)
+    origin_base = svc.ref
+    persistence = svc.affinity_timeout or 0
+    slices = tuple(slices)
+    out: dict[ServiceKey, VirtualService] = {}
+    draining: set[tuple[ServiceKey, DestKey]] = set()
+
+    # Endpoints per family: (address, node, ready, serving-terminating), ports by name.
+    def endpoints(family: Family) -> list[tuple[str, str | None, bool, Mapping[str, int]]]:
+        kind = "IPv6" if family is Family.INET6 else "IPv4"
+        found: list[tuple[str, str | None, bool, Mapping[str, int]]] = []
+        for sl in slices:
+            if sl.address_type != kind:
+                continue
+            ports = {name: port for name, _proto, port in sl.ports}
+            for ep in sl.endpoints:
+                if not (ep.ready or ep.serving):
+                    continue
+                for address in ep.addresses:
+                    found.append((address, ep.node, ep.ready, ports))
+        return found
+
+    def node_backends(family: Family, port: int) -> list[tuple[str, int, bool]]:
+        local: dict[str, bool] | None = None
+        if svc.external_traffic_policy == "Local":
+            local = {}
+            for _addr, where, ready, _ports in endpoints(family):
+                if where is not None:
+                    local[where] = local.get(where, False) or ready
+        out_nodes = []
+        for node in nodes.values():
+            if not node.usable or (local is not None and node.name not in local):
+                continue
+            for address in node.internal_ips:
+                if Family.of(address) is family:
+                    live = True if local is None else local[node.name]
+                    out_nodes.append((canonical_address(address), port, live))
+        return out_nodes
+
+    def add(key: ServiceKey, backends: list[tuple[str, int, bool]], origin: str) -> None:
+        config = ServiceConfig(opts.scheduler, opts.flags, persistence, key.family.max_prefix)
+        dests: dict[DestKey, RealServer] = {}
+        for address, port, live in backends:
+            if port <= 0 or (address, port) in dests:
+                continue
+            weight = policy.weight if live else 0
+            dests[(address, port)] = RealServer(address, port, weight, opts.forwarding)
+            if not live:
+                draining.add((key, (address, port)))
+        out[key] = VirtualService(key, config, dests, origin)
+
+    if wants_address(svc, policy):
+        for text in addresses:
+            address = canonical_address(text)
+            family = Family.of(address)
+            for sp in svc.ports:
+                protocol = _PROTOCOLS.get(sp.protocol)
+                if protocol is None:
+                    continue
+                key = ServiceKey(family, protocol, address, sp.port)
+                origin = f"{origin_base}:{sp.name or sp.port}"
+                if opts.backends == "pod":
+                    backends = [
+                        (canonical_address(a), _target_port(ports, sp.name, sp.target_port), live)
+                        for a, _node, live, ports in endpoints(family)
+                    ]
+                else:
+                    # nat rewrites to the node port; dr and tun cannot change the port, and
+                    # kube-proxy on the node accepts the load-balancer address at the port.
+                    port = sp.node_port if opts.forwarding is Forwarding.NAT else sp.port
+                    backends = node_backends(family, port)
+                add(key, backends, origin)
+    if wants_nodeports(svc, policy):
+        for vip in policy.nodeport_vips:
+            family = Family.of(vip)
+            for sp in svc.ports:
+                protocol = _PROTOCOLS.get(sp.protocol)
+                if protocol is None or not sp.node_port:
+                    continue
+                key = ServiceKey(family, protocol, vip, sp.node_port)
+                add(
+                    key,
+                    node_backends(family, sp.node_port),
+                    f"{origin_base}:nodeport/{sp.node_port}",
+                )
+    return Translation(out, opts, tuple(problems), frozenset(draining))

@@ -1,0 +1,626 @@
+"""A Kubernetes API server stand-in for tests, the demo and the benchmarks.
+
+In-process HTTP speaking the real wire protocol for the resources the director uses:
+Services (with the status subresource), EndpointSlices, Nodes, Leases and Events. List,
+get, create, update (optimistic concurrency on resourceVersion), merge and strategic-merge
+patch, delete; watch with resourceVersion, bookmarks, timeoutSeconds and 410 "Expired"
+after a compaction; bearer-token auth. JSON follows what kube-apiserver sends: list items
+carry no kind/apiVersion, watch objects do, errors are ``Status`` objects.
+
+It is driven through the official client by the code under test; tests also use it
+directly (``create``, ``patch``, ``delete``) to play the cluster. ``outage()`` takes it off
+the network (listening socket closed, open watches cut) and brings it back on the same port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    status: bool  # has a status subresource
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS = {
+    k.plural: k
+    for k in (
+        Kind("", "v1", "services", "Service", True, True),
+        Kind("", "v1", "nodes", "Node", False, True),
+        Kind("", "v1", "events", "Event", True, False),
+        Kind("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, False),
+        Kind("coordination.k8s.io", "v1", "leases", "Lease", True, False),
+    )
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> Obj:
+        body: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386. Strategic merge is the same for the fields patched here (maps merge; the
+    lists involved, like status.loadBalancer.ingress, have no merge key and are replaced)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+class Store:
+    """Objects, a global resourceVersion, and the event history watches read from."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.rv = 1
+        self.objects: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
+        self.history: dict[str, list[tuple[int, str, Obj]]] = {p: [] for p in KINDS}
+        self.compacted = 0  # watches from before this resourceVersion get 410
+        self._node_ports = iter(range(30000, 32768))
+        self._cluster_ips = iter(range(10, 60000))
+
+    # -- writes (hold the lock) ----------------------------------------------------------
+    def _record(self, plural: str, kind: str, obj: Obj) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.history[plural].append((self.rv, kind, copy.deepcopy(obj)))
+        self.lock.notify_all()
+
+    def create(self, plural: str, namespace: str, obj: Obj) -> Obj:
+        spec = KINDS[plural]
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            if meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            else:
+                raise ApiError(422, "Invalid", f"{spec.kind} must have metadata.name")
+        if spec.namespaced:
+            if meta.get("namespace") not in (None, namespace):
+                raise ApiError(400, "BadRequest", "the namespace of the object does not match")
+            meta["namespace"] = namespace
+        with self.lock:
+            key = (plural, namespace if spec.namespaced else "", meta["name"])
+            if key in self.objects:
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{plural} "{meta["name"]}" already exists',
+                    {"name": meta["name"], "kind": plural},
+                )
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = _now()
+            meta.pop("resourceVersion", None)
+            obj["kind"], obj["apiVersion"] = spec.kind, spec.api_version
+            if plural == "services":
+                self._default_service(obj)
+            self.objects[key] = obj
+            self._record(plural, "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def _default_service(self, obj: Obj) -> None:
+        spec = obj.setdefault("spec", {})
+        kind = spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        n = next(self._cluster_ips)
+        spec.setdefault("clusterIP", f"10.96.{n // 250}.{n % 250 + 1}")
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        for port in spec.get("ports") or ():
+            port.setdefault("protocol", "TCP")
+            port.setdefault("targetPort", port.get("port"))
+            if kind in ("NodePort", "LoadBalancer") and not port.get("nodePort"):
+                port["nodePort"] = next(self._node_ports)
+        if kind in ("NodePort", "LoadBalancer"):
+            spec.setdefault("externalTrafficPolicy", "Cluster")
+        if kind == "LoadBalancer":
+            spec.setdefault("allocateLoadBalancerNodePorts", True)
+            if spec["externalTrafficPolicy"] == "Local":
+                spec.setdefault("healthCheckNodePort", next(self._node_ports))
+        obj["status"] = {"loadBalancer": {}}
+
+    def get(self, plural: str, namespace: str, name: str) -> Obj:
+        with self.lock:
+            obj = self.objects.get((plural, namespace, name))
+            if obj is None:
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'{plural} "{name}" not found',
+                    {"name": name, "kind": plural},
+                )
+            return copy.deepcopy(obj)
+
+    def update(
+        self, plural: str, namespace: str, name: str, new: Obj, *, subresource: str = ""
+    ) -> Obj:
+        with self.lock:
+            current = self.get(plural, namespace, name)
+            wanted_rv = (new.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                    {"name": name, "kind": plural},
+                )
+            if KINDS[plural].status:
+                if subresource == "status":
+                    updated = dict(current, status=new.get("status", {}))
+                else:
+                    updated = dict(new, status=current.get("status", {}))
+            else:
+                updated = dict(new)
+            meta = dict(updated.get("metadata") or {})
+            for field in ("uid", "creationTimestamp", "namespace", "name"):
+                if field in current["metadata"]:
+                    meta[field] = current["metadata"][field]
+            updated["metadata"] = meta
+            updated["kind"], updated["apiVersion"] = current["kind"], current["apiVersion"]
+            if updated == current:
+                return current  # a no-op write changes nothing, not even resourceVersion
+            self.objects[(plural, namespace, name)] = updated
+            self._record(plural, "MODIFIED", updated)
+            return copy.deepcopy(updated)
+
+    def patch(
+        self, plural: str, namespace: str, name: str, patch: Obj, *, subresource: str = ""
+    ) -> Obj:
+        with self.lock:
+            current = self.get(plural, namespace, name)
+            merged = merge_patch(current, patch)
+            merged.setdefault("metadata", {})["resourceVersion"] = (
+                patch.get("metadata") or {}
+            ).get("resourceVersion")
+            return self.update(plural, namespace, name, merged, subresource=subresource)
+
+    def delete(self, plural: str, namespace: str, name: str) -> Obj:
+        with self.lock:
+            obj = self.get(plural, namespace, name)
+            del self.objects[(plural, namespace, name)]
+            self._record(plural, "DELETED", obj)
+            return obj
+
+    def list(self, plural: str, namespace: str | None) -> Obj:
+        spec = KINDS[plural]
+        with self.lock:
+            items = []
+            for (p, ns, _name), obj in sorted(self.objects.items()):
+                if p == plural and (namespace is None or ns == namespace):
+                    item = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+                    items.append(copy.deepcopy(item))
+            return {
+                "kind": f"{spec.kind}List",
+                "apiVersion": spec.api_version,
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+
+    def compact(self) -> None:
+        """Forget history, like etcd compaction: older watches get 410 Gone."""
+        with self.lock:
+            self.compacted = self.rv
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _send_json(self, code: int, body: Obj) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Obj:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"invalid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body must be a JSON object")
+        return body
+
+    def _route(self) -> tuple[str, str | None, str | None, str, dict[str, list[str]]]:
+        """(plural, namespace, name, subresource, query) from the path."""
+        url = urlparse(self.path)
+        parts = [p for p in url.path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            rest = parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            rest = parts[3:]
+        else:
+            raise ApiError(404, "NotFound", f"the server could not find {url.path}")
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in KINDS:
+            raise ApiError(404, "NotFound", f"the server could not find {url.path}")
+        plural = rest[0]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and not (sub == "status" and KINDS[plural].status):
+            raise ApiError(404, "NotFound", f"the server could not find {url.path}")
+        return plural, namespace, name, sub, parse_qs(url.query)
+
+    def _authorised(self) -> bool:
+        token = self.server.token
+        if token and self.headers.get("Authorization") != f"Bearer {token}":
+            self._send_json(
+                401,
+                ApiError(401, "Unauthorized", "Unauthorized").status(),
+            )
+            return False
+        return True
+
+    def _handle(self, method: str) -> None:
+        self.server.requests += 1
+        if not self._authorised():
+            return
+        try:
+            plural, namespace, name, sub, query = self._route()
+            store = self.server.store
+            ns = namespace or ""
+            if method == "GET" and name is None:
+                if query.get("watch", [""])[0] in ("true", "1"):
+                    self._watch(plural, namespace, query)
+                    return
+                self._send_json(200, store.list(plural, namespace))
+            elif method == "GET":
+                self._send_json(200, store.get(plural, ns, name))  # type: ignore[arg-type]
+            elif method == "POST" and name is None:
+                self._send_json(201, store.create(plural, ns, self._body()))
+            elif method == "PUT" and name:
+                self._send_json(200, store.update(plural, ns, name, self._body(), subresource=sub))
+            elif method == "PATCH" and name:
+                kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                if kind not in (
+                    "application/merge-patch+json",
+                    "application/strategic-merge-patch+json",
+                ):
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        f"the body of the request was in an unknown format - accepted media "
+                        f"types include: application/merge-patch+json, "
+                        f'application/strategic-merge-patch+json (got "{kind}")',
+                    )
+                self._send_json(200, store.patch(plural, ns, name, self._body(), subresource=sub))
+            elif method == "DELETE" and name:
+                self._send_json(200, store.delete(plural, ns, name))
+            else:
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+        except ApiError as exc:
+            self._send_json(exc.code, exc.status())
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # -- watch ---------------------------------------------------------------------------
+    def _chunk(self, body: Obj) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, plural: str, namespace: str | None, query: dict[str, list[str]]) -> None:
+        store = self.server.store
+        spec = KINDS[plural]
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        timeout = float(query.get("timeoutSeconds", ["1800"])[0])
+        bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
+        deadline = time.monotonic() + timeout
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.server.watches.add(self.connection)
+        try:
+            with store.lock:
+                expired = since < store.compacted
+            if expired:
+                error = ApiError(
+                    410,
+                    "Expired",
+                    f"too old resource version: {since} ({store.compacted})",
+                )
+                self._chunk({"type": "ERROR", "object": error.status()})
+            else:
+                self._stream(plural, spec, namespace, since, deadline, bookmarks)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass
+        finally:
+            self.server.watches.discard(self.connection)
+            self.close_connection = True
+
+    def _stream(
+        self,
+        plural: str,
+        spec: Kind,
+        namespace: str | None,
+        since: int,
+        deadline: float,
+        bookmarks: bool,
+    ) -> None:
+        store = self.server.store
+        history = store.history[plural]
+        with store.lock:
+            position = next((i for i, (rv, _, _) in enumerate(history) if rv > since), len(history))
+        last_bookmark = time.monotonic()
+        while time.monotonic() < deadline and not self.server.closing:
+            with store.lock:
+                if position >= len(history):
+                    store.lock.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+                pending = history[position:]
+                position = len(history)
+                current_rv = store.rv
+            for _rv, kind, obj in pending:
+                if namespace is None or obj["metadata"].get("namespace") == namespace:
+                    self._chunk({"type": kind, "object": obj})
+            now = time.monotonic()
+            if bookmarks and now - last_bookmark >= self.server.bookmark_seconds:
+                last_bookmark = now
+                self._chunk(
+                    {
+                        "type": "BOOKMARK",
+                        "object": {
+                            "kind": spec.kind,
+                            "apiVersion": spec.api_version,
+                            "metadata": {"resourceVersion": str(current_rv)},
+                        },
+                    }
+                )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], store: Store, token: str) -> None:
+        super().__init__(address, _Handler)
+        self.store, self.token = store, token
+        self.watches: set[socket.socket] = set()
+        self.closing = False
+        self.requests = 0
+        self.bookmark_seconds = 1.0
+
+
+class FakeApiServer:
+    """The stand-in, listening on 127.0.0.1 (or ``host``) on a free port."""
+
+    def __init__(self, host: str = "127.0.0.1", token: str = "test-token") -> None:
+        self.host, self.token = host, token
+        self.store = Store()
+        self.port = 0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> FakeApiServer:
+        self._server = _Server((self.host, self.port), self.store, self.token)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server = self._server
+        if server is None:
+            return
+        server.closing = True
+        server.shutdown()
+        server.server_close()
+        for conn in list(server.watches):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        with self.store.lock:
+            self.store.lock.notify_all()
+        self._server = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """Off the network for the duration (same port afterwards)."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+    @property
+    def requests(self) -> int:
+        return self._server.requests if self._server else 0
+
+    def kubeconfig(self, path: Path) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "lab", "cluster": {"server": self.url}}],
+            "users": [{"name": "director", "user": {"token": self.token}}],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "director"}}],
+            "current-context": "lab",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    # -- playing the cluster --------------------------------------------------------------
+    def create(self, plural: str, obj: Obj, namespace: str = "default") -> Obj:
+        return self.store.create(plural, namespace if KINDS[plural].namespaced else "", obj)
+
+    def get(self, plural: str, name: str, namespace: str = "default") -> Obj:
+        return self.store.get(plural, namespace if KINDS[plural].namespaced else "", name)
+
+    def patch(
+        self, plural: str, name: str, patch: Obj, namespace: str = "default", subresource: str = ""
+    ) -> Obj:
+        ns = namespace if KINDS[plural].namespaced else ""
+        return self.store.patch(plural, ns, name, patch, subresource=subresource)
+
+    def delete(self, plural: str, name: str, namespace: str = "default") -> Obj:
+        return self.store.delete(plural, namespace if KINDS[plural].namespaced else "", name)
+
+    def events_for(self, name: str, namespace: str = "default") -> list[Obj]:
+        listing = self.store.list("events", namespace)["items"]
+        return [e for e in listing if e["involvedObject"]["name"] == name]
+
+
+# -- object builders for tests -----------------------------------------------------------
+def service(
+    name: str,
+    ports: list[tuple[str, str, int]],  # (name, protocol, port)
+    *,
+    type: str = "LoadBalancer",
+    lb_class: str | None = "lvs-director.io/ipvs",
+    annotations: dict[str, str] | None = None,
+    families: tuple[str, ...] = ("IPv4",),
+    etp: str | None = None,
+    affinity: int | None = None,
+) -> Obj:
+    spec: Obj = {
+        "type": type,
+        "ports": [
+            {"name": n, "protocol": p, "port": port, "targetPort": port} for n, p, port in ports
+        ],
+        "selector": {"app": name},
+        "ipFamilies": list(families),
+        "ipFamilyPolicy": "SingleStack" if len(families) == 1 else "RequireDualStack",
+    }
+    if lb_class and type == "LoadBalancer":
+        spec["loadBalancerClass"] = lb_class
+    if etp:
+        spec["externalTrafficPolicy"] = etp
+    if affinity is not None:
+        spec["sessionAffinity"] = "ClientIP"
+        spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": affinity}}
+    return {"metadata": {"name": name, "annotations": dict(annotations or {})}, "spec": spec}
+
+
+def endpoint_slice(
+    service_name: str,
+    endpoints: list[tuple[str, str | None, bool, bool]],  # (address, node, ready, terminating)
+    ports: list[tuple[str, str, int]],
+    *,
+    name: str | None = None,
+    address_type: str = "IPv4",
+) -> Obj:
+    return {
+        "metadata": {
+            "name": name or f"{service_name}-abcde",
+            "labels": {
+                "kubernetes.io/service-name": service_name,
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": address_type,
+        "endpoints": [
+            {
+                "addresses": [address],
+                "conditions": {
+                    "ready": ready and not terminating,
+                    "serving": ready,
+                    "terminating": terminating,
+                },
+                **({"nodeName": node} if node else {}),
+            }
+            for address, node, ready, terminating in endpoints
+        ],
+        "ports": [{"name": n, "protocol": p, "port": port} for n, p, port in ports],
+    }
+
+
+def node(
+    name: str, address: str, *, ready: bool = True, labels: dict[str, str] | None = None
+) -> Obj:
+    return {
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "addresses": [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": name},
+            ],
+        },
+    }

@@ -1,0 +1,264 @@
+"""The whole control loop on the host: the API stand-in, the official client, the fake IPVS.
+
+Everything here runs through ``director.runtime.Runtime``, the same wiring ``director run``
+uses; the cluster is played by writing to the stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from director.fake import FakeIpvs
+from director.model import Forwarding, Protocol, ServiceKey
+from director.runtime import Runtime
+from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
+from tests.kubelab import eventually, settings
+
+PORTS = [("http", "TCP", 80)]
+SLICE_PORTS = [("http", "TCP", 8080)]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        for name, address in (("n1", "192.0.2.11"), ("n2", "192.0.2.12")):
+            server.create("nodes", node(name, address))
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(api: FakeApiServer, tmp_path: Path) -> Path:
+    return api.kubeconfig(tmp_path / "kubeconfig")
+
+
+def start(kubeconfig: Path, ipvs: FakeIpvs, **kw: object) -> Runtime:
+    runtime_kw = {k: kw.pop(k) for k in ("dry_run", "state_file") if k in kw}
+    runtime = Runtime(settings(kubeconfig, **kw), ipvs, **runtime_kw)  # type: ignore[arg-type]
+    runtime.start()
+    assert runtime.wait_ready(20), "the controller never finished its first sync"
+    return runtime
+
+
+def ingress(api: FakeApiServer, name: str) -> list[str]:
+    status = api.get("services", name)["status"]
+    return [i["ip"] for i in status.get("loadBalancer", {}).get("ingress", [])]
+
+
+def vs_of(ipvs: FakeIpvs, address: str, port: int = 80):  # type: ignore[no-untyped-def]
+    return ipvs.read().services.get(ServiceKey.inet(Protocol.TCP, address, port))
+
+
+def reasons(api: FakeApiServer, name: str) -> list[str]:
+    return [e["reason"] for e in api.events_for(name)]
+
+
+def test_load_balancer_service_gets_an_address_status_and_a_virtual_service(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs):
+        api.create("services", service("web", PORTS))
+        ips = eventually(lambda: ingress(api, "web"), what="status.loadBalancer.ingress")
+        assert ips == ["198.51.100.0"]
+        assert api.get("services", "web")["status"]["loadBalancer"]["ingress"][0]["ipMode"] == "VIP"
+        node_port = api.get("services", "web")["spec"]["ports"][0]["nodePort"]
+        vs = eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
+        assert sorted(vs.real_servers) == [("192.0.2.11", node_port), ("192.0.2.12", node_port)]
+        eventually(
+            lambda: "AddressAssigned" in reasons(api, "web"), what="an AddressAssigned event"
+        )
+        # A node leaving takes its real server out.
+        not_ready = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+        api.patch("nodes", "n2", not_ready, subresource="status")
+        eventually(lambda: len(vs_of(ipvs, "198.51.100.0").real_servers) == 1, what="node removal")
+        # Deleting the Service removes the virtual service.
+        api.delete("services", "web")
+        eventually(lambda: vs_of(ipvs, "198.51.100.0") is None, what="the service to go")
+    assert reasons(api, "web").count("AddressAssigned") == 1, "one event, not one per sync"
+
+
+def test_pod_backends_follow_endpoints_and_removed_ones_drain(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    annotations = {"lvs-director.io/backends": "pod"}
+    with start(kubeconfig, ipvs):
+        api.create("services", service("web", PORTS, annotations=annotations))
+        api.create(
+            "endpointslices", endpoint_slice("web", [("10.1.0.5", "n1", True, False)], SLICE_PORTS)
+        )
+        key = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
+        eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
+        api.patch("endpointslices", "web-abcde", {"endpoints": [
+            {"addresses": ["10.1.0.5"], "conditions": {"ready": True}, "nodeName": "n1"},
+            {"addresses": ["10.1.0.6"], "conditions": {"ready": True}, "nodeName": "n2"},
+        ]})  # fmt: skip
+        eventually(lambda: len(vs_of(ipvs, "198.51.100.0").real_servers) == 2, what="scale up")
+        # 10.1.0.5 has an open connection when it goes away: it drains at weight 0.
+        ipvs.set_connections(key, ("10.1.0.5", 8080), active=1, inactive=0)
+        api.patch("endpointslices", "web-abcde", {"endpoints": [
+            {"addresses": ["10.1.0.6"], "conditions": {"ready": True}, "nodeName": "n2"},
+        ]})  # fmt: skip
+        drained = eventually(
+            lambda: vs_of(ipvs, "198.51.100.0").real_servers[("10.1.0.5", 8080)].weight == 0,
+            what="weight 0 while the connection is open",
+        )
+        assert drained
+        ipvs.set_connections(key, ("10.1.0.5", 8080), active=0, inactive=0)
+        eventually(
+            lambda: list(vs_of(ipvs, "198.51.100.0").real_servers) == [("10.1.0.6", 8080)],
+            what="removal once the connection is gone",
+        )
+
+
+def test_terminating_endpoint_gets_weight_zero_and_comes_back_in_place(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
+    with start(kubeconfig, ipvs):
+        api.create(
+            "services", service("web", PORTS, annotations={"lvs-director.io/backends": "pod"})
+        )
+        api.create("endpointslices", endpoint_slice(
+            "web", [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, False)], SLICE_PORTS
+        ))  # fmt: skip
+        eventually(
+            lambda: (
+                vs_of(ipvs, "198.51.100.0") and len(vs_of(ipvs, "198.51.100.0").real_servers) == 2
+            )
+        )
+        ipvs.set_connections(key, ("10.1.0.6", 8080), active=3, inactive=0)
+        api.patch("endpointslices", "web-abcde", endpoint_slice(
+            "web", [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, True)], SLICE_PORTS
+        ))  # fmt: skip
+        eventually(lambda: vs_of(ipvs, "198.51.100.0").real_servers[("10.1.0.6", 8080)].weight == 0)
+        adds_before = sum(op.kind.value == "add-dest" for op in ipvs.applied)
+        api.patch("endpointslices", "web-abcde", endpoint_slice(
+            "web", [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, False)], SLICE_PORTS
+        ))  # fmt: skip
+        eventually(lambda: vs_of(ipvs, "198.51.100.0").real_servers[("10.1.0.6", 8080)].weight == 1)
+        assert sum(op.kind.value == "add-dest" for op in ipvs.applied) == adds_before, (
+            "set in place"
+        )
+
+
+def test_restart_against_an_unchanged_cluster_writes_nothing(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs):
+        for name in ("a", "b", "c"):
+            api.create("services", service(name, PORTS))
+        eventually(lambda: all(ingress(api, n) for n in "abc"), what="three addresses")
+        eventually(lambda: len(ipvs.read().services) == 3)
+    before = {n: ingress(api, n) for n in "abc"}
+    api.delete("services", "a")  # frees the first address while the director is down
+    writes, rv = len(ipvs.applied), api.store.rv
+    with start(kubeconfig, ipvs, identity="director-a"):
+        eventually(lambda: len(ipvs.read().services) == 2, what="a's removal")
+        assert len(ipvs.applied) == writes + 1, "one delete, nothing else re-programmed"
+        assert {n: ingress(api, n) for n in "bc"} == {n: before[n] for n in "bc"}
+        rewritten = [h for h in api.store.history["services"] if h[0] > rv and h[1] == "MODIFIED"]
+        assert rewritten == [], "no status rewritten"
+
+
+def test_exhaustion_and_bad_annotations_are_refused_with_events(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs, pool="198.51.100.0/32"):
+        api.create("services", service("first", PORTS))
+        eventually(lambda: ingress(api, "first"))
+        api.create("services", service("second", PORTS))
+        eventually(lambda: "AddressRefused" in reasons(api, "second"), what="a refusal event")
+        event = next(e for e in api.events_for("second") if e["reason"] == "AddressRefused")
+        assert event["type"] == "Warning"
+        assert "no free IPv4 address in pool(s) default" in event["message"]
+        assert ingress(api, "second") == [] and len(ipvs.read().services) == 1
+        api.patch(
+            "services",
+            "first",
+            {"metadata": {"annotations": {"lvs-director.io/scheduler": "fastest"}}},
+        )
+        eventually(lambda: "InvalidAnnotation" in reasons(api, "first"))
+        assert vs_of(ipvs, "198.51.100.0").config.scheduler == "wlc", "last valid setting kept"
+        api.patch(
+            "services", "first", {"metadata": {"annotations": {"lvs-director.io/scheduler": "sh"}}}
+        )
+        eventually(lambda: vs_of(ipvs, "198.51.100.0").config.scheduler == "sh")
+
+
+def test_api_outage_and_410_change_nothing_in_the_kernel_then_resume(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs) as runtime:
+        api.create("services", service("web", PORTS))
+        eventually(lambda: vs_of(ipvs, "198.51.100.0"))
+        writes = len(ipvs.applied)
+        api.store.compact()  # the next watch resumes from a version the server forgot
+        with api.outage():
+            eventually(
+                lambda: not runtime.controller.health.kubernetes_connected, what="outage seen"
+            )
+            # The cluster changes while the director cannot see it.
+            api.store.patch("nodes", "", "n1", {"metadata": {"labels": {
+                "node.kubernetes.io/exclude-from-external-load-balancers": "true"}}})  # fmt: skip
+        assert len(ipvs.applied) == writes, "nothing removed or re-added during the outage"
+        eventually(lambda: runtime.controller.health.kubernetes_connected, what="reconnection")
+        eventually(lambda: len(vs_of(ipvs, "198.51.100.0").real_servers) == 1, what="catch-up")
+        assert len(ipvs.applied) == writes + 1
+
+
+def test_dry_run_writes_nothing_and_keeps_the_state_file(
+    api: FakeApiServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    ipvs = FakeIpvs()
+    state = tmp_path / "state.json"
+    with start(kubeconfig, ipvs, dry_run=True, state_file=state):
+        api.create("services", service("web", PORTS))
+        body = eventually(
+            lambda: state.exists() and json.loads(state.read_text())["services"],
+            what="the state file",
+        )
+        assert body[0]["service"] == "tcp 198.51.100.0:80"
+        assert body[0]["origin"] == "default/web:http"
+    assert ipvs.calls == 0 and ipvs.read().services == {}
+    assert ingress(api, "web") == [] and api.events_for("web") == []
+    assert api.store.list("leases", None)["items"] == []
+
+
+def test_nodeport_vip_balances_node_ports(api: FakeApiServer, kubeconfig: Path) -> None:
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs, kube_extra="  nodeport_vip: 192.0.2.100"):
+        api.create("services", service("np", PORTS, type="NodePort"))
+        port = api.get("services", "np")["spec"]["ports"][0]["nodePort"]
+        vs = eventually(lambda: vs_of(ipvs, "192.0.2.100", port), what="the NodePort VIP")
+        assert sorted(vs.real_servers) == [("192.0.2.11", port), ("192.0.2.12", port)]
+        assert {rs.forwarding for rs in vs.real_servers.values()} == {Forwarding.NAT}
+        api.patch(
+            "services", "np", {"metadata": {"annotations": {"lvs-director.io/nodeport": "false"}}}
+        )
+        eventually(lambda: vs_of(ipvs, "192.0.2.100", port) is None, what="the opt-out")
+
+
+def test_a_pair_programs_the_same_table_and_one_writes_status(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    one, two = FakeIpvs(), FakeIpvs()
+    with (
+        start(kubeconfig, one, identity="a") as first,
+        start(kubeconfig, two, identity="b") as second,
+    ):
+        api.create("services", service("web", PORTS))
+        eventually(lambda: ingress(api, "web"))
+        eventually(lambda: one.read().services and one.read().services == two.read().services)
+        leaders = [r.controller.leader for r in (first, second)]
+        assert sorted(leaders) == [False, True]
+        statuses = [h for h in api.store.history["services"] if h[1] == "MODIFIED"]
+        assert len(statuses) == 1, "only the leader writes status"

@@ -1,0 +1,121 @@
+"""IPAM: pools, requested addresses, sharing, dual-stack, restart safety. Table-tested."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from director.ipam import Allocator, Pool, PoolError, Request
+
+ip = ipaddress.ip_address
+WEB = frozenset({("TCP", 80), ("TCP", 443)})
+DNS = frozenset({("UDP", 53), ("TCP", 53)})
+
+
+def pools() -> tuple[Pool, ...]:
+    return (
+        Pool.parse("default", ["198.51.100.0/30", "2001:db8:100::/126"]),
+        Pool.parse("reserved", ["203.0.113.10-203.0.113.12"], auto_assign=False),
+    )
+
+
+def req(name: str, ports=WEB, versions=(4,), **kw) -> Request:  # type: ignore[no-untyped-def]
+    return Request(name, versions, ports, **kw)
+
+
+def test_auto_assigns_the_first_free_address_of_each_family() -> None:
+    alloc = Allocator(pools())
+    assert alloc.assign(req("a/one")).addresses == (ip("198.51.100.0"),)
+    dual = alloc.assign(req("a/two", versions=(4, 6)))
+    assert dual.addresses == (ip("198.51.100.1"), ip("2001:db8:100::"))
+    assert dual.pool == "default"
+
+
+def test_exhaustion_is_an_error_with_the_reason_and_holds_nothing() -> None:
+    alloc = Allocator((Pool.parse("tiny", ["198.51.100.7/32"]),))
+    assert alloc.assign(req("a/one")).ok
+    out = alloc.assign(req("a/two"))
+    assert not out.ok and "no free IPv4 address in pool(s) tiny" in str(out.error)
+    assert alloc.held("a/two") == ()
+    alloc.release("a/one")
+    assert alloc.assign(req("a/two")).addresses == (ip("198.51.100.7"),)
+
+
+def test_requested_address_must_be_in_a_pool_and_free() -> None:
+    alloc = Allocator(pools())
+    # A pool without auto-assign still serves explicit requests.
+    assert alloc.assign(req("a/x", requested=(ip("203.0.113.11"),))).ok
+    taken = alloc.assign(req("a/y", requested=(ip("203.0.113.11"),)))
+    assert taken.error == "address 203.0.113.11 is already used by a/x"
+    outside = alloc.assign(req("a/z", requested=(ip("192.0.2.1"),)))
+    assert outside.error == "address 192.0.2.1 is outside any configured pool"
+
+
+def test_named_pool_and_unknown_pool() -> None:
+    alloc = Allocator(pools())
+    assert alloc.assign(req("a/x", pool="reserved")).addresses == (ip("203.0.113.10"),)
+    bad = alloc.assign(req("a/y", pool="nope"))
+    assert bad.error == "pool 'nope' does not exist (pools: default, reserved)"
+
+
+def test_sharing_needs_the_same_key_and_no_port_collision() -> None:
+    alloc = Allocator(pools())
+    first = alloc.assign(req("a/web", sharing_key="k1"))
+    # Same key, other ports: shares the address.
+    assert alloc.assign(req("a/dns", ports=DNS, sharing_key="k1")).addresses == first.addresses
+    # Same key, colliding port: refused when asked for that address.
+    clash = alloc.assign(req("a/web2", sharing_key="k1", requested=first.addresses))
+    assert clash.error == "address 198.51.100.0 is shared with a/web, which already uses TCP/80"
+    # Other key or no key: never shares.
+    other = alloc.assign(req("a/x", ports=DNS, sharing_key="k2", requested=first.addresses))
+    assert other.error == "address 198.51.100.0 is already used by a/web"
+
+
+def test_restart_keeps_what_status_says_and_assigns_nothing_new() -> None:
+    before = Allocator(pools())
+    held = {name: before.assign(req(name)).addresses for name in ("a/1", "a/2", "a/3")}
+    before.release("a/1")  # a hole at the start of the pool
+    after = Allocator(pools())
+    for name in ("a/2", "a/3"):
+        assert after.assign(req(name), keep=held[name]).addresses == held[name]
+    assert after.assign(req("a/new")).addresses == held["a/1"]
+
+
+def test_stale_status_outside_the_pools_is_replaced() -> None:
+    alloc = Allocator(pools())
+    out = alloc.assign(req("a/x"), keep=(ip("192.0.2.99"),))
+    assert out.addresses == (ip("198.51.100.0"),)
+
+
+def test_a_request_changing_address_releases_the_old_one() -> None:
+    alloc = Allocator(pools())
+    alloc.assign(req("a/x", requested=(ip("198.51.100.2"),)))
+    alloc.assign(req("a/x", requested=(ip("198.51.100.3"),)))
+    assert alloc.assign(req("a/y", requested=(ip("198.51.100.2"),))).ok
+
+
+def test_requested_family_must_be_one_the_service_has() -> None:
+    alloc = Allocator(pools())
+    out = alloc.assign(req("a/x", requested=(ip("2001:db8:100::1"),)))
+    assert "ipFamilies do not include it" in str(out.error)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (["198.51.100.1/24"], "not a CIDR or an address range"),
+        (["198.51.100.9-198.51.100.1"], "ends before it starts"),
+        (["198.51.100.1-2001:db8::1"], "mixes IPv4 and IPv6"),
+        ([], "at least one"),
+    ],
+)
+def test_bad_pool_definitions(entries: list[str], message: str) -> None:
+    with pytest.raises(PoolError, match=message):
+        Pool.parse("p", entries)
+
+
+def test_ten_thousand_allocations_stay_fast_and_unique() -> None:
+    alloc = Allocator((Pool.parse("big", ["10.0.0.0/16"]),))
+    seen = {alloc.assign(req(f"ns/s{i}")).addresses[0] for i in range(10_000)}
+    assert len(seen) == 10_000

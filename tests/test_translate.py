@@ -1,0 +1,141 @@
+"""Cluster objects -> virtual services: which Services, which backends, which settings."""
+
+from __future__ import annotations
+
+from director.cluster import node_from_json, service_from_json, slice_from_json
+from director.model import KNOWN_SCHEDULERS, Forwarding, Protocol, ServiceKey
+from director.translate import Policy, ipam_request, translate
+from lab.kubeapi import endpoint_slice, node, service
+
+POLICY = Policy(
+    load_balancer_class="lvs-director.io/ipvs",
+    default_class=False,
+    nodeport_vips=(),
+    backends="nodeport",
+    scheduler="wlc",
+    forwarding=Forwarding.NAT,
+    weight=1,
+    schedulers=frozenset(KNOWN_SCHEDULERS),
+)
+NODES = {
+    n["metadata"]["name"]: node_from_json(n)
+    for n in (
+        node("n1", "192.0.2.11"),
+        node("n2", "192.0.2.12"),
+        node("n3", "192.0.2.13", ready=False),
+        node(
+            "n4",
+            "192.0.2.14",
+            labels={"node.kubernetes.io/exclude-from-external-load-balancers": ""},
+        ),
+    )
+}
+
+
+def svc(name: str = "web", **kw):  # type: ignore[no-untyped-def]
+    obj = service(name, [("http", "TCP", 80)], **kw)
+    obj["metadata"]["namespace"] = "shop"
+    obj["spec"]["ports"][0]["nodePort"] = 30080
+    obj["spec"]["ports"][0]["targetPort"] = 8080
+    return service_from_json(obj)
+
+
+def slices(*endpoints, name: str = "web"):  # type: ignore[no-untyped-def]
+    obj = endpoint_slice(name, list(endpoints), [("http", "TCP", 8080)])
+    obj["metadata"]["namespace"] = "shop"
+    return [slice_from_json(obj)]
+
+
+KEY = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80)
+
+
+def test_nodeport_mode_balances_over_usable_nodes_at_the_node_port() -> None:
+    out = translate(svc(), ["198.51.100.1"], [], NODES, POLICY)
+    vs = out.services[KEY]
+    assert sorted(vs.real_servers) == [("192.0.2.11", 30080), ("192.0.2.12", 30080)]
+    assert vs.origin == "shop/web:http"
+    assert vs.config.scheduler == "wlc"
+
+
+def test_dr_sends_to_the_node_at_the_service_port() -> None:
+    s = svc(annotations={"lvs-director.io/forwarding": "dr"})
+    vs = translate(s, ["198.51.100.1"], [], NODES, POLICY).services[KEY]
+    assert sorted(vs.real_servers) == [("192.0.2.11", 80), ("192.0.2.12", 80)]
+    assert {rs.forwarding for rs in vs.real_servers.values()} == {Forwarding.DR}
+
+
+def test_local_traffic_policy_keeps_only_nodes_with_a_ready_endpoint() -> None:
+    s = svc(etp="Local")
+    eps = slices(("10.1.0.5", "n2", True, False))
+    vs = translate(s, ["198.51.100.1"], eps, NODES, POLICY).services[KEY]
+    assert list(vs.real_servers) == [("192.0.2.12", 30080)]
+
+
+def test_pod_mode_uses_ready_endpoints_and_drains_terminating_ones() -> None:
+    s = svc(annotations={"lvs-director.io/backends": "pod"})
+    eps = slices(("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, True),
+                 ("10.1.0.7", "n2", False, False))  # fmt: skip
+    out = translate(s, ["198.51.100.1"], eps, NODES, POLICY)
+    weights = {k: rs.weight for k, rs in out.services[KEY].real_servers.items()}
+    assert weights == {("10.1.0.5", 8080): 1, ("10.1.0.6", 8080): 0}
+    assert out.draining == {(KEY, ("10.1.0.6", 8080))}
+
+
+def test_scheduler_annotation_with_flags_and_affinity() -> None:
+    s = svc(annotations={"lvs-director.io/scheduler": "sh:sh-port,sh-fallback"}, affinity=600)
+    out = translate(s, ["198.51.100.1"], [], NODES, POLICY)
+    config = out.services[KEY].config
+    assert (config.scheduler, config.flags, config.persistence) == (
+        "sh",
+        frozenset({"sh-port", "sh-fallback"}),
+        600,
+    )
+    assert out.options is not None and out.options.scheduler_source == "annotation"
+
+
+def test_invalid_annotation_is_refused_and_the_last_valid_value_kept() -> None:
+    good = translate(
+        svc(annotations={"lvs-director.io/scheduler": "lc"}), ["198.51.100.1"], [], NODES, POLICY
+    )
+    bad_svc = svc(
+        annotations={"lvs-director.io/scheduler": "fastest", "lvs-director.io/forwarding": "magic"}
+    )
+    bad = translate(bad_svc, ["198.51.100.1"], [], NODES, POLICY, previous=good.options)
+    assert bad.services[KEY].config.scheduler == "lc"
+    messages = {p.annotation: p.message for p in bad.problems}
+    assert (
+        "scheduler 'fastest' is not offered by this kernel (allowed: dh, fo"
+        in messages["lvs-director.io/scheduler"]
+    )
+    assert messages["lvs-director.io/forwarding"] == "'magic' is not one of nat, dr, tun"
+
+
+def test_class_selection_and_nodeport_vip() -> None:
+    other = svc(lb_class="example.com/other")
+    assert translate(other, ["198.51.100.1"], [], NODES, POLICY).services == {}
+    classless = svc(lb_class=None)
+    assert translate(classless, ["198.51.100.1"], [], NODES, POLICY).services == {}
+    np_policy = Policy(
+        POLICY.load_balancer_class, True, ("192.0.2.100",), "nodeport", "rr", Forwarding.NAT, 1,
+        POLICY.schedulers,
+    )  # fmt: skip
+    out = translate(classless, ["198.51.100.1"], [], NODES, np_policy)
+    assert set(out.services) == {KEY, ServiceKey.inet(Protocol.TCP, "192.0.2.100", 30080)}
+    opted_out = svc(lb_class=None, annotations={"lvs-director.io/nodeport": "false"})
+    assert set(translate(opted_out, ["198.51.100.1"], [], NODES, np_policy).services) == {KEY}
+
+
+def test_ipam_request_reads_annotations_and_refuses_garbage() -> None:
+    request, problems = ipam_request(
+        svc(
+            annotations={
+                "lvs-director.io/load-balancer-ips": "198.51.100.9",
+                "lvs-director.io/allow-shared-ip": "k",
+            }
+        )
+    )
+    assert request is not None and not problems
+    assert [str(a) for a in request.requested] == ["198.51.100.9"]
+    assert request.sharing_key == "k"
+    none, problems = ipam_request(svc(annotations={"lvs-director.io/load-balancer-ips": "nope"}))
+    assert none is None and problems[0].message == "'nope' is not an IP address"
