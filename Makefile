@@ -45,6 +45,7 @@ demo: setup
 	$(PY) -m lab.vm run lab.demo
 
 bench: setup
+	$(PY) -m lab.bench_kube --services 1000 10000 --out bench/kube-host.json
 	$(PY) -m lab.vm run lab.bench --memory 4G
 	cp .lab/lab.bench/results.json bench/results.json
 

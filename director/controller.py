@@ -12,6 +12,7 @@ outage stops the events, and the kernel keeps what it has.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 import logging
@@ -170,8 +171,9 @@ class Controller:
         self.produced: dict[str, set[ServiceKey]] = {}
         self.owner: dict[ServiceKey, str] = {k: "static" for k in settings.services}
         self.options: dict[str, Options] = {}
-        self.reported: dict[tuple[str, str], str] = {}
-        self.draining: dict[tuple[ServiceKey, DestKey], float] = {}  # -> deadline
+        self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
+        # Real servers at weight 0 waiting for their connections: key -> dest -> deadline.
+        self.draining: dict[ServiceKey, dict[DestKey, float]] = {}
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
         self._next_resync = 0.0
         self._next_drain_check = 0.0
@@ -211,7 +213,7 @@ class Controller:
             return
         if self.draining and now >= self._next_drain_check:
             self._next_drain_check = now + 1.0
-            dirty |= {self.owner.get(key, "") for key, _ in self.draining} - {"", "static"}
+            dirty |= {self.owner.get(key, "") for key in self.draining} - {"", "static"}
         if dirty:
             self._sync(dirty)
         if now >= self._next_resync:
@@ -237,7 +239,7 @@ class Controller:
             return set()
         if kind == "RELIST":
             return self.snapshot.replace(resource, payload)
-        return self.snapshot.apply(resource, kind, payload)
+        return self.snapshot.apply(kind, payload)
 
     # -- computing -------------------------------------------------------------------
     def _order(self, refs: Iterable[str]) -> list[str]:
@@ -256,8 +258,7 @@ class Controller:
         if svc is None or not relevant(svc, self.policy):
             self.allocator.release(ref)
             self.options.pop(ref, None)
-            for topic_key in [k for k in self.reported if k[0] == ref]:
-                del self.reported[topic_key]
+            self.reported.pop(ref, None)
             return {}
         addresses = self._addresses(svc)
         result = translate(
@@ -279,9 +280,9 @@ class Controller:
                 problem.annotation,
             )
         current = {p.annotation for p in result.problems}
-        for _ref, topic in [k for k in self.reported if k[0] == ref]:
-            if topic.startswith("lvs-director.io/") and topic not in current:
-                del self.reported[(ref, topic)]  # fixed: a new problem will be reported again
+        topics = self.reported.get(ref, {})
+        for topic in [t for t in topics if t.startswith("lvs-director.io/") and t not in current]:
+            del topics[topic]  # fixed: a new problem will be reported again
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.owner.get(key)
@@ -335,15 +336,13 @@ class Controller:
                 self._write_status(svc, ())
             return ()
         ips = tuple(str(a) for a in outcome.addresses)
+        message = f"assigned {', '.join(ips)} from pool {outcome.pool}"
         if ips != svc.status_ips:
             self._write_status(svc, ips)
-        self._report(
-            svc,
-            "Normal",
-            "AddressAssigned",
-            f"assigned {', '.join(ips)} from pool {outcome.pool}",
-            "address",
-        )
+            self._report(svc, "Normal", "AddressAssigned", message, "address")
+        else:
+            # Already in status (a restart, the other director): nothing to announce.
+            self.reported.setdefault(ref, {})["address"] = message
         return ips
 
     def _with_drains(
@@ -373,22 +372,24 @@ class Controller:
                     del dests[dkey]
                 else:
                     candidates[dkey] = dests[dkey]
-        for pair in [p for p in self.draining if p[0] == key and p[1] not in candidates]:
-            del self.draining[pair]  # back in service, or gone for good
+        waiting = self.draining.pop(key, {})
+        for dkey in [d for d in waiting if d not in candidates]:
+            del waiting[dkey]  # back in service, or gone for good
         if candidates:
             now = self.clock()
             active = self._active_connections(key)
             for dkey, rs in candidates.items():
-                deadline = self.draining.setdefault(
-                    (key, dkey), now + self.kube.drain_timeout_seconds
-                )
+                deadline = waiting.setdefault(dkey, now + self.kube.drain_timeout_seconds)
                 if now >= deadline or active.get(dkey, 0) == 0:
                     dests.pop(dkey, None)
-                    del self.draining[(key, dkey)]
+                    del waiting[dkey]
+                    why = "timeout" if now >= deadline else "no active connections"
                     event(log, "drain.done", service=key, real_server=f"{dkey[0]}:{dkey[1]}",
-                          reason="timeout" if now >= deadline else "no active connections")  # fmt: skip
+                          reason=why)  # fmt: skip
                 else:
                     dests[dkey] = rs
+        if waiting:
+            self.draining[key] = waiting
         if dests == vs.real_servers:
             return vs
         return VirtualService(key, vs.config, dests, vs.origin)
@@ -415,9 +416,10 @@ class Controller:
 
     def _report(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
         """An Event on the Service when what it says changes (not on every sync)."""
-        if self.reported.get((svc.ref, topic)) == message:
+        topics = self.reported.setdefault(svc.ref, {})
+        if topics.get(topic) == message:
             return
-        self.reported[(svc.ref, topic)] = message
+        topics[topic] = message
         level = logging.WARNING if kind == "Warning" else logging.INFO
         event(log, "service." + reason, level=level, service=svc.ref, message=message)
         if self.outbox is None or not self.leader:
@@ -440,6 +442,10 @@ class Controller:
                 self.produced.setdefault(ref, set()).add(key)
         self.full_resync(reread=False)
         self.health.synced = True
+        # The snapshot and tables are long-lived: keep the collector from walking them on
+        # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
+        gc.collect()
+        gc.freeze()
         event(
             log, "controller.ready", services=len(self.produced), virtual_services=len(self.desired)
         )
@@ -469,8 +475,7 @@ class Controller:
         for key in before - fresh.keys():
             self.desired.pop(key, None)
             self.owner.pop(key, None)
-            for pair in [p for p in self.draining if p[0] == key]:
-                del self.draining[pair]
+            self.draining.pop(key, None)
             self._after(self.reconciler.sync_service(key, None), ref)
         for key, vs in fresh.items():
             self.desired[key] = vs

@@ -133,6 +133,8 @@ class Allocator:
         otherwise picks the first free address of each wanted family. All or nothing: on
         error the Service holds no address.
         """
+        # What it holds now counts as much as what status says: status may lag a write.
+        keep = (*keep, *self._held.get(request.name, ()))
         self.release(request.name)
         pools = self._candidate_pools(request)
         if isinstance(pools, str):
@@ -145,9 +147,10 @@ class Allocator:
                     return Outcome(error=problem)
                 chosen.append(address)
         else:
-            kept: dict[int, Address] = {
-                a.version: a for a in keep if not self._check(request, a, pools)
-            }
+            kept: dict[int, Address] = {}
+            for a in keep:
+                if a.version not in kept and not self._check(request, a, pools):
+                    kept[a.version] = a
             for version in request.versions:
                 found = kept.get(version) or self._first_free(request, pools, version)
                 if found is None:

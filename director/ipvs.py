@@ -638,10 +638,10 @@ class KernelIpvs:
         family = key.family
         for data, start, end in self._dump(CMD_GET_DEST, request):
             size, kind = _NLA.unpack_from(data, start)
-            if kind & NLA_TYPE_MASK != CMD_ATTR_DEST:
-                off, size = _attrs(data, start, end)[CMD_ATTR_DEST]
-                start = off - 4
             nested, nested_end = start + 4, start + size
+            if kind & NLA_TYPE_MASK != CMD_ATTR_DEST:
+                nested, size = _attrs(data, start, end)[CMD_ATTR_DEST]
+                nested_end = nested + size
             if not with_stats:
                 layout = self._dest_layout
                 if layout is None:

@@ -116,9 +116,25 @@ class KubeApi:
             return response
         return json.loads(response.data or b"{}")
 
-    def list(self, resource: Resource) -> tuple[list[Json], str]:
-        data = self.request("GET", resource.path, timeout=120)
-        return list(data.get("items") or ()), str(data["metadata"]["resourceVersion"])
+    def list(
+        self, resource: Resource, parse: Callable[[Json], Any], page: int = 500
+    ) -> tuple[list[Any], str]:
+        """Every object, parsed page by page (so a 10,000-object list never sits in memory
+        as JSON), and the resourceVersion to watch from."""
+        out: list[Any] = []
+        token = ""
+        version = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", page)]
+            if token:
+                query.append(("continue", token))
+            data = self.request("GET", resource.path, query=query, timeout=120)
+            out.extend(parse(item) for item in data.get("items") or ())
+            meta = data.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            token = str(meta.get("continue") or "")
+            if not token:
+                return out, version
 
     def watch(
         self, resource: Resource, resource_version: str, timeout_seconds: int
@@ -151,18 +167,20 @@ class KubeApi:
 
 
 class Watcher:
-    """List + watch of one resource on a thread of its own."""
+    """List + watch of one resource on a thread of its own; ``parse`` turns each object's
+    JSON into what the handler keeps."""
 
     def __init__(
         self,
         kube: KubeApi,
         resource: Resource,
         handler: Handler,
+        parse: Callable[[Json], Any],
         *,
         watch_seconds: int = 300,
         backoff_max: float = 30.0,
     ) -> None:
-        self.kube, self.resource, self.handler = kube, resource, handler
+        self.kube, self.resource, self.handler, self.parse = kube, resource, handler, parse
         self.watch_seconds, self.backoff_max = watch_seconds, backoff_max
         self.resource_version: str | None = None
         self.connected = False
@@ -190,7 +208,7 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 if self.resource_version is None:
-                    items, rv = self.kube.list(self.resource)
+                    items, rv = self.kube.list(self.resource, self.parse)
                     self.resource_version = rv
                     self._set_connected(True)
                     self.handler(self.resource.name, "RELIST", items)
@@ -204,7 +222,8 @@ class Watcher:
                     if seen:
                         self.resource_version = str(seen)
                     if kind != "BOOKMARK":
-                        self.handler(self.resource.name, kind, obj)
+                        # Parsed here, off the controller's thread.
+                        self.handler(self.resource.name, kind, self.parse(obj))
                     if self._stop.is_set():
                         return
                 delay = 0.5  # a watch that ran to its timeout: resume at once

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from director.cluster import node_from_json, service_from_json, slice_from_json
 from director.config import Settings
 from director.controller import COMPONENT, Controller
 from director.dataplane import Ipvs
@@ -88,8 +89,19 @@ class Runtime:
             state_file=state_file,
             observer=observer,
         )
+        parsers = {
+            "services": service_from_json,
+            "endpointslices": slice_from_json,
+            "nodes": node_from_json,
+        }
         self.watchers = [
-            Watcher(api, resource, self.controller.submit, watch_seconds=watch_seconds)
+            Watcher(
+                api,
+                resource,
+                self.controller.submit,
+                parsers[resource.name],
+                watch_seconds=watch_seconds,
+            )
             for resource in RESOURCES
         ]
         self.elector = (

@@ -1,7 +1,8 @@
 """The observed cluster: Services, EndpointSlices by Service, Nodes. Pure bookkeeping.
 
 Each change reports which Services it touches, so the controller recomputes those and only
-those (a Node change touches every Service that balances over nodes).
+those (a Node change touches every Service that balances over nodes). Objects arrive
+already parsed into the small values of ``director.cluster``.
 """
 
 from __future__ import annotations
@@ -9,23 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from director.cluster import (
-    Json,
-    NodeInfo,
-    ServiceInfo,
-    SliceInfo,
-    node_from_json,
-    service_from_json,
-    slice_from_json,
-)
+from director.cluster import NodeInfo, ServiceInfo, SliceInfo
 
 ALL = "*"  # "every Service" in a dirty set
 
-
-def _ref(obj: Json) -> str:
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+Info = ServiceInfo | SliceInfo | NodeInfo
 
 
 @dataclass
@@ -40,47 +29,43 @@ class Snapshot:
         return [self.slices[ref] for ref in self.slices_of.get(service, ())]
 
     # -- changes ---------------------------------------------------------------------
-    def apply(self, resource: str, kind: str, obj: Json) -> set[str]:
+    def apply(self, kind: str, info: Info) -> set[str]:
         """One watch event; the Services it touches."""
         deleted = kind == "DELETED"
-        if resource == "services":
-            ref = _ref(obj)
+        if isinstance(info, ServiceInfo):
             if deleted:
-                self.services.pop(ref, None)
+                self.services.pop(info.ref, None)
             else:
-                self.services[ref] = service_from_json(obj)
-            return {ref}
-        if resource == "endpointslices":
-            return self._slice(_ref(obj), None if deleted else slice_from_json(obj))
-        if resource == "nodes":
-            name = _ref(obj)
-            before = self.nodes.get(name)
-            if deleted:
-                self.nodes.pop(name, None)
-            else:
-                self.nodes[name] = node_from_json(obj)
-            return set() if before == self.nodes.get(name) else {ALL}
-        return set()
+                self.services[info.ref] = info
+            return {info.ref}
+        if isinstance(info, SliceInfo):
+            return self._slice(info.ref, None if deleted else info)
+        before = self.nodes.get(info.name)
+        if deleted:
+            self.nodes.pop(info.name, None)
+        else:
+            self.nodes[info.name] = info
+        return set() if before == self.nodes.get(info.name) else {ALL}
 
-    def replace(self, resource: str, items: Iterable[Json]) -> set[str]:
+    def replace(self, resource: str, items: Iterable[Info]) -> set[str]:
         """A fresh list (start, or after 410 Gone): the Services whose inputs changed."""
         self.listed.add(resource)
         dirty: set[str] = set()
         if resource == "services":
-            fresh = {_ref(o): service_from_json(o) for o in items}
+            fresh = {i.ref: i for i in items if isinstance(i, ServiceInfo)}
             for ref in self.services.keys() | fresh.keys():
                 if self.services.get(ref) != fresh.get(ref):
                     dirty.add(ref)
             self.services = fresh
         elif resource == "endpointslices":
-            fresh_slices = {_ref(o): slice_from_json(o) for o in items}
+            fresh_slices = {i.ref: i for i in items if isinstance(i, SliceInfo)}
             for ref in self.slices.keys() - fresh_slices.keys():
                 dirty |= self._slice(ref, None)
             for ref, info in fresh_slices.items():
                 if self.slices.get(ref) != info:
                     dirty |= self._slice(ref, info)
         elif resource == "nodes":
-            fresh_nodes = {_ref(o): node_from_json(o) for o in items}
+            fresh_nodes = {i.name: i for i in items if isinstance(i, NodeInfo)}
             if fresh_nodes != self.nodes:
                 dirty.add(ALL)
             self.nodes = fresh_nodes

@@ -119,3 +119,11 @@ def test_ten_thousand_allocations_stay_fast_and_unique() -> None:
     alloc = Allocator((Pool.parse("big", ["10.0.0.0/16"]),))
     seen = {alloc.assign(req(f"ns/s{i}")).addresses[0] for i in range(10_000)}
     assert len(seen) == 10_000
+
+
+def test_a_service_keeps_its_address_while_its_status_write_is_pending() -> None:
+    alloc = Allocator(pools())
+    first = alloc.assign(req("a/x")).addresses
+    alloc.assign(req("a/y"))
+    # Recomputed before the status write is visible (or while the API is down): same address.
+    assert alloc.assign(req("a/x")).addresses == first
