@@ -8,6 +8,7 @@ real kernel's behaviour in the lab VM.
 from __future__ import annotations
 
 import errno as _errno
+import threading
 from collections.abc import Iterable, Sequence
 
 from director.dataplane import ApplyResult, OpError, error_message, scheduler_refusals
@@ -34,6 +35,7 @@ class FakeIpvs:
         self._conns: dict[tuple[ServiceKey, DestKey], tuple[int, int]] = {}
         self.applied: list[Op] = []  # every op the kernel accepted, in order
         self.calls = 0  # apply() calls
+        self._lock = threading.RLock()  # the kernel serialises too (__ip_vs_mutex)
 
     # -- test hooks ----------------------------------------------------------------------
     def set_connections(self, key: ServiceKey, dest: DestKey, active: int, inactive: int) -> None:
@@ -41,6 +43,10 @@ class FakeIpvs:
 
     # -- Ipvs protocol -------------------------------------------------------------------
     def read(self, *, stats: bool = False) -> KernelTable:
+        with self._lock:
+            return self._read(stats)
+
+    def _read(self, stats: bool) -> KernelTable:
         out = KernelTable(services=dict(self._table))
         if stats:
             for key, vs in self._table.items():
@@ -66,6 +72,10 @@ class FakeIpvs:
         pass
 
     def apply(self, ops: Sequence[Op]) -> ApplyResult:
+        with self._lock:
+            return self._apply(ops)
+
+    def _apply(self, ops: Sequence[Op]) -> ApplyResult:
         self.calls += 1
         errors = scheduler_refusals(ops, self._schedulers)
         for index, op in enumerate(ops):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import logging
 import os
 import socket
@@ -516,11 +517,27 @@ def resolve_family() -> int:
     raise IpvsUnavailable(UNAVAILABLE)
 
 
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _serialised(method: F) -> F:
+    """One request/reply exchange at a time on the socket: the controller, the API and
+    the drain checks share one KernelIpvs, and interleaved replies would be lost."""
+
+    @functools.wraps(method)
+    def locked(self: KernelIpvs, *args: object, **kwargs: object) -> object:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
 class KernelIpvs:
-    """IPVS of one network namespace (the current one, or ``netns``)."""
+    """IPVS of one network namespace (the current one, or ``netns``). Thread-safe."""
 
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
+        self._lock = threading.RLock()
         self.family = resolve_family()
         self._seq = 0
         self._sock = in_netns(netns, self._open)
@@ -653,6 +670,7 @@ class KernelIpvs:
             out.append(decode_dest(data, nested, nested_end, family, with_stats))
         return out
 
+    @_serialised
     def read(self, *, stats: bool = False) -> KernelTable:
         table = KernelTable()
         for key, config, stats_at, data in self._services():
@@ -672,6 +690,7 @@ class KernelIpvs:
                 table.service_stats[key] = _stats64(data, stats_at)
         return table
 
+    @_serialised
     def read_service(self, key: ServiceKey) -> VirtualService | None:
         request = _nla(CMD_ATTR_SERVICE, encode_service_key(key))
         try:
@@ -689,6 +708,7 @@ class KernelIpvs:
                 return VirtualService(key, config, dests)
         return None
 
+    @_serialised
     def read_dest_states(self, key: ServiceKey) -> dict[DestKey, DestState]:
         try:
             found = self._dests(key, True)
@@ -716,6 +736,7 @@ class KernelIpvs:
         return frozenset(offered)
 
     # -- writing -----------------------------------------------------------------------
+    @_serialised
     def apply(self, ops: Sequence[Op]) -> ApplyResult:
         if not ops:
             return ApplyResult()

@@ -12,7 +12,7 @@ from director.config import Settings, parse_config
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+def eventually(probe: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
     """Poll until ``probe`` returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: T | None = None

@@ -131,3 +131,57 @@ def test_real_server_port_defaults_to_the_service_port() -> None:
     (vs,) = settings.services.values()
     (rs,) = vs.real_servers.values()
     assert (rs.port, rs.forwarding) == (443, Forwarding.DR)
+
+
+def test_the_kubernetes_example_loads_and_owns_its_pools() -> None:
+    settings = load_config(EXAMPLE.with_name("kubernetes.yaml"))
+    assert settings.kubernetes is not None
+    assert settings.kubernetes.nodeport_vips == ("198.51.100.250",)
+    assert [p.name for p in settings.pools] == ["default", "reserved"]
+    owns = settings.ownership.owns
+    assert owns(ServiceKey.inet(Protocol.TCP, "198.51.100.205", 80))
+    assert owns(ServiceKey.inet(Protocol.TCP, "2001:db8:100::7", 80))
+    assert owns(ServiceKey.inet(Protocol.TCP, "198.51.100.250", 30080))
+    assert not owns(ServiceKey.inet(Protocol.TCP, "198.51.100.220", 80))
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "where", "reason"),
+    [
+        ("kubernetes: {}\n", 1, "kubernetes", "needs at least one address pool"),
+        (
+            "pools:\n  - {name: a, addresses: [10.0.0.0/24]}\n"
+            "  - {name: b, addresses: [10.0.0.128-10.0.1.1]}\n",
+            3,
+            "pools[1].addresses",
+            "overlaps pool 'a'",
+        ),
+        (
+            "pools:\n  - {name: a, addresses: [10.0.0.1/24]}\n",
+            2,
+            "pools[0].addresses",
+            "not a CIDR or an address range",
+        ),
+        (
+            "pools:\n  - {name: a, addresses: [10.0.0.0/24]}\n"
+            "kubernetes:\n  nodeport_vip: [10.1.1.1, 10.1.1.2]\n",
+            4,
+            "kubernetes.nodeport_vip[1]",
+            "at most one nodeport_vip per address family",
+        ),
+        (
+            "pools:\n  - {name: a, addresses: [10.0.0.0/24]}\n"
+            "kubernetes:\n  backends: pods\n",
+            4,
+            "kubernetes.backends",
+            "must be one of nodeport, pod",
+        ),
+    ],
+)
+def test_kubernetes_and_pool_errors_name_the_line(
+    text: str, line: int, where: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "k.yaml")
+    assert (caught.value.line, caught.value.where) == (line, where)
+    assert reason in caught.value.reason
