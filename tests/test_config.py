@@ -170,8 +170,7 @@ def test_the_kubernetes_example_loads_and_owns_its_pools() -> None:
             "at most one nodeport_vip per address family",
         ),
         (
-            "pools:\n  - {name: a, addresses: [10.0.0.0/24]}\n"
-            "kubernetes:\n  backends: pods\n",
+            "pools:\n  - {name: a, addresses: [10.0.0.0/24]}\nkubernetes:\n  backends: pods\n",
             4,
             "kubernetes.backends",
             "must be one of nodeport, pod",

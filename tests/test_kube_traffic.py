@@ -140,7 +140,10 @@ def test_nodeport_service_through_the_nodeport_vip(
 
 
 def test_api_outage_keeps_traffic_flowing_and_resyncs_on_return(
-    lab: Lab, api: FakeApiServer, director: tuple[Runtime, KernelIpvs]
+    lab: Lab,
+    api: FakeApiServer,
+    director: tuple[Runtime, KernelIpvs],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     runtime, ipvs = director
     obj = service("web", [("http", "TCP", 80)])  # nodeport backends, nat
@@ -165,7 +168,8 @@ def test_api_outage_keeps_traffic_flowing_and_resyncs_on_return(
         # The cluster changes while the director cannot see it.
         api.store.patch("nodes", "", "node1", {"metadata": {"labels": {
             "node.kubernetes.io/exclude-from-external-load-balancers": "true"}}})  # fmt: skip
-    print(f"outage {OUTAGE_SECONDS:.0f}s: {answered} requests answered, {failed} failed")
+    with capsys.disabled():
+        print(f"\nAPI outage {OUTAGE_SECONDS:.0f}s: {answered} requests answered, {failed} failed")
     assert failed == 0 and answered > 0
     eventually(lambda: runtime.controller.health.kubernetes_connected, timeout=40)
     eventually(
