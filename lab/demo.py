@@ -16,9 +16,9 @@ from pathlib import Path
 from director import cli
 from director.config import load_config
 from director.ipvs import KernelIpvs
-from director.model import Forwarding, Protocol, ServiceConfig, VirtualService
+from director.model import Forwarding, Protocol, ServiceConfig, ServiceKey, VirtualService
 from director.reconcile import Reconciler
-from lab.netns import Connection, ask_tcp, ask_udp, build_lab, start_servers
+from lab.netns import Connection, Lab, ask_tcp, ask_udp, build_lab, start_servers
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
 REQUESTS = 24
@@ -26,6 +26,93 @@ REQUESTS = 24
 
 def banner(text: str) -> None:
     print(f"\n=== {text} " + "=" * max(0, 70 - len(text)), flush=True)
+
+
+KUBE_POOL = "198.51.100.128/28"
+
+
+def kubernetes_demo(lab: Lab) -> None:
+    """director run's wiring against the API stand-in: a Service's life at the edge."""
+    import tempfile
+
+    from director.config import parse_config
+    from director.runtime import Runtime
+    from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
+
+    banner("Kubernetes: director run against an API server (the lab's stand-in)")
+    lab.lvs.ip(f"route add local {KUBE_POOL} dev lo")  # a lone director: the pool is local
+    api = FakeApiServer().start()
+    for index, be in enumerate(lab.backends, 1):
+        api.create("nodes", node(f"node{index}", be.ipv4))
+    kubeconfig = api.kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig")
+    settings = parse_config(
+        f"pools: [{{name: demo, addresses: [{KUBE_POOL}]}}]\n"
+        f"kubernetes: {{kubeconfig: {kubeconfig}, identity: demo-director, lease_seconds: 2}}\n",
+        "demo.yaml",
+    )
+    ipvs = KernelIpvs(netns=lab.lvs.name)
+    runtime = Runtime(settings, ipvs).start()
+    runtime.wait_ready(60)
+    names = [be.name for be in lab.backends]
+    be = {b.name: b.ipv4 for b in lab.backends}
+    ports = [("http", "TCP", 8080)]
+
+    def wait(probe, what: str, timeout: float = 30):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = probe()
+            if got:
+                return got
+            time.sleep(0.05)
+        raise SystemExit(f"demo: timed out waiting for {what}")
+
+    def show(vip: str, title: str) -> None:
+        answers: Counter[str] = Counter()
+        for i in range(REQUESTS):
+            try:
+                answers[ask_tcp(lab.client, vip, 80, lab.client_sources4[i % 8], 2.0)] += 1
+            except OSError:
+                answers["failed"] += 1
+        print(f"{title:<44} " + " ".join(f"{n}={answers[n]}" for n in names)
+              + (f" failed={answers['failed']}" if answers["failed"] else ""))  # fmt: skip
+
+    def slice_of(*rows: tuple[str, bool]) -> dict[str, object]:
+        return endpoint_slice("web", [(be[n], None, True, term) for n, term in rows], ports)
+
+    try:
+        obj = service("web", [("http", "TCP", 80)], annotations={"lvs-director.io/backends": "pod"})
+        obj["spec"]["ports"][0]["targetPort"] = 8080
+        started = time.perf_counter()
+        api.create("services", obj)
+        api.create("endpointslices", slice_of((names[0], False), (names[1], False)))
+        ingress = wait(lambda: api.get("services", "web")["status"]["loadBalancer"].get("ingress"),
+                       "status")  # fmt: skip
+        vip = ingress[0]["ip"]
+        key = ServiceKey.inet(Protocol.TCP, vip, 80)
+        wait(lambda: ipvs.read_service(key), "the kernel")
+        print("Service default/web (type LoadBalancer, class lvs-director.io/ipvs, pod backends)")
+        print(f"  address {vip} allocated from pool demo, written to status, programmed in "
+              f"{1000 * (time.perf_counter() - started):.0f} ms")  # fmt: skip
+        for event in api.events_for("web"):
+            print(f"  Event {event['type']} {event['reason']}: {event['message']}")
+        show(vip, "2 endpoints:")
+        api.patch("endpointslices", "web-abcde", slice_of(*((n, False) for n in names)))
+        wait(lambda: len(ipvs.read_service(key).real_servers) == 3, "scale up")
+        show(vip, "scaled to 3 endpoints:")
+        api.patch("endpointslices", "web-abcde", slice_of(*((n, n == names[2]) for n in names)))
+        gone = (be[names[2]], 8080)
+        wait(lambda: gone not in ipvs.read_service(key).real_servers, "drain")
+        show(vip, f"{names[2]} terminating (drained, removed):")
+        print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{vip}:80"]).rstrip())
+        api.delete("services", "web")
+        wait(lambda: ipvs.read_service(key) is None, "removal")
+        print(f"Service deleted: tcp {vip}:80 is gone from the kernel; the static services and "
+              "the manual entry are untouched:")  # fmt: skip
+        print(lab.lvs.exec(["ipvsadm", "-Ln"]).rstrip())
+    finally:
+        runtime.stop()
+        ipvs.close()
+        api.stop()
 
 
 def main() -> None:
@@ -124,6 +211,8 @@ def main() -> None:
         lab.lvs.exec(["ipvsadm", "-A", "-t", "203.0.113.250:8443", "-s", "lc"])
         cli.main(["plan", *netns])
         ipvs.close()
+
+        kubernetes_demo(lab)
     finally:
         lab.close()
     if args.out:
