@@ -294,7 +294,7 @@ def _kubernetes(node: _Node) -> KubeSettings:
         backends=fields["backends"].text(("nodeport", "pod"))
         if "backends" in fields
         else "nodeport",
-        resync_seconds=fields["resync_seconds"].integer(5, 86400)
+        resync_seconds=fields["resync_seconds"].integer(1, 86400)
         if "resync_seconds" in fields
         else 60,
         drain_timeout_seconds=(

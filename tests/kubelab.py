@@ -31,6 +31,7 @@ def settings(
     pool: str = "198.51.100.0/29",
     extra: str = "",
     kube_extra: str = "",
+    resync: int = 3600,
 ) -> Settings:
     text = f"""
 pools:
@@ -40,7 +41,7 @@ kubernetes:
   kubeconfig: {kubeconfig}
   identity: {identity}
   lease_seconds: 2
-  resync_seconds: 3600
+  resync_seconds: {resync}
   drain_timeout_seconds: 30
 {kube_extra}
 {extra}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from director.fake import FakeIpvs
-from director.model import Forwarding, Protocol, ServiceKey
+from director.model import Forwarding, Op, OpKind, Protocol, ServiceConfig, ServiceKey
 from director.runtime import Runtime
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from tests.kubelab import eventually, settings
@@ -262,3 +262,42 @@ def test_a_pair_programs_the_same_table_and_one_writes_status(
         assert sorted(leaders) == [False, True]
         statuses = [h for h in api.store.history["services"] if h[1] == "MODIFIED"]
         assert len(statuses) == 1, "only the leader writes status"
+
+
+def test_one_slice_change_touches_only_its_service(api: FakeApiServer, kubeconfig: Path) -> None:
+    ipvs = FakeIpvs()
+    pod = {"lvs-director.io/backends": "pod"}
+    with start(kubeconfig, ipvs, pool="198.51.100.0/27"):
+        for i in range(20):
+            api.create("services", service(f"s{i}", PORTS, annotations=pod))
+            api.create("endpointslices", endpoint_slice(
+                f"s{i}", [(f"10.1.{i}.5", "n1", True, False)], SLICE_PORTS, name=f"s{i}-x"
+            ))  # fmt: skip
+        eventually(lambda: len(ipvs.read().services) == 20, what="20 virtual services")
+        eventually(lambda: all(len(vs.real_servers) == 1 for vs in ipvs.read().services.values()))
+        calls, applied = ipvs.calls, len(ipvs.applied)
+        api.patch("endpointslices", "s7-x", {"endpoints": [
+            {"addresses": ["10.1.7.5"], "conditions": {"ready": True}},
+            {"addresses": ["10.1.7.6"], "conditions": {"ready": True}},
+        ]})  # fmt: skip
+        eventually(lambda: len(ipvs.applied) > applied, what="the change")
+        new_ops = ipvs.applied[applied:]
+        assert [(op.kind.value, op.dest.address if op.dest else None) for op in new_ops] == [
+            ("add-dest", "10.1.7.6")
+        ]
+        assert ipvs.calls == calls + 1, "one apply, for that Service only"
+
+
+def test_full_resync_repairs_drift_and_leaves_foreign_entries(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    ipvs = FakeIpvs()
+    foreign = ServiceKey.inet(Protocol.TCP, "203.0.113.9", 443)
+    ipvs.apply([Op(OpKind.ADD_SERVICE, foreign, config=ServiceConfig("rr"))])
+    with start(kubeconfig, ipvs, resync=1):
+        api.create("services", service("web", PORTS))
+        key = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
+        eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
+        ipvs.apply([Op(OpKind.DEL_SERVICE, key)])  # someone deletes it by hand
+        eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the resync to restore it")
+        assert foreign in ipvs.read().services, "a foreign entry is left alone"
