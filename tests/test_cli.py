@@ -43,3 +43,46 @@ def test_without_ipvs_plan_and_apply_say_so_in_one_sentence(command: str) -> Non
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "has no IPVS support" in lines[0] or "needs root" in lines[0]
+
+
+@pytest.mark.skipif(not kernel_unavailable(), reason="checks the shadow on a kernel without IPVS")
+def test_shadow_mode_runs_without_ipvs_and_writes_only_its_state_file(tmp_path: Path) -> None:
+    import json
+    import signal
+    import time
+
+    from lab.kubeapi import FakeApiServer, service
+
+    with FakeApiServer() as api:
+        api.create("services", service("web", [("http", "TCP", 80)]))
+        config = tmp_path / "director.yaml"
+        config.write_text(
+            "pools: [{name: p, addresses: [198.51.100.0/29]}]\n"
+            f"kubernetes: {{kubeconfig: {api.kubeconfig(tmp_path / 'kc')}}}\n"
+        )
+        state = tmp_path / "state.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "director", "run", "--config", str(config), "--dry-run",
+             "--state-file", str(state)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not (state.exists() and json.loads(state.read_text())["services"]):
+                assert time.monotonic() < deadline, "no state file"
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        body = json.loads(state.read_text())
+        assert body["addresses"] == {"default/web": ["198.51.100.0"]}
+        assert body["services"][0]["service"] == "tcp 198.51.100.0:80"
+        assert "event=ipvs.unavailable_shadow" in err
+        assert 'event=ipvs.would_change op="+ service tcp 198.51.100.0:80' in err
+        assert "origin=default/web:http" in err
+        # Nothing was written to the cluster: no status, no event, no lease.
+        assert api.get("services", "web")["status"] == {"loadBalancer": {}}
+        assert api.store.list("events", None)["items"] == []
+        assert api.store.list("leases", None)["items"] == []
