@@ -5,8 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # qemu + Debian's kernel (it has ip_vs and every scheduler as modules) for the lab VM;
-# ipvsadm to cross-check the kernel; keepalived for the HA pair.
-APT_PACKAGES := qemu-system-x86 linux-image-amd64 ipvsadm keepalived iproute2 kmod procps
+# ipvsadm to cross-check the kernel; keepalived for the HA pair; promtool (prometheus) to
+# check the metrics; chromium to render the status page; openssl for the TLS test.
+APT_PACKAGES := qemu-system-x86 linux-image-amd64 ipvsadm keepalived iproute2 kmod procps \
+	prometheus chromium openssl
 
 .PHONY: setup system venv lint unit kernel-test test demo bench clean
 

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from director import logs
+from director import ctl, logs
 from director.config import ConfigError, Settings, load_config
 from director.dataplane import Ipvs, IpvsUnavailable
 from director.model import Op, OpKind
@@ -110,8 +110,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from director.runtime import Runtime
 
     settings = load_config(args.config)
-    if settings.kubernetes is None:
-        raise ConfigError(settings.source, 0, "kubernetes", "director run needs this section")
     try:
         ipvs = open_ipvs(args.netns)
     except IpvsUnavailable as exc:
@@ -125,13 +123,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    runtime = Runtime(
-        settings,
-        ipvs,
-        dry_run=args.dry_run,
-        state_file=Path(args.state_file) if args.state_file else None,
-        kubeconfig=args.kubeconfig,
-    )
+    try:
+        runtime = Runtime(
+            settings,
+            ipvs,
+            dry_run=args.dry_run,
+            state_file=Path(args.state_file) if args.state_file else None,
+            kubeconfig=args.kubeconfig,
+        )
+    except ValueError as exc:  # an unreadable token file, a bad kubeconfig
+        raise ConfigError(settings.source, 0, "", str(exc)) from None
     with runtime:
         stop.wait()
     ipvs.close()
@@ -179,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shadow mode: write nothing to the kernel or the cluster, log what would change",
     )
     p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
+    ctl.build(sub)
     p = sub.add_parser("check", help="validate a configuration file and exit")
     p.add_argument("--config", required=True)
     sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
@@ -193,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_plan(args, apply=args.command == "apply")
         if args.command == "run":
             return cmd_run(args)
+        if args.command in ("ctl", "status"):
+            return ctl.main_ctl(args)
         if args.command == "check":
             return cmd_check(args)
         return cmd_schedulers(args)

@@ -13,6 +13,7 @@ from typing import Any
 
 PREFIX = "lvs-director.io/"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+TRIGGER_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 Json = Mapping[str, Any]
@@ -66,6 +67,9 @@ class SliceInfo:
     address_type: str  # IPv4 | IPv6 | FQDN
     ports: tuple[tuple[str, str, int], ...]  # (name, protocol, port)
     endpoints: tuple[Endpoint, ...]
+    # endpoints.kubernetes.io/last-change-trigger-time: when the change that made this
+    # version happened (network programming latency starts there).
+    trigger_time: str | None = None
 
     @property
     def ref(self) -> str:
@@ -159,6 +163,7 @@ def slice_from_json(obj: Json) -> SliceInfo:
             for p in obj.get("ports") or ()
         ),
         endpoints=tuple(endpoints),
+        trigger_time=(meta.get("annotations") or {}).get(TRIGGER_ANNOTATION),
     )
 
 

@@ -70,6 +70,18 @@ class KubeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """The ``api:`` section: the admin API and status page."""
+
+    host: str = "127.0.0.1"
+    port: int = 9180
+    token_file: str = ""
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    intents_file: str = "/var/lib/director/intents.json"
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     source: str = "<defaults>"
     ownership: Ownership = field(default_factory=Ownership)
@@ -77,6 +89,7 @@ class Settings:
     services: Table = field(default_factory=dict)
     kubernetes: KubeSettings | None = None
     pools: tuple[Pool, ...] = ()
+    api: ApiSettings | None = None
 
 
 class _Node:
@@ -174,7 +187,7 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
     if root is None:
         return Settings(source=source)
     top = _Node(root, "", source).mapping(
-        {"ownership", "defaults", "services", "kubernetes", "pools"}
+        {"ownership", "defaults", "services", "kubernetes", "pools", "api"}
     )
     ownership = _ownership(top["ownership"]) if "ownership" in top else Ownership()
     pools = _pools(top["pools"]) if "pools" in top else ()
@@ -204,7 +217,42 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
             )
         services[vs.key] = vs
         lines[vs.key] = item.line
-    return Settings(source, ownership, defaults, services, kube, pools)
+    api = _api(top["api"]) if "api" in top else None
+    return Settings(source, ownership, defaults, services, kube, pools, api)
+
+
+def _api(node: _Node) -> ApiSettings:
+    fields = node.mapping(
+        {"listen", "token_file", "tls_cert", "tls_key", "intents_file"}, {"token_file"}
+    )
+    base = ApiSettings()
+    host, port = base.host, base.port
+    if "listen" in fields:
+        text = fields["listen"].scalar()
+        raw_host, _, port_text = text.rpartition(":")
+        raw_host = raw_host.strip("[]")
+        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:  # 0: any free port
+            raise fields["listen"].fail(f"{text!r} is not ADDRESS:PORT (e.g. 127.0.0.1:9180)")
+        try:
+            host = canonical_address(raw_host)
+        except ValueError as exc:
+            raise fields["listen"].fail(str(exc)) from None
+        port = int(port_text)
+    cert = fields["tls_cert"].scalar() if "tls_cert" in fields else None
+    key = fields["tls_key"].scalar() if "tls_key" in fields else None
+    if (cert is None) != (key is None):
+        where = fields["tls_cert"] if cert is not None else fields["tls_key"]
+        raise where.fail("TLS needs both tls_cert and tls_key")
+    return ApiSettings(
+        host=host,
+        port=port,
+        token_file=fields["token_file"].scalar(),
+        tls_cert=cert,
+        tls_key=key,
+        intents_file=(
+            fields["intents_file"].scalar() if "intents_file" in fields else base.intents_file
+        ),
+    )
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

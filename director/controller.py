@@ -12,6 +12,7 @@ outage stops the events, and the kernel keeps what it has.
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
 import ipaddress
 import json
@@ -26,10 +27,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from director.cluster import ServiceInfo
-from director.config import Settings
+from director.config import KubeSettings, Settings
 from director.dataplane import Ipvs
+from director.intents import Intents
 from director.ipam import Address, Allocator
 from director.logs import event
+from director.metrics import Recorder
 from director.model import (
     DestKey,
     RealServer,
@@ -46,6 +49,7 @@ from director.translate import Options, Policy, ipam_request, relevant, translat
 
 log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")
+STATIC = "static"  # the owner of the configuration's own services
 COMPONENT = "lvs-director"
 
 
@@ -141,11 +145,17 @@ class Controller:
         state_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         observer: Callable[[str, SyncReport], None] | None = None,
+        intents_file: Path | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
-        kube = settings.kubernetes
-        if kube is None:
-            raise ValueError("the configuration has no kubernetes section")
+        # Without a kubernetes section the loop serves the static services (and the API).
+        kube = settings.kubernetes or KubeSettings()
         self.settings, self.kube = settings, kube
+        self.required = set(RESOURCES) if settings.kubernetes is not None else set()
+        self.intents_file = intents_file
+        self.intents = Intents.load(intents_file) if intents_file else Intents()
+        # The loop holds this while it changes state; the API holds it to read.
+        self.lock = threading.RLock()
         self.dry_run = dry_run
         self.clock = clock
         self.observer = observer
@@ -167,16 +177,20 @@ class Controller:
         self.health = Health()
         self.queue: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self.outbox = Outbox(writer) if writer is not None and not dry_run else None
-        self.desired: Table = dict(settings.services)  # static services too
+        self.desired: Table = {}  # static services too
         self.produced: dict[str, set[ServiceKey]] = {}
-        self.owner: dict[ServiceKey, str] = {k: "static" for k in settings.services}
+        self.owner: dict[ServiceKey, str] = {k: STATIC for k in settings.services}
         self.options: dict[str, Options] = {}
         self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
         # Real servers at weight 0 waiting for their connections: key -> dest -> deadline.
         self.draining: dict[ServiceKey, dict[DestKey, float]] = {}
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
+        self.vrrp_state: str | None = None  # MASTER / BACKUP / FAULT once keepalived reports
+        self.recorder = recorder
+        self._triggers: dict[str, str] = {}  # service -> last trigger time observed
         self._next_resync = 0.0
         self._next_drain_check = 0.0
+        self.last_step = time.monotonic()  # /healthz: the loop is alive
         self._state_dirty = False
 
     # -- input -----------------------------------------------------------------------
@@ -203,17 +217,22 @@ class Controller:
                 batch.append(self.queue.get_nowait())
         except queue.Empty:
             pass
+        with self.lock:
+            self._step(batch)
+            self.last_step = time.monotonic()
+
+    def _step(self, batch: list[tuple[str, str, Any]]) -> None:
         dirty: set[str] = set()
         for resource, kind, payload in batch:
             dirty |= self._absorb(resource, kind, payload)
         now = self.clock()
         if not self.health.synced:
-            if set(RESOURCES) <= self.snapshot.listed:
+            if self.required <= self.snapshot.listed:
                 self._first_sync()
             return
         if self.draining and now >= self._next_drain_check:
             self._next_drain_check = now + 1.0
-            dirty |= {self.owner.get(key, "") for key in self.draining} - {"", "static"}
+            dirty |= {self.owner.get(key, "") for key in self.draining} - {""}
         if dirty:
             self._sync(dirty)
         if now >= self._next_resync:
@@ -221,6 +240,8 @@ class Controller:
         self._write_state()
 
     def _absorb(self, resource: str, kind: str, payload: Any) -> set[str]:
+        if resource == "api":
+            return self._intent(kind, payload)
         if resource == "lease":
             leader = kind == "LEADER"
             if leader != self.leader and not self.dry_run:
@@ -295,7 +316,7 @@ class Controller:
                     f"taken:{key}",
                 )
                 continue
-            out[key] = self._with_drains(key, vs, result.draining)
+            out[key] = self._with_drains(key, self.intents.apply(key, vs), result.draining)
         return out
 
     def _addresses(self, svc: ServiceInfo) -> tuple[str, ...]:
@@ -435,6 +456,9 @@ class Controller:
     # -- syncing ---------------------------------------------------------------------
     def _first_sync(self) -> None:
         self.reconciler.observe()  # drains are computed against what the kernel holds
+        for key, vs in self._static().items():
+            self.desired[key] = vs
+            self.owner[key] = STATIC
         for ref in self._order(self.snapshot.services):
             for key, vs in self._compute(ref).items():
                 self.desired[key] = vs
@@ -453,6 +477,8 @@ class Controller:
     def full_resync(self, reread: bool = True) -> None:
         started = time.perf_counter()
         report = self.reconciler.full_sync(self.desired, reread=reread)
+        if self.recorder is not None:
+            self.recorder.sync.labels("full").observe(report.seconds)
         self._after(report, "full-resync")
         self.health.last_sync = time.time()
         self.health.last_sync_seconds = time.perf_counter() - started
@@ -466,10 +492,44 @@ class Controller:
 
     def _sync(self, dirty: set[str]) -> None:
         refs = set(self.snapshot.services) | set(self.produced) if ALL in dirty else dirty
-        for ref in self._order(refs):
+        if STATIC in refs or ALL in dirty:
+            for key, vs in self._static().items():
+                self.desired[key] = vs
+                self._after(self.reconciler.sync_service(key, vs), STATIC)
+        for ref in self._order(refs - {STATIC}):
             self.sync_service(ref)
 
+    def _static(self) -> Table:
+        """The configuration's services, with the API's overrides and drains applied."""
+        return {
+            key: self._with_drains(key, self.intents.apply(key, vs), frozenset())
+            for key, vs in self.settings.services.items()
+        }
+
+    # -- API intents (validated by the API, applied here on the loop's thread) ----------
+    def _intent(self, kind: str, payload: Any) -> set[str]:
+        if kind == "STATIC_SCHEDULER":
+            name, choice = payload
+            if choice is None:
+                self.intents.schedulers.pop(name, None)
+            else:
+                self.intents.schedulers[name] = choice
+            dirty = {STATIC}
+        elif kind == "DRAIN":
+            self.intents.drains[payload.id] = payload
+            dirty = {ALL}
+        elif kind == "UNDRAIN":
+            self.intents.drains.pop(payload, None)
+            dirty = {ALL}
+        else:
+            return set()
+        event(log, "api.intent", kind=kind.lower(), detail=payload)
+        if self.intents_file is not None and not self.dry_run:
+            self.intents.save(self.intents_file)
+        return dirty
+
     def sync_service(self, ref: str) -> None:
+        started = time.perf_counter()
         fresh = self._compute(ref)
         before = self.produced.get(ref, set())
         for key in before - fresh.keys():
@@ -486,6 +546,19 @@ class Controller:
         else:
             self.produced.pop(ref, None)
         self._state_dirty = True
+        if self.recorder is not None:
+            self.recorder.sync.labels("service").observe(time.perf_counter() - started)
+            self._observe_programming(ref)
+
+    def _observe_programming(self, ref: str) -> None:
+        """Trigger time of the Service's newest EndpointSlice change -> applied, once."""
+        triggers = [s.trigger_time for s in self.snapshot.slices_for(ref) if s.trigger_time]
+        if not triggers or self.recorder is None:
+            return
+        newest = max(triggers)
+        if self._triggers.get(ref) != newest:
+            self._triggers[ref] = newest
+            self.recorder.observe_programming(newest, dt.datetime.now(dt.UTC))
 
     def _after(self, report: SyncReport, ref: str) -> None:
         if report.result.errors:

@@ -61,6 +61,9 @@ class Pool:
             fam == address.version and first <= value <= last for fam, first, last in self.ranges
         )
 
+    def size(self) -> int:
+        return sum(last - first + 1 for _fam, first, last in self.ranges)
+
     def networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
         for fam, first, last in self.ranges:
@@ -116,6 +119,9 @@ class Allocator:
 
     def in_use(self) -> int:
         return len(self._used)
+
+    def in_use_in(self, pool: Pool) -> int:
+        return sum(1 for address in self._used if pool.contains(address))
 
     # -- changes -------------------------------------------------------------------------
     def release(self, name: str) -> None:

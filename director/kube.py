@@ -270,6 +270,15 @@ class KubeWriter:
             content_type="application/merge-patch+json",
         )
 
+    def patch_annotations(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) annotations on a Service: a JSON merge patch."""
+        self.kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/services/{name}",
+            body={"metadata": {"annotations": values}},
+            content_type="application/merge-patch+json",
+        )
+
     def event(
         self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
     ) -> None:

@@ -11,13 +11,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from director.api import create_app
 from director.cluster import node_from_json, service_from_json, slice_from_json
 from director.config import Settings
 from director.controller import COMPONENT, Controller
 from director.dataplane import Ipvs
 from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
 from director.logs import event
+from director.metrics import DirectorCollector, Recorder
 from director.reconcile import SyncReport
 
 log = logging.getLogger("director.runtime")
@@ -63,6 +68,45 @@ class Elector:
             self._stop.wait(max(0.2, self.seconds / 3))
 
 
+class ApiServer:
+    """The admin API on a production WSGI server (cheroot), optionally with TLS."""
+
+    def __init__(self, app: Any, host: str, port: int, cert: str | None, key: str | None):
+        from cheroot import wsgi
+
+        self.server = wsgi.Server((host, port), app, numthreads=8, server_name="director")
+        if cert and key:
+            from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+            self.server.ssl_adapter = BuiltinSSLAdapter(cert, key)
+        self._thread = threading.Thread(target=self._serve, name="api", daemon=True)
+
+    def _serve(self) -> None:
+        self.server.serve()
+
+    def start(self) -> None:
+        self.server.prepare()  # binds now: a port in use fails at start, not later
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.bind_addr[1])
+
+    def stop(self) -> None:
+        self.server.stop()
+        self._thread.join(timeout=10)
+
+
+def read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"api.token_file {path}: {exc.strerror or exc}") from None
+    if len(token) < 16:
+        raise ValueError(f"api.token_file {path}: the token must be at least 16 characters")
+    return token
+
+
 class Runtime:
     def __init__(
         self,
@@ -76,11 +120,15 @@ class Runtime:
         watch_seconds: int = 300,
     ) -> None:
         kube = settings.kubernetes
-        if kube is None:
-            raise ValueError("director run needs a kubernetes section in the configuration")
-        api = KubeApi(api_client(kubeconfig or kube.kubeconfig))
-        api.api.configuration.retries = False  # the watchers have their own backoff
-        writer = KubeWriter(api, COMPONENT, kube.identity)
+        self.registry = CollectorRegistry()
+        recorder = Recorder(self.registry)
+        writer: KubeWriter | None = None
+        kube_api: KubeApi | None = None
+        if kube is not None:
+            kube_api = KubeApi(api_client(kubeconfig or kube.kubeconfig))
+            kube_api.api.configuration.retries = False  # the watchers have their own backoff
+            writer = KubeWriter(kube_api, COMPONENT, kube.identity)
+        intents = Path(settings.api.intents_file) if settings.api else None
         self.controller = Controller(
             ipvs,
             settings,
@@ -88,33 +136,52 @@ class Runtime:
             dry_run=dry_run,
             state_file=state_file,
             observer=observer,
+            intents_file=intents,
+            recorder=recorder,
         )
+        self.registry.register(DirectorCollector(self.controller))
         parsers = {
             "services": service_from_json,
             "endpointslices": slice_from_json,
             "nodes": node_from_json,
         }
-        self.watchers = [
-            Watcher(
-                api,
-                resource,
-                self.controller.submit,
-                parsers[resource.name],
-                watch_seconds=watch_seconds,
-            )
-            for resource in RESOURCES
-        ]
+        self.watchers = (
+            [
+                Watcher(
+                    kube_api,
+                    resource,
+                    self.controller.submit,
+                    parsers[resource.name],
+                    watch_seconds=watch_seconds,
+                )
+                for resource in RESOURCES
+            ]
+            if kube_api is not None
+            else []
+        )
         self.elector = (
-            None
-            if dry_run
-            else Elector(
+            Elector(
                 writer,
                 kube.lease_namespace,
                 kube.lease_name,
                 kube.lease_seconds,
                 self.controller.set_leader,
             )
+            if writer is not None and kube is not None and not dry_run
+            else None
         )
+        self.api: ApiServer | None = None
+        if settings.api is not None:
+            app = create_app(
+                self.controller,
+                read_token(settings.api.token_file),
+                writer=None if dry_run else writer,
+                registry=self.registry,
+            )
+            self.api = ApiServer(
+                app, settings.api.host, settings.api.port, settings.api.tls_cert,
+                settings.api.tls_key,
+            )  # fmt: skip
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
@@ -123,6 +190,8 @@ class Runtime:
     def start(self) -> Runtime:
         if self._thread.is_alive():
             return self
+        if self.api is not None:
+            self.api.start()
         if self.elector is not None:
             self.elector.start()
         for watcher in self.watchers:
@@ -143,6 +212,8 @@ class Runtime:
             watcher.stop()
         if self.elector is not None:
             self.elector.stop()
+        if self.api is not None:
+            self.api.stop()
         self._stop.set()
         self._thread.join(timeout=10)
 

@@ -31,6 +31,7 @@ from director.model import (
 )
 
 A_SCHEDULER = PREFIX + "scheduler"
+A_OVERRIDE = PREFIX + "scheduler-override"  # written by the admin API
 A_FORWARDING = PREFIX + "forwarding"
 A_BACKENDS = PREFIX + "backends"
 A_NODEPORT = PREFIX + "nodeport"
@@ -107,32 +108,17 @@ def options(
     base = previous or Options(policy.scheduler, frozenset(), policy.forwarding, policy.backends)
     problems: list[Problem] = []
     scheduler, flags, source = policy.scheduler, frozenset[str](), "default"
-    text = svc.annotations.get(A_SCHEDULER)
-    if text is not None:
-        name, _, flag_text = text.strip().partition(":")
-        wanted = frozenset(f.strip() for f in flag_text.split(",") if f.strip())
-        if name not in policy.schedulers:
-            problems.append(
-                Problem(
-                    A_SCHEDULER,
-                    f"scheduler {name!r} is not offered by this kernel "
-                    f"(allowed: {', '.join(sorted(policy.schedulers))})",
-                )
-            )
-            scheduler, flags, source = base.scheduler, base.flags, base.scheduler_source
-        else:
-            try:
-                encode_flags(name, wanted, False)
-                scheduler, flags, source = name, wanted, "annotation"
-            except ValueError:
-                problems.append(
-                    Problem(
-                        A_SCHEDULER,
-                        f"{text!r}: flags must be among "
-                        f"{', '.join(scheduler_flag_names(name))} (write sh:sh-port,sh-fallback)",
-                    )
-                )
+    for annotation, origin in ((A_SCHEDULER, "annotation"), (A_OVERRIDE, "api")):
+        text = svc.annotations.get(annotation)
+        if text is None:
+            continue
+        parsed = parse_scheduler(text, policy.schedulers)
+        if isinstance(parsed, str):
+            problems.append(Problem(annotation, parsed))
+            if source == "default":  # keep the last valid setting
                 scheduler, flags, source = base.scheduler, base.flags, base.scheduler_source
+        else:
+            (scheduler, flags), source = parsed, origin
     forwarding = policy.forwarding
     text = svc.annotations.get(A_FORWARDING)
     if text is not None:
@@ -153,6 +139,25 @@ def options(
             )
             backends = base.backends
     return Options(scheduler, flags, forwarding, backends, source), problems
+
+
+def parse_scheduler(text: str, offered: frozenset[str]) -> tuple[str, frozenset[str]] | str:
+    """``sh`` or ``sh:sh-port,sh-fallback`` -> (scheduler, flags), or why not."""
+    name, _, flag_text = text.strip().partition(":")
+    wanted = frozenset(f.strip() for f in flag_text.split(",") if f.strip())
+    if name not in offered:
+        return (
+            f"scheduler {name!r} is not offered by this kernel "
+            f"(allowed: {', '.join(sorted(offered))})"
+        )
+    try:
+        encode_flags(name, wanted, False)
+    except ValueError:
+        return (
+            f"{text!r}: flags must be among {', '.join(scheduler_flag_names(name))} "
+            "(write sh:sh-port,sh-fallback)"
+        )
+    return name, wanted
 
 
 def ipam_request(svc: ServiceInfo) -> tuple[Request | None, list[Problem]]:

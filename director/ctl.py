@@ -1,0 +1,247 @@
+"""``director ctl`` and ``director status``: the admin API from the command line.
+
+The token comes from ``--token-file``, ``$DIRECTOR_TOKEN`` or ``$DIRECTOR_TOKEN_FILE`` (in that
+order), the address from ``--url`` or ``$DIRECTOR_URL`` (default http://127.0.0.1:9180).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:9180"
+
+
+class CtlError(Exception):
+    pass
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("DIRECTOR_URL", DEFAULT_URL))
+    parser.add_argument("--token-file", help="file holding the API token")
+    parser.add_argument("--ca-file", help="CA bundle for an https URL with a private CA")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON")
+
+
+def _token(args: argparse.Namespace) -> str:
+    path = args.token_file or None
+    if path is None and os.environ.get("DIRECTOR_TOKEN"):
+        return os.environ["DIRECTOR_TOKEN"].strip()
+    path = path or os.environ.get("DIRECTOR_TOKEN_FILE")
+    if not path:
+        raise CtlError("no token: use --token-file, $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE")
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError as exc:
+        raise CtlError(f"cannot read the token file {path}: {exc.strerror}") from None
+
+
+def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(args.url.rstrip("/") + path, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {_token(args)}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            return json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("detail", "")
+        except ValueError:
+            detail = ""
+        raise CtlError(f"{method} {path}: HTTP {exc.code}: {detail or exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise CtlError(f"cannot reach the director at {args.url}: {exc.reason}") from None
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def _origin(o: dict[str, str]) -> str:
+    if o.get("kind") == "static":
+        return f"static/{o.get('name', '')}"
+    return f"{o.get('namespace')}/{o.get('name')}:{o.get('port_name')}"
+
+
+def _endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _split_target(text: str) -> tuple[str, str]:
+    """NAMESPACE/NAME or static/NAME -> the API path prefix and a label."""
+    scope, _, name = text.partition("/")
+    if not scope or not name or "/" in name:
+        raise CtlError(f"{text!r}: write NAMESPACE/NAME (or static/NAME for a static service)")
+    if scope == "static":
+        return f"/api/v1/static/{urllib.parse.quote(name)}", text
+    return f"/api/v1/services/{urllib.parse.quote(scope)}/{urllib.parse.quote(name)}", text
+
+
+def _split_endpoint(text: str) -> tuple[str, int | None]:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    if port and not port.isdigit():
+        raise CtlError(f"{text!r}: write ADDRESS or ADDRESS:PORT ([v6]:PORT)")
+    return host, int(port) if port else None
+
+
+def run(args: argparse.Namespace) -> int:
+    out = _dispatch(args)
+    if out is not None:
+        print(out)
+    return 0
+
+
+def _dispatch(args: argparse.Namespace) -> str | None:
+    if args.command == "status":
+        status = call(args, "GET", "/api/v1/status")
+        if args.json:
+            return json.dumps(status, indent=2)
+        k = status["kubernetes"]
+        kube = "not configured" if not k["configured"] else (
+            "connected" if k["connected"] else f"DISCONNECTED since {k['disconnected_since']}"
+        )  # fmt: skip
+        counts = status["counts"]
+        return "\n".join(
+            [
+                f"role:        {status['role']}{'  (shadow mode)' if status['dry_run'] else ''}",
+                f"ready:       {'yes' if status['ready'] else 'no (first sync pending)'}",
+                f"kubernetes:  {kube}; leader: {'yes' if status['leader'] else 'no'}",
+                f"last sync:   {status['last_sync'] or 'never'} ({status['last_sync_seconds']} s)",
+                f"last error:  {status['last_error'] or '-'}",
+                f"programmed:  {counts['virtual_services']} virtual services, "
+                f"{counts['real_servers']} real servers, {counts['drains']} drains",
+            ]
+        )
+    what = args.what
+    if what == "services":
+        items = call(args, "GET", "/api/v1/services")["items"]
+        if args.json:
+            return json.dumps(items, indent=2)
+        rows = []
+        for vs in items:
+            servers = vs["real_servers"]
+            rows.append([
+                vs["service"], _origin(vs["origin"]),
+                f"{vs['scheduler']}{':' + ','.join(vs['flags']) if vs['flags'] else ''}",
+                vs["scheduler_source"],
+                f"{sum(1 for r in servers if r['state'] == 'active')}/{len(servers)}",
+                str(sum(r["active_connections"] for r in servers)),
+                "yes" if vs["programmed"] else "NO",
+            ])  # fmt: skip
+        header = ["SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"]
+        return _table(rows, header)
+    if what == "scheduler":
+        prefix, label = _split_target(args.target)
+        if args.action == "set":
+            body = {"scheduler": args.scheduler, "flags": args.flag or []}
+            result = call(args, "PUT", f"{prefix}/scheduler", body)
+        else:
+            result = call(args, "DELETE", f"{prefix}/scheduler")
+        if args.json:
+            return json.dumps(result, indent=2)
+        if args.action == "set":
+            return f"{label}: scheduler {result['scheduler']} ({result['stored_in']})"
+        return f"{label}: scheduler back to the {result['source']}"
+    if what == "drain":
+        address, port = _split_endpoint(args.endpoint)
+        request: dict[str, Any] = {"address": address, "port": port}
+        if args.service:
+            request["service"] = args.service
+        result = call(args, "POST", "/api/v1/drains", request)
+        return json.dumps(result, indent=2) if args.json else (
+            f"draining {args.endpoint} (id {result['id']}); watch: director ctl drains"
+        )  # fmt: skip
+    if what == "undrain":
+        address, port = _split_endpoint(args.endpoint)
+        items = call(args, "GET", "/api/v1/drains")["items"]
+        found = [d for d in items if d["address"] == address and d["port"] == port]
+        if not found:
+            raise CtlError(f"{args.endpoint} is not drained")
+        for drain in found:
+            call(args, "DELETE", f"/api/v1/drains/{drain['id']}")
+        return f"undrained {args.endpoint}"
+    if what == "drains":
+        items = call(args, "GET", "/api/v1/drains")["items"]
+        if args.json:
+            return json.dumps(items, indent=2)
+        rows = [
+            [d["id"], _endpoint(d["address"], d["port"]) if d["port"] else d["address"],
+             d["service"] or "everywhere", str(len(d["real_servers"])),
+             str(sum(r["active_connections"] for r in d["real_servers"])),
+             "done" if d["done"] else "draining"]
+            for d in items
+        ]  # fmt: skip
+        return _table(rows, ["ID", "REAL SERVER", "WHERE", "IN", "ACTIVE", "STATE"])
+    if what == "plan":
+        plan = call(args, "GET", "/api/v1/plan")
+        if args.json:
+            return json.dumps(plan, indent=2)
+        lines = [f"{op['detail']}   [{op['origin']}]" for op in plan["ops"]]
+        lines.append(
+            "No changes: the kernel matches."
+            if not plan["ops"]
+            else f"{len(plan['ops'])} changes pending."
+        )
+        return "\n".join(lines)
+    raise CtlError(f"unknown ctl command {what!r}")
+
+
+def build(sub: Any) -> None:
+    status = sub.add_parser("status", help="the director's state, from its admin API")
+    add_arguments(status)
+    ctl = sub.add_parser("ctl", help="drive a running director through its admin API")
+    add_arguments(ctl)
+    # --json is accepted after the subcommand too (director ctl services --json).
+    late = argparse.ArgumentParser(add_help=False)
+    late.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    what = ctl.add_subparsers(dest="what", required=True)
+    what.add_parser("services", parents=[late], help="virtual services, schedulers, real servers")
+    sched = what.add_parser("scheduler", help="set or unset a service's scheduler")
+    action = sched.add_subparsers(dest="action", required=True)
+    set_ = action.add_parser(
+        "set", parents=[late], help="NAMESPACE/NAME (or static/NAME) SCHEDULER"
+    )
+    set_.add_argument("target")
+    set_.add_argument("scheduler")
+    set_.add_argument("--flag", action="append", help="a scheduler flag (repeat for more)")
+    unset = action.add_parser(
+        "unset", parents=[late], help="back to the annotation, config or default"
+    )
+    unset.add_argument("target")
+    drain = what.add_parser("drain", parents=[late], help="weight 0 for ADDRESS[:PORT] everywhere")
+    drain.add_argument("endpoint")
+    drain.add_argument("--service", help="only in this virtual service ('tcp VIP:PORT')")
+    undrain = what.add_parser("undrain", help="undo a drain")
+    undrain.add_argument("endpoint")
+    what.add_parser("drains", parents=[late], help="drains and their progress")
+    what.add_parser("plan", parents=[late], help="what the director would change right now")
+
+
+def main_ctl(args: argparse.Namespace) -> int:
+    try:
+        return run(args)
+    except CtlError as exc:
+        print(f"director: {exc}", file=sys.stderr)
+        return 1

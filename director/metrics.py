@@ -1,0 +1,182 @@
+"""Prometheus metrics: kernel counters read at scrape time, the loop's own figures.
+
+IPVS counters come from the kernel when Prometheus scrapes (a custom collector, no polling
+thread), labelled like node_exporter's ``node_ipvs_*`` (``local_address``, ``local_port``,
+``remote_address``, ``remote_port``, ``proto``, ``local_mark``) plus the Kubernetes object
+they serve (``namespace``, ``service``, ``port_name``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from director.model import ServiceKey
+
+if TYPE_CHECKING:
+    from director.controller import Controller
+
+# kube-proxy's sync histogram: 1 ms doubling to ~16 s.
+BUCKETS = tuple(0.001 * 2**i for i in range(15))
+SERVICE_LABELS = [
+    "local_address",
+    "local_port",
+    "local_mark",
+    "proto",
+    "namespace",
+    "service",
+    "port_name",
+]
+BACKEND_LABELS = [*SERVICE_LABELS, "remote_address", "remote_port"]
+VRRP_STATES = ("MASTER", "BACKUP", "FAULT")
+
+
+def origin_labels(origin: str) -> tuple[str, str, str]:
+    """("namespace", "service", "port_name") of an origin like ``shop/web:http``."""
+    if origin.startswith("static/") or origin == "static":
+        return "", origin.partition("/")[2], ""
+    ref, _, port = origin.partition(":")
+    namespace, _, name = ref.partition("/")
+    return namespace, name, port
+
+
+def service_labels(key: ServiceKey, origin: str) -> list[str]:
+    proto = key.protocol.label if key.protocol is not None else ""
+    mark = str(key.fwmark) if key.fwmark else ""
+    port = str(key.port) if not key.fwmark else ""
+    return [key.address, port, mark, proto, *origin_labels(origin)]
+
+
+class Recorder:
+    """The histograms the loop feeds."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sync = Histogram(
+            "director_sync_duration_seconds",
+            "Time to bring the kernel to the desired state (full resyncs and per-Service syncs).",
+            ["kind"],
+            buckets=BUCKETS,
+            registry=registry,
+        )
+        self.programming = Histogram(
+            "director_network_programming_duration_seconds",
+            "From an EndpointSlice's last-change-trigger-time to its change applied in IPVS.",
+            buckets=BUCKETS,
+            registry=registry,
+        )
+
+    def observe_programming(self, trigger: str, now: dt.datetime) -> None:
+        try:
+            when = dt.datetime.fromisoformat(trigger.replace("Z", "+00:00"))
+        except ValueError:
+            return
+        seconds = (now - when).total_seconds()
+        if seconds >= 0:
+            self.programming.observe(seconds)
+
+
+class DirectorCollector(Collector):
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.controller
+        table = c.ipvs.read(stats=True)
+        with c.lock:
+            origins = {key: vs.origin for key, vs in c.desired.items()}
+            health = c.health
+            connected = health.kubernetes_connected
+            pools = [
+                (pool.name, pool.size(), c.allocator.in_use_in(pool)) for pool in c.settings.pools
+            ]
+            leader, failed, last_sync = c.leader, health.failed_ops, health.last_sync
+            vrrp = c.vrrp_state
+        svc_families = {
+            name: CounterMetricFamily(f"director_ipvs_service_{name}", text, labels=SERVICE_LABELS)
+            for name, text in (
+                ("connections", "Connections scheduled by the virtual service."),
+                ("incoming_packets", "Packets in."),
+                ("outgoing_packets", "Packets out."),
+                ("incoming_bytes", "Bytes in."),
+                ("outgoing_bytes", "Bytes out."),
+            )
+        }
+        be_families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+            "connections": CounterMetricFamily(
+                "director_ipvs_backend_connections", "Connections sent to the real server.",
+                labels=BACKEND_LABELS),
+            "incoming_bytes": CounterMetricFamily(
+                "director_ipvs_backend_incoming_bytes", "Bytes in.", labels=BACKEND_LABELS),
+            "outgoing_bytes": CounterMetricFamily(
+                "director_ipvs_backend_outgoing_bytes", "Bytes out.", labels=BACKEND_LABELS),
+            "active": GaugeMetricFamily(
+                "director_ipvs_backend_connections_active", "Active (established) connections.",
+                labels=BACKEND_LABELS),
+            "inactive": GaugeMetricFamily(
+                "director_ipvs_backend_connections_inactive", "Inactive connections.",
+                labels=BACKEND_LABELS),
+            "weight": GaugeMetricFamily(
+                "director_ipvs_backend_weight", "Weight of the real server.",
+                labels=BACKEND_LABELS),
+        }  # fmt: skip
+        for key, vs in table.services.items():
+            labels = service_labels(key, origins.get(key, ""))
+            stats = table.service_stats.get(key)
+            if stats is not None:
+                svc_families["connections"].add_metric(labels, stats.connections)
+                svc_families["incoming_packets"].add_metric(labels, stats.packets_in)
+                svc_families["outgoing_packets"].add_metric(labels, stats.packets_out)
+                svc_families["incoming_bytes"].add_metric(labels, stats.bytes_in)
+                svc_families["outgoing_bytes"].add_metric(labels, stats.bytes_out)
+            for dkey, rs in vs.real_servers.items():
+                be = [*labels, rs.address, str(rs.port)]
+                state = table.dest_state.get((key, dkey))
+                be_families["weight"].add_metric(be, rs.weight)
+                if state is not None:
+                    be_families["active"].add_metric(be, state.active_connections)
+                    be_families["inactive"].add_metric(be, state.inactive_connections)
+                    be_families["connections"].add_metric(be, state.stats.connections)
+                    be_families["incoming_bytes"].add_metric(be, state.stats.bytes_in)
+                    be_families["outgoing_bytes"].add_metric(be, state.stats.bytes_out)
+        yield from svc_families.values()
+        yield from be_families.values()
+        yield GaugeMetricFamily(
+            "director_kubernetes_connected",
+            "1 when every watch of the Kubernetes API is connected (0 during an outage).",
+            value=1 if connected else 0,
+        )
+        yield GaugeMetricFamily(
+            "director_leader", "1 when this director holds the status-writing Lease.",
+            value=1 if leader else 0,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "director_reconcile_errors", "IPVS operations the kernel refused.", value=failed
+        )
+        if last_sync is not None:
+            yield GaugeMetricFamily(
+                "director_last_full_sync_timestamp_seconds",
+                "Unix time of the last full resync.",
+                value=last_sync,
+            )
+        role = GaugeMetricFamily(
+            "director_vrrp_state", "1 for this director's VRRP state.", labels=["state"]
+        )
+        for name in VRRP_STATES:
+            role.add_metric([name], 1 if vrrp == name else 0)
+        yield role
+        in_use = GaugeMetricFamily(
+            "director_pool_addresses_in_use", "Addresses allocated from the pool.", labels=["pool"]
+        )
+        free = GaugeMetricFamily(
+            "director_pool_addresses_free", "Addresses left in the pool.", labels=["pool"]
+        )
+        for name, size, used in pools:
+            in_use.add_metric([name], used)
+            free.add_metric([name], size - used)
+        yield in_use
+        yield free

@@ -1,0 +1,378 @@
+"""The OpenAPI 3.0 document of the admin API, served at /api/v1/openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from director.model import scheduler_flag_names
+
+_PROBLEM = {"$ref": "#/components/responses/Problem"}
+
+
+def _ok(schema: str, code: str = "200", text: str = "OK") -> dict[str, Any]:
+    return {
+        code: {
+            "description": text,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    base = {401: "no bearer token", 403: "wrong bearer token"}
+    texts = {
+        400: "invalid input",
+        404: "unknown service or drain",
+        409: "conflict with the current state",
+        413: "body larger than 64 KiB",
+        415: "the body is not application/json",
+        503: "the Kubernetes API did not accept the change",
+    }
+    out: dict[str, Any] = {}
+    for code in (*codes, 401, 403):
+        out[str(code)] = {
+            "description": texts.get(code) or base[code],
+            "content": {
+                "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+            },
+        }
+    out["default"] = _PROBLEM
+    return out
+
+
+_NS = [
+    {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"},
+     "example": "default"},
+    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
+     "example": "web"},
+]  # fmt: skip
+_NAME = [
+    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}, "example": "web"}
+]
+_SCHEDULER_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SchedulerChoice"}}},
+}
+
+_COUNTERS = {
+    "type": "object",
+    "properties": {
+        name: {"type": "integer", "minimum": 0}
+        for name in (
+            "connections", "packets_in", "packets_out", "bytes_in", "bytes_out",
+            "cps", "pps_in", "pps_out", "bps_in", "bps_out",
+        )
+    },
+}  # fmt: skip
+
+_SCHEMAS: dict[str, Any] = {
+    "Problem": {
+        "type": "object",
+        "required": ["title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+        },
+    },
+    "Counters": _COUNTERS,
+    "RealServer": {
+        "type": "object",
+        "required": ["address", "port", "weight", "forwarding", "state"],
+        "properties": {
+            "address": {"type": "string"},
+            "port": {"type": "integer"},
+            "weight": {"type": "integer"},
+            "forwarding": {"type": "string", "enum": ["nat", "dr", "tun", "local", "bypass"]},
+            "state": {"type": "string", "enum": ["active", "draining", "unhealthy"]},
+            "active_connections": {"type": "integer"},
+            "inactive_connections": {"type": "integer"},
+            "counters": {"$ref": "#/components/schemas/Counters"},
+        },
+    },
+    "VirtualService": {
+        "type": "object",
+        "required": ["service", "scheduler", "scheduler_source", "real_servers", "origin"],
+        "properties": {
+            "service": {"type": "string", "example": "tcp 198.51.100.10:80"},
+            "family": {"type": "string", "enum": ["ipv4", "ipv6"]},
+            "protocol": {"type": "string", "nullable": True},
+            "address": {"type": "string", "nullable": True},
+            "port": {"type": "integer", "nullable": True},
+            "fwmark": {"type": "integer", "nullable": True},
+            "origin": {"type": "object", "additionalProperties": {"type": "string"}},
+            "scheduler": {"type": "string"},
+            "scheduler_source": {
+                "type": "string",
+                "enum": ["default", "annotation", "api", "config"],
+            },
+            "flags": {"type": "array", "items": {"type": "string"}},
+            "persistence": {"type": "integer"},
+            "programmed": {"type": "boolean"},
+            "counters": {"$ref": "#/components/schemas/Counters"},
+            "real_servers": {"type": "array", "items": {"$ref": "#/components/schemas/RealServer"}},
+        },
+    },
+    "ServiceList": {
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/VirtualService"}}
+        },
+    },
+    "KubernetesService": {
+        "type": "object",
+        "required": ["service", "virtual_services"],
+        "properties": {
+            "service": {"type": "string"},
+            "virtual_services": {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/VirtualService"},
+            },
+        },
+    },
+    # SchedulerChoice is built per kernel by scheduler_choice().
+    "SchedulerResult": {
+        "type": "object",
+        "required": ["service", "source"],
+        "properties": {
+            "service": {"type": "string"},
+            "scheduler": {"type": "string"},
+            "flags": {"type": "array", "items": {"type": "string"}},
+            "source": {"type": "string"},
+            "stored_in": {"type": "string"},
+        },
+    },
+    "DrainRequest": {
+        "type": "object",
+        "required": ["address"],
+        "additionalProperties": False,
+        "properties": {
+            "address": {
+                "anyOf": [
+                    {"type": "string", "format": "ipv4"},
+                    {"type": "string", "format": "ipv6"},
+                ],
+                "example": "192.0.2.11",
+            },
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "nullable": True},
+            "service": {"type": "string", "nullable": True, "example": "tcp 198.51.100.10:80"},
+        },
+    },
+    "Drain": {
+        "type": "object",
+        "required": ["id", "address"],
+        "properties": {
+            "id": {"type": "string"},
+            "address": {"type": "string"},
+            "port": {"type": "integer", "nullable": True},
+            "service": {"type": "string", "nullable": True},
+            "id_text": {"type": "string"},
+            "done": {"type": "boolean"},
+            "real_servers": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "service": {"type": "string"},
+                        "weight": {"type": "integer"},
+                        "active_connections": {"type": "integer"},
+                        "inactive_connections": {"type": "integer"},
+                    },
+                },
+            },
+        },
+    },
+    "DrainList": {
+        "type": "object",
+        "required": ["items"],
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Drain"}}},
+    },
+    "Undrained": {
+        "type": "object",
+        "required": ["id", "undrained"],
+        "properties": {"id": {"type": "string"}, "undrained": {"type": "boolean"}},
+    },
+    "Status": {
+        "type": "object",
+        "required": ["role", "ready", "kubernetes", "leader", "counts"],
+        "properties": {
+            "role": {"type": "string", "enum": ["MASTER", "BACKUP", "FAULT", "standalone"]},
+            "ready": {"type": "boolean"},
+            "dry_run": {"type": "boolean"},
+            "kubernetes": {
+                "type": "object",
+                "properties": {
+                    "configured": {"type": "boolean"},
+                    "connected": {"type": "boolean"},
+                    "disconnected_since": {"type": "string", "nullable": True},
+                },
+            },
+            "leader": {"type": "boolean"},
+            "last_sync": {"type": "string", "nullable": True},
+            "last_sync_seconds": {"type": "number"},
+            "last_error": {"type": "string", "nullable": True},
+            "failed_operations": {"type": "integer"},
+            "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        },
+    },
+    "Plan": {
+        "type": "object",
+        "required": ["ops", "foreign", "refused"],
+        "properties": {
+            "ops": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "op": {"type": "string"},
+                        "service": {"type": "string"},
+                        "detail": {"type": "string"},
+                        "origin": {"type": "string"},
+                    },
+                },
+            },
+            "foreign": {"type": "array", "items": {"type": "string"}},
+            "refused": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+}
+
+
+def scheduler_choice(schedulers: frozenset[str]) -> dict[str, Any]:
+    """One alternative per scheduler the kernel offers, each with the flags it accepts."""
+    alternatives = [
+        {
+            "type": "object",
+            "required": ["scheduler"],
+            "additionalProperties": False,
+            "properties": {
+                "scheduler": {"type": "string", "enum": [name]},
+                "flags": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": list(scheduler_flag_names(name))},
+                },
+            },
+        }
+        for name in sorted(schedulers)
+    ]
+    return {"oneOf": alternatives, "example": {"scheduler": "sh", "flags": ["sh-port"]}}
+
+
+def document(schedulers: frozenset[str]) -> dict[str, Any]:
+    schemas = {**_SCHEMAS, "SchedulerChoice": scheduler_choice(schedulers)}
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "director admin API",
+            "version": "1",
+            "description": "IPVS director: virtual services, schedulers, drains, status.",
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/v1/services": {
+                "get": {
+                    "summary": "Every virtual service, with real servers and live counters",
+                    "responses": {**_ok("ServiceList"), **_errors()},
+                }
+            },
+            "/api/v1/services/{namespace}/{name}": {
+                "parameters": _NS,
+                "get": {
+                    "summary": "The virtual services of one Kubernetes Service",
+                    "responses": {**_ok("KubernetesService"), **_errors(404)},
+                },
+            },
+            "/api/v1/services/{namespace}/{name}/scheduler": {
+                "parameters": _NS,
+                "put": {
+                    "summary": "Set the scheduler, stored on the Service (both directors follow)",
+                    "requestBody": _SCHEDULER_BODY,
+                    "responses": {
+                        **_ok("SchedulerResult"),
+                        **_errors(400, 404, 409, 413, 415, 503),
+                    },
+                },
+                "delete": {
+                    "summary": "Back to the annotation or the default",
+                    "responses": {**_ok("SchedulerResult"), **_errors(404, 409, 503)},
+                },
+            },
+            "/api/v1/static/{name}": {
+                "parameters": _NAME,
+                "get": {
+                    "summary": "One static service of the configuration",
+                    "responses": {**_ok("VirtualService"), **_errors(404)},
+                },
+            },
+            "/api/v1/static/{name}/scheduler": {
+                "parameters": _NAME,
+                "put": {
+                    "summary": "Choose the scheduler of a static service (this director)",
+                    "requestBody": _SCHEDULER_BODY,
+                    "responses": {**_ok("SchedulerResult"), **_errors(400, 404, 413, 415)},
+                },
+                "delete": {
+                    "summary": "Back to the configuration's scheduler",
+                    "responses": {**_ok("SchedulerResult"), **_errors(404)},
+                },
+            },
+            "/api/v1/drains": {
+                "get": {
+                    "summary": "Drains and their progress (connections left)",
+                    "responses": {**_ok("DrainList"), **_errors()},
+                },
+                "post": {
+                    "summary": "Drain a real server: weight 0 everywhere (or in one service)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/DrainRequest"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        **_ok("Drain", "201", "Created"),
+                        **_errors(400, 404, 409, 413, 415),
+                    },
+                },
+            },
+            "/api/v1/drains/{id}": {
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "delete": {
+                    "summary": "Undrain: weights return to their desired values",
+                    "responses": {**_ok("Undrained"), **_errors(404)},
+                },
+            },
+            "/api/v1/status": {
+                "get": {
+                    "summary": "Role, Kubernetes connection, leader, last sync, last error",
+                    "responses": {**_ok("Status"), **_errors()},
+                }
+            },
+            "/api/v1/plan": {
+                "get": {
+                    "summary": "What the director would change right now (empty when healthy)",
+                    "responses": {**_ok("Plan"), **_errors()},
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "responses": {
+                "Problem": {
+                    "description": "an error (RFC 9457 problem details)",
+                    "content": {
+                        "application/problem+json": {
+                            "schema": {"$ref": "#/components/schemas/Problem"}
+                        }
+                    },
+                }
+            },
+            "schemas": schemas,
+        },
+    }

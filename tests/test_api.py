@@ -1,0 +1,317 @@
+"""The admin API through Flask's test client: every endpoint, status code and error.
+
+A real control loop runs on its own thread with the stateful fake IPVS; the Kubernetes
+endpoints run against the API stand-in through the same wiring as ``director run``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask.testing import FlaskClient
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from director.api import create_app
+from director.config import Settings, parse_config
+from director.controller import Controller
+from director.fake import FakeIpvs
+from director.metrics import DirectorCollector, Recorder
+from director.model import Protocol, ServiceKey
+from director.runtime import Runtime
+from lab.kubeapi import FakeApiServer, node, service
+from tests.kubelab import eventually
+from tests.kubelab import settings as kube_settings
+
+TOKEN = "t0ken-for-the-admin-api"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+STATIC = """
+ownership: {networks: [198.51.100.0/24]}
+services:
+  - name: web
+    address: 198.51.100.10
+    port: 80
+    scheduler: rr
+    real_servers: [192.0.2.11:8080, 192.0.2.12:8080]
+  - name: dns
+    address: 198.51.100.53
+    port: 53
+    protocol: udp
+    real_servers: [192.0.2.11:53, 192.0.2.13:53]
+"""
+
+
+class Director:
+    def __init__(self, settings: Settings, intents: Path) -> None:
+        self.ipvs = FakeIpvs()
+        self.registry = CollectorRegistry()
+        self.controller = Controller(
+            self.ipvs, settings, intents_file=intents, recorder=Recorder(self.registry)
+        )
+        self.registry.register(DirectorCollector(self.controller))
+        self.app = create_app(self.controller, TOKEN, registry=self.registry)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.controller.run, args=(self.stop, 0.05))
+
+    def vs(self, key: ServiceKey = WEB):  # type: ignore[no-untyped-def]
+        return self.ipvs.read().services.get(key)
+
+
+@pytest.fixture
+def director(tmp_path: Path) -> Iterator[Director]:
+    d = Director(parse_config(STATIC, "static.yaml"), tmp_path / "intents.json")
+    d.thread.start()
+    eventually(lambda: d.controller.health.synced, what="the first sync")
+    yield d
+    d.stop.set()
+    d.thread.join(5)
+
+
+@pytest.fixture
+def client(director: Director) -> FlaskClient:
+    return director.app.test_client()
+
+
+def is_problem(response, status: int, *words: str) -> None:  # type: ignore[no-untyped-def]
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/problem+json"
+    body = response.get_json()
+    assert body["status"] == status
+    for word in words:
+        assert word in body["detail"], body["detail"]
+
+
+def test_every_api_request_needs_the_token(client: FlaskClient) -> None:
+    missing = client.get("/api/v1/services")
+    is_problem(missing, 401, "Bearer")
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    is_problem(client.get("/api/v1/services", headers={"Authorization": "Bearer nope"}), 403)
+    is_problem(client.get("/api/v1/openapi.json"), 401)
+    # Health, readiness, metrics and the status page are open (bind the API to a safe place).
+    for path in ("/healthz", "/readyz", "/metrics", "/", "/ui/status"):
+        assert client.get(path).status_code == 200, path
+
+
+def test_services_show_origin_scheduler_real_servers_and_counters(
+    director: Director, client: FlaskClient
+) -> None:
+    director.ipvs.set_connections(WEB, ("192.0.2.11", 8080), active=4, inactive=1)
+    items = client.get("/api/v1/services", headers=AUTH).get_json()["items"]
+    web = next(i for i in items if i["service"] == "tcp 198.51.100.10:80")
+    assert web["origin"] == {"kind": "static", "name": "web"}
+    assert (web["scheduler"], web["scheduler_source"], web["programmed"]) == ("rr", "config", True)
+    first = web["real_servers"][0]
+    assert (first["address"], first["port"], first["weight"], first["state"]) == (
+        "192.0.2.11", 8080, 1, "active",
+    )  # fmt: skip
+    assert (first["active_connections"], first["inactive_connections"]) == (4, 1)
+    assert set(web["counters"]) >= {"connections", "bytes_in", "bytes_out", "cps"}
+    one = client.get("/api/v1/static/web", headers=AUTH).get_json()
+    assert one["service"] == "tcp 198.51.100.10:80"
+
+
+def test_static_scheduler_set_in_place_survives_restart_and_unsets(
+    director: Director, client: FlaskClient, tmp_path: Path
+) -> None:
+    reply = client.put(
+        "/api/v1/static/web/scheduler", json={"scheduler": "sh", "flags": ["sh-port"]}, headers=AUTH
+    )
+    assert reply.status_code == 200 and reply.get_json()["source"] == "api"
+    eventually(lambda: director.vs().config.scheduler == "sh", what="sh in the kernel")
+    assert director.vs().config.flags == {"sh-port"}
+    assert [op.kind.value for op in director.ipvs.applied[-1:]] == ["set-service"], "in place"
+    web = client.get("/api/v1/static/web", headers=AUTH).get_json()
+    assert (web["scheduler"], web["scheduler_source"]) == ("sh", "api")
+    # A restarted director finds the choice in its intents file.
+    again = Director(parse_config(STATIC, "static.yaml"), tmp_path / "intents.json")
+    assert again.controller.intents.schedulers["web"] == ("sh", frozenset({"sh-port"}))
+    assert client.delete("/api/v1/static/web/scheduler", headers=AUTH).status_code == 200
+    eventually(lambda: director.vs().config.scheduler == "rr", what="back to the config's rr")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"scheduler": "fastest"}, 400, ("unknown scheduler 'fastest'", "allowed: dh, fo, lblc")),
+        ({"scheduler": "rr", "flags": ["sh-port"]}, 400, ("invalid flags",)),
+        ({"scheduler": "rr", "flags": "sh-port"}, 400, ("list of strings",)),
+        ({"scheduler": "rr", "colour": "blue"}, 400, ("unknown field(s) colour",)),
+        ({}, 400, ("missing field(s) scheduler",)),
+        ([1, 2], 400, ("JSON object",)),
+    ],
+)
+def test_bad_scheduler_requests_are_refused_with_a_reason(
+    client: FlaskClient, body: object, status: int, words: tuple[str, ...]
+) -> None:
+    is_problem(client.put("/api/v1/static/web/scheduler", json=body, headers=AUTH), status, *words)
+
+
+def test_media_type_size_route_and_method_errors(client: FlaskClient) -> None:
+    put = "/api/v1/static/web/scheduler"
+    is_problem(client.put(put, data="scheduler=sh", headers=AUTH), 415, "application/json")
+    is_problem(
+        client.put(put, data="{not json", headers=AUTH, content_type="application/json"), 400
+    )
+    huge = json.dumps({"scheduler": "rr", "flags": ["x" * 70_000]})
+    is_problem(client.put(put, data=huge, headers=AUTH, content_type="application/json"), 413)
+    is_problem(
+        client.put("/api/v1/static/nope/scheduler", json={"scheduler": "rr"}, headers=AUTH),
+        404,
+        "no static service named 'nope'",
+    )
+    is_problem(client.get("/api/v1/nothing-here", headers=AUTH), 404)
+    is_problem(client.post("/api/v1/status", headers=AUTH), 405)
+    is_problem(client.get("/api/v1/services/default/web", headers=AUTH), 404, "no Service")
+
+
+def test_drain_until_connections_end_then_undrain(director: Director, client: FlaskClient) -> None:
+    a = ("192.0.2.11", 8080)
+    director.ipvs.set_connections(WEB, a, active=2, inactive=0)
+    created = client.post(
+        "/api/v1/drains", json={"address": "192.0.2.11", "port": 8080}, headers=AUTH
+    )
+    assert created.status_code == 201
+    ident = created.get_json()["id"]
+    eventually(lambda: director.vs().real_servers[a].weight == 0, what="weight 0")
+    assert director.vs().real_servers[("192.0.2.12", 8080)].weight == 1, "only that one"
+    progress = client.get("/api/v1/drains", headers=AUTH).get_json()["items"][0]
+    assert progress["real_servers"] == [
+        {"service": "tcp 198.51.100.10:80", "weight": 0, "active_connections": 2,
+         "inactive_connections": 0}
+    ] and progress["done"] is False  # fmt: skip
+    view = client.get("/api/v1/static/web", headers=AUTH).get_json()
+    assert view["real_servers"][0]["state"] == "draining"
+    director.ipvs.set_connections(WEB, a, active=0, inactive=0)
+    assert client.get("/api/v1/drains", headers=AUTH).get_json()["items"][0]["done"] is True
+    is_problem(
+        client.post("/api/v1/drains", json={"address": "192.0.2.11", "port": 8080}, headers=AUTH),
+        409,
+        "already drained",
+    )
+    assert client.delete(f"/api/v1/drains/{ident}", headers=AUTH).status_code == 200
+    eventually(lambda: director.vs().real_servers[a].weight == 1, what="weight back")
+    is_problem(client.delete(f"/api/v1/drains/{ident}", headers=AUTH), 404)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"address": "not-an-ip"}, 400, ("not an IPv4 or IPv6 address",)),
+        ({"address": "192.0.2.11", "port": 0}, 400, ("port must be an integer",)),
+        ({"address": "192.0.2.11", "port": True}, 400, ("port must be an integer",)),
+        ({"address": "192.0.2.11", "service": "tcp 203.0.113.1:1"}, 404, ("no virtual service",)),
+        ({"port": 80}, 400, ("missing field(s) address",)),
+    ],
+)
+def test_bad_drains_are_refused(
+    client: FlaskClient, body: object, status: int, words: tuple[str, ...]
+) -> None:
+    is_problem(client.post("/api/v1/drains", json=body, headers=AUTH), status, *words)
+
+
+def test_status_and_plan(director: Director, client: FlaskClient) -> None:
+    status = client.get("/api/v1/status", headers=AUTH).get_json()
+    assert status["ready"] is True and status["role"] == "standalone"
+    assert status["counts"]["virtual_services"] == 2 and status["counts"]["real_servers"] == 4
+    assert status["kubernetes"]["configured"] is False
+    assert client.get("/api/v1/plan", headers=AUTH).get_json()["ops"] == []
+    from director.model import Op, OpKind
+
+    director.ipvs.apply([Op(OpKind.DEL_SERVICE, WEB)])  # drift: someone deletes it by hand
+    ops = client.get("/api/v1/plan", headers=AUTH).get_json()["ops"]
+    assert [o["op"] for o in ops] == ["add-service", "add-dest", "add-dest"]
+    assert ops[0]["origin"] == "static/web"
+
+
+def test_readyz_is_503_before_the_first_sync(tmp_path: Path) -> None:
+    d = Director(parse_config(STATIC, "static.yaml"), tmp_path / "i.json")
+    client = d.app.test_client()
+    is_problem(client.get("/readyz"), 503, "first sync")
+    assert client.get("/healthz").status_code == 200
+
+
+def test_metrics_use_node_exporter_labels_and_pass_promtool(
+    director: Director, client: FlaskClient, tmp_path: Path
+) -> None:
+    director.ipvs.set_connections(WEB, ("192.0.2.11", 8080), active=3, inactive=0)
+    text = client.get("/metrics").get_data(as_text=True)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    labels = {
+        "local_address": "198.51.100.10", "local_port": "80", "local_mark": "", "proto": "tcp",
+        "namespace": "", "service": "web", "port_name": "",
+        "remote_address": "192.0.2.11", "remote_port": "8080",
+    }  # fmt: skip
+    key = tuple(sorted(labels.items()))
+    assert samples[("director_ipvs_backend_connections_active", key)] == 3
+    assert samples[("director_ipvs_backend_weight", key)] == 1
+    assert 'director_vrrp_state{state="MASTER"} 0.0' in text
+    assert "director_sync_duration_seconds_bucket" in text
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: apt-get install prometheus (make setup does)"
+    scrape = tmp_path / "scrape.prom"
+    scrape.write_text(text)
+    with scrape.open() as handle:
+        done = subprocess.run(
+            [promtool, "check", "metrics"],
+            stdin=handle,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- Kubernetes Services --------------------------------------------------------------------
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Runtime, FlaskClient, FakeIpvs]]:
+    with FakeApiServer() as api:
+        api.create("nodes", node("n1", "192.0.2.11"))
+        config = kube_settings(api.kubeconfig(tmp_path / "kc"))
+        ipvs = FakeIpvs()
+        runtime = Runtime(config, ipvs)
+        runtime.start()
+        assert runtime.wait_ready(20)
+        app = create_app(runtime.controller, TOKEN, writer=runtime.controller.outbox.writer)  # type: ignore[union-attr, arg-type]
+        try:
+            yield api, runtime, app.test_client(), ipvs
+        finally:
+            runtime.stop()
+
+
+def test_kubernetes_scheduler_is_stored_on_the_service_and_applied(kube) -> None:  # type: ignore[no-untyped-def]
+    api, _runtime, client, ipvs = kube
+    api.create("services", service("web", [("http", "TCP", 80)]))
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
+    eventually(lambda: key in ipvs.read().services, what="the virtual service")
+    reply = client.put(
+        "/api/v1/services/default/web/scheduler", json={"scheduler": "sh"}, headers=AUTH
+    )
+    assert reply.status_code == 200, reply.get_data(as_text=True)
+    annotations = api.get("services", "web")["metadata"]["annotations"]
+    assert annotations["lvs-director.io/scheduler-override"] == "sh"
+    eventually(lambda: ipvs.read().services[key].config.scheduler == "sh", what="sh applied")
+    view = client.get("/api/v1/services/default/web", headers=AUTH).get_json()
+    assert view["virtual_services"][0]["scheduler_source"] == "api"
+    assert client.delete("/api/v1/services/default/web/scheduler", headers=AUTH).status_code == 200
+    assert (
+        "lvs-director.io/scheduler-override"
+        not in api.get("services", "web")["metadata"]["annotations"]
+    )
+    eventually(lambda: ipvs.read().services[key].config.scheduler == "wlc", what="default back")
+    is_problem(
+        client.put(
+            "/api/v1/services/default/nope/scheduler", json={"scheduler": "sh"}, headers=AUTH
+        ),
+        404,
+    )

@@ -1,0 +1,181 @@
+"""The admin API as operators run it: ``director run``'s wiring with the production WSGI
+server, fuzzed with schemathesis, over TLS, driven by ``director ctl``, and the status page
+rendered by headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from director.config import parse_config
+from director.fake import FakeIpvs
+from director.runtime import Runtime
+from lab.kubeapi import FakeApiServer, node, service
+from tests.kubelab import eventually
+
+TOKEN = "t0ken-for-the-admin-api"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def config(tmp_path: Path, api: FakeApiServer, extra_api: str = "") -> str:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    return f"""
+ownership: {{networks: [198.51.100.0/26]}}
+pools: [{{name: default, addresses: [198.51.100.64/28]}}]
+services:
+  - name: web
+    address: 198.51.100.10
+    port: 80
+    scheduler: rr
+    real_servers: [192.0.2.11:8080, 192.0.2.12:8080, 192.0.2.13:8080]
+  - name: dns
+    address: 198.51.100.53
+    port: 53
+    protocol: udp
+    real_servers: [192.0.2.11:53, 192.0.2.12:53]
+kubernetes: {{kubeconfig: {api.kubeconfig(tmp_path / "kc")}, identity: a, lease_seconds: 2}}
+api:
+  listen: 127.0.0.1:0
+  token_file: {token}
+  intents_file: {tmp_path / "intents.json"}
+{extra_api}
+"""
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[Runtime, FakeIpvs, str, FakeApiServer]]:
+    with FakeApiServer() as api:
+        api.create("nodes", node("n1", "192.0.2.11"))
+        api.create("services", service("web", [("http", "TCP", 80)]))
+        ipvs = FakeIpvs()
+        runtime = Runtime(parse_config(config(tmp_path, api), "director.yaml"), ipvs)
+        runtime.start()
+        try:
+            assert runtime.wait_ready(20)
+            eventually(lambda: len(ipvs.read().services) == 3, what="static and Kubernetes")
+            assert runtime.api is not None
+            yield runtime, ipvs, f"http://127.0.0.1:{runtime.api.port}", api
+        finally:
+            runtime.stop()
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(running) -> None:  # type: ignore[no-untyped-def]
+    _runtime, _ipvs, url, _api = running
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("schemathesis")),
+            "run", f"{url}/api/v1/openapi.json",
+            "--header", f"Authorization: Bearer {TOKEN}",
+            "--checks", "all", "--max-examples", "30", "--no-color", "--seed", "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )  # fmt: skip
+    summary = [line for line in done.stdout.splitlines() if "generated" in line]
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    print("schemathesis:", *summary)
+
+
+def ctl(url: str, *argv: str) -> str:
+    env = dict(os.environ, DIRECTOR_TOKEN=TOKEN)
+    done = subprocess.run(
+        [sys.executable, "-m", "director", "ctl", "--url", url, *argv],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_director_ctl_and_status_drive_the_api(running) -> None:  # type: ignore[no-untyped-def]
+    _runtime, ipvs, url, _api = running
+    table = ctl(url, "services")
+    assert table.splitlines()[0].split() == [
+        "SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"
+    ]  # fmt: skip
+    assert "static/web" in table and "default/web:http" in table
+    assert json.loads(ctl(url, "services", "--json"))[0]["service"]
+    out = ctl(url, "scheduler", "set", "static/web", "sh", "--flag", "sh-port")
+    assert out.strip() == "static/web: scheduler sh (this director's intents file)"
+    web = next(k for k in ipvs.read().services if k.port == 80 and k.address == "198.51.100.10")
+    eventually(lambda: ipvs.read().services[web].config.scheduler == "sh")
+    assert "drain" in ctl(url, "drain", "192.0.2.12:8080")
+    eventually(lambda: ipvs.read().services[web].real_servers[("192.0.2.12", 8080)].weight == 0)
+    assert "done" in ctl(url, "drains")
+    assert ctl(url, "undrain", "192.0.2.12:8080").strip() == "undrained 192.0.2.12:8080"
+    assert "No changes" in ctl(url, "plan")
+    env = dict(os.environ, DIRECTOR_TOKEN=TOKEN)
+    status = subprocess.run(
+        [sys.executable, "-m", "director", "status", "--url", url],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout  # fmt: skip
+    assert "ready:       yes" in status and "kubernetes:  connected" in status
+    bad = subprocess.run(
+        [sys.executable, "-m", "director", "ctl", "--url", url,
+         "scheduler", "set", "static/web", "x"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "HTTP 400: unknown scheduler 'x'; allowed:" in bad.stderr
+
+
+def test_tls_with_the_operators_certificate(tmp_path: Path) -> None:
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make the test certificate"
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with FakeApiServer() as api:
+        text = config(tmp_path, api, f"  tls_cert: {cert}\n  tls_key: {key}\n")
+        runtime = Runtime(parse_config(text, "director.yaml"), FakeIpvs()).start()
+        try:
+            assert runtime.wait_ready(20) and runtime.api is not None
+            context = ssl.create_default_context(cafile=str(cert))
+            url = f"https://127.0.0.1:{runtime.api.port}/api/v1/status"
+            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+            with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+                assert json.loads(reply.read())["ready"] is True
+        finally:
+            runtime.stop()
+
+
+def test_the_status_page_renders_in_headless_chromium(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _runtime, ipvs, url, _api = running
+    from director.model import Protocol, ServiceKey
+
+    ipvs.set_connections(
+        ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ("192.0.2.11", 8080), 7, 2
+    )
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium is missing: apt-get install chromium (make setup does)"
+    common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]  # fmt: skip
+    dom = subprocess.run(
+        [*common, "--dump-dom", f"{url}/"], capture_output=True, text=True, timeout=120, check=False
+    ).stdout
+    assert 'data-service="tcp 198.51.100.10:80"' in dom, dom[:2000]
+    assert "static/web · rr (config)" in dom
+    assert "192.0.2.11:8080" in dom and ">7<" in dom  # its active connections
+    assert 'data-service="tcp 198.51.100.64:80"' in dom  # the Kubernetes Service
+    assert ">connected<" in dom and ">standalone<" in dom
+    shot = REPO / "docs" / "status-page.png"
+    if os.environ.get("DIRECTOR_UPDATE_SCREENSHOT"):
+        shot.parent.mkdir(exist_ok=True)
+        subprocess.run(
+            [*common, "--window-size=1100,760", f"--screenshot={shot}", f"{url}/"],
+            capture_output=True, timeout=120, check=True,
+        )  # fmt: skip
