@@ -115,6 +115,9 @@ UNAVAILABLE = (
 )
 
 
+Wire = bytes | bytearray  # a datagram, or the receive buffer it is still in
+
+
 # --- encoding ---------------------------------------------------------------------------
 def _nla(kind: int, payload: bytes) -> bytes:
     size = 4 + len(payload)
@@ -231,7 +234,7 @@ def encode_op(op: Op) -> tuple[int, bytes]:
 
 
 # --- decoding ---------------------------------------------------------------------------
-def _attrs(data: bytes, start: int, end: int) -> dict[int, tuple[int, int]]:
+def _attrs(data: Wire, start: int, end: int) -> dict[int, tuple[int, int]]:
     """type -> (payload offset, payload length) for the attributes in data[start:end]."""
     out: dict[int, tuple[int, int]] = {}
     unpack = _NLA.unpack_from
@@ -264,6 +267,18 @@ def _address(data: bytes, offset: int, family: int) -> str:
     if family == socket.AF_INET6:
         return socket.inet_ntop(socket.AF_INET6, data[offset : offset + 16])
     return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
+
+
+def _counters_length(data: Wire, start: int, end: int) -> int:
+    """Bytes taken by the trailing STATS and STATS64 attributes of a service (0: not last)."""
+    attrs = _attrs(data, start, end)
+    if SVC_STATS not in attrs or SVC_STATS64 not in attrs:
+        return 0
+    stats_header = attrs[SVC_STATS][0] - 4
+    stats64_end = attrs[SVC_STATS64][0] + attrs[SVC_STATS64][1]
+    if (stats64_end + 3) & ~3 != end or attrs[SVC_STATS64][0] < attrs[SVC_STATS][0]:
+        return 0
+    return end - stats_header
 
 
 def decode_service(
@@ -321,81 +336,37 @@ def decode_dest(
     return rs, state
 
 
-# Fixed-size dest attributes the fast decoder reads: (type, payload size, struct code).
-_FAST_DEST_FIELDS = (
-    (DEST_ADDR, 16, "16s"),
-    (DEST_PORT, 2, "H2x"),  # network order: read native, then ntohs
-    (DEST_FWD_METHOD, 4, "I"),
-    (DEST_WEIGHT, 4, "i"),
-    (DEST_U_THRESH, 4, "I"),
-    (DEST_L_THRESH, 4, "I"),
-    (DEST_ACTIVE_CONNS, 4, "I"),
-    (DEST_INACT_CONNS, 4, "I"),
-    (DEST_PERSIST_CONNS, 4, "I"),
+_DEST_CONFIG_ATTRS = (
+    DEST_ADDR,
+    DEST_PORT,
+    DEST_FWD_METHOD,
+    DEST_WEIGHT,
+    DEST_U_THRESH,
+    DEST_L_THRESH,
 )
 
 
-class DestLayout:
-    """Where this kernel puts each attribute of a real server in a GET_DEST reply.
+def dest_shape(data: Wire, offset: int, end: int) -> tuple[int, int, int, int] | None:
+    """Where a GET_DEST reply message keeps a real server's configuration.
 
-    The kernel writes the same attributes in the same order with the same sizes for every
-    real server, so after learning the layout from one reply, each further reply decodes
-    with one ``unpack_from``, its attribute headers checked against the learned ones (any
-    difference falls back to the attribute-by-attribute decoder).
-    """
-
-    def __init__(self, layout: struct.Struct, headers: tuple[int, ...], at: dict[int, int]):
-        self.struct, self.headers = layout, headers
-        self.addr, self.port = at[DEST_ADDR], at[DEST_PORT]
-        self.fwd, self.weight = at[DEST_FWD_METHOD], at[DEST_WEIGHT]
-        self.upper, self.lower = at[DEST_U_THRESH], at[DEST_L_THRESH]
-        self.family = at.get(DEST_ADDR_FAMILY)
-
-    @classmethod
-    def learn(cls, data: bytes, start: int, end: int) -> DestLayout | None:
-        attrs = _attrs(data, start, end)
-        spots = []
-        fields: tuple[tuple[int, int, str], ...] = _FAST_DEST_FIELDS
-        if DEST_ADDR_FAMILY in attrs:
-            fields += ((DEST_ADDR_FAMILY, 2, "H2x"),)
-        for kind, size, code in fields:
-            where = attrs.get(kind)
-            if where is None or where[1] != size:
-                return None
-            spots.append((where[0] - start, kind, code))
-        spots.sort()
-        fmt, position, headers, at = "=", 0, [], {}
-        for index, (offset, kind, code) in enumerate(spots):
-            header_at = offset - 4
-            if header_at < position:
-                return None
-            fmt += "x" * (header_at - position) + "I" + code
-            headers.append(_U32.unpack_from(data, start + header_at)[0])
-            at[kind] = 2 * index + 1  # values alternate: header, value
-            position = offset + struct.calcsize("=" + code)
-        return cls(struct.Struct(fmt), tuple(headers), at)
-
-    def decode(self, data: bytes, start: int, end: int, family: int) -> RealServer | None:
-        if start + self.struct.size > end:
-            return None
-        v = self.struct.unpack_from(data, start)
-        if v[0::2] != self.headers:
-            return None
-        if self.family is not None:
-            family = v[self.family]
-        packed = v[self.addr]
-        if family == socket.AF_INET6:
-            address = socket.inet_ntop(socket.AF_INET6, packed)
-        else:
-            address = socket.inet_ntop(socket.AF_INET, packed[:4])
-        return RealServer(
-            address,
-            socket.ntohs(v[self.port]),
-            v[self.weight],
-            _FORWARDING[v[self.fwd] & 0x7],
-            v[self.upper],
-            v[self.lower],
-        )
+    (message length, end of the configuration attributes, start and end of the address
+    family attribute), relative to the message. The kernel writes the configuration first,
+    then the connection counters, the family and the statistics, in the same order and sizes
+    for every real server; None when this message does not look like that."""
+    start = offset + 20  # nlmsghdr + genlmsghdr
+    alen, akind = _NLA.unpack_from(data, start)
+    if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or start + alen > end:
+        return None
+    attrs = _attrs(data, start + 4, start + alen)
+    counters = attrs.get(DEST_ACTIVE_CONNS)
+    if counters is None or any(
+        kind not in attrs or attrs[kind][0] > counters[0] for kind in _DEST_CONFIG_ATTRS
+    ):
+        return None
+    family = attrs.get(DEST_ADDR_FAMILY)
+    fam_start = family[0] - 4 - offset if family else 0
+    fam_end = family[0] + 4 - offset if family else 0
+    return end - offset, counters[0] - 4 - offset, fam_start, fam_end
 
 
 def _messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
@@ -411,7 +382,7 @@ def _messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
-def _error_text(data: bytes, flags: int, start: int, end: int) -> str:
+def _error_text(data: Wire, flags: int, start: int, end: int) -> str:
     code = -_I32.unpack_from(data, start)[0]
     text = error_message(code)
     if flags & NLM_F_ACK_TLVS:
@@ -543,7 +514,12 @@ class KernelIpvs:
         self._sock = in_netns(netns, self._open)
         self._buf = bytearray(RCVBUF)
         self._schedulers: frozenset[str] | None = None
-        self._dest_layout: DestLayout | None = None
+        self._dest_shape: tuple[int, int, int, int] | None = None
+        # configuration bytes of a real server -> its (key, value), see _dest_configs
+        self._dest_cache: dict[tuple[bytes, bytes, int], tuple[DestKey, RealServer]] = {}
+        self._dest_requests: dict[ServiceKey, bytes] = {}
+        self._service_cache: dict[bytes, tuple[ServiceKey, ServiceConfig]] = {}
+        self._service_tail: int | None = None  # bytes of STATS + STATS64 at a service's end
         try:
             self._request(CMD_GET_INFO, b"")
         except OSError as exc:
@@ -638,19 +614,44 @@ class KernelIpvs:
                 out.append((data, start + 4, end))  # skip the genl header
 
     # -- reading -----------------------------------------------------------------------
-    def _services(self) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, int] | None, bytes]]:
+    def _services(
+        self, stats: bool
+    ) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, int] | None, bytes]]:
         out = []
+        cache = self._service_cache
+        if len(cache) > 100_000:
+            cache.clear()
         for data, start, end in self._dump(CMD_GET_SERVICE, b""):
-            attrs = _attrs(data, start, end)
-            off, size = attrs[CMD_ATTR_SERVICE]
-            key, config, stats = decode_service(data, off, off + size)
-            out.append((key, config, stats, data))
+            size, kind = _NLA.unpack_from(data, start)
+            off = start + 4
+            if kind & NLA_TYPE_MASK != CMD_ATTR_SERVICE:
+                off, size = _attrs(data, start, end)[CMD_ATTR_SERVICE]
+            else:
+                size -= 4
+            nested_end = off + size
+            # A service's attributes are its configuration, then its counters (STATS and
+            # STATS64, always last): unchanged configuration bytes decode to what they did.
+            tail = self._service_tail
+            if tail is None:
+                tail = self._service_tail = _counters_length(data, off, nested_end)
+            stats_at = nested_end - tail if tail else 0
+            if tail and _NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS:
+                config_bytes = data[off:stats_at]
+                hit = cache.get(config_bytes)
+                if hit is None:
+                    key, config, _ = decode_service(data, off, nested_end)
+                    hit = cache[config_bytes] = (key, config)
+                stats64 = _attrs(data, stats_at, nested_end).get(SVC_STATS64) if stats else None
+                out.append((hit[0], hit[1], stats64, data))
+                continue
+            key, config, where = decode_service(data, off, nested_end)
+            out.append((key, config, where, data))
         return out
 
     def _dests(
         self, key: ServiceKey, with_stats: bool
     ) -> list[tuple[RealServer, DestState | None]]:
-        request = _nla(CMD_ATTR_SERVICE, encode_service_key(key))
+        request = self._dest_request(key)
         out: list[tuple[RealServer, DestState | None]] = []
         family = key.family
         for data, start, end in self._dump(CMD_GET_DEST, request):
@@ -659,32 +660,90 @@ class KernelIpvs:
             if kind & NLA_TYPE_MASK != CMD_ATTR_DEST:
                 nested, size = _attrs(data, start, end)[CMD_ATTR_DEST]
                 nested_end = nested + size
-            if not with_stats:
-                layout = self._dest_layout
-                if layout is None:
-                    layout = self._dest_layout = DestLayout.learn(data, nested, nested_end)
-                rs = layout.decode(data, nested, nested_end, family) if layout else None
-                if rs is not None:
-                    out.append((rs, None))
-                    continue
             out.append(decode_dest(data, nested, nested_end, family, with_stats))
         return out
+
+    def _dest_request(self, key: ServiceKey) -> bytes:
+        request = self._dest_requests.get(key)
+        if request is None:
+            if len(self._dest_requests) > 100_000:
+                self._dest_requests.clear()
+            request = self._dest_requests[key] = _nla(CMD_ATTR_SERVICE, encode_service_key(key))
+        return request
+
+    def _dest_configs(self, key: ServiceKey) -> dict[DestKey, RealServer]:
+        """One service's real servers (no counters): the hot path of a full resync.
+
+        A real server whose configuration bytes (attribute headers included) are the same as
+        in an earlier reply decodes to the same value: after the first resync, a reply costs
+        two slices and a dictionary lookup, whatever the layout of the kernel's messages."""
+        seq = self._next_seq()
+        request = self._dest_request(key)
+        self._sock.send(self._message(CMD_GET_DEST, NLM_F_REQUEST | NLM_F_DUMP, seq, request))
+        out: dict[DestKey, RealServer] = {}
+        buf, family, genl = self._buf, key.family, self.family
+        header = _HDR.unpack_from
+        cache = self._dest_cache
+        if len(cache) > 1_000_000:
+            cache.clear()
+        shape = self._dest_shape
+        while True:
+            size = self._sock.recv_into(buf)
+            data = bytes(buf[:size])
+            offset = 0
+            while offset + 16 <= size:
+                length, kind, flags, mseq, _pid = header(data, offset)
+                if length < 16:
+                    break
+                end = offset + length
+                if mseq == seq:
+                    if kind == genl:
+                        if shape is None:
+                            shape = self._dest_shape = dest_shape(data, offset, end)
+                        if shape is not None and length == shape[0]:
+                            known = (
+                                data[offset + 20 : offset + shape[1]],
+                                data[offset + shape[2] : offset + shape[3]],
+                                family,
+                            )
+                            hit = cache.get(known)
+                            if hit is None:
+                                nested, alen = _attrs(data, offset + 20, end)[CMD_ATTR_DEST]
+                                rs = decode_dest(data, nested, nested + alen, family, False)[0]
+                                hit = cache[known] = ((rs.address, rs.port), rs)
+                            out[hit[0]] = hit[1]
+                        else:
+                            nested, alen = _attrs(data, offset + 20, end)[CMD_ATTR_DEST]
+                            rs = decode_dest(data, nested, nested + alen, family, False)[0]
+                            out[(rs.address, rs.port)] = rs
+                    elif kind == NLMSG_DONE:
+                        return out
+                    elif kind == NLMSG_ERROR:
+                        code = -_I32.unpack_from(data, offset + 16)[0]
+                        if code:
+                            raise OSError(code, _error_text(data, flags, offset + 16, end))
+                        return out
+                offset += (length + 3) & ~3
 
     @_serialised
     def read(self, *, stats: bool = False) -> KernelTable:
         table = KernelTable()
-        for key, config, stats_at, data in self._services():
-            dests = {}
+        for key, config, stats_at, data in self._services(stats):
             try:
-                found = self._dests(key, stats)
+                if stats:
+                    found = self._dests(key, True)
+                else:
+                    dests = self._dest_configs(key)
             except OSError as exc:
                 if exc.errno in (errno.ESRCH, errno.ENOENT):
                     continue  # deleted by someone else between the two dumps
                 raise
-            for rs, state in found:
-                dests[rs.key] = rs
-                if state is not None:
-                    table.dest_state[(key, rs.key)] = state
+            if stats:
+                dests = {}
+                for rs, state in found:
+                    dests[rs.key] = rs
+                    if state is not None:
+                        table.dest_state[(key, rs.key)] = state
             table.services[key] = VirtualService(key, config, dests)
             if stats:
                 table.service_stats[key] = _stats64(data, stats_at)
@@ -704,7 +763,7 @@ class KernelIpvs:
             off, size = attrs[CMD_ATTR_SERVICE]
             got, config, _ = decode_service(data, off, off + size)
             if got == key:
-                dests = {rs.key: rs for rs, _ in self._dests(key, False)}
+                dests = self._dest_configs(key)
                 return VirtualService(key, config, dests)
         return None
 

@@ -6,16 +6,20 @@ from __future__ import annotations
 import socket
 import struct
 
+import pytest
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
 from director.ipvs import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
-    DestLayout,
+    KernelIpvs,
     _attrs,
+    _counters_length,
     decode_dest,
     decode_service,
     encode_op,
+    encode_service_config,
+    encode_service_key,
 )
 from director.model import (
     Family,
@@ -130,31 +134,80 @@ def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
     return nla(CMD_ATTR_DEST | 0x8000, body)
 
 
-def test_the_learned_dest_layout_decodes_like_the_generic_decoder() -> None:
-    first = RealServer("192.0.2.11", 8080, 3, Forwarding.NAT)
-    data = kernel_dest_reply(first, socket.AF_INET)
-    layout = DestLayout.learn(data, 4, len(data))
-    assert layout is not None
-    for rs, family in (
-        (RealServer("192.0.2.200", 443, 0, Forwarding.DR, 100, 10), socket.AF_INET),
-        (RealServer("2001:db8::7", 53, 65535, Forwarding.TUN), socket.AF_INET6),
-    ):
-        reply = kernel_dest_reply(rs, family)
-        generic, _ = decode_dest(reply, 4, len(reply), socket.AF_INET, False)
-        assert layout.decode(reply, 4, len(reply), socket.AF_INET) == generic == rs
+def dest_message(rs: RealServer, family: int, seq: int, genl_family: int = 0x21) -> bytes:
+    body = kernel_dest_reply(rs, family)
+    return struct.pack("=IHHII", 20 + len(body), genl_family, 2, seq, 0) + b"\x08\x01\0\0" + body
 
 
-def test_a_reply_with_another_layout_falls_back_to_the_generic_decoder() -> None:
-    rs = RealServer("192.0.2.11", 8080)
-    data = kernel_dest_reply(rs, socket.AF_INET)
-    layout = DestLayout.learn(data, 4, len(data))
-    assert layout is not None
-    # An unknown attribute after the fields it reads changes nothing...
-    odd = kernel_dest_reply(rs, socket.AF_INET, extra=struct.pack("=HHI", 8, 99, 0))
-    assert layout.decode(odd, 4, len(odd), socket.AF_INET) == rs
-    # ... one before them shifts them all: the fast path declines...
-    moved = odd[:4] + struct.pack("=HHI", 8, 99, 0) + odd[4:]
-    moved = struct.pack("=HH", len(moved), CMD_ATTR_DEST | 0x8000) + moved[4:]
-    assert layout.decode(moved, 4, len(moved), socket.AF_INET) is None
-    # ... and the generic decoder still reads it.
-    assert decode_dest(moved, 4, len(moved), socket.AF_INET, False)[0] == rs
+class ScriptedSocket:
+    """Replays kernel datagrams for one dump: what a GET_DEST reply looks like on the wire."""
+
+    def __init__(self) -> None:
+        self.datagrams: list[bytes] = []
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        self.sent.append(data)
+        return len(data)
+
+    def recv_into(self, buffer: bytearray) -> int:
+        data = self.datagrams.pop(0)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
+    kernel = object.__new__(KernelIpvs)
+    sock = ScriptedSocket()
+    kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(65536)  # type: ignore[assignment]
+    kernel._dest_shape, kernel._dest_cache, kernel._dest_requests = None, {}, {}
+    return kernel, sock
+
+
+def done(seq: int) -> bytes:
+    return struct.pack("=IHHIIi", 20, 3, 2, seq, 0, 0)
+
+
+def test_dest_replies_decode_the_same_from_the_cache_and_odd_ones_in_full() -> None:
+    kernel, sock = scripted_kernel()
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    a = RealServer("192.0.2.11", 8080, 3, Forwarding.NAT)
+    b = RealServer("192.0.2.12", 8080, 0, Forwarding.DR, 100, 10)
+    mixed = RealServer("2001:db8::9", 8080, 1, Forwarding.TUN)
+    for _ in range(2):  # the second read decodes from the cache
+        seq = kernel._seq + 1
+        sock.datagrams = [
+            dest_message(a, socket.AF_INET, seq) + dest_message(b, socket.AF_INET, seq),
+            dest_message(mixed, socket.AF_INET6, seq) + done(seq),
+        ]
+        assert kernel._dest_configs(key) == {a.key: a, b.key: b, mixed.key: mixed}
+    assert len(kernel._dest_cache) == 3
+    # A reply of another shape (an unknown attribute first) is decoded in full, not cached.
+    seq = kernel._seq + 1
+    body = kernel_dest_reply(a, socket.AF_INET)
+    extra = struct.pack("=HHI", 8, 99, 0)
+    odd = struct.pack("=HH", len(body) + 8, CMD_ATTR_DEST | 0x8000) + extra + body[4:]
+    header = struct.pack("=IHHII", 20 + len(odd), 0x21, 2, seq, 0) + b"\x08\x01\0\0"
+    sock.datagrams = [header + odd + done(seq)]
+    assert kernel._dest_configs(key) == {a.key: a}
+    assert len(kernel._dest_cache) == 3
+
+
+def test_an_error_reply_raises_with_the_errno() -> None:
+    kernel, sock = scripted_kernel()
+    seq = kernel._seq + 1
+    sock.datagrams = [struct.pack("=IHHIIi", 36, 2, 0, seq, 0, -3) + bytes(16)]
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    with pytest.raises(OSError) as caught:
+        kernel._dest_configs(key)
+    assert caught.value.errno == 3
+
+
+def test_service_counters_are_found_at_the_end_of_a_service() -> None:
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    config = encode_service_key(key) + encode_service_config(key, ServiceConfig("wlc"))
+    stats = struct.pack("=HHI", 8, 1, 5)
+    tail = struct.pack("=HH", 12, 10 | 0x8000) + stats + struct.pack("=HH", 12, 12 | 0x8000) + stats
+    data = config + tail
+    assert _counters_length(data, 0, len(data)) == len(tail)
+    assert _counters_length(config, 0, len(config)) == 0, "no counters: no fast path"
