@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
 from director.controller import STATIC, Controller
+from director.dataplane import Ipvs
 from director.intents import Drain
 from director.logs import event
 from director.model import (
@@ -118,14 +120,27 @@ def create_app(
     *,
     writer: AnnotationWriter | None = None,
     registry: CollectorRegistry | None = None,
+    reader: Ipvs | None = None,
 ) -> Flask:
+    """``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock),
+    so that listing 10,000 services never delays the control loop's writes."""
     if not token:
         raise ValueError("the admin API needs a non-empty token")
     app = Flask("director")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    ipvs = controller.ipvs
+    ipvs = reader or controller.ipvs
     expected = token.encode()
+    recent: list[tuple[float, KernelTable]] = []  # one counters read serves 1 s of requests
+    recent_lock = threading.Lock()
+
+    def counters() -> KernelTable:
+        with recent_lock:
+            if recent and time.monotonic() - recent[0][0] < 1.0:
+                return recent[0][1]
+            table = ipvs.read(stats=True)
+            recent[:] = [(time.monotonic(), table)]
+            return table
 
     # -- plumbing --------------------------------------------------------------------
     @app.errorhandler(Problem)
@@ -194,7 +209,7 @@ def create_app(
 
     # -- views -----------------------------------------------------------------------
     def views(keys: list[ServiceKey] | None = None) -> list[dict[str, Any]]:
-        kernel = ipvs.read(stats=True) if keys is None else _read_some(keys)
+        kernel = counters() if keys is None else _read_some(keys)
         with controller.lock:
             desired = dict(controller.desired)
             if keys is not None:

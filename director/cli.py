@@ -107,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from director.fake import FakeIpvs
     from director.runtime import Runtime
 
     settings = load_config(args.config)
@@ -115,18 +116,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     except IpvsUnavailable as exc:
         if not args.dry_run:
             raise
-        from director.fake import FakeIpvs
-
         # A shadow on a host without IPVS plans against an empty table.
         logs.event(_log, "ipvs.unavailable_shadow", reason=str(exc))
         ipvs = FakeIpvs()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # The API and the metrics read through their own socket (no waiting on the loop's).
+    reader = (
+        open_ipvs(args.netns)
+        if settings.api is not None and not isinstance(ipvs, FakeIpvs)
+        else None
+    )
     try:
         runtime = Runtime(
             settings,
             ipvs,
+            reader=reader,
             dry_run=args.dry_run,
             state_file=Path(args.state_file) if args.state_file else None,
             kubeconfig=args.kubeconfig,
@@ -136,6 +142,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with runtime:
         stop.wait()
     ipvs.close()
+    if reader is not None:
+        reader.close()
     return 0
 
 

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from director.dataplane import Ipvs
 from director.model import ServiceKey
 
 if TYPE_CHECKING:
@@ -81,12 +82,13 @@ class Recorder:
 
 
 class DirectorCollector(Collector):
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, reader: Ipvs | None = None) -> None:
         self.controller = controller
+        self.reader = reader or controller.ipvs  # its own socket: scrapes never block writes
 
     def collect(self) -> Iterator[Metric]:
         c = self.controller
-        table = c.ipvs.read(stats=True)
+        table = self.reader.read(stats=True)
         with c.lock:
             origins = {key: vs.origin for key, vs in c.desired.items()}
             health = c.health

@@ -118,7 +118,9 @@ class Runtime:
         kubeconfig: str | None = None,
         observer: Callable[[str, SyncReport], None] | None = None,
         watch_seconds: int = 300,
+        reader: Ipvs | None = None,
     ) -> None:
+        """``reader``: a second adapter for the API's and the metrics' reads."""
         kube = settings.kubernetes
         self.registry = CollectorRegistry()
         recorder = Recorder(self.registry)
@@ -139,7 +141,7 @@ class Runtime:
             intents_file=intents,
             recorder=recorder,
         )
-        self.registry.register(DirectorCollector(self.controller))
+        self.registry.register(DirectorCollector(self.controller, reader))
         parsers = {
             "services": service_from_json,
             "endpointslices": slice_from_json,
@@ -177,6 +179,7 @@ class Runtime:
                 read_token(settings.api.token_file),
                 writer=None if dry_run else writer,
                 registry=self.registry,
+                reader=reader,
             )
             self.api = ApiServer(
                 app, settings.api.host, settings.api.port, settings.api.tls_cert,
