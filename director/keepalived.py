@@ -115,8 +115,8 @@ class Keepalived:
     def validate(self, candidate: Path) -> None:
         try:
             done = subprocess.run(
-                [self.ha.keepalived, "-t", "-f", str(candidate)]
-                + (["--namespace", self.ha.netns] if self.ha.netns else []),
+                (["ip", "netns", "exec", self.ha.netns] if self.ha.netns else [])
+                + [self.ha.keepalived, "-t", "-f", str(candidate)],
                 capture_output=True, text=True, timeout=30, check=False,
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:

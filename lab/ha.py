@@ -198,8 +198,8 @@ def start_director(lab: HaLab, d: Director, preempt_delay: int = 5) -> None:
 
 def start_keepalived(d: Director) -> None:
     d.keepalived = subprocess.Popen(
-        ["keepalived", "--dont-fork", "--log-console", "--vrrp", "--namespace", d.ns.name,
-         "-f", str(d.conf), "-p", str(d.pid_file), "-r", str(d.workdir / "vrrp.pid")],
+        ["ip", "netns", "exec", d.ns.name, "keepalived", "--dont-fork", "--log-console",
+         "--vrrp", "-f", str(d.conf), "-p", str(d.pid_file), "-r", str(d.workdir / "vrrp.pid")],
         stdout=(d.workdir / "keepalived.log").open("ab"), stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
