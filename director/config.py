@@ -339,9 +339,8 @@ def _ha(node: _Node) -> HaSettings:
         config_file=text_of("config_file", base.config_file),
         pid_file=text_of("pid_file", base.pid_file),
         fifo=text_of("fifo", base.fifo),
-        keepalived=text_of("keepalived", base.keepalived)
-        if "keepalived" in fields
-        else base.keepalived,
+        keepalived=text_of("keepalived", base.keepalived),
+        netns=_ifname(fields["netns"]) if "netns" in fields else None,
     )
 
 

@@ -151,3 +151,36 @@ def test_ha_settings_are_validated_at_start(body: str, where: str, reason: str) 
     with pytest.raises(ConfigError) as caught:
         parse_config(text, "ha.yaml")
     assert caught.value.where == where and reason in caught.value.reason
+
+
+def test_every_ha_key_is_read() -> None:
+    text = """
+ha:
+  interface: front
+  router_id: d1
+  priority: 150
+  unicast_source: 203.0.113.11
+  peers: [203.0.113.12]
+  virtual_router_id: 7
+  advert_int: 0.25
+  nopreempt: true
+  track_interfaces: [back]
+  sync_interface: back
+  sync_id: 3
+  gateways: [{address: 192.0.2.1/24, interface: back}]
+  inline_vips: 5
+  config_file: /etc/k.conf
+  pid_file: /run/k.pid
+  fifo: /run/k.fifo
+  keepalived: /usr/sbin/keepalived
+  netns: lab-d1
+"""
+    ha_settings = parse_config(text, "ha.yaml").ha
+    assert ha_settings == HaSettings(
+        interface="front", router_id="d1", priority=150, unicast_source="203.0.113.11",
+        peers=("203.0.113.12",), virtual_router_id=7, advert_int=0.25, preempt_delay=30,
+        nopreempt=True, track_interfaces=("back",), sync_interface="back", sync_id=3,
+        gateways=(("192.0.2.1", 24, "back"),), inline_vips=5, config_file="/etc/k.conf",
+        pid_file="/run/k.pid", fifo="/run/k.fifo", keepalived="/usr/sbin/keepalived",
+        netns="lab-d1",
+    )  # fmt: skip
