@@ -66,7 +66,9 @@ def switch_over(lab: HaLab, vip: str, to, action) -> tuple[float, float, tuple[i
 
 
 @pytest.mark.parametrize("vip", [NAT_VIP, DR_VIP], ids=["nat", "dr"])
-def test_failover_and_failback_keep_50_connections(pair: HaLab, vip: str) -> None:
+def test_failover_and_failback_keep_50_connections(
+    pair: HaLab, vip: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     d1, d2 = pair.directors
     assert d1.runtime.controller.vrrp_state == "MASTER"  # type: ignore[union-attr]
     assert d2.runtime.controller.vrrp_state == "BACKUP"  # type: ignore[union-attr]
@@ -96,14 +98,17 @@ def test_failover_and_failback_keep_50_connections(pair: HaLab, vip: str) -> Non
             f"{vip}: {talkers.alive}/50 connections alive across failover and failback, "
             f"{talkers.answered} requests answered, {talkers.failed} failed"
         )
-        print("\n" + "\n".join(report))
+        with capsys.disabled():
+            print("\n" + "\n".join(report))
         assert talkers.alive == 50 and talkers.failed == 0, report[-1]
     finally:
         talkers.close()
     assert wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", 10) is not None  # type: ignore[union-attr]
 
 
-def test_link_down_moves_the_vips_within_a_second(pair: HaLab) -> None:
+def test_link_down_moves_the_vips_within_a_second(
+    pair: HaLab, capsys: pytest.CaptureFixture[str]
+) -> None:
     d1, d2 = pair.directors
     talkers = Talkers(pair, NAT_VIP, count=50, period=0.1)
     try:
@@ -111,10 +116,11 @@ def test_link_down_moves_the_vips_within_a_second(pair: HaLab) -> None:
         held, answering, (ok, tried) = switch_over(
             pair, NAT_VIP, d2, lambda: d1.ns.ip("link set front down")
         )
-        print(
-            f"\nlink down on the master: VIP on the backup in {held:.2f}s, answering in "
-            f"{answering:.2f}s; new connections during the switch {ok}/{tried}"
-        )
+        with capsys.disabled():
+            print(
+                f"\nlink down on the master: VIP on the backup in {held:.2f}s, answering in "
+                f"{answering:.2f}s; new connections during the switch {ok}/{tried}"
+            )
         assert answering < TAKEOVER_LIMIT
         assert wait_for(lambda: d1.runtime.controller.vrrp_state == "FAULT", 5) is not None  # type: ignore[union-attr]
         before = talkers.answered
@@ -123,7 +129,8 @@ def test_link_down_moves_the_vips_within_a_second(pair: HaLab) -> None:
         assert wait_for(lambda: d1.has(NAT_VIP), 30) is not None, "no failback after link up"
         before = talkers.answered
         wait_for(lambda: talkers.answered >= before + 300, 30)
-        print(f"link down and back: {talkers.alive}/50 alive, {talkers.failed} requests failed")
+        with capsys.disabled():
+            print(f"link down and back: {talkers.alive}/50 alive, {talkers.failed} failed")
         assert talkers.alive == 50 and talkers.failed == 0
     finally:
         talkers.close()
