@@ -82,6 +82,31 @@ class ApiSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HaSettings:
+    """The ``ha:`` section: this director's half of a keepalived VRRP pair."""
+
+    interface: str  # VRRP adverts and the VIPs
+    router_id: str
+    priority: int
+    unicast_source: str
+    peers: tuple[str, ...]
+    virtual_router_id: int = 51
+    advert_int: float = 0.1  # seconds (VRRPv3: centiseconds)
+    preempt_delay: int = 30  # seconds a returning box waits (its connection table syncs)
+    nopreempt: bool = False
+    track_interfaces: tuple[str, ...] = ()
+    sync_interface: str | None = None  # the IPVS connection sync daemon's interface
+    sync_id: int = 0
+    gateways: tuple[tuple[str, int, str], ...] = ()  # (address, prefix, interface): LVS-NAT
+    inline_vips: int = 20  # in virtual_ipaddress; the rest go to virtual_ipaddress_excluded
+    config_file: str = "/etc/keepalived/keepalived.conf"
+    pid_file: str = "/run/keepalived.pid"
+    fifo: str = "/run/director/keepalived.fifo"
+    keepalived: str = "keepalived"  # the binary
+    netns: str | None = None  # keepalived's network namespace (`ip netns` name), if not ours
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     source: str = "<defaults>"
     ownership: Ownership = field(default_factory=Ownership)
@@ -90,6 +115,7 @@ class Settings:
     kubernetes: KubeSettings | None = None
     pools: tuple[Pool, ...] = ()
     api: ApiSettings | None = None
+    ha: HaSettings | None = None
 
 
 class _Node:
@@ -187,7 +213,7 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
     if root is None:
         return Settings(source=source)
     top = _Node(root, "", source).mapping(
-        {"ownership", "defaults", "services", "kubernetes", "pools", "api"}
+        {"ownership", "defaults", "services", "kubernetes", "pools", "api", "ha"}
     )
     ownership = _ownership(top["ownership"]) if "ownership" in top else Ownership()
     pools = _pools(top["pools"]) if "pools" in top else ()
@@ -218,7 +244,104 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
         services[vs.key] = vs
         lines[vs.key] = item.line
     api = _api(top["api"]) if "api" in top else None
-    return Settings(source, ownership, defaults, services, kube, pools, api)
+    ha = _ha(top["ha"]) if "ha" in top else None
+    return Settings(source, ownership, defaults, services, kube, pools, api, ha)
+
+
+_IFNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
+
+
+def _ifname(node: _Node) -> str:
+    name = node.scalar()
+    if not _IFNAME.match(name):
+        raise node.fail(f"{name!r} is not an interface name (letters, digits, _.@-; 15 at most)")
+    return name
+
+
+def _path(node: _Node) -> str:
+    path = node.scalar()
+    if not _PATH.match(path):
+        raise node.fail(f"{path!r} must be an absolute path without spaces or quotes")
+    return path
+
+
+def _ha(node: _Node) -> HaSettings:
+    fields = node.mapping(
+        {
+            "interface", "router_id", "priority", "unicast_source", "peers",
+            "virtual_router_id", "advert_int", "preempt_delay", "nopreempt",
+            "track_interfaces", "sync_interface", "sync_id", "gateways", "inline_vips",
+            "config_file", "pid_file", "fifo", "keepalived", "netns",
+        },
+        {"interface", "router_id", "priority", "unicast_source", "peers"},
+    )  # fmt: skip
+    router_id = fields["router_id"].scalar()
+    if not _NAME.match(router_id):
+        raise fields["router_id"].fail("letters, digits and _.- only (63 at most)")
+    source = fields["unicast_source"].address()
+    peers = tuple(item.address() for item in fields["peers"].items())
+    if not peers:
+        raise fields["peers"].fail("a pair needs its peer's address")
+    for peer, item in zip(peers, fields["peers"].items(), strict=True):
+        if Family.of(peer) is not Family.of(source):
+            raise item.fail("peers must be of the unicast_source's address family")
+    advert = 0.1
+    if "advert_int" in fields:
+        text = fields["advert_int"].scalar()
+        try:
+            advert = round(float(text), 2)
+        except ValueError:
+            raise fields["advert_int"].fail(f"must be seconds, like 0.1 (got {text!r})") from None
+        if not 0.01 <= advert <= 40.95:
+            raise fields["advert_int"].fail("must be between 0.01 and 40.95 seconds (VRRPv3)")
+    gateways = []
+    for item in fields["gateways"].items() if "gateways" in fields else ():
+        gw = item.mapping({"address", "interface"}, {"address", "interface"})
+        text = gw["address"].scalar()
+        try:
+            iface = ipaddress.ip_interface(text)
+        except ValueError:
+            raise gw["address"].fail(f"{text!r} is not ADDRESS/PREFIX") from None
+        gateways.append((str(iface.ip), iface.network.prefixlen, _ifname(gw["interface"])))
+
+    def text_of(name: str, default: str) -> str:
+        return _path(fields[name]) if name in fields else default
+
+    base = HaSettings("x", "x", 1, "0.0.0.0", ())
+    return HaSettings(
+        interface=_ifname(fields["interface"]),
+        router_id=router_id,
+        priority=fields["priority"].integer(1, 254),
+        unicast_source=source,
+        peers=peers,
+        virtual_router_id=(
+            fields["virtual_router_id"].integer(1, 255) if "virtual_router_id" in fields else 51
+        ),
+        advert_int=advert,
+        preempt_delay=(
+            fields["preempt_delay"].integer(0, 1000) if "preempt_delay" in fields else 30
+        ),
+        nopreempt=(
+            fields["nopreempt"].text(("true", "false")) == "true"
+            if "nopreempt" in fields
+            else False
+        ),
+        track_interfaces=tuple(
+            _ifname(i)
+            for i in (fields["track_interfaces"].items() if "track_interfaces" in fields else ())
+        ),
+        sync_interface=_ifname(fields["sync_interface"]) if "sync_interface" in fields else None,
+        sync_id=fields["sync_id"].integer(0, 255) if "sync_id" in fields else 0,
+        gateways=tuple(gateways),
+        inline_vips=fields["inline_vips"].integer(0, 1000) if "inline_vips" in fields else 20,
+        config_file=text_of("config_file", base.config_file),
+        pid_file=text_of("pid_file", base.pid_file),
+        fifo=text_of("fifo", base.fifo),
+        keepalived=text_of("keepalived", base.keepalived),
+        netns=_ifname(fields["netns"]) if "netns" in fields else None,
+    )
 
 
 def _api(node: _Node) -> ApiSettings:

@@ -186,6 +186,10 @@ class Controller:
         self.draining: dict[ServiceKey, dict[DestKey, float]] = {}
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
         self.vrrp_state: str | None = None  # MASTER / BACKUP / FAULT once keepalived reports
+        # Called with the set of VIP addresses whenever it changes (keepalived renders them).
+        self.on_vips: Callable[[frozenset[str]], None] | None = None
+        self._vips: frozenset[str] | None = None
+        self._keys_changed = True
         self.recorder = recorder
         self._triggers: dict[str, str] = {}  # service -> last trigger time observed
         self._next_resync = 0.0
@@ -238,8 +242,23 @@ class Controller:
         if now >= self._next_resync:
             self.full_resync()
         self._write_state()
+        self._announce_vips()
+
+    def _announce_vips(self) -> None:
+        if not self._keys_changed or self.on_vips is None:
+            return
+        self._keys_changed = False
+        vips = frozenset(key.address for key in self.desired if not key.fwmark)
+        if vips != self._vips:
+            self._vips = vips
+            self.on_vips(vips)
 
     def _absorb(self, resource: str, kind: str, payload: Any) -> set[str]:
+        if resource == "vrrp":
+            if kind != self.vrrp_state:
+                event(log, "vrrp.role", state=kind, previous=self.vrrp_state or "-")
+            self.vrrp_state = kind
+            return set()
         if resource == "api":
             return self._intent(kind, payload)
         if resource == "lease":
@@ -466,6 +485,8 @@ class Controller:
                 self.produced.setdefault(ref, set()).add(key)
         self.full_resync(reread=False)
         self.health.synced = True
+        self._keys_changed = True
+        self._announce_vips()
         # The snapshot and tables are long-lived: keep the collector from walking them on
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
         gc.collect()
@@ -541,6 +562,8 @@ class Controller:
             self.desired[key] = vs
             self.owner[key] = ref
             self._after(self.reconciler.sync_service(key, vs), ref)
+        if fresh.keys() != before:
+            self._keys_changed = True
         if fresh:
             self.produced[ref] = set(fresh)
         else:

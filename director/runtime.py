@@ -9,17 +9,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from director.api import create_app
 from director.cluster import node_from_json, service_from_json, slice_from_json
 from director.config import Settings
 from director.controller import COMPONENT, Controller
 from director.dataplane import Ipvs
+from director.keepalived import KeepalivedSync, VrrpFifo
 from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
 from director.logs import event
 from director.metrics import DirectorCollector, Recorder
@@ -66,6 +69,27 @@ class Elector:
                 self.leader = held
                 self.on_change(held)
             self._stop.wait(max(0.2, self.seconds / 3))
+
+
+class KeepalivedCollector(Collector):
+    """keepalived's side of the metrics: configurations it refused, reloads."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        sync = self.runtime.keepalived
+        if sync is None:
+            return
+        yield CounterMetricFamily(
+            "director_keepalived_config_rejected",
+            "Rendered keepalived configurations that keepalived -t refused (never installed).",
+            value=sync.keepalived.rejected,
+        )
+        yield CounterMetricFamily(
+            "director_keepalived_reloads", "keepalived reloads after a new configuration.",
+            value=sync.keepalived.reloads,
+        )  # fmt: skip
 
 
 class ApiServer:
@@ -185,6 +209,15 @@ class Runtime:
                 app, settings.api.host, settings.api.port, settings.api.tls_cert,
                 settings.api.tls_key,
             )  # fmt: skip
+        self.keepalived: KeepalivedSync | None = None
+        self.fifo: VrrpFifo | None = None
+        if settings.ha is not None and not dry_run:
+            self.keepalived = KeepalivedSync(settings.ha, settings.source)
+            self.controller.on_vips = self.keepalived.submit
+            self.fifo = VrrpFifo(
+                settings.ha.fifo, lambda state: self.controller.submit("vrrp", state, None)
+            )
+        self.registry.register(KeepalivedCollector(self))
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
@@ -195,6 +228,9 @@ class Runtime:
             return self
         if self.api is not None:
             self.api.start()
+        if self.keepalived is not None and self.fifo is not None:
+            self.fifo.start()
+            self.keepalived.start()
         if self.elector is not None:
             self.elector.start()
         for watcher in self.watchers:
@@ -217,6 +253,9 @@ class Runtime:
             self.elector.stop()
         if self.api is not None:
             self.api.stop()
+        if self.keepalived is not None and self.fifo is not None:
+            self.keepalived.stop()
+            self.fifo.stop()
         self._stop.set()
         self._thread.join(timeout=10)
 

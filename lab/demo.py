@@ -115,6 +115,52 @@ def kubernetes_demo(lab: Lab) -> None:
         api.stop()
 
 
+def failover_demo() -> None:
+    """The pair: which box is master, kill -9 its keepalived, the takeover, the survivors."""
+    import tempfile
+
+    from lab.ha import (
+        NAT_VIP,
+        Talkers,
+        build_ha_lab,
+        kill_keepalived,
+        new_connections,
+        start_director,
+        wait_for,
+    )
+
+    banner("High availability: two directors, real keepalived, the IPVS sync daemon")
+    lab = build_ha_lab("demo-ha", Path(tempfile.mkdtemp()))
+    try:
+        d1, d2 = lab.directors
+        start_director(lab, d1)
+        wait_for(lambda: d1.has(NAT_VIP), 30)
+        start_director(lab, d2)
+        wait_for(
+            lambda: d2.runtime is not None and d2.runtime.controller.vrrp_state == "BACKUP", 30
+        )
+        for d in lab.directors:
+            role = d.runtime.controller.vrrp_state if d.runtime else "?"
+            print(f"{d.name}: {role:<7} VIP {NAT_VIP} {'here' if d.has(NAT_VIP) else '-'}")
+        talkers = Talkers(lab, NAT_VIP, count=50, period=0.1)
+        wait_for(lambda: talkers.answered >= 500, 30)
+        print(f"50 connections to {NAT_VIP}:80 (nat), each asking every 100 ms: "
+              f"{talkers.answered} answers so far")  # fmt: skip
+        print("kill -9 keepalived on d1 (the master) ...")
+        kill_keepalived(d1)
+        held = wait_for(lambda: d2.has(NAT_VIP), 10)
+        ok, tried = new_connections(lab, NAT_VIP, 1.0)
+        print(f"d2 holds {NAT_VIP} after {held:.2f}s" if held is not None else "d2 never took over")
+        print(f"new connections right after the kill: {ok}/{tried} succeeded")
+        before = talkers.answered
+        wait_for(lambda: talkers.answered >= before + 500, 30)
+        print(f"connections alive: {talkers.alive}/50; requests failed: {talkers.failed}; "
+              f"answered: {talkers.answered}")  # fmt: skip
+        talkers.close()
+    finally:
+        lab.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
@@ -215,6 +261,7 @@ def main() -> None:
         kubernetes_demo(lab)
     finally:
         lab.close()
+    failover_demo()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "done").write_text(socket.gethostname() + "\n")

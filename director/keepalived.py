@@ -1,0 +1,256 @@
+"""keepalived: render the pair's configuration (pure), install it safely, follow VRRP state.
+
+- ``render_keepalived``: settings + VIP set -> keepalived.conf text, from
+  ``templates/keepalived.conf.j2``. The template holds only layout; ``template_vars`` builds
+  the plain values, every one validated first (addresses canonical, names and numbers
+  checked), so nothing from the cluster can inject configuration.
+- ``Keepalived.install``: writes the new file beside the live one, has keepalived validate it
+  (``keepalived -t -f``), renames it into place and reloads keepalived (SIGHUP), only when the
+  content changed. A file keepalived rejects never goes live; the error is logged in
+  keepalived's own words and counted.
+- ``VrrpFifo``: keepalived's ``notify_fifo`` -> this director's VRRP state. No script runs,
+  so no shell ever sees anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import stat
+import subprocess
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from director.config import HaSettings
+from director.logs import event
+from director.model import Family, canonical_address
+
+log = logging.getLogger("director.keepalived")
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+INSTANCE = "director"
+STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
+_FIFO_LINE = re.compile(r'^INSTANCE "([^"]+)" (MASTER|BACKUP|FAULT|STOP)\b')
+
+
+def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> dict[str, Any]:
+    """Plain, validated values for the template. VIPs of the unicast family go in
+    virtual_ipaddress (the first ``inline_vips`` of them, so adverts stay small), the rest
+    and every VIP of the other family in virtual_ipaddress_excluded."""
+    family = Family.of(ha.unicast_source)
+    lines_inline: list[str] = []
+    lines_excluded: list[str] = []
+    for address, prefix, iface in ha.gateways:
+        lines_inline.append(f"{canonical_address(address)}/{prefix} dev {iface}")
+    for vip in sorted({canonical_address(v) for v in vips}, key=_sort_key):
+        vip_family = Family.of(vip)
+        line = f"{vip}/{vip_family.max_prefix} dev {ha.interface}"
+        if vip_family is family and len(lines_inline) < ha.inline_vips + len(ha.gateways):
+            lines_inline.append(line)
+        else:
+            lines_excluded.append(line)
+    return {
+        "source_config": source_config,
+        "router_id": ha.router_id,
+        "fifo": ha.fifo,
+        "sync_interface": ha.sync_interface,
+        "sync_id": ha.sync_id,
+        "instance": INSTANCE,
+        "interface": ha.interface,
+        "virtual_router_id": ha.virtual_router_id,
+        "priority": ha.priority,
+        "advert_int": f"{ha.advert_int:.2f}",
+        "nopreempt": ha.nopreempt,
+        "preempt_delay": ha.preempt_delay,
+        "unicast_source": canonical_address(ha.unicast_source),
+        "peers": [canonical_address(p) for p in ha.peers],
+        "track_interfaces": list(ha.track_interfaces),
+        "inline": lines_inline,
+        "excluded": lines_excluded,
+    }
+
+
+def _sort_key(address: str) -> tuple[int, bytes]:
+    import socket
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return (family, socket.inet_pton(family, address))
+
+
+def render_keepalived(
+    ha: HaSettings,
+    vips: Iterable[str],
+    source_config: str = "director",
+    templates: Path = TEMPLATES,
+) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # not HTML; every value is validated in template_vars
+    )
+    return env.get_template("keepalived.conf.j2").render(**template_vars(ha, vips, source_config))
+
+
+class ConfigRejected(Exception):
+    """keepalived refused a rendered configuration (its own words in the message)."""
+
+
+class Keepalived:
+    """The live keepalived.conf, and the daemon that reads it."""
+
+    def __init__(self, ha: HaSettings) -> None:
+        self.ha = ha
+        self.path = Path(ha.config_file)
+        self.rejected = 0  # configurations keepalived refused (a metric)
+        self.reloads = 0
+        self.last_error: str | None = None
+
+    def validate(self, candidate: Path) -> None:
+        try:
+            done = subprocess.run(
+                (["ip", "netns", "exec", self.ha.netns] if self.ha.netns else [])
+                + [self.ha.keepalived, "-t", "-f", str(candidate)],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConfigRejected(f"cannot run {self.ha.keepalived}: {exc}") from None
+        if done.returncode != 0:
+            words = " | ".join(
+                line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()
+            )
+            raise ConfigRejected(words[-2000:] or f"keepalived -t exited {done.returncode}")
+
+    def install(self, text: str) -> bool:
+        """Make ``text`` the live configuration; True when it changed (and keepalived was
+        told). Raises ConfigRejected (the live file untouched) when keepalived refuses it."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.read_text() == text:
+                return False
+        candidate = self.path.with_name(self.path.name + ".new")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        candidate.write_text(text)
+        try:
+            self.validate(candidate)
+        except ConfigRejected as exc:
+            self.rejected += 1
+            self.last_error = str(exc)
+            event(log, "keepalived.config_rejected", level=logging.ERROR, file=str(candidate),
+                  keepalived=str(exc))  # fmt: skip
+            raise
+        os.replace(candidate, self.path)
+        self.reload()
+        return True
+
+    def reload(self) -> None:
+        """SIGHUP keepalived (it rereads its configuration, keeping its VRRP state)."""
+        try:
+            pid = int(Path(self.ha.pid_file).read_text().split()[0])
+            os.kill(pid, signal.SIGHUP)
+        except (OSError, ValueError, IndexError) as exc:
+            event(log, "keepalived.not_reloaded", level=logging.WARNING, reason=str(exc),
+                  pid_file=self.ha.pid_file)  # fmt: skip
+            return
+        self.reloads += 1
+        event(log, "keepalived.reloaded", pid=pid, file=str(self.path))
+
+
+class KeepalivedSync:
+    """Renders and installs on a thread of its own (keepalived -t takes a while): the latest
+    VIP set wins, the control loop never waits."""
+
+    def __init__(self, ha: HaSettings, source_config: str, keepalived: Keepalived | None = None):
+        self.ha, self.source_config = ha, source_config
+        self.keepalived = keepalived or Keepalived(ha)
+        self._pending: frozenset[str] | None = None
+        self._cv = threading.Condition()
+        self._stop = False
+        self.installed: frozenset[str] | None = None
+        self._thread = threading.Thread(target=self._run, name="keepalived", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout=30)
+
+    def submit(self, vips: frozenset[str]) -> None:
+        with self._cv:
+            self._pending = vips
+            self._cv.notify()
+
+    def settle(self, timeout: float = 30.0) -> bool:
+        """Wait until the latest VIP set is installed (tests, the demo)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._pending is None, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._pending is not None or self._stop)
+                if self._stop:
+                    return
+                vips = self._pending
+            assert vips is not None
+            try:
+                self.keepalived.install(render_keepalived(self.ha, vips, self.source_config))
+                self.installed = vips
+            except ConfigRejected:
+                pass  # logged and counted; the old configuration stays live
+            except Exception as exc:  # a full disk must not stop the thread
+                event(log, "keepalived.install_failed", level=logging.ERROR, reason=repr(exc))
+            with self._cv:
+                if self._pending is vips:
+                    self._pending = None
+                self._cv.notify_all()
+
+
+class VrrpFifo:
+    """Reads keepalived's notify_fifo and reports this director's VRRP state."""
+
+    def __init__(self, path: str, on_state: Callable[[str], None]) -> None:
+        self.path, self.on_state = Path(path), on_state
+        self.state: str | None = None
+        self._thread = threading.Thread(target=self._run, name="vrrp-fifo", daemon=True)
+        self._stop = False
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists() and not stat.S_ISFIFO(self.path.stat().st_mode):
+            self.path.unlink()
+        if not self.path.exists():
+            os.mkfifo(self.path, 0o600)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        with contextlib.suppress(OSError):  # wake the reader
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"\n")
+            os.close(fd)
+
+    def _run(self) -> None:
+        # O_RDWR: the open never blocks and reads never see EOF when keepalived restarts.
+        with open(os.open(self.path, os.O_RDWR), "rb", buffering=0) as fifo:
+            buffer = b""
+            while not self._stop:
+                chunk = fifo.read(4096)
+                if not chunk:
+                    continue
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for raw in lines:
+                    match = _FIFO_LINE.match(raw.decode(errors="replace"))
+                    if match and match.group(1) == INSTANCE:
+                        self.state = match.group(2)
+                        event(log, "vrrp.state", state=self.state)
+                        self.on_state(self.state)

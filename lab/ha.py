@@ -1,0 +1,348 @@
+"""The HA lab: a client, two directors and three backends on two bridges, real keepalived.
+
+    client 203.0.113.2-9 ── front bridge ── d1 203.0.113.11 / d2 203.0.113.12   (VIPs .100 .101)
+                                            d1 192.0.2.2   / d2 192.0.2.3 ── back bridge ── be1-3
+                                            gateway 192.0.2.1 (floats with the VIPs: LVS-NAT)
+
+Each director runs ``director.runtime.Runtime`` (static services, the ``ha`` section) against
+the IPVS of its namespace, renders keepalived.conf, and a real keepalived (VRRPv3, unicast,
+the IPVS connection sync daemon on the back network) runs beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from director.config import parse_config
+from director.ipvs import KernelIpvs
+from director.runtime import Runtime
+from lab.netns import Backend, BackendServers, Netns, run
+
+NAT_VIP, DR_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.1"
+NAT_PORT = 8080
+CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
+
+
+def veth(ns_a: Netns, name_a: str, ns_b: Netns, name_b: str) -> None:
+    run(["ip", "link", "add", name_a, "netns", ns_a.name, "type", "veth",
+         "peer", "name", name_b, "netns", ns_b.name])  # fmt: skip
+
+
+@dataclass
+class Director:
+    name: str
+    ns: Netns
+    front: str
+    back: str
+    priority: int
+    workdir: Path
+    runtime: Runtime | None = None
+    ipvs: KernelIpvs | None = None
+    keepalived: subprocess.Popen[bytes] | None = None
+
+    @property
+    def conf(self) -> Path:
+        return self.workdir / "keepalived.conf"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.workdir / "keepalived.pid"
+
+    def has(self, address: str) -> bool:
+        return f"{address}/" in self.ns.exec(["ip", "-4", "-o", "addr", "show"])
+
+    def mac(self) -> str:
+        out = self.ns.exec(["cat", "/sys/class/net/front/address"])
+        return out.strip()
+
+
+@dataclass
+class HaLab:
+    prefix: str
+    switch: Netns
+    client: Netns
+    directors: list[Director]
+    backends: list[Backend]
+    namespaces: list[Netns] = field(default_factory=list)
+    servers: BackendServers | None = None
+    dr_vips: tuple[str, ...] = ()  # (BackendServers binds UDP to these; TCP only here)
+    tun_vips: tuple[str, ...] = ()
+
+    def close(self) -> None:
+        if self.servers is not None:
+            self.servers.close()
+        for d in self.directors:
+            stop_director(d)
+        for ns in reversed(self.namespaces):
+            ns.close()
+
+
+def build_ha_lab(prefix: str, workdir: Path) -> HaLab:
+    run(["modprobe", "-a", "ip_vs", "veth", "bridge"], check=False)
+    made: list[Netns] = []
+    try:
+        switch = Netns(f"{prefix}-sw")
+        made.append(switch)
+        switch.ip("link set lo up", "link add brf type bridge", "link add brb type bridge",
+                  "link set brf up", "link set brb up")  # fmt: skip
+        client = Netns(f"{prefix}-client")
+        made.append(client)
+        veth(client, "c0", switch, "p-client")
+        client.ip("link set lo up", "link set c0 up", *(f"addr add {a}/24 dev c0" for a in CLIENTS))
+        switch.ip("link set p-client master brf", "link set p-client up")
+        directors = []
+        for index, priority in ((1, 150), (2, 100)):
+            name = f"d{index}"
+            ns = Netns(f"{prefix}-{name}")
+            made.append(ns)
+            veth(ns, "front", switch, f"p-{name}f")
+            veth(ns, "back", switch, f"p-{name}b")
+            switch.ip(
+                f"link set p-{name}f master brf", f"link set p-{name}f up",
+                f"link set p-{name}b master brb", f"link set p-{name}b up",
+            )  # fmt: skip
+            front, back = f"203.0.113.{10 + index}", f"192.0.2.{1 + index}"
+            ns.ip(
+                "link set lo up", "link set front up", "link set back up",
+                f"addr add {front}/24 dev front", f"addr add {back}/24 dev back",
+            )  # fmt: skip
+            ns.sysctls({
+                "net.ipv4.ip_forward": 1,
+                "net.ipv4.conf.all.rp_filter": 0,
+                "net.ipv4.conf.default.rp_filter": 0,
+                # DR replies come back through the gateway with the VIP (local) as source.
+                "net.ipv4.conf.all.accept_local": 1,
+                "net.ipv4.conf.back.accept_local": 1,
+                "net.ipv4.vs.conntrack": 0,
+                # Sync established connections often (every 10 packets after the 3rd).
+                "net.ipv4.vs.sync_threshold": "3 10",
+            })  # fmt: skip
+            d = Director(name, ns, front, back, priority, workdir / name)
+            d.workdir.mkdir(parents=True, exist_ok=True)
+            directors.append(d)
+        backends = []
+        for index in range(3):
+            name = f"be{index + 1}"
+            ns = Netns(f"{prefix}-{name}")
+            made.append(ns)
+            veth(ns, "eth0", switch, f"p-{name}")
+            switch.ip(f"link set p-{name} master brb", f"link set p-{name} up")
+            address = f"192.0.2.{11 + index}"
+            ns.ip(
+                "link set lo up", "link set eth0 up", f"addr add {address}/24 dev eth0",
+                f"route add default via {GATEWAY}", f"addr add {DR_VIP}/32 dev lo",
+            )  # fmt: skip
+            ns.sysctls({"net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2})
+            backends.append(Backend(name, ns, address, ""))
+        lab = HaLab(prefix, switch, client, directors, backends, made)
+        lab.servers = BackendServers(lab, (NAT_PORT, 80), ())  # type: ignore[arg-type]
+        return lab
+    except BaseException:
+        for ns in reversed(made):
+            ns.close()
+        raise
+
+
+def director_config(lab: HaLab, d: Director, preempt_delay: int) -> str:
+    peer = next(o for o in lab.directors if o is not d)
+    nat = ", ".join(f"{be.ipv4}:{NAT_PORT}" for be in lab.backends)
+    dr = ", ".join(f"{{address: {be.ipv4}, port: 80, forwarding: dr}}" for be in lab.backends)
+    return f"""
+ownership: {{networks: [203.0.113.96/28]}}
+services:
+  - {{name: web-nat, address: {NAT_VIP}, port: 80, scheduler: rr, real_servers: [{nat}]}}
+  - {{name: web-dr, address: {DR_VIP}, port: 80, scheduler: rr, real_servers: [{dr}]}}
+ha:
+  interface: front
+  router_id: {d.name}
+  priority: {d.priority}
+  unicast_source: {d.front}
+  peers: [{peer.front}]
+  advert_int: 0.1
+  preempt_delay: {preempt_delay}
+  track_interfaces: [back]
+  sync_interface: back
+  sync_id: 1
+  gateways: [{{address: {GATEWAY}/24, interface: back}}]
+  config_file: {d.conf}
+  pid_file: {d.pid_file}
+  fifo: {d.workdir / "keepalived.fifo"}
+  netns: {d.ns.name}
+"""
+
+
+def start_director(lab: HaLab, d: Director, preempt_delay: int = 5) -> None:
+    """The director (IPVS and keepalived.conf), then keepalived itself."""
+    settings = parse_config(director_config(lab, d, preempt_delay), f"{d.name}.yaml")
+    d.ipvs = KernelIpvs(netns=d.ns.name)
+    d.runtime = Runtime(settings, d.ipvs).start()
+    if not d.runtime.wait_ready(60):
+        raise RuntimeError(f"{d.name}: the director never synced")
+    assert d.runtime.keepalived is not None
+    if not d.runtime.keepalived.settle(60) or not d.conf.exists():
+        raise RuntimeError(
+            f"{d.name}: no keepalived.conf ({d.runtime.keepalived.keepalived.last_error})"
+        )
+    start_keepalived(d)
+
+
+def start_keepalived(d: Director) -> None:
+    d.keepalived = subprocess.Popen(
+        ["ip", "netns", "exec", d.ns.name, "keepalived", "--dont-fork", "--log-console",
+         "--vrrp", "-f", str(d.conf), "-p", str(d.pid_file), "-r", str(d.workdir / "vrrp.pid")],
+        stdout=(d.workdir / "keepalived.log").open("ab"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def kill_keepalived(d: Director) -> None:
+    """kill -9 keepalived and its VRRP process: a crash, no goodbye advert, VIPs left."""
+    if d.keepalived is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(d.keepalived.pid, signal.SIGKILL)
+        d.keepalived.wait(timeout=10)
+        d.keepalived = None
+
+
+def stop_director(d: Director) -> None:
+    if d.keepalived is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(d.keepalived.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            d.keepalived.wait(timeout=10)
+        kill_keepalived(d)
+    if d.runtime is not None:
+        d.runtime.stop()
+        d.runtime = None
+    if d.ipvs is not None:
+        d.ipvs.close()  # its namespace goes with the lab, and its IPVS table with it
+        d.ipvs = None
+
+
+def wait_for(probe, timeout: float, step: float = 0.01) -> float | None:  # type: ignore[no-untyped-def]
+    """Seconds until ``probe()`` is true, or None."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if probe():
+            return time.monotonic() - started
+        time.sleep(step)
+    return None
+
+
+class Talkers:
+    """``count`` long-lived TCP connections to a VIP, each asking every ``period`` seconds.
+
+    A request fails when its connection errors or closes, or when no answer comes within
+    ``patience`` seconds; a slow answer (TCP retransmitting across a failover) is not a
+    failure. One selector thread drives them all."""
+
+    def __init__(self, lab: HaLab, vip: str, count: int = 50, period: float = 0.1,
+                 patience: float = 10.0) -> None:  # fmt: skip
+        self.period, self.patience = period, patience
+        self.answered = 0
+        self.failed = 0
+        self.broken: set[int] = set()
+        self._sel = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._socks: list[socket.socket] = []
+        self._sent: dict[int, float] = {}
+        self._next: dict[int, float] = {}
+        for i in range(count):
+            sock = lab.client.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((CLIENTS[i % len(CLIENTS)], 0))
+            sock.settimeout(5)
+            sock.connect((vip, 80))
+            sock.setblocking(False)
+            self._socks.append(sock)
+            self._sel.register(sock, selectors.EVENT_READ, i)
+            self._next[i] = time.monotonic() + period * i / count
+        self._thread = threading.Thread(target=self._run, daemon=True, name="talkers")
+        self._thread.start()
+
+    def _fail(self, i: int) -> None:
+        self.failed += 1
+        self.broken.add(i)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(self._socks[i])
+        self._sent.pop(i, None)
+        self._next.pop(i, None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for i, due in list(self._next.items()):
+                if due <= now and i not in self._sent:
+                    try:
+                        self._socks[i].send(b"q\n")
+                        self._sent[i] = now
+                    except OSError:
+                        self._fail(i)
+            for i, sent in list(self._sent.items()):
+                if now - sent > self.patience:
+                    self._fail(i)
+            for key, _ in self._sel.select(timeout=0.01):
+                i = key.data
+                try:
+                    data = self._socks[i].recv(4096)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    self._fail(i)
+                    continue
+                if not data:
+                    self._fail(i)
+                    continue
+                if i in self._sent:
+                    self.answered += data.count(b"\n")
+                    del self._sent[i]
+                    self._next[i] = time.monotonic() + self.period
+
+    @property
+    def alive(self) -> int:
+        return len(self._socks) - len(self.broken)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for sock in self._socks:
+            sock.close()
+        self._sel.close()
+
+
+def new_connections(lab: HaLab, vip: str, seconds: float) -> tuple[int, int]:
+    """(succeeded, tried) new connections, one every 50 ms, during ``seconds``."""
+    tried = ok = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        tried += 1
+        try:
+            sock = lab.client.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.settimeout(1.0)
+            sock.connect((vip, 80))
+            sock.sendall(b"q\n")
+            if sock.recv(64):
+                ok += 1
+            sock.close()
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return ok, tried
+
+
+@contextlib.contextmanager
+def ha_lab(prefix: str, workdir: Path) -> Iterator[HaLab]:
+    lab = build_ha_lab(prefix, workdir)
+    try:
+        yield lab
+    finally:
+        lab.close()

@@ -1,0 +1,149 @@
+"""In the lab VM: a director pair with real keepalived (VRRPv3, unicast, 0.1 s adverts), the
+real IPVS connection sync daemon and real traffic. Failover by kill -9 and by link down, and
+failback, under 50 long-lived connections, in nat and dr mode."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from director.keepalived import ConfigRejected
+from lab.ha import (
+    DR_VIP,
+    NAT_VIP,
+    HaLab,
+    Talkers,
+    build_ha_lab,
+    kill_keepalived,
+    new_connections,
+    start_director,
+    start_keepalived,
+    wait_for,
+)
+
+pytestmark = pytest.mark.kernel
+TAKEOVER_LIMIT = 1.0  # seconds (keepalived's default timers: ~3.6 s)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaLab]:
+    lab = build_ha_lab("ha", tmp_path_factory.mktemp("ha"))
+    try:
+        d1, d2 = lab.directors
+        start_director(lab, d1)
+        assert wait_for(lambda: d1.has(NAT_VIP), 20) is not None, "d1 never became master"
+        start_director(lab, d2)
+        assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
+        yield lab
+    finally:
+        lab.close()
+
+
+def serving(lab: HaLab, vip: str, d) -> bool:  # type: ignore[no-untyped-def]
+    """The client reaches ``vip`` through director ``d`` (its ARP entry, and a request)."""
+    neigh = lab.client.exec(["ip", "neigh", "show", vip])
+    if d.mac() not in neigh:
+        return False
+    ok, _ = new_connections(lab, vip, 0.01)
+    return ok > 0
+
+
+def switch_over(lab: HaLab, vip: str, to, action) -> tuple[float, float, tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """Run ``action``; (seconds until ``to`` holds the VIP, until it answers, new-connection
+    (ok, tried) during the switch)."""
+    results: list[tuple[int, int]] = []
+    probe = threading.Thread(target=lambda: results.append(new_connections(lab, vip, 3.0)))
+    probe.start()
+    action()
+    held = wait_for(lambda: to.has(vip), 10)
+    answering = wait_for(lambda: serving(lab, vip, to), 10, step=0.02)
+    probe.join()
+    assert held is not None and answering is not None, f"{to.name} never took {vip}"
+    return held, answering, results[0]
+
+
+@pytest.mark.parametrize("vip", [NAT_VIP, DR_VIP], ids=["nat", "dr"])
+def test_failover_and_failback_keep_50_connections(
+    pair: HaLab, vip: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d1, d2 = pair.directors
+    assert d1.runtime.controller.vrrp_state == "MASTER"  # type: ignore[union-attr]
+    assert d2.runtime.controller.vrrp_state == "BACKUP"  # type: ignore[union-attr]
+    talkers = Talkers(pair, vip, count=50, period=0.1)
+    try:
+        wait_for(lambda: talkers.answered >= 500, 30)  # every connection busy, syncs sent
+        held, answering, (ok, tried) = switch_over(pair, vip, d2, lambda: kill_keepalived(d1))
+        report = [
+            f"{vip} kill -9 of the master's keepalived: VIP on the backup in {held:.2f}s, "
+            f"answering in {answering:.2f}s; new connections during the switch {ok}/{tried}"
+        ]
+        assert answering < TAKEOVER_LIMIT, report[0]
+        wait_for(lambda: d2.runtime.controller.vrrp_state == "MASTER", 5)  # type: ignore[union-attr]
+        assert d2.runtime.controller.vrrp_state == "MASTER"  # type: ignore[union-attr]
+        before = talkers.answered
+        wait_for(lambda: talkers.answered >= before + 300, 30)
+        assert talkers.alive == 50, f"{50 - talkers.alive} connections broke at failover"
+        # Failback: keepalived returns on d1, waits preempt_delay while its table syncs.
+        held, answering, (ok, tried) = switch_over(pair, vip, d1, lambda: start_keepalived(d1))
+        report.append(
+            f"{vip} failback to d1 (after its preempt delay): VIP back in {held:.2f}s; "
+            f"new connections during the switch {ok}/{tried}"
+        )
+        before = talkers.answered
+        wait_for(lambda: talkers.answered >= before + 300, 30)
+        report.append(
+            f"{vip}: {talkers.alive}/50 connections alive across failover and failback, "
+            f"{talkers.answered} requests answered, {talkers.failed} failed"
+        )
+        with capsys.disabled():
+            print("\n" + "\n".join(report))
+        assert talkers.alive == 50 and talkers.failed == 0, report[-1]
+    finally:
+        talkers.close()
+    assert wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", 10) is not None  # type: ignore[union-attr]
+
+
+def test_link_down_moves_the_vips_within_a_second(
+    pair: HaLab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d1, d2 = pair.directors
+    talkers = Talkers(pair, NAT_VIP, count=50, period=0.1)
+    try:
+        wait_for(lambda: talkers.answered >= 300, 30)
+        held, answering, (ok, tried) = switch_over(
+            pair, NAT_VIP, d2, lambda: d1.ns.ip("link set front down")
+        )
+        with capsys.disabled():
+            print(
+                f"\nlink down on the master: VIP on the backup in {held:.2f}s, answering in "
+                f"{answering:.2f}s; new connections during the switch {ok}/{tried}"
+            )
+        assert answering < TAKEOVER_LIMIT
+        assert wait_for(lambda: d1.runtime.controller.vrrp_state == "FAULT", 5) is not None  # type: ignore[union-attr]
+        before = talkers.answered
+        wait_for(lambda: talkers.answered >= before + 300, 30)
+        d1.ns.ip("link set front up")
+        assert wait_for(lambda: d1.has(NAT_VIP), 30) is not None, "no failback after link up"
+        before = talkers.answered
+        wait_for(lambda: talkers.answered >= before + 300, 30)
+        with capsys.disabled():
+            print(f"link down and back: {talkers.alive}/50 alive, {talkers.failed} failed")
+        assert talkers.alive == 50 and talkers.failed == 0
+    finally:
+        talkers.close()
+
+
+def test_a_config_keepalived_rejects_is_never_installed(pair: HaLab) -> None:
+    d1 = pair.directors[0]
+    sync = d1.runtime.keepalived  # type: ignore[union-attr]
+    assert sync is not None
+    live = d1.conf.read_text()
+    with pytest.raises(ConfigRejected):
+        sync.keepalived.install(live.replace("interface front", "interface no-such-if0"))
+    assert d1.conf.read_text() == live
+    assert sync.keepalived.rejected == 1
+    assert d1.has(NAT_VIP), "the pair keeps running on the old configuration"
+    assert Path(str(d1.conf) + ".new").read_text() != live, "the refused file stays aside"

@@ -1,0 +1,186 @@
+"""keepalived configuration: rendering (pure), validation by the real keepalived, safe install,
+and the VRRP state read from keepalived's notify FIFO."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from director.config import ConfigError, HaSettings, parse_config
+from director.keepalived import ConfigRejected, Keepalived, VrrpFifo, render_keepalived
+from tests.kubelab import eventually
+
+KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A namespace with the interfaces the rendered file names (keepalived -t checks them)."""
+    name = f"kt-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(
+            [
+                "ip",
+                "-n",
+                name,
+                "link",
+                "add",
+                "eth-front",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth-back",
+            ],
+            check=True,
+        )
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def ha(tmp_path: Path, **kw: object) -> HaSettings:
+    base = dict(
+        interface="eth-front", router_id="d1", priority=150, unicast_source="203.0.113.11",
+        peers=("203.0.113.12",), track_interfaces=("eth-back",), sync_interface="eth-back",
+        sync_id=7, gateways=(("192.0.2.1", 24, "eth-back"),), inline_vips=2,
+        config_file=str(tmp_path / "keepalived.conf"), pid_file=str(tmp_path / "k.pid"),
+        fifo=str(tmp_path / "k.fifo"), keepalived=KEEPALIVED, preempt_delay=5,
+    )  # fmt: skip
+    base.update(kw)
+    return HaSettings(**base)  # type: ignore[arg-type]
+
+
+def test_render_puts_the_first_vips_inline_and_the_rest_excluded(tmp_path: Path) -> None:
+    text = render_keepalived(
+        ha(tmp_path), ["203.0.113.102", "203.0.113.100", "2001:db8::1", "203.0.113.101"]
+    )
+    inline = text.split("virtual_ipaddress {")[1].split("}")[0].split()
+    excluded = text.split("virtual_ipaddress_excluded {")[1].split("}")[0].split()
+    assert " ".join(inline) == (
+        "192.0.2.1/24 dev eth-back 203.0.113.100/32 dev eth-front 203.0.113.101/32 dev eth-front"
+    )
+    assert " ".join(excluded) == ("203.0.113.102/32 dev eth-front 2001:db8::1/128 dev eth-front")
+    assert "version 3" in text and "advert_int 0.10" in text and "preempt_delay 5" in text
+    assert "unicast_src_ip 203.0.113.11" in text and "203.0.113.12" in text
+    assert "lvs_sync_daemon eth-back director id 7" in text
+    assert f"notify_fifo {tmp_path / 'k.fifo'}" in text
+
+
+def test_the_rendered_file_passes_keepalived_t(tmp_path: Path, netns: str) -> None:
+    target = tmp_path / "k.conf"
+    settings = ha(tmp_path, netns=netns)
+    target.write_text(render_keepalived(settings, ["203.0.113.100", "2001:db8::7"]))
+    Keepalived(settings).validate(target)  # raises with keepalived's words on failure
+
+
+def test_nothing_from_the_cluster_reaches_the_file_unchecked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not an IPv4 or IPv6 address"):
+        render_keepalived(ha(tmp_path), ["203.0.113.100 dev lo\n}\nvrrp_script x {"])
+
+
+def test_a_rejected_config_never_goes_live_and_an_unchanged_one_is_not_reloaded(
+    tmp_path: Path, netns: str
+) -> None:
+    settings = ha(tmp_path, netns=netns)
+    manager = Keepalived(settings)
+    good = render_keepalived(settings, ["203.0.113.100"])
+    pid_file = Path(settings.pid_file)
+    sleeper = subprocess.Popen(["sleep", "30"])  # stands in for keepalived's parent
+    pid_file.write_text(f"{sleeper.pid}\n")
+    try:
+        hangups: list[int] = []
+        signal.signal(signal.SIGHUP, lambda *_: hangups.append(1))
+        assert manager.install(good) is True
+        assert manager.reloads == 1
+        assert manager.install(good) is False, "same content: no write, no reload"
+        assert manager.reloads == 1
+        broken = good.replace("virtual_router_id 51", "virtual_router_id 512")
+        with pytest.raises(ConfigRejected) as caught:
+            manager.install(broken)
+        assert "VRID '512' not valid" in str(caught.value), "keepalived's own words"
+        assert Path(settings.config_file).read_text() == good, "the old file stays live"
+        assert manager.rejected == 1 and manager.reloads == 1
+    finally:
+        sleeper.kill()
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def test_the_notify_fifo_reports_state(tmp_path: Path) -> None:
+    seen: list[str] = []
+    fifo = VrrpFifo(str(tmp_path / "run" / "k.fifo"), seen.append)
+    fifo.start()
+    try:
+        fd = os.open(fifo.path, os.O_WRONLY)
+        os.write(fd, b'INSTANCE "director" BACKUP 150\nINSTANCE "other" MASTER 100\n')
+        os.write(fd, b'INSTANCE "director" MAS')
+        time.sleep(0.05)
+        os.write(fd, b'TER 150\nGROUP "g" FAULT\n')
+        os.close(fd)
+        eventually(lambda: seen == ["BACKUP", "MASTER"], what="two states")
+    finally:
+        fifo.stop()
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "reason"),
+    [
+        ("interface: 'eth0; rm'", "ha.interface", "is not an interface name"),
+        ("peers: [2001:db8::2]", "ha.peers[0]", "address family"),
+        ("advert_int: 0.001", "ha.advert_int", "between 0.01 and 40.95"),
+        ("priority: 255", "ha.priority", "between 1 and 254"),
+        ("fifo: 'run/x y'", "ha.fifo", "absolute path"),
+    ],
+)
+def test_ha_settings_are_validated_at_start(body: str, where: str, reason: str) -> None:
+    fields = {
+        "interface": "eth0", "router_id": "d1", "priority": "100",
+        "unicast_source": "203.0.113.11", "peers": "[203.0.113.12]",
+    }  # fmt: skip
+    key = body.split(":", maxsplit=1)[0]
+    fields[key] = body.split(":", 1)[1].strip()
+    text = "ha:\n" + "".join(f"  {k}: {v}\n" for k, v in fields.items())
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "ha.yaml")
+    assert caught.value.where == where and reason in caught.value.reason
+
+
+def test_every_ha_key_is_read() -> None:
+    text = """
+ha:
+  interface: front
+  router_id: d1
+  priority: 150
+  unicast_source: 203.0.113.11
+  peers: [203.0.113.12]
+  virtual_router_id: 7
+  advert_int: 0.25
+  nopreempt: true
+  track_interfaces: [back]
+  sync_interface: back
+  sync_id: 3
+  gateways: [{address: 192.0.2.1/24, interface: back}]
+  inline_vips: 5
+  config_file: /etc/k.conf
+  pid_file: /run/k.pid
+  fifo: /run/k.fifo
+  keepalived: /usr/sbin/keepalived
+  netns: lab-d1
+"""
+    ha_settings = parse_config(text, "ha.yaml").ha
+    assert ha_settings == HaSettings(
+        interface="front", router_id="d1", priority=150, unicast_source="203.0.113.11",
+        peers=("203.0.113.12",), virtual_router_id=7, advert_int=0.25, preempt_delay=30,
+        nopreempt=True, track_interfaces=("back",), sync_interface="back", sync_id=3,
+        gateways=(("192.0.2.1", 24, "back"),), inline_vips=5, config_file="/etc/k.conf",
+        pid_file="/run/k.pid", fifo="/run/k.fifo", keepalived="/usr/sbin/keepalived",
+        netns="lab-d1",
+    )  # fmt: skip
