@@ -19,6 +19,7 @@ from director.ipvs import KernelIpvs
 from director.model import Forwarding, Protocol, ServiceConfig, ServiceKey, VirtualService
 from director.reconcile import Reconciler
 from lab.netns import Connection, Lab, ask_tcp, ask_udp, build_lab, start_servers
+from lab.wait import eventually
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
 REQUESTS = 24
@@ -57,15 +58,6 @@ def kubernetes_demo(lab: Lab) -> None:
     be = {b.name: b.ipv4 for b in lab.backends}
     ports = [("http", "TCP", 8080)]
 
-    def wait(probe, what: str, timeout: float = 30):  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = probe()
-            if got:
-                return got
-            time.sleep(0.05)
-        raise SystemExit(f"demo: timed out waiting for {what}")
-
     def show(vip: str, title: str) -> None:
         answers: Counter[str] = Counter()
         for i in range(REQUESTS):
@@ -85,11 +77,13 @@ def kubernetes_demo(lab: Lab) -> None:
         started = time.perf_counter()
         api.create("services", obj)
         api.create("endpointslices", slice_of((names[0], False), (names[1], False)))
-        ingress = wait(lambda: api.get("services", "web")["status"]["loadBalancer"].get("ingress"),
-                       "status")  # fmt: skip
+        ingress = eventually(
+            lambda: api.get("services", "web")["status"]["loadBalancer"].get("ingress"),
+            what="status",
+        )
         vip = ingress[0]["ip"]
         key = ServiceKey.inet(Protocol.TCP, vip, 80)
-        wait(lambda: ipvs.read_service(key), "the kernel")
+        eventually(lambda: ipvs.read_service(key), what="the kernel")
         print("Service default/web (type LoadBalancer, class lvs-director.io/ipvs, pod backends)")
         print(f"  address {vip} allocated from pool demo, written to status, programmed in "
               f"{1000 * (time.perf_counter() - started):.0f} ms")  # fmt: skip
@@ -97,15 +91,15 @@ def kubernetes_demo(lab: Lab) -> None:
             print(f"  Event {event['type']} {event['reason']}: {event['message']}")
         show(vip, "2 endpoints:")
         api.patch("endpointslices", "web-abcde", slice_of(*((n, False) for n in names)))
-        wait(lambda: len(ipvs.read_service(key).real_servers) == 3, "scale up")
+        eventually(lambda: len(ipvs.read_service(key).real_servers) == 3, what="scale up")
         show(vip, "scaled to 3 endpoints:")
         api.patch("endpointslices", "web-abcde", slice_of(*((n, n == names[2]) for n in names)))
         gone = (be[names[2]], 8080)
-        wait(lambda: gone not in ipvs.read_service(key).real_servers, "drain")
+        eventually(lambda: gone not in ipvs.read_service(key).real_servers, what="drain")
         show(vip, f"{names[2]} terminating (drained, removed):")
         print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{vip}:80"]).rstrip())
         api.delete("services", "web")
-        wait(lambda: ipvs.read_service(key) is None, "removal")
+        eventually(lambda: ipvs.read_service(key) is None, what="removal")
         print(f"Service deleted: tcp {vip}:80 is gone from the kernel; the static services and "
               "the manual entry are untouched:")  # fmt: skip
         print(lab.lvs.exec(["ipvsadm", "-Ln"]).rstrip())

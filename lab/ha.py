@@ -27,6 +27,9 @@ from director.config import parse_config
 from director.ipvs import KernelIpvs
 from director.runtime import Runtime
 from lab.netns import Backend, BackendServers, Netns, run
+from lab.wait import wait_for
+
+__all__ = ["wait_for"]  # re-exported for the tests and the demo
 
 NAT_VIP, DR_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.1"
 NAT_PORT = 8080
@@ -227,16 +230,6 @@ def stop_director(d: Director) -> None:
     if d.ipvs is not None:
         d.ipvs.close()  # its namespace goes with the lab, and its IPVS table with it
         d.ipvs = None
-
-
-def wait_for(probe, timeout: float, step: float = 0.01) -> float | None:  # type: ignore[no-untyped-def]
-    """Seconds until ``probe()`` is true, or None."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if probe():
-            return time.monotonic() - started
-        time.sleep(step)
-    return None
 
 
 class Talkers:

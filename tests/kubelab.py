@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from director.config import Settings, parse_config
+from lab.wait import eventually
 
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll until ``probe`` returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+__all__ = ["eventually", "settings"]
 
 
 def settings(

@@ -1,0 +1,31 @@
+"""Polling helpers shared by the tests, the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll until ``probe`` returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def wait_for(probe: Callable[[], object], timeout: float, step: float = 0.01) -> float | None:
+    """Seconds until ``probe()`` is true, or None after ``timeout``."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if probe():
+            return time.monotonic() - started
+        time.sleep(step)
+    return None
