@@ -121,13 +121,17 @@ class Outbox:
                 target, write = next(iter(self._pending.items()))
             try:
                 write()
-            except Exception as exc:
-                event(log, "kube.write_failed", level=logging.WARNING, target="/".join(target),
-                      reason=f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
-                      retry_in=f"{delay:.1f}s")  # fmt: skip
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                continue
+            except Exception as exc:  # the API may be down: retried, unless it is gone
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                if getattr(exc, "status", None) in (404, 410):  # the Service was deleted
+                    event(log, "kube.write_dropped", target="/".join(target), reason=reason)
+                else:
+                    event(log, "kube.write_failed", level=logging.WARNING,
+                          target="/".join(target), reason=reason,
+                          retry_in=f"{delay:.1f}s")  # fmt: skip
+                    time.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+                    continue
             delay = 0.5
             with self._cv:
                 if self._pending.get(target) is write:

@@ -301,3 +301,28 @@ def test_full_resync_repairs_drift_and_leaves_foreign_entries(
         ipvs.apply([Op(OpKind.DEL_SERVICE, key)])  # someone deletes it by hand
         eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the resync to restore it")
         assert foreign in ipvs.read().services, "a foreign entry is left alone"
+
+
+def test_a_write_for_a_deleted_service_is_dropped_not_retried_forever() -> None:
+    from director.controller import Outbox
+    from director.kube import KubeError
+
+    calls: list[str] = []
+
+    class Gone:
+        def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+            calls.append(name)
+            raise KubeError(404, "NotFound", f'services "{name}" not found')
+
+        def event(self, *args: object, **kw: object) -> None:
+            raise AssertionError("not called")
+
+    outbox = Outbox(Gone())
+    try:
+        outbox.put(
+            ("status", "default/web"), lambda: outbox.writer.patch_status("default", "web", ())
+        )
+        eventually(outbox.idle, timeout=5, what="the write to be dropped")
+        assert calls == ["web"]
+    finally:
+        outbox.close()
