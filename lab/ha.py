@@ -12,6 +12,7 @@ the IPVS connection sync daemon on the back network) runs beside it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import selectors
 import signal
@@ -62,11 +63,36 @@ class Director:
         return self.workdir / "keepalived.pid"
 
     def has(self, address: str) -> bool:
-        return f"{address}/" in self.ns.exec(["ip", "-4", "-o", "addr", "show"])
+        """Is ``address`` one of this director's own? (Read from the kernel's local routes in
+        the namespace: no process to start, so the measures stay fine-grained.)"""
+        return address in local_addresses(self.ns)
 
+    @functools.cached_property
     def mac(self) -> str:
-        out = self.ns.exec(["cat", "/sys/class/net/front/address"])
-        return out.strip()
+        return self.ns.exec(["cat", "/sys/class/net/front/address"]).strip()
+
+
+def local_addresses(ns: Netns) -> set[str]:
+    """The namespace's local IPv4 addresses, from /proc/thread-self/net/fib_trie."""
+    text = ns.call(lambda: Path("/proc/thread-self/net/fib_trie").read_text())
+    found, last = set(), ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("|--") or stripped.startswith("+--"):
+            last = stripped[3:].strip().split("/")[0]
+        elif stripped.startswith("/32 host LOCAL"):
+            found.add(last)
+    return found
+
+
+def client_arp(lab: HaLab, address: str) -> str | None:
+    """The MAC the client's ARP table holds for ``address``."""
+    text = lab.client.call(lambda: Path("/proc/thread-self/net/arp").read_text())
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == address and fields[2] != "0x0":
+            return fields[3]
+    return None
 
 
 @dataclass
