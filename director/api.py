@@ -220,6 +220,10 @@ def create_app(
             intents = controller.intents
             static_overrides = dict(intents.schedulers)
             drains = tuple(intents.drains.values())
+            sick = {
+                key: {d for d in dests if controller.unhealthy(key, d)}
+                for key, dests in controller.checks.items()
+            }
         out = []
         for key in sorted(desired, key=str):
             vs = desired[key]
@@ -232,7 +236,13 @@ def create_app(
                 source = opts.scheduler_source if opts else "default"
             out.append(
                 _view(
-                    key, vs, kernel, source=source, draining=draining.get(key, set()), drains=drains
+                    key,
+                    vs,
+                    kernel,
+                    source=source,
+                    draining=draining.get(key, set()),
+                    drains=drains,
+                    unhealthy=sick.get(key, set()),
                 )
             )
         return out
@@ -255,19 +265,23 @@ def create_app(
         source: str,
         draining: set[tuple[str, int]],
         drains: tuple[Drain, ...],
+        unhealthy: set[tuple[str, int]],
     ) -> dict[str, Any]:
         programmed = kernel.services.get(key)
         dests = []
         for dkey, rs in vs.real_servers.items():
             state = kernel.dest_state.get((key, dkey))
             admin = any(d.matches(key, rs) for d in drains)
+            sick = dkey in unhealthy
             dests.append(
                 {
                     "address": rs.address,
                     "port": rs.port,
                     "weight": rs.weight,
                     "forwarding": rs.forwarding.label,
-                    "state": "draining" if (dkey in draining or admin) else "active",
+                    "state": "unhealthy"
+                    if sick
+                    else ("draining" if (dkey in draining or admin) else "active"),
                     "active_connections": state.active_connections if state else 0,
                     "inactive_connections": state.inactive_connections if state else 0,
                     "counters": _stats(state.stats if state else None),

@@ -136,6 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             state_file=Path(args.state_file) if args.state_file else None,
             kubeconfig=args.kubeconfig,
+            netns=args.netns,
         )
     except ValueError as exc:  # an unreadable token file, a bad kubeconfig
         raise ConfigError(settings.source, 0, "", str(exc)) from None

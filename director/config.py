@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from director.health import CheckSpec, parse_check
 from director.ipam import Pool, PoolError
 from director.model import (
     CONFIGURABLE_FORWARDING,
@@ -107,6 +108,16 @@ class HaSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """The ``health:`` section: active checks of every real server."""
+
+    spec: CheckSpec = field(default_factory=CheckSpec)
+    enabled: bool = True  # check: none turns the default check off (annotations may still ask)
+    on_failure: str = "quiesce"  # quiesce (weight 0) | remove
+    all_down: str = "keep"  # keep | remove
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     source: str = "<defaults>"
     ownership: Ownership = field(default_factory=Ownership)
@@ -116,6 +127,9 @@ class Settings:
     pools: tuple[Pool, ...] = ()
     api: ApiSettings | None = None
     ha: HaSettings | None = None
+    health: HealthSettings | None = None
+    # Static services' own health check ("none" or a check), by service key.
+    static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
 
 
 class _Node:
@@ -213,8 +227,9 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
     if root is None:
         return Settings(source=source)
     top = _Node(root, "", source).mapping(
-        {"ownership", "defaults", "services", "kubernetes", "pools", "api", "ha"}
+        {"ownership", "defaults", "services", "kubernetes", "pools", "api", "ha", "health"}
     )
+    health = _health(top["health"]) if "health" in top else None
     ownership = _ownership(top["ownership"]) if "ownership" in top else Ownership()
     pools = _pools(top["pools"]) if "pools" in top else ()
     kube = _kubernetes(top["kubernetes"]) if "kubernetes" in top else None
@@ -245,7 +260,83 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
         lines[vs.key] = item.line
     api = _api(top["api"]) if "api" in top else None
     ha = _ha(top["ha"]) if "ha" in top else None
-    return Settings(source, ownership, defaults, services, kube, pools, api, ha)
+    static_checks: dict[ServiceKey, CheckSpec | None] = {}
+    for item in top["services"].items() if "services" in top else ():
+        fields = item.mapping(SERVICE_KEYS)
+        if "health_check" not in fields:
+            continue
+        key = _service(item, defaults).key
+        text = fields["health_check"].scalar()
+        if text == "none":
+            static_checks[key] = None
+            continue
+        parsed = parse_check(text, health.spec if health else CheckSpec())
+        if isinstance(parsed, str):
+            raise fields["health_check"].fail(parsed)
+        static_checks[key] = parsed
+    return Settings(
+        source, ownership, defaults, services, kube, pools, api, ha, health, static_checks
+    )
+
+
+def _health(node: _Node) -> HealthSettings:
+    fields = node.mapping(
+        {"check", "interval", "timeout", "rise", "fall", "expect", "on_failure", "all_down"}
+    )
+    base = CheckSpec()
+    expect = base.expect
+    if "expect" in fields:
+        low_text, _, high_text = fields["expect"].scalar().partition("-")
+        try:
+            low, high = int(low_text), int(high_text or low_text)
+        except ValueError:
+            raise fields["expect"].fail("an HTTP status or a range like 200-399") from None
+        if not 100 <= low <= high <= 599:
+            raise fields["expect"].fail("statuses run from 100 to 599, low to high")
+        expect = (low, high)
+    seconds: dict[str, float] = {}
+    for name, default, least, most in (
+        ("interval", 2.0, 0.1, 3600.0),
+        ("timeout", 1.0, 0.05, 60.0),
+    ):
+        if name in fields:
+            text = fields[name].scalar()
+            try:
+                value = float(text)
+            except ValueError:
+                raise fields[name].fail(f"must be seconds (got {text!r})") from None
+            if not least <= value <= most:
+                raise fields[name].fail(f"must be between {least:g} and {most:g} seconds")
+            seconds[name] = value
+        else:
+            seconds[name] = default
+    if seconds["timeout"] > seconds["interval"]:
+        raise fields.get("timeout", node).fail("the timeout must not exceed the interval")
+    spec = CheckSpec(
+        "tcp",
+        base.path,
+        expect,
+        seconds["interval"],
+        seconds["timeout"],
+        fields["rise"].integer(1, 100) if "rise" in fields else base.rise,
+        fields["fall"].integer(1, 100) if "fall" in fields else base.fall,
+    )
+    enabled = True
+    if "check" in fields:
+        text = fields["check"].scalar()
+        if text == "none":
+            enabled = False
+        else:
+            parsed = parse_check(text, spec)
+            if isinstance(parsed, str):
+                raise fields["check"].fail(parsed)
+            spec = parsed
+    return HealthSettings(
+        spec,
+        enabled,
+        fields["on_failure"].text(("quiesce", "remove")) if "on_failure" in fields else "quiesce",
+        fields["all_down"].text(("keep", "remove")) if "all_down" in fields else "keep",
+    )
 
 
 _IFNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$")
@@ -536,6 +627,7 @@ SERVICE_KEYS = {
     "netmask",
     "forwarding",
     "real_servers",
+    "health_check",
 }
 REAL_SERVER_KEYS = {
     "address",

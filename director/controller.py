@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from director.cluster import ServiceInfo
 from director.config import KubeSettings, Settings
 from director.dataplane import Ipvs
+from director.health import Target
 from director.intents import Intents
 from director.ipam import Address, Allocator
 from director.logs import event
@@ -173,6 +174,12 @@ class Controller:
             forwarding=settings.defaults.forwarding,
             weight=settings.defaults.weight or 1,
             schedulers=ipvs.schedulers(),
+            check=(
+                settings.health.spec
+                if settings.health is not None and settings.health.enabled
+                else None
+            ),
+            checking=settings.health is not None,
         )
         self.ipvs = ipvs
         self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
@@ -196,6 +203,13 @@ class Controller:
         self._keys_changed = True
         self.recorder = recorder
         self._triggers: dict[str, str] = {}  # service -> last trigger time observed
+        # Active health checks: what each real server is checked with, who uses a target,
+        # which targets are down. ``on_targets(add, remove)`` tells the checker.
+        self.checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
+        self.target_users: dict[Target, set[ServiceKey]] = {}
+        self.down: set[Target] = set()
+        self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
+        self.on_targets: Callable[[set[Target], set[Target]], None] | None = None
         self._next_resync = 0.0
         self._next_drain_check = 0.0
         self.last_step = time.monotonic()  # /healthz: the loop is alive
@@ -258,6 +272,12 @@ class Controller:
             self.on_vips(vips)
 
     def _absorb(self, resource: str, kind: str, payload: Any) -> set[str]:
+        if resource == "health":
+            if kind == "DOWN":
+                self.down.add(payload)
+            else:
+                self.down.discard(payload)
+            return {self.owner.get(key, "") for key in self.target_users.get(payload, ())} - {""}
         if resource == "vrrp":
             if kind != self.vrrp_state:
                 event(log, "vrrp.role", state=kind, previous=self.vrrp_state or "-")
@@ -339,7 +359,9 @@ class Controller:
                     f"taken:{key}",
                 )
                 continue
-            out[key] = self._with_drains(key, self.intents.apply(key, vs), result.draining)
+            self._set_checks(key, result.checks.get(key, {}))
+            checked = self._with_health(key, self.intents.apply(key, vs), ref)
+            out[key] = self._with_drains(key, checked, result.draining)
         return out
 
     def _addresses(self, svc: ServiceInfo) -> tuple[str, ...]:
@@ -525,11 +547,78 @@ class Controller:
             self.sync_service(ref)
 
     def _static(self) -> Table:
-        """The configuration's services, with the API's overrides and drains applied."""
-        return {
-            key: self._with_drains(key, self.intents.apply(key, vs), frozenset())
-            for key, vs in self.settings.services.items()
-        }
+        """The configuration's services, with the API's overrides, drains and health."""
+        out: Table = {}
+        for key, vs in self.settings.services.items():
+            spec = self.settings.static_checks.get(key, self.policy.check)
+            if key in self.settings.static_checks and self.settings.static_checks[key] is None:
+                spec = None
+            self._set_checks(
+                key,
+                {d: (Target(rs.address, rs.port, spec),) for d, rs in vs.real_servers.items()}
+                if spec is not None and self.settings.health is not None
+                else {},
+            )
+            checked = self._with_health(key, self.intents.apply(key, vs), STATIC)
+            out[key] = self._with_drains(key, checked, frozenset())
+        return out
+
+    # -- active health checks ------------------------------------------------------------
+    def _set_checks(self, key: ServiceKey, checks: dict[DestKey, tuple[Target, ...]]) -> None:
+        before = {t for targets in self.checks.get(key, {}).values() for t in targets}
+        after = {t for targets in checks.values() for t in targets}
+        if checks:
+            self.checks[key] = checks
+        else:
+            self.checks.pop(key, None)
+        added, removed = set(), set()
+        for target in after - before:
+            users = self.target_users.setdefault(target, set())
+            if not users:
+                added.add(target)
+            users.add(key)
+        for target in before - after:
+            users = self.target_users.get(target, set())
+            users.discard(key)
+            if not users:
+                self.target_users.pop(target, None)
+                self.down.discard(target)
+                removed.add(target)
+        if (added or removed) and self.on_targets is not None:
+            self.on_targets(added, removed)
+
+    def unhealthy(self, key: ServiceKey, dkey: DestKey) -> bool:
+        return any(t in self.down for t in self.checks.get(key, {}).get(dkey, ()))
+
+    def _with_health(self, key: ServiceKey, vs: VirtualService, ref: str) -> VirtualService:
+        """Real servers failing their checks: weight 0 (or removed), unless all of them fail."""
+        if not self.down or key not in self.checks:
+            self.all_down.discard(key)
+            return vs
+        failing = [d for d in vs.real_servers if self.unhealthy(key, d)]
+        if not failing:
+            self.all_down.discard(key)
+            return vs
+        health = self.settings.health
+        if len(failing) == len(vs.real_servers) and (health is None or health.all_down == "keep"):
+            if key not in self.all_down:
+                self.all_down.add(key)
+                event(log, "health.all_down", level=logging.ERROR, service=key, origin=vs.origin,
+                      action="kept: serving something beats serving nothing")  # fmt: skip
+                svc = self.snapshot.services.get(ref)
+                if svc is not None:
+                    self._report(svc, "Warning", "AllBackendsDown",
+                                 f"every real server of {key} fails its health check; kept",
+                                 f"all-down:{key}")  # fmt: skip
+            return vs
+        self.all_down.discard(key)
+        dests = dict(vs.real_servers)
+        for dkey in failing:
+            if health is not None and health.on_failure == "remove":
+                del dests[dkey]  # then drained like any removed real server
+            else:
+                dests[dkey] = dests[dkey]._replace(weight=0)
+        return VirtualService(key, vs.config, dests, vs.origin)
 
     # -- API intents (validated by the API, applied here on the loop's thread) ----------
     def _intent(self, kind: str, payload: Any) -> set[str]:
@@ -560,6 +649,8 @@ class Controller:
         for key in before - fresh.keys():
             self.desired.pop(key, None)
             self.owner.pop(key, None)
+            self._set_checks(key, {})
+            self.all_down.discard(key)
             self.draining.pop(key, None)
             self._after(self.reconciler.sync_service(key, None), ref)
         for key, vs in fresh.items():

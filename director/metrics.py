@@ -64,6 +64,12 @@ class Recorder:
             buckets=BUCKETS,
             registry=registry,
         )
+        self.health = Histogram(
+            "director_health_check_duration_seconds",
+            "How long active health checks of real servers take (failures included).",
+            buckets=BUCKETS,
+            registry=registry,
+        )
         self.programming = Histogram(
             "director_network_programming_duration_seconds",
             "From an EndpointSlice's last-change-trigger-time to its change applied in IPVS.",
@@ -98,6 +104,12 @@ class DirectorCollector(Collector):
             ]
             leader, failed, last_sync = c.leader, health.failed_ops, health.last_sync
             vrrp = c.vrrp_state
+            checked = {
+                (key, dkey): not c.unhealthy(key, dkey)
+                for key, dests in c.checks.items()
+                for dkey in dests
+            }
+            all_down = len(c.all_down)
         svc_families = {
             name: CounterMetricFamily(f"director_ipvs_service_{name}", text, labels=SERVICE_LABELS)
             for name, text in (
@@ -145,6 +157,20 @@ class DirectorCollector(Collector):
                     be_families["connections"].add_metric(be, state.stats.connections)
                     be_families["incoming_bytes"].add_metric(be, state.stats.bytes_in)
                     be_families["outgoing_bytes"].add_metric(be, state.stats.bytes_out)
+        up = GaugeMetricFamily(
+            "director_backend_up",
+            "1 when the real server passes its active health checks, 0 when it fails them.",
+            labels=BACKEND_LABELS,
+        )
+        for (key, (address, port)), ok in checked.items():
+            up.add_metric([*service_labels(key, origins.get(key, "")), address, str(port)],
+                          1 if ok else 0)  # fmt: skip
+        yield up
+        yield GaugeMetricFamily(
+            "director_services_all_backends_down",
+            "Virtual services whose every real server fails its checks (kept, not emptied).",
+            value=all_down,
+        )
         yield from svc_families.values()
         yield from be_families.values()
         yield GaugeMetricFamily(

@@ -22,6 +22,7 @@ from director.cluster import node_from_json, service_from_json, slice_from_json
 from director.config import Settings
 from director.controller import COMPONENT, Controller
 from director.dataplane import Ipvs
+from director.health import Checker
 from director.keepalived import KeepalivedSync, VrrpFifo
 from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
 from director.logs import event
@@ -143,6 +144,7 @@ class Runtime:
         observer: Callable[[str, SyncReport], None] | None = None,
         watch_seconds: int = 300,
         reader: Ipvs | None = None,
+        netns: str | None = None,
     ) -> None:
         """``reader``: a second adapter for the API's and the metrics' reads."""
         kube = settings.kubernetes
@@ -209,6 +211,17 @@ class Runtime:
                 app, settings.api.host, settings.api.port, settings.api.tls_cert,
                 settings.api.tls_key,
             )  # fmt: skip
+        self.checker: Checker | None = None
+        if settings.health is not None:
+            # Checks run from the director's own network namespace.
+            self.checker = Checker(
+                lambda target, health: self.controller.submit(
+                    "health", "UP" if health.up else "DOWN", target
+                ),
+                netns=netns,
+                on_result=lambda target, health: recorder.health.observe(health.last_seconds),
+            )
+            self.controller.on_targets = self.checker.update
         self.keepalived: KeepalivedSync | None = None
         self.fifo: VrrpFifo | None = None
         if settings.ha is not None and not dry_run:
@@ -228,6 +241,8 @@ class Runtime:
             return self
         if self.api is not None:
             self.api.start()
+        if self.checker is not None:
+            self.checker.start()
         if self.keepalived is not None and self.fifo is not None:
             self.fifo.start()
             self.keepalived.start()
@@ -253,6 +268,8 @@ class Runtime:
             self.elector.stop()
         if self.api is not None:
             self.api.stop()
+        if self.checker is not None:
+            self.checker.stop()
         if self.keepalived is not None and self.fifo is not None:
             self.keepalived.stop()
             self.fifo.stop()

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from director.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
+from director.health import CheckSpec, Target, parse_check
 from director.ipam import Address, Request
 from director.model import (
     CONFIGURABLE_FORWARDING,
@@ -38,7 +39,9 @@ A_NODEPORT = PREFIX + "nodeport"
 A_IPS = PREFIX + "load-balancer-ips"
 A_POOL = PREFIX + "pool"
 A_SHARED = PREFIX + "allow-shared-ip"
+A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
 BACKEND_MODES = ("nodeport", "pod")
+NODE_HEALTHZ = CheckSpec("http", "/healthz", (200, 200), interval=2.0, timeout=1.0, rise=1, fall=1)
 _PROTOCOLS = {"TCP": Protocol.TCP, "UDP": Protocol.UDP, "SCTP": Protocol.SCTP}
 
 
@@ -66,6 +69,8 @@ class Translation:
     problems: tuple[Problem, ...] = ()
     # Real servers kept at weight 0 because their endpoint is terminating.
     draining: frozenset[tuple[ServiceKey, DestKey]] = frozenset()
+    # What to check for each real server (it is up when all of them are).
+    checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,8 @@ class Policy:
     forwarding: Forwarding
     weight: int
     schedulers: frozenset[str]  # what the kernel offers
+    check: CheckSpec | None = None  # the default active check; None: no check by default
+    checking: bool = False  # health checks configured (healthCheckNodePort is then probed)
 
 
 def wants_address(svc: ServiceInfo, policy: Policy) -> bool:
@@ -204,6 +211,18 @@ def translate(
     previous: Options | None = None,
 ) -> Translation:
     opts, problems = options(svc, policy, previous)
+    check: CheckSpec | None = policy.check
+    text = svc.annotations.get(A_HEALTH)
+    if text is not None and policy.checking:
+        if text == "none":
+            check = None
+        else:
+            parsed = parse_check(text, policy.check or CheckSpec())
+            if isinstance(parsed, str):
+                problems.append(Problem(A_HEALTH, parsed))
+            else:
+                check = parsed
+    checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
     origin_base = svc.ref
     persistence = svc.affinity_timeout or 0
     slices = tuple(slices)
@@ -242,9 +261,18 @@ def translate(
                     out_nodes.append((canonical_address(address), port, live))
         return out_nodes
 
-    def add(key: ServiceKey, backends: list[tuple[str, int, bool]], origin: str) -> None:
+    local_probe = (
+        policy.checking
+        and svc.external_traffic_policy == "Local"
+        and svc.health_check_node_port > 0
+    )
+
+    def add(
+        key: ServiceKey, backends: list[tuple[str, int, bool]], origin: str, on_nodes: bool
+    ) -> None:
         config = ServiceConfig(opts.scheduler, opts.flags, persistence, key.family.max_prefix)
         dests: dict[DestKey, RealServer] = {}
+        targets: dict[DestKey, tuple[Target, ...]] = {}
         for address, port, live in backends:
             if port <= 0 or (address, port) in dests:
                 continue
@@ -252,7 +280,18 @@ def translate(
             dests[(address, port)] = RealServer(address, port, weight, opts.forwarding)
             if not live:
                 draining.add((key, (address, port)))
+            found: list[Target] = []
+            if check is not None:
+                found.append(Target(address, port, check))
+            if on_nodes and local_probe:
+                # kube-proxy answers GET /healthz on the healthCheckNodePort: 200 when the
+                # node has a local endpoint, 503 when it has none.
+                found.append(Target(address, svc.health_check_node_port, NODE_HEALTHZ))
+            if found:
+                targets[(address, port)] = tuple(found)
         out[key] = VirtualService(key, config, dests, origin)
+        if targets:
+            checks[key] = targets
 
     if wants_address(svc, policy):
         for text in addresses:
@@ -274,7 +313,7 @@ def translate(
                     # kube-proxy on the node accepts the load-balancer address at the port.
                     port = sp.node_port if opts.forwarding is Forwarding.NAT else sp.port
                     backends = node_backends(family, port)
-                add(key, backends, origin)
+                add(key, backends, origin, opts.backends != "pod")
     if wants_nodeports(svc, policy):
         for vip in policy.nodeport_vips:
             family = Family.of(vip)
@@ -287,5 +326,6 @@ def translate(
                     key,
                     node_backends(family, sp.node_port),
                     f"{origin_base}:nodeport/{sp.node_port}",
+                    True,
                 )
-    return Translation(out, opts, tuple(problems), frozenset(draining))
+    return Translation(out, opts, tuple(problems), frozenset(draining), checks)

@@ -289,6 +289,7 @@ class BackendServers:
         self._sel = selectors.DefaultSelector()
         self._stop = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._listeners: dict[tuple[str, int], socket.socket] = {}
         for be in lab.backends:
             for port in tcp_ports:
                 self._listen(be, port)
@@ -310,7 +311,17 @@ class BackendServers:
 
         sock = be.ns.call(make)
         self._sockets.append(sock)
+        self._listeners[(be.name, port)] = sock
         self._sel.register(sock, selectors.EVENT_READ, ("accept", be.name))
+
+    def stop_listening(self, be: Backend, port: int) -> None:
+        """The backend's server dies on that port: new connections are refused."""
+        sock = self._listeners.pop((be.name, port))
+        self._sel.unregister(sock)
+        sock.close()
+
+    def start_listening(self, be: Backend, port: int) -> None:
+        self._listen(be, port)
 
     def _udp(self, be: Backend, address: str, port: int) -> None:
         def make() -> socket.socket:

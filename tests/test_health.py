@@ -1,0 +1,217 @@
+"""Active health checks on the host: the state machine, the checker against real sockets on
+loopback, and what a failure does to the desired table."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from director.config import parse_config
+from director.controller import Controller
+from director.fake import FakeIpvs
+from director.health import Checker, CheckSpec, Health, Target, parse_check
+from director.model import Protocol, ServiceKey
+from tests.kubelab import eventually
+
+FAST = CheckSpec("tcp", "/", (200, 399), interval=0.1, timeout=0.3, rise=2, fall=2)
+
+
+def test_state_changes_after_fall_failures_and_rise_successes() -> None:
+    h = Health()
+    spec = CheckSpec(rise=2, fall=3)
+    assert [h.observe(False, "x", spec, 0, 0) for _ in range(3)] == [False, False, True]
+    assert h.up is False
+    assert [h.observe(True, "ok", spec, 0, 0) for _ in range(2)] == [False, True]
+    assert h.up is True
+    h.observe(False, "x", spec, 0, 0)
+    h.observe(True, "ok", spec, 0, 0)  # a success resets the failure count
+    assert [h.observe(False, "x", spec, 0, 0) for _ in range(2)] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("tcp", ("tcp", "/")),
+        ("http", ("http", "/")),
+        ("https:/ready", ("https", "/ready")),
+        ("udp", "the check must be one of"),
+        ("tcp:/x", "a tcp check takes no path"),
+        ("http:healthz", "must start with /"),
+    ],
+)
+def test_parse_check(text: str, expected: object) -> None:
+    parsed = parse_check(text, CheckSpec())
+    if isinstance(expected, tuple):
+        assert not isinstance(parsed, str) and (parsed.kind, parsed.path) == expected
+    else:
+        assert isinstance(parsed, str) and str(expected) in parsed
+
+
+class Status(BaseHTTPRequestHandler):
+    code = 200
+
+    def do_GET(self) -> None:
+        self.send_response(type(self).code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_server() -> Iterator[tuple[ThreadingHTTPServer, type[Status]]]:
+    handler = type("Handler", (Status,), {"code": 200})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, handler
+    server.shutdown()
+    server.server_close()
+
+
+class Listener:
+    """A TCP server that accepts and closes (a real server that is up)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_checker_tcp_http_and_https(
+    http_server: tuple[ThreadingHTTPServer, type[Status]], tmp_path: Path
+) -> None:
+    server, handler = http_server
+    port = server.server_address[1]
+    changes: list[tuple[str, bool]] = []
+    checker = Checker(lambda t, h: changes.append((t.describe(), h.up)))
+    tcp_up = Target("127.0.0.1", port, FAST)
+    tcp_down = Target("127.0.0.1", free_port(), FAST)
+    http = Target("127.0.0.1", port, CheckSpec("http", "/healthz", (200, 200), 0.1, 0.3, 2, 2))
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    secure = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    secure.socket = context.wrap_socket(secure.socket, server_side=True)
+    threading.Thread(target=secure.serve_forever, daemon=True).start()
+    https = Target(
+        "127.0.0.1", secure.server_address[1], CheckSpec("https", "/", (200, 399), 0.1, 0.5, 2, 2)
+    )
+    checker.start()
+    try:
+        checker.update(add=[tcp_up, tcp_down, http, https])
+        eventually(
+            lambda: changes == [(tcp_down.describe(), False)],
+            timeout=10,
+            what="the closed port down",
+        )
+        eventually(lambda: all(checker.health(t).checks >= 3 for t in (tcp_up, http, https)))  # type: ignore[union-attr]
+        assert checker.health(https).up and checker.health(https).last == "HTTP 200"  # type: ignore[union-attr]
+        handler.code = 503  # the application starts failing
+        eventually(lambda: (http.describe(), False) in changes, timeout=10, what="HTTP 503 down")
+        assert checker.health(http).last == "HTTP 503"  # type: ignore[union-attr]
+        assert checker.health(tcp_up).up, "TCP still connects"  # type: ignore[union-attr]
+        handler.code = 200
+        eventually(lambda: checker.health(http).up, timeout=10, what="back up")  # type: ignore[union-attr]
+        assert changes.count((http.describe(), True)) == 1, changes
+        checker.update(remove=[tcp_down])
+        assert checker.health(tcp_down) is None
+        assert sum(t.name == "health" for t in threading.enumerate()) == 1, "one thread"
+    finally:
+        checker.stop()
+        secure.shutdown()
+
+
+STATIC = """
+ownership: {{networks: [198.51.100.0/24]}}
+health: {{check: tcp, interval: 0.2, timeout: 0.2, rise: 2, fall: 2}}
+services:
+  - name: web
+    address: 198.51.100.10
+    port: 80
+    real_servers: [127.0.0.1:{a}, 127.0.0.1:{b}]
+"""
+
+
+def run_static(text: str) -> tuple[Controller, FakeIpvs, Checker, threading.Event]:
+    ipvs = FakeIpvs()
+    controller = Controller(ipvs, parse_config(text, "static.yaml"))
+    checker = Checker(lambda t, h: controller.submit("health", "UP" if h.up else "DOWN", t))
+    controller.on_targets = checker.update
+    stop = threading.Event()
+    threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
+    checker.start()
+    return controller, ipvs, checker, stop
+
+
+def test_a_failing_real_server_is_quiesced_and_restored() -> None:
+    alive = Listener()
+    a, b = alive.port, free_port()
+    _controller, ipvs, checker, stop = run_static(STATIC.format(a=a, b=b))
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    try:
+        eventually(
+            lambda: (vs := ipvs.read().services.get(key))
+            and vs.real_servers[("127.0.0.1", b)].weight == 0,
+            timeout=10, what="the dead real server at weight 0",
+        )  # fmt: skip
+        assert ipvs.read().services[key].real_servers[("127.0.0.1", a)].weight == 1
+        revived = Listener(b)
+        eventually(
+            lambda: ipvs.read().services[key].real_servers[("127.0.0.1", b)].weight == 1,
+            timeout=10, what="weight back after rise successes",
+        )  # fmt: skip
+        revived.close()
+    finally:
+        stop.set()
+        checker.stop()
+        alive.close()
+
+
+def test_when_every_real_server_fails_they_are_kept_and_it_is_said_loudly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    controller, ipvs, checker, stop = run_static(STATIC.format(a=free_port(), b=free_port()))
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    try:
+        eventually(lambda: key in controller.all_down, timeout=10, what="all down")
+        weights = {rs.weight for rs in ipvs.read().services[key].real_servers.values()}
+        assert weights == {1}, "kept: serving something beats serving nothing"
+        assert any("event=health.all_down" in r.getMessage() for r in caplog.records)
+    finally:
+        stop.set()
+        checker.stop()
