@@ -163,6 +163,7 @@ def test_the_status_page_renders_in_headless_chromium(running, tmp_path: Path) -
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium is missing: apt-get install chromium (make setup does)"
     common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--disable-dev-shm-usage",
               f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]  # fmt: skip
     dom = subprocess.run(
         [*common, "--dump-dom", f"{url}/"], capture_output=True, text=True, timeout=120, check=False
