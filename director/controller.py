@@ -550,9 +550,7 @@ class Controller:
         """The configuration's services, with the API's overrides, drains and health."""
         out: Table = {}
         for key, vs in self.settings.services.items():
-            spec = self.settings.static_checks.get(key, self.policy.check)
-            if key in self.settings.static_checks and self.settings.static_checks[key] is None:
-                spec = None
+            spec = self.settings.static_checks.get(key, self.policy.check)  # None: unchecked
             self._set_checks(
                 key,
                 {d: (Target(rs.address, rs.port, spec),) for d, rs in vs.real_servers.items()}

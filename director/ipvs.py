@@ -160,66 +160,50 @@ def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
     )
 
 
-# A real server's attributes, nested in IPVS_CMD_ATTR_DEST, packed in one call: address (16),
-# port (network order, padded), address family, and for add/set the four u32 settings.
-_DEST_KEY = struct.Struct("=HHHH16sHH2s2xHHH2x")
-_DEST_FULL = struct.Struct("=HHHH16sHH2s2xHHH2xHHIHHIHHIHHI")
-_DEST_KEY_LEN, _DEST_FULL_LEN = _DEST_KEY.size, _DEST_FULL.size
+# A real server's attributes, nested in IPVS_CMD_ATTR_DEST: address (16), port (network
+# order, padded), address family, and for add/set the four u32 settings.
+_DEST_KEY_FMT = "HHHH16sHHH2xHHH2x"
+_DEST_FULL_FMT = _DEST_KEY_FMT + "HHIHHIHHIHHI"
+_DEST_KEY_LEN = struct.calcsize("=" + _DEST_KEY_FMT)
+_DEST_FULL_LEN = struct.calcsize("=" + _DEST_FULL_FMT)
 _HEAD = struct.Struct("=IHHIIBBH")  # nlmsghdr + genlmsghdr
 
 
+@functools.lru_cache(maxsize=64)
 def _dest_message(nested_len: int, full: bool) -> struct.Struct:
-    """A whole real-server request (headers, service key, dest attributes) as one struct.
+    """A whole real-server request (headers, service key, dest attributes) as one struct."""
+    return struct.Struct(f"=IHHIIBBH{nested_len}s{_DEST_FULL_FMT if full else _DEST_KEY_FMT}")
 
-    The port goes in as ``socket.htons(port)`` in a native u16, which is network order.
-    """
-    dest = "HHHH16sHHH2xHHH2x" + ("HHIHHIHHIHHI" if full else "")
-    return struct.Struct(f"=IHHIIBBH{nested_len}s{dest}")
+
+def pack_dest_message(
+    layout: struct.Struct, family: int, seq: int, cmd: int, nested: bytes, *, rs: RealServer
+) -> bytes:
+    """One real-server request, packed in one call (the hot path of a full sync).
+
+    The port goes in as ``socket.htons(port)`` in a native u16, which is network order."""
+    address = rs.address
+    af = socket.AF_INET6 if ":" in address else socket.AF_INET
+    if cmd == CMD_DEL_DEST:
+        return layout.pack(
+            layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
+            _DEST_KEY_LEN, CMD_ATTR_DEST,
+            20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
+            6, DEST_ADDR_FAMILY, af,
+        )  # fmt: skip
+    return layout.pack(
+        layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
+        _DEST_FULL_LEN, CMD_ATTR_DEST,
+        20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
+        6, DEST_ADDR_FAMILY, af, 8, DEST_FWD_METHOD, rs.forwarding,
+        8, DEST_WEIGHT, rs.weight, 8, DEST_U_THRESH, rs.upper_threshold,
+        8, DEST_L_THRESH, rs.lower_threshold,
+    )  # fmt: skip
 
 
 def encode_dest(rs: RealServer, full: bool) -> bytes:
     """IPVS_CMD_ATTR_DEST with its nested attributes."""
-    family, packed = _addr16(rs.address)
-    port = _BE16.pack(rs.port)
-    if not full:
-        return _DEST_KEY.pack(
-            _DEST_KEY_LEN,
-            CMD_ATTR_DEST,
-            20,
-            DEST_ADDR,
-            packed,
-            6,
-            DEST_PORT,
-            port,
-            6,
-            DEST_ADDR_FAMILY,
-            family,
-        )
-    return _DEST_FULL.pack(
-        _DEST_FULL_LEN,
-        CMD_ATTR_DEST,
-        20,
-        DEST_ADDR,
-        packed,
-        6,
-        DEST_PORT,
-        port,
-        6,
-        DEST_ADDR_FAMILY,
-        family,
-        8,
-        DEST_FWD_METHOD,
-        rs.forwarding,
-        8,
-        DEST_WEIGHT,
-        rs.weight,
-        8,
-        DEST_U_THRESH,
-        rs.upper_threshold,
-        8,
-        DEST_L_THRESH,
-        rs.lower_threshold,
-    )
+    cmd = CMD_NEW_DEST if full else CMD_DEL_DEST
+    return pack_dest_message(_dest_message(0, full), 0, 0, cmd, b"", rs=rs)[_HEAD.size :]
 
 
 def encode_op(op: Op) -> tuple[int, bytes]:
@@ -817,9 +801,6 @@ class KernelIpvs:
         sends = 0
         family = self.family
         head_pack = _HEAD.pack
-        pton, htons = socket.inet_pton, socket.htons
-        af4, af6 = socket.AF_INET, socket.AF_INET6
-        structs: dict[tuple[int, bool], struct.Struct] = {}
         last_key: ServiceKey | None = None
         nested = b""
 
@@ -849,32 +830,11 @@ class KernelIpvs:
                             CMD_ATTR_SERVICE, encode_service_key(last_key)
                         )
                     nested = cached
-                kind = op.kind
-                full = kind is not OpKind.DEL_DEST
-                layout = structs.get((len(nested), full))
-                if layout is None:
-                    layout = structs[(len(nested), full)] = _dest_message(len(nested), full)
+                layout = _dest_message(len(nested), op.kind is not OpKind.DEL_DEST)
                 if size_now + layout.size > BATCH_BYTES:
                     flush()
-                address = rs.address
-                af = af6 if ":" in address else af4
                 seq = self._seq = (self._seq + 1) & 0xFFFFFFFF
-                if full:
-                    message = layout.pack(
-                        layout.size, family, NLM_F_REQUEST, seq, 0, _OP_CMD[kind],
-                        GENL_VERSION, 0, nested, _DEST_FULL_LEN, CMD_ATTR_DEST,
-                        20, DEST_ADDR, pton(af, address), 6, DEST_PORT, htons(rs.port),
-                        6, DEST_ADDR_FAMILY, af, 8, DEST_FWD_METHOD, rs.forwarding,
-                        8, DEST_WEIGHT, rs.weight, 8, DEST_U_THRESH, rs.upper_threshold,
-                        8, DEST_L_THRESH, rs.lower_threshold,
-                    )  # fmt: skip
-                else:
-                    message = layout.pack(
-                        layout.size, family, NLM_F_REQUEST, seq, 0, CMD_DEL_DEST,
-                        GENL_VERSION, 0, nested, _DEST_KEY_LEN, CMD_ATTR_DEST,
-                        20, DEST_ADDR, pton(af, address), 6, DEST_PORT, htons(rs.port),
-                        6, DEST_ADDR_FAMILY, af,
-                    )  # fmt: skip
+                message = pack_dest_message(layout, family, seq, _OP_CMD[op.kind], nested, rs=rs)
             else:
                 cmd, payload = encode_op(op)
                 if size_now + 20 + len(payload) > BATCH_BYTES:

@@ -120,8 +120,8 @@ def failover_demo() -> None:
         kill_keepalived,
         new_connections,
         start_director,
-        wait_for,
     )
+    from lab.wait import wait_for
 
     banner("High availability: two directors, real keepalived, the IPVS sync daemon")
     lab = build_ha_lab("demo-ha", Path(tempfile.mkdtemp()))

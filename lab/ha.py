@@ -28,9 +28,6 @@ from director.config import parse_config
 from director.ipvs import KernelIpvs
 from director.runtime import Runtime
 from lab.netns import Backend, BackendServers, Netns, run
-from lab.wait import wait_for
-
-__all__ = ["wait_for"]  # re-exported for the tests and the demo
 
 NAT_VIP, DR_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.1"
 NAT_PORT = 8080

@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from director.config import Settings, parse_config
-from lab.wait import eventually
-
-__all__ = ["eventually", "settings"]
 
 
 def settings(

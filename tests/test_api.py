@@ -26,7 +26,7 @@ from director.metrics import DirectorCollector, Recorder
 from director.model import Protocol, ServiceKey
 from director.runtime import Runtime
 from lab.kubeapi import FakeApiServer, node, service
-from tests.kubelab import eventually
+from lab.wait import eventually
 from tests.kubelab import settings as kube_settings
 
 TOKEN = "t0ken-for-the-admin-api"

@@ -20,7 +20,7 @@ from director.config import parse_config
 from director.fake import FakeIpvs
 from director.runtime import Runtime
 from lab.kubeapi import FakeApiServer, node, service
-from tests.kubelab import eventually
+from lab.wait import eventually
 
 TOKEN = "t0ken-for-the-admin-api"
 REPO = Path(__file__).resolve().parent.parent

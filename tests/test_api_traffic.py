@@ -16,7 +16,7 @@ from director.model import Protocol, ServiceKey
 from director.reconcile import Reconciler
 from director.runtime import Runtime
 from lab.netns import NAT_PORT, Connection, Lab, build_lab, start_servers
-from tests.kubelab import eventually
+from lab.wait import eventually
 
 pytestmark = pytest.mark.kernel
 

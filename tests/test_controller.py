@@ -16,7 +16,8 @@ from director.fake import FakeIpvs
 from director.model import Forwarding, Op, OpKind, Protocol, ServiceConfig, ServiceKey
 from director.runtime import Runtime
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
-from tests.kubelab import eventually, settings
+from lab.wait import eventually
+from tests.kubelab import settings
 
 PORTS = [("http", "TCP", 80)]
 SLICE_PORTS = [("http", "TCP", 8080)]

@@ -22,8 +22,8 @@ from lab.ha import (
     new_connections,
     start_director,
     start_keepalived,
-    wait_for,
 )
+from lab.wait import wait_for
 
 pytestmark = pytest.mark.kernel
 TAKEOVER_LIMIT = 1.0  # seconds (keepalived's default timers: ~3.6 s)

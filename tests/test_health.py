@@ -18,7 +18,7 @@ from director.controller import Controller
 from director.fake import FakeIpvs
 from director.health import Checker, CheckSpec, Health, Target, parse_check
 from director.model import Protocol, ServiceKey
-from tests.kubelab import eventually
+from lab.wait import eventually
 
 FAST = CheckSpec("tcp", "/", (200, 399), interval=0.1, timeout=0.3, rise=2, fall=2)
 

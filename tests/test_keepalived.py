@@ -15,7 +15,7 @@ import pytest
 
 from director.config import ConfigError, HaSettings, parse_config
 from director.keepalived import ConfigRejected, Keepalived, VrrpFifo, render_keepalived
-from tests.kubelab import eventually
+from lab.wait import eventually
 
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 

@@ -19,7 +19,8 @@ from director.reconcile import Reconciler
 from director.runtime import Runtime
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.netns import NAT_PORT, Connection, Lab, ask_tcp, build_lab, start_servers
-from tests.kubelab import eventually, settings
+from lab.wait import eventually
+from tests.kubelab import settings
 
 pytestmark = pytest.mark.kernel
 
