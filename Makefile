@@ -6,11 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # qemu + Debian's kernel (it has ip_vs and every scheduler as modules) for the lab VM;
 # ipvsadm to cross-check the kernel; keepalived for the HA pair; promtool (prometheus) to
-# check the metrics; chromium to render the status page; openssl for the TLS test.
+# check the metrics; chromium to render the status page; openssl for the TLS test;
+# debootstrap for the Debian root the Ansible role is applied to; ruby to check the Vagrantfile.
 APT_PACKAGES := qemu-system-x86 linux-image-amd64 ipvsadm keepalived iproute2 kmod procps \
-	prometheus chromium openssl
+	prometheus chromium openssl debootstrap ruby
 
-.PHONY: setup system venv lint unit kernel-test test demo bench clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse clean
 
 setup: system venv
 
@@ -35,13 +36,19 @@ lint: venv
 	$(PY) -m mypy
 
 unit: venv
-	$(PY) -m pytest -m "not kernel" tests
+	$(PY) -m pytest -m "not kernel and not role" tests
+
+# The Ansible role applied twice to a debootstrap'd Debian root (cached in .lab/debian-base;
+# needs the package registries); the kernel suite then checks what it wrote on a real kernel.
+role-test: setup
+	$(PY) -m pytest -m role tests
 
 kernel-test: setup
 	$(PY) -m lab.vm test
 
-# Host unit tests, then the kernel suite in the lab VM (one boot, one pytest process).
-test: setup lint unit kernel-test
+# Host unit tests, the Ansible role on a Debian root, then the kernel suite in the lab VM
+# (one boot, one pytest process).
+test: setup lint unit role-test kernel-test
 
 demo: setup
 	$(PY) -m lab.vm run lab.demo
@@ -51,6 +58,14 @@ bench: setup
 	$(PY) -m lab.bench_health --targets 2000 --seconds 20 --out bench/health-host.json
 	$(PY) -m lab.vm run lab.bench --memory 4G
 	cp .lab/lab.bench/results.json bench/results.json
+
+# The director and its dependencies as wheels for an edge box's Python (the Ansible role's
+# director_wheelhouse): make wheelhouse [BOX_PYTHON=3.11] [BOX_CPU=x86_64]
+BOX_PYTHON ?= 3.11
+BOX_CPU ?= x86_64
+wheelhouse: venv
+	$(PY) ansible/roles/director/files/build-wheelhouse.py --source . \
+	  --python-version $(BOX_PYTHON) --platform $(BOX_CPU) --out dist/wheelhouse
 
 clean:
 	rm -rf .lab $(VENV) *.egg-info

@@ -149,12 +149,47 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.config is None and args.kubeconfig is None:
+        print("director check: give --config, --kubeconfig or both", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.config is not None:
+        settings = load_config(args.config)
+        dests = sum(len(vs.real_servers) for vs in settings.services.values())
+        print(
+            f"{settings.source}: valid ({len(settings.services)} virtual services, "
+            f"{dests} real servers)"
+        )
+    if args.kubeconfig is not None:
+        from director.kube import api_client
+
+        try:  # parses the file and its credentials; contacts nothing
+            api_client(args.kubeconfig)
+        except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
+            print(f"director: invalid kubeconfig {args.kubeconfig}: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"{args.kubeconfig}: valid kubeconfig")
+    return 0
+
+
+def cmd_keepalived_config(args: argparse.Namespace) -> int:
+    """keepalived.conf for the static services' VIPs: what an edge box starts with before
+    the director's first sync (the director rewrites it with every VIP set change)."""
+    from director.keepalived import ConfigRejected, Keepalived, render_keepalived
+
     settings = load_config(args.config)
-    dests = sum(len(vs.real_servers) for vs in settings.services.values())
-    print(
-        f"{settings.source}: valid ({len(settings.services)} virtual services, "
-        f"{dests} real servers)"
-    )
+    if settings.ha is None:
+        raise ConfigError(settings.source, 0, "ha", "no ha: section to render keepalived from")
+    vips = {key.address for key in settings.services if not key.fwmark}
+    text = render_keepalived(settings.ha, vips, settings.source)
+    if not args.install:
+        sys.stdout.write(text)
+        return 0
+    try:
+        changed = Keepalived(settings.ha).install(text)
+    except ConfigRejected as exc:
+        print(f"director: keepalived refused the configuration: {exc}", file=sys.stderr)
+        return EXIT_FAILED_OPS
+    print(f"{settings.ha.config_file}: {'installed' if changed else 'unchanged'}")
     return 0
 
 
@@ -190,8 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
     ctl.build(sub)
-    p = sub.add_parser("check", help="validate a configuration file and exit")
+    p = sub.add_parser("check", help="validate a configuration file (and a kubeconfig) and exit")
+    p.add_argument("--config")
+    p.add_argument("--kubeconfig", help="also check that this kubeconfig loads")
+    p = sub.add_parser(
+        "keepalived-config",
+        help="print this director's keepalived.conf for its static VIPs (--install: validate "
+        "with keepalived -t, install at ha.config_file, reload keepalived if it runs)",
+    )
     p.add_argument("--config", required=True)
+    p.add_argument("--install", action="store_true")
     sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
     return parser
 
@@ -208,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ctl.main_ctl(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "keepalived-config":
+            return cmd_keepalived_config(args)
         return cmd_schedulers(args)
     except ConfigError as exc:
         print(f"director: invalid configuration: {exc}", file=sys.stderr)

@@ -33,7 +33,13 @@ from director.logs import event
 from director.model import Family, canonical_address
 
 log = logging.getLogger("director.keepalived")
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+# Installed from a wheel, templates/ sits inside the package (director/templates); in the
+# source tree it is the top-level templates/ folder.
+_HERE = Path(__file__).resolve().parent
+TEMPLATES = next(
+    (d for d in (_HERE / "templates", _HERE.parent / "templates") if d.is_dir()),
+    _HERE.parent / "templates",
+)
 INSTANCE = "director"
 STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
 _FIFO_LINE = re.compile(r'^INSTANCE "([^"]+)" (MASTER|BACKUP|FAULT|STOP)\b')

@@ -362,6 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             plural, namespace, name, sub, query = self._route()
+            if self.server.rbac is not None:
+                self.server.rbac.check(_verb(method, name, query), plural, sub, namespace)
             store = self.server.store
             ns = namespace or ""
             if method == "GET" and name is None:
@@ -498,17 +500,87 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], store: Store, token: str) -> None:
         super().__init__(address, _Handler)
         self.store, self.token = store, token
+        self.rbac: Rbac | None = None
         self.watches: set[socket.socket] = set()
         self.closing = False
         self.requests = 0
         self.bookmark_seconds = 1.0
 
 
-class FakeApiServer:
-    """The stand-in, listening on 127.0.0.1 (or ``host``) on a free port."""
+class Rbac:
+    """RBAC as kube-apiserver applies it to one ServiceAccount: the rules of the ClusterRoles
+    bound by ClusterRoleBindings hold everywhere, a Role bound by a RoleBinding in its own
+    namespace. Read from manifests (``deploy/kubernetes/rbac.yaml``). Remembers what it
+    allowed and refused, so a test can check that a role is enough and that every rule of it
+    is used."""
 
-    def __init__(self, host: str = "127.0.0.1", token: str = "test-token") -> None:
-        self.host, self.token = host, token
+    def __init__(self, documents: list[Obj], namespace: str, name: str) -> None:
+        self.user = f"system:serviceaccount:{namespace}:{name}"
+        subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+        roles = {
+            (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+            for d in documents
+            if d.get("kind") in ("ClusterRole", "Role")
+        }
+        # (namespace or "" for cluster-wide, apiGroup, resource, verb)
+        self.grants: set[tuple[str, str, str, str]] = set()
+        for binding in documents:
+            if binding.get("kind") not in ("ClusterRoleBinding", "RoleBinding"):
+                continue
+            if subject not in binding.get("subjects", []):
+                continue
+            scope = binding["metadata"].get("namespace", "")
+            ref = binding["roleRef"]
+            role = roles.get((ref["kind"], scope if ref["kind"] == "Role" else "", ref["name"]))
+            if role is None:
+                raise ValueError(f"{binding['metadata']['name']}: no {ref['kind']} {ref['name']}")
+            for rule in role.get("rules", []):
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        for verb in rule["verbs"]:
+                            self.grants.add((scope, group, resource, verb))
+        self.used: set[tuple[str, str, str, str]] = set()
+        self.refused: list[str] = []
+
+    @classmethod
+    def from_file(cls, path: Path, namespace: str, name: str) -> Rbac:
+        import yaml
+
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        return cls(docs, namespace, name)
+
+    def check(self, verb: str, plural: str, sub: str, namespace: str | None) -> None:
+        group = KINDS[plural].group
+        resource = f"{plural}/{sub}" if sub else plural
+        for scope in ("", namespace or ""):
+            if (scope, group, resource, verb) in self.grants:
+                self.used.add((scope, group, resource, verb))
+                return
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        message = (
+            f'{plural} is forbidden: User "{self.user}" cannot {verb} resource "{resource}" '
+            f'in API group "{group}" {where}'
+        )
+        self.refused.append(message)
+        raise ApiError(403, "Forbidden", message, {"group": group, "kind": plural})
+
+
+def _verb(method: str, name: str | None, query: dict[str, list[str]]) -> str:
+    if method == "GET":
+        if name is not None:
+            return "get"
+        return "watch" if query.get("watch", [""])[0] in ("true", "1") else "list"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+
+
+class FakeApiServer:
+    """The stand-in, listening on 127.0.0.1 (or ``host``) on a free port. With ``rbac``, every
+    request of the token's user is authorised against those rules (403 ``Forbidden``)."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", token: str = "test-token", rbac: Rbac | None = None
+    ) -> None:
+        self.host, self.token, self.rbac = host, token, rbac
         self.store = Store()
         self.port = 0
         self._server: _Server | None = None
@@ -520,6 +592,7 @@ class FakeApiServer:
 
     def start(self) -> FakeApiServer:
         self._server = _Server((self.host, self.port), self.store, self.token)
+        self._server.rbac = self.rbac
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True

@@ -1,0 +1,78 @@
+"""A Debian 12 root for the Ansible role's test: debootstrap'd once (cached in
+.lab/debian-base), copied fresh to .lab/debian-root for every kernel-suite run, plus the
+wheelhouse the role installs the director from (.lab/wheelhouse).
+
+The role is then applied inside the lab VM, through Ansible's chroot connection, to that
+tree, with the VM's kernel (it has IPVS) under it: `tests/test_ansible_role.py`.
+This step runs on the host because it needs the package registries; the VM has no network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = REPO / ".lab" / "debian-base"
+ROOT = REPO / ".lab" / "debian-root"
+WHEELHOUSE = REPO / ".lab" / "wheelhouse"
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+# What the role's first task installs (director_packages), python3-apt for Ansible's apt
+# module, and systemd (the unit is verified inside the tree).
+PACKAGES = (
+    "systemd,systemd-sysv,keepalived,ipvsadm,python3,python3-venv,python3-apt,kmod,procps,iproute2"
+)
+STAMP = f"{SUITE} {PACKAGES}\n"
+
+
+def base() -> None:
+    stamp = BASE / ".director-stamp"
+    if stamp.exists() and stamp.read_text() == STAMP:
+        return
+    shutil.rmtree(BASE, ignore_errors=True)
+    BASE.parent.mkdir(parents=True, exist_ok=True)
+    print(f"debroot: debootstrap {SUITE} into {BASE} ...", flush=True)
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(BASE), MIRROR],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    stamp.write_text(STAMP)
+
+
+def fresh_root() -> None:
+    shutil.rmtree(ROOT, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(BASE), str(ROOT)], check=True)
+    # The package lists count as fresh: the role's apt task then needs no network.
+    lists = ROOT / "var/lib/apt/lists"
+    os.utime(lists)
+    stamp = ROOT / "var/lib/apt/periodic/update-success-stamp"
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
+
+
+def wheelhouse() -> None:
+    version = subprocess.run(
+        ["chroot", str(BASE), "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(REPO / "ansible/roles/director/files/build-wheelhouse.py"),
+         "--source", str(REPO), "--python-version", version, "--out", str(WHEELHOUSE)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def main() -> int:
+    base()
+    fresh_root()
+    wheelhouse()
+    print(f"debroot: {ROOT} and {WHEELHOUSE} ready", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The Ansible role, the inventories and the Vagrant lab, checked on the host: ansible-lint,
+the playbook's syntax, the variables' documentation, and the Vagrantfile (parsed by Ruby and
+evaluated) against the example inventory. The role's real application to a Debian root is
+tests/test_ansible_role.py (in the lab VM)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from director.config import parse_config
+
+REPO = Path(__file__).resolve().parent.parent
+ANSIBLE = REPO / "ansible"
+ROLE = ANSIBLE / "roles" / "director"
+BIN = Path(sys.executable).parent
+EXAMPLE = ANSIBLE / "inventory" / "example"
+LAB_VARS = ANSIBLE / "inventory" / "lab" / "group_vars" / "directors.yml"
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def specs() -> dict[str, Any]:
+    return load(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
+def ansible_env() -> dict[str, str]:
+    return dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+                ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_NOCOLOR="1")  # fmt: skip
+
+
+def example_hosts() -> dict[str, dict[str, Any]]:
+    return load(EXAMPLE / "hosts.yml")["all"]["children"]["directors"]["hosts"]
+
+
+def test_ansible_lint_is_clean() -> None:
+    done = subprocess.run(
+        [str(BIN / "ansible-lint"), "--offline", "--nocolor", "--profile", "production"],
+        cwd=ANSIBLE, capture_output=True, text=True, env=ansible_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/lab"])
+def test_playbook_syntax(inventory: str) -> None:
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "--syntax-check", "-i", inventory, "site.yml"],
+        cwd=ANSIBLE, capture_output=True, text=True, env=ansible_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_variable_is_documented_with_its_default() -> None:
+    defaults = load(ROLE / "defaults" / "main.yml")
+    options = specs()
+    assert set(defaults) == set(options), set(defaults) ^ set(options)
+    for name, spec in options.items():
+        assert name.startswith("director_")
+        assert spec.get("type") and spec.get("description"), name
+        if "default" in spec:
+            assert spec["default"] == defaults[name], name
+        else:  # computed from the inventory (director_vrrp_peers)
+            assert "{{" in str(defaults[name]), name
+
+
+def test_inventories_use_only_documented_variables_of_the_right_type() -> None:
+    options = specs()
+    kinds = {"int": int, "str": str, "list": list, "dict": dict, "bool": bool, "float": float}
+    used: dict[str, Any] = {**load(EXAMPLE / "group_vars" / "directors.yml"), **load(LAB_VARS)}
+    for host in example_hosts().values():
+        used.update(host)
+    for name, value in used.items():
+        if name.startswith("ansible_") or "{{" in str(value):
+            continue
+        assert name in options, f"{name} is not a variable of the role"
+        kind = kinds[options[name]["type"]]
+        assert isinstance(value, kind) or (kind is float and isinstance(value, int)), name
+
+
+@pytest.mark.parametrize("source", [EXAMPLE / "group_vars" / "directors.yml", LAB_VARS])
+def test_the_inventories_director_config_is_valid(source: Path, tmp_path: Path) -> None:
+    """What the role writes: the inventory's director_config plus the api section."""
+    body = dict(load(source)["director_config"])
+    body["api"] = {"listen": "127.0.0.1:9180", "token_file": str(tmp_path / "token")}
+    settings = parse_config(yaml.safe_dump(body), str(source))
+    assert settings.kubernetes is not None and settings.pools
+
+
+def vagrant() -> dict[str, Any]:
+    if shutil.which("ruby") is None:
+        pytest.fail("ruby is not installed (make setup installs it)")
+    syntax = subprocess.run(["ruby", "-c", "Vagrantfile"], cwd=REPO, capture_output=True,
+                            text=True, check=False)  # fmt: skip
+    assert syntax.returncode == 0 and "Syntax OK" in syntax.stdout, syntax.stderr
+    done = subprocess.run(
+        ["ruby", str(REPO / "tests" / "vagrant_shim.rb"), "Vagrantfile"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    (config,) = json.loads(done.stdout)
+    assert config["version"] == "2"
+    return config["config"]
+
+
+def machines(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["args"][0]: m["block"]["vm"] for m in config["vm"]["define()"]}
+
+
+def test_vagrantfile_builds_the_lab_two_edges_k3s_and_a_client() -> None:
+    boxes = machines(vagrant())
+    assert set(boxes) == {"edge1", "edge2", "k3s", "client"}
+    ips = {name: [n["options"]["ip"] for n in vm["network()"]] for name, vm in boxes.items()}
+    assert ips["client"] == ["192.168.56.30"] and ips["k3s"] == ["192.168.57.20"]
+    assert ips["edge1"] == ["192.168.56.11", "192.168.57.11"]
+    assert ips["edge2"] == ["192.168.56.12", "192.168.57.12"]
+    k3s_script = boxes["k3s"]["provision()"][0]["options"]["inline"]
+    assert "deploy/kubernetes/rbac.yaml" in k3s_script and "mint-kubeconfig.sh" in k3s_script
+    assert (REPO / "deploy/kubernetes/mint-kubeconfig.sh").stat().st_mode & 0o111
+
+
+def test_vagrantfile_and_example_inventory_agree() -> None:
+    boxes = machines(vagrant())
+    provisioners = [
+        p for vm in boxes.values() for p in vm.get("provision()", []) if p["args"] == ["ansible"]
+    ]
+    assert len(provisioners) == 1, "one Ansible run provisions the pair"
+    ansible = provisioners[0]["block"]
+    assert ansible["playbook"] == "ansible/site.yml" and ansible["limit"] == "directors"
+    assert ansible["groups"] == {"directors": ["edge1", "edge2"]}
+    example = example_hosts()
+    assert len(example) == len(ansible["host_vars"]) == 2
+    example_names = [sorted(k for k in h if not k.startswith("ansible_")) for h in example.values()]
+    for name, host_vars in ansible["host_vars"].items():
+        assert sorted(host_vars) in example_names, f"{name}: {sorted(host_vars)}"
+        # the box's advert address is the front address Vagrant gives it
+        assert host_vars["director_vrrp_unicast_source"] == boxes[name]["network()"][0][
+            "options"]["ip"]  # fmt: skip
+    options = specs()
+    assert set(ansible["extra_vars"]) <= set(options)
+    assert set(load(EXAMPLE / "group_vars" / "directors.yml")) <= set(ansible["extra_vars"])
+    # the priorities make one master
+    priorities = sorted(h["director_vrrp_priority"] for h in ansible["host_vars"].values())
+    assert priorities[0] < priorities[1]

@@ -1,0 +1,280 @@
+"""The Ansible role applied for real, twice, to a Debian 12 root: a debootstrap'd tree
+(lab/debroot.py), reached through Ansible's chroot connection from this host. A chroot is
+how images are built, and the role treats it so: the preflight checks the kernel installed
+in the image (Debian's linux-image-amd64, the lab VM's kernel, bind-mounted as the image's
+/lib/modules), modules and sysctls are written for boot rather than applied to this host's
+kernel (which has no IPVS), units are enabled, not started.
+
+The last test runs in the lab VM (marked kernel): what the role wrote, applied the way boot
+applies it, on a kernel with IPVS.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab import debroot
+from lab.debroot import ROOT, WHEELHOUSE
+
+REPO = Path(__file__).resolve().parent.parent
+PLAYBOOK = REPO / "ansible" / "site.yml"
+TOKEN = "s3cret-token-for-the-test"
+KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "lab", "cluster": {"server": "https://192.0.2.50:6443",
+                                               "insecure-skip-tls-verify": True}}],
+    "users": [{"name": "lvs-director", "user": {"token": "abc.def"}}],
+    "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lvs-director"}}],
+    "current-context": "lab",
+}  # fmt: skip
+
+
+@dataclass
+class Run:
+    output: str
+    recap: dict[str, int]
+
+
+def chroot(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["chroot", str(ROOT), *argv], capture_output=True, text=True, check=check, timeout=120
+    )
+
+
+def ansible_env() -> dict[str, str]:
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/tmp/ansible-home",
+        "ANSIBLE_HOME": "/tmp/ansible-home",
+        "ANSIBLE_LOCAL_TEMP": "/tmp/ansible-local",
+        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def play(inventory: Path, log: Path) -> Run:
+    env = ansible_env()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         str(PLAYBOOK), "--diff"],
+        capture_output=True, text=True, env=env, cwd=REPO / "ansible", timeout=1800, check=False,
+    )  # fmt: skip
+    log.write_text(done.stdout + done.stderr)
+    found = re.search(r"^debian-root\s*:\s*(.*)$", done.stdout, re.M)
+    assert done.returncode == 0 and found, (
+        f"ansible-playbook failed; see {log}:\n" + (done.stdout + done.stderr)[-6000:]
+    )
+    recap = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found.group(1))}
+    return Run(done.stdout, recap)
+
+
+def kernel_release() -> str:
+    from lab.vm import find_kernel
+
+    return find_kernel().name[len("vmlinuz-") :]
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run]]:
+    debroot.base()  # debootstrap, cached in .lab/debian-base
+    debroot.fresh_root()
+    debroot.wheelhouse()
+    work = tmp_path_factory.mktemp("ansible")
+    mounts = []
+    release = kernel_release()
+    for source, target in (("/proc", "proc"), ("/sys", "sys"), ("/dev", "dev"),
+                           (f"/lib/modules/{release}", f"usr/lib/modules/{release}")):  # fmt: skip
+        (ROOT / target).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", "-o", "ro", source, str(ROOT / target)], check=True)
+        mounts.append(ROOT / target)
+    # The VRRP interface the configuration names (keepalived -t looks it up).
+    subprocess.run(["ip", "link", "add", "edge0", "type", "veth", "peer", "name", "edge0p"],
+                   capture_output=True, check=False)  # fmt: skip
+    inventory = work / "hosts.yml"
+    host_vars = {
+        "ansible_connection": "community.general.chroot",
+        "ansible_host": str(ROOT),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "director_wheelhouse": str(WHEELHOUSE),
+        "director_vrrp_interface": "edge0",
+        "director_vrrp_priority": 150,
+        "director_vrrp_unicast_source": "192.0.2.11",
+        "director_vrrp_peers": ["192.0.2.12"],
+        "director_sync_interface": "edge0",
+        "director_nat_gateways": [{"address": "10.1.0.1/24", "interface": "edge0"}],
+        "director_forwarding_modes": ["nat", "dr"],
+        "director_api_token": TOKEN,
+        "director_kubeconfig": yaml.safe_dump(KUBECONFIG),
+    }
+    group_vars = yaml.safe_load(
+        (REPO / "ansible/inventory/example/group_vars/directors.yml").read_text()
+    )
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {"directors": {
+                "hosts": {"debian-root": host_vars}, "vars": group_vars}}}}
+        )
+    )  # fmt: skip
+    results = REPO / ".lab" / "role-test"
+    results.mkdir(parents=True, exist_ok=True)
+    try:
+        first = play(inventory, results / "ansible-first.log")
+        second = play(inventory, results / "ansible-second.log")
+        yield first, second
+    finally:
+        for mount in reversed(mounts):
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+        subprocess.run(["ip", "link", "del", "edge0"], capture_output=True, check=False)
+
+
+@pytest.mark.role
+def test_second_run_changes_nothing(applied: tuple[Run, Run]) -> None:
+    first, second = applied
+    print(f"\nansible first run: {first.recap}\nansible second run: {second.recap}")
+    assert first.recap["failed"] == 0 and first.recap["changed"] >= 10
+    assert second.recap["failed"] == 0 and second.recap["changed"] == 0, second.output[-4000:]
+
+
+@pytest.mark.role
+def test_keepalived_accepts_the_rendered_config(applied: tuple[Run, Run]) -> None:
+    conf = (ROOT / "etc/keepalived/keepalived.conf").read_text()
+    assert "priority 150" in conf and "192.0.2.12" in conf
+    assert "lvs_sync_daemon edge0 director id 51" in conf
+    assert "10.1.0.1/24 dev edge0" in conf  # the floating NAT gateway
+    checked = chroot("keepalived", "-t", "-f", "/etc/keepalived/keepalived.conf", check=False)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+    assert (ROOT / "etc/default/keepalived").read_text().count('DAEMON_ARGS="--vrrp"') == 1
+
+
+@pytest.mark.role
+def test_director_config_token_and_kubeconfig(applied: tuple[Run, Run]) -> None:
+    config = yaml.safe_load((ROOT / "etc/director/director.yaml").read_text())
+    assert config["ha"]["interface"] == "edge0" and config["ha"]["peers"] == ["192.0.2.12"]
+    assert config["kubernetes"]["kubeconfig"] == "/etc/director/kubeconfig"
+    assert config["api"]["token_file"] == "/etc/director/api-token"
+    assert config["pools"][0]["addresses"] == ["10.0.0.200-10.0.0.239"]
+    token = ROOT / "etc/director/api-token"
+    assert token.read_text().strip() == TOKEN
+    for secret in (token, ROOT / "etc/director/kubeconfig"):
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
+    # The installed director (from the wheelhouse, in its virtualenv) reads both.
+    checked = chroot(
+        "/opt/director/bin/director", "check", "--config", "/etc/director/director.yaml",
+        "--kubeconfig", "/etc/director/kubeconfig",
+    )  # fmt: skip
+    assert "director.yaml: valid" in checked.stdout and "kubeconfig: valid" in checked.stdout
+
+
+@pytest.mark.role
+def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run]) -> None:
+    unit = ROOT / "etc/systemd/system/director.service"
+    text = unit.read_text()
+    assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE CAP_KILL" in text
+    assert "ProtectSystem=strict" in text and "StateDirectory=director" in text
+    verify = chroot("systemd-analyze", "verify", "/etc/systemd/system/director.service",
+                    check=False)  # fmt: skip
+    assert verify.returncode == 0, verify.stderr
+    security = chroot("systemd-analyze", "security", "--offline=true",
+                      "/etc/systemd/system/director.service", check=False)  # fmt: skip
+    level = re.search(r"Overall exposure level for director.service: ([\d.]+) (\w+)",
+                      security.stdout)  # fmt: skip
+    assert level, security.stdout + security.stderr
+    print(f"\nsystemd-analyze security: {level.group(1)} {level.group(2)}")
+    assert float(level.group(1)) <= 3.0, security.stdout  # systemd's "OK" band
+    wants = ROOT / "etc/systemd/system/multi-user.target.wants"
+    assert (wants / "director.service").is_symlink()
+    assert (wants / "keepalived.service").is_symlink()
+    drop_in = ROOT / "etc/systemd/system/keepalived.service.d/director.conf"
+    assert "After=director.service" in drop_in.read_text()
+
+
+EXPECTED_SYSCTLS = {
+    "net.ipv4.ip_forward": "1",
+    "net.ipv4.vs.conntrack": "0",
+    "net.ipv4.vs.expire_nodest_conn": "1",
+    "net.ipv4.vs.expire_quiescent_template": "1",
+    "net.ipv4.vs.sync_threshold": "3 10",
+    "net.ipv4.conf.all.arp_ignore": "1",  # dr is among the forwarding modes
+    "net.ipv4.conf.edge0.arp_announce": "2",
+}
+
+
+@pytest.mark.role
+def test_kernel_modules_and_sysctls_are_written_for_boot(applied: tuple[Run, Run]) -> None:
+    modules = (ROOT / "etc/modules-load.d/director.conf").read_text().split()
+    assert "ip_vs" in modules and "ip_vs_mh" in modules and "ip_vs_sh" in modules
+    sysctl_file = (ROOT / "etc/sysctl.d/90-director.conf").read_text()
+    for name, value in EXPECTED_SYSCTLS.items():
+        assert re.search(rf"^{re.escape(name)}\s*=\s*{value}$", sysctl_file, re.M), name
+
+
+@pytest.mark.role
+def test_preflight_refuses_an_image_without_ipvs(tmp_path: Path) -> None:
+    """The preflight alone, against a kernel that lacks a scheduler module."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"directors": {"hosts": {
+        "debian-root": {
+            "ansible_connection": "community.general.chroot",
+            "ansible_host": str(ROOT),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "director_ha": False,
+            "director_schedulers": ["rr", "nosuch"],
+        }}}}}}))  # fmt: skip
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         str(PLAYBOOK), "--tags", "director_preflight"],
+        capture_output=True, text=True, env=ansible_env(), cwd=REPO / "ansible", timeout=600,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "in this image lacks IPVS modules" in done.stdout, done.stdout[-3000:]
+    assert "ip_vs_nosuch" in done.stdout
+
+
+@pytest.mark.kernel
+def test_what_the_role_wrote_works_on_an_ipvs_kernel() -> None:
+    """In the lab VM: the Debian root the role provisioned (above, on the host), applied the
+    way boot applies it (systemd-modules-load, systemd-sysctl) on a kernel with IPVS."""
+    modules_file = ROOT / "etc/modules-load.d/director.conf"
+    if not modules_file.exists():
+        pytest.fail("the role has not provisioned .lab/debian-root: run `make role-test` first")
+    modules = [m for m in modules_file.read_text().split() if not m.startswith("#")]
+    loaded = subprocess.run(["modprobe", "--all", *modules], capture_output=True, text=True,
+                            check=False)  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
+    assert all(Path("/sys/module", m).exists() for m in modules)
+    subprocess.run(["ip", "link", "add", "edge0", "type", "dummy"], check=True)
+    try:
+        done = subprocess.run(["sysctl", "-p", str(ROOT / "etc/sysctl.d/90-director.conf")],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        for name, value in EXPECTED_SYSCTLS.items():
+            live = Path("/proc/sys", *name.split(".")).read_text().split()
+            assert live == value.split(), (name, live)
+    finally:
+        subprocess.run(["ip", "link", "del", "edge0"], check=False)
+    # The director installed in the image, from its wheels, sees the kernel's schedulers.
+    release = os.uname().release
+    mounts = [("/proc", "proc"), ("/sys", "sys"), (f"/lib/modules/{release}",
+              f"usr/lib/modules/{release}")]  # fmt: skip
+    for source, target in mounts:
+        subprocess.run(["mount", "--bind", source, str(ROOT / target)], check=True)
+    try:
+        offered = chroot("/opt/director/bin/director", "schedulers").stdout.split()
+    finally:
+        for _, target in reversed(mounts):
+            subprocess.run(["umount", "-l", str(ROOT / target)], check=False)
+    assert {"rr", "wlc", "sh", "mh", "ovf"} <= set(offered), offered
