@@ -86,3 +86,44 @@ def test_shadow_mode_runs_without_ipvs_and_writes_only_its_state_file(tmp_path: 
         assert api.get("services", "web")["status"] == {"loadBalancer": {}}
         assert api.store.list("events", None)["items"] == []
         assert api.store.list("leases", None)["items"] == []
+
+
+def test_check_a_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good"
+    good.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443'}}]\n"
+        "users: [{name: u, user: {token: abc}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    assert cli.main(["check", "--kubeconfig", str(good)]) == 0
+    assert capsys.readouterr().out.strip() == f"{good}: valid kubeconfig"
+    bad = tmp_path / "bad"
+    bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    assert cli.main(["check", "--kubeconfig", str(bad)]) == 2
+    assert f"invalid kubeconfig {bad}" in capsys.readouterr().err
+    assert cli.main(["check"]) == 2
+
+
+def test_keepalived_config_renders_the_static_vips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services:\n"
+        "  - {address: 198.51.100.10, port: 80, real_servers: ['192.0.2.11:80']}\n"
+        "  - {address: 198.51.100.10, port: 443, real_servers: ['192.0.2.11:443']}\n"
+        "  - {address: 198.51.100.20, port: 53, protocol: udp, real_servers: ['192.0.2.11:53']}\n"
+        "ha: {interface: eth1, router_id: edge1, priority: 150, unicast_source: 203.0.113.11,\n"
+        "     peers: [203.0.113.12]}\n"
+    )
+    assert cli.main(["keepalived-config", "--config", str(config)]) == 0
+    text = capsys.readouterr().out
+    assert "priority 150" in text and "203.0.113.12" in text
+    vips = [line.split()[0] for line in text.splitlines() if "dev eth1" in line]
+    assert vips == ["198.51.100.10/32", "198.51.100.20/32"]  # once per address
+    no_ha = tmp_path / "no-ha.yaml"
+    no_ha.write_text("defaults: {scheduler: rr}\n")
+    assert cli.main(["keepalived-config", "--config", str(no_ha)]) == 2
+    assert "no ha: section" in capsys.readouterr().err
