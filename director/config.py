@@ -65,7 +65,7 @@ class KubeSettings:
     resync_seconds: int = 60
     drain_timeout_seconds: int = 30
     identity: str = field(default_factory=socket.gethostname)
-    lease_namespace: str = "kube-system"
+    lease_namespace: str = "lvs-director"  # where deploy/kubernetes/rbac.yaml grants leases
     lease_name: str = "lvs-director"
     lease_seconds: int = 15
 
