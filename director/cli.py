@@ -174,22 +174,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_keepalived_config(args: argparse.Namespace) -> int:
     """keepalived.conf for the static services' VIPs: what an edge box starts with before
     the director's first sync (the director rewrites it with every VIP set change)."""
-    from director.keepalived import ConfigRejected, Keepalived, render_keepalived
+    from director.keepalived import render_keepalived
 
     settings = load_config(args.config)
     if settings.ha is None:
         raise ConfigError(settings.source, 0, "ha", "no ha: section to render keepalived from")
     vips = {key.address for key in settings.services if not key.fwmark}
-    text = render_keepalived(settings.ha, vips, settings.source)
-    if not args.install:
-        sys.stdout.write(text)
-        return 0
-    try:
-        changed = Keepalived(settings.ha).install(text)
-    except ConfigRejected as exc:
-        print(f"director: keepalived refused the configuration: {exc}", file=sys.stderr)
-        return EXIT_FAILED_OPS
-    print(f"{settings.ha.config_file}: {'installed' if changed else 'unchanged'}")
+    sys.stdout.write(render_keepalived(settings.ha, vips, settings.source))
     return 0
 
 
@@ -230,11 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="also check that this kubeconfig loads")
     p = sub.add_parser(
         "keepalived-config",
-        help="print this director's keepalived.conf for its static VIPs (--install: validate "
-        "with keepalived -t, install at ha.config_file, reload keepalived if it runs)",
+        help="print this director's keepalived.conf for its static VIPs (the Ansible role "
+        "installs it once, checked with keepalived -t; the director rewrites it from then on)",
     )
     p.add_argument("--config", required=True)
-    p.add_argument("--install", action="store_true")
     sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
     return parser
 
