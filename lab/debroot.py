@@ -20,13 +20,29 @@ BASE = REPO / ".lab" / "debian-base"
 ROOT = REPO / ".lab" / "debian-root"
 WHEELHOUSE = REPO / ".lab" / "wheelhouse"
 SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # What the role's first task installs (director_packages), python3-apt for Ansible's apt
 # module, and systemd (the unit is verified inside the tree).
 PACKAGES = (
     "systemd,systemd-sysv,keepalived,ipvsadm,python3,python3-venv,python3-apt,kmod,procps,iproute2"
 )
 STAMP = f"{SUITE} {PACKAGES}\n"
+
+
+def mirror() -> str:
+    """The Debian mirror this machine's apt uses (debootstrap follows it), else the default."""
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.exists():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    listing = Path("/etc/apt/sources.list")
+    if listing.exists():
+        for line in listing.read_text().splitlines():
+            words = line.split()
+            if words[:1] == ["deb"] and "security" not in line:
+                return next(w for w in words[1:] if not w.startswith("["))
+    return DEFAULT_MIRROR
 
 
 def base() -> None:
@@ -37,7 +53,7 @@ def base() -> None:
     BASE.parent.mkdir(parents=True, exist_ok=True)
     print(f"debroot: debootstrap {SUITE} into {BASE} ...", flush=True)
     subprocess.run(
-        ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(BASE), MIRROR],
+        ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(BASE), mirror()],
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     stamp.write_text(STAMP)
