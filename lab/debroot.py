@@ -1,10 +1,10 @@
 """A Debian 12 root for the Ansible role's test: debootstrap'd once (cached in
-.lab/debian-base), copied fresh to .lab/debian-root for every kernel-suite run, plus the
+.lab/debian-base), copied fresh to .lab/debian-root for every run of the role, plus the
 wheelhouse the role installs the director from (.lab/wheelhouse).
 
-The role is then applied inside the lab VM, through Ansible's chroot connection, to that
-tree, with the VM's kernel (it has IPVS) under it: `tests/test_ansible_role.py`.
-This step runs on the host because it needs the package registries; the VM has no network.
+`tests/test_ansible_role.py` applies the role to that tree through Ansible's chroot
+connection, on the host (it needs the package registries); its kernel test then checks, in the
+lab VM, what the role wrote.
 """
 
 from __future__ import annotations
@@ -80,15 +80,3 @@ def wheelhouse() -> None:
          "--source", str(REPO), "--python-version", version, "--out", str(WHEELHOUSE)],
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
-
-
-def main() -> int:
-    base()
-    fresh_root()
-    wheelhouse()
-    print(f"debroot: {ROOT} and {WHEELHOUSE} ready", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,10 +6,8 @@ tests/test_ansible_role.py (in the lab VM)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,9 @@ import pytest
 import yaml
 
 from director.config import parse_config
+from tests.ansiblelab import ANSIBLE, REPO, ansible
 
-REPO = Path(__file__).resolve().parent.parent
-ANSIBLE = REPO / "ansible"
 ROLE = ANSIBLE / "roles" / "director"
-BIN = Path(sys.executable).parent
 EXAMPLE = ANSIBLE / "inventory" / "example"
 LAB_VARS = ANSIBLE / "inventory" / "lab" / "group_vars" / "directors.yml"
 
@@ -34,29 +30,18 @@ def specs() -> dict[str, Any]:
     return load(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
 
 
-def ansible_env() -> dict[str, str]:
-    return dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}",
-                ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_NOCOLOR="1")  # fmt: skip
-
-
 def example_hosts() -> dict[str, dict[str, Any]]:
     return load(EXAMPLE / "hosts.yml")["all"]["children"]["directors"]["hosts"]
 
 
 def test_ansible_lint_is_clean() -> None:
-    done = subprocess.run(
-        [str(BIN / "ansible-lint"), "--offline", "--nocolor", "--profile", "production"],
-        cwd=ANSIBLE, capture_output=True, text=True, env=ansible_env(), timeout=300, check=False,
-    )  # fmt: skip
+    done = ansible("ansible-lint", "--offline", "--nocolor", "--profile", "production")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("inventory", ["inventory/example", "inventory/lab"])
 def test_playbook_syntax(inventory: str) -> None:
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "--syntax-check", "-i", inventory, "site.yml"],
-        cwd=ANSIBLE, capture_output=True, text=True, env=ansible_env(), timeout=120, check=False,
-    )  # fmt: skip
+    done = ansible("ansible-playbook", "--syntax-check", "-i", inventory, "site.yml")
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -11,11 +11,11 @@ applies it, on a kernel with IPVS.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +25,8 @@ import yaml
 
 from lab import debroot
 from lab.debroot import ROOT, WHEELHOUSE
+from tests.ansiblelab import REPO, ansible
 
-REPO = Path(__file__).resolve().parent.parent
-PLAYBOOK = REPO / "ansible" / "site.yml"
 TOKEN = "s3cret-token-for-the-test"
 KUBECONFIG = {
     "apiVersion": "v1",
@@ -52,26 +51,8 @@ def chroot(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     )
 
 
-def ansible_env() -> dict[str, str]:
-    return {
-        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": "/tmp/ansible-home",
-        "ANSIBLE_HOME": "/tmp/ansible-home",
-        "ANSIBLE_LOCAL_TEMP": "/tmp/ansible-local",
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-
-
 def play(inventory: Path, log: Path) -> Run:
-    env = ansible_env()
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(PLAYBOOK), "--diff"],
-        capture_output=True, text=True, env=env, cwd=REPO / "ansible", timeout=1800, check=False,
-    )  # fmt: skip
+    done = ansible("ansible-playbook", "-i", str(inventory), "site.yml", "--diff", timeout=1800)
     log.write_text(done.stdout + done.stderr)
     found = re.search(r"^debian-root\s*:\s*(.*)$", done.stdout, re.M)
     assert done.returncode == 0 and found, (
@@ -79,6 +60,25 @@ def play(inventory: Path, log: Path) -> Run:
     )
     recap = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found.group(1))}
     return Run(done.stdout, recap)
+
+
+@contextlib.contextmanager
+def bind_mounts(release: str, *extra: str, read_only: bool = False) -> Iterator[None]:
+    """This machine's /proc, /sys (and ``extra`` folders) and the kernel ``release``'s
+    modules, bind-mounted into the tree: the chroot then runs on this kernel."""
+    pairs = [(f"/{name}", name) for name in ("proc", "sys", *extra)]
+    pairs.append((f"/lib/modules/{release}", f"usr/lib/modules/{release}"))
+    mounted: list[Path] = []
+    try:
+        for source, target in pairs:
+            (ROOT / target).mkdir(parents=True, exist_ok=True)
+            options = ["-o", "ro"] if read_only else []
+            subprocess.run(["mount", "--bind", *options, source, str(ROOT / target)], check=True)
+            mounted.append(ROOT / target)
+        yield
+    finally:
+        for target in reversed(mounted):
+            subprocess.run(["umount", "-l", str(target)], check=False)
 
 
 def kernel_release() -> str:
@@ -93,13 +93,6 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
     debroot.fresh_root()
     debroot.wheelhouse()
     work = tmp_path_factory.mktemp("ansible")
-    mounts = []
-    release = kernel_release()
-    for source, target in (("/proc", "proc"), ("/sys", "sys"), ("/dev", "dev"),
-                           (f"/lib/modules/{release}", f"usr/lib/modules/{release}")):  # fmt: skip
-        (ROOT / target).mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "--bind", "-o", "ro", source, str(ROOT / target)], check=True)
-        mounts.append(ROOT / target)
     # The VRRP interface the configuration names (keepalived -t looks it up).
     subprocess.run(["ip", "link", "add", "edge0", "type", "veth", "peer", "name", "edge0p"],
                    capture_output=True, check=False)  # fmt: skip
@@ -131,12 +124,11 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
     results = REPO / ".lab" / "role-test"
     results.mkdir(parents=True, exist_ok=True)
     try:
-        first = play(inventory, results / "ansible-first.log")
-        second = play(inventory, results / "ansible-second.log")
+        with bind_mounts(kernel_release(), "dev", read_only=True):
+            first = play(inventory, results / "ansible-first.log")
+            second = play(inventory, results / "ansible-second.log")
         yield first, second
     finally:
-        for mount in reversed(mounts):
-            subprocess.run(["umount", "-l", str(mount)], check=False)
         subprocess.run(["ip", "link", "del", "edge0"], capture_output=True, check=False)
 
 
@@ -239,12 +231,8 @@ def test_preflight_refuses_an_image_without_ipvs(tmp_path: Path) -> None:
             "director_ha": False,
             "director_schedulers": ["rr", "nosuch"],
         }}}}}}))  # fmt: skip
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(PLAYBOOK), "--tags", "director_preflight"],
-        capture_output=True, text=True, env=ansible_env(), cwd=REPO / "ansible", timeout=600,
-        check=False,
-    )  # fmt: skip
+    done = ansible("ansible-playbook", "-i", str(inventory), "site.yml",
+                   "--tags", "director_preflight")  # fmt: skip
     assert done.returncode != 0
     assert "in this image lacks IPVS modules" in done.stdout, done.stdout[-3000:]
     assert "ip_vs_nosuch" in done.stdout
@@ -273,14 +261,6 @@ def test_what_the_role_wrote_works_on_an_ipvs_kernel() -> None:
     finally:
         subprocess.run(["ip", "link", "del", "edge0"], check=False)
     # The director installed in the image, from its wheels, sees the kernel's schedulers.
-    release = os.uname().release
-    mounts = [("/proc", "proc"), ("/sys", "sys"), (f"/lib/modules/{release}",
-              f"usr/lib/modules/{release}")]  # fmt: skip
-    for source, target in mounts:
-        subprocess.run(["mount", "--bind", source, str(ROOT / target)], check=True)
-    try:
+    with bind_mounts(os.uname().release):
         offered = chroot("/opt/director/bin/director", "schedulers").stdout.split()
-    finally:
-        for _, target in reversed(mounts):
-            subprocess.run(["umount", "-l", str(ROOT / target)], check=False)
     assert {"rr", "wlc", "sh", "mh", "ovf"} <= set(offered), offered
