@@ -5,27 +5,34 @@ kernel through the thread-safe adapter, and records intent (an annotation on the
 an intent handed to the control loop). It never programs IPVS itself.
 
 Every ``/api/v1`` request needs ``Authorization: Bearer <token>`` (401 without, 403 with a
-wrong one; compared in constant time, never logged). Errors are ``application/problem+json``.
+wrong one; compared in constant time, never logged), and so do ``/metrics`` and the status
+page unless ``api.public`` opens them. Errors are ``application/problem+json``.
+
+Hostile input gets a 4xx with a reason and never reaches the loop: bodies are bounded (also
+when chunked), nested at most 16 deep, and their strings hold no control characters. Writes
+are answered once the control loop has stored them (and programmed what they change): a 2xx
+means done, a 5xx means not done. The open endpoints share a few workers (``OPEN_SLOTS``), so
+scrapes and page loads can never take every worker from the authenticated API.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
 from director.controller import STATIC, Controller
 from director.dataplane import Ipvs
-from director.intents import Drain
+from director.intents import AddDrain, Drain, Intent, RemoveDrain, SetScheduler
 from director.logs import event
 from director.model import (
     KernelTable,
@@ -33,15 +40,20 @@ from director.model import (
     Stats,
     VirtualService,
     canonical_address,
-    encode_flags,
-    scheduler_flag_names,
+    check_flags,
+    shown,
 )
+from director.model import Protocol as IpProtocol
 from director.openapi import document
 from director.plan import build_plan
 from director.statuspage import PAGE
-from director.translate import A_OVERRIDE, relevant
+from director.translate import A_OVERRIDE, PROTOCOLS, relevant
 
 MAX_BODY = 64 * 1024
+MAX_DEPTH = 16  # JSON nesting: no request of this API needs more than 3
+OPEN_SLOTS = 4  # workers the endpoints without a token may hold at once
+PUBLIC_CHOICES = ("health", "metrics", "status_page")  # what api.public may open
+INTENT_TIMEOUT = 10.0  # seconds an API write waits for the loop
 log = logging.getLogger("director.api")
 
 
@@ -111,7 +123,61 @@ def _origin(origin: str) -> dict[str, str]:
 
 
 def drain_id(drain: Drain) -> str:
-    return hashlib.sha256(drain.id.encode()).hexdigest()[:12]
+    return drain.ident
+
+
+def _depth(value: Any, limit: int) -> bool:
+    """Is ``value`` nested at most ``limit`` deep (iteratively: no recursion to exhaust)?"""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _clean_text(value: Any) -> bool:
+    """No control characters or lone surrogates in any string of ``value`` (keys too)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isprintable() and any(ord(c) < 32 or ord(c) == 127 for c in item):
+                return False
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def parse_body(raw: bytes) -> Any:
+    """The request's JSON, or Problem(400) saying what is wrong with it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Problem(400, "the body is not UTF-8 text") from None
+    if text.count("[") + text.count("{") > 4096:
+        raise Problem(400, "the body holds too many JSON arrays and objects")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise Problem(400, f"the body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise Problem(400, f"the body is not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not _depth(data, MAX_DEPTH):
+        raise Problem(400, f"the body is nested deeper than {MAX_DEPTH} levels")
+    if not _clean_text(data):
+        raise Problem(400, "strings must be text without control characters or lone surrogates")
+    return data
 
 
 def create_app(
@@ -121,9 +187,11 @@ def create_app(
     writer: AnnotationWriter | None = None,
     registry: CollectorRegistry | None = None,
     reader: Ipvs | None = None,
+    public: Iterable[str] = PUBLIC_CHOICES,
 ) -> Flask:
     """``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock),
-    so that listing 10,000 services never delays the control loop's writes."""
+    so that listing 10,000 services never delays the control loop's writes. ``public``: which
+    of health, metrics and status_page answer without the token."""
     if not token:
         raise ValueError("the admin API needs a non-empty token")
     app = Flask("director")
@@ -133,6 +201,17 @@ def create_app(
     expected = token.encode()
     recent: list[tuple[float, KernelTable]] = []  # one counters read serves 1 s of requests
     recent_lock = threading.Lock()
+    scrape = _Scrape(registry)
+    open_slots = threading.BoundedSemaphore(OPEN_SLOTS)
+    opened = frozenset(public)
+    unknown = sorted(opened - set(PUBLIC_CHOICES))
+    if unknown:
+        raise ValueError(f"api.public: unknown {', '.join(unknown)}")
+    # path -> what opens it without the token (None: always open)
+    open_paths: dict[str, str | None] = {
+        "/healthz": "health", "/readyz": "health", "/metrics": "metrics",
+        "/": "status_page", "/ui/status": "status_page",
+    }  # fmt: skip
 
     def counters() -> KernelTable:
         with recent_lock:
@@ -165,20 +244,43 @@ def create_app(
 
     @app.before_request
     def _auth() -> Response | None:
-        if not request.path.startswith("/api/"):
+        opener = open_paths.get(request.path, "token")
+        if opener != "token" and opener in opened:
+            # Open to all: a few workers at most, the rest stay for the authenticated API.
+            if not open_slots.acquire(blocking=False):
+                response = problem(503, "busy: try again in a second")
+                response.headers["Retry-After"] = "1"
+                return response
+            g.open_slot = True
             return None
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer "):
+        if request.path not in open_paths and not request.path.startswith("/api/"):
+            return None  # a 404 (or 405) from the router
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
             return problem(401, "this endpoint needs 'Authorization: Bearer <token>'")
-        if not hmac.compare_digest(header[len("Bearer ") :].strip().encode(), expected):
+        if not hmac.compare_digest(credentials.strip().encode(errors="replace"), expected):
             return problem(403, "the bearer token is not valid")
         return None
+
+    @app.teardown_request
+    def _release(_exc: BaseException | None) -> None:
+        if g.pop("open_slot", False):
+            open_slots.release()
 
     def body(allowed: set[str], required: set[str]) -> dict[str, Any]:
         kind = (request.mimetype or "").lower()
         if kind != "application/json":
-            raise Problem(415, f"send application/json (got {kind or 'no content type'!r})")
-        data = request.get_json(silent=True)
+            raise Problem(415, f"send application/json (got {shown_type(kind)})")
+        length = request.content_length
+        if length is not None and length > MAX_BODY:
+            raise Problem(413, f"the request body is larger than {MAX_BODY} bytes")
+        try:
+            raw = request.stream.read(MAX_BODY + 1)
+        except HTTPException as exc:  # werkzeug's own limit (chunked bodies)
+            raise Problem(exc.code or 400, exc.description or "unreadable body") from None
+        if len(raw) > MAX_BODY:
+            raise Problem(413, f"the request body is larger than {MAX_BODY} bytes")
+        data = parse_body(raw)
         if not isinstance(data, dict):
             raise Problem(400, "the body must be a JSON object")
         unknown = sorted(set(data) - allowed)
@@ -192,20 +294,39 @@ def create_app(
             raise Problem(400, f"missing field(s) {', '.join(missing)}")
         return data
 
-    def scheduler_choice(data: dict[str, Any]) -> tuple[str, frozenset[str]]:
+    def scheduler_choice(
+        data: dict[str, Any], protocols: frozenset[IpProtocol | None]
+    ) -> tuple[str, frozenset[str]]:
+        """The body's scheduler and canonical flags, for services of ``protocols``."""
         name = data.get("scheduler")
         offered = sorted(ipvs.schedulers())
         if not isinstance(name, str) or name not in offered:
-            raise Problem(400, f"unknown scheduler {name!r}; allowed: {', '.join(offered)}")
+            raise Problem(400, f"unknown scheduler {shown(name)}; allowed: {', '.join(offered)}")
         flags = data.get("flags", [])
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise Problem(400, "flags must be a list of strings")
         try:
-            encode_flags(name, flags, False)
-        except ValueError:
-            allowed = ", ".join(scheduler_flag_names(name))
-            raise Problem(400, f"invalid flags {flags} for {name} (allowed: {allowed})") from None
-        return name, frozenset(flags)
+            check_flags(name, flags, IpProtocol.UDP)
+        except ValueError as exc:
+            raise Problem(400, f"invalid flags: {exc}") from None
+        udp_only = bool(protocols) and protocols <= {IpProtocol.UDP}
+        try:
+            return name, check_flags(name, flags, IpProtocol.UDP if udp_only else IpProtocol.TCP)
+        except ValueError as exc:  # valid flags, but not for what this service is
+            raise Problem(409, f"{exc}; this service is not UDP-only") from None
+
+    def intent(change: Intent) -> None:
+        """Hand a change to the loop; return once it is stored and applied."""
+        reply = controller.submit_intent(change, INTENT_TIMEOUT)
+        if reply.ok:
+            return
+        if reply.status:
+            raise Problem(reply.status, reply.detail)
+        raise Problem(
+            503,
+            f"the control loop did not take the change within {INTENT_TIMEOUT:g} s; it may "
+            "still apply it (see GET /api/v1/status)",
+        )
 
     # -- views -----------------------------------------------------------------------
     def views(keys: list[ServiceKey] | None = None) -> list[dict[str, Any]]:
@@ -304,20 +425,25 @@ def create_app(
             "real_servers": dests,
         }
 
-    def kube_keys(namespace: str, name: str) -> list[ServiceKey]:
+    def kube_service(namespace: str, name: str) -> tuple[list[ServiceKey], frozenset[Any]]:
+        """The Service's virtual services and its ports' protocols; 404 if not served."""
         with controller.lock:
             keys = sorted(controller.produced.get(f"{namespace}/{name}", ()), key=str)
             svc = controller.snapshot.services.get(f"{namespace}/{name}")
             managed = svc is not None and relevant(svc, controller.policy)
-        if not managed:
-            raise Problem(404, f"no Service {namespace}/{name} served by this director")
-        return keys
+        if svc is None or not managed:
+            raise Problem(404, f"no Service {shown(namespace)}/{shown(name)} served by this "
+                          "director")  # fmt: skip
+        return keys, frozenset(PROTOCOLS.get(p.protocol) for p in svc.ports)
+
+    def kube_keys(namespace: str, name: str) -> list[ServiceKey]:
+        return kube_service(namespace, name)[0]
 
     def static_key(name: str) -> ServiceKey:
         for key, vs in controller.settings.services.items():
             if vs.origin == f"static/{name}":
                 return key
-        raise Problem(404, f"no static service named {name!r} in the configuration")
+        raise Problem(404, f"no static service named {shown(name)} in the configuration")
 
     # -- health, metrics, page -------------------------------------------------------
     @app.get("/healthz")
@@ -331,13 +457,14 @@ def create_app(
     def readyz() -> Response:
         if not controller.health.synced:
             return problem(503, "the first sync is not applied yet")
+        stalled = time.monotonic() - controller.last_step
+        if stalled > 10:
+            return problem(503, f"the control loop has not run for {stalled:.0f}s")
         return jsonify({"status": "ready"})
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(
-            generate_latest(registry) if registry else b"", mimetype=CONTENT_TYPE_LATEST
-        )
+        return Response(scrape.text(), mimetype=CONTENT_TYPE_LATEST)
 
     @app.get("/")
     def page() -> Response:
@@ -364,8 +491,8 @@ def create_app(
     @app.put("/api/v1/services/<namespace>/<name>/scheduler")
     def set_kube_scheduler(namespace: str, name: str) -> Response:
         data = body({"scheduler", "flags"}, {"scheduler"})
-        choice = scheduler_choice(data)
-        kube_keys(namespace, name)
+        _keys, protocols = kube_service(namespace, name)
+        choice = scheduler_choice(data, protocols)
         store = _writer()
         text = choice[0] + (":" + ",".join(sorted(choice[1])) if choice[1] else "")
         _write(lambda: store.patch_annotations(namespace, name, {A_OVERRIDE: text}))
@@ -409,9 +536,8 @@ def create_app(
     @app.put("/api/v1/static/<name>/scheduler")
     def set_static_scheduler(name: str) -> Response:
         data = body({"scheduler", "flags"}, {"scheduler"})
-        choice = scheduler_choice(data)
-        static_key(name)
-        controller.submit("api", "STATIC_SCHEDULER", (name, choice))
+        choice = scheduler_choice(data, frozenset({static_key(name).protocol}))
+        intent(SetScheduler(name, choice))
         return jsonify(
             {
                 "service": f"static/{name}",
@@ -425,7 +551,7 @@ def create_app(
     @app.delete("/api/v1/static/<name>/scheduler")
     def unset_static_scheduler(name: str) -> Response:
         static_key(name)
-        controller.submit("api", "STATIC_SCHEDULER", (name, None))
+        intent(SetScheduler(name, None))
         return jsonify({"service": f"static/{name}", "source": "config"})
 
     @app.get("/api/v1/drains")
@@ -433,18 +559,29 @@ def create_app(
         return jsonify({"items": drain_views()})
 
     def drain_views() -> list[dict[str, Any]]:
+        """Each drain with where it applies and the connections left. One pass over the
+        table (real servers indexed by address) and one counters read, outside the lock."""
         with controller.lock:
             drains = list(controller.intents.drains.values())
-            where = [
-                (drain, [(k, rs) for k, vs in controller.desired.items()
-                         for rs in vs.real_servers.values() if drain.matches(k, rs)])
-                for drain in drains
-            ]  # fmt: skip
+            desired = dict(controller.desired)
+        by_address: dict[str, list[tuple[ServiceKey, Any]]] = {}
+        wanted = {d.address for d in drains}
+        for key, vs in desired.items():
+            for rs in vs.real_servers.values():
+                if rs.address in wanted:
+                    by_address.setdefault(rs.address, []).append((key, rs))
+        places = {
+            drain.id: [(k, r) for k, r in by_address.get(drain.address, ()) if drain.matches(k, r)]
+            for drain in drains
+        }
+        keys = {key for rows in places.values() for key, _rs in rows}
+        # A few services: their connection counts now. Many: one whole read (cached 1 s).
+        kernel = _read_some(sorted(keys, key=str)) if len(keys) <= 64 else counters()
         out = []
-        for drain, places in where:
+        for drain in drains:
             rows = []
-            for key, rs in places:
-                state = ipvs.read_dest_states(key).get(rs.key)
+            for key, rs in places[drain.id]:
+                state = kernel.dest_state.get((key, rs.key))
                 rows.append(
                     {
                         "service": str(key),
@@ -455,7 +592,7 @@ def create_app(
                 )
             out.append(
                 {
-                    "id": drain_id(drain),
+                    "id": drain.ident,
                     "address": drain.address,
                     "port": drain.port,
                     "service": drain.service,
@@ -487,16 +624,12 @@ def create_app(
             with controller.lock:
                 known = {str(k) for k in controller.desired}
             if service not in known:
-                raise Problem(404, f"no virtual service {service!r}")
+                raise Problem(404, f"no virtual service {shown(service)}")
         drain = Drain(address, port, service)
-        with controller.lock:
-            exists = drain.id in controller.intents.drains
-        if exists:
-            raise Problem(409, f"{drain.id} is already drained (id {drain_id(drain)})")
-        controller.submit("api", "DRAIN", drain)
+        intent(AddDrain(drain))  # the loop decides: two identical drains, one 201
         response = jsonify(
             {
-                "id": drain_id(drain),
+                "id": drain.ident,
                 "address": drain.address,
                 "port": drain.port,
                 "service": drain.service,
@@ -508,13 +641,7 @@ def create_app(
 
     @app.delete("/api/v1/drains/<ident>")
     def remove_drain(ident: str) -> Response:
-        with controller.lock:
-            found = next(
-                (d for d in controller.intents.drains.values() if drain_id(d) == ident), None
-            )
-        if found is None:
-            raise Problem(404, f"no drain with id {ident!r}")
-        controller.submit("api", "UNDRAIN", found.id)
+        intent(RemoveDrain(ident))
         return jsonify({"id": ident, "undrained": True})
 
     def status_body() -> dict[str, Any]:
@@ -566,6 +693,33 @@ def create_app(
         )  # fmt: skip
 
     return app
+
+
+def shown_type(kind: str) -> str:
+    return shown(kind) if kind else "no content type"
+
+
+class _Scrape:
+    """``/metrics`` made cheap to ask for: one scrape is built at a time, and a built one
+    serves every request for a while (at least 1 s, and twice what it took to build), so
+    many scrapers cost what one does and never hold many workers."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._text = b""
+        self._until = 0.0
+
+    def text(self) -> bytes:
+        if self.registry is None:
+            return b""
+        with self._lock:
+            now = time.monotonic()
+            if now >= self._until:
+                self._text = generate_latest(self.registry)
+                took = time.monotonic() - now
+                self._until = time.monotonic() + max(1.0, 2 * took)
+            return self._text
 
 
 def _iso(stamp: float | None) -> str | None:

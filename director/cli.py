@@ -21,6 +21,7 @@ _log = logging.getLogger("director.cli")
 EXIT_FAILED_OPS = 1
 EXIT_CONFIG = 2
 EXIT_NO_IPVS = 3
+EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 def open_ipvs(netns: str | None) -> Ipvs:
@@ -137,14 +138,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             state_file=Path(args.state_file) if args.state_file else None,
             kubeconfig=args.kubeconfig,
             netns=args.netns,
+            on_fatal=lambda _reason: stop.set(),
         )
-    except ValueError as exc:  # an unreadable token file, a bad kubeconfig
+        runtime.start()
+    except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None
-    with runtime:
+    try:
         stop.wait()
-    ipvs.close()
-    if reader is not None:
-        reader.close()
+    finally:
+        runtime.stop()
+        ipvs.close()
+        if reader is not None:
+            reader.close()
+    if runtime.failed is not None:
+        print(f"director: stopped: {runtime.failed}", file=sys.stderr)
+        return EXIT_FATAL
     return 0
 
 
@@ -154,11 +162,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.config is not None:
         settings = load_config(args.config)
+        from director.runtime import preflight
+
+        problems, notes = preflight(settings, host=not args.offline)
+        if problems:
+            raise ConfigError(settings.source, 0, "", problems[0])
         dests = sum(len(vs.real_servers) for vs in settings.services.values())
         print(
             f"{settings.source}: valid ({len(settings.services)} virtual services, "
             f"{dests} real servers)"
         )
+        for note in notes:
+            print(f"note: {note}")
     if args.kubeconfig is not None:
         from director.kube import api_client
 
@@ -219,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a configuration file (and a kubeconfig) and exit")
     p.add_argument("--config")
     p.add_argument("--kubeconfig", help="also check that this kubeconfig loads")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="skip what only the box itself can tell (the API's listen address is one of its "
+        "own): for building an image",
+    )
     p = sub.add_parser(
         "keepalived-config",
         help="print this director's keepalived.conf for its static VIPs (the Ansible role "

@@ -3,17 +3,29 @@
 The source hands over the API server's JSON; these parsers keep only what translation needs,
 so 10,000 Services and their EndpointSlices fit in a few tens of megabytes, and everything
 downstream is plain typed data with no client objects in it.
+
+This is where the cluster's input enters, and nothing from it is trusted: the parsers are
+total (any JSON in, a value out, never an exception). Addresses come out canonical (the API
+server's sloppy forms, like ``10.0.0.01``, read as kube-proxy reads them); ports, families
+and timeouts are range-checked. Whatever is dropped is named in the value's ``problems``, so
+the controller can say so (a Warning Event, a log line, a metric) and serve the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from director.model import shown, sloppy_address
 
 PREFIX = "lvs-director.io/"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 TRIGGER_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+# The legacy way to give loadBalancerSourceRanges (kube honours it when the field is empty).
+SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 Json = Mapping[str, Any]
@@ -44,6 +56,10 @@ class ServiceInfo:
     status_ips: tuple[str, ...]
     health_check_node_port: int
     created: str
+    # spec.loadBalancerSourceRanges (canonical CIDRs); None: no restriction.
+    source_ranges: tuple[str, ...] | None = None
+    allocate_node_ports: bool = True
+    problems: tuple[str, ...] = ()  # what was dropped from the object, and why
 
     @property
     def ref(self) -> str:
@@ -70,6 +86,7 @@ class SliceInfo:
     # endpoints.kubernetes.io/last-change-trigger-time: when the change that made this
     # version happened (network programming latency starts there).
     trigger_time: str | None = None
+    problems: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -83,105 +100,271 @@ class NodeInfo:
     ready: bool
     excluded: bool  # labelled exclude-from-external-load-balancers
     deleting: bool
+    problems: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
         return self.ready and not self.excluded and not self.deleting
 
 
+_IANA_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")
+_PROTOCOLS = ("TCP", "UDP", "SCTP")
+MAX_AFFINITY = 86400  # kube-apiserver's bound on sessionAffinityConfig.clientIP.timeoutSeconds
+DEFAULT_AFFINITY = 10800
+
+
+def _map(value: object) -> Json:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _text(value: object, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _port(value: object, low: int = 1) -> int | None:
+    """An integer port in [low, 65535], or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+        return None
+    return value
+
+
 def _meta(obj: Json) -> Json:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
+    return _map(obj.get("metadata"))
+
+
+def canonical_cidr(text: object) -> str | None:
+    """A CIDR as kube-proxy reads it (sloppy address, surrounding spaces trimmed), or None."""
+    if not isinstance(text, str):
+        return None
+    address, slash, bits = text.strip().partition("/")
+    canonical = sloppy_address(address)
+    if canonical is None or not slash or not bits.isascii() or not bits.isdigit():
+        return None
+    prefix = int(bits)
+    if prefix > (128 if ":" in canonical else 32):
+        return None
+    try:
+        return str(ipaddress.ip_network(f"{canonical}/{prefix}", strict=False))
+    except ValueError:
+        return None
+
+
+def _source_ranges(spec: Json, annotations: Json, problems: list[str]) -> tuple[str, ...] | None:
+    raw: Iterable[object] = _list(spec.get("loadBalancerSourceRanges"))
+    where = "spec.loadBalancerSourceRanges"
+    if not raw and isinstance(annotations.get(SOURCE_RANGES_ANNOTATION), str):
+        raw = [p for p in str(annotations[SOURCE_RANGES_ANNOTATION]).split(",") if p.strip()]
+        where = SOURCE_RANGES_ANNOTATION
+    raw = list(raw)
+    if not raw:
+        return None
+    ranges: list[str] = []
+    for item in raw:
+        cidr = canonical_cidr(item)
+        if cidr is None:
+            problems.append(f"{where}: {shown(item)} is not a CIDR; ignored (the VIP stays "
+                            "restricted to the valid ranges)")  # fmt: skip
+        elif cidr not in ranges:
+            ranges.append(cidr)
+    return tuple(ranges)
+
+
+def _service_port(p: Json, index: int, problems: list[str]) -> ServicePort | None:
+    name = _text(p.get("name"))
+    protocol = _text(p.get("protocol"), "TCP")
+    port = _port(p.get("port"))
+    where = f"spec.ports[{index}]"
+    if protocol not in _PROTOCOLS:
+        problems.append(f"{where}: protocol {shown(protocol)} is not TCP, UDP or SCTP; ignored")
+        return None
+    if port is None:
+        problems.append(f"{where}: port {shown(p.get('port'))} is not 1-65535; ignored")
+        return None
+    node_port = _port(p.get("nodePort") or 0, low=0)
+    if node_port is None:
+        problems.append(f"{where}: nodePort {shown(p.get('nodePort'))} is not 1-65535; ignored")
+        node_port = 0
+    target = p.get("targetPort")
+    target_port: int | str = port
+    if target is not None:
+        numeric = _port(target)
+        if numeric is not None:
+            target_port = numeric
+        elif isinstance(target, str) and _IANA_NAME.fullmatch(target):
+            target_port = target
+        else:
+            problems.append(f"{where}: targetPort {shown(target)} is neither a port nor a "
+                            "port name; the port number is used")  # fmt: skip
+    return ServicePort(name, protocol, port, node_port, target_port)
+
+
+def _families(spec: Json, problems: list[str]) -> tuple[int, ...]:
+    families: list[int] = []
+    for text in _list(spec.get("ipFamilies")) or ["IPv4"]:
+        version = {"IPv4": 4, "IPv6": 6}.get(text) if isinstance(text, str) else None
+        if version is None:
+            problems.append(f"spec.ipFamilies: {shown(text)} is not IPv4 or IPv6; ignored")
+        elif version not in families:
+            families.append(version)
+    return tuple(families) or (4,)
+
+
+def _affinity(spec: Json, problems: list[str]) -> int | None:
+    if spec.get("sessionAffinity") != "ClientIP":
+        return None
+    config = _map(_map(spec.get("sessionAffinityConfig")).get("clientIP"))
+    timeout = config.get("timeoutSeconds")
+    if timeout is None:
+        return DEFAULT_AFFINITY
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 < timeout <= MAX_AFFINITY:
+        problems.append(f"sessionAffinityConfig.clientIP.timeoutSeconds {shown(timeout)} is not "
+                        f"1-{MAX_AFFINITY}; {DEFAULT_AFFINITY} is used")  # fmt: skip
+        return DEFAULT_AFFINITY
+    return timeout
+
+
+def _status_ips(status: Json, problems: list[str]) -> tuple[str, ...]:
+    ips: list[str] = []
+    for item in _list(_map(status.get("loadBalancer")).get("ingress")):
+        raw = _map(item).get("ip")
+        if raw is None or raw == "":
+            continue
+        ip = sloppy_address(raw)
+        if ip is None:
+            problems.append(f"status.loadBalancer.ingress: {shown(raw)} is not an IP address; "
+                            "not kept")  # fmt: skip
+        elif ip not in ips:
+            ips.append(ip)
+    return tuple(ips)
 
 
 def service_from_json(obj: Json) -> ServiceInfo:
-    meta, spec = _meta(obj), obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta, spec = _meta(obj), _map(obj.get("spec"))
+    status = _map(obj.get("status"))
+    problems: list[str] = []
+    all_annotations = _map(meta.get("annotations"))
     annotations = {
-        k: str(v) for k, v in (meta.get("annotations") or {}).items() if k.startswith(PREFIX)
-    }
+        k: v for k, v in all_annotations.items()
+        if isinstance(k, str) and k.startswith(PREFIX) and isinstance(v, str)
+    }  # fmt: skip
     ports = tuple(
-        ServicePort(
-            str(p.get("name") or ""),
-            str(p.get("protocol") or "TCP"),
-            int(p.get("port") or 0),
-            int(p.get("nodePort") or 0),
-            p.get("targetPort") if p.get("targetPort") is not None else int(p.get("port") or 0),
-        )
-        for p in spec.get("ports") or ()
+        port
+        for index, p in enumerate(_list(spec.get("ports")))
+        if (port := _service_port(_map(p), index, problems)) is not None
     )
-    families = tuple(4 if f == "IPv4" else 6 for f in spec.get("ipFamilies") or ("IPv4",))
-    affinity = None
-    if spec.get("sessionAffinity") == "ClientIP":
-        config = (spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}
-        affinity = int(config.get("timeoutSeconds") or 10800)
-    ingress = ((status.get("loadBalancer") or {}).get("ingress")) or ()
+    klass = spec.get("loadBalancerClass")
+    lb_ip = spec.get("loadBalancerIP")
+    health_port = _port(spec.get("healthCheckNodePort") or 0, low=0)
+    if health_port is None:
+        problems.append(f"spec.healthCheckNodePort {shown(spec.get('healthCheckNodePort'))} is "
+                        "not 1-65535; ignored")  # fmt: skip
     return ServiceInfo(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        type=str(spec.get("type") or "ClusterIP"),
-        load_balancer_class=spec.get("loadBalancerClass"),
+        namespace=_text(meta.get("namespace")),
+        name=_text(meta.get("name")),
+        uid=_text(meta.get("uid")),
+        type=_text(spec.get("type"), "ClusterIP"),
+        load_balancer_class=klass if isinstance(klass, str) else None,
         annotations=annotations,
         ports=ports,
-        ip_families=families,
-        external_traffic_policy=str(spec.get("externalTrafficPolicy") or "Cluster"),
-        affinity_timeout=affinity,
-        load_balancer_ip=spec.get("loadBalancerIP") or None,
-        status_ips=tuple(str(i["ip"]) for i in ingress if isinstance(i, Mapping) and i.get("ip")),
-        health_check_node_port=int(spec.get("healthCheckNodePort") or 0),
-        created=str(meta.get("creationTimestamp") or ""),
+        ip_families=_families(spec, problems),
+        external_traffic_policy=_text(spec.get("externalTrafficPolicy"), "Cluster"),
+        affinity_timeout=_affinity(spec, problems),
+        load_balancer_ip=lb_ip if isinstance(lb_ip, str) and lb_ip else None,
+        status_ips=_status_ips(status, problems),
+        health_check_node_port=health_port or 0,
+        created=_text(meta.get("creationTimestamp")),
+        source_ranges=_source_ranges(spec, all_annotations, problems),
+        allocate_node_ports=spec.get("allocateLoadBalancerNodePorts") is not False,
+        problems=tuple(problems),
+    )
+
+
+def _endpoint(ep: Json, index: int, family: str, problems: list[str]) -> Endpoint:
+    cond = _map(ep.get("conditions"))
+    ready = cond.get("ready")
+    ready = True if ready is None else ready is True  # unset means ready (API contract)
+    serving = cond.get("serving")
+    addresses: list[str] = []
+    for raw in _list(ep.get("addresses")):
+        address = sloppy_address(raw)
+        if address is None or (":" in address) != (family == "IPv6"):
+            problems.append(f"endpoints[{index}]: {shown(raw)} is not an {family} address; "
+                            "ignored")  # fmt: skip
+        elif address not in addresses:
+            addresses.append(address)
+    node = ep.get("nodeName")
+    return Endpoint(
+        tuple(addresses),
+        ready,
+        ready if serving is None else serving is True,
+        cond.get("terminating") is True,
+        node if isinstance(node, str) and node else None,
     )
 
 
 def slice_from_json(obj: Json) -> SliceInfo:
     meta = _meta(obj)
-    namespace = str(meta.get("namespace") or "")
-    service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-    endpoints = []
-    for ep in obj.get("endpoints") or ():
-        cond = ep.get("conditions") or {}
-        ready = cond.get("ready")
-        ready = True if ready is None else bool(ready)  # unset means ready (API contract)
-        serving = cond.get("serving")
-        endpoints.append(
-            Endpoint(
-                tuple(str(a) for a in ep.get("addresses") or ()),
-                ready,
-                ready if serving is None else bool(serving),
-                bool(cond.get("terminating")),
-                ep.get("nodeName"),
-            )
-        )
+    namespace = _text(meta.get("namespace"))
+    service = _map(meta.get("labels")).get(SERVICE_NAME_LABEL)
+    family = _text(obj.get("addressType"), "IPv4")
+    problems: list[str] = []
+    endpoints: list[Endpoint] = []
+    if family in ("IPv4", "IPv6"):
+        endpoints = [
+            _endpoint(_map(ep), index, family, problems)
+            for index, ep in enumerate(_list(obj.get("endpoints")))
+        ]
+    ports: list[tuple[str, str, int]] = []
+    for index, raw in enumerate(_list(obj.get("ports"))):
+        p = _map(raw)
+        port = _port(p.get("port"))
+        if port is None:
+            if p.get("port") is not None:
+                problems.append(f"ports[{index}]: {shown(p.get('port'))} is not 1-65535; ignored")
+            continue
+        ports.append((_text(p.get("name")), _text(p.get("protocol"), "TCP"), port))
+    trigger = _map(meta.get("annotations")).get(TRIGGER_ANNOTATION)
+    name = _text(meta.get("name"))
     return SliceInfo(
         namespace=namespace,
-        name=str(meta.get("name") or ""),
-        service=f"{namespace}/{service}" if service else "",
-        address_type=str(obj.get("addressType") or "IPv4"),
-        ports=tuple(
-            (str(p.get("name") or ""), str(p.get("protocol") or "TCP"), int(p.get("port") or 0))
-            for p in obj.get("ports") or ()
-        ),
+        name=name,
+        service=f"{namespace}/{service}" if isinstance(service, str) and service else "",
+        address_type=family,
+        ports=tuple(ports),
         endpoints=tuple(endpoints),
-        trigger_time=(meta.get("annotations") or {}).get(TRIGGER_ANNOTATION),
+        trigger_time=trigger if isinstance(trigger, str) else None,
+        problems=tuple(f"EndpointSlice {name}: {p}" for p in problems),
     )
 
 
 def node_from_json(obj: Json) -> NodeInfo:
     meta = _meta(obj)
-    status = obj.get("status") or {}
+    status = _map(obj.get("status"))
     ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
+        _map(c).get("type") == "Ready" and _map(c).get("status") == "True"
+        for c in _list(status.get("conditions"))
     )
+    problems: list[str] = []
+    internal: list[str] = []
+    for item in _list(status.get("addresses")):
+        entry = _map(item)
+        if entry.get("type") != "InternalIP" or not entry.get("address"):
+            continue
+        address = sloppy_address(entry.get("address"))
+        if address is None:
+            problems.append(f"InternalIP {shown(entry.get('address'))} is not an IP address; "
+                            "ignored")  # fmt: skip
+        elif address not in internal:
+            internal.append(address)
     return NodeInfo(
-        name=str(meta.get("name") or ""),
-        internal_ips=tuple(
-            str(a["address"])
-            for a in status.get("addresses") or ()
-            if a.get("type") == "InternalIP" and a.get("address")
-        ),
+        name=_text(meta.get("name")),
+        internal_ips=tuple(internal),
         ready=ready,
-        excluded=EXCLUDE_LABEL in (meta.get("labels") or {}),
+        excluded=EXCLUDE_LABEL in _map(meta.get("labels")),
         deleting=bool(meta.get("deletionTimestamp")),
+        problems=tuple(problems),
     )

@@ -29,7 +29,8 @@ from director.model import (
     Table,
     VirtualService,
     canonical_address,
-    encode_flags,
+    check_flags,
+    shown,
 )
 from director.plan import Network, Ownership
 
@@ -80,6 +81,8 @@ class ApiSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     intents_file: str = "/var/lib/director/intents.json"
+    # What answers without the token: health (/healthz, /readyz), metrics, status_page.
+    public: tuple[str, ...] = ("health", "metrics", "status_page")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,24 +211,63 @@ class _Node:
             raise self.fail(str(exc)) from None
 
 
+MAX_DEPTH = 32  # the schema nests 5 deep; anything deeper is a mistake or an attack
+
+
 def load_config(path: str | Path) -> Settings:
     source = str(path)
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(source, 0, "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(source, line, "", "not UTF-8 text") from None
     return parse_config(text, source)
 
 
-def parse_config(text: str, source: str = "<config>") -> Settings:
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The YAML node tree, or a ConfigError naming the line (never a traceback)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else 0
         raise ConfigError(source, line, "", f"not valid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:  # a reader error: a character YAML does not allow
+        mark = getattr(exc, "position", None)
+        line = text[:mark].count("\n") + 1 if isinstance(mark, int) else 0
+        raise ConfigError(source, line, "", f"not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(source, 0, "", "not valid YAML: nested far too deeply") from None
+
+
+def _check_depth(node: yaml.Node, source: str) -> None:
+    """Refuse absurd nesting (each node once: aliases cannot make the walk explode)."""
+    stack = [(node, 1)]
+    seen: set[int] = set()
+    while stack:
+        item, depth = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                source, item.start_mark.line + 1, "", f"nested deeper than {MAX_DEPTH} levels"
+            )
+        if isinstance(item, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in item.value for child in pair)
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in item.value)
+
+
+def parse_config(text: str, source: str = "<config>") -> Settings:
+    root = _compose(text, source)
     if root is None:
         return Settings(source=source)
+    _check_depth(root, source)
     top = _Node(root, "", source).mapping(
         {"ownership", "defaults", "services", "kubernetes", "pools", "api", "ha", "health"}
     )
@@ -251,6 +293,12 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
         vs = _service(item, defaults)
         if vs.key in services:
             raise item.fail(f"{vs.key} is declared twice (first on line {lines[vs.key]})")
+        if vs.origin != "static" and vs.origin in lines:
+            raise item.mapping(SERVICE_KEYS)["name"].fail(
+                f"the name {vs.origin.partition('/')[2]!r} is taken (first on line "
+                f"{lines[vs.origin]})"
+            )
+        lines[vs.origin] = item.line
         if not ownership.owns(vs.key):
             raise item.fail(
                 f"{vs.key} is outside the owned ranges ({ownership.describe()}); "
@@ -339,21 +387,21 @@ def _health(node: _Node) -> HealthSettings:
     )
 
 
-_IFNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
+_IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_PATH = re.compile(r"/[A-Za-z0-9_./@+-]*")
 
 
 def _ifname(node: _Node) -> str:
     name = node.scalar()
-    if not _IFNAME.match(name):
+    if not _IFNAME.fullmatch(name):
         raise node.fail(f"{name!r} is not an interface name (letters, digits, _.@-; 15 at most)")
     return name
 
 
 def _path(node: _Node) -> str:
     path = node.scalar()
-    if not _PATH.match(path):
+    if not _PATH.fullmatch(path):
         raise node.fail(f"{path!r} must be an absolute path without spaces or quotes")
     return path
 
@@ -369,7 +417,7 @@ def _ha(node: _Node) -> HaSettings:
         {"interface", "router_id", "priority", "unicast_source", "peers"},
     )  # fmt: skip
     router_id = fields["router_id"].scalar()
-    if not _NAME.match(router_id):
+    if not _NAME.fullmatch(router_id):
         raise fields["router_id"].fail("letters, digits and _.- only (63 at most)")
     source = fields["unicast_source"].address()
     peers = tuple(item.address() for item in fields["peers"].items())
@@ -437,7 +485,8 @@ def _ha(node: _Node) -> HaSettings:
 
 def _api(node: _Node) -> ApiSettings:
     fields = node.mapping(
-        {"listen", "token_file", "tls_cert", "tls_key", "intents_file"}, {"token_file"}
+        {"listen", "token_file", "tls_cert", "tls_key", "intents_file", "public"},
+        {"token_file"},
     )
     base = ApiSettings()
     host, port = base.host, base.port
@@ -452,26 +501,30 @@ def _api(node: _Node) -> ApiSettings:
         except ValueError as exc:
             raise fields["listen"].fail(str(exc)) from None
         port = int(port_text)
-    cert = fields["tls_cert"].scalar() if "tls_cert" in fields else None
-    key = fields["tls_key"].scalar() if "tls_key" in fields else None
+    cert = _path(fields["tls_cert"]) if "tls_cert" in fields else None
+    key = _path(fields["tls_key"]) if "tls_key" in fields else None
     if (cert is None) != (key is None):
         where = fields["tls_cert"] if cert is not None else fields["tls_key"]
         raise where.fail("TLS needs both tls_cert and tls_key")
+    public = base.public
+    if "public" in fields:
+        public = tuple(item.text(base.public) for item in fields["public"].items())
     return ApiSettings(
         host=host,
         port=port,
-        token_file=fields["token_file"].scalar(),
+        token_file=_path(fields["token_file"]),
         tls_cert=cert,
         tls_key=key,
         intents_file=(
-            fields["intents_file"].scalar() if "intents_file" in fields else base.intents_file
+            _path(fields["intents_file"]) if "intents_file" in fields else base.intents_file
         ),
+        public=public,
     )
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _QUALIFIED = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
 
 
@@ -479,9 +532,11 @@ def _pools(node: _Node) -> tuple[Pool, ...]:
     pools: list[Pool] = []
     seen: dict[str, int] = {}
     for item in node.items():
-        fields = item.mapping({"name", "addresses", "auto_assign"}, {"name", "addresses"})
+        fields = item.mapping(
+            {"name", "addresses", "auto_assign", "all_addresses"}, {"name", "addresses"}
+        )
         name = fields["name"].scalar()
-        if not _DNS_LABEL.match(name):
+        if not _DNS_LABEL.fullmatch(name):
             raise fields["name"].fail("a pool name is a DNS label (lowercase letters, digits, -)")
         if name in seen:
             raise fields["name"].fail(
@@ -492,9 +547,14 @@ def _pools(node: _Node) -> tuple[Pool, ...]:
             if "auto_assign" in fields
             else True
         )
+        every = (
+            fields["all_addresses"].text(("true", "false")) == "true"
+            if "all_addresses" in fields
+            else False
+        )
         entries = [entry.scalar() for entry in fields["addresses"].items()]
         try:
-            pool = Pool.parse(name, entries, auto)
+            pool = Pool.parse(name, entries, auto, every)
         except PoolError as exc:
             raise fields["addresses"].fail(str(exc)) from None
         for other in pools:
@@ -539,10 +599,10 @@ def _kubernetes(node: _Node) -> KubeSettings:
         if "load_balancer_class" in fields
         else base.load_balancer_class
     )
-    if not _QUALIFIED.match(klass):
+    if not _QUALIFIED.fullmatch(klass):
         raise fields["load_balancer_class"].fail("must be a label-style name like example.com/lb")
     for name in ("lease_namespace", "lease_name"):
-        if name in fields and not _DNS_LABEL.match(fields[name].scalar()):
+        if name in fields and not _DNS_LABEL.fullmatch(fields[name].scalar()):
             raise fields[name].fail("must be a DNS label (lowercase letters, digits, -)")
     return KubeSettings(
         kubeconfig=fields["kubeconfig"].scalar() if "kubeconfig" in fields else None,
@@ -641,7 +701,14 @@ REAL_SERVER_KEYS = {
 
 def _service(node: _Node, defaults: Defaults) -> VirtualService:
     fields = node.mapping(SERVICE_KEYS)
-    name = fields["name"].scalar() if "name" in fields else ""
+    name = ""
+    if "name" in fields:
+        name = fields["name"].scalar()
+        if not _NAME.fullmatch(name):
+            raise fields["name"].fail(
+                f"{shown(name)} is not a service name (letters, digits and _.-, 63 at most; "
+                "the API addresses it as /api/v1/static/NAME)"
+            )
     if "fwmark" in fields:
         for clash in ("address", "port", "protocol"):
             if clash in fields:
@@ -671,12 +738,10 @@ def _service(node: _Node, defaults: Defaults) -> VirtualService:
     persistence = (
         fields["persistence"].integer(0, MAX_PERSISTENCE) if "persistence" in fields else 0
     )
-    try:
-        encode_flags(scheduler, flags, persistence > 0)
+    try:  # canonical names: what the kernel reads back (flag-1 with sh is sh-fallback)
+        flags = check_flags(scheduler, flags, key.protocol)
     except ValueError as exc:
         raise fields["flags"].fail(str(exc)) from None
-    if "onepacket" in flags and key.protocol is not Protocol.UDP:
-        raise fields["flags"].fail("onepacket scheduling only applies to UDP services")
     netmask = key.family.max_prefix
     if "netmask" in fields:
         netmask = fields["netmask"].integer(1, key.family.max_prefix)

@@ -29,8 +29,9 @@ from typing import Any, Protocol
 from director.cluster import ServiceInfo
 from director.config import KubeSettings, Settings
 from director.dataplane import Ipvs
+from director.firewall import Firewall, FirewallError
 from director.health import Target
-from director.intents import Intents
+from director.intents import Intent, IntentRefused, Intents, SetScheduler
 from director.ipam import Address, Allocator
 from director.logs import event
 from director.metrics import Recorder
@@ -46,7 +47,15 @@ from director.model import (
 )
 from director.reconcile import Reconciler, SyncReport
 from director.snapshot import ALL, Snapshot
-from director.translate import Options, Policy, ipam_request, relevant, translate, wants_address
+from director.translate import (
+    Options,
+    Policy,
+    Problem,
+    ipam_request,
+    relevant,
+    translate,
+    wants_address,
+)
 
 log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")
@@ -77,10 +86,35 @@ class Health:
     last_sync_seconds: float = 0.0
     syncs: int = 0
     failed_ops: int = 0
+    loop_errors: int = 0  # unexpected exceptions in a step, survived
+    refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
+    firewall_errors: int = 0  # source-range rulesets nft refused
 
     @property
     def kubernetes_connected(self) -> bool:
         return bool(self.connected) and all(self.connected.values())
+
+
+class Reply:
+    """The loop's answer to one admin-API intent: stored (and programmed), or refused with
+    an HTTP status and why. The API thread waits for it; the loop resolves it once."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.status = 0
+        self.detail = ""
+
+    def resolve(self, status: int, detail: str = "") -> None:
+        if not self._done.is_set():
+            self.status, self.detail = status, detail
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def ok(self) -> bool:
+        return self._done.is_set() and self.status < 300
 
 
 class Outbox:
@@ -152,6 +186,7 @@ class Controller:
         observer: Callable[[str, SyncReport], None] | None = None,
         intents_file: Path | None = None,
         recorder: Recorder | None = None,
+        firewall: Firewall | None = None,
     ) -> None:
         # Without a kubernetes section the loop serves the static services (and the API).
         kube = settings.kubernetes or KubeSettings()
@@ -183,7 +218,7 @@ class Controller:
         )
         self.ipvs = ipvs
         self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
-        self.allocator = Allocator(settings.pools)
+        self.allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.snapshot = Snapshot()
         self.health = Health()
         self.queue: queue.Queue[tuple[str, str, Any]] = queue.Queue()
@@ -214,6 +249,16 @@ class Controller:
         self._next_drain_check = 0.0
         self.last_step = time.monotonic()  # /healthz: the loop is alive
         self._state_dirty = False
+        self._failures = 0  # steps in a row that raised
+        # Source filtering: what each Service asks for, and what the firewall holds.
+        self.firewall = firewall
+        self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
+        self.enforced: dict[ServiceKey, tuple[str, ...]] = {}  # in force, as far as known
+        self._filter_synced = False  # the firewall holds exactly ``enforced``
+        self._attempted: dict[ServiceKey, tuple[str, ...]] | None = None
+        self._next_filter_retry = 0.0
+        self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> owner
+        self._node_problems: dict[str, tuple[str, ...]] = {}
 
     # -- input -----------------------------------------------------------------------
     def submit(self, resource: str, kind: str, payload: Any) -> None:
@@ -223,6 +268,14 @@ class Controller:
     def set_leader(self, leader: bool) -> None:
         self.submit("lease", "LEADER" if leader else "FOLLOWER", None)
 
+    def submit_intent(self, intent: Intent, timeout: float = 10.0) -> Reply:
+        """Hand an admin-API intent to the loop and wait until it is stored and applied (or
+        refused). An unresolved reply after ``timeout`` means the loop did not get to it."""
+        reply = Reply()
+        self.queue.put(("api", "INTENT", (intent, reply)))
+        reply.wait(timeout)
+        return reply
+
     # -- the loop --------------------------------------------------------------------
     def run(self, stop: threading.Event, tick: float = 0.5) -> None:
         while not stop.is_set():
@@ -231,7 +284,11 @@ class Controller:
             self.outbox.close()
 
     def step(self, wait: float = 0.5) -> None:
-        """Take a burst of queued events, then sync what they touched."""
+        """Take a burst of queued events, then sync what they touched. Never raises: an
+        unexpected error is logged with its traceback, counted, shown as ``last_error``,
+        and the loop goes on (after a short pause when it keeps failing)."""
+        if self._failures:
+            time.sleep(min(0.1 * 2**self._failures, 5.0))
         batch = []
         try:
             batch.append(self.queue.get(timeout=wait))
@@ -239,14 +296,47 @@ class Controller:
                 batch.append(self.queue.get_nowait())
         except queue.Empty:
             pass
+        replies: list[Reply] = []
         with self.lock:
-            self._step(batch)
-            self.last_step = time.monotonic()
+            try:
+                self._step(batch, replies)
+                self._failures = 0
+            except Exception as exc:
+                self._failures = min(self._failures + 1, 6)
+                self.loop_error("step", exc)
+            finally:
+                for reply in replies:  # stored: the change is in force as far as it could be
+                    reply.resolve(200)
+                self.last_step = time.monotonic()
 
-    def _step(self, batch: list[tuple[str, str, Any]]) -> None:
+    def loop_error(self, where: str, exc: BaseException) -> None:
+        self.health.loop_errors += 1
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        self.health.last_error = f"{where}: {reason}"
+        event(log, "loop.error", level=logging.ERROR, where=where, error=reason, exc_info=exc)
+
+    def _guarded(self, where: str, action: Callable[..., object], *args: Any) -> bool:
+        """Run one unit of work (one Service's sync); an exception is that unit's alone."""
+        try:
+            action(*args)
+            return True
+        except Exception as exc:
+            self.loop_error(where, exc)
+            return False
+
+    def _step(self, batch: list[tuple[str, str, Any]], replies: list[Reply]) -> None:
         dirty: set[str] = set()
+        intents: list[tuple[Intent, Reply]] = []
         for resource, kind, payload in batch:
-            dirty |= self._absorb(resource, kind, payload)
+            if resource == "api":
+                intents.append(payload)
+                continue
+            try:
+                dirty |= self._absorb(resource, kind, payload)
+            except Exception as exc:  # one event, not the batch
+                self.loop_error(f"absorb {resource}", exc)
+        if intents:
+            dirty |= self._take_intents(intents, replies)
         now = self.clock()
         if not self.health.synced:
             if self.required <= self.snapshot.listed:
@@ -255,6 +345,10 @@ class Controller:
         if self.draining and now >= self._next_drain_check:
             self._next_drain_check = now + 1.0
             dirty |= {self.owner.get(key, "") for key in self.draining} - {""}
+        if self.held_back and now >= self._next_filter_retry:
+            dirty |= set(self.held_back.values()) - {""}  # recomputed, filtered, programmed
+        elif not self._filter_synced:
+            self._enforce()
         if dirty:
             self._sync(dirty)
         if now >= self._next_resync:
@@ -283,8 +377,6 @@ class Controller:
                 event(log, "vrrp.role", state=kind, previous=self.vrrp_state or "-")
             self.vrrp_state = kind
             return set()
-        if resource == "api":
-            return self._intent(kind, payload)
         if resource == "lease":
             leader = kind == "LEADER"
             if leader != self.leader and not self.dry_run:
@@ -301,9 +393,23 @@ class Controller:
             elif self.health.kubernetes_connected:
                 self.health.disconnected_since = None
             return set()
+        if resource == "nodes":
+            self._check_nodes(payload if kind == "RELIST" else [payload], kind == "DELETED")
         if kind == "RELIST":
             return self.snapshot.replace(resource, payload)
         return self.snapshot.apply(kind, payload)
+
+    def _check_nodes(self, nodes: Iterable[Any], deleted: bool) -> None:
+        """Nodes with fields refused (a sloppy InternalIP): logged and counted once each."""
+        for info in nodes:
+            name, problems = getattr(info, "name", ""), getattr(info, "problems", ())
+            if deleted or not problems:
+                self._node_problems.pop(name, None)
+            elif self._node_problems.get(name) != problems:
+                self._node_problems[name] = problems
+                self.health.refused["nodes"] = self.health.refused.get("nodes", 0) + 1
+                event(log, "kube.node_refused_fields", level=logging.WARNING, node=name,
+                      problems="; ".join(problems))  # fmt: skip
 
     # -- computing -------------------------------------------------------------------
     def _order(self, refs: Iterable[str]) -> list[str]:
@@ -323,6 +429,7 @@ class Controller:
             self.allocator.release(ref)
             self.options.pop(ref, None)
             self.reported.pop(ref, None)
+            self.restrictions.pop(ref, None)
             return {}
         addresses = self._addresses(svc)
         result = translate(
@@ -335,18 +442,8 @@ class Controller:
         )
         if result.options is not None:
             self.options[ref] = result.options
-        for problem in result.problems:
-            self._report(
-                svc,
-                "Warning",
-                "InvalidAnnotation",
-                f"{problem.annotation}: {problem.message}",
-                problem.annotation,
-            )
-        current = {p.annotation for p in result.problems}
-        topics = self.reported.get(ref, {})
-        for topic in [t for t in topics if t.startswith("lvs-director.io/") and t not in current]:
-            del topics[topic]  # fixed: a new problem will be reported again
+        self._report_problems(svc, result.problems)
+        self.restrictions[ref] = result.restrictions
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.owner.get(key)
@@ -498,6 +595,67 @@ class Controller:
             ),
         )
 
+    def _report_problems(self, svc: ServiceInfo, problems: Iterable[Problem]) -> None:
+        """Refused parts of the Service (annotations, fields, endpoints): a Warning Event, a
+        log line and a count each, once per distinct problem while it lasts."""
+        topics = self.reported.setdefault(svc.ref, {})
+        current: set[str] = set()
+        for problem in problems:
+            topic = f"problem:{problem.annotation}:{problem.message}"
+            current.add(topic)
+            if topic not in topics:
+                resource = "endpointslices" if problem.reason == "InvalidEndpoint" else "services"
+                self.health.refused[resource] = self.health.refused.get(resource, 0) + 1
+            text = (
+                f"{problem.annotation}: {problem.message}"
+                if problem.reason == "InvalidAnnotation"
+                else problem.message
+            )
+            self._report(svc, "Warning", problem.reason, text, topic)
+        for topic in [t for t in topics if t.startswith("problem:") and t not in current]:
+            del topics[topic]  # fixed: the same problem again is reported again
+
+    # -- source filtering ----------------------------------------------------------------
+    def _enforce(self) -> set[ServiceKey]:
+        """Bring the firewall to the Services' source ranges; return the restricted virtual
+        services whose filter is not in force (held back: closed, not open). A refused
+        ruleset is tried again every 5 s, or at once when the wanted rules change."""
+        wanted: dict[ServiceKey, tuple[str, ...]] = {}
+        for by_key in self.restrictions.values():
+            wanted.update(by_key)
+        now = self.clock()
+        due = wanted != self._attempted or now >= self._next_filter_retry
+        if due and (wanted != self.enforced or not self._filter_synced):
+            self._attempted = dict(wanted)
+            if not (wanted or self.enforced or self._filter_in_use()):
+                self._filter_synced = True  # nothing wanted, nothing of ours in force
+            else:
+                self._apply_filter(wanted)
+        return {key for key in wanted if key not in self.enforced}
+
+    def _filter_in_use(self) -> bool:
+        return not self.dry_run and self.firewall is not None and self.firewall.in_use()
+
+    def _apply_filter(self, wanted: dict[ServiceKey, tuple[str, ...]]) -> None:
+        if self.dry_run:
+            event(log, "firewall.would_apply", services=len(wanted))
+        else:
+            try:
+                if self.firewall is None:
+                    raise FirewallError("no packet filter is configured on this director")
+                self.firewall.apply(wanted)
+            except FirewallError as exc:
+                self.health.firewall_errors += 1
+                self.health.last_error = f"firewall: {exc}"[:300]
+                self._filter_synced = False
+                self._next_filter_retry = self.clock() + 5.0
+                event(log, "firewall.rejected", level=logging.ERROR, services=len(wanted),
+                      nft=str(exc)[:500], action="old rules kept, new ones held back")  # fmt: skip
+                return
+            event(log, "firewall.applied", services=len(wanted))
+        self.enforced = dict(wanted)
+        self._filter_synced = True
+
     # -- syncing ---------------------------------------------------------------------
     def _first_sync(self) -> None:
         self.reconciler.observe()  # drains are computed against what the kernel holds
@@ -505,10 +663,9 @@ class Controller:
             self.desired[key] = vs
             self.owner[key] = STATIC
         for ref in self._order(self.snapshot.services):
-            for key, vs in self._compute(ref).items():
-                self.desired[key] = vs
-                self.owner[key] = ref
-                self.produced.setdefault(ref, set()).add(key)
+            self._guarded(f"service {ref}", self._adopt, ref)
+        for key in self._enforce():
+            self._hold_back(key, self.desired.pop(key, None))
         self.full_resync(reread=False)
         self.health.synced = True
         self._keys_changed = True
@@ -520,6 +677,19 @@ class Controller:
         event(
             log, "controller.ready", services=len(self.produced), virtual_services=len(self.desired)
         )
+
+    def _adopt(self, ref: str) -> None:
+        for key, vs in self._compute(ref).items():
+            self.desired[key] = vs
+            self.owner[key] = ref
+            self.produced.setdefault(ref, set()).add(key)
+
+    def _hold_back(self, key: ServiceKey, vs: VirtualService | None) -> None:
+        """A restricted virtual service whose filter is not in force: not programmed."""
+        if vs is not None and key not in self.held_back:
+            event(log, "firewall.held_back", level=logging.WARNING, service=key,
+                  origin=vs.origin, reason="its source filter is not in force")  # fmt: skip
+        self.held_back[key] = self.owner.get(key, "")
 
     def full_resync(self, reread: bool = True) -> None:
         started = time.perf_counter()
@@ -543,8 +713,17 @@ class Controller:
             for key, vs in self._static().items():
                 self.desired[key] = vs
                 self._after(self.reconciler.sync_service(key, vs), STATIC)
+        fresh: dict[str, tuple[dict[ServiceKey, VirtualService], float]] = {}
+
+        def compute(ref: str) -> None:
+            started = time.perf_counter()
+            fresh[ref] = (self._compute(ref), time.perf_counter() - started)
+
         for ref in self._order(refs - {STATIC}):
-            self.sync_service(ref)
+            self._guarded(f"service {ref}", compute, ref)
+        blocked = self._enforce()
+        for ref, (services, seconds) in fresh.items():
+            self._guarded(f"service {ref}", self._program, ref, services, blocked, seconds)
 
     def _static(self) -> Table:
         """The configuration's services, with the API's overrides, drains and health."""
@@ -619,30 +798,49 @@ class Controller:
         return VirtualService(key, vs.config, dests, vs.origin)
 
     # -- API intents (validated by the API, applied here on the loop's thread) ----------
-    def _intent(self, kind: str, payload: Any) -> set[str]:
-        if kind == "STATIC_SCHEDULER":
-            name, choice = payload
-            if choice is None:
-                self.intents.schedulers.pop(name, None)
-            else:
-                self.intents.schedulers[name] = choice
-            dirty = {STATIC}
-        elif kind == "DRAIN":
-            self.intents.drains[payload.id] = payload
-            dirty = {ALL}
-        elif kind == "UNDRAIN":
-            self.intents.drains.pop(payload, None)
-            dirty = {ALL}
-        else:
+    def _take_intents(self, items: list[tuple[Intent, Reply]], replies: list[Reply]) -> set[str]:
+        """Apply a burst of intents to a copy, store it once, then make it current. A change
+        that cannot be stored is answered as such and changes nothing."""
+        new = self.intents.copy()
+        accepted: list[Reply] = []
+        dirty: set[str] = set()
+        for intent, reply in items:
+            try:
+                new.change(intent)
+            except IntentRefused as exc:
+                reply.resolve(exc.status, exc.detail)
+                continue
+            accepted.append(reply)
+            dirty.add(STATIC if isinstance(intent, SetScheduler) else ALL)
+            event(log, "api.intent", intent=type(intent).__name__, detail=intent)
+        if not accepted:
             return set()
-        event(log, "api.intent", kind=kind.lower(), detail=payload)
         if self.intents_file is not None and not self.dry_run:
-            self.intents.save(self.intents_file)
+            try:
+                new.save(self.intents_file)
+            except OSError as exc:
+                reason = f"{self.intents_file}: {exc.strerror or exc}"
+                self.health.last_error = f"intents not stored: {reason}"
+                event(log, "api.intent_not_stored", level=logging.ERROR, reason=reason)
+                for reply in accepted:
+                    reply.resolve(503, f"the change could not be stored ({reason}); "
+                                  "nothing was changed")  # fmt: skip
+                return set()
+        self.intents = new
+        replies.extend(accepted)
         return dirty
 
-    def sync_service(self, ref: str) -> None:
+    def _program(
+        self,
+        ref: str,
+        fresh: dict[ServiceKey, VirtualService],
+        blocked: set[ServiceKey],
+        seconds: float = 0.0,
+    ) -> None:
+        """Bring the kernel to one Service's freshly computed virtual services."""
         started = time.perf_counter()
-        fresh = self._compute(ref)
+        for key in blocked & fresh.keys():
+            self._hold_back(key, fresh.pop(key))
         before = self.produced.get(ref, set())
         for key in before - fresh.keys():
             self.desired.pop(key, None)
@@ -652,6 +850,7 @@ class Controller:
             self.draining.pop(key, None)
             self._after(self.reconciler.sync_service(key, None), ref)
         for key, vs in fresh.items():
+            self.held_back.pop(key, None)
             self.desired[key] = vs
             self.owner[key] = ref
             self._after(self.reconciler.sync_service(key, vs), ref)
@@ -663,7 +862,8 @@ class Controller:
             self.produced.pop(ref, None)
         self._state_dirty = True
         if self.recorder is not None:
-            self.recorder.sync.labels("service").observe(time.perf_counter() - started)
+            elapsed = seconds + time.perf_counter() - started
+            self.recorder.sync.labels("service").observe(elapsed)
             self._observe_programming(ref)
 
     def _observe_programming(self, ref: str) -> None:
@@ -725,3 +925,14 @@ def write_state(path: Path, table: Table, addresses: dict[str, list[str]]) -> No
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(body, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def reserved_addresses(settings: Settings) -> dict[Address, str]:
+    """Addresses the director serves otherwise, which IPAM must never hand to a Service."""
+    out: dict[Address, str] = {}
+    for key, vs in settings.services.items():
+        if not key.fwmark:
+            out.setdefault(ipaddress.ip_address(key.address), f"static service {vs.origin}")
+    for vip in settings.kubernetes.nodeport_vips if settings.kubernetes else ():
+        out[ipaddress.ip_address(vip)] = "the NodePort VIP"
+    return out

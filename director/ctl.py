@@ -16,6 +16,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from director.model import canonical_address
+
 DEFAULT_URL = "http://127.0.0.1:9180"
 
 
@@ -103,6 +105,10 @@ def _split_endpoint(text: str) -> tuple[str, int | None]:
         host, port = text, ""
     if port and not port.isdigit():
         raise CtlError(f"{text!r}: write ADDRESS or ADDRESS:PORT ([v6]:PORT)")
+    try:  # the API keeps addresses canonical: 2001:DB8::1 is 2001:db8::1
+        host = canonical_address(host)
+    except ValueError as exc:
+        raise CtlError(str(exc)) from None
     return host, int(port) if port else None
 
 

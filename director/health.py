@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from director.logs import event
+from director.model import shown
 
 log = logging.getLogger("director.health")
 
@@ -63,11 +64,11 @@ def parse_check(text: str, base: CheckSpec) -> CheckSpec | str:
     """``tcp``, ``http``, ``http:/healthz``, ``https:/ready`` -> a spec, or why not."""
     kind, _, path = text.strip().partition(":")
     if kind not in KINDS:
-        return f"{text!r}: the check must be one of tcp, http[:/path], https[:/path]"
+        return f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path]"
     if kind == "tcp" and path:
-        return f"{text!r}: a tcp check takes no path"
-    if path and (not path.startswith("/") or any(c.isspace() or ord(c) < 33 for c in path)):
-        return f"{text!r}: the path must start with / and hold no spaces"
+        return f"{shown(text)}: a tcp check takes no path"
+    if path and (not path.startswith("/") or not all(33 <= ord(c) < 127 for c in path)):
+        return f"{shown(text)}: the path must start with / and hold no spaces (ASCII, %-encoded)"
     return CheckSpec(kind, path or base.path, base.expect, base.interval, base.timeout,
                      base.rise, base.fall)  # fmt: skip
 
@@ -153,7 +154,8 @@ class Checker:
     def stop(self) -> None:
         self._stop.set()
         self._wake()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
 
     def update(self, add: Iterable[Target] = (), remove: Iterable[Target] = ()) -> None:
         """Start checking ``add`` (at once, spread over one interval), stop ``remove``."""

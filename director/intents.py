@@ -10,13 +10,31 @@ apart from ``load``/``save`` (one small JSON file, replaced atomically).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from director.model import RealServer, ServiceConfig, ServiceKey, VirtualService
+from director.model import (
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+    canonical_address,
+)
+
+MAX_DRAINS = 1000  # each is matched against every real server on every sync
+
+
+class IntentRefused(Exception):
+    """An intent that cannot be taken as asked (the API's 404 or 409)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +55,11 @@ class Drain:
             and (self.port is None or rs.port == self.port)
             and (self.service is None or self.service == str(key))
         )
+
+    @property
+    def ident(self) -> str:
+        """The short id the API names it by."""
+        return hashlib.sha256(self.id.encode()).hexdigest()[:12]
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "address": self.address, "port": self.port, "service": self.service}
@@ -71,6 +94,34 @@ class Intents:
     def drained(self, key: ServiceKey, rs: RealServer) -> bool:
         return any(d.matches(key, rs) for d in self.drains.values())
 
+    # -- changes (the control loop applies them to a copy, stores it, then swaps) ------
+    def copy(self) -> Intents:
+        return Intents(dict(self.schedulers), dict(self.drains))
+
+    def change(self, intent: Intent) -> None:
+        """Apply one intent in place. Raises IntentRefused (nothing changed) when it
+        conflicts with what is there (an existing drain, a missing one)."""
+        if isinstance(intent, SetScheduler):
+            if intent.choice is None:
+                self.schedulers.pop(intent.name, None)
+            else:
+                self.schedulers[intent.name] = intent.choice
+        elif isinstance(intent, AddDrain):
+            drain = intent.drain
+            if drain.id in self.drains:
+                raise IntentRefused(409, f"{drain.id} is already drained (id {drain.ident})")
+            if len(self.drains) >= MAX_DRAINS:
+                raise IntentRefused(
+                    409, f"{len(self.drains)} drains are in force (at most {MAX_DRAINS}); "
+                    "undrain some first"
+                )  # fmt: skip
+            self.drains[drain.id] = drain
+        else:
+            found = next((d for d in self.drains.values() if d.ident == intent.ident), None)
+            if found is None:
+                raise IntentRefused(404, f"no drain with id {intent.ident!r}")
+            del self.drains[found.id]
+
     # -- persistence -----------------------------------------------------------------
     def save(self, path: Path) -> None:
         body = {
@@ -80,10 +131,7 @@ class Intents:
             },
             "drains": [d.as_json() for d in self.drains.values()],
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(body, indent=1) + "\n")
-        os.replace(tmp, path)
+        write_durably(path, json.dumps(body, indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> Intents:
@@ -94,10 +142,70 @@ class Intents:
             return cls()
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: cannot read saved API intents: {exc}") from None
+        try:
+            return cls._parse(body)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"{path}: saved API intents are not valid: {exc!r}") from None
+
+    @classmethod
+    def _parse(cls, body: Any) -> Intents:
         out = cls()
         for name, entry in (body.get("schedulers") or {}).items():
-            out.schedulers[str(name)] = (str(entry["scheduler"]), frozenset(entry.get("flags", ())))
+            flags = entry.get("flags", ())
+            if not isinstance(flags, list):
+                raise TypeError("flags must be a list")
+            out.schedulers[str(name)] = (str(entry["scheduler"]), frozenset(map(str, flags)))
         for entry in body.get("drains") or ():
-            drain = Drain(str(entry["address"]), entry.get("port"), entry.get("service"))
+            port, service = entry.get("port"), entry.get("service")
+            if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
+                raise TypeError("a drain's port must be an integer")
+            drain = Drain(
+                canonical_address(str(entry["address"])),
+                port,
+                None if service is None else str(service),
+            )
             out.drains[drain.id] = drain
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class SetScheduler:
+    """A static service's scheduler (None: back to the configuration's)."""
+
+    name: str
+    choice: tuple[str, frozenset[str]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class AddDrain:
+    drain: Drain
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveDrain:
+    ident: str  # Drain.ident
+
+
+Intent = SetScheduler | AddDrain | RemoveDrain
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically and durably (written, synced, renamed, the
+    folder synced): an acknowledged change survives a crash or a power cut. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

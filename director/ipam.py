@@ -8,6 +8,12 @@ carry the same sharing key and none of their (protocol, port) pairs collide.
 
 The allocator is restart-safe: the controller first hands it what Service status already
 says (``keep``), so a restart assigns nothing new and moves nothing.
+
+A pool never holds an address that cannot be a service address (unspecified, loopback,
+link-local, multicast, reserved, IPv4-mapped), and an IPv4 CIDR of /30 or wider gives out
+neither its network nor its broadcast address unless the operator asks for ``all_addresses``.
+Addresses the director uses otherwise (the NodePort VIPs, static services' VIPs) are
+``reserved``: never assigned, and refused when a Service asks for them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,31 @@ class PoolError(ValueError):
     """A pool definition that cannot be used (raised while loading the config)."""
 
 
+# (network, why) that no pool may reach into.
+SPECIAL = tuple(
+    (ipaddress.ip_network(net), why)
+    for net, why in (
+        ("0.0.0.0/8", "this-network addresses"),
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local"),
+        ("224.0.0.0/4", "multicast"),
+        ("240.0.0.0/4", "reserved, with the broadcast address"),
+        ("::/128", "the unspecified address"),
+        ("::1/128", "loopback"),
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("fe80::/10", "link-local"),
+        ("ff00::/8", "multicast"),
+    )
+)
+
+
+def _special(version: int, first: int, last: int) -> str | None:
+    for net, why in SPECIAL:
+        if net.version == version and first <= int(net[-1]) and int(net[0]) <= last:
+            return f"{net} ({why})"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Pool:
     name: str
@@ -32,7 +63,14 @@ class Pool:
     auto_assign: bool = True
 
     @classmethod
-    def parse(cls, name: str, entries: Iterable[str], auto_assign: bool = True) -> Pool:
+    def parse(
+        cls,
+        name: str,
+        entries: Iterable[str],
+        auto_assign: bool = True,
+        all_addresses: bool = False,
+    ) -> Pool:
+        """``all_addresses``: IPv4 CIDRs give out their network and broadcast addresses too."""
         ranges = []
         for entry in entries:
             text = entry.strip()
@@ -46,11 +84,19 @@ class Pool:
                     ranges.append((low.version, int(low), int(high)))
                 else:
                     net = ipaddress.ip_network(text, strict=True)
-                    ranges.append((net.version, int(net[0]), int(net[-1])))
+                    first, last = int(net[0]), int(net[-1])
+                    if net.version == 4 and net.prefixlen <= 30 and not all_addresses:
+                        first, last = first + 1, last - 1  # network and broadcast
+                    ranges.append((net.version, first, last))
             except ValueError as exc:
                 if isinstance(exc, PoolError):
                     raise
                 raise PoolError(f"{text!r} is not a CIDR or an address range ({exc})") from None
+            special = _special(*ranges[-1])
+            if special is not None:
+                raise PoolError(
+                    f"{text!r} includes {special}, which cannot be a load-balancer address"
+                )
         if not ranges:
             raise PoolError("a pool needs at least one CIDR or range")
         return cls(name, tuple(ranges), auto_assign)
@@ -106,6 +152,8 @@ class _Holder:
 @dataclass
 class Allocator:
     pools: tuple[Pool, ...]
+    # Addresses never given out, with what they are ("the NodePort VIP").
+    reserved: dict[Address, str] = field(default_factory=dict)
     _used: dict[Address, dict[str, _Holder]] = field(default_factory=dict)
     _held: dict[str, tuple[Address, ...]] = field(default_factory=dict)
     _cursor: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -194,6 +242,8 @@ class Allocator:
         if not any(p.contains(address) for p in pools):
             where = f"pool {pools[0].name!r}" if len(pools) == 1 else "any configured pool"
             return f"address {address} is outside {where}"
+        if address in self.reserved:
+            return f"address {address} is reserved for {self.reserved[address]}"
         if requested and address.version not in request.versions:
             return (
                 f"address {address} is IPv{address.version} but the Service's "
@@ -249,7 +299,7 @@ class Allocator:
             value = low
             while value <= high:
                 address = make(value)
-                if address not in self._used:
+                if address not in self._used and address not in self.reserved:
                     self._cursor[(pool.name, version)] = value + 1
                     return address
                 value += 1

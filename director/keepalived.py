@@ -45,6 +45,13 @@ STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
 _FIFO_LINE = re.compile(r'^INSTANCE "([^"]+)" (MASTER|BACKUP|FAULT|STOP)\b')
 
 
+# keepalived refuses a VRRPv3 instance whose virtual_ipaddress is empty ("No VIP specified").
+# Before the first VIP, with inline_vips: 0, or when every VIP is of the other family, the
+# instance holds this stand-in on lo instead, so the pair still elects and the VIPs float:
+# IPv4's dummy address (RFC 7600), and an address of the IPv6 documentation prefix.
+PLACEHOLDERS = {Family.INET: "192.0.0.8/32", Family.INET6: "2001:db8:ffff::8/128"}
+
+
 def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> dict[str, Any]:
     """Plain, validated values for the template. VIPs of the unicast family go in
     virtual_ipaddress (the first ``inline_vips`` of them, so adverts stay small), the rest
@@ -61,8 +68,12 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
             lines_inline.append(line)
         else:
             lines_excluded.append(line)
+    if not lines_inline:
+        lines_inline.append(f"{PLACEHOLDERS[family]} dev lo scope host")
     return {
-        "source_config": source_config,
+        # A comment in the file: printable text only, so no line of configuration can hide
+        # in the path it names.
+        "source_config": "".join(c if c.isprintable() else "?" for c in source_config)[:200],
         "router_id": ha.router_id,
         "fifo": ha.fifo,
         "sync_interface": ha.sync_interface,
@@ -187,7 +198,8 @@ class KeepalivedSync:
         with self._cv:
             self._stop = True
             self._cv.notify()
-        self._thread.join(timeout=30)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=30)
 
     def submit(self, vips: frozenset[str]) -> None:
         with self._cv:
@@ -230,11 +242,21 @@ class VrrpFifo:
         self._stop = False
 
     def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists() and not stat.S_ISFIFO(self.path.stat().st_mode):
-            self.path.unlink()
-        if not self.path.exists():
-            os.mkfifo(self.path, 0o600)
+        """Make the FIFO (or reuse ours). Raises ValueError when the path holds anything
+        else: a file that is not a FIFO is never deleted to make room."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            exists = self.path.is_symlink() or self.path.exists()
+            mode = self.path.lstat().st_mode if exists else None
+            if mode is not None and not stat.S_ISFIFO(mode):
+                raise ValueError(
+                    f"ha.fifo {self.path} exists and is not a FIFO; refusing to replace it "
+                    "(remove it, or choose another path)"
+                )
+            if mode is None:
+                os.mkfifo(self.path, 0o600)
+        except OSError as exc:
+            raise ValueError(f"ha.fifo {self.path}: {exc.strerror or exc}") from None
         self._thread.start()
 
     def stop(self) -> None:

@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -129,7 +130,8 @@ class KubeApi:
             if token:
                 query.append(("continue", token))
             data = self.request("GET", resource.path, query=query, timeout=120)
-            out.extend(parse(item) for item in data.get("items") or ())
+            parsed = (parse(item) for item in data.get("items") or ())
+            out.extend(item for item in parsed if item is not None)
             meta = data.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
             token = str(meta.get("continue") or "")
@@ -180,7 +182,8 @@ class Watcher:
         watch_seconds: int = 300,
         backoff_max: float = 30.0,
     ) -> None:
-        self.kube, self.resource, self.handler, self.parse = kube, resource, handler, parse
+        self.kube, self.resource, self.handler = kube, resource, handler
+        self._parse = parse
         self.watch_seconds, self.backoff_max = watch_seconds, backoff_max
         self.resource_version: str | None = None
         self.connected = False
@@ -195,6 +198,18 @@ class Watcher:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def parse(self, obj: Json) -> Any:
+        """The object's value, or None (logged) should the parser ever fail on it: one
+        object the director cannot read never stops the list or the watch."""
+        try:
+            return self._parse(obj)
+        except Exception as exc:
+            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+            name = f"{_field(meta, 'namespace')}/{_field(meta, 'name')}"
+            event(log, "kube.object_refused", level=logging.ERROR, resource=self.resource.name,
+                  object=name, error=_reason(exc), exc_info=exc)  # fmt: skip
+            return None
 
     def _set_connected(self, up: bool, error: str | None = None) -> None:
         if up != self.connected:
@@ -223,7 +238,9 @@ class Watcher:
                         self.resource_version = str(seen)
                     if kind != "BOOKMARK":
                         # Parsed here, off the controller's thread.
-                        self.handler(self.resource.name, kind, self.parse(obj))
+                        info = self.parse(obj)
+                        if info is not None:
+                            self.handler(self.resource.name, kind, info)
                     if self._stop.is_set():
                         return
                 delay = 0.5  # a watch that ran to its timeout: resume at once
@@ -245,6 +262,11 @@ class Watcher:
                 delay = min(delay * 2, self.backoff_max)
 
 
+def _field(meta: object, name: str) -> str:
+    value = meta.get(name) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else "?"
+
+
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
@@ -256,8 +278,19 @@ def _now() -> str:
 class KubeWriter:
     """Service status, Events and the Lease: the director's only writes to the cluster."""
 
-    def __init__(self, kube: KubeApi, component: str, identity: str) -> None:
+    def __init__(
+        self,
+        kube: KubeApi,
+        component: str,
+        identity: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube, self.component, self.identity = kube, component, identity
+        self.clock = clock
+        # Lease -> (the holder's record as last seen, when it was seen to change): expiry is
+        # judged by this observer's own clock, never by comparing another box's timestamps
+        # with ours (client-go's rule), so clock skew between the boxes changes nothing.
+        self._observed: dict[tuple[str, str], tuple[tuple[object, ...], float]] = {}
 
     def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
         body = {
@@ -306,6 +339,27 @@ class KubeWriter:
         }
         self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
 
+    def _expired(self, lease: tuple[str, str], spec: Json) -> bool:
+        """Has the holder stopped renewing? True once its record has not changed for a
+        lease duration on this observer's clock, or when nobody holds it."""
+        if not spec.get("holderIdentity"):
+            return True
+        record = tuple(
+            str(spec.get(k))
+            for k in ("holderIdentity", "renewTime", "acquireTime", "leaseTransitions",
+                      "leaseDurationSeconds")
+        )  # fmt: skip
+        now = self.clock()
+        seen = self._observed.get(lease)
+        if seen is None or seen[0] != record:
+            self._observed[lease] = (record, now)
+            return False
+        try:
+            duration = max(1.0, float(spec.get("leaseDurationSeconds") or 15))
+        except (TypeError, ValueError):
+            duration = 15.0
+        return now - seen[1] > duration
+
     def acquire_lease(self, namespace: str, name: str, seconds: int) -> bool:
         """Take or renew the Lease; True when this director holds it afterwards."""
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
@@ -336,7 +390,7 @@ class KubeWriter:
             return True
         spec = dict(lease.get("spec") or {})
         holder = spec.get("holderIdentity")
-        if holder != self.identity and not _expired(spec):
+        if holder != self.identity and not self._expired((namespace, name), spec):
             return False
         if holder != self.identity:
             spec["acquireTime"] = now
@@ -352,14 +406,3 @@ class KubeWriter:
         return True
 
 
-def _expired(spec: Json) -> bool:
-    renew = spec.get("renewTime")
-    if not renew:
-        return True
-    try:
-        when = dt.datetime.strptime(str(renew).rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f")
-    except ValueError:
-        when = dt.datetime.strptime(str(renew).rstrip("Z")[:19], "%Y-%m-%dT%H:%M:%S")
-    when = when.replace(tzinfo=dt.UTC)
-    duration = float(spec.get("leaseDurationSeconds") or 15)
-    return (dt.datetime.now(dt.UTC) - when).total_seconds() > duration

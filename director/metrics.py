@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from director.dataplane import Ipvs
+from director.firewall import FirewallError
 from director.model import ServiceKey
 
 if TYPE_CHECKING:
@@ -103,6 +104,10 @@ class DirectorCollector(Collector):
                 (pool.name, pool.size(), c.allocator.in_use_in(pool)) for pool in c.settings.pools
             ]
             leader, failed, last_sync = c.leader, health.failed_ops, health.last_sync
+            loop_errors, firewall_errors = health.loop_errors, health.firewall_errors
+            refused = dict(health.refused)
+            filtered = set(c.enforced)
+            firewall = c.firewall
             vrrp = c.vrrp_state
             checked = {
                 (key, dkey): not c.unhealthy(key, dkey)
@@ -185,6 +190,40 @@ class DirectorCollector(Collector):
         yield CounterMetricFamily(
             "director_reconcile_errors", "IPVS operations the kernel refused.", value=failed
         )
+        yield CounterMetricFamily(
+            "director_loop_errors",
+            "Unexpected errors in the control loop, survived (each is logged as event=loop.error "
+            "with its traceback).",
+            value=loop_errors,
+        )
+        rejected = CounterMetricFamily(
+            "director_refused_inputs",
+            "Cluster objects, or parts of them, refused as invalid (each also a Warning Event "
+            "or a log line).",
+            labels=["resource"],
+        )
+        for resource in ("services", "endpointslices", "nodes"):
+            rejected.add_metric([resource], refused.get(resource, 0))
+        yield rejected
+        yield CounterMetricFamily(
+            "director_firewall_errors",
+            "Source-filter rulesets nft refused (the previous rules stayed in force).",
+            value=firewall_errors,
+        )
+        dropped = CounterMetricFamily(
+            "director_source_filter_dropped_packets",
+            "Packets to a virtual service dropped because their source is outside the "
+            "Service's loadBalancerSourceRanges.",
+            labels=SERVICE_LABELS,
+        )
+        if filtered and firewall is not None:
+            try:
+                counts = firewall.dropped()
+            except FirewallError:  # nft failing: logged where it is applied; no figures
+                counts = {}
+            for key, packets in counts.items():
+                dropped.add_metric(service_labels(key, origins.get(key, "")), packets)
+        yield dropped
         if last_sync is not None:
             yield GaugeMetricFamily(
                 "director_last_full_sync_timestamp_seconds",

@@ -133,13 +133,58 @@ def decode_flags(scheduler: str, bits: int) -> frozenset[str]:
     return frozenset(out)
 
 
+def canonical_flags(scheduler: str, flags: Iterable[str]) -> frozenset[str]:
+    """The names the kernel reads back for ``flags`` (``flag-1`` with ``sh`` is
+    ``sh-fallback``). Raises ValueError naming a bad flag."""
+    bits = encode_flags(scheduler, flags, False)
+    return decode_flags(scheduler, bits)
+
+
+def check_flags(scheduler: str, flags: Iterable[str], protocol: Protocol | None) -> frozenset[str]:
+    """Validated, canonical flags for a service of ``protocol`` (None: a firewall mark).
+    The one rule set of the config file, the admin API and the annotation. Raises ValueError."""
+    names = canonical_flags(scheduler, flags)
+    if "onepacket" in names and protocol is not Protocol.UDP:
+        raise ValueError("onepacket scheduling only applies to UDP services")
+    return names
+
+
+def shown(text: object, limit: int = 80) -> str:
+    """``text`` quoted for an error message: printable, escaped, bounded."""
+    out = ascii(text) if isinstance(text, str) else ascii(str(text))
+    return out if len(out) <= limit else out[: limit - 4] + "...'"
+
+
 def canonical_address(text: str) -> str:
-    """Canonical text of an IPv4 or IPv6 address. Raises ValueError if it is not one."""
+    """Canonical text of an IPv4 or IPv6 address (no zone, no leading zeros). Raises
+    ValueError, with a message safe to show, if it is not one."""
     family = socket.AF_INET6 if ":" in text else socket.AF_INET
     try:
         return socket.inet_ntop(family, socket.inet_pton(family, text))
-    except OSError:
-        raise ValueError(f"{text!r} is not an IPv4 or IPv6 address") from None
+    except (OSError, ValueError):  # ValueError: NUL bytes, lone surrogates
+        raise ValueError(f"{shown(text)} is not an IPv4 or IPv6 address") from None
+
+
+def sloppy_address(text: object) -> str | None:
+    """Canonical text of an address as the Kubernetes API server may store it, or None.
+
+    kube-apiserver validates with Go's legacy parser (netutils.ParseIPSloppy), which reads
+    IPv4 parts with leading zeros as decimal (``10.0.0.01`` is 10.0.0.1), as kube-proxy
+    does; zones (``fe80::1%eth0``) and anything else are refused."""
+    if not isinstance(text, str) or not 2 <= len(text) <= 45:
+        return None
+    if ":" not in text:
+        parts = text.split(".")
+        if len(parts) != 4 or not all(p.isascii() and p.isdigit() and len(p) <= 3 for p in parts):
+            return None
+        values = [int(p) for p in parts]
+        if any(v > 255 for v in values):
+            return None
+        return ".".join(str(v) for v in values)
+    try:
+        return canonical_address(text)
+    except ValueError:
+        return None
 
 
 def format_endpoint(address: str, port: int) -> str:

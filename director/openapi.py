@@ -157,7 +157,15 @@ _SCHEMAS: dict[str, Any] = {
                 "example": "192.0.2.11",
             },
             "port": {"type": "integer", "minimum": 1, "maximum": 65535, "nullable": True},
-            "service": {"type": "string", "nullable": True, "example": "tcp 198.51.100.10:80"},
+            "service": {
+                "type": "string",
+                "nullable": True,
+                "maxLength": 64,
+                # str(ServiceKey): "tcp 198.51.100.10:80", "udp [2001:db8::53]:53",
+                # "fwmark 7 ipv4". Text only: the API refuses control characters.
+                "pattern": r"^((tcp|udp|sctp) [0-9A-Fa-f.:\[\]]+:[0-9]+|fwmark [0-9]+ ipv[46])$",
+                "example": "tcp 198.51.100.10:80",
+            },
         },
     },
     "Drain": {

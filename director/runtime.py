@@ -2,11 +2,19 @@
 
 Kept apart from the CLI so tests, the demo and the benchmarks run exactly what operators
 run, with the adapter of their choice (the kernel in a lab namespace, or the fake).
+
+Every thread that keeps the director working is watched: should one ever end while the
+director is not stopping (a bug that escaped every guard), ``on_fatal`` is called with the
+reason, and ``director run`` exits non-zero so that systemd restarts it. A director that
+looks alive but no longer follows the cluster is the one failure we never accept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import string
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +30,8 @@ from director.cluster import node_from_json, service_from_json, slice_from_json
 from director.config import Settings
 from director.controller import COMPONENT, Controller
 from director.dataplane import Ipvs
+from director.fake import FakeIpvs
+from director.firewall import FakeFirewall, Firewall
 from director.health import Checker
 from director.keepalived import KeepalivedSync, VrrpFifo
 from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
@@ -93,24 +103,67 @@ class KeepalivedCollector(Collector):
         )  # fmt: skip
 
 
+class ApiError(ValueError):
+    """The admin API cannot start (its address, its certificate): a configuration error."""
+
+
 class ApiServer:
-    """The admin API on a production WSGI server (cheroot), optionally with TLS."""
+    """The admin API on a production WSGI server (cheroot), optionally with TLS.
+
+    Bounded against clients that never finish: request headers are at most 32 KiB and must
+    arrive within ``HEADER_SECONDS`` of the first byte (a slow sender is cut off), the listen
+    backlog takes bursts of connections without resets, and idle keep-alive connections wait
+    in cheroot's selector, not in a worker."""
+
+    THREADS = 16
+    HEADER_BYTES = 32 * 1024
+    HEADER_SECONDS = 10.0
+    BACKLOG = 1024
 
     def __init__(self, app: Any, host: str, port: int, cert: str | None, key: str | None):
+        from cheroot import server as http
         from cheroot import wsgi
 
-        self.server = wsgi.Server((host, port), app, numthreads=8, server_name="director")
+        deadlines = Deadlines()
+        seconds = self.HEADER_SECONDS
+
+        class Request(http.HTTPRequest):
+            def parse_request(self) -> None:
+                token = deadlines.arm(self.conn.socket, seconds)
+                try:
+                    super().parse_request()
+                finally:
+                    deadlines.disarm(token)
+
+        class Connection(wsgi.Server.ConnectionClass):  # type: ignore[misc]
+            RequestHandlerClass = Request
+
+        self.address = f"{host}:{port}"
+        self.deadlines = deadlines
+        self.server = wsgi.Server(
+            (host, port), app, numthreads=self.THREADS, server_name="director",
+            request_queue_size=self.BACKLOG, timeout=10,
+        )  # fmt: skip
+        self.server.ConnectionClass = Connection
+        self.server.max_request_header_size = self.HEADER_BYTES
         if cert and key:
             from cheroot.ssl.builtin import BuiltinSSLAdapter
 
-            self.server.ssl_adapter = BuiltinSSLAdapter(cert, key)
+            try:
+                self.server.ssl_adapter = BuiltinSSLAdapter(cert, key)
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                raise ApiError(f"api.tls_cert/tls_key: cannot load {cert}, {key}: {exc}") from None
         self._thread = threading.Thread(target=self._serve, name="api", daemon=True)
 
     def _serve(self) -> None:
         self.server.serve()
 
     def start(self) -> None:
-        self.server.prepare()  # binds now: a port in use fails at start, not later
+        try:
+            self.server.prepare()  # binds now: a port in use fails at start, not later
+        except OSError as exc:
+            raise ApiError(f"api.listen {self.address}: {exc.strerror or exc}") from None
+        self.deadlines.start()
         self._thread.start()
 
     @property
@@ -118,15 +171,79 @@ class ApiServer:
         return int(self.server.bind_addr[1])
 
     def stop(self) -> None:
+        if self._thread.ident is None:  # never started: just let go of the socket
+            sock = getattr(self.server, "socket", None)
+            if sock is not None:
+                sock.close()
+            return
         self.server.stop()
+        self.deadlines.stop()
         self._thread.join(timeout=10)
 
 
+class Deadlines:
+    """Cuts off sockets that overrun a deadline (one thread for every connection)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._armed: dict[int, tuple[float, Any]] = {}
+        self._serial = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="api-deadlines", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+
+    def arm(self, sock: Any, seconds: float) -> int:
+        with self._cv:
+            self._serial += 1
+            self._armed[self._serial] = (time.monotonic() + seconds, sock)
+            self._cv.notify()
+            return self._serial
+
+    def disarm(self, token: int) -> None:
+        with self._cv:
+            self._armed.pop(token, None)
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._stop:
+                now = time.monotonic()
+                late = [t for t, (when, _sock) in self._armed.items() if when <= now]
+                for token in late:
+                    _when, sock = self._armed.pop(token)
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+                    event(log, "api.client_too_slow", reason="request headers not complete")
+                soonest = min((when for when, _ in self._armed.values()), default=now + 1.0)
+                self._cv.wait(max(0.05, soonest - now))
+
+
+TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
+
+
 def read_token(path: str) -> str:
+    """The admin token: one line of 16 or more characters that a bearer header can carry
+    (RFC 6750's token68: letters, digits and -._~+/=). Raises ValueError saying why not."""
     try:
-        token = Path(path).read_text().strip()
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"api.token_file {path}: the file is not text") from None
     except OSError as exc:
         raise ValueError(f"api.token_file {path}: {exc.strerror or exc}") from None
+    token = text.strip()
+    if "\n" in token or "\r" in token:
+        raise ValueError(f"api.token_file {path}: the token must be one line (found several)")
+    if not set(token) <= TOKEN_CHARS:
+        raise ValueError(
+            f"api.token_file {path}: the token may hold only letters, digits and -._~+/= "
+            "(what an Authorization: Bearer header carries)"
+        )
     if len(token) < 16:
         raise ValueError(f"api.token_file {path}: the token must be at least 16 characters")
     return token
@@ -145,8 +262,22 @@ class Runtime:
         watch_seconds: int = 300,
         reader: Ipvs | None = None,
         netns: str | None = None,
+        firewall: Firewall | None = None,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
-        """``reader``: a second adapter for the API's and the metrics' reads."""
+        """``reader``: a second adapter for the API's and the metrics' reads. ``firewall``:
+        the source filter (by default nftables beside the kernel, the fake beside the fake).
+        ``on_fatal(reason)``: a thread the director needs has died."""
+        if firewall is None:
+            if isinstance(ipvs, FakeIpvs):
+                firewall = FakeFirewall()
+            else:
+                from director.nft import NftFirewall
+
+                firewall = NftFirewall(netns)
+        self.firewall = firewall
+        self.on_fatal = on_fatal
+        self.failed: str | None = None  # why the director must stop, once it must
         kube = settings.kubernetes
         self.registry = CollectorRegistry()
         recorder = Recorder(self.registry)
@@ -166,6 +297,7 @@ class Runtime:
             observer=observer,
             intents_file=intents,
             recorder=recorder,
+            firewall=firewall,
         )
         self.registry.register(DirectorCollector(self.controller, reader))
         parsers = {
@@ -206,6 +338,7 @@ class Runtime:
                 writer=None if dry_run else writer,
                 registry=self.registry,
                 reader=reader,
+                public=settings.api.public,
             )
             self.api = ApiServer(
                 app, settings.api.host, settings.api.port, settings.api.tls_cert,
@@ -235,10 +368,22 @@ class Runtime:
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
         )
+        self._stopping = threading.Event()  # set first thing in stop(): threads may end
+        self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 
     def start(self) -> Runtime:
+        """Start every part; on an error (ValueError: the API's address, the FIFO), what was
+        started is stopped again before it is raised."""
         if self._thread.is_alive():
             return self
+        try:
+            self._start_parts()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_parts(self) -> None:
         if self.api is not None:
             self.api.start()
         if self.checker is not None:
@@ -251,7 +396,33 @@ class Runtime:
         for watcher in self.watchers:
             watcher.start()
         self._thread.start()
-        return self
+        self._watchdog.start()
+
+    def essential_threads(self) -> list[threading.Thread]:
+        """The threads without which the director silently stops doing its job."""
+        threads = [self._thread, *(w._thread for w in self.watchers)]
+        if self.controller.outbox is not None:
+            threads.append(self.controller.outbox._thread)
+        for part in (self.elector, self.checker, self.keepalived, self.fifo, self.api):
+            if part is not None:
+                threads.append(part._thread)
+        return threads
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.5):
+            dead = [t.name for t in self.essential_threads() if t.ident and not t.is_alive()]
+            if dead and not self._stopping.is_set():
+                self.fail(f"thread {', '.join(dead)} ended")
+                return
+
+    def fail(self, reason: str) -> None:
+        """The director can no longer do its job: say so and have it stopped."""
+        if self.failed is None:
+            self.failed = reason
+            event(log, "director.fatal", level=logging.CRITICAL, reason=reason,
+                  action="exiting so that systemd restarts the director")  # fmt: skip
+            if self.on_fatal is not None:
+                self.on_fatal(reason)
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -262,6 +433,7 @@ class Runtime:
         return False
 
     def stop(self) -> None:
+        self._stopping.set()
         for watcher in self.watchers:
             watcher.stop()
         if self.elector is not None:
@@ -274,10 +446,64 @@ class Runtime:
             self.keepalived.stop()
             self.fifo.stop()
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
 
     def __enter__(self) -> Runtime:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list[str]]:
+    """What ``director run`` would refuse at start, found before: (problems, notes).
+
+    Files: the token (one line, usable), the TLS pair (loads), the intents file (reads), the
+    FIFO (not a regular file). With ``host``: the API's listen address is one of this box's
+    (a port in use is only a note: the running director holds it)."""
+    import errno
+    import ssl
+    import stat as stat_
+
+    from director.intents import Intents
+
+    problems: list[str] = []
+    notes: list[str] = []
+    api = settings.api
+    if api is not None:
+        try:
+            read_token(api.token_file)
+        except ValueError as exc:
+            problems.append(str(exc))
+        if api.tls_cert and api.tls_key:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    api.tls_cert, api.tls_key
+                )
+            except (OSError, ValueError) as exc:
+                problems.append(f"api.tls_cert/tls_key: cannot load them: {exc}")
+        try:
+            Intents.load(Path(api.intents_file))
+        except ValueError as exc:
+            problems.append(str(exc))
+        if host:
+            family = socket.AF_INET6 if ":" in api.host else socket.AF_INET
+            for port in (0, api.port) if api.port else (0,):
+                with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        probe.bind((api.host, port))
+                    except OSError as exc:
+                        where = f"api.listen {api.host}:{api.port}"
+                        if exc.errno == errno.EADDRINUSE:
+                            notes.append(f"{where}: the port is in use now (by a running "
+                                         "director, or it will not start)")  # fmt: skip
+                        else:
+                            problems.append(f"{where}: {exc.strerror or exc}")
+                        break
+    if settings.ha is not None:
+        fifo = Path(settings.ha.fifo)
+        if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
+            problems.append(f"ha.fifo {fifo} exists and is not a FIFO (it would not be replaced)")
+    return problems, notes

@@ -26,9 +26,9 @@ from director.model import (
     ServiceConfig,
     ServiceKey,
     VirtualService,
-    canonical_address,
-    encode_flags,
-    scheduler_flag_names,
+    check_flags,
+    shown,
+    sloppy_address,
 )
 
 A_SCHEDULER = PREFIX + "scheduler"
@@ -42,7 +42,7 @@ A_SHARED = PREFIX + "allow-shared-ip"
 A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
 BACKEND_MODES = ("nodeport", "pod")
 NODE_HEALTHZ = CheckSpec("http", "/healthz", (200, 200), interval=2.0, timeout=1.0, rise=1, fall=1)
-_PROTOCOLS = {"TCP": Protocol.TCP, "UDP": Protocol.UDP, "SCTP": Protocol.SCTP}
+PROTOCOLS = {"TCP": Protocol.TCP, "UDP": Protocol.UDP, "SCTP": Protocol.SCTP}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +58,11 @@ class Options:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
+    """Something of the Service refused, with where it was (an annotation, a field)."""
+
     annotation: str
     message: str
+    reason: str = "InvalidAnnotation"  # the Event's reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,9 @@ class Translation:
     draining: frozenset[tuple[ServiceKey, DestKey]] = frozenset()
     # What to check for each real server (it is up when all of them are).
     checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = field(default_factory=dict)
+    # Virtual services open only to these sources (loadBalancerSourceRanges, CIDRs of the
+    # service's family; empty: open to none).
+    restrictions: dict[ServiceKey, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +125,7 @@ def options(
         text = svc.annotations.get(annotation)
         if text is None:
             continue
-        parsed = parse_scheduler(text, policy.schedulers)
+        parsed = parse_scheduler(text, policy.schedulers, _protocols(svc))
         if isinstance(parsed, str):
             problems.append(Problem(annotation, parsed))
             if source == "default":  # keep the last valid setting
@@ -148,23 +154,28 @@ def options(
     return Options(scheduler, flags, forwarding, backends, source), problems
 
 
-def parse_scheduler(text: str, offered: frozenset[str]) -> tuple[str, frozenset[str]] | str:
-    """``sh`` or ``sh:sh-port,sh-fallback`` -> (scheduler, flags), or why not."""
+def _protocols(svc: ServiceInfo) -> frozenset[Protocol]:
+    return frozenset(PROTOCOLS[p.protocol] for p in svc.ports if p.protocol in PROTOCOLS)
+
+
+def parse_scheduler(
+    text: str, offered: frozenset[str], protocols: frozenset[Protocol] = frozenset()
+) -> tuple[str, frozenset[str]] | str:
+    """``sh`` or ``sh:sh-port,sh-fallback`` -> (scheduler, canonical flags), or why not.
+
+    ``protocols``: those of the Service's ports (``onepacket`` needs them all UDP)."""
     name, _, flag_text = text.strip().partition(":")
     wanted = frozenset(f.strip() for f in flag_text.split(",") if f.strip())
     if name not in offered:
         return (
-            f"scheduler {name!r} is not offered by this kernel "
+            f"scheduler {shown(name)} is not offered by this kernel "
             f"(allowed: {', '.join(sorted(offered))})"
         )
+    udp_only = bool(protocols) and protocols <= {Protocol.UDP}
     try:
-        encode_flags(name, wanted, False)
-    except ValueError:
-        return (
-            f"{text!r}: flags must be among {', '.join(scheduler_flag_names(name))} "
-            "(write sh:sh-port,sh-fallback)"
-        )
-    return name, wanted
+        return name, check_flags(name, wanted, Protocol.UDP if udp_only else Protocol.TCP)
+    except ValueError as exc:
+        return f"{shown(text)}: {exc} (write sh:sh-port,sh-fallback)"
 
 
 def ipam_request(svc: ServiceInfo) -> tuple[Request | None, list[Problem]]:
@@ -177,10 +188,10 @@ def ipam_request(svc: ServiceInfo) -> tuple[Request | None, list[Problem]]:
     for part in (text or "").split(","):
         if not part.strip():
             continue
-        try:
-            requested.append(ipaddress.ip_address(part.strip()))
-        except ValueError:
-            return None, [Problem(source, f"{part.strip()!r} is not an IP address")]
+        canonical = sloppy_address(part.strip())
+        if canonical is None:  # zones (fe80::1%eth0) too: not an address to announce
+            return None, [Problem(source, f"{shown(part.strip())} is not an IP address")]
+        requested.append(ipaddress.ip_address(canonical))
     if len({a.version for a in requested}) != len(requested):
         return None, [Problem(source, "at most one address per IP family")]
     ports = frozenset((p.protocol, p.port) for p in svc.ports)
@@ -211,6 +222,10 @@ def translate(
     previous: Options | None = None,
 ) -> Translation:
     opts, problems = options(svc, policy, previous)
+    problems += [Problem("spec", text, "InvalidServiceField") for text in svc.problems]
+    slices = tuple(slices)
+    for sl in slices:
+        problems += [Problem("endpointslice", text, "InvalidEndpoint") for text in sl.problems]
     check: CheckSpec | None = policy.check
     text = svc.annotations.get(A_HEALTH)
     if text is not None and policy.checking:
@@ -225,7 +240,6 @@ def translate(
     checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
     origin_base = svc.ref
     persistence = svc.affinity_timeout or 0
-    slices = tuple(slices)
     out: dict[ServiceKey, VirtualService] = {}
     draining: set[tuple[ServiceKey, DestKey]] = set()
 
@@ -258,7 +272,7 @@ def translate(
             for address in node.internal_ips:
                 if Family.of(address) is family:
                     live = True if local is None else local[node.name]
-                    out_nodes.append((canonical_address(address), port, live))
+                    out_nodes.append((address, port, live))
         return out_nodes
 
     local_probe = (
@@ -293,19 +307,30 @@ def translate(
         if targets:
             checks[key] = targets
 
+    restrictions: dict[ServiceKey, tuple[str, ...]] = {}
     if wants_address(svc, policy):
         for text in addresses:
-            address = canonical_address(text)
+            address = sloppy_address(text)
+            if address is None:  # IPAM hands out canonical text: a bug, not the tenant's
+                problems.append(Problem("address", f"{shown(text)} is not an IP address"))
+                continue
             family = Family.of(address)
+            allowed = (
+                None
+                if svc.source_ranges is None
+                else tuple(r for r in svc.source_ranges if Family.of(r) is family)
+            )
             for sp in svc.ports:
-                protocol = _PROTOCOLS.get(sp.protocol)
+                protocol = PROTOCOLS.get(sp.protocol)
                 if protocol is None:
                     continue
                 key = ServiceKey(family, protocol, address, sp.port)
                 origin = f"{origin_base}:{sp.name or sp.port}"
+                if allowed is not None:
+                    restrictions[key] = allowed
                 if opts.backends == "pod":
                     backends = [
-                        (canonical_address(a), _target_port(ports, sp.name, sp.target_port), live)
+                        (a, _target_port(ports, sp.name, sp.target_port), live)
                         for a, _node, live, ports in endpoints(family)
                     ]
                 else:
@@ -318,7 +343,7 @@ def translate(
         for vip in policy.nodeport_vips:
             family = Family.of(vip)
             for sp in svc.ports:
-                protocol = _PROTOCOLS.get(sp.protocol)
+                protocol = PROTOCOLS.get(sp.protocol)
                 if protocol is None or not sp.node_port:
                     continue
                 key = ServiceKey(family, protocol, vip, sp.node_port)
@@ -328,4 +353,6 @@ def translate(
                     f"{origin_base}:nodeport/{sp.node_port}",
                     True,
                 )
-    return Translation(out, opts, tuple(problems), frozenset(draining), checks)
+    return Translation(
+        out, opts, tuple(problems), frozenset(draining), checks, restrictions
+    )

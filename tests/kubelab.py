@@ -11,7 +11,7 @@ def settings(
     kubeconfig: Path,
     *,
     identity: str = "director-a",
-    pool: str = "198.51.100.0/29",
+    pool: str = "198.51.100.0-198.51.100.7",  # a range: CIDRs skip their network address
     extra: str = "",
     kube_extra: str = "",
     resync: int = 3600,

@@ -31,7 +31,7 @@ def config(tmp_path: Path, api: FakeApiServer, extra_api: str = "") -> str:
     token.write_text(TOKEN + "\n")
     return f"""
 ownership: {{networks: [198.51.100.0/26]}}
-pools: [{{name: default, addresses: [198.51.100.64/28]}}]
+pools: [{{name: default, addresses: [198.51.100.64-198.51.100.79]}}]
 services:
   - name: web
     address: 198.51.100.10

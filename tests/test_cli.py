@@ -77,10 +77,11 @@ def test_shadow_mode_runs_without_ipvs_and_writes_only_its_state_file(tmp_path: 
             _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0
         body = json.loads(state.read_text())
-        assert body["addresses"] == {"default/web": ["198.51.100.0"]}
-        assert body["services"][0]["service"] == "tcp 198.51.100.0:80"
+        # A CIDR pool skips its network address (.0).
+        assert body["addresses"] == {"default/web": ["198.51.100.1"]}
+        assert body["services"][0]["service"] == "tcp 198.51.100.1:80"
         assert "event=ipvs.unavailable_shadow" in err
-        assert 'event=ipvs.would_change op="+ service tcp 198.51.100.0:80' in err
+        assert 'event=ipvs.would_change op="+ service tcp 198.51.100.1:80' in err
         assert "origin=default/web:http" in err
         # Nothing was written to the cluster: no status, no event, no lease.
         assert api.get("services", "web")["status"] == {"loadBalancer": {}}

@@ -15,7 +15,7 @@ DNS = frozenset({("UDP", 53), ("TCP", 53)})
 
 def pools() -> tuple[Pool, ...]:
     return (
-        Pool.parse("default", ["198.51.100.0/30", "2001:db8:100::/126"]),
+        Pool.parse("default", ["198.51.100.0-198.51.100.3", "2001:db8:100::/126"]),
         Pool.parse("reserved", ["203.0.113.10-203.0.113.12"], auto_assign=False),
     )
 
