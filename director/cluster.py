@@ -60,6 +60,8 @@ class ServiceInfo:
     source_ranges: tuple[str, ...] | None = None
     allocate_node_ports: bool = True
     problems: tuple[str, ...] = ()  # what was dropped from the object, and why
+    # status.loadBalancer.ingress held something that is not an address: rewrite it.
+    stale_status: bool = False
 
     @property
     def ref(self) -> str:
@@ -228,6 +230,7 @@ def _affinity(spec: Json, problems: list[str]) -> int | None:
 
 
 def _status_ips(status: Json, problems: list[str]) -> tuple[str, ...]:
+    """The addresses in status, canonical; refused entries are named in ``problems``."""
     ips: list[str] = []
     for item in _list(_map(status.get("loadBalancer")).get("ingress")):
         raw = _map(item).get("ip")
@@ -259,6 +262,9 @@ def service_from_json(obj: Json) -> ServiceInfo:
     klass = spec.get("loadBalancerClass")
     lb_ip = spec.get("loadBalancerIP")
     health_port = _port(spec.get("healthCheckNodePort") or 0, low=0)
+    before = len(problems)
+    status_ips = _status_ips(status, problems)
+    stale = len(problems) > before
     if health_port is None:
         problems.append(f"spec.healthCheckNodePort {shown(spec.get('healthCheckNodePort'))} is "
                         "not 1-65535; ignored")  # fmt: skip
@@ -274,12 +280,13 @@ def service_from_json(obj: Json) -> ServiceInfo:
         external_traffic_policy=_text(spec.get("externalTrafficPolicy"), "Cluster"),
         affinity_timeout=_affinity(spec, problems),
         load_balancer_ip=lb_ip if isinstance(lb_ip, str) and lb_ip else None,
-        status_ips=_status_ips(status, problems),
+        status_ips=status_ips,
         health_check_node_port=health_port or 0,
         created=_text(meta.get("creationTimestamp")),
         source_ranges=_source_ranges(spec, all_annotations, problems),
         allocate_node_ports=spec.get("allocateLoadBalancerNodePorts") is not False,
         problems=tuple(problems),
+        stale_status=stale,
     )
 
 

@@ -228,6 +228,8 @@ class Controller:
         self.owner: dict[ServiceKey, str] = {k: STATIC for k in settings.services}
         self.options: dict[str, Options] = {}
         self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
+        # Events a follower saw the reason for: written should it become the leader.
+        self.unsent: dict[str, dict[str, tuple[ServiceInfo, str, str, str]]] = {}
         # Real servers at weight 0 waiting for their connections: key -> dest -> deadline.
         self.draining: dict[ServiceKey, dict[DestKey, float]] = {}
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
@@ -382,6 +384,11 @@ class Controller:
             if leader != self.leader and not self.dry_run:
                 self.leader = self.health.leader = leader
                 event(log, "lease.changed", leader=leader, identity=self.kube.identity)
+                unsent, self.unsent = self.unsent, {}
+                for ref, topics in unsent.items() if leader else ():
+                    for topic, (svc, severity, reason, message) in topics.items():
+                        if self.reported.get(ref, {}).get(topic) == message:  # still true
+                            self._send_event(svc, severity, reason, message)
                 return {ALL}
             return set()
         if kind in ("CONNECTED", "DISCONNECTED"):
@@ -429,6 +436,7 @@ class Controller:
             self.allocator.release(ref)
             self.options.pop(ref, None)
             self.reported.pop(ref, None)
+            self.unsent.pop(ref, None)
             self.restrictions.pop(ref, None)
             return {}
         addresses = self._addresses(svc)
@@ -466,12 +474,7 @@ class Controller:
         if not wants_address(svc, self.policy):
             self.allocator.release(ref)
             return ()
-        keep: list[Address] = []
-        for text in svc.status_ips:
-            try:
-                keep.append(ipaddress.ip_address(text))
-            except ValueError:
-                continue
+        keep = [ipaddress.ip_address(text) for text in svc.status_ips]  # canonical already
         request, problems = ipam_request(svc)
         if request is None:
             self.allocator.release(ref)
@@ -483,6 +486,8 @@ class Controller:
                 f"{problem.annotation}: {problem.message}",
                 "address",
             )
+            if self.leader and (svc.status_ips or svc.stale_status):
+                self._write_status(svc, ())  # no address: status must not name one
             return ()
         if not self.leader:
             # The follower programs what the leader wrote to status, and tracks it so that
@@ -495,12 +500,12 @@ class Controller:
         outcome = self.allocator.assign(request, keep)
         if not outcome.ok:
             self._report(svc, "Warning", "AddressRefused", str(outcome.error), "address")
-            if svc.status_ips:
+            if svc.status_ips or svc.stale_status:
                 self._write_status(svc, ())
             return ()
         ips = tuple(str(a) for a in outcome.addresses)
         message = f"assigned {', '.join(ips)} from pool {outcome.pool}"
-        if ips != svc.status_ips:
+        if ips != svc.status_ips or svc.stale_status:
             self._write_status(svc, ips)
             self._report(svc, "Normal", "AddressAssigned", message, "address")
         else:
@@ -585,8 +590,15 @@ class Controller:
         topics[topic] = message
         level = logging.WARNING if kind == "Warning" else logging.INFO
         event(log, "service." + reason, level=level, service=svc.ref, message=message)
-        if self.outbox is None or not self.leader:
+        if self.outbox is None:
             return
+        if not self.leader:  # the leader writes Events; kept for when this box leads
+            self.unsent.setdefault(svc.ref, {})[topic] = (svc, kind, reason, message)
+            return
+        self._send_event(svc, kind, reason, message)
+
+    def _send_event(self, svc: ServiceInfo, kind: str, reason: str, message: str) -> None:
+        assert self.outbox is not None
         writer = self.outbox.writer
         self.outbox.put(
             ("event", svc.ref, reason, message),

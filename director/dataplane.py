@@ -81,7 +81,8 @@ def error_message(code: int) -> str:
 
 
 def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int, OpError]:
-    """Service ops naming a scheduler the kernel does not offer, refused before sending.
+    """Service ops naming a scheduler the kernel does not offer, or flags that have no bit,
+    refused before sending.
 
     Real servers of a service whose add is refused are refused too (the kernel would
     answer ESRCH for each; one clear reason is better).
@@ -98,8 +99,13 @@ def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int,
                 f"(no module ip_vs_{op.config.scheduler}); available: "
                 f"{', '.join(sorted(offered))}",
             )
-            if op.kind is OpKind.ADD_SERVICE:
-                dead.add(op.key)
+        elif op.config is not None:
+            try:  # flag names that have no bit cannot be sent at all
+                op.config.flag_bits()
+            except ValueError as exc:
+                refused[index] = OpError(op, "EINVAL", str(exc))
+        if index in refused and op.kind is OpKind.ADD_SERVICE:
+            dead.add(op.key)
         elif op.key in dead and op.dest is not None:
             refused[index] = OpError(op, "ESRCH", f"not sent: adding {op.key} was refused")
     return refused

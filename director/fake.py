@@ -22,9 +22,11 @@ from director.model import (
     Op,
     OpKind,
     RealServer,
+    ServiceConfig,
     ServiceKey,
     Stats,
     VirtualService,
+    canonical_flags,
 )
 
 
@@ -98,7 +100,7 @@ class FakeIpvs:
                 return _errno.EEXIST
             if op.key.family is Family.INET6 and not 1 <= op.config.netmask <= 128:
                 return _errno.EINVAL
-            self._table[op.key] = VirtualService(op.key, op.config, {})
+            self._table[op.key] = VirtualService(op.key, _as_read_back(op.config), {})
             return 0
         if current is None:
             return _errno.ESRCH
@@ -106,7 +108,8 @@ class FakeIpvs:
             assert op.config is not None
             if op.key.family is Family.INET6 and not 1 <= op.config.netmask <= 128:
                 return _errno.EINVAL
-            self._table[op.key] = VirtualService(op.key, op.config, current.real_servers)
+            config = _as_read_back(op.config)
+            self._table[op.key] = VirtualService(op.key, config, current.real_servers)
             return 0
         if op.kind is OpKind.DEL_SERVICE:
             del self._table[op.key]
@@ -133,6 +136,15 @@ class FakeIpvs:
             dests[dest.key] = dest
         self._table[op.key] = VirtualService(op.key, current.config, dests)
         return 0
+
+
+def _as_read_back(config: ServiceConfig) -> ServiceConfig:
+    """What the kernel reads back: flag bits, named by the scheduler (flag-1 with sh is
+    sh-fallback), never the names that were sent."""
+    flags = canonical_flags(config.scheduler, config.flags)
+    if flags == config.flags:
+        return config
+    return ServiceConfig(config.scheduler, flags, config.persistence, config.netmask)
 
 
 def _dest_rules(key: ServiceKey, dest: RealServer) -> int:

@@ -315,3 +315,72 @@ def test_kubernetes_scheduler_is_stored_on_the_service_and_applied(kube) -> None
         ),
         404,
     )
+
+
+# -- hostile and careless input (issue 13, items 4-9) -----------------------------------------
+def test_deep_nesting_is_a_400_not_a_500(client: FlaskClient) -> None:
+    put = "/api/v1/static/web/scheduler"
+    deep = "[" * 30_000 + "]" * 30_000  # under 64 KiB
+    is_problem(client.put(put, data=deep, headers=AUTH, content_type="application/json"), 400,
+               "nested")  # fmt: skip
+    nested = {"scheduler": "rr", "flags": [[[[[[[[[[[[[[[[["x"]]]]]]]]]]]]]]]]]}
+    is_problem(client.put(put, json=nested, headers=AUTH), 400, "nested deeper than 16")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"address": "192.0.2.11\\u0000"}', b'{"address": "\\ud800"}', b'{"address": "\\u001b[1m"}'],
+    ids=["nul", "lone-surrogate", "escape"],
+)
+def test_control_characters_and_lone_surrogates_are_refused_in_plain_words(
+    client: FlaskClient, raw: bytes
+) -> None:
+    reply = client.post("/api/v1/drains", data=raw, headers=AUTH, content_type="application/json")
+    is_problem(reply, 400, "strings must be text without control characters or lone surrogates")
+
+
+def test_a_bad_address_is_named_safely(client: FlaskClient) -> None:
+    reply = client.post("/api/v1/drains", json={"address": "192.0.2.1/x"}, headers=AUTH)
+    is_problem(reply, 400, "'192.0.2.1/x' is not an IPv4 or IPv6 address")
+    reply = client.post("/api/v1/drains", data=b'{"address": "\xff"}', headers=AUTH,
+                        content_type="application/json")  # fmt: skip
+    is_problem(reply, 400, "not UTF-8")
+
+
+def test_the_bearer_scheme_is_case_insensitive(client: FlaskClient) -> None:
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        reply = client.get("/api/v1/status", headers={"Authorization": f"{scheme} {TOKEN}"})
+        assert reply.status_code == 200, scheme
+    is_problem(client.get("/api/v1/status", headers={"Authorization": f"Basic {TOKEN}"}), 401)
+    is_problem(client.get("/api/v1/status", headers={"Authorization": "Bearer"}), 401)
+
+
+def test_generic_flag_names_are_stored_as_the_kernel_names_them(
+    director: Director, client: FlaskClient
+) -> None:
+    reply = client.put("/api/v1/static/web/scheduler", headers=AUTH,
+                       json={"scheduler": "sh", "flags": ["flag-1", "flag-2"]})  # fmt: skip
+    assert reply.status_code == 200, reply.get_data(as_text=True)
+    assert reply.get_json()["flags"] == ["sh-fallback", "sh-port"]
+    eventually(lambda: director.vs().config.scheduler == "sh")
+    assert director.vs().config.flags == {"sh-fallback", "sh-port"}
+    assert client.get("/api/v1/plan", headers=AUTH).get_json()["ops"] == [], "nothing to resend"
+
+
+def test_onepacket_is_refused_for_a_tcp_service_and_taken_for_udp(client: FlaskClient) -> None:
+    body = {"scheduler": "rr", "flags": ["onepacket"]}
+    is_problem(client.put("/api/v1/static/web/scheduler", json=body, headers=AUTH), 409,
+               "onepacket scheduling only applies to UDP services")  # fmt: skip
+    assert client.put("/api/v1/static/dns/scheduler", json=body, headers=AUTH).status_code == 200
+
+
+def test_open_endpoints_can_require_the_token(tmp_path: Path) -> None:
+    d = Director(parse_config(STATIC, "static.yaml"), tmp_path / "i.json")
+    app = create_app(d.controller, TOKEN, registry=d.registry, public=("health",))
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    for path in ("/metrics", "/", "/ui/status"):
+        is_problem(client.get(path), 401)
+        assert client.get(path, headers=AUTH).status_code in (200, 503), path
+    with pytest.raises(ValueError, match=r"api\.public: unknown everything"):
+        create_app(d.controller, TOKEN, public=("everything",))

@@ -1,0 +1,249 @@
+"""The admin API on its production server (cheroot) against clients that misbehave or crowd
+it (issue 13, items 7, 10, 26): bodies and headers too big, clients too slow, too many
+scrapes, and 50 clients writing at once. Loopback only."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import resource
+import socket
+import textwrap
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from director.config import parse_config
+from director.fake import FakeIpvs
+from director.model import Protocol, ServiceKey
+from director.runtime import ApiServer, Runtime
+from lab.wait import eventually
+
+TOKEN = "t0ken-for-the-admin-api"
+CLIENTS, WRITES = 50, 200
+SCHEDULERS = ("rr", "wrr", "lc", "wlc", "sh", "sed", "nq", "mh")
+
+
+def config(tmp_path: Path, services: int = 1) -> str:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    lines = "\n".join(
+        f"  - {{name: s{i}, address: 198.51.100.{1 + i}, port: 80, real_servers: [192.0.2.1:80]}}"
+        for i in range(services)
+    )
+    return textwrap.dedent(f"""
+        ownership: {{networks: [198.51.100.0/24]}}
+        api: {{listen: 127.0.0.1:0, token_file: {token}, intents_file: {tmp_path}/i.json}}
+        services:
+    """) + lines + "\n"
+
+
+@pytest.fixture
+def director(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Runtime]]:
+    monkeypatch.setattr(ApiServer, "HEADER_SECONDS", 1.0)
+    runtime = Runtime(parse_config(config(tmp_path, CLIENTS), "director.yaml"), FakeIpvs())
+    with runtime.start():
+        assert runtime.wait_ready(20) and runtime.api is not None
+        yield f"127.0.0.1:{runtime.api.port}", runtime
+
+
+def request(where: str, method: str, path: str, body: Any = None,
+            token: bool = True) -> tuple[int, Any]:  # fmt: skip
+    conn = http.client.HTTPConnection(where, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=headers)
+        reply = conn.getresponse()
+        raw = reply.read()
+        try:
+            return reply.status, json.loads(raw or b"{}")
+        except ValueError:
+            return reply.status, raw
+    finally:
+        conn.close()
+
+
+def test_a_chunked_body_over_the_limit_is_413(director: tuple[str, Runtime]) -> None:
+    where, _ = director
+    conn = http.client.HTTPConnection(where, timeout=30)
+    body = json.dumps({"scheduler": "rr", "flags": ["x" * 70_000]}).encode()
+    conn.putrequest("PUT", "/api/v1/static/s0/scheduler")
+    conn.putheader("Authorization", f"Bearer {TOKEN}")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    for start in range(0, len(body), 8192):
+        piece = body[start : start + 8192]
+        conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    conn.send(b"0\r\n\r\n")
+    reply = conn.getresponse()
+    assert reply.status == 413, reply.read()
+    assert "larger than 65536 bytes" in json.loads(reply.read())["detail"]
+    # A small chunked body is read in full.
+    status, _ = request(where, "GET", "/api/v1/status")
+    assert status == 200
+
+
+def test_huge_headers_are_refused_without_being_buffered(director: tuple[str, Runtime]) -> None:
+    where, _ = director
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    host, port = where.split(":")
+    answers: list[bytes] = []
+
+    def send_huge() -> None:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nX-Junk: ")
+            try:
+                for _ in range(16 * 1024):  # up to 16 MiB, 1 KiB at a time
+                    sock.sendall(b"a" * 1024)
+            except OSError:
+                pass  # the server stopped reading and closed: what we want
+            try:
+                answers.append(sock.recv(200))
+            except OSError:
+                answers.append(b"")
+
+    threads = [threading.Thread(target=send_huge) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 32, f"the process grew by {grown_mib:.0f} MiB for 8 x 16 MiB of headers"
+    assert all(a == b"" or a.startswith(b"HTTP/1.1 413") for a in answers), answers
+    assert request(where, "GET", "/api/v1/status")[0] == 200
+
+
+def test_slow_clients_are_cut_off_and_never_hold_the_api(director: tuple[str, Runtime]) -> None:
+    where, _ = director
+    host, port = where.split(":")
+    slow = []
+    for _ in range(20):  # more slow clients than the server has workers
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        slow.append(sock)
+    stop = threading.Event()
+
+    def dribble() -> None:  # a header byte now and then: slowloris
+        while not stop.wait(0.2):
+            for sock in slow:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"X")
+
+    feeder = threading.Thread(target=dribble)
+    feeder.start()
+    try:
+        started = time.monotonic()
+        for _ in range(5):
+            assert request(where, "GET", "/api/v1/status")[0] == 200
+        assert time.monotonic() - started < 10, "the API waited on the slow clients"
+        closed = 0
+        for sock in slow:
+            try:
+                data = sock.recv(4096)
+                closed += data == b"" or data.startswith(b"HTTP/1.1 408")
+            except OSError:
+                closed += 1
+        assert closed == 20, f"{20 - closed} slow clients still connected after the deadline"
+    finally:
+        stop.set()
+        feeder.join()
+        for sock in slow:
+            sock.close()
+
+
+class Slow(Collector):
+    """A scrape that takes as long as the test says."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.waiting = 0
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        self.waiting += 1
+        self.release.wait(30)
+        yield GaugeMetricFamily("slow", "a slow metric", value=1)
+
+
+def test_scrapes_never_take_every_worker_from_the_api(director: tuple[str, Runtime]) -> None:
+    where, runtime = director
+    slow = Slow()
+    runtime.registry.register(slow)
+    results: list[int] = []
+
+    def scrape() -> None:
+        results.append(request(where, "GET", "/metrics", token=False)[0])
+
+    scrapers = [threading.Thread(target=scrape) for _ in range(24)]
+    for t in scrapers:
+        t.start()
+    try:
+        eventually(lambda: slow.waiting >= 1, what="a scrape in progress")
+        eventually(lambda: len(results) >= 24 - 4, timeout=10, what="the extra scrapes turned away")
+        # Every scrape slot is taken and blocked: an operator's write still gets through.
+        status, body = request(where, "PUT", "/api/v1/static/s1/scheduler", {"scheduler": "sh"})
+        assert status == 200, body
+    finally:
+        slow.release.set()
+        for t in scrapers:
+            t.join(30)
+    assert results.count(503) >= 24 - 4 and results.count(200) >= 1, results
+    assert slow.waiting == 1, "concurrent scrapes share one collection"
+
+
+def test_fifty_clients_writing_at_once_lose_nothing(director: tuple[str, Runtime]) -> None:
+    """50 clients x 200 scheduler writes each, a new connection every time: no connection
+    is reset, every write is answered, and each service ends as its last answered write."""
+    where, runtime = director
+    last: dict[int, str] = {}
+    failures: list[str] = []
+
+    def client(index: int) -> None:
+        for n in range(WRITES):
+            scheduler = SCHEDULERS[(index + n) % len(SCHEDULERS)]
+            try:
+                status, body = request(
+                    where, "PUT", f"/api/v1/static/s{index}/scheduler", {"scheduler": scheduler}
+                )
+            except (OSError, http.client.HTTPException) as exc:
+                failures.append(f"s{index} write {n}: {type(exc).__name__}: {exc}")
+                continue
+            if status != 200:
+                failures.append(f"s{index} write {n}: HTTP {status} {body}")
+                continue
+            last[index] = scheduler
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    seconds = time.monotonic() - started
+    print(f"\n{CLIENTS} clients x {WRITES} writes: {CLIENTS * WRITES} in {seconds:.1f} s "
+          f"({CLIENTS * WRITES / seconds:.0f}/s), {len(failures)} failed")  # fmt: skip
+    assert failures == [], failures[:10]
+    table = runtime.controller.ipvs.read().services
+    for index in range(CLIENTS):
+        key = ServiceKey.inet(Protocol.TCP, f"198.51.100.{1 + index}", 80)
+        assert table[key].config.scheduler == last[index], f"s{index}"
+    stored = json.loads(Path(runtime.controller.intents_file or "").read_text())["schedulers"]
+    assert {name: v["scheduler"] for name, v in stored.items()} == {
+        f"s{i}": last[i] for i in range(CLIENTS)
+    }
+    # urllib also sees no reset (the status page, open to all, under the same load).
+    with urllib.request.urlopen(f"http://{where}/readyz", timeout=10) as reply:
+        assert reply.status == 200
+
