@@ -38,6 +38,7 @@ from director.model import (
     KernelTable,
     ServiceKey,
     Stats,
+    UdpOnly,
     VirtualService,
     canonical_address,
     check_flags,
@@ -317,15 +318,13 @@ def create_app(
         flags = data.get("flags", [])
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise Problem(400, "flags must be a list of strings")
-        try:
-            check_flags(name, flags, IpProtocol.UDP)
-        except ValueError as exc:
-            raise Problem(400, f"invalid flags: {exc}") from None
         udp_only = bool(protocols) and protocols <= {IpProtocol.UDP}
         try:
             return name, check_flags(name, flags, IpProtocol.UDP if udp_only else IpProtocol.TCP)
-        except ValueError as exc:  # valid flags, but not for what this service is
+        except UdpOnly as exc:  # valid flags, but not for what this service is
             raise Problem(409, f"{exc}; this service is not UDP-only") from None
+        except ValueError as exc:
+            raise Problem(400, f"invalid flags: {exc}") from None
 
     def intent(change: Intent) -> None:
         """Hand a change to the loop; return once it is stored and applied."""

@@ -69,7 +69,8 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         else:
             lines_excluded.append(line)
     if not lines_inline:
-        lines_inline.append(f"{PLACEHOLDERS[family]} dev lo scope host")
+        scope = " scope host" if family is Family.INET else ""  # keepalived: no scope for v6
+        lines_inline.append(f"{PLACEHOLDERS[family]} dev lo{scope}")
     return {
         # A comment in the file: printable text only, so no line of configuration can hide
         # in the path it names.
@@ -261,10 +262,15 @@ class VrrpFifo:
 
     def stop(self) -> None:
         self._stop = True
+        if self._thread.ident is None:  # never started: the path may not even be ours
+            return
         with contextlib.suppress(OSError):  # wake the reader
             fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            os.write(fd, b"\n")
-            os.close(fd)
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, b"\n")
+            finally:
+                os.close(fd)
 
     def _run(self) -> None:
         # O_RDWR: the open never blocks and reads never see EOF when keepalived restarts.

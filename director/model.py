@@ -140,12 +140,17 @@ def canonical_flags(scheduler: str, flags: Iterable[str]) -> frozenset[str]:
     return decode_flags(scheduler, bits)
 
 
+class UdpOnly(ValueError):
+    """A flag that is valid, but not for a service of this protocol (onepacket)."""
+
+
 def check_flags(scheduler: str, flags: Iterable[str], protocol: Protocol | None) -> frozenset[str]:
     """Validated, canonical flags for a service of ``protocol`` (None: a firewall mark).
-    The one rule set of the config file, the admin API and the annotation. Raises ValueError."""
+    The one rule set of the config file, the admin API and the annotation. Raises ValueError
+    for a name with no bit, UdpOnly for onepacket on anything but UDP."""
     names = canonical_flags(scheduler, flags)
     if "onepacket" in names and protocol is not Protocol.UDP:
-        raise ValueError("onepacket scheduling only applies to UDP services")
+        raise UdpOnly("onepacket scheduling only applies to UDP services")
     return names
 
 

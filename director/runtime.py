@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import string
 import threading
@@ -162,7 +163,10 @@ class ApiServer:
         try:
             self.server.prepare()  # binds now: a port in use fails at start, not later
         except OSError as exc:
-            raise ApiError(f"api.listen {self.address}: {exc.strerror or exc}") from None
+            # cheroot folds the errno into its message: "... [Errno 98] Address in use)"
+            found = re.findall(r"\[Errno \d+\] ([^)]*)\)", str(exc))
+            reason = found[-1] if found else exc.strerror or str(exc)
+            raise ApiError(f"api.listen {self.address}: {reason}") from None
         self.deadlines.start()
         self._thread.start()
 

@@ -25,6 +25,7 @@ from director.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,
+    UdpOnly,
     VirtualService,
     check_flags,
     shown,
@@ -174,6 +175,8 @@ def parse_scheduler(
     udp_only = bool(protocols) and protocols <= {Protocol.UDP}
     try:
         return name, check_flags(name, wanted, Protocol.UDP if udp_only else Protocol.TCP)
+    except UdpOnly as exc:
+        return f"{shown(text)}: {exc}"
     except ValueError as exc:
         return f"{shown(text)}: {exc} (write sh:sh-port,sh-fallback)"
 

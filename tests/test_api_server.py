@@ -180,3 +180,13 @@ def test_the_status_page_renders_in_headless_chromium(running, tmp_path: Path) -
             [*common, "--window-size=1100,760", f"--screenshot={shot}", f"{url}/"],
             capture_output=True, timeout=120, check=True,
         )  # fmt: skip
+
+
+def test_ctl_undrain_finds_a_drain_however_its_address_is_written(running) -> None:  # type: ignore[no-untyped-def]
+    """Issue 13, item 28: the API keeps addresses canonical; so does ctl."""
+    _runtime, _ipvs, url, _api = running
+    assert "draining 2001:DB8::1" in ctl(url, "drain", "2001:DB8::1")
+    assert ctl(url, "undrain", "2001:DB8:0::1").strip() == "undrained 2001:DB8:0::1"
+    assert "2001:db8::1" not in ctl(url, "drains")
+    assert "draining [2001:DB8::2]:8080" in ctl(url, "drain", "[2001:DB8::2]:8080")
+    assert ctl(url, "undrain", "[2001:db8::2]:8080").strip() == "undrained [2001:db8::2]:8080"

@@ -128,3 +128,131 @@ def test_keepalived_config_renders_the_static_vips(
     no_ha.write_text("defaults: {scheduler: rr}\n")
     assert cli.main(["keepalived-config", "--config", str(no_ha)]) == 2
     assert "no ha: section" in capsys.readouterr().err
+
+
+# -- what check says, run does (issue 13, items 12, 14, 17, 29, 30) ---------------------------
+def api_config(tmp_path: Path, token: str | None = "t0ken-for-the-admin-api\n", **api: str) -> Path:
+    token_file = tmp_path / "token"
+    if token is not None:
+        token_file.write_text(token)
+    fields = {"listen": "127.0.0.1:0", "token_file": str(token_file),
+              "intents_file": str(tmp_path / "intents.json"), **api}  # fmt: skip
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services: [{name: web, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}]\n"
+        "api: {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}\n"
+    )
+    return config
+
+
+def run_director(config: Path) -> subprocess.CompletedProcess[str]:
+    """``director run`` with the fake dataplane (this host has no IPVS): what it says at start."""
+    script = (
+        "import sys; import director.cli as cli; from director.fake import FakeIpvs; "
+        "cli.open_ipvs = lambda netns: FakeIpvs(); "
+        f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
+    )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (None, "No such file or directory"),
+        ("", "the token must be at least 16 characters"),
+        ("first-line-of-a-token\nsecond-line-of-it\n", "the token must be one line"),
+        ("a token with spaces in it\n", "the token may hold only letters, digits and -._~+/="),
+    ],
+    ids=["missing", "empty", "two-lines", "spaces"],
+)
+def test_check_refuses_the_token_files_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], token: str | None, reason: str
+) -> None:
+    config = api_config(tmp_path, token)
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    assert reason in capsys.readouterr().err
+    done = run_director(config)
+    assert done.returncode == cli.EXIT_CONFIG and reason in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_api_address_that_is_not_the_boxs_own_fails_check_and_run_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = api_config(tmp_path, listen="192.0.2.254:9180")  # not an address of this host
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    assert "api.listen 192.0.2.254:9180: Cannot assign requested address" in (
+        capsys.readouterr().err
+    )
+    assert cli.main(["check", "--offline", "--config", str(config)]) == 0, "an image build"
+    done = run_director(config)
+    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"director: invalid configuration: {config}: api.listen 192.0.2.254:9180: "
+        "Cannot assign requested address"
+    )
+
+
+def test_a_port_in_use_is_a_note_for_check_and_a_clean_exit_for_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = api_config(tmp_path, listen=f"127.0.0.1:{port}")
+        assert cli.main(["check", "--config", str(config)]) == 0
+        assert "the port is in use now" in capsys.readouterr().out
+        done = run_director(config)
+    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
+    assert f"api.listen 127.0.0.1:{port}: Address already in use" in done.stderr
+
+
+def test_a_missing_tls_certificate_fails_check_and_run_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = api_config(tmp_path, tls_cert=str(tmp_path / "no-cert.pem"),
+                        tls_key=str(tmp_path / "no-key.pem"))  # fmt: skip
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    assert "api.tls_cert/tls_key: cannot load" in capsys.readouterr().err
+    done = run_director(config)
+    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
+    assert "api.tls_cert/tls_key: cannot load" in done.stderr
+
+
+def test_a_regular_file_at_the_fifo_path_is_never_replaced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("an operator's file\n")
+    config = api_config(tmp_path)
+    config.write_text(
+        config.read_text()
+        + "ha: {interface: eth1, router_id: edge1, priority: 150, unicast_source: 203.0.113.11,\n"
+        f"     peers: [203.0.113.12], fifo: {precious}, config_file: {tmp_path}/k.conf,\n"
+        f"     keepalived: /bin/true}}\n"
+    )
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    assert f"ha.fifo {precious} exists and is not a FIFO" in capsys.readouterr().err
+    done = run_director(config)
+    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
+    assert f"ha.fifo {precious} exists and is not a FIFO" in done.stderr
+    assert precious.read_text() == "an operator's file\n"
+
+
+def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) -> None:
+    from director.keepalived import render_keepalived
+
+    settings = cli.load_config(EXAMPLE)
+    from director.config import HaSettings
+
+    ha = HaSettings("eth1", "edge1", 150, "203.0.113.11", ("203.0.113.12",))
+    text = render_keepalived(ha, {"198.51.100.10"}, "/etc/x\n}\nvrrp_script evil {\n")
+    header = [line for line in text.splitlines() if line.startswith("# Rendered")]
+    assert len(header) == 1 and "vrrp_script evil" in header[0], "kept as text in the comment"
+    assert not any(line.startswith("vrrp_script") for line in text.splitlines())
+    assert settings.services  # the example still loads

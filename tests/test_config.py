@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,126 @@ def test_kubernetes_and_pool_errors_name_the_line(
         parse_config(text, "k.yaml")
     assert (caught.value.line, caught.value.where) == (line, where)
     assert reason in caught.value.reason
+
+
+# -- hostile and careless files (issue 13, items 13, 15, 16, 19, 25) ------------------------
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"ownership:\n  networks: [198.51.100.0/24]\n# caf\xe9\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(bad)
+    assert str(caught.value) == f"{bad}:3: not UTF-8 text"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 5000 + "]" * 5000, "a:\n" + "".join(f"{'  ' * i}b{i}:\n" for i in range(1, 60))],
+    ids=["flow", "block"],
+)
+def test_absurd_nesting_is_a_config_error(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"nested|not valid YAML"):
+        parse_config(text, "deep.yaml")
+
+
+def test_a_control_character_is_a_config_error_with_its_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config("ownership:\n  networks: [198.51.100.0/24]\nx: \x07\n", "bell.yaml")
+    assert str(caught.value).startswith("bell.yaml:3: not valid YAML")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ('""', "'' is not a service name"),
+        ("a/b", "'a/b' is not a service name"),
+        ('"web\\n"', "'web\\n' is not a service name"),
+        ('" web"', "' web' is not a service name"),
+    ],
+)
+def test_static_service_names_are_addressable(name: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(reason)):
+        parse_config(HEAD + f"  - {{name: {name}, address: 198.51.100.1, port: 80}}\n", "n.yaml")
+
+
+def test_a_static_service_name_is_unique() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(HEAD + "  - {name: web, address: 198.51.100.1, port: 80}\n"
+                     "  - {name: web, address: 198.51.100.2, port: 80}\n", "n.yaml")  # fmt: skip
+    assert str(caught.value) == (
+        "n.yaml:5: services[1].name: the name 'web' is taken (first on line 4)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "where"),
+    [
+        ("ha:\n  interface: \"eth0\\n\"\n  router_id: a\n  priority: 100\n"
+         "  unicast_source: 192.0.2.1\n  peers: [192.0.2.2]\n", "ha.interface"),
+        ("ha:\n  interface: eth0\n  router_id: \"a\\n\"\n  priority: 100\n"
+         "  unicast_source: 192.0.2.1\n  peers: [192.0.2.2]\n", "ha.router_id"),
+        ("pools:\n  - {name: \"p\\n\", addresses: [198.51.100.0/28]}\n", "pools[0].name"),
+        ("pools: [{name: p, addresses: [198.51.100.0/28]}]\n"
+         "kubernetes:\n  load_balancer_class: \"example.com/lb\\n\"\n",
+         "kubernetes.load_balancer_class"),
+        ("api:\n  token_file: \"/etc/director/token\\n\"\n", "api.token_file"),
+    ],
+    ids=["interface", "router-id", "pool", "class", "path"],
+)
+def test_a_trailing_newline_is_not_accepted_by_any_validator(section: str, where: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(where)):
+        parse_config(section, "nl.yaml")
+
+
+def test_generic_flag_names_load_as_the_kernel_names_them() -> None:
+    settings = parse_config(
+        HEAD + "  - {address: 198.51.100.1, port: 80, scheduler: sh, flags: [flag-1, flag-2]}\n"
+        "  - {address: 198.51.100.2, port: 80, scheduler: mh, flags: [flag-2]}\n"
+        "  - {address: 198.51.100.3, port: 80, scheduler: rr, flags: [flag-1]}\n",
+        "f.yaml",
+    )
+    flags = {key.address: vs.config.flags for key, vs in settings.services.items()}
+    assert flags == {
+        "198.51.100.1": {"sh-fallback", "sh-port"},
+        "198.51.100.2": {"mh-port"},
+        "198.51.100.3": {"flag-1"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("addresses", "reason"),
+    [
+        ("0.0.0.0/0", "includes 0.0.0.0/8 (this-network addresses)"),
+        ("127.0.0.0/24", "includes 127.0.0.0/8 (loopback)"),
+        ("224.0.0.1-224.0.0.9", "includes 224.0.0.0/4 (multicast)"),
+        ("169.254.0.0/16", "includes 169.254.0.0/16 (link-local)"),
+        ("255.255.255.255/32", "includes 240.0.0.0/4 (reserved, with the broadcast address)"),
+        ('"::/0"', "includes ::/128 (the unspecified address)"),
+        ('"::ffff:198.51.100.0/120"', "includes ::ffff:0:0/96 (IPv4-mapped)"),
+        ('"ff02::/16"', "includes ff00::/8 (multicast)"),
+    ],
+)
+def test_pools_cannot_hold_addresses_that_are_no_service_address(
+    addresses: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(reason)):
+        parse_config(f"pools: [{{name: p, addresses: [{addresses}]}}]\n", "p.yaml")
+
+
+def test_a_cidr_pool_keeps_its_network_and_broadcast_addresses_back_unless_asked() -> None:
+    from director.ipam import Allocator, Request
+
+    def first_and_count(line: str) -> tuple[str, int]:
+        settings = parse_config(f"pools: [{line}]\n", "p.yaml")
+        alloc = Allocator(settings.pools)
+        got = [alloc.assign(Request(f"a/{i}", (4,), frozenset())) for i in range(20)]
+        ok = [o.addresses[0] for o in got if o.ok]
+        return str(ok[0]), len(ok)
+
+    assert first_and_count("{name: p, addresses: [198.51.100.64/28]}") == ("198.51.100.65", 14)
+    assert first_and_count("{name: p, addresses: [198.51.100.64/28], all_addresses: true}") == (
+        "198.51.100.64", 16
+    )  # fmt: skip
+    assert first_and_count("{name: p, addresses: [198.51.100.64/31]}") == ("198.51.100.64", 2)
+    assert first_and_count("{name: p, addresses: [198.51.100.64-198.51.100.79]}") == (
+        "198.51.100.64", 16
+    )  # fmt: skip

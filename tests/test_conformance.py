@@ -184,3 +184,33 @@ def test_every_known_scheduler_is_known_to_the_model() -> None:
         "fo",
         "ovf",
     } <= set(KNOWN_SCHEDULERS)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "sent", "read_back"),
+    [
+        ("sh", {"flag-1", "flag-2"}, {"sh-fallback", "sh-port"}),
+        ("mh", {"flag-1"}, {"mh-fallback"}),
+        ("mh", {"mh-port", "flag-2"}, {"mh-port"}),
+        ("rr", {"flag-1", "flag-3"}, {"flag-1", "flag-3"}),
+        ("sh", {"flag-3"}, {"flag-3"}),
+    ],
+)
+def test_flags_read_back_by_the_kernels_names(
+    ipvs: Ipvs, scheduler: str, sent: set[str], read_back: set[str]
+) -> None:
+    """The kernel keeps bits, not names: what is read back is named by the scheduler. The
+    fake must answer the same, or the director would resend the flags forever."""
+    config = ServiceConfig(scheduler, frozenset(sent))
+    assert ipvs.apply([add(WEB, config)]).ok
+    assert ipvs.read().services[WEB].config.flags == read_back
+    assert ipvs.apply([Op(OpKind.SET_SERVICE, WEB, config=config)]).ok
+    assert ipvs.read_service(WEB).config.flags == read_back  # type: ignore[union-attr]
+
+
+def test_flags_with_no_bit_are_refused_before_sending(ipvs: Ipvs) -> None:
+    result = ipvs.apply([add(WEB, ServiceConfig("rr", frozenset({"sh-port"}))),
+                         dest(OpKind.ADD_DEST, WEB, A)])  # fmt: skip
+    assert [e.errno for e in result.errors] == ["EINVAL", "ESRCH"]
+    assert "'sh-port' is not valid with scheduler 'rr'" in result.errors[0].message
+    assert ipvs.read().services == {}

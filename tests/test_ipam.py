@@ -127,3 +127,30 @@ def test_a_service_keeps_its_address_while_its_status_write_is_pending() -> None
     alloc.assign(req("a/y"))
     # Recomputed before the status write is visible (or while the API is down): same address.
     assert alloc.assign(req("a/x")).addresses == first
+
+
+def test_reserved_addresses_are_never_given_out_nor_granted() -> None:
+    """The NodePort VIP and static services' VIPs are the director's own (issue 13, item 24)."""
+    from director.config import parse_config
+    from director.controller import reserved_addresses
+
+    settings = parse_config(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services: [{name: web, address: 198.51.100.1, port: 80}]\n"
+        "pools: [{name: p, addresses: [198.51.100.0-198.51.100.3]}]\n"
+        "kubernetes: {nodeport_vip: 198.51.100.0}\n",
+        "r.yaml",
+    )
+    alloc = Allocator(settings.pools, reserved_addresses(settings))
+    assert [alloc.assign(req(f"a/{i}")).addresses for i in range(3)] == [
+        (ip("198.51.100.2"),), (ip("198.51.100.3"),), ()
+    ]  # fmt: skip
+    asked = alloc.assign(req("a/x", requested=(ip("198.51.100.0"),)))
+    assert asked.error == "address 198.51.100.0 is reserved for the NodePort VIP"
+    asked = alloc.assign(req("a/y", requested=(ip("198.51.100.1"),)))
+    assert asked.error == "address 198.51.100.1 is reserved for static service static/web"
+    # What status says is not kept either when it names a reserved address.
+    kept = Allocator(settings.pools, reserved_addresses(settings)).assign(
+        req("a/z"), keep=(ip("198.51.100.1"),)
+    )
+    assert kept.addresses == (ip("198.51.100.2"),)

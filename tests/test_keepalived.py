@@ -184,3 +184,31 @@ ha:
         pid_file="/run/k.pid", fifo="/run/k.fifo", keepalived="/usr/sbin/keepalived",
         netns="lab-d1",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source", "vips", "inline_vips"),
+    [
+        ("203.0.113.11", [], 2),  # a Kubernetes-only director before its first VIP
+        ("203.0.113.11", ["203.0.113.100", "203.0.113.101"], 0),
+        ("203.0.113.11", ["2001:db8::7", "2001:db8::8"], 2),  # every VIP of the other family
+        ("2001:db8:1::11", ["203.0.113.100"], 2),  # an IPv6 pair with IPv4 VIPs
+    ],
+    ids=["no-vip", "inline-0", "only-ipv6-vips", "ipv6-pair"],
+)
+def test_every_shape_of_vip_set_passes_keepalived_t(
+    tmp_path: Path, netns: str, source: str, vips: list[str], inline_vips: int
+) -> None:
+    """keepalived refuses a VRRPv3 instance with an empty virtual_ipaddress ("No VIP
+    specified", exit 5): the instance then holds a stand-in, and the VIPs still float."""
+    peer = "2001:db8:1::12" if ":" in source else "203.0.113.12"
+    settings = ha(tmp_path, netns=netns, unicast_source=source, peers=(peer,), gateways=(),
+                  inline_vips=inline_vips)  # fmt: skip
+    target = tmp_path / "k.conf"
+    text = render_keepalived(settings, vips)
+    target.write_text(text)
+    Keepalived(settings).validate(target)
+    inline = text.split("virtual_ipaddress {")[1].split("}")[0].split()
+    assert inline[0] in ("192.0.0.8/32", "2001:db8:ffff::8/128") or inline[0].split("/")[0] in vips
+    for vip in vips:
+        assert f"{vip}/" in text, "every VIP is in the file"

@@ -139,3 +139,43 @@ def test_ipam_request_reads_annotations_and_refuses_garbage() -> None:
     assert request.sharing_key == "k"
     none, problems = ipam_request(svc(annotations={"lvs-director.io/load-balancer-ips": "nope"}))
     assert none is None and problems[0].message == "'nope' is not an IP address"
+
+
+def test_annotation_flags_are_canonical_and_onepacket_needs_udp() -> None:
+    """Issue 13, items 4 and 5: the annotation's flag-1 is what the kernel calls sh-fallback,
+    and onepacket is refused for a TCP Service (the configuration refuses it too)."""
+    out = translate(svc(annotations={"lvs-director.io/scheduler": "sh:flag-1,flag-2"}),
+                    ["198.51.100.1"], [], NODES, POLICY)  # fmt: skip
+    assert out.services[KEY].config.flags == {"sh-fallback", "sh-port"}
+    tcp = translate(svc(annotations={"lvs-director.io/scheduler": "rr:onepacket"}),
+                    ["198.51.100.1"], [], NODES, POLICY)  # fmt: skip
+    assert [(p.annotation, p.message) for p in tcp.problems] == [
+        ("lvs-director.io/scheduler",
+         "'rr:onepacket': onepacket scheduling only applies to UDP services")
+    ]  # fmt: skip
+    assert tcp.services[KEY].config.flags == frozenset(), "the last valid setting is kept"
+    obj = service("dns", [("dns", "UDP", 53)],
+                  annotations={"lvs-director.io/scheduler": "rr:onepacket"})  # fmt: skip
+    obj["spec"]["ports"][0]["nodePort"] = 30053
+    udp = translate(service_from_json(obj), ["198.51.100.1"], [], NODES, POLICY)
+    assert udp.problems == ()
+    key = ServiceKey.inet(Protocol.UDP, "198.51.100.1", 53)
+    assert udp.services[key].config.flags == {"onepacket"}
+
+
+def test_load_balancer_source_ranges_restrict_each_address_to_its_family() -> None:
+    obj = service("web", [("http", "TCP", 80)], families=("IPv4", "IPv6"))
+    obj["spec"]["ports"][0]["nodePort"] = 30080
+    obj["spec"]["loadBalancerSourceRanges"] = ["10.0.0.0/8", " 192.168.001.0/24", "2001:db8::/32",
+                                               "not-a-range"]  # fmt: skip
+    info = service_from_json(obj)
+    assert info.source_ranges == ("10.0.0.0/8", "192.168.1.0/24", "2001:db8::/32")
+    out = translate(info, ["198.51.100.1", "2001:db8:100::1"], [], NODES, POLICY)
+    v6 = ServiceKey.inet(Protocol.TCP, "2001:db8:100::1", 80)
+    assert out.restrictions == {KEY: ("10.0.0.0/8", "192.168.1.0/24"), v6: ("2001:db8::/32",)}
+    assert [p.reason for p in out.problems] == ["InvalidServiceField"]
+    assert "'not-a-range' is not a CIDR" in out.problems[0].message
+    legacy = service("old", [("http", "TCP", 80)], annotations={
+        "service.beta.kubernetes.io/load-balancer-source-ranges": "10.1.0.0/16,10.2.0.0/16"})
+    assert service_from_json(legacy).source_ranges == ("10.1.0.0/16", "10.2.0.0/16")
+    assert service_from_json(service("open", [("http", "TCP", 80)])).source_ranges is None
