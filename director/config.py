@@ -239,7 +239,8 @@ def _compose(text: str, source: str) -> yaml.Node | None:
     except yaml.YAMLError as exc:  # a reader error: a character YAML does not allow
         mark = getattr(exc, "position", None)
         line = text[:mark].count("\n") + 1 if isinstance(mark, int) else 0
-        raise ConfigError(source, line, "", f"not valid YAML: {exc}") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(source, line, "", f"not valid YAML: {first}") from None
     except RecursionError:
         raise ConfigError(source, 0, "", "not valid YAML: nested far too deeply") from None
 

@@ -259,7 +259,7 @@ class Controller:
         self._filter_synced = False  # the firewall holds exactly ``enforced``
         self._attempted: dict[ServiceKey, tuple[str, ...]] | None = None
         self._next_filter_retry = 0.0
-        self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> owner
+        self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
         self._node_problems: dict[str, tuple[str, ...]] = {}
 
     # -- input -----------------------------------------------------------------------
@@ -677,7 +677,9 @@ class Controller:
         for ref in self._order(self.snapshot.services):
             self._guarded(f"service {ref}", self._adopt, ref)
         for key in self._enforce():
-            self._hold_back(key, self.desired.pop(key, None))
+            self._hold_back(key, self.desired.pop(key, None), self.owner.pop(key, ""))
+            for keys in self.produced.values():
+                keys.discard(key)
         self.full_resync(reread=False)
         self.health.synced = True
         self._keys_changed = True
@@ -696,12 +698,14 @@ class Controller:
             self.owner[key] = ref
             self.produced.setdefault(ref, set()).add(key)
 
-    def _hold_back(self, key: ServiceKey, vs: VirtualService | None) -> None:
-        """A restricted virtual service whose filter is not in force: not programmed."""
-        if vs is not None and key not in self.held_back:
+    def _hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
+        """A restricted virtual service whose filter is not in force: not programmed (and
+        tried again with its Service until the filter is in force). ``vs``: say so (None:
+        it was said before)."""
+        if vs is not None:
             event(log, "firewall.held_back", level=logging.WARNING, service=key,
                   origin=vs.origin, reason="its source filter is not in force")  # fmt: skip
-        self.held_back[key] = self.owner.get(key, "")
+        self.held_back[key] = ref
 
     def full_resync(self, reread: bool = True) -> None:
         started = time.perf_counter()
@@ -851,8 +855,12 @@ class Controller:
     ) -> None:
         """Bring the kernel to one Service's freshly computed virtual services."""
         started = time.perf_counter()
+        before_held = {k for k, r in self.held_back.items() if r == ref}
+        for key in before_held:
+            del self.held_back[key]  # decided afresh
         for key in blocked & fresh.keys():
-            self._hold_back(key, fresh.pop(key))
+            self._hold_back(key, None if key in before_held else fresh[key], ref)
+            del fresh[key]
         before = self.produced.get(ref, set())
         for key in before - fresh.keys():
             self.desired.pop(key, None)

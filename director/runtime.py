@@ -275,10 +275,10 @@ class Runtime:
         if firewall is None:
             if isinstance(ipvs, FakeIpvs):
                 firewall = FakeFirewall()
-            else:
+            else:  # beside the kernel's IPVS, in its namespace
                 from director.nft import NftFirewall
 
-                firewall = NftFirewall(netns)
+                firewall = NftFirewall(netns or getattr(ipvs, "netns", None))
         self.firewall = firewall
         self.on_fatal = on_fatal
         self.failed: str | None = None  # why the director must stop, once it must
