@@ -135,3 +135,25 @@ def test_vagrantfile_and_example_inventory_agree() -> None:
     # the priorities make one master
     priorities = sorted(h["director_vrrp_priority"] for h in ansible["host_vars"].values())
     assert priorities[0] < priorities[1]
+
+
+def test_the_examples_are_safe_to_copy() -> None:
+    """Issue 13, item 20: the API on a management address, never every address (the VIPs
+    among them), and /metrics and the status page behind the token."""
+    lab = {name: edge["vars"] for name, edge in machines_vars().items()}
+    for hosts in (example_hosts(), lab):
+        for name, host in hosts.items():
+            address = host["director_api_listen"].rpartition(":")[0].strip("[]")
+            assert address not in ("0.0.0.0", "::"), name
+            assert address != host["director_vrrp_unicast_source"], name
+    for source in (EXAMPLE / "group_vars" / "directors.yml", LAB_VARS):
+        assert load(source)["director_api_public"] == ["health"], source
+
+
+def machines_vars() -> dict[str, Any]:
+    """EDGES from the Vagrantfile, as the Ruby shim evaluates it."""
+    provisioner = next(
+        p for vm in machines(vagrant()).values() for p in vm.get("provision()", [])
+        if p["args"] == ["ansible"]
+    )  # fmt: skip
+    return {name: {"vars": v} for name, v in provisioner["block"]["host_vars"].items()}
