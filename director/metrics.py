@@ -88,14 +88,106 @@ class Recorder:
             self.programming.observe(seconds)
 
 
-class DirectorCollector(Collector):
+# The per-service and per-real-server families: (name, help, type, field of the stats).
+SERVICE_FAMILIES = (
+    ("director_ipvs_service_connections_total", "Connections scheduled by the virtual service.",
+     "counter", "connections"),
+    ("director_ipvs_service_incoming_packets_total", "Packets in.", "counter", "packets_in"),
+    ("director_ipvs_service_outgoing_packets_total", "Packets out.", "counter", "packets_out"),
+    ("director_ipvs_service_incoming_bytes_total", "Bytes in.", "counter", "bytes_in"),
+    ("director_ipvs_service_outgoing_bytes_total", "Bytes out.", "counter", "bytes_out"),
+)  # fmt: skip
+BACKEND_FAMILIES = (
+    ("director_ipvs_backend_connections_total", "Connections sent to the real server.",
+     "counter", "connections"),
+    ("director_ipvs_backend_incoming_bytes_total", "Bytes in.", "counter", "bytes_in"),
+    ("director_ipvs_backend_outgoing_bytes_total", "Bytes out.", "counter", "bytes_out"),
+    ("director_ipvs_backend_connections_active", "Active (established) connections.", "gauge",
+     "active"),
+    ("director_ipvs_backend_connections_inactive", "Inactive connections.", "gauge",
+     "inactive"),
+    ("director_ipvs_backend_weight", "Weight of the real server.", "gauge", "weight"),
+    ("director_backend_up",
+     "1 when the real server passes its active health checks, 0 when it fails them.", "gauge",
+     "up"),
+)  # fmt: skip
+
+
+def _label_text(names: list[str], values: list[str]) -> str:
+    escaped = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for v in values)
+    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, escaped, strict=True)) + "}"
+
+
+class IpvsExposition:
+    """The kernel's counters per virtual service and per real server, straight to the text
+    format. At 10,000 services of 10 real servers that is 700,000 series: the generic client
+    library took ~8 s a scrape to format them, this takes a fraction, because each series'
+    label text is built once and kept while its service, origin and real server stay."""
+
     def __init__(self, controller: Controller, reader: Ipvs | None = None) -> None:
         self.controller = controller
         self.reader = reader or controller.ipvs  # its own socket: scrapes never block writes
+        self._labels: dict[tuple[object, ...], str] = {}
+
+    def render(self) -> bytes:
+        c = self.controller
+        table = self.reader.read(stats=True)
+        with c.lock:
+            origins = {key: vs.origin for key, vs in c.desired.items()}
+            checked = {
+                (key, dkey): not c.unhealthy(key, dkey)
+                for key, dests in c.checks.items()
+                for dkey in dests
+            }
+        cache = self._labels
+        labels: dict[tuple[object, ...], str] = {}
+        services: list[tuple[str, object]] = []
+        backends: list[tuple[str, dict[str, int]]] = []
+        for key, vs in table.services.items():
+            origin = origins.get(key, "")
+            ident = (key, origin)
+            text = labels[ident] = cache.get(ident) or _label_text(
+                SERVICE_LABELS, service_labels(key, origin)
+            )
+            stats = table.service_stats.get(key)
+            if stats is not None:
+                services.append((text, stats))
+            for dkey, rs in vs.real_servers.items():
+                bident = (key, origin, dkey)
+                btext = labels[bident] = cache.get(bident) or _label_text(
+                    BACKEND_LABELS, [*service_labels(key, origin), rs.address, str(rs.port)]
+                )
+                values = {"weight": rs.weight}
+                state = table.dest_state.get((key, dkey))
+                if state is not None:
+                    values.update(
+                        active=state.active_connections, inactive=state.inactive_connections,
+                        connections=state.stats.connections, bytes_in=state.stats.bytes_in,
+                        bytes_out=state.stats.bytes_out,
+                    )  # fmt: skip
+                up = checked.get((key, dkey))
+                if up is not None:
+                    values["up"] = int(up)
+                backends.append((btext, values))
+        self._labels = labels  # what is gone is forgotten
+        out: list[str] = []
+        for name, text, kind, field in SERVICE_FAMILIES:
+            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            out.extend(f"{name}{lab} {getattr(stats, field)}\n" for lab, stats in services)
+        for name, text, kind, field in BACKEND_FAMILIES:
+            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            out.extend(f"{name}{lab} {v[field]}\n" for lab, v in backends if field in v)
+        return "".join(out).encode()
+
+
+class DirectorCollector(Collector):
+    """The director's own figures (the kernel's counters are ``IpvsExposition``'s)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
 
     def collect(self) -> Iterator[Metric]:
         c = self.controller
-        table = self.reader.read(stats=True)
         with c.lock:
             origins = {key: vs.origin for key, vs in c.desired.items()}
             health = c.health
@@ -109,75 +201,12 @@ class DirectorCollector(Collector):
             filtered = set(c.enforced)
             firewall = c.firewall
             vrrp = c.vrrp_state
-            checked = {
-                (key, dkey): not c.unhealthy(key, dkey)
-                for key, dests in c.checks.items()
-                for dkey in dests
-            }
             all_down = len(c.all_down)
-        svc_families = {
-            name: CounterMetricFamily(f"director_ipvs_service_{name}", text, labels=SERVICE_LABELS)
-            for name, text in (
-                ("connections", "Connections scheduled by the virtual service."),
-                ("incoming_packets", "Packets in."),
-                ("outgoing_packets", "Packets out."),
-                ("incoming_bytes", "Bytes in."),
-                ("outgoing_bytes", "Bytes out."),
-            )
-        }
-        be_families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
-            "connections": CounterMetricFamily(
-                "director_ipvs_backend_connections", "Connections sent to the real server.",
-                labels=BACKEND_LABELS),
-            "incoming_bytes": CounterMetricFamily(
-                "director_ipvs_backend_incoming_bytes", "Bytes in.", labels=BACKEND_LABELS),
-            "outgoing_bytes": CounterMetricFamily(
-                "director_ipvs_backend_outgoing_bytes", "Bytes out.", labels=BACKEND_LABELS),
-            "active": GaugeMetricFamily(
-                "director_ipvs_backend_connections_active", "Active (established) connections.",
-                labels=BACKEND_LABELS),
-            "inactive": GaugeMetricFamily(
-                "director_ipvs_backend_connections_inactive", "Inactive connections.",
-                labels=BACKEND_LABELS),
-            "weight": GaugeMetricFamily(
-                "director_ipvs_backend_weight", "Weight of the real server.",
-                labels=BACKEND_LABELS),
-        }  # fmt: skip
-        for key, vs in table.services.items():
-            labels = service_labels(key, origins.get(key, ""))
-            stats = table.service_stats.get(key)
-            if stats is not None:
-                svc_families["connections"].add_metric(labels, stats.connections)
-                svc_families["incoming_packets"].add_metric(labels, stats.packets_in)
-                svc_families["outgoing_packets"].add_metric(labels, stats.packets_out)
-                svc_families["incoming_bytes"].add_metric(labels, stats.bytes_in)
-                svc_families["outgoing_bytes"].add_metric(labels, stats.bytes_out)
-            for dkey, rs in vs.real_servers.items():
-                be = [*labels, rs.address, str(rs.port)]
-                state = table.dest_state.get((key, dkey))
-                be_families["weight"].add_metric(be, rs.weight)
-                if state is not None:
-                    be_families["active"].add_metric(be, state.active_connections)
-                    be_families["inactive"].add_metric(be, state.inactive_connections)
-                    be_families["connections"].add_metric(be, state.stats.connections)
-                    be_families["incoming_bytes"].add_metric(be, state.stats.bytes_in)
-                    be_families["outgoing_bytes"].add_metric(be, state.stats.bytes_out)
-        up = GaugeMetricFamily(
-            "director_backend_up",
-            "1 when the real server passes its active health checks, 0 when it fails them.",
-            labels=BACKEND_LABELS,
-        )
-        for (key, (address, port)), ok in checked.items():
-            up.add_metric([*service_labels(key, origins.get(key, "")), address, str(port)],
-                          1 if ok else 0)  # fmt: skip
-        yield up
         yield GaugeMetricFamily(
             "director_services_all_backends_down",
             "Virtual services whose every real server fails its checks (kept, not emptied).",
             value=all_down,
         )
-        yield from svc_families.values()
-        yield from be_families.values()
         yield GaugeMetricFamily(
             "director_kubernetes_connected",
             "1 when every watch of the Kubernetes API is connected (0 during an outage).",

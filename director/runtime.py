@@ -37,7 +37,7 @@ from director.health import Checker
 from director.keepalived import KeepalivedSync, VrrpFifo
 from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
 from director.logs import event
-from director.metrics import DirectorCollector, Recorder
+from director.metrics import DirectorCollector, IpvsExposition, Recorder
 from director.reconcile import SyncReport
 
 log = logging.getLogger("director.runtime")
@@ -303,7 +303,8 @@ class Runtime:
             recorder=recorder,
             firewall=firewall,
         )
-        self.registry.register(DirectorCollector(self.controller, reader))
+        self.registry.register(DirectorCollector(self.controller))
+        self.exposition = IpvsExposition(self.controller, reader)
         parsers = {
             "services": service_from_json,
             "endpointslices": slice_from_json,
@@ -343,6 +344,7 @@ class Runtime:
                 registry=self.registry,
                 reader=reader,
                 public=settings.api.public,
+                exposition=self.exposition,
             )
             self.api = ApiServer(
                 app, settings.api.host, settings.api.port, settings.api.tls_cert,

@@ -384,3 +384,28 @@ def test_open_endpoints_can_require_the_token(tmp_path: Path) -> None:
         assert client.get(path, headers=AUTH).status_code in (200, 503), path
     with pytest.raises(ValueError, match=r"api\.public: unknown everything"):
         create_app(d.controller, TOKEN, public=("everything",))
+
+
+def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
+    director: Director, client: FlaskClient
+) -> None:
+    """The kernel's families are written straight to text (issue 13, item 26): the same
+    series prometheus_client would write, and what Prometheus asks for, gzip."""
+    import gzip
+
+    plain = client.get("/metrics").get_data()
+    zipped = client.get("/metrics", headers={"Accept-Encoding": "gzip, deflate"})
+    assert zipped.headers["Content-Encoding"] == "gzip"
+    assert gzip.decompress(zipped.get_data()) == plain, "one scrape, served both ways"
+    families = {f.name: f for f in text_string_to_metric_families(plain.decode())}
+    assert families["director_ipvs_backend_connections"].type == "counter"
+    assert families["director_ipvs_backend_weight"].type == "gauge"
+    weights = {s.labels["remote_address"] for s in families["director_ipvs_backend_weight"].samples
+               if s.labels["service"] == "web"}  # fmt: skip
+    assert weights == {"192.0.2.11", "192.0.2.12"}
+    from director.metrics import _label_text
+
+    text = _label_text(["a", "b"], ['say "hi"', "back\\slash\nnew"])
+    line = f"x{text} 1\n"
+    (sample,) = next(iter(text_string_to_metric_families(line))).samples
+    assert sample.labels == {"a": 'say "hi"', "b": "back\\slash\nnew"}
