@@ -4,12 +4,13 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# qemu + Debian's kernel (it has ip_vs and every scheduler as modules) for the lab VM;
-# ipvsadm to cross-check the kernel; keepalived for the HA pair; promtool (prometheus) to
-# check the metrics; chromium to render the status page; openssl for the TLS test;
-# debootstrap for the Debian root the Ansible role is applied to; ruby to check the Vagrantfile.
-APT_PACKAGES := qemu-system-x86 linux-image-amd64 ipvsadm keepalived iproute2 kmod procps \
-	prometheus chromium openssl debootstrap ruby
+# qemu + Debian's kernel (it has ip_vs and every scheduler as modules) and a static busybox
+# (virtme-ng's guest init) for the lab VM; ipvsadm to cross-check the kernel; keepalived for
+# the HA pair; nftables for source filtering; promtool (prometheus) to check the metrics;
+# chromium to render the status page; openssl for the TLS test; debootstrap for the Debian
+# root the Ansible role is applied to; ruby to check the Vagrantfile.
+APT_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static ipvsadm keepalived nftables \
+	iproute2 kmod procps prometheus chromium openssl debootstrap ruby
 
 .PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse clean
 
@@ -58,6 +59,8 @@ bench: setup
 	$(PY) -m lab.bench_health --targets 2000 --seconds 20 --out bench/health-host.json
 	$(PY) -m lab.vm run lab.bench --memory 4G
 	cp .lab/lab.bench/results.json bench/results.json
+	$(PY) -m lab.vm run lab.bench_ha
+	cp .lab/lab.bench_ha/results.json bench/ha.json
 
 # The director and its dependencies as wheels for an edge box's Python (the Ansible role's
 # director_wheelhouse): make wheelhouse [BOX_PYTHON=3.11] [BOX_CPU=x86_64]

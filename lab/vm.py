@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -66,12 +67,23 @@ def boot(
     ]
     started = time.monotonic()
     print(f"lab: booting {find_kernel().name} (software emulation)...", flush=True)
-    done = subprocess.run(cmd, env=env, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-    print(
-        f"lab: VM finished in {time.monotonic() - started:.0f}s (exit {done.returncode})",
-        flush=True,
-    )
-    return done.returncode
+    # The VM's console goes through a pipe, never straight to our stdout: qemu reopens a
+    # file it is given, truncating it (`make test > log` lost the host tests' output).
+    with subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        assert proc.stdout is not None
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        finally:
+            timer.cancel()
+        code = proc.wait()
+    print(f"lab: VM finished in {time.monotonic() - started:.0f}s (exit {code})", flush=True)
+    return code
 
 
 def precompile() -> None:
