@@ -108,6 +108,9 @@ class HaSettings:
     fifo: str = "/run/director/keepalived.fifo"
     keepalived: str = "keepalived"  # the binary
     netns: str | None = None  # keepalived's network namespace (`ip netns` name), if not ours
+    # keepalived's VRRP process at this real-time priority (SCHED_RR; 0: ordinary): a box
+    # whose CPU is taken by busy processes still sends its adverts on time.
+    realtime_priority: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,7 +416,7 @@ def _ha(node: _Node) -> HaSettings:
             "interface", "router_id", "priority", "unicast_source", "peers",
             "virtual_router_id", "advert_int", "preempt_delay", "nopreempt",
             "track_interfaces", "sync_interface", "sync_id", "gateways", "inline_vips",
-            "config_file", "pid_file", "fifo", "keepalived", "netns",
+            "config_file", "pid_file", "fifo", "keepalived", "netns", "realtime_priority",
         },
         {"interface", "router_id", "priority", "unicast_source", "peers"},
     )  # fmt: skip
@@ -481,6 +484,11 @@ def _ha(node: _Node) -> HaSettings:
         fifo=text_of("fifo", base.fifo),
         keepalived=text_of("keepalived", base.keepalived),
         netns=_ifname(fields["netns"]) if "netns" in fields else None,
+        realtime_priority=(
+            fields["realtime_priority"].integer(0, 99)
+            if "realtime_priority" in fields
+            else base.realtime_priority
+        ),
     )
 
 

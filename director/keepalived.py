@@ -76,6 +76,7 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         # in the path it names.
         "source_config": "".join(c if c.isprintable() else "?" for c in source_config)[:200],
         "router_id": ha.router_id,
+        "realtime_priority": ha.realtime_priority,
         "fifo": ha.fifo,
         "sync_interface": ha.sync_interface,
         "sync_id": ha.sync_id,

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from director.firewall import (
+    CHAIN_PREFIX,
     COUNTER_PREFIX,
     FAMILY,
     TABLE,
@@ -69,7 +70,11 @@ class NftFirewall:
     def in_use(self) -> bool:
         with self._lock:
             try:
-                return any("chain" in item or "map" in item for item in self._objects())
+                return any(
+                    str(item["chain"].get("name", "")).startswith(CHAIN_PREFIX)
+                    for item in self._objects()
+                    if isinstance(item.get("chain"), dict)
+                )
             except FirewallError:  # no nft here: nothing of ours can be in force
                 return False
 

@@ -179,7 +179,9 @@ def build_ha_lab(prefix: str, workdir: Path) -> HaLab:
         raise
 
 
-def director_config(lab: HaLab, d: Director, preempt_delay: int) -> str:
+def director_config(
+    lab: HaLab, d: Director, preempt_delay: int, advert_int: float = 0.1, realtime: int = 50
+) -> str:
     peer = next(o for o in lab.directors if o is not d)
     nat = ", ".join(f"{be.ipv4}:{NAT_PORT}" for be in lab.backends)
     dr = ", ".join(f"{{address: {be.ipv4}, port: 80, forwarding: dr}}" for be in lab.backends)
@@ -194,7 +196,8 @@ ha:
   priority: {d.priority}
   unicast_source: {d.front}
   peers: [{peer.front}]
-  advert_int: 0.1
+  advert_int: {advert_int}
+  realtime_priority: {realtime}
   preempt_delay: {preempt_delay}
   track_interfaces: [back]
   sync_interface: back
@@ -207,9 +210,12 @@ ha:
 """
 
 
-def start_director(lab: HaLab, d: Director, preempt_delay: int = 5) -> None:
+def start_director(
+    lab: HaLab, d: Director, preempt_delay: int = 5, advert_int: float = 0.1, realtime: int = 50
+) -> None:
     """The director (IPVS and keepalived.conf), then keepalived itself."""
-    settings = parse_config(director_config(lab, d, preempt_delay), f"{d.name}.yaml")
+    text = director_config(lab, d, preempt_delay, advert_int, realtime)
+    settings = parse_config(text, f"{d.name}.yaml")
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(settings, d.ipvs).start()
     if not d.runtime.wait_ready(60):

@@ -180,3 +180,27 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
         servers.close()
     finally:
         lab.close()
+
+
+@pytest.fixture(params=["fake", pytest.param("kernel", marks=pytest.mark.kernel)])
+def firewall(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The conformance subject: the fake on the host, nftables in a namespace in the VM."""
+    if request.param == "fake":
+        yield FakeFirewall()
+        return
+    from director.nft import NftFirewall
+
+    yield NftFirewall(request.getfixturevalue("netns"))
+
+
+def test_the_filter_holds_exactly_what_it_was_given(firewall) -> None:  # type: ignore[no-untyped-def]
+    """Both subjects answer alike: what is filtered, drop counts from zero, nothing left
+    behind when a service's filter goes, nothing in use once all are gone."""
+    assert firewall.in_use() is False
+    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
+    assert firewall.in_use() is True
+    assert firewall.dropped() == {WEB: 0, DNS6: 0}
+    firewall.apply({WEB: ("10.0.0.0/8", "192.168.0.0/16")})
+    assert firewall.dropped() == {WEB: 0}
+    firewall.apply({})
+    assert firewall.in_use() is False and firewall.dropped() == {}

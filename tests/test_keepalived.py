@@ -70,6 +70,8 @@ def test_render_puts_the_first_vips_inline_and_the_rest_excluded(tmp_path: Path)
     )
     assert " ".join(excluded) == ("203.0.113.102/32 dev eth-front 2001:db8::1/128 dev eth-front")
     assert "version 3" in text and "advert_int 0.10" in text and "preempt_delay 5" in text
+    assert "vrrp_rt_priority 50" in text, "adverts on time on a busy box"
+    assert "vrrp_rt_priority" not in render_keepalived(ha(tmp_path, realtime_priority=0), [])
     assert "unicast_src_ip 203.0.113.11" in text and "203.0.113.12" in text
     assert "lvs_sync_daemon eth-back director id 7" in text
     assert f"notify_fifo {tmp_path / 'k.fifo'}" in text
@@ -174,6 +176,7 @@ ha:
   fifo: /run/k.fifo
   keepalived: /usr/sbin/keepalived
   netns: lab-d1
+  realtime_priority: 10
 """
     ha_settings = parse_config(text, "ha.yaml").ha
     assert ha_settings == HaSettings(
@@ -182,7 +185,7 @@ ha:
         nopreempt=True, track_interfaces=("back",), sync_interface="back", sync_id=3,
         gateways=(("192.0.2.1", 24, "back"),), inline_vips=5, config_file="/etc/k.conf",
         pid_file="/run/k.pid", fifo="/run/k.fifo", keepalived="/usr/sbin/keepalived",
-        netns="lab-d1",
+        netns="lab-d1", realtime_priority=10,
     )  # fmt: skip
 
 
