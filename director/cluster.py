@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +138,23 @@ def _meta(obj: Json) -> Json:
     return _map(obj.get("metadata"))
 
 
+def _canonical(
+    items: Iterable[object],
+    canonical: Callable[[object], str | None],
+    refused: Callable[[object], str],
+    problems: list[str],
+) -> tuple[str, ...]:
+    """Each item's canonical text, once; an item with none is named in ``problems``."""
+    kept: list[str] = []
+    for item in items:
+        text = canonical(item)
+        if text is None:
+            problems.append(refused(item))
+        elif text not in kept:
+            kept.append(text)
+    return tuple(kept)
+
+
 def canonical_cidr(text: object) -> str | None:
     """A CIDR as kube-proxy reads it (sloppy address, surrounding spaces trimmed), or None."""
     if not isinstance(text, str):
@@ -164,15 +181,13 @@ def _source_ranges(spec: Json, annotations: Json, problems: list[str]) -> tuple[
     raw = list(raw)
     if not raw:
         return None
-    ranges: list[str] = []
-    for item in raw:
-        cidr = canonical_cidr(item)
-        if cidr is None:
-            problems.append(f"{where}: {shown(item)} is not a CIDR; ignored (the VIP stays "
-                            "restricted to the valid ranges)")  # fmt: skip
-        elif cidr not in ranges:
-            ranges.append(cidr)
-    return tuple(ranges)
+    return _canonical(
+        raw,
+        canonical_cidr,
+        lambda item: f"{where}: {shown(item)} is not a CIDR; ignored (the VIP stays restricted "
+        "to the valid ranges)",
+        problems,
+    )
 
 
 def _service_port(p: Json, index: int, problems: list[str]) -> ServicePort | None:
@@ -231,18 +246,14 @@ def _affinity(spec: Json, problems: list[str]) -> int | None:
 
 def _status_ips(status: Json, problems: list[str]) -> tuple[str, ...]:
     """The addresses in status, canonical; refused entries are named in ``problems``."""
-    ips: list[str] = []
-    for item in _list(_map(status.get("loadBalancer")).get("ingress")):
-        raw = _map(item).get("ip")
-        if raw is None or raw == "":
-            continue
-        ip = sloppy_address(raw)
-        if ip is None:
-            problems.append(f"status.loadBalancer.ingress: {shown(raw)} is not an IP address; "
-                            "not kept")  # fmt: skip
-        elif ip not in ips:
-            ips.append(ip)
-    return tuple(ips)
+    ingress = _list(_map(status.get("loadBalancer")).get("ingress"))
+    entries = (_map(item).get("ip") for item in ingress)
+    return _canonical(
+        (raw for raw in entries if raw is not None and raw != ""),
+        sloppy_address,
+        lambda raw: f"status.loadBalancer.ingress: {shown(raw)} is not an IP address; not kept",
+        problems,
+    )
 
 
 def service_from_json(obj: Json) -> ServiceInfo:
@@ -295,17 +306,19 @@ def _endpoint(ep: Json, index: int, family: str, problems: list[str]) -> Endpoin
     ready = cond.get("ready")
     ready = True if ready is None else ready is True  # unset means ready (API contract)
     serving = cond.get("serving")
-    addresses: list[str] = []
-    for raw in _list(ep.get("addresses")):
+    def of_family(raw: object) -> str | None:
         address = sloppy_address(raw)
-        if address is None or (":" in address) != (family == "IPv6"):
-            problems.append(f"endpoints[{index}]: {shown(raw)} is not an {family} address; "
-                            "ignored")  # fmt: skip
-        elif address not in addresses:
-            addresses.append(address)
+        return address if address is not None and (":" in address) == (family == "IPv6") else None
+
+    addresses = _canonical(
+        _list(ep.get("addresses")),
+        of_family,
+        lambda raw: f"endpoints[{index}]: {shown(raw)} is not an {family} address; ignored",
+        problems,
+    )
     node = ep.get("nodeName")
     return Endpoint(
-        tuple(addresses),
+        addresses,
         ready,
         ready if serving is None else serving is True,
         cond.get("terminating") is True,
@@ -356,20 +369,19 @@ def node_from_json(obj: Json) -> NodeInfo:
         for c in _list(status.get("conditions"))
     )
     problems: list[str] = []
-    internal: list[str] = []
-    for item in _list(status.get("addresses")):
-        entry = _map(item)
-        if entry.get("type") != "InternalIP" or not entry.get("address"):
-            continue
-        address = sloppy_address(entry.get("address"))
-        if address is None:
-            problems.append(f"InternalIP {shown(entry.get('address'))} is not an IP address; "
-                            "ignored")  # fmt: skip
-        elif address not in internal:
-            internal.append(address)
+    internal = _canonical(
+        (
+            entry.get("address")
+            for entry in map(_map, _list(status.get("addresses")))
+            if entry.get("type") == "InternalIP" and entry.get("address")
+        ),
+        sloppy_address,
+        lambda raw: f"InternalIP {shown(raw)} is not an IP address; ignored",
+        problems,
+    )
     return NodeInfo(
         name=_text(meta.get("name")),
-        internal_ips=tuple(internal),
+        internal_ips=internal,
         ready=ready,
         excluded=EXCLUDE_LABEL in _map(meta.get("labels")),
         deleting=bool(meta.get("deletionTimestamp")),

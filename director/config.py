@@ -164,12 +164,13 @@ class _Node:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, str):
                 raise _Node(key_node, self.where, self.source).fail("keys must be strings")
+            label = key if key.isprintable() else shown(key)  # errors are one line
             if key in out:
-                raise self.child(key_node, f".{key}").fail(
+                raise self.child(key_node, f".{label}").fail(
                     f"duplicate key (first given on line {out[key].line})"
                 )
             if key not in allowed:
-                raise self.child(key_node, f".{key}").fail(
+                raise self.child(key_node, f".{label}").fail(
                     f"unknown key (allowed: {', '.join(sorted(allowed))})"
                 )
             out[key] = self.child(value_node, f".{key}")

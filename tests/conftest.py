@@ -11,9 +11,17 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from director.dataplane import Ipvs
 from director.fake import FakeIpvs
+
+
+# Property tests run the same examples every time in `make test` (a red CI names a real
+# bug, reproducibly); HYPOTHESIS_PROFILE=explore draws new ones on each run, to look further.
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @cache

@@ -127,7 +127,7 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
     try:
         pool = "198.51.100.0/29"
         lab.lvs.ip(f"route add local {pool} dev lo")
-        servers = start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())
+        start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())  # closed with the lab
         # Someone else's table in the same namespace: never touched.
         lab.lvs.exec(["nft", "add table inet someone; add chain inet someone c; "
                       "add rule inet someone c counter accept"])  # fmt: skip
@@ -177,7 +177,6 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                 runtime.stop()
                 Reconciler(ipvs, config.ownership).full_sync({})
                 ipvs.close()
-        servers.close()
     finally:
         lab.close()
 

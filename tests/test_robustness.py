@@ -270,41 +270,36 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Runtime]]:
         yield f"http://127.0.0.1:{runtime.api.port}", runtime
 
 
-def test_fifty_identical_drains_at_once_make_one_drain(served: tuple[str, Runtime]) -> None:
-    url, runtime = served
+def at_once(count: int, request: Any) -> list[int]:
+    """``count`` threads send ``request()`` at the same moment: the statuses, sorted."""
     answers: list[int] = []
     lock = threading.Lock()
-    go = threading.Barrier(50)
+    go = threading.Barrier(count)
 
-    def drain() -> None:
+    def send() -> None:
         go.wait()
-        status, _ = call(url, "POST", "/api/v1/drains", {"address": "192.0.2.11"})
+        status = request()
         with lock:
             answers.append(status)
 
-    threads = [threading.Thread(target=drain) for _ in range(50)]
+    threads = [threading.Thread(target=send) for _ in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert sorted(answers) == [201] + [409] * 49
+    return sorted(answers)
+
+
+def test_fifty_identical_drains_at_once_make_one_drain(served: tuple[str, Runtime]) -> None:
+    url, runtime = served
+    drain = {"address": "192.0.2.11"}
+    assert at_once(50, lambda: call(url, "POST", "/api/v1/drains", drain)[0]) == (
+        [201] + [409] * 49
+    )
     assert len(runtime.controller.intents.drains) == 1
     ident = call(url, "GET", "/api/v1/drains")[1]["items"][0]["id"]
-    undone: list[int] = []
-    go = threading.Barrier(50)
-
-    def undrain() -> None:
-        go.wait()
-        status, _ = call(url, "DELETE", f"/api/v1/drains/{ident}")
-        with lock:
-            undone.append(status)
-
-    threads = [threading.Thread(target=undrain) for _ in range(50)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert sorted(undone) == [200] + [404] * 49
+    undrain = f"/api/v1/drains/{ident}"
+    assert at_once(50, lambda: call(url, "DELETE", undrain)[0]) == [200] + [404] * 49
 
 
 def test_a_drain_is_readable_and_undrainable_right_after_its_201(
