@@ -16,7 +16,6 @@ from hypothesis import settings
 from director.dataplane import Ipvs
 from director.fake import FakeIpvs
 
-
 # Property tests run the same examples every time in `make test` (a red CI names a real
 # bug, reproducibly); HYPOTHESIS_PROFILE=explore draws new ones on each run, to look further.
 settings.register_profile("ci", derandomize=True)
