@@ -451,7 +451,10 @@ class Controller:
         if result.options is not None:
             self.options[ref] = result.options
         self._report_problems(svc, result.problems)
-        self.restrictions[ref] = result.restrictions
+        if result.restrictions:  # only restricted Services: _enforce walks this on every sync
+            self.restrictions[ref] = result.restrictions
+        else:
+            self.restrictions.pop(ref, None)
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.owner.get(key)
@@ -870,7 +873,6 @@ class Controller:
             self.draining.pop(key, None)
             self._after(self.reconciler.sync_service(key, None), ref)
         for key, vs in fresh.items():
-            self.held_back.pop(key, None)
             self.desired[key] = vs
             self.owner[key] = ref
             self._after(self.reconciler.sync_service(key, vs), ref)
