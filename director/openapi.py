@@ -26,7 +26,8 @@ def _errors(*codes: int) -> dict[str, Any]:
         409: "conflict with the current state",
         413: "body larger than 64 KiB",
         415: "the body is not application/json",
-        503: "the Kubernetes API did not accept the change",
+        503: "the change was not made: the Kubernetes API or the intents file did not take it, "
+        "or the control loop did not answer in time",
     }
     out: dict[str, Any] = {}
     for code in (*codes, 401, 403):
@@ -319,11 +320,14 @@ def document(schedulers: frozenset[str]) -> dict[str, Any]:
                 "put": {
                     "summary": "Choose the scheduler of a static service (this director)",
                     "requestBody": _SCHEDULER_BODY,
-                    "responses": {**_ok("SchedulerResult"), **_errors(400, 404, 413, 415)},
+                    "responses": {
+                        **_ok("SchedulerResult"),
+                        **_errors(400, 404, 409, 413, 415, 503),
+                    },
                 },
                 "delete": {
                     "summary": "Back to the configuration's scheduler",
-                    "responses": {**_ok("SchedulerResult"), **_errors(404)},
+                    "responses": {**_ok("SchedulerResult"), **_errors(404, 503)},
                 },
             },
             "/api/v1/drains": {
@@ -343,7 +347,7 @@ def document(schedulers: frozenset[str]) -> dict[str, Any]:
                     },
                     "responses": {
                         **_ok("Drain", "201", "Created"),
-                        **_errors(400, 404, 409, 413, 415),
+                        **_errors(400, 404, 409, 413, 415, 503),
                     },
                 },
             },
@@ -353,7 +357,7 @@ def document(schedulers: frozenset[str]) -> dict[str, Any]:
                 ],
                 "delete": {
                     "summary": "Undrain: weights return to their desired values",
-                    "responses": {**_ok("Undrained"), **_errors(404)},
+                    "responses": {**_ok("Undrained"), **_errors(404, 503)},
                 },
             },
             "/api/v1/status": {
