@@ -9,10 +9,10 @@ PY := $(VENV)/bin/python
 # the HA pair; nftables for source filtering; promtool (prometheus) to check the metrics;
 # chromium to render the status page; openssl for the TLS test; debootstrap for the Debian
 # root the Ansible role is applied to; ruby to check the Vagrantfile.
-APT_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static ipvsadm keepalived nftables \
-	iproute2 kmod procps prometheus chromium openssl debootstrap ruby
+APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static ipvsadm \
+	keepalived nftables iproute2 kmod procps prometheus chromium openssl debootstrap ruby
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse fresh clean
 
 setup: system venv
 
@@ -62,6 +62,11 @@ bench: setup
 	cp .lab/lab.bench/results.json bench/results.json
 	$(PY) -m lab.vm run lab.bench_ha
 	cp .lab/lab.bench_ha/results.json bench/ha.json
+
+# The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
+# proves that they install everything they need. Run it after any change to the set-up.
+fresh: setup
+	$(PY) -m lab.fresh
 
 # The director and its dependencies as wheels for an edge box's Python (the Ansible role's
 # director_wheelhouse): make wheelhouse [BOX_PYTHON=3.11] [BOX_CPU=x86_64]

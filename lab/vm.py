@@ -76,7 +76,7 @@ def boot(
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            for chunk in iter(lambda: os.read(proc.stdout.fileno(), 65536), b""):  # type: ignore[union-attr]
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
         finally:
