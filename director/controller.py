@@ -252,6 +252,8 @@ class Controller:
         self.last_step = time.monotonic()  # /healthz: the loop is alive
         self._state_dirty = False
         self._failures = 0  # steps in a row that raised
+        self.on_step: Callable[[], None] | None = None  # after every step (systemd's watchdog)
+        self.on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
         # Source filtering: what each Service asks for, and what the firewall holds.
         self.firewall = firewall
         self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
@@ -310,6 +312,8 @@ class Controller:
                 for reply in replies:  # stored: the change is in force as far as it could be
                     reply.resolve(200)
                 self.last_step = time.monotonic()
+        if self.on_step is not None:
+            self.on_step()
 
     def loop_error(self, where: str, exc: BaseException) -> None:
         self.health.loop_errors += 1
@@ -694,6 +698,8 @@ class Controller:
         event(
             log, "controller.ready", services=len(self.produced), virtual_services=len(self.desired)
         )
+        if self.on_ready is not None:
+            self.on_ready(f"{len(self.desired)} virtual services programmed")
 
     def _adopt(self, ref: str) -> None:
         for key, vs in self._compute(ref).items():

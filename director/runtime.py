@@ -39,6 +39,7 @@ from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
 from director.logs import event
 from director.metrics import DirectorCollector, IpvsExposition, Recorder
 from director.reconcile import SyncReport
+from director.systemd import Notifier
 
 log = logging.getLogger("director.runtime")
 
@@ -374,6 +375,11 @@ class Runtime:
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
         )
+        # systemd (Type=notify): ready once the first sync is applied; the watchdog is fed by
+        # the control loop itself, so a loop that stops stepping gets the director restarted.
+        self.notifier = Notifier()
+        self.controller.on_ready = self.notifier.ready
+        self.controller.on_step = self.notifier.watchdog
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 
@@ -440,6 +446,7 @@ class Runtime:
 
     def stop(self) -> None:
         self._stopping.set()
+        self.notifier.stopping()
         for watcher in self.watchers:
             watcher.stop()
         if self.elector is not None:
