@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static ipvsadm \
 	keepalived nftables iproute2 kmod procps prometheus chromium openssl debootstrap ruby
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse fresh clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse fresh boot-test clean
 
 setup: system venv
 
@@ -38,7 +38,7 @@ lint: venv
 	$(PY) -m mypy
 
 unit: venv
-	$(PY) -m pytest -m "not kernel and not role" tests
+	$(PY) -m pytest -m "not kernel and not role and not boot" tests
 
 # The Ansible role applied twice to a debootstrap'd Debian root (cached in .lab/debian-base;
 # needs the package registries); the kernel suite then checks what it wrote on a real kernel.
@@ -47,6 +47,10 @@ role-test: setup
 
 kernel-test: setup
 	$(PY) -m lab.vm test
+
+# The role's image booted in qemu with systemd as PID 1: units, watchdog, traffic, reboot.
+boot-test: setup
+	$(PY) -m pytest -m boot -s tests/test_boot.py
 
 # Host unit tests, the Ansible role on a Debian root, then the kernel suite in the lab VM
 # (one boot, one pytest process).

@@ -59,13 +59,13 @@ def base() -> None:
     stamp.write_text(STAMP)
 
 
-def fresh_root() -> None:
-    shutil.rmtree(ROOT, ignore_errors=True)
-    subprocess.run(["cp", "-a", str(BASE), str(ROOT)], check=True)
+def fresh_root(root: Path = ROOT) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(BASE), str(root)], check=True)
     # The package lists count as fresh: the role's apt task then needs no network.
-    lists = ROOT / "var/lib/apt/lists"
+    lists = root / "var/lib/apt/lists"
     os.utime(lists)
-    stamp = ROOT / "var/lib/apt/periodic/update-success-stamp"
+    stamp = root / "var/lib/apt/periodic/update-success-stamp"
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.touch()
 

@@ -30,8 +30,9 @@ PREREQUISITES = "make,git,ca-certificates"  # what the README assumes (a clone, 
 STAMP = f"{SUITE} minbase {PREREQUISITES}\n"
 # The environment inside: a root shell's, with this machine's pip settings that are not
 # paths into this machine (its local wheel folders do not exist in the fresh root).
-PASSED = ("PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "http_proxy", "https_proxy",
-          "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY")  # fmt: skip
+PASSED = ("PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_CERT", "http_proxy",
+          "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY")  # fmt: skip
+LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 
 
 def base() -> None:
@@ -56,6 +57,12 @@ def fresh_root() -> None:
         shutil.rmtree(ROOT)
     subprocess.run(["cp", "-a", str(BASE), str(ROOT)], check=True)
     shutil.copy("/etc/resolv.conf", ROOT / "etc" / "resolv.conf")
+    # This machine's own trust anchors (the CA of its egress proxy): the network's, not the
+    # project's. A fresh machine elsewhere trusts the registries' real certificates.
+    for cert in LOCAL_CAS.glob("*.crt") if LOCAL_CAS.is_dir() else ():
+        shutil.copy(cert, ROOT / LOCAL_CAS.relative_to("/") / cert.name)
+    subprocess.run(["chroot", str(ROOT), "update-ca-certificates"], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
     # The working tree as a clone would have it: tracked files and new ones not ignored.
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -79,8 +86,10 @@ def mounts_under(root: Path) -> list[str]:
 
 @contextlib.contextmanager
 def bound() -> Iterator[None]:
-    """This machine's /proc, /sys and /dev in the root (what qemu, namespaces and apt need)."""
+    """This machine's /proc, /sys and /dev in the root (what qemu, namespaces and apt need).
+    The root is a mount point of its own first: `ip netns exec` remounts / as a slave."""
     try:
+        subprocess.run(["mount", "--bind", str(ROOT), str(ROOT)], check=True)
         for name, options in (("proc", ["--bind"]), ("sys", ["--rbind"]), ("dev", ["--rbind"])):
             subprocess.run(["mount", *options, f"/{name}", str(ROOT / name)], check=True)
         yield

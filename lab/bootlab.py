@@ -1,0 +1,323 @@
+"""A real edge box: the Ansible role's Debian root as a disk image, booted in qemu (software
+emulation) with systemd as PID 1, on a network of this machine's namespaces.
+
+    boot-net (qemu runs here)           the edge box              boot-be
+      tap0 203.0.113.1 (the client) ── eth0 203.0.113.10         192.0.2.1 API stand-in
+                                        VIPs .100, .200-.209      192.0.2.11/.12 backends
+      br1: tap1, bev ───────────────── eth1 192.0.2.2 ─────────── be0 (default route via .2)
+
+The image is provisioned exactly as an operator's would be: debootstrap, then the role
+through Ansible's chroot connection (``make role-test`` does the same to a tree). The lab adds
+only what a harness needs and a box does not: the network's addresses (systemd-networkd), and
+qemu's guest agent, through which the tests run commands on the box (no ssh, no shell on a
+console).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lab import debroot
+from lab.netns import Netns, run
+from lab.wait import wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+WORK = REPO / ".lab" / "boot"
+ROOT = WORK / "root"
+IMAGE = WORK / "disk.img"
+CLIENT, FRONT, PEER = "203.0.113.1", "203.0.113.10", "203.0.113.11"  # PEER: never answers
+KUBE, BACK = "192.0.2.1", "192.0.2.2"
+BACKENDS = ("192.0.2.11", "192.0.2.12")
+VIP, POOL = "203.0.113.100", "203.0.113.200-203.0.113.209"
+KUBE_PORT, NAT_PORT, NODE_PORT = 16443, 8080, 30080
+API = f"http://{BACK}:9180"
+TOKEN = "boot-lab-admin-token-0123456789"
+MACS = {"front": "52:54:00:d1:00:01", "back": "52:54:00:d1:00:02"}
+
+
+def kernel() -> tuple[Path, Path, str]:
+    """The lab VM's kernel (it has IPVS), its initrd and release."""
+    from lab.vm import find_kernel
+
+    image = find_kernel()
+    release = image.name[len("vmlinuz-") :]
+    return image, Path(f"/boot/initrd.img-{release}"), release
+
+
+def chroot(*argv: str, check: bool = True) -> str:
+    return run(["chroot", str(ROOT), *argv], check=check)
+
+
+@contextlib.contextmanager
+def bound() -> Iterator[None]:
+    """/proc, /sys and /dev in the root while packages are installed into it."""
+    names = ("proc", "sys", "dev")
+    try:
+        for name in names:
+            subprocess.run(["mount", "--bind", f"/{name}", str(ROOT / name)], check=True)
+        yield
+    finally:
+        for name in reversed(names):
+            subprocess.run(["umount", "-l", str(ROOT / name)], check=False)
+
+
+def inventory(path: Path, kubeconfig: str) -> None:
+    """The role's variables for this box: what an operator writes for one edge box."""
+    host = {
+        "ansible_connection": "community.general.chroot",
+        "ansible_host": str(ROOT),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "director_wheelhouse": str(debroot.WHEELHOUSE),
+        "director_vrrp_interface": "eth0",
+        "director_vrrp_priority": 150,
+        "director_vrrp_unicast_source": FRONT,
+        "director_vrrp_peers": [PEER],
+        "director_api_listen": f"{BACK}:9180",
+        "director_api_token": TOKEN,
+        "director_api_public": ["health"],
+        "director_kubeconfig": kubeconfig,
+        "director_forwarding_modes": ["nat"],
+        "director_config": {
+            "ownership": {"networks": ["203.0.113.96/28"]},
+            "services": [{
+                "name": "web", "address": VIP, "port": 80, "scheduler": "rr",
+                "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
+            }],
+            "pools": [{"name": "default", "addresses": [POOL]}],
+            "kubernetes": {"lease_namespace": "lvs-director", "identity": "edge1",
+                           "lease_seconds": 5},
+        },
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(
+        {"all": {"children": {"directors": {"hosts": {"edge1": host}}}}}))  # fmt: skip
+
+
+def kubeconfig_text() -> str:
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": f"http://{KUBE}:{KUBE_PORT}"}}],
+        "users": [{"name": "director", "user": {"token": "boot-lab-token"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "director"}}],
+    })  # fmt: skip
+
+
+def provision(log: Path) -> None:
+    """debootstrap (cached), the kernel's modules, the role, then the harness's additions."""
+    from tests.ansiblelab import ansible
+
+    debroot.base()
+    debroot.fresh_root(ROOT)
+    debroot.wheelhouse()
+    _image, _initrd, release = kernel()
+    (ROOT / "usr/lib/modules").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-a", f"/lib/modules/{release}", str(ROOT / "usr/lib/modules")],
+                   check=True)  # fmt: skip
+    with bound():
+        chroot("apt-get", "update", "-qq")
+        chroot("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
+               "--no-install-recommends", "qemu-guest-agent")  # fmt: skip
+        hosts = WORK / "hosts.yml"
+        inventory(hosts, kubeconfig_text())
+        done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", timeout=1800)
+        log.write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            raise RuntimeError(f"the role failed on the image; see {log}:\n{done.stdout[-3000:]}")
+    for name, (mac, address) in {"front": (MACS["front"], FRONT),
+                                 "back": (MACS["back"], BACK)}.items():  # fmt: skip
+        (ROOT / f"etc/systemd/network/10-{name}.network").write_text(
+            f"[Match]\nMACAddress={mac}\n\n[Network]\nAddress={address}/24\n"
+        )
+    (ROOT / "etc/hostname").write_text("edge1\n")
+    (ROOT / "etc/fstab").write_text("LABEL=root / ext4 rw,errors=remount-ro 0 1\n")
+    chroot("systemctl", "enable", "systemd-networkd", "systemd-networkd-wait-online")
+
+
+def build_image(size: str = "4G") -> Path:
+    IMAGE.unlink(missing_ok=True)
+    run(["truncate", "-s", size, str(IMAGE)])
+    run(["mke2fs", "-q", "-t", "ext4", "-L", "root", "-d", str(ROOT), "-F", str(IMAGE)])
+    return IMAGE
+
+
+# -- the network ----------------------------------------------------------------------------
+class Responder:
+    """Backends in boot-be: each line on a connection is answered with the backend's name."""
+
+    def __init__(self, ns: Netns, addresses: tuple[str, ...], ports: tuple[int, ...]) -> None:
+        self._stop = threading.Event()
+        self._threads = []
+        self._socks = []
+        for address in addresses:
+            for port in ports:
+                sock = ns.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address, port))
+                sock.listen(64)
+                sock.settimeout(0.5)
+                self._socks.append(sock)
+                name = f"be{BACKENDS.index(address) + 1}"
+                thread = threading.Thread(target=self._serve, args=(sock, name), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _serve(self, sock: socket.socket, name: str) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=self._talk, args=(conn, name), daemon=True).start()
+
+    def _talk(self, conn: socket.socket, name: str) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(600)
+            while not self._stop.is_set():
+                data = conn.recv(4096)
+                if not data:
+                    return
+                conn.sendall(f"{name}\n".encode() * data.count(b"\n"))
+
+    def close(self) -> None:
+        self._stop.set()
+        for sock in self._socks:
+            sock.close()
+
+
+@contextlib.contextmanager
+def network() -> Iterator[tuple[Netns, Netns]]:
+    """boot-net (qemu, the client) and boot-be (backends, the API stand-in)."""
+    made: list[Netns] = []
+    try:
+        net = Netns("boot-net")
+        made.append(net)
+        be = Netns("boot-be")
+        made.append(be)
+        run(["ip", "link", "add", "bev", "netns", net.name, "type", "veth",
+             "peer", "name", "be0", "netns", be.name])  # fmt: skip
+        net.ip("link set lo up", "link add br1 type bridge", "link set br1 up",
+               "link set bev master br1", "link set bev up")  # fmt: skip
+        be.ip("link set lo up", "link set be0 up", f"addr add {KUBE}/24 dev be0",
+              *(f"addr add {b}/24 dev be0" for b in BACKENDS),
+              f"route add default via {BACK}")  # fmt: skip
+        yield net, be
+    finally:
+        for ns in reversed(made):
+            ns.close()
+
+
+# -- the box ----------------------------------------------------------------------------------
+class Box:
+    """qemu with systemd as PID 1 on the image, its console in a file, its guest agent."""
+
+    def __init__(self, net: Netns, memory: str = "2G") -> None:
+        self.net = net
+        self.console = WORK / "console.log"
+        self.qga = WORK / "qga.sock"
+        self.qga.unlink(missing_ok=True)
+        image, initrd, _release = kernel()
+        cmd = [
+            "ip", "netns", "exec", net.name, "qemu-system-x86_64",
+            "-accel", "tcg", "-m", memory, "-smp", "2", "-display", "none", "-monitor", "none",
+            "-kernel", str(image), "-initrd", str(initrd),
+            "-append", "root=LABEL=root rw console=ttyS0 net.ifnames=0 panic=-1",
+            "-drive", f"file={IMAGE},if=virtio,format=raw,cache=unsafe",
+            "-netdev", "tap,id=front,ifname=tap0,script=no,downscript=no",
+            "-device", f"virtio-net-pci,netdev=front,mac={MACS['front']}",
+            "-netdev", "tap,id=back,ifname=tap1,script=no,downscript=no",
+            "-device", f"virtio-net-pci,netdev=back,mac={MACS['back']}",
+            "-chardev", f"socket,id=qga,path={self.qga},server=on,wait=off",
+            "-device", "virtio-serial",
+            "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+            "-serial", f"file:{self.console}",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=(WORK / "qemu.log").open("wb"),
+                                     stderr=subprocess.STDOUT)  # fmt: skip
+        started = wait_for(lambda: "tap1" in net.exec(["ip", "-o", "link"]), 60)
+        if started is None:
+            raise RuntimeError(f"qemu did not start; see {WORK / 'qemu.log'}")
+        net.ip(f"addr add {CLIENT}/24 dev tap0", "link set tap0 up",
+               "link set tap1 master br1", "link set tap1 up")  # fmt: skip
+
+    # -- the guest agent (qemu-ga's JSON protocol on a virtio port) --------------------------
+    def _qga(self, command: dict[str, Any], timeout: float = 30) -> Any:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(self.qga))
+            nonce = int.from_bytes(os.urandom(3), "big")
+            sock.sendall(json.dumps({"execute": "guest-sync", "arguments": {"id": nonce}})
+                         .encode() + b"\n")  # fmt: skip
+            reader = sock.makefile("rb")
+            while True:  # skip what an earlier, cut-off exchange left behind
+                line = reader.readline()
+                if not line:
+                    raise ConnectionError("the guest agent hung up")
+                with contextlib.suppress(ValueError):
+                    if json.loads(line).get("return") == nonce:
+                        break
+            sock.sendall(json.dumps(command).encode() + b"\n")
+            if command["execute"] in ("guest-shutdown",):
+                return None
+            answer = json.loads(reader.readline())
+        if "error" in answer:
+            raise RuntimeError(f"guest agent: {answer['error']}")
+        return answer.get("return")
+
+    def up(self, timeout: float = 600) -> float | None:
+        """Seconds until the guest agent answers (the box booted), or None."""
+
+        def ping() -> bool:
+            try:
+                self._qga({"execute": "guest-ping"}, timeout=5)
+                return True
+            except (OSError, ValueError, RuntimeError, ConnectionError):
+                return False
+
+        return wait_for(ping, timeout, step=1.0)
+
+    def sh(self, script: str, timeout: float = 120, check: bool = True) -> str:
+        """Run a shell script on the box as root; its output (stdout and stderr)."""
+        pid = self._qga({"execute": "guest-exec", "arguments": {
+            "path": "/bin/sh", "arg": ["-c", script], "capture-output": True}})["pid"]  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self._qga({"execute": "guest-exec-status", "arguments": {"pid": pid}})
+            if status.get("exited"):
+                out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")
+                err = base64.b64decode(status.get("err-data", "")).decode(errors="replace")
+                if check and status.get("exitcode") != 0:
+                    raise RuntimeError(f"on the box: {script!r} exited "
+                                       f"{status.get('exitcode')}:\n{out}{err}")  # fmt: skip
+                return out + err
+            time.sleep(0.5)
+        raise TimeoutError(f"on the box: {script!r} still running after {timeout}s")
+
+    def reboot(self) -> None:
+        self._qga({"execute": "guest-shutdown", "arguments": {"mode": "reboot"}})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def build(log: Path) -> Path:
+    """The whole image from scratch: debootstrap (cached), the role, the disk."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    if ROOT.exists():
+        shutil.rmtree(ROOT)
+    provision(log)
+    return build_image()

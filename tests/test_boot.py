@@ -1,0 +1,219 @@
+"""`make boot-test` (issue 14): the box the Ansible role makes, booted for real.
+
+The role-provisioned Debian root becomes a disk image (lab/bootlab.py) and boots in qemu
+(software emulation) with systemd as PID 1, the lab VM's kernel, and nothing applied by
+hand: the hardened director.service and keepalived start from the role's units, the IPVS
+modules and sysctls come from modules-load.d and sysctl.d. A client and two backends are
+namespaces of this machine on the box's two networks. The tests run in order on one boot
+(and one reboot), and print what they measure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lab import bootlab
+from lab.bootlab import API, BACKENDS, NAT_PORT, NODE_PORT, TOKEN, VIP, Box, Responder
+from lab.kubeapi import FakeApiServer, node, service
+from lab.netns import Connection, Netns, ask_tcp
+from lab.wait import wait_for
+
+pytestmark = pytest.mark.boot
+DIRECTOR = "/opt/director/bin/director"
+
+
+class Lab:
+    def __init__(self, box: Box, net: Netns, be: Netns, api: FakeApiServer) -> None:
+        self.box, self.net, self.be, self.api = box, net, be, api
+        self.booted_in = 0.0
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    log = bootlab.WORK / "ansible.log"
+    started = time.monotonic()
+    bootlab.build(log)
+    took = time.monotonic() - started
+    print(f"\nboot: image built (debootstrap, the role, mke2fs) in {took:.0f}s")
+    with bootlab.network() as (net, be):
+        api = FakeApiServer(host=bootlab.KUBE)
+        api.port = bootlab.KUBE_PORT
+        be.call(api.start)  # listening in boot-be, where the box's kubeconfig points
+        responder = Responder(be, BACKENDS, (NAT_PORT, NODE_PORT))
+        for index, address in enumerate(BACKENDS, 1):
+            api.create("nodes", node(f"node{index}", address))
+        box = Box(net)
+        try:
+            booted = box.up()
+            assert booted is not None, f"the box never came up; see {box.console}"
+            result = Lab(box, net, be, api)
+            result.booted_in = booted
+            print(f"boot: systemd up and the guest agent answering {booted:.0f}s after power-on")
+            yield result
+        finally:
+            box.close()
+            responder.close()
+            api.stop()
+
+
+def settled(lab: Lab, timeout: float = 300) -> None:
+    """The boot is over: director ready, and systemd done starting units."""
+    state = wait_for(
+        lambda: lab.box.sh("systemctl is-system-running || true").strip()
+        in ("running", "degraded"),
+        timeout, step=2.0,
+    )  # fmt: skip
+    assert state is not None, lab.box.sh("systemctl list-jobs; systemctl --failed", check=False)
+
+
+def test_director_and_keepalived_run_and_no_unit_failed(lab: Lab) -> None:
+    settled(lab)
+    active = lab.box.sh("systemctl is-active director keepalived").split()
+    assert active == ["active", "active"], lab.box.sh("journalctl -b -u director -n 50")
+    failed = lab.box.sh("systemctl --failed --no-legend --plain").strip()
+    assert failed == "", failed
+    assert lab.box.sh("systemctl is-system-running").strip() == "running"
+    ready = lab.box.sh("systemctl show -p Type -p NotifyAccess -p WatchdogUSec director")
+    assert "Type=notify" in ready and "WatchdogUSec=30s" in ready
+
+
+def test_modules_and_sysctls_are_live_from_the_roles_files(lab: Lab) -> None:
+    modules = lab.box.sh("cat /proc/modules").split("\n")
+    loaded = {line.split()[0] for line in modules if line}
+    wanted = lab.box.sh("grep -v '^#' /etc/modules-load.d/director.conf").split()
+    assert set(wanted) <= loaded, set(wanted) - loaded
+    for name, value in (("net.ipv4.ip_forward", "1"), ("net.ipv4.vs.conntrack", "0"),
+                        ("net.ipv4.vs.expire_nodest_conn", "1"),
+                        ("net.ipv4.vs.sync_threshold", "3\t10")):  # fmt: skip
+        live = lab.box.sh(f"cat /proc/sys/{name.replace('.', '/')}").strip()
+        assert live == value, (name, live)
+
+
+def test_the_static_service_is_programmed_and_a_client_reaches_its_vip(lab: Lab) -> None:
+    table = lab.box.sh("ipvsadm -Ln")
+    assert f"TCP  {VIP}:80 rr" in table and f"{BACKENDS[0]}:{NAT_PORT}" in table, table
+    assert wait_for(lambda: VIP in lab.box.sh("ip -o addr show dev eth0"), 60) is not None
+    answers = {ask_tcp(lab.net, VIP, 80, timeout=10) for _ in range(6)}
+    print(f"\nboot: {VIP}:80 answered by {sorted(answers)}")
+    assert answers == {"be1", "be2"}
+
+
+def test_status_and_metrics_answer_with_the_roles_token(lab: Lab) -> None:
+    status = lab.box.sh(f"{DIRECTOR} status --url {API} --token-file /etc/director/api-token")
+    assert "ready:       yes" in status and "kubernetes:  connected" in status, status
+    metrics = lab.box.sh(
+        f"python3 -c \"import urllib.request as u; r = u.Request('{API}/metrics', "
+        f"headers={{'Authorization': 'Bearer {TOKEN}'}}); print(u.urlopen(r).read().decode())\""
+    )
+    assert 'director_ipvs_backend_weight{local_address="203.0.113.100"' in metrics
+    closed = lab.box.sh(f"python3 -c \"import urllib.request as u; u.urlopen('{API}/metrics')\"",
+                        check=False)  # fmt: skip
+    assert "401" in closed, "the role's examples keep /metrics behind the token"
+
+
+def test_a_vip_change_reaches_keepalived_through_the_hardened_unit(lab: Lab) -> None:
+    obj = service("web", [("http", "TCP", 80)])
+    obj["spec"]["ports"][0]["nodePort"] = NODE_PORT
+    lab.api.create("services", obj)
+    vip = wait_for(lambda: lab.api.get("services", "web")["status"]["loadBalancer"]
+                   .get("ingress"), 120)  # fmt: skip
+    assert vip is not None, lab.box.sh("journalctl -b -u director -n 40")
+    address = lab.api.get("services", "web")["status"]["loadBalancer"]["ingress"][0]["ip"]
+    held = wait_for(lambda: address in lab.box.sh("ip -o addr show dev eth0"), 120)
+    journal = lab.box.sh("journalctl -b -u director -o cat | grep -E 'event=keepalived' || true")
+    assert held is not None, journal
+    assert "event=keepalived.reloaded" in journal and "config_rejected" not in journal, journal
+    assert "keepalived.conf" in lab.box.sh("ls /etc/keepalived")
+    answers = {ask_tcp(lab.net, address, 80, timeout=10) for _ in range(6)}
+    print(f"\nboot: the Service's address {address} on the box after {held:.1f}s "
+          f"(render, keepalived -t in the sandbox, SIGHUP); answered by {sorted(answers)}")
+    assert answers == {"be1", "be2"}
+
+
+def test_the_journal_has_the_events_and_the_unit_is_hardened(lab: Lab) -> None:
+    journal = lab.box.sh("journalctl -b -u director -o cat")
+    for name in ("controller.ready", "kube.listed", "lease.changed", "ipvs.applied"):
+        assert f"event={name}" in journal, name
+    security = lab.box.sh("systemd-analyze security director.service", check=False)
+    level = re.search(r"Overall exposure level for director.service: ([\d.]+) (\w+)", security)
+    assert level, security[-2000:]
+    print(f"\nboot: systemd-analyze security director.service on the booted box: "
+          f"{level.group(1)} {level.group(2)}")  # fmt: skip
+    assert float(level.group(1)) <= 3.0
+
+
+def writes_since(lab: Lab, since: str) -> list[str]:
+    """The director's kernel writes logged since ``since`` (one line each)."""
+    text = lab.box.sh(f"journalctl -u director --since '{since}' -o cat | "
+                      "grep -E 'event=ipvs[.](change|applied)' || true")  # fmt: skip
+    return [line for line in text.splitlines() if line]
+
+
+def test_a_restart_writes_nothing_and_an_open_connection_survives(lab: Lab) -> None:
+    conn = Connection(lab.net, VIP, 80, timeout=30)
+    first = conn.ask()
+    since = lab.box.sh("date '+%Y-%m-%d %H:%M:%S'").strip()
+    started = time.monotonic()
+    lab.box.sh("systemctl restart director")  # returns once READY=1: the first sync is done
+    print(f"\nboot: systemctl restart director: ready again in {time.monotonic() - started:.1f}s")
+    assert lab.box.sh("systemctl is-active director").strip() == "active"
+    assert writes_since(lab, since) == [], "zero netlink writes on start"
+    assert conn.ask() == first, "the open connection carried on, to the same backend"
+    conn.close()
+
+
+def test_the_watchdog_restarts_a_director_whose_loop_stopped(lab: Lab) -> None:
+    pid = lab.box.sh("systemctl show -p MainPID --value director").strip()
+    restarts = int(lab.box.sh("systemctl show -p NRestarts --value director").strip())
+    lab.box.sh(f"kill -STOP {pid}")  # wedged: the loop no longer steps, no ping reaches systemd
+    stopped = time.monotonic()
+    new = wait_for(
+        lambda: lab.box.sh("systemctl show -p MainPID --value director").strip() not in (pid, "0"),
+        120, step=2.0,
+    )  # fmt: skip
+    assert new is not None, lab.box.sh("journalctl -b -u director -n 30 -o cat")
+    print(f"\nboot: SIGSTOP of the director: systemd's watchdog restarted it after "
+          f"{time.monotonic() - stopped:.0f}s (WatchdogSec=30)")  # fmt: skip
+    journal = lab.box.sh("journalctl -b -u director -o cat")
+    assert "Watchdog timeout" in journal or "watchdog timeout" in journal.lower()
+    assert int(lab.box.sh("systemctl show -p NRestarts --value director").strip()) == restarts + 1
+    wait_for(lambda: lab.box.sh("systemctl is-active director").strip() == "active", 120)
+    assert ask_tcp(lab.net, VIP, 80, timeout=10) in ("be1", "be2")
+
+
+def test_stop_leaves_the_table_as_documented(lab: Lab) -> None:
+    before = lab.box.sh("ipvsadm -Sn")
+    lab.box.sh("systemctl stop director")
+    assert lab.box.sh("ipvsadm -Sn") == before, "stopping never flushes what it programmed"
+    assert ask_tcp(lab.net, VIP, 80, timeout=10) in ("be1", "be2"), "traffic flows without it"
+    lab.box.sh("systemctl start director")
+
+
+def test_a_reboot_comes_back_serving_with_no_operator_action(lab: Lab) -> None:
+    boots = lab.box.sh("journalctl --list-boots --no-legend | wc -l").strip()
+    lab.box.reboot()
+    time.sleep(5)
+    back = lab.box.up()
+    assert back is not None, f"no agent after the reboot; see {lab.box.console}"
+    settled(lab)
+    assert lab.box.sh("journalctl --list-boots --no-legend | wc -l").strip() != boots
+    assert lab.box.sh("systemctl is-active director keepalived").split() == ["active", "active"]
+    served = wait_for(lambda: _answers(lab), 120, step=2.0)
+    print(f"\nboot: after the reboot, serving again {back + (served or 0):.0f}s after it began")
+    assert served is not None
+    ready = lab.box.sh(f"python3 -c \"import urllib.request as u; "
+                       f"print(u.urlopen('{API}/readyz').read().decode())\"")  # fmt: skip
+    assert json.loads(ready)["status"] == "ready"
+
+
+def _answers(lab: Lab) -> bool:
+    try:
+        return ask_tcp(lab.net, VIP, 80, timeout=5) in ("be1", "be2")
+    except OSError:
+        return False
+
