@@ -435,16 +435,18 @@ def _modprobe(module: str) -> str | None:
     return None
 
 
-def offered_schedulers() -> frozenset[str]:
-    """Schedulers the running kernel has: loaded, built in, or available as modules."""
+def offered_schedulers(modules: Path = Path("/lib/modules")) -> frozenset[str]:
+    """Schedulers the running kernel has: loaded, built in, or available as modules.
+
+    Under systemd's ProtectKernelModules= (the role's unit) the module tree cannot be read
+    and nothing can be loaded: the schedulers loaded at boot are then the ones on offer."""
     names = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}
     release = os.uname().release
-    moddir = Path(f"/lib/modules/{release}/kernel/net/netfilter/ipvs")
-    if moddir.is_dir():
+    moddir = modules / release / "kernel/net/netfilter/ipvs"
+    with contextlib.suppress(OSError):  # EACCES in the hardened unit
         names.update(p.name.split(".", 1)[0][len("ip_vs_") :] for p in moddir.glob("ip_vs_*.ko*"))
-    builtin = Path(f"/lib/modules/{release}/modules.builtin")
-    if builtin.exists():
-        for line in builtin.read_text().splitlines():
+    with contextlib.suppress(OSError):
+        for line in (modules / release / "modules.builtin").read_text().splitlines():
             name = line.rsplit("/", 1)[-1]
             if name.startswith("ip_vs_"):
                 names.add(name.split(".", 1)[0][len("ip_vs_") :])

@@ -127,8 +127,10 @@ def provision(log: Path) -> None:
                    check=True)  # fmt: skip
     with bound():
         chroot("apt-get", "update", "-qq")
+        # udev: what a Debian install has and debootstrap's minimal base has not (device
+        # units, the guest agent's port); the guest agent: the harness's way in.
         chroot("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
-               "--no-install-recommends", "qemu-guest-agent")  # fmt: skip
+               "--no-install-recommends", "udev", "qemu-guest-agent")  # fmt: skip
         hosts = WORK / "hosts.yml"
         inventory(hosts, kubeconfig_text())
         done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", timeout=1800)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 from pyroute2.netlink.generic.ipvs import ipvsmsg
@@ -211,3 +212,18 @@ def test_service_counters_are_found_at_the_end_of_a_service() -> None:
     data = config + tail
     assert _counters_length(data, 0, len(data)) == len(tail)
     assert _counters_length(config, 0, len(config)) == 0, "no counters: no fast path"
+
+
+def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    """The role's unit has ProtectKernelModules=yes: /lib/modules is out of reach there, and
+    the director must still start, offering the schedulers loaded at boot (found booting the
+    role's image: it died on EACCES)."""
+    import os
+
+    from director.ipvs import NOT_SCHEDULERS, offered_schedulers
+
+    (tmp_path / os.uname().release).write_text("not a folder: every read of it fails")
+    loaded = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}
+    assert offered_schedulers(tmp_path) == frozenset(loaded) - NOT_SCHEDULERS
