@@ -52,9 +52,9 @@ kernel-test: setup
 boot-test: setup
 	$(PY) -m pytest -m boot -s tests/test_boot.py
 
-# Host unit tests, the Ansible role on a Debian root, then the kernel suite in the lab VM
-# (one boot, one pytest process).
-test: setup lint unit role-test kernel-test
+# Host unit tests, the Ansible role on a Debian root, the kernel suite in the lab VM (one
+# boot, one pytest process), then the role's image booted with systemd.
+test: setup lint unit role-test kernel-test boot-test
 
 demo: setup
 	$(PY) -m lab.vm run lab.demo

@@ -45,6 +45,7 @@ VIP, POOL = "203.0.113.100", "203.0.113.200-203.0.113.209"
 KUBE_PORT, NAT_PORT, NODE_PORT = 16443, 8080, 30080
 API = f"http://{BACK}:9180"
 TOKEN = "boot-lab-admin-token-0123456789"
+KUBE_TOKEN = "boot-lab-kube-token"
 MACS = {"front": "52:54:00:d1:00:01", "back": "52:54:00:d1:00:02"}
 
 
@@ -109,7 +110,7 @@ def kubeconfig_text() -> str:
     return json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "lab",
         "clusters": [{"name": "lab", "cluster": {"server": f"http://{KUBE}:{KUBE_PORT}"}}],
-        "users": [{"name": "director", "user": {"token": "boot-lab-token"}}],
+        "users": [{"name": "director", "user": {"token": KUBE_TOKEN}}],
         "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "director"}}],
     })  # fmt: skip
 
@@ -260,19 +261,19 @@ class Box:
             sock.settimeout(timeout)
             sock.connect(str(self.qga))
             nonce = int.from_bytes(os.urandom(3), "big")
-            sock.sendall(json.dumps({"execute": "guest-sync", "arguments": {"id": nonce}})
-                         .encode() + b"\n")  # fmt: skip
+            # 0xFF resets the agent's parser (a request cut off by a reboot, say); the
+            # delimited sync answers after a 0xFF of its own, past anything stale.
+            sync = {"execute": "guest-sync-delimited", "arguments": {"id": nonce}}
+            sock.sendall(b"\xff" + json.dumps(sync).encode() + b"\n")
             reader = sock.makefile("rb")
             while True:  # skip what an earlier, cut-off exchange left behind
                 line = reader.readline()
                 if not line:
                     raise ConnectionError("the guest agent hung up")
-                with contextlib.suppress(ValueError):
-                    if json.loads(line).get("return") == nonce:
+                with contextlib.suppress(ValueError, AttributeError):
+                    if json.loads(line.lstrip(b"\xff")).get("return") == nonce:
                         break
             sock.sendall(json.dumps(command).encode() + b"\n")
-            if command["execute"] in ("guest-shutdown",):
-                return None
             answer = json.loads(reader.readline())
         if "error" in answer:
             raise RuntimeError(f"guest agent: {answer['error']}")
@@ -308,7 +309,9 @@ class Box:
         raise TimeoutError(f"on the box: {script!r} still running after {timeout}s")
 
     def reboot(self) -> None:
-        self._qga({"execute": "guest-shutdown", "arguments": {"mode": "reboot"}})
+        """What an operator types: `systemctl reboot` (not waited for: the agent goes down)."""
+        self._qga({"execute": "guest-exec", "arguments": {
+            "path": "/bin/systemctl", "arg": ["reboot"]}})  # fmt: skip
 
     def close(self) -> None:
         if self.proc.poll() is None:
