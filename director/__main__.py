@@ -1,5 +1,5 @@
 import sys
 
-from director.cli import main
+from director.cli.main import main
 
 sys.exit(main())

@@ -17,8 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from director.ipvs import KernelIpvs
-from director.model import (
+from director.core.model import (
     Forwarding,
     Protocol,
     RealServer,
@@ -27,8 +26,9 @@ from director.model import (
     Table,
     VirtualService,
 )
-from director.plan import Ownership
-from director.reconcile import Reconciler
+from director.core.plan import Ownership
+from director.dataplane.kernel import KernelIpvs
+from director.engine.reconcile import Reconciler
 from lab.netns import Netns
 
 DESTS = 10

@@ -19,7 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from director.health import Checker, CheckSpec, Target
+from director.adapters.prober import Checker
+from director.core.checks import CheckSpec, Target
 
 
 def serve(port_file: Path) -> None:

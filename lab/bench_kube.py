@@ -27,10 +27,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from director.config import parse_config
-from director.dataplane import Ipvs
-from director.reconcile import SyncReport
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.dataplane.interface import Ipvs
+from director.engine.reconcile import SyncReport
+from director.schema.config import parse_config
 
 ENDPOINTS = 10
 TOKEN = "bench-token"
@@ -191,7 +191,7 @@ def main() -> None:
     if args.serve is not None:
         serve(args.serve, args.port_file)
         return
-    from director.fake import FakeIpvs
+    from director.dataplane.fake import FakeIpvs
 
     results = {}
     for count in args.services:

@@ -13,11 +13,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from director import cli
-from director.config import load_config
-from director.ipvs import KernelIpvs
-from director.model import Forwarding, Protocol, ServiceConfig, ServiceKey, VirtualService
-from director.reconcile import Reconciler
+from director.cli import main as cli
+from director.core.model import Forwarding, Protocol, ServiceConfig, ServiceKey, VirtualService
+from director.dataplane.kernel import KernelIpvs
+from director.engine.reconcile import Reconciler
+from director.schema.config import load_config
 from lab.netns import Connection, Lab, ask_tcp, ask_udp, build_lab, start_servers
 from lab.wait import eventually
 
@@ -36,8 +36,8 @@ def kubernetes_demo(lab: Lab) -> None:
     """director run's wiring against the API stand-in: a Service's life at the edge."""
     import tempfile
 
-    from director.config import parse_config
-    from director.runtime import Runtime
+    from director.cli.runtime import Runtime
+    from director.schema.config import parse_config
     from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 
     banner("Kubernetes: director run against an API server (the lab's stand-in)")

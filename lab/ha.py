@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from director.config import parse_config
-from director.ipvs import KernelIpvs
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.dataplane.kernel import KernelIpvs
+from director.schema.config import parse_config
 from lab.netns import Backend, BackendServers, Netns, run
 
 NAT_VIP, DR_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.1"

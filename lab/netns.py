@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from director.ipvs import enter_netns
+from director.dataplane.netns import enter_netns
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from director.dataplane import Ipvs
-from director.fake import FakeIpvs
+from director.dataplane.fake import FakeIpvs
+from director.dataplane.interface import Ipvs
 
 # Property tests run the same examples every time in `make test` (a red CI names a real
 # bug, reproducibly); HYPOTHESIS_PROFILE=explore draws new ones on each run, to look further.
@@ -68,7 +68,7 @@ def ipvs(request: pytest.FixtureRequest) -> Iterator[Ipvs]:
     if request.param == "fake":
         yield FakeIpvs()
         return
-    from director.ipvs import KernelIpvs
+    from director.dataplane.kernel import KernelIpvs
 
     name = request.getfixturevalue("netns")
     kernel = KernelIpvs(netns=name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from director.config import Settings, parse_config
+from director.schema.config import Settings, parse_config
 
 
 def settings(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from director.config import parse_config
+from director.schema.config import parse_config
 from tests.ansiblelab import ANSIBLE, REPO, ansible
 
 ROLE = ANSIBLE / "roles" / "director"

@@ -18,13 +18,13 @@ from flask.testing import FlaskClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.api import create_app
-from director.config import Settings, parse_config
-from director.controller import Controller
-from director.fake import FakeIpvs
-from director.metrics import DirectorCollector, Recorder
-from director.model import Protocol, ServiceKey
-from director.runtime import Runtime
+from director.adapters.metrics import DirectorCollector, Recorder
+from director.cli.runtime import Runtime
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.fake import FakeIpvs
+from director.engine.loop import Controller
+from director.schema.config import Settings, parse_config
+from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
 from tests.kubelab import settings as kube_settings
@@ -222,7 +222,7 @@ def test_status_and_plan(director: Director, client: FlaskClient) -> None:
     assert status["counts"]["virtual_services"] == 2 and status["counts"]["real_servers"] == 4
     assert status["kubernetes"]["configured"] is False
     assert client.get("/api/v1/plan", headers=AUTH).get_json()["ops"] == []
-    from director.model import Op, OpKind
+    from director.core.model import Op, OpKind
 
     director.ipvs.apply([Op(OpKind.DEL_SERVICE, WEB)])  # drift: someone deletes it by hand
     ops = client.get("/api/v1/plan", headers=AUTH).get_json()["ops"]
@@ -403,7 +403,7 @@ def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
     weights = {s.labels["remote_address"] for s in families["director_ipvs_backend_weight"].samples
                if s.labels["service"] == "web"}  # fmt: skip
     assert weights == {"192.0.2.11", "192.0.2.12"}
-    from director.metrics import _label_text
+    from director.adapters.metrics import _label_text
 
     text = _label_text(["a", "b"], ['say "hi"', "back\\slash\nnew"])
     line = f"x{text} 1\n"

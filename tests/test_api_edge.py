@@ -21,10 +21,10 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from director.config import parse_config
-from director.fake import FakeIpvs
-from director.model import Protocol, ServiceKey
-from director.runtime import ApiServer, Runtime
+from director.cli.runtime import ApiServer, Runtime
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.fake import FakeIpvs
+from director.schema.config import parse_config
 from lab.wait import eventually
 
 TOKEN = "t0ken-for-the-admin-api"

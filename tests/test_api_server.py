@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from director.config import parse_config
-from director.fake import FakeIpvs
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.dataplane.fake import FakeIpvs
+from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
 
@@ -155,7 +155,7 @@ def test_tls_with_the_operators_certificate(tmp_path: Path) -> None:
 
 def test_the_status_page_renders_in_headless_chromium(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _runtime, ipvs, url, _api = running
-    from director.model import Protocol, ServiceKey
+    from director.core.model import Protocol, ServiceKey
 
     ipvs.set_connections(
         ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ("192.0.2.11", 8080), 7, 2

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from director.config import parse_config
-from director.ipvs import KernelIpvs
-from director.model import Protocol, ServiceKey
-from director.reconcile import Reconciler
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.kernel import KernelIpvs
+from director.engine.reconcile import Reconciler
+from director.schema.config import parse_config
 from lab.netns import NAT_PORT, Connection, Lab, build_lab, start_servers
 from lab.wait import eventually
 

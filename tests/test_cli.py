@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from director import cli
+from director.cli import main as cli
 from tests.conftest import kernel_unavailable
 
 EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "static.yaml")
@@ -149,7 +149,8 @@ def api_config(tmp_path: Path, token: str | None = "t0ken-for-the-admin-api\n", 
 def run_director(config: Path) -> subprocess.CompletedProcess[str]:
     """``director run`` with the fake dataplane (this host has no IPVS): what it says at start."""
     script = (
-        "import sys; import director.cli as cli; from director.fake import FakeIpvs; "
+        "import sys; import director.cli.main as cli; "
+        "from director.dataplane.fake import FakeIpvs; "
         "cli.open_ipvs = lambda netns: FakeIpvs(); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
@@ -245,10 +246,10 @@ def test_a_regular_file_at_the_fifo_path_is_never_replaced(
 
 
 def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) -> None:
-    from director.keepalived import render_keepalived
+    from director.adapters.keepalived import render_keepalived
 
     settings = cli.load_config(EXAMPLE)
-    from director.config import HaSettings
+    from director.schema.config import HaSettings
 
     ha = HaSettings("eth1", "edge1", 150, "203.0.113.11", ("203.0.113.12",))
     text = render_keepalived(ha, {"198.51.100.10"}, "/etc/x\n}\nvrrp_script evil {\n")

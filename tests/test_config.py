@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from director.config import ConfigError, load_config, parse_config
-from director.model import Forwarding, Protocol, ServiceKey
+from director.core.model import Forwarding, Protocol, ServiceKey
+from director.schema.config import ConfigError, load_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
 
@@ -291,7 +291,7 @@ def test_pools_cannot_hold_addresses_that_are_no_service_address(
 
 
 def test_a_cidr_pool_keeps_its_network_and_broadcast_addresses_back_unless_asked() -> None:
-    from director.ipam import Allocator, Request
+    from director.core.ipam import Allocator, Request
 
     def first_and_count(line: str) -> tuple[str, int]:
         settings = parse_config(f"pools: [{line}]\n", "p.yaml")

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from director.dataplane import Ipvs
-from director.model import (
+from director.core.model import (
     KNOWN_SCHEDULERS,
     Family,
     Forwarding,
@@ -19,6 +18,7 @@ from director.model import (
     ServiceConfig,
     ServiceKey,
 )
+from director.dataplane.interface import Ipvs
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
 DNS6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)

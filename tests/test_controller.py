@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from director.fake import FakeIpvs
-from director.model import Forwarding, Op, OpKind, Protocol, ServiceConfig, ServiceKey
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.core.model import Forwarding, Op, OpKind, Protocol, ServiceConfig, ServiceKey
+from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
 from tests.kubelab import settings
@@ -305,8 +305,8 @@ def test_full_resync_repairs_drift_and_leaves_foreign_entries(
 
 
 def test_a_write_for_a_deleted_service_is_dropped_not_retried_forever() -> None:
-    from director.controller import Outbox
-    from director.kube import KubeError
+    from director.adapters.kube import KubeError
+    from director.engine.loop import Outbox
 
     calls: list[str] = []
 

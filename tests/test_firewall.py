@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.fake import FakeIpvs
-from director.firewall import FakeFirewall, render_nft
-from director.model import Protocol, ServiceKey
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.core.firewall import FakeFirewall, render_nft
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
 from tests.kubelab import settings
@@ -119,8 +119,8 @@ def test_a_filter_nft_refuses_holds_the_restricted_service_back_and_nothing_else
 def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from director.ipvs import KernelIpvs
-    from director.reconcile import Reconciler
+    from director.dataplane.kernel import KernelIpvs
+    from director.engine.reconcile import Reconciler
     from lab.netns import NAT_PORT, ask_tcp, build_lab, start_servers
 
     lab = build_lab(prefix="fw")
@@ -187,7 +187,7 @@ def firewall(request: pytest.FixtureRequest) -> Iterator[object]:
     if request.param == "fake":
         yield FakeFirewall()
         return
-    from director.nft import NftFirewall
+    from director.dataplane.nft import NftFirewall
 
     yield NftFirewall(request.getfixturevalue("netns"))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from director.keepalived import ConfigRejected
+from director.adapters.keepalived import ConfigRejected
 from lab.ha import (
     DR_VIP,
     NAT_VIP,

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from director.config import parse_config
-from director.controller import Controller
-from director.fake import FakeIpvs
-from director.health import Checker, CheckSpec, Health, Target, parse_check
-from director.model import Protocol, ServiceKey
+from director.adapters.prober import Checker
+from director.core.checks import CheckSpec, Health, Target, parse_check
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.fake import FakeIpvs
+from director.engine.loop import Controller
+from director.schema.config import parse_config
 from lab.wait import eventually
 
 FAST = CheckSpec("tcp", "/", (200, 399), interval=0.1, timeout=0.3, rise=2, fall=2)

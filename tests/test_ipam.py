@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from director.ipam import Allocator, Pool, PoolError, Request
+from director.core.ipam import Allocator, Pool, PoolError, Request
 
 ip = ipaddress.ip_address
 WEB = frozenset({("TCP", 80), ("TCP", 443)})
@@ -131,8 +131,8 @@ def test_a_service_keeps_its_address_while_its_status_write_is_pending() -> None
 
 def test_reserved_addresses_are_never_given_out_nor_granted() -> None:
     """The NodePort VIP and static services' VIPs are the director's own (issue 13, item 24)."""
-    from director.config import parse_config
-    from director.controller import reserved_addresses
+    from director.engine.loop import reserved_addresses
+    from director.schema.config import parse_config
 
     settings = parse_config(
         "ownership: {networks: [198.51.100.0/24]}\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from director.config import ConfigError, HaSettings, parse_config
-from director.keepalived import ConfigRejected, Keepalived, VrrpFifo, render_keepalived
+from director.adapters.keepalived import ConfigRejected, Keepalived, VrrpFifo, render_keepalived
+from director.schema.config import ConfigError, HaSettings, parse_config
 from lab.wait import eventually
 
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"

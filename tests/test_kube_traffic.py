@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from director.ipvs import KernelIpvs
-from director.model import Protocol, ServiceKey
-from director.reconcile import Reconciler
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.kernel import KernelIpvs
+from director.engine.reconcile import Reconciler
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.netns import NAT_PORT, Connection, Lab, ask_tcp, build_lab, start_servers
 from lab.wait import eventually

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from director.kube import KubeApi, KubeWriter, api_client
+from director.adapters.kube import KubeApi, KubeWriter, api_client
 from lab.kubeapi import FakeApiServer
 
 NS, NAME = "lvs-director", "lvs-director"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from director.model import (
+from director.core.model import (
     SVC_F_ONEPACKET,
     SVC_F_PERSISTENT,
     SVC_F_SCHED1,

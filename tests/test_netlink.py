@@ -10,19 +10,7 @@ from pathlib import Path
 import pytest
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
-from director.ipvs import (
-    CMD_ATTR_DEST,
-    CMD_ATTR_SERVICE,
-    KernelIpvs,
-    _attrs,
-    _counters_length,
-    decode_dest,
-    decode_service,
-    encode_op,
-    encode_service_config,
-    encode_service_key,
-)
-from director.model import (
+from director.core.model import (
     Family,
     Forwarding,
     Op,
@@ -32,6 +20,22 @@ from director.model import (
     ServiceConfig,
     ServiceKey,
 )
+from director.dataplane.codec import (
+    CMD_ATTR_DEST,
+    CMD_ATTR_SERVICE,
+    decode_dest,
+    decode_service,
+    encode_op,
+    encode_service_config,
+    encode_service_key,
+)
+from director.dataplane.codec import (
+    counters_length as _counters_length,
+)
+from director.dataplane.codec import (
+    parse_attrs as _attrs,
+)
+from director.dataplane.kernel import KernelIpvs
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -222,7 +226,7 @@ def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(
     role's image: it died on EACCES)."""
     import os
 
-    from director.ipvs import NOT_SCHEDULERS, offered_schedulers
+    from director.dataplane.kernel import NOT_SCHEDULERS, offered_schedulers
 
     (tmp_path / os.uname().release).write_text("not a folder: every read of it fails")
     loaded = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from director.fake import FakeIpvs
-from director.model import (
+from director.core.model import (
     Forwarding,
     Op,
     OpKind,
@@ -15,8 +14,9 @@ from director.model import (
     ServiceKey,
     VirtualService,
 )
-from director.plan import Ownership, apply_ops_to_table, build_plan, plan_service
-from director.reconcile import Reconciler
+from director.core.plan import Ownership, apply_ops_to_table, build_plan, plan_service
+from director.dataplane.fake import FakeIpvs
+from director.engine.reconcile import Reconciler
 
 OWN = Ownership((ipaddress.ip_network("198.51.100.0/24"),), (range(100, 200),))
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
@@ -80,7 +80,7 @@ def test_desired_services_outside_the_owned_ranges_are_refused() -> None:
 
 
 def test_fwmark_ownership_is_by_mark_range() -> None:
-    from director.model import Family
+    from director.core.model import Family
 
     assert OWN.owns(ServiceKey.mark(Family.INET, 150))
     assert not OWN.owns(ServiceKey.mark(Family.INET, 200))

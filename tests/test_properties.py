@@ -20,17 +20,17 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from director.api import create_app
-from director.cluster import node_from_json, service_from_json, slice_from_json
-from director.config import ConfigError, load_config, parse_config
-from director.controller import Controller
-from director.fake import FakeIpvs
-from director.health import CheckSpec
-from director.ipam import Allocator, Pool
-from director.model import KNOWN_SCHEDULERS, Forwarding, canonical_address
-from director.plan import Ownership, build_plan
-from director.runtime import Runtime
-from director.translate import Policy, ipam_request, translate
+from director.cli.runtime import Runtime
+from director.core.checks import CheckSpec
+from director.core.cluster import node_from_json, service_from_json, slice_from_json
+from director.core.ipam import Allocator, Pool
+from director.core.model import KNOWN_SCHEDULERS, Forwarding, canonical_address
+from director.core.plan import Ownership, build_plan
+from director.core.translate import Policy, ipam_request, translate
+from director.dataplane.fake import FakeIpvs
+from director.engine.loop import Controller
+from director.schema.config import ConfigError, load_config, parse_config
+from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
 from tests import hostile

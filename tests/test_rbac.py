@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from director.config import parse_config
-from director.fake import FakeIpvs
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.dataplane.fake import FakeIpvs
+from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, Rbac, endpoint_slice, node, service
 from lab.wait import eventually
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from director.config import parse_config
-from director.fake import FakeIpvs
-from director.model import Protocol, ServiceKey
-from director.runtime import Runtime
+from director.cli.runtime import Runtime
+from director.core.model import Protocol, ServiceKey
+from director.dataplane.fake import FakeIpvs
+from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
 from tests.kubelab import settings
@@ -114,7 +114,7 @@ def test_sloppy_addresses_are_read_as_kube_proxy_reads_them_and_bad_ones_refused
 def test_an_error_in_one_service_is_logged_counted_shown_and_the_rest_carries_on(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import director.controller as controller_module
+    import director.engine.loop as controller_module
 
     real = controller_module.translate
 
@@ -202,9 +202,9 @@ def test_a_dead_loop_thread_ends_the_process_with_a_nonzero_status(tmp_path: Pat
     # the director started: the process must exit non-zero so that systemd restarts it.
     script = textwrap.dedent(f"""
         import sys, time
-        import director.controller as c
-        import director.cli as cli
-        from director.fake import FakeIpvs
+        import director.engine.loop as c
+        import director.cli.main as cli
+        from director.dataplane.fake import FakeIpvs
         cli.open_ipvs = lambda netns: FakeIpvs()
         steps = []
         real = c.Controller.step
@@ -320,7 +320,7 @@ def test_a_drain_is_readable_and_undrainable_right_after_its_201(
 
 
 def test_drains_are_bounded(served: tuple[str, Runtime]) -> None:
-    from director.intents import MAX_DRAINS, AddDrain, Drain
+    from director.core.intents import MAX_DRAINS, AddDrain, Drain
 
     url, runtime = served
     for i in range(MAX_DRAINS):  # straight to the loop: 1,000 HTTP round trips are not the point

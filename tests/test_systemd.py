@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from director.systemd import Notifier
+from director.adapters.systemd import Notifier
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,8 +53,8 @@ def test_director_run_says_ready_then_feeds_the_watchdog_until_its_loop_stops(
     # systemd (the process is there, its loop no longer steps).
     script = (
         "import sys, threading, time\n"
-        "import director.cli as cli, director.controller as c\n"
-        "from director.fake import FakeIpvs\n"
+        "import director.cli.main as cli, director.engine.loop as c\n"
+        "from director.dataplane.fake import FakeIpvs\n"
         "cli.open_ipvs = lambda netns: FakeIpvs()\n"
         "real, began = c.Controller.step, time.monotonic()\n"
         "def step(self, wait=0.5):\n"

@@ -12,9 +12,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from director import cli
-from director.ipvs import KernelIpvs
-from director.model import (
+from director.cli import main as cli
+from director.core.model import (
     Forwarding,
     Protocol,
     RealServer,
@@ -22,8 +21,9 @@ from director.model import (
     ServiceKey,
     VirtualService,
 )
-from director.plan import Ownership
-from director.reconcile import Reconciler
+from director.core.plan import Ownership
+from director.dataplane.kernel import KernelIpvs
+from director.engine.reconcile import Reconciler
 from lab.netns import (
     DR_PORT,
     NAT_PORT,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from director.cluster import node_from_json, service_from_json, slice_from_json
-from director.model import KNOWN_SCHEDULERS, Forwarding, Protocol, ServiceKey
-from director.translate import Policy, ipam_request, translate
+from director.core.cluster import node_from_json, service_from_json, slice_from_json
+from director.core.model import KNOWN_SCHEDULERS, Forwarding, Protocol, ServiceKey
+from director.core.translate import Policy, ipam_request, translate
 from lab.kubeapi import endpoint_slice, node, service
 
 POLICY = Policy(

@@ -12,15 +12,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from director.model import (
-    DestKey,
-    Op,
-    OpKind,
-    RealServer,
-    ServiceKey,
-    Table,
-    VirtualService,
-)
+from director.core.model import DestKey, Op, OpKind, RealServer, ServiceKey, Table, VirtualService
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

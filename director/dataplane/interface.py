@@ -13,7 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from director.model import DestKey, DestState, KernelTable, Op, OpKind, ServiceKey, VirtualService
+from director.core.model import (
+    DestKey,
+    DestState,
+    KernelTable,
+    Op,
+    OpKind,
+    ServiceKey,
+    VirtualService,
+)
 
 
 class IpvsUnavailable(RuntimeError):

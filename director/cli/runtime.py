@@ -26,20 +26,20 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from director.api import create_app
-from director.cluster import node_from_json, service_from_json, slice_from_json
-from director.config import Settings
-from director.controller import COMPONENT, Controller
-from director.dataplane import Ipvs
-from director.fake import FakeIpvs
-from director.firewall import FakeFirewall, Firewall
-from director.health import Checker
-from director.keepalived import KeepalivedSync, VrrpFifo
-from director.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
+from director.adapters.keepalived import KeepalivedSync, VrrpFifo
+from director.adapters.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
+from director.adapters.metrics import DirectorCollector, IpvsExposition, Recorder
+from director.adapters.prober import Checker
+from director.adapters.systemd import Notifier
+from director.core.cluster import node_from_json, service_from_json, slice_from_json
+from director.core.firewall import FakeFirewall, Firewall
+from director.dataplane.fake import FakeIpvs
+from director.dataplane.interface import Ipvs
+from director.engine.loop import COMPONENT, Controller
+from director.engine.reconcile import SyncReport
 from director.logs import event
-from director.metrics import DirectorCollector, IpvsExposition, Recorder
-from director.reconcile import SyncReport
-from director.systemd import Notifier
+from director.schema.config import Settings
+from director.web.app import create_app
 
 log = logging.getLogger("director.runtime")
 
@@ -277,7 +277,7 @@ class Runtime:
             if isinstance(ipvs, FakeIpvs):
                 firewall = FakeFirewall()
             else:  # beside the kernel's IPVS, in its namespace
-                from director.nft import NftFirewall
+                from director.dataplane.nft import NftFirewall
 
                 firewall = NftFirewall(netns or getattr(ipvs, "netns", None))
         self.firewall = firewall
@@ -479,7 +479,7 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list
     import ssl
     import stat as stat_
 
-    from director.intents import Intents
+    from director.core.intents import Intents
 
     problems: list[str] = []
     notes: list[str] = []

@@ -13,10 +13,10 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from director.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
-from director.health import CheckSpec, Target, parse_check
-from director.ipam import Address, Request
-from director.model import (
+from director.core.checks import CheckSpec, Target, parse_check
+from director.core.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
+from director.core.ipam import Address, Request
+from director.core.model import (
     CONFIGURABLE_FORWARDING,
     DestKey,
     Family,

@@ -1,10 +1,7 @@
-"""Active health checks of real servers: what to check (pure), the up/down state machine
-(pure), and one checker thread that runs thousands of checks with a selector.
+"""Active health checks of real servers: one checker thread that runs thousands of checks
+with a selector (what to check and the up/down state machine are ``director.core.checks``).
 
-A check is TCP connect, or an HTTP(S) GET whose status must be expected (default 200-399).
-A real server goes down after ``fall`` failures in a row and comes back after ``rise``
-successes; it starts up (serving something beats serving nothing while the first results
-come in). The checker runs in the director's own network namespace and never starts a thread
+The checker runs in the director's own network namespace and never starts a thread
 per backend.
 """
 
@@ -22,84 +19,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from director.core.checks import Health, Target
 from director.logs import event
-from director.model import shown
 
 log = logging.getLogger("director.health")
-
-KINDS = ("tcp", "http", "https")
-
-
-@dataclass(frozen=True, slots=True)
-class CheckSpec:
-    kind: str = "tcp"  # tcp | http | https
-    path: str = "/"
-    expect: tuple[int, int] = (200, 399)  # inclusive status range
-    interval: float = 2.0
-    timeout: float = 1.0
-    rise: int = 2
-    fall: int = 3
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One thing to check: an address and port, with how."""
-
-    address: str
-    port: int
-    spec: CheckSpec
-
-    def describe(self) -> str:
-        where = (
-            f"[{self.address}]:{self.port}"
-            if ":" in self.address
-            else f"{self.address}:{self.port}"
-        )
-        if self.spec.kind == "tcp":
-            return f"tcp {where}"
-        return f"{self.spec.kind} {where}{self.spec.path}"
-
-
-def parse_check(text: str, base: CheckSpec) -> CheckSpec | str:
-    """``tcp``, ``http``, ``http:/healthz``, ``https:/ready`` -> a spec, or why not."""
-    kind, _, path = text.strip().partition(":")
-    if kind not in KINDS:
-        return f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path]"
-    if kind == "tcp" and path:
-        return f"{shown(text)}: a tcp check takes no path"
-    if path and (not path.startswith("/") or not all(33 <= ord(c) < 127 for c in path)):
-        return f"{shown(text)}: the path must start with / and hold no spaces (ASCII, %-encoded)"
-    return CheckSpec(kind, path or base.path, base.expect, base.interval, base.timeout,
-                     base.rise, base.fall)  # fmt: skip
-
-
-@dataclass(slots=True)
-class Health:
-    """A target's state: ``up`` changes after ``fall`` failures / ``rise`` successes."""
-
-    up: bool = True
-    successes: int = 0
-    failures: int = 0
-    last: str = "not checked yet"
-    last_at: float = 0.0
-    last_seconds: float = 0.0
-    checks: int = 0
-
-    def observe(self, ok: bool, reason: str, spec: CheckSpec, now: float, seconds: float) -> bool:
-        """Fold one result in; True when ``up`` changed."""
-        self.last, self.last_at, self.last_seconds = reason, now, seconds
-        self.checks += 1
-        if ok:
-            self.successes, self.failures = self.successes + 1, 0
-            if not self.up and self.successes >= spec.rise:
-                self.up = True
-                return True
-        else:
-            self.failures, self.successes = self.failures + 1, 0
-            if self.up and self.failures >= spec.fall:
-                self.up = False
-                return True
-        return False
 
 
 @dataclass
@@ -185,7 +108,7 @@ class Checker:
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
         if self.netns:
-            from director.ipvs import enter_netns
+            from director.dataplane.netns import enter_netns
 
             enter_netns(self.netns)
         while not self._stop.is_set():

@@ -12,10 +12,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from director.dataplane import ApplyResult, Ipvs
+from director.core.model import Op, ServiceKey, Table, VirtualService
+from director.core.plan import Ownership, Plan, apply_ops_to_table, build_plan, plan_service
+from director.dataplane.interface import ApplyResult, Ipvs
 from director.logs import event
-from director.model import Op, ServiceKey, Table, VirtualService
-from director.plan import Ownership, Plan, apply_ops_to_table, build_plan, plan_service
 
 log = logging.getLogger("director.reconcile")
 

@@ -26,28 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from director.cluster import ServiceInfo
-from director.config import KubeSettings, Settings
-from director.dataplane import Ipvs
-from director.firewall import Firewall, FirewallError
-from director.health import Target
-from director.intents import Intent, IntentRefused, Intents, SetScheduler
-from director.ipam import Address, Allocator
-from director.logs import event
-from director.metrics import Recorder
-from director.model import (
-    DestKey,
-    RealServer,
-    ServiceKey,
-    Table,
-    VirtualService,
-)
-from director.model import (
-    Protocol as IpProtocol,
-)
-from director.reconcile import Reconciler, SyncReport
-from director.snapshot import ALL, Snapshot
-from director.translate import (
+from director.adapters.metrics import Recorder
+from director.core.checks import Target
+from director.core.cluster import ServiceInfo
+from director.core.firewall import Firewall, FirewallError
+from director.core.intents import Intent, IntentRefused, Intents, SetScheduler
+from director.core.ipam import Address, Allocator
+from director.core.model import DestKey, RealServer, ServiceKey, Table, VirtualService
+from director.core.model import Protocol as IpProtocol
+from director.core.snapshot import ALL, Snapshot
+from director.core.translate import (
     Options,
     Policy,
     Problem,
@@ -56,6 +44,10 @@ from director.translate import (
     translate,
     wants_address,
 )
+from director.dataplane.interface import Ipvs
+from director.engine.reconcile import Reconciler, SyncReport
+from director.logs import event
+from director.schema.config import KubeSettings, Settings
 
 log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")

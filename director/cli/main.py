@@ -10,12 +10,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from director import ctl, logs
-from director.config import ConfigError, Settings, load_config
-from director.dataplane import Ipvs, IpvsUnavailable
-from director.model import Op, OpKind
-from director.plan import Plan
-from director.reconcile import Reconciler
+from director import logs
+from director.cli import ctl
+from director.core.model import Op, OpKind
+from director.core.plan import Plan
+from director.dataplane.interface import Ipvs, IpvsUnavailable
+from director.engine.reconcile import Reconciler
+from director.schema.config import ConfigError, Settings, load_config
 
 _log = logging.getLogger("director.cli")
 EXIT_FAILED_OPS = 1
@@ -25,7 +26,7 @@ EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 def open_ipvs(netns: str | None) -> Ipvs:
-    from director.ipvs import KernelIpvs  # only the kernel commands pay for netlink
+    from director.dataplane.kernel import KernelIpvs  # only the kernel commands pay for netlink
 
     return KernelIpvs(netns)
 
@@ -108,8 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from director.fake import FakeIpvs
-    from director.runtime import Runtime
+    from director.cli.runtime import Runtime
+    from director.dataplane.fake import FakeIpvs
 
     settings = load_config(args.config)
     try:
@@ -162,7 +163,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.config is not None:
         settings = load_config(args.config)
-        from director.runtime import preflight
+        from director.cli.runtime import preflight
 
         problems, notes = preflight(settings, host=not args.offline)
         if problems:
@@ -175,7 +176,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
     if args.kubeconfig is not None:
-        from director.kube import api_client
+        from director.adapters.kube import api_client
 
         try:  # parses the file and its credentials; contacts nothing
             api_client(args.kubeconfig)
@@ -189,7 +190,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_keepalived_config(args: argparse.Namespace) -> int:
     """keepalived.conf for the static services' VIPs: what an edge box starts with before
     the director's first sync (the director rewrites it with every VIP set change)."""
-    from director.keepalived import render_keepalived
+    from director.adapters.keepalived import render_keepalived
 
     settings = load_config(args.config)
     if settings.ha is None:
@@ -200,7 +201,7 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
 
 
 def cmd_schedulers(args: argparse.Namespace) -> int:
-    from director.ipvs import offered_schedulers
+    from director.dataplane.kernel import offered_schedulers
 
     print(" ".join(sorted(offered_schedulers())))
     return 0

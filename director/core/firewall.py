@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from director.model import Family, ServiceKey
+from director.core.model import Family, ServiceKey
 
 TABLE = "director"
 FAMILY = "inet"

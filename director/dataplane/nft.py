@@ -12,7 +12,7 @@ import subprocess
 import threading
 from typing import Any
 
-from director.firewall import (
+from director.core.firewall import (
     CHAIN_PREFIX,
     COUNTER_PREFIX,
     FAMILY,
@@ -22,7 +22,7 @@ from director.firewall import (
     object_name,
     render_nft,
 )
-from director.model import ServiceKey
+from director.core.model import ServiceKey
 
 
 class NftFirewall:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from director.model import scheduler_flag_names
+from director.core.model import scheduler_flag_names
 
 _PROBLEM = {"$ref": "#/components/responses/Problem"}
 

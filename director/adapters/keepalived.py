@@ -28,17 +28,17 @@ from typing import Any
 
 import jinja2
 
-from director.config import HaSettings
+from director.core.model import Family, canonical_address
 from director.logs import event
-from director.model import Family, canonical_address
+from director.schema.config import HaSettings
 
 log = logging.getLogger("director.keepalived")
 # Installed from a wheel, templates/ sits inside the package (director/templates); in the
 # source tree it is the top-level templates/ folder.
-_HERE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # director/
 TEMPLATES = next(
-    (d for d in (_HERE / "templates", _HERE.parent / "templates") if d.is_dir()),
-    _HERE.parent / "templates",
+    (d for d in (_PACKAGE / "templates", _PACKAGE.parent / "templates") if d.is_dir()),
+    _PACKAGE.parent / "templates",
 )
 INSTANCE = "director"
 STATES = ("MASTER", "BACKUP", "FAULT", "STOP")

@@ -1,12 +1,9 @@
 """Kernel IPVS over generic netlink: the only module that touches the kernel's IPVS.
 
-pyroute2 resolves the IPVS generic netlink family and supplies the protocol constants.
-The hot paths (encoding thousands of requests, decoding dumps of 100,000 real servers) pack
-and unpack the wire format directly with ``struct``: pyroute2's per-message NLA objects cost
-20-35x the kernel's own work (see ``../shared/LAB-FACTS.md``). Requests are concatenated
-into ~64 KB batches, one ``send()`` each; only the last request of a batch asks for an ack,
-and the kernel answers any failing request with an error carrying its sequence number, so
-every failure is attributed to its operation.
+pyroute2 resolves the IPVS generic netlink family; requests are packed by
+``director.dataplane.codec`` and concatenated into ~64 KB batches, one ``send()`` each; only
+the last request of a batch asks for an ack, and the kernel answers any failing request with
+an error carrying its sequence number, so every failure is attributed to its operation.
 
 Scheduler, flags and weights change in place with IPVS_CMD_SET_SERVICE / SET_DEST (pyroute2's
 "update" helpers send a DELETE; nothing here uses them).
@@ -15,95 +12,79 @@ Scheduler, flags and weights change in place with IPVS_CMD_SET_SERVICE / SET_DES
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import functools
 import logging
 import os
 import socket
-import struct
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from director.dataplane import (
+from director.core.model import (
+    DestKey,
+    DestState,
+    KernelTable,
+    Op,
+    OpKind,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+)
+from director.dataplane.codec import (
+    CMD_ATTR_DEST,
+    CMD_ATTR_SERVICE,
+    CMD_GET_DEST,
+    CMD_GET_INFO,
+    CMD_GET_SERVICE,
+    GENL_VERSION,
+    GENLMSGHDR,
+    HEAD,
+    I32,
+    NETLINK_CAP_ACK,
+    NETLINK_EXT_ACK,
+    NETLINK_GENERIC,
+    NLA,
+    NLA_TYPE_MASK,
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSGHDR,
+    OP_CMD,
+    SOL_NETLINK,
+    SVC_STATS,
+    SVC_STATS64,
+    U16,
+    counters_length,
+    decode_dest,
+    decode_service,
+    decode_stats64,
+    dest_message_layout,
+    dest_shape,
+    encode_op,
+    encode_service_key,
+    error_text,
+    pack_dest_message,
+    pack_nla,
+    parse_attrs,
+    split_messages,
+)
+from director.dataplane.interface import (
     ApplyResult,
     IpvsUnavailable,
     OpError,
     errno_name,
-    error_message,
     scheduler_refusals,
 )
+from director.dataplane.netns import in_netns
 from director.logs import event
-from director.model import (
-    SVC_F_HASHED,
-    SVC_F_PERSISTENT,
-    DestKey,
-    DestState,
-    Family,
-    Forwarding,
-    KernelTable,
-    Op,
-    OpKind,
-    Protocol,
-    RealServer,
-    ServiceConfig,
-    ServiceKey,
-    Stats,
-    VirtualService,
-    decode_flags,
-)
 
 log = logging.getLogger("director.ipvs")
-
-# --- netlink ---------------------------------------------------------------------------
-NETLINK_GENERIC = 16
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x1
-NLM_F_ACK = 0x4
-NLM_F_DUMP = 0x300
-NLM_F_ACK_TLVS = 0x200
-NLMSGERR_ATTR_MSG = 1
-SOL_NETLINK = 270
-NETLINK_CAP_ACK = 10
-NETLINK_EXT_ACK = 11
-NLA_TYPE_MASK = 0x3FFF
-
-_HDR = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
-_GENL = struct.Struct("=BBH")  # genlmsghdr: cmd, version, reserved
-_NLA = struct.Struct("=HH")
-_U16 = struct.Struct("=H")
-_U32 = struct.Struct("=I")
-_I32 = struct.Struct("=i")
-_U64 = struct.Struct("=Q")
-_BE16 = struct.Struct(">H")
-_FLAGS = struct.Struct("=II")
-
-# --- IPVS generic netlink (include/uapi/linux/ip_vs.h) ---------------------------------
-GENL_VERSION = 1
-CMD_NEW_SERVICE, CMD_SET_SERVICE, CMD_DEL_SERVICE, CMD_GET_SERVICE = 1, 2, 3, 4
-CMD_NEW_DEST, CMD_SET_DEST, CMD_DEL_DEST, CMD_GET_DEST = 5, 6, 7, 8
-CMD_GET_INFO = 15
-CMD_ATTR_SERVICE, CMD_ATTR_DEST = 1, 2
-SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
-SVC_SCHED_NAME, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK, SVC_STATS = 6, 7, 8, 9, 10
-SVC_PE_NAME, SVC_STATS64 = 11, 12
-DEST_ADDR, DEST_PORT, DEST_FWD_METHOD, DEST_WEIGHT, DEST_U_THRESH = 1, 2, 3, 4, 5
-DEST_L_THRESH, DEST_ACTIVE_CONNS, DEST_INACT_CONNS, DEST_PERSIST_CONNS = 6, 7, 8, 9
-DEST_STATS, DEST_ADDR_FAMILY, DEST_STATS64 = 10, 11, 12
-INFO_VERSION, INFO_CONN_TAB_SIZE = 1, 2
-
-_OP_CMD = {
-    OpKind.ADD_SERVICE: CMD_NEW_SERVICE,
-    OpKind.SET_SERVICE: CMD_SET_SERVICE,
-    OpKind.DEL_SERVICE: CMD_DEL_SERVICE,
-    OpKind.ADD_DEST: CMD_NEW_DEST,
-    OpKind.SET_DEST: CMD_SET_DEST,
-    OpKind.DEL_DEST: CMD_DEL_DEST,
-}
 
 BATCH_BYTES = 64 * 1024
 RCVBUF = 8 * 1024 * 1024
@@ -113,312 +94,6 @@ UNAVAILABLE = (
     "this kernel has no IPVS support (the ip_vs module is not loaded and could not be "
     "loaded), so director cannot read or program virtual services on this host"
 )
-
-
-Wire = bytes | bytearray  # a datagram, or the receive buffer it is still in
-
-
-# --- encoding ---------------------------------------------------------------------------
-def _nla(kind: int, payload: bytes) -> bytes:
-    size = 4 + len(payload)
-    return _NLA.pack(size, kind) + payload + b"\0" * (-size & 3)
-
-
-def _addr16(address: str) -> tuple[int, bytes]:
-    if ":" in address:
-        return socket.AF_INET6, socket.inet_pton(socket.AF_INET6, address)
-    return socket.AF_INET, socket.inet_pton(socket.AF_INET, address) + bytes(12)
-
-
-def _netmask(family: Family, prefix: int) -> bytes:
-    if family is Family.INET6:
-        return _U32.pack(prefix)
-    return ((0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF).to_bytes(4, "big")
-
-
-def encode_service_key(key: ServiceKey) -> bytes:
-    """The attributes that identify a service (nested in IPVS_CMD_ATTR_SERVICE)."""
-    out = _nla(SVC_AF, _U16.pack(key.family))
-    if key.fwmark:
-        return out + _nla(SVC_FWMARK, _U32.pack(key.fwmark))
-    assert key.protocol is not None
-    _, packed = _addr16(key.address)
-    return (
-        out
-        + _nla(SVC_PROTOCOL, _U16.pack(key.protocol))
-        + _nla(SVC_ADDR, packed)
-        + _nla(SVC_PORT, _BE16.pack(key.port))
-    )
-
-
-def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
-    return (
-        _nla(SVC_SCHED_NAME, config.scheduler.encode() + b"\0")
-        + _nla(SVC_FLAGS, _FLAGS.pack(config.flag_bits(), 0xFFFFFFFF))
-        + _nla(SVC_TIMEOUT, _U32.pack(config.persistence))
-        + _nla(SVC_NETMASK, _netmask(key.family, config.netmask))
-    )
-
-
-# A real server's attributes, nested in IPVS_CMD_ATTR_DEST: address (16), port (network
-# order, padded), address family, and for add/set the four u32 settings.
-_DEST_KEY_FMT = "HHHH16sHHH2xHHH2x"
-_DEST_FULL_FMT = _DEST_KEY_FMT + "HHIHHIHHIHHI"
-_DEST_KEY_LEN = struct.calcsize("=" + _DEST_KEY_FMT)
-_DEST_FULL_LEN = struct.calcsize("=" + _DEST_FULL_FMT)
-_HEAD = struct.Struct("=IHHIIBBH")  # nlmsghdr + genlmsghdr
-
-
-@functools.lru_cache(maxsize=64)
-def _dest_message(nested_len: int, full: bool) -> struct.Struct:
-    """A whole real-server request (headers, service key, dest attributes) as one struct."""
-    return struct.Struct(f"=IHHIIBBH{nested_len}s{_DEST_FULL_FMT if full else _DEST_KEY_FMT}")
-
-
-def pack_dest_message(
-    layout: struct.Struct, family: int, seq: int, cmd: int, nested: bytes, *, rs: RealServer
-) -> bytes:
-    """One real-server request, packed in one call (the hot path of a full sync).
-
-    The port goes in as ``socket.htons(port)`` in a native u16, which is network order."""
-    address = rs.address
-    af = socket.AF_INET6 if ":" in address else socket.AF_INET
-    if cmd == CMD_DEL_DEST:
-        return layout.pack(
-            layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
-            _DEST_KEY_LEN, CMD_ATTR_DEST,
-            20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
-            6, DEST_ADDR_FAMILY, af,
-        )  # fmt: skip
-    return layout.pack(
-        layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
-        _DEST_FULL_LEN, CMD_ATTR_DEST,
-        20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
-        6, DEST_ADDR_FAMILY, af, 8, DEST_FWD_METHOD, rs.forwarding,
-        8, DEST_WEIGHT, rs.weight, 8, DEST_U_THRESH, rs.upper_threshold,
-        8, DEST_L_THRESH, rs.lower_threshold,
-    )  # fmt: skip
-
-
-def encode_dest(rs: RealServer, full: bool) -> bytes:
-    """IPVS_CMD_ATTR_DEST with its nested attributes."""
-    cmd = CMD_NEW_DEST if full else CMD_DEL_DEST
-    return pack_dest_message(_dest_message(0, full), 0, 0, cmd, b"", rs=rs)[_HEAD.size :]
-
-
-def encode_op(op: Op) -> tuple[int, bytes]:
-    """(command, genl payload) for one operation."""
-    key_attrs = encode_service_key(op.key)
-    if op.dest is None:
-        if op.config is not None and op.kind is not OpKind.DEL_SERVICE:
-            key_attrs += encode_service_config(op.key, op.config)
-        return _OP_CMD[op.kind], _nla(CMD_ATTR_SERVICE, key_attrs)
-    full = op.kind is not OpKind.DEL_DEST
-    return _OP_CMD[op.kind], _nla(CMD_ATTR_SERVICE, key_attrs) + encode_dest(op.dest, full)
-
-
-# --- decoding ---------------------------------------------------------------------------
-def _attrs(data: Wire, start: int, end: int) -> dict[int, tuple[int, int]]:
-    """type -> (payload offset, payload length) for the attributes in data[start:end]."""
-    out: dict[int, tuple[int, int]] = {}
-    unpack = _NLA.unpack_from
-    while start + 4 <= end:
-        size, kind = unpack(data, start)
-        if size < 4:
-            break
-        out[kind & NLA_TYPE_MASK] = (start + 4, size - 4)
-        start += (size + 3) & ~3
-    return out
-
-
-def _u32(data: bytes, attrs: dict[int, tuple[int, int]], kind: int) -> int:
-    where = attrs.get(kind)
-    return _U32.unpack_from(data, where[0])[0] if where else 0
-
-
-def _stats64(data: bytes, where: tuple[int, int] | None) -> Stats:
-    if where is None:
-        return Stats()
-    attrs = _attrs(data, where[0], where[0] + where[1])
-    values = [
-        _U64.unpack_from(data, attrs[i][0])[0] if i in attrs and attrs[i][1] >= 8 else 0
-        for i in range(1, 11)
-    ]
-    return Stats(*values)
-
-
-def _address(data: bytes, offset: int, family: int) -> str:
-    if family == socket.AF_INET6:
-        return socket.inet_ntop(socket.AF_INET6, data[offset : offset + 16])
-    return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
-
-
-def _counters_length(data: Wire, start: int, end: int) -> int:
-    """Bytes taken by the trailing STATS and STATS64 attributes of a service (0: not last)."""
-    attrs = _attrs(data, start, end)
-    if SVC_STATS not in attrs or SVC_STATS64 not in attrs:
-        return 0
-    stats_header = attrs[SVC_STATS][0] - 4
-    stats64_end = attrs[SVC_STATS64][0] + attrs[SVC_STATS64][1]
-    if (stats64_end + 3) & ~3 != end or attrs[SVC_STATS64][0] < attrs[SVC_STATS][0]:
-        return 0
-    return end - stats_header
-
-
-def decode_service(
-    data: bytes, start: int, end: int
-) -> tuple[ServiceKey, ServiceConfig, tuple[int, int] | None]:
-    """A nested IPVS_CMD_ATTR_SERVICE -> key, config and the STATS64 location."""
-    a = _attrs(data, start, end)
-    family = Family(_U16.unpack_from(data, a[SVC_AF][0])[0])
-    fwmark = _u32(data, a, SVC_FWMARK)
-    if fwmark:
-        key = ServiceKey.mark(family, fwmark)
-    else:
-        proto = Protocol(_U16.unpack_from(data, a[SVC_PROTOCOL][0])[0])
-        address = _address(data, a[SVC_ADDR][0], family)
-        key = ServiceKey(family, proto, address, _BE16.unpack_from(data, a[SVC_PORT][0])[0])
-    off, size = a[SVC_SCHED_NAME]
-    scheduler = data[off : off + size].split(b"\0", 1)[0].decode()
-    bits = _FLAGS.unpack_from(data, a[SVC_FLAGS][0])[0] & ~SVC_F_HASHED
-    persistence = _u32(data, a, SVC_TIMEOUT) if bits & SVC_F_PERSISTENT else 0
-    off = a[SVC_NETMASK][0]
-    if family is Family.INET6:
-        netmask = _U32.unpack_from(data, off)[0]
-    else:
-        netmask = int.from_bytes(data[off : off + 4], "big").bit_count()
-    config = ServiceConfig(scheduler, decode_flags(scheduler, bits), persistence, netmask)
-    return key, config, a.get(SVC_STATS64)
-
-
-_FORWARDING = (*Forwarding, Forwarding.BYPASS, Forwarding.BYPASS, Forwarding.BYPASS)
-
-
-def decode_dest(
-    data: bytes, start: int, end: int, family: int, with_stats: bool
-) -> tuple[RealServer, DestState | None]:
-    a = _attrs(data, start, end)
-    where = a.get(DEST_ADDR_FAMILY)
-    if where is not None:
-        family = _U16.unpack_from(data, where[0])[0]
-    rs = RealServer(
-        _address(data, a[DEST_ADDR][0], family),
-        _BE16.unpack_from(data, a[DEST_PORT][0])[0],
-        _I32.unpack_from(data, a[DEST_WEIGHT][0])[0],
-        _FORWARDING[_u32(data, a, DEST_FWD_METHOD) & 0x7],
-        _u32(data, a, DEST_U_THRESH),
-        _u32(data, a, DEST_L_THRESH),
-    )
-    if not with_stats:
-        return rs, None
-    state = DestState(
-        _u32(data, a, DEST_ACTIVE_CONNS),
-        _u32(data, a, DEST_INACT_CONNS),
-        _u32(data, a, DEST_PERSIST_CONNS),
-        _stats64(data, a.get(DEST_STATS64)),
-    )
-    return rs, state
-
-
-_DEST_CONFIG_ATTRS = (
-    DEST_ADDR,
-    DEST_PORT,
-    DEST_FWD_METHOD,
-    DEST_WEIGHT,
-    DEST_U_THRESH,
-    DEST_L_THRESH,
-)
-
-
-def dest_shape(data: Wire, offset: int, end: int) -> tuple[int, int, int, int] | None:
-    """Where a GET_DEST reply message keeps a real server's configuration.
-
-    (message length, end of the configuration attributes, start and end of the address
-    family attribute), relative to the message. The kernel writes the configuration first,
-    then the connection counters, the family and the statistics, in the same order and sizes
-    for every real server; None when this message does not look like that."""
-    start = offset + 20  # nlmsghdr + genlmsghdr
-    alen, akind = _NLA.unpack_from(data, start)
-    if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or start + alen > end:
-        return None
-    attrs = _attrs(data, start + 4, start + alen)
-    counters = attrs.get(DEST_ACTIVE_CONNS)
-    if counters is None or any(
-        kind not in attrs or attrs[kind][0] > counters[0] for kind in _DEST_CONFIG_ATTRS
-    ):
-        return None
-    family = attrs.get(DEST_ADDR_FAMILY)
-    fam_start = family[0] - 4 - offset if family else 0
-    fam_end = family[0] + 4 - offset if family else 0
-    return end - offset, counters[0] - 4 - offset, fam_start, fam_end
-
-
-def _messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
-    """(type, flags, seq, payload start, end) for every netlink message in a datagram."""
-    out = []
-    offset = 0
-    while offset + 16 <= len(data):
-        size, kind, flags, seq, _pid = _HDR.unpack_from(data, offset)
-        if size < 16:
-            break
-        out.append((kind, flags, seq, offset + 16, offset + size))
-        offset += (size + 3) & ~3
-    return out
-
-
-def _error_text(data: Wire, flags: int, start: int, end: int) -> str:
-    code = -_I32.unpack_from(data, start)[0]
-    text = error_message(code)
-    if flags & NLM_F_ACK_TLVS:
-        inner_len = _HDR.unpack_from(data, start + 4)[0]
-        # With NETLINK_CAP_ACK the original request is echoed as its header only.
-        tlv_start = start + 4 + (16 if flags & 0x100 else inner_len)
-        attrs = _attrs(data, tlv_start, end)
-        if NLMSGERR_ATTR_MSG in attrs:
-            off, size = attrs[NLMSGERR_ATTR_MSG]
-            text += ": " + data[off : off + size].split(b"\0", 1)[0].decode(errors="replace")
-    return text
-
-
-# --- network namespaces -----------------------------------------------------------------
-T = TypeVar("T")
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def enter_netns(netns: str) -> None:
-    """Move the calling thread into network namespace ``netns`` (by ``ip netns`` name)."""
-    with open(f"/run/netns/{netns}") as handle:
-        if _libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"setns({netns}): {os.strerror(code)}")
-
-
-def in_netns(netns: str | None, fn: Callable[[], T]) -> T:
-    """Run ``fn`` in network namespace ``netns`` (by ``ip netns`` name) on a helper thread.
-
-    Sockets created there stay in that namespace after the thread ends.
-    """
-    if netns is None:
-        return fn()
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            enter_netns(netns)
-            result.append(fn())
-        except BaseException as exc:  # handed back to the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name=f"netns-{netns}")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
 # --- kernel modules ---------------------------------------------------------------------
 def _modprobe(module: str) -> str | None:
     """Load a module; None on success, else why not."""
@@ -550,8 +225,8 @@ class KernelIpvs:
 
     def _message(self, cmd: int, flags: int, seq: int, payload: bytes) -> bytes:
         return (
-            _HDR.pack(20 + len(payload), self.family, flags, seq, 0)
-            + _GENL.pack(cmd, GENL_VERSION, 0)
+            NLMSGHDR.pack(20 + len(payload), self.family, flags, seq, 0)
+            + GENLMSGHDR.pack(cmd, GENL_VERSION, 0)
             + payload
         )
 
@@ -568,13 +243,13 @@ class KernelIpvs:
         replies: list[tuple[bytes, int, int]] = []
         while True:
             data = self._recv()
-            for kind, flags, mseq, start, end in _messages(data):
+            for kind, flags, mseq, start, end in split_messages(data):
                 if mseq != seq:
                     continue
                 if kind == NLMSG_ERROR:
-                    code = -_I32.unpack_from(data, start)[0]
+                    code = -I32.unpack_from(data, start)[0]
                     if code:
-                        raise OSError(code, _error_text(data, flags, start, end))
+                        raise OSError(code, error_text(data, flags, start, end))
                     return replies
                 if kind == NLMSG_DONE:
                     return replies
@@ -587,15 +262,15 @@ class KernelIpvs:
         out: list[tuple[bytes, int, int]] = []
         while True:
             data = self._recv()
-            for kind, flags, mseq, start, end in _messages(data):
+            for kind, flags, mseq, start, end in split_messages(data):
                 if mseq != seq:
                     continue
                 if kind == NLMSG_DONE:
                     return out
                 if kind == NLMSG_ERROR:
-                    code = -_I32.unpack_from(data, start)[0]
+                    code = -I32.unpack_from(data, start)[0]
                     if code:
-                        raise OSError(code, _error_text(data, flags, start, end))
+                        raise OSError(code, error_text(data, flags, start, end))
                     return out
                 out.append((data, start + 4, end))  # skip the genl header
 
@@ -608,10 +283,10 @@ class KernelIpvs:
         if len(cache) > 100_000:
             cache.clear()
         for data, start, end in self._dump(CMD_GET_SERVICE, b""):
-            size, kind = _NLA.unpack_from(data, start)
+            size, kind = NLA.unpack_from(data, start)
             off = start + 4
             if kind & NLA_TYPE_MASK != CMD_ATTR_SERVICE:
-                off, size = _attrs(data, start, end)[CMD_ATTR_SERVICE]
+                off, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
             else:
                 size -= 4
             nested_end = off + size
@@ -619,15 +294,17 @@ class KernelIpvs:
             # STATS64, always last): unchanged configuration bytes decode to what they did.
             tail = self._service_tail
             if tail is None:
-                tail = self._service_tail = _counters_length(data, off, nested_end)
+                tail = self._service_tail = counters_length(data, off, nested_end)
             stats_at = nested_end - tail if tail else 0
-            if tail and _NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS:
+            if tail and NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS:
                 config_bytes = data[off:stats_at]
                 hit = cache.get(config_bytes)
                 if hit is None:
                     key, config, _ = decode_service(data, off, nested_end)
                     hit = cache[config_bytes] = (key, config)
-                stats64 = _attrs(data, stats_at, nested_end).get(SVC_STATS64) if stats else None
+                stats64 = (
+                    parse_attrs(data, stats_at, nested_end).get(SVC_STATS64) if stats else None
+                )
                 out.append((hit[0], hit[1], stats64, data))
                 continue
             key, config, where = decode_service(data, off, nested_end)
@@ -641,10 +318,10 @@ class KernelIpvs:
         out: list[tuple[RealServer, DestState | None]] = []
         family = key.family
         for data, start, end in self._dump(CMD_GET_DEST, request):
-            size, kind = _NLA.unpack_from(data, start)
+            size, kind = NLA.unpack_from(data, start)
             nested, nested_end = start + 4, start + size
             if kind & NLA_TYPE_MASK != CMD_ATTR_DEST:
-                nested, size = _attrs(data, start, end)[CMD_ATTR_DEST]
+                nested, size = parse_attrs(data, start, end)[CMD_ATTR_DEST]
                 nested_end = nested + size
             out.append(decode_dest(data, nested, nested_end, family, with_stats))
         return out
@@ -654,7 +331,7 @@ class KernelIpvs:
         if request is None:
             if len(self._dest_requests) > 100_000:
                 self._dest_requests.clear()
-            request = self._dest_requests[key] = _nla(CMD_ATTR_SERVICE, encode_service_key(key))
+            request = self._dest_requests[key] = pack_nla(CMD_ATTR_SERVICE, encode_service_key(key))
         return request
 
     def _dest_configs(self, key: ServiceKey) -> dict[DestKey, RealServer]:
@@ -670,7 +347,7 @@ class KernelIpvs:
         sock.send(self._message(CMD_GET_DEST, NLM_F_REQUEST | NLM_F_DUMP, seq, request))
         out: dict[DestKey, RealServer] = {}
         family, genl = key.family, self.family
-        header = _HDR.unpack_from
+        header = NLMSGHDR.unpack_from
         cache = self._dest_cache
         if len(cache) > 1_000_000:
             cache.clear()
@@ -696,20 +373,20 @@ class KernelIpvs:
                             )
                             hit = cache.get(known)
                             if hit is None:
-                                nested, alen = _attrs(data, offset + 20, end)[CMD_ATTR_DEST]
+                                nested, alen = parse_attrs(data, offset + 20, end)[CMD_ATTR_DEST]
                                 rs = decode_dest(data, nested, nested + alen, family, False)[0]
                                 hit = cache[known] = ((rs.address, rs.port), rs)
                             out[hit[0]] = hit[1]
                         else:
-                            nested, alen = _attrs(data, offset + 20, end)[CMD_ATTR_DEST]
+                            nested, alen = parse_attrs(data, offset + 20, end)[CMD_ATTR_DEST]
                             rs = decode_dest(data, nested, nested + alen, family, False)[0]
                             out[(rs.address, rs.port)] = rs
                     elif kind == NLMSG_DONE:
                         return out
                     elif kind == NLMSG_ERROR:
-                        code = -_I32.unpack_from(data, offset + 16)[0]
+                        code = -I32.unpack_from(data, offset + 16)[0]
                         if code:
-                            raise OSError(code, _error_text(data, flags, offset + 16, end))
+                            raise OSError(code, error_text(data, flags, offset + 16, end))
                         return out
                 offset += (length + 3) & ~3
 
@@ -740,12 +417,12 @@ class KernelIpvs:
                 if state is not None:
                     table.dest_state[(key, rs.key)] = state
             table.services[key] = VirtualService(key, config, dests)
-            table.service_stats[key] = _stats64(data, stats_at)
+            table.service_stats[key] = decode_stats64(data, stats_at)
         return table
 
     @_serialised
     def read_service(self, key: ServiceKey) -> VirtualService | None:
-        request = _nla(CMD_ATTR_SERVICE, encode_service_key(key))
+        request = pack_nla(CMD_ATTR_SERVICE, encode_service_key(key))
         try:
             found = self._request(CMD_GET_SERVICE, request)
         except OSError as exc:
@@ -753,7 +430,7 @@ class KernelIpvs:
                 return None
             raise
         for data, start, end in found:
-            attrs = _attrs(data, start, end)
+            attrs = parse_attrs(data, start, end)
             off, size = attrs[CMD_ATTR_SERVICE]
             got, config, _ = decode_service(data, off, off + size)
             if got == key:
@@ -802,7 +479,7 @@ class KernelIpvs:
         size_now = 0
         sends = 0
         family = self.family
-        head_pack = _HEAD.pack
+        head_pack = HEAD.pack
         last_key: ServiceKey | None = None
         nested = b""
 
@@ -813,7 +490,7 @@ class KernelIpvs:
             batch = bytearray(b"".join(parts))
             # Only the batch's last request asks for an ack; failures are always answered.
             last = len(batch) - len(parts[-1])
-            batch[last + 6 : last + 8] = _U16.pack(NLM_F_REQUEST | NLM_F_ACK)
+            batch[last + 6 : last + 8] = U16.pack(NLM_F_REQUEST | NLM_F_ACK)
             first_seq = (self._seq - len(indices) + 1) & 0xFFFFFFFF
             self._send_batch(bytes(batch), first_seq, indices, ops, errors)
             sends += 1
@@ -828,15 +505,15 @@ class KernelIpvs:
                     last_key = op.key
                     cached = key_cache.get(last_key)
                     if cached is None:
-                        cached = key_cache[last_key] = _nla(
+                        cached = key_cache[last_key] = pack_nla(
                             CMD_ATTR_SERVICE, encode_service_key(last_key)
                         )
                     nested = cached
-                layout = _dest_message(len(nested), op.kind is not OpKind.DEL_DEST)
+                layout = dest_message_layout(len(nested), op.kind is not OpKind.DEL_DEST)
                 if size_now + layout.size > BATCH_BYTES:
                     flush()
                 seq = self._seq = (self._seq + 1) & 0xFFFFFFFF
-                message = pack_dest_message(layout, family, seq, _OP_CMD[op.kind], nested, rs=rs)
+                message = pack_dest_message(layout, family, seq, OP_CMD[op.kind], nested, rs=rs)
             else:
                 cmd, payload = encode_op(op)
                 if size_now + 20 + len(payload) > BATCH_BYTES:
@@ -873,15 +550,15 @@ class KernelIpvs:
         last_seq = (first_seq + len(indices) - 1) & 0xFFFFFFFF
         while True:
             data = self._recv()
-            for kind, flags, seq, start, end in _messages(data):
+            for kind, flags, seq, start, end in split_messages(data):
                 position = (seq - first_seq) & 0xFFFFFFFF
                 if kind != NLMSG_ERROR or position >= len(indices):
                     continue
-                code = -_I32.unpack_from(data, start)[0]
+                code = -I32.unpack_from(data, start)[0]
                 if code:
                     index = indices[position]
                     errors[index] = OpError(
-                        ops[index], errno_name(code), _error_text(data, flags, start, end)
+                        ops[index], errno_name(code), error_text(data, flags, start, end)
                     )
                 if seq == last_seq:
                     return

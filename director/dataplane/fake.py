@@ -11,8 +11,7 @@ import errno as _errno
 import threading
 from collections.abc import Iterable, Sequence
 
-from director.dataplane import ApplyResult, OpError, error_message, scheduler_refusals
-from director.model import (
+from director.core.model import (
     KNOWN_SCHEDULERS,
     DestKey,
     DestState,
@@ -28,6 +27,7 @@ from director.model import (
     VirtualService,
     canonical_flags,
 )
+from director.dataplane.interface import ApplyResult, OpError, error_message, scheduler_refusals
 
 
 class FakeIpvs:

@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from director.model import canonical_address
+from director.core.model import canonical_address
 
 DEFAULT_URL = "http://127.0.0.1:9180"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from director.cluster import NodeInfo, ServiceInfo, SliceInfo
+from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
 
 ALL = "*"  # "every Service" in a dirty set
 

@@ -31,12 +31,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
-from director.controller import STATIC, Controller
-from director.dataplane import Ipvs
-from director.intents import AddDrain, Drain, Intent, RemoveDrain, SetScheduler
-from director.logs import event
-from director.metrics import IpvsExposition
-from director.model import (
+from director.adapters.metrics import IpvsExposition
+from director.core.intents import AddDrain, Drain, Intent, RemoveDrain, SetScheduler
+from director.core.model import (
     KernelTable,
     ServiceKey,
     Stats,
@@ -46,11 +43,14 @@ from director.model import (
     check_flags,
     shown,
 )
-from director.model import Protocol as IpProtocol
-from director.openapi import document
-from director.plan import build_plan
-from director.statuspage import PAGE
-from director.translate import A_OVERRIDE, PROTOCOLS, relevant
+from director.core.model import Protocol as IpProtocol
+from director.core.plan import build_plan
+from director.core.translate import A_OVERRIDE, PROTOCOLS, relevant
+from director.dataplane.interface import Ipvs
+from director.engine.loop import STATIC, Controller
+from director.logs import event
+from director.web.openapi import document
+from director.web.statuspage import PAGE
 
 MAX_BODY = 64 * 1024
 MAX_DEPTH = 16  # JSON nesting: no request of this API needs more than 3

@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from director.dataplane import Ipvs
-from director.firewall import FirewallError
-from director.model import ServiceKey
+from director.core.firewall import FirewallError
+from director.core.model import ServiceKey
+from director.dataplane.interface import Ipvs
 
 if TYPE_CHECKING:
-    from director.controller import Controller
+    from director.engine.loop import Controller
 
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
 BUCKETS = tuple(0.001 * 2**i for i in range(15))

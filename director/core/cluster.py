@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from director.model import shown, sloppy_address
+from director.core.model import shown, sloppy_address
 
 PREFIX = "lvs-director.io/"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from director.health import CheckSpec, parse_check
-from director.ipam import Pool, PoolError
-from director.model import (
+from director.core.checks import CheckSpec, parse_check
+from director.core.ipam import Pool, PoolError
+from director.core.model import (
     CONFIGURABLE_FORWARDING,
     KNOWN_SCHEDULERS,
     Family,
@@ -32,7 +32,7 @@ from director.model import (
     check_flags,
     shown,
 )
-from director.plan import Network, Ownership
+from director.core.plan import Network, Ownership
 
 DEFAULT_CLASS = "lvs-director.io/ipvs"
 MAX_WEIGHT = 65535

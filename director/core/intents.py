@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from director.model import (
+from director.core.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,

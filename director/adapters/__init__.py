@@ -1,0 +1,1 @@
+"""Adapters at the edges: Kubernetes, keepalived, the health prober, metrics, systemd."""

@@ -1,0 +1,87 @@
+"""What to check of a real server, and its up/down state machine. Pure.
+
+A check is TCP connect, or an HTTP(S) GET whose status must be expected (default 200-399).
+A real server goes down after ``fall`` failures in a row and comes back after ``rise``
+successes; it starts up (serving something beats serving nothing while the first results
+come in). ``director.adapters.prober`` runs the checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from director.core.model import shown
+
+KINDS = ("tcp", "http", "https")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    kind: str = "tcp"  # tcp | http | https
+    path: str = "/"
+    expect: tuple[int, int] = (200, 399)  # inclusive status range
+    interval: float = 2.0
+    timeout: float = 1.0
+    rise: int = 2
+    fall: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One thing to check: an address and port, with how."""
+
+    address: str
+    port: int
+    spec: CheckSpec
+
+    def describe(self) -> str:
+        where = (
+            f"[{self.address}]:{self.port}"
+            if ":" in self.address
+            else f"{self.address}:{self.port}"
+        )
+        if self.spec.kind == "tcp":
+            return f"tcp {where}"
+        return f"{self.spec.kind} {where}{self.spec.path}"
+
+
+def parse_check(text: str, base: CheckSpec) -> CheckSpec | str:
+    """``tcp``, ``http``, ``http:/healthz``, ``https:/ready`` -> a spec, or why not."""
+    kind, _, path = text.strip().partition(":")
+    if kind not in KINDS:
+        return f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path]"
+    if kind == "tcp" and path:
+        return f"{shown(text)}: a tcp check takes no path"
+    if path and (not path.startswith("/") or not all(33 <= ord(c) < 127 for c in path)):
+        return f"{shown(text)}: the path must start with / and hold no spaces (ASCII, %-encoded)"
+    return CheckSpec(kind, path or base.path, base.expect, base.interval, base.timeout,
+                     base.rise, base.fall)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Health:
+    """A target's state: ``up`` changes after ``fall`` failures / ``rise`` successes."""
+
+    up: bool = True
+    successes: int = 0
+    failures: int = 0
+    last: str = "not checked yet"
+    last_at: float = 0.0
+    last_seconds: float = 0.0
+    checks: int = 0
+
+    def observe(self, ok: bool, reason: str, spec: CheckSpec, now: float, seconds: float) -> bool:
+        """Fold one result in; True when ``up`` changed."""
+        self.last, self.last_at, self.last_seconds = reason, now, seconds
+        self.checks += 1
+        if ok:
+            self.successes, self.failures = self.successes + 1, 0
+            if not self.up and self.successes >= spec.rise:
+                self.up = True
+                return True
+        else:
+            self.failures, self.successes = self.failures + 1, 0
+            if self.up and self.failures >= spec.fall:
+                self.up = False
+                return True
+        return False

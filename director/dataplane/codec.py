@@ -1,0 +1,344 @@
+"""The IPVS generic netlink wire format (include/uapi/linux/ip_vs.h), as data. Pure.
+
+The hot paths (encoding thousands of requests, decoding dumps of 100,000 real servers) pack
+and unpack the wire format directly with ``struct``: pyroute2's per-message NLA objects cost
+20-35x the kernel's own work (see ``../shared/LAB-FACTS.md``). ``tests/test_netlink.py``
+holds this codec to pyroute2's own encoding on the host; ``director.dataplane.kernel`` sends
+and receives it.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import struct
+
+from director.core.model import (
+    SVC_F_HASHED,
+    SVC_F_PERSISTENT,
+    DestState,
+    Family,
+    Forwarding,
+    Op,
+    OpKind,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    Stats,
+    decode_flags,
+)
+from director.dataplane.interface import error_message
+
+# --- netlink ---------------------------------------------------------------------------
+NETLINK_GENERIC = 16
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
+NLM_F_ACK_TLVS = 0x200
+NLMSGERR_ATTR_MSG = 1
+SOL_NETLINK = 270
+NETLINK_CAP_ACK = 10
+NETLINK_EXT_ACK = 11
+NLA_TYPE_MASK = 0x3FFF
+
+NLMSGHDR = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
+GENLMSGHDR = struct.Struct("=BBH")  # genlmsghdr: cmd, version, reserved
+NLA = struct.Struct("=HH")
+U16 = struct.Struct("=H")
+_U32 = struct.Struct("=I")
+I32 = struct.Struct("=i")
+_U64 = struct.Struct("=Q")
+_BE16 = struct.Struct(">H")
+_FLAGS = struct.Struct("=II")
+
+# --- IPVS generic netlink (include/uapi/linux/ip_vs.h) ---------------------------------
+GENL_VERSION = 1
+CMD_NEW_SERVICE, CMD_SET_SERVICE, CMD_DEL_SERVICE, CMD_GET_SERVICE = 1, 2, 3, 4
+CMD_NEW_DEST, CMD_SET_DEST, CMD_DEL_DEST, CMD_GET_DEST = 5, 6, 7, 8
+CMD_GET_INFO = 15
+CMD_ATTR_SERVICE, CMD_ATTR_DEST = 1, 2
+SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
+SVC_SCHED_NAME, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK, SVC_STATS = 6, 7, 8, 9, 10
+SVC_PE_NAME, SVC_STATS64 = 11, 12
+DEST_ADDR, DEST_PORT, DEST_FWD_METHOD, DEST_WEIGHT, DEST_U_THRESH = 1, 2, 3, 4, 5
+DEST_L_THRESH, DEST_ACTIVE_CONNS, DEST_INACT_CONNS, DEST_PERSIST_CONNS = 6, 7, 8, 9
+DEST_STATS, DEST_ADDR_FAMILY, DEST_STATS64 = 10, 11, 12
+INFO_VERSION, INFO_CONN_TAB_SIZE = 1, 2
+
+OP_CMD = {
+    OpKind.ADD_SERVICE: CMD_NEW_SERVICE,
+    OpKind.SET_SERVICE: CMD_SET_SERVICE,
+    OpKind.DEL_SERVICE: CMD_DEL_SERVICE,
+    OpKind.ADD_DEST: CMD_NEW_DEST,
+    OpKind.SET_DEST: CMD_SET_DEST,
+    OpKind.DEL_DEST: CMD_DEL_DEST,
+}
+
+
+
+Wire = bytes | bytearray  # a datagram, or the receive buffer it is still in
+
+
+# --- encoding ---------------------------------------------------------------------------
+def pack_nla(kind: int, payload: bytes) -> bytes:
+    size = 4 + len(payload)
+    return NLA.pack(size, kind) + payload + b"\0" * (-size & 3)
+
+
+def _addr16(address: str) -> tuple[int, bytes]:
+    if ":" in address:
+        return socket.AF_INET6, socket.inet_pton(socket.AF_INET6, address)
+    return socket.AF_INET, socket.inet_pton(socket.AF_INET, address) + bytes(12)
+
+
+def _netmask(family: Family, prefix: int) -> bytes:
+    if family is Family.INET6:
+        return _U32.pack(prefix)
+    return ((0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+def encode_service_key(key: ServiceKey) -> bytes:
+    """The attributes that identify a service (nested in IPVS_CMD_ATTR_SERVICE)."""
+    out = pack_nla(SVC_AF, U16.pack(key.family))
+    if key.fwmark:
+        return out + pack_nla(SVC_FWMARK, _U32.pack(key.fwmark))
+    assert key.protocol is not None
+    _, packed = _addr16(key.address)
+    return (
+        out
+        + pack_nla(SVC_PROTOCOL, U16.pack(key.protocol))
+        + pack_nla(SVC_ADDR, packed)
+        + pack_nla(SVC_PORT, _BE16.pack(key.port))
+    )
+
+
+def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
+    return (
+        pack_nla(SVC_SCHED_NAME, config.scheduler.encode() + b"\0")
+        + pack_nla(SVC_FLAGS, _FLAGS.pack(config.flag_bits(), 0xFFFFFFFF))
+        + pack_nla(SVC_TIMEOUT, _U32.pack(config.persistence))
+        + pack_nla(SVC_NETMASK, _netmask(key.family, config.netmask))
+    )
+
+
+# A real server's attributes, nested in IPVS_CMD_ATTR_DEST: address (16), port (network
+# order, padded), address family, and for add/set the four u32 settings.
+_DEST_KEY_FMT = "HHHH16sHHH2xHHH2x"
+_DEST_FULL_FMT = _DEST_KEY_FMT + "HHIHHIHHIHHI"
+_DEST_KEY_LEN = struct.calcsize("=" + _DEST_KEY_FMT)
+_DEST_FULL_LEN = struct.calcsize("=" + _DEST_FULL_FMT)
+HEAD = struct.Struct("=IHHIIBBH")  # nlmsghdr + genlmsghdr
+
+
+@functools.lru_cache(maxsize=64)
+def dest_message_layout(nested_len: int, full: bool) -> struct.Struct:
+    """A whole real-server request (headers, service key, dest attributes) as one struct."""
+    return struct.Struct(f"=IHHIIBBH{nested_len}s{_DEST_FULL_FMT if full else _DEST_KEY_FMT}")
+
+
+def pack_dest_message(
+    layout: struct.Struct, family: int, seq: int, cmd: int, nested: bytes, *, rs: RealServer
+) -> bytes:
+    """One real-server request, packed in one call (the hot path of a full sync).
+
+    The port goes in as ``socket.htons(port)`` in a native u16, which is network order."""
+    address = rs.address
+    af = socket.AF_INET6 if ":" in address else socket.AF_INET
+    if cmd == CMD_DEL_DEST:
+        return layout.pack(
+            layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
+            _DEST_KEY_LEN, CMD_ATTR_DEST,
+            20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
+            6, DEST_ADDR_FAMILY, af,
+        )  # fmt: skip
+    return layout.pack(
+        layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
+        _DEST_FULL_LEN, CMD_ATTR_DEST,
+        20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
+        6, DEST_ADDR_FAMILY, af, 8, DEST_FWD_METHOD, rs.forwarding,
+        8, DEST_WEIGHT, rs.weight, 8, DEST_U_THRESH, rs.upper_threshold,
+        8, DEST_L_THRESH, rs.lower_threshold,
+    )  # fmt: skip
+
+
+def encode_dest(rs: RealServer, full: bool) -> bytes:
+    """IPVS_CMD_ATTR_DEST with its nested attributes."""
+    cmd = CMD_NEW_DEST if full else CMD_DEL_DEST
+    return pack_dest_message(dest_message_layout(0, full), 0, 0, cmd, b"", rs=rs)[HEAD.size :]
+
+
+def encode_op(op: Op) -> tuple[int, bytes]:
+    """(command, genl payload) for one operation."""
+    key_attrs = encode_service_key(op.key)
+    if op.dest is None:
+        if op.config is not None and op.kind is not OpKind.DEL_SERVICE:
+            key_attrs += encode_service_config(op.key, op.config)
+        return OP_CMD[op.kind], pack_nla(CMD_ATTR_SERVICE, key_attrs)
+    full = op.kind is not OpKind.DEL_DEST
+    return OP_CMD[op.kind], pack_nla(CMD_ATTR_SERVICE, key_attrs) + encode_dest(op.dest, full)
+
+
+# --- decoding ---------------------------------------------------------------------------
+def parse_attrs(data: Wire, start: int, end: int) -> dict[int, tuple[int, int]]:
+    """type -> (payload offset, payload length) for the attributes in data[start:end]."""
+    out: dict[int, tuple[int, int]] = {}
+    unpack = NLA.unpack_from
+    while start + 4 <= end:
+        size, kind = unpack(data, start)
+        if size < 4:
+            break
+        out[kind & NLA_TYPE_MASK] = (start + 4, size - 4)
+        start += (size + 3) & ~3
+    return out
+
+
+def _u32(data: bytes, attrs: dict[int, tuple[int, int]], kind: int) -> int:
+    where = attrs.get(kind)
+    return _U32.unpack_from(data, where[0])[0] if where else 0
+
+
+def decode_stats64(data: bytes, where: tuple[int, int] | None) -> Stats:
+    if where is None:
+        return Stats()
+    attrs = parse_attrs(data, where[0], where[0] + where[1])
+    values = [
+        _U64.unpack_from(data, attrs[i][0])[0] if i in attrs and attrs[i][1] >= 8 else 0
+        for i in range(1, 11)
+    ]
+    return Stats(*values)
+
+
+def _address(data: bytes, offset: int, family: int) -> str:
+    if family == socket.AF_INET6:
+        return socket.inet_ntop(socket.AF_INET6, data[offset : offset + 16])
+    return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
+
+
+def counters_length(data: Wire, start: int, end: int) -> int:
+    """Bytes taken by the trailing STATS and STATS64 attributes of a service (0: not last)."""
+    attrs = parse_attrs(data, start, end)
+    if SVC_STATS not in attrs or SVC_STATS64 not in attrs:
+        return 0
+    stats_header = attrs[SVC_STATS][0] - 4
+    stats64_end = attrs[SVC_STATS64][0] + attrs[SVC_STATS64][1]
+    if (stats64_end + 3) & ~3 != end or attrs[SVC_STATS64][0] < attrs[SVC_STATS][0]:
+        return 0
+    return end - stats_header
+
+
+def decode_service(
+    data: bytes, start: int, end: int
+) -> tuple[ServiceKey, ServiceConfig, tuple[int, int] | None]:
+    """A nested IPVS_CMD_ATTR_SERVICE -> key, config and the STATS64 location."""
+    a = parse_attrs(data, start, end)
+    family = Family(U16.unpack_from(data, a[SVC_AF][0])[0])
+    fwmark = _u32(data, a, SVC_FWMARK)
+    if fwmark:
+        key = ServiceKey.mark(family, fwmark)
+    else:
+        proto = Protocol(U16.unpack_from(data, a[SVC_PROTOCOL][0])[0])
+        address = _address(data, a[SVC_ADDR][0], family)
+        key = ServiceKey(family, proto, address, _BE16.unpack_from(data, a[SVC_PORT][0])[0])
+    off, size = a[SVC_SCHED_NAME]
+    scheduler = data[off : off + size].split(b"\0", 1)[0].decode()
+    bits = _FLAGS.unpack_from(data, a[SVC_FLAGS][0])[0] & ~SVC_F_HASHED
+    persistence = _u32(data, a, SVC_TIMEOUT) if bits & SVC_F_PERSISTENT else 0
+    off = a[SVC_NETMASK][0]
+    if family is Family.INET6:
+        netmask = _U32.unpack_from(data, off)[0]
+    else:
+        netmask = int.from_bytes(data[off : off + 4], "big").bit_count()
+    config = ServiceConfig(scheduler, decode_flags(scheduler, bits), persistence, netmask)
+    return key, config, a.get(SVC_STATS64)
+
+
+_FORWARDING = (*Forwarding, Forwarding.BYPASS, Forwarding.BYPASS, Forwarding.BYPASS)
+
+
+def decode_dest(
+    data: bytes, start: int, end: int, family: int, with_stats: bool
+) -> tuple[RealServer, DestState | None]:
+    a = parse_attrs(data, start, end)
+    where = a.get(DEST_ADDR_FAMILY)
+    if where is not None:
+        family = U16.unpack_from(data, where[0])[0]
+    rs = RealServer(
+        _address(data, a[DEST_ADDR][0], family),
+        _BE16.unpack_from(data, a[DEST_PORT][0])[0],
+        I32.unpack_from(data, a[DEST_WEIGHT][0])[0],
+        _FORWARDING[_u32(data, a, DEST_FWD_METHOD) & 0x7],
+        _u32(data, a, DEST_U_THRESH),
+        _u32(data, a, DEST_L_THRESH),
+    )
+    if not with_stats:
+        return rs, None
+    state = DestState(
+        _u32(data, a, DEST_ACTIVE_CONNS),
+        _u32(data, a, DEST_INACT_CONNS),
+        _u32(data, a, DEST_PERSIST_CONNS),
+        decode_stats64(data, a.get(DEST_STATS64)),
+    )
+    return rs, state
+
+
+_DEST_CONFIG_ATTRS = (
+    DEST_ADDR,
+    DEST_PORT,
+    DEST_FWD_METHOD,
+    DEST_WEIGHT,
+    DEST_U_THRESH,
+    DEST_L_THRESH,
+)
+
+
+def dest_shape(data: Wire, offset: int, end: int) -> tuple[int, int, int, int] | None:
+    """Where a GET_DEST reply message keeps a real server's configuration.
+
+    (message length, end of the configuration attributes, start and end of the address
+    family attribute), relative to the message. The kernel writes the configuration first,
+    then the connection counters, the family and the statistics, in the same order and sizes
+    for every real server; None when this message does not look like that."""
+    start = offset + 20  # nlmsghdr + genlmsghdr
+    alen, akind = NLA.unpack_from(data, start)
+    if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or start + alen > end:
+        return None
+    attrs = parse_attrs(data, start + 4, start + alen)
+    counters = attrs.get(DEST_ACTIVE_CONNS)
+    if counters is None or any(
+        kind not in attrs or attrs[kind][0] > counters[0] for kind in _DEST_CONFIG_ATTRS
+    ):
+        return None
+    family = attrs.get(DEST_ADDR_FAMILY)
+    fam_start = family[0] - 4 - offset if family else 0
+    fam_end = family[0] + 4 - offset if family else 0
+    return end - offset, counters[0] - 4 - offset, fam_start, fam_end
+
+
+def split_messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
+    """(type, flags, seq, payload start, end) for every netlink message in a datagram."""
+    out = []
+    offset = 0
+    while offset + 16 <= len(data):
+        size, kind, flags, seq, _pid = NLMSGHDR.unpack_from(data, offset)
+        if size < 16:
+            break
+        out.append((kind, flags, seq, offset + 16, offset + size))
+        offset += (size + 3) & ~3
+    return out
+
+
+def error_text(data: Wire, flags: int, start: int, end: int) -> str:
+    code = -I32.unpack_from(data, start)[0]
+    text = error_message(code)
+    if flags & NLM_F_ACK_TLVS:
+        inner_len = NLMSGHDR.unpack_from(data, start + 4)[0]
+        # With NETLINK_CAP_ACK the original request is echoed as its header only.
+        tlv_start = start + 4 + (16 if flags & 0x100 else inner_len)
+        attrs = parse_attrs(data, tlv_start, end)
+        if NLMSGERR_ATTR_MSG in attrs:
+            off, size = attrs[NLMSGERR_ATTR_MSG]
+            text += ": " + data[off : off + size].split(b"\0", 1)[0].decode(errors="replace")
+    return text

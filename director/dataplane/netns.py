@@ -1,0 +1,46 @@
+"""Network namespaces by ``ip netns`` name: run code, and open sockets, inside one."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def enter_netns(netns: str) -> None:
+    """Move the calling thread into network namespace ``netns`` (by ``ip netns`` name)."""
+    with open(f"/run/netns/{netns}") as handle:
+        if _libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns({netns}): {os.strerror(code)}")
+
+
+def in_netns(netns: str | None, fn: Callable[[], T]) -> T:
+    """Run ``fn`` in network namespace ``netns`` (by ``ip netns`` name) on a helper thread.
+
+    Sockets created there stay in that namespace after the thread ends.
+    """
+    if netns is None:
+        return fn()
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            enter_netns(netns)
+            result.append(fn())
+        except BaseException as exc:  # handed back to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"netns-{netns}")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]

@@ -1,0 +1,1 @@
+"""The one definition of each external shape: the configuration file."""

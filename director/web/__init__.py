@@ -1,0 +1,1 @@
+"""The admin API (Flask), its OpenAPI document and the status page."""
