@@ -36,6 +36,7 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(PY) -m ruff check director lab tests
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 unit: venv
 	$(PY) -m pytest -m "not kernel and not role and not boot" tests
