@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,9 +18,7 @@ from prometheus_client.registry import Collector
 from director.core.firewall import FirewallError
 from director.core.model import ServiceKey
 from director.dataplane.interface import Ipvs
-
-if TYPE_CHECKING:
-    from director.engine.loop import Controller
+from director.engine.ports import LoopPort
 
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
 BUCKETS = tuple(0.001 * 2**i for i in range(15))
@@ -78,6 +75,9 @@ class Recorder:
             registry=registry,
         )
 
+    def observe_sync(self, kind: str, seconds: float) -> None:
+        self.sync.labels(kind).observe(seconds)
+
     def observe_programming(self, trigger: str, now: dt.datetime) -> None:
         try:
             when = dt.datetime.fromisoformat(trigger.replace("Z", "+00:00"))
@@ -124,21 +124,20 @@ class IpvsExposition:
     library took ~8 s a scrape to format them, this takes a fraction, because each series'
     label text is built once and kept while its service, origin and real server stay."""
 
-    def __init__(self, controller: Controller, reader: Ipvs | None = None) -> None:
-        self.controller = controller
-        self.reader = reader or controller.ipvs  # its own socket: scrapes never block writes
+    def __init__(self, loop: LoopPort, reader: Ipvs | None = None) -> None:
+        self.loop = loop
+        self.reader = reader or loop.ipvs  # its own socket: scrapes never block writes
         self._labels: dict[tuple[object, ...], str] = {}
 
     def render(self) -> bytes:
-        c = self.controller
         table = self.reader.read(stats=True)
-        with c.lock:
-            origins = {key: vs.origin for key, vs in c.desired.items()}
-            checked = {
-                (key, dkey): not c.unhealthy(key, dkey)
-                for key, dests in c.checks.items()
-                for dkey in dests
-            }
+        view = self.loop.view
+        origins = {key: vs.origin for key, vs in view.desired.items()}
+        checked = {
+            (key, dkey): not view.unhealthy_dest(key, dkey)
+            for key, dests in view.checks.items()
+            for dkey in dests
+        }
         cache = self._labels
         labels: dict[tuple[object, ...], str] = {}
         services: list[tuple[str, object]] = []
@@ -183,25 +182,21 @@ class IpvsExposition:
 class DirectorCollector(Collector):
     """The director's own figures (the kernel's counters are ``IpvsExposition``'s)."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, loop: LoopPort) -> None:
+        self.loop = loop
 
     def collect(self) -> Iterator[Metric]:
-        c = self.controller
-        with c.lock:
-            origins = {key: vs.origin for key, vs in c.desired.items()}
-            health = c.health
-            connected = health.kubernetes_connected
-            pools = [
-                (pool.name, pool.size(), c.allocator.in_use_in(pool)) for pool in c.settings.pools
-            ]
-            leader, failed, last_sync = c.leader, health.failed_ops, health.last_sync
-            loop_errors, firewall_errors = health.loop_errors, health.firewall_errors
-            refused = dict(health.refused)
-            filtered = set(c.enforced)
-            firewall = c.firewall
-            vrrp = c.vrrp_state
-            all_down = len(c.all_down)
+        view = self.loop.view
+        health = view.status
+        connected = health.kubernetes_connected
+        pools = [(pool.name, pool.size, pool.in_use) for pool in view.pools]
+        leader, failed, last_sync = view.leader, health.failed_ops, health.last_sync
+        loop_errors, firewall_errors = health.loop_errors, health.firewall_errors
+        refused = health.refused
+        filtered = view.filtered
+        firewall = self.loop.firewall
+        vrrp = view.vrrp_state
+        all_down = view.all_down
         yield GaugeMetricFamily(
             "director_services_all_backends_down",
             "Virtual services whose every real server fails its checks (kept, not emptied).",
@@ -251,7 +246,8 @@ class DirectorCollector(Collector):
             except FirewallError:  # nft failing: logged where it is applied; no figures
                 counts = {}
             for key, packets in counts.items():
-                dropped.add_metric(service_labels(key, origins.get(key, "")), packets)
+                origin = view.desired[key].origin if key in view.desired else ""
+                dropped.add_metric(service_labels(key, origin), packets)
         yield dropped
         if last_sync is not None:
             yield GaugeMetricFamily(

@@ -15,18 +15,15 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import ipaddress
-import json
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any
 
-from director.adapters.metrics import Recorder
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
 from director.core.firewall import Firewall, FirewallError
@@ -45,124 +42,29 @@ from director.core.translate import (
     wants_address,
 )
 from director.dataplane.interface import Ipvs
+from director.engine.events import (
+    Event,
+    IntentPosted,
+    LeaderChanged,
+    Listed,
+    ObjectChanged,
+    Reply,
+    TargetChecked,
+    VrrpChanged,
+    WatchState,
+    from_watch,
+)
+from director.engine.outbox import Outbox
+from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.reconcile import Reconciler, SyncReport
+from director.engine.state_file import write_state
+from director.engine.view import STATIC, LoopStatus, LoopView, PoolUse
 from director.logs import event
 from director.schema.config import KubeSettings, Settings
 
 log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")
-STATIC = "static"  # the owner of the configuration's own services
 COMPONENT = "lvs-director"
-
-
-class ClusterWriter(Protocol):
-    """What the controller writes to the cluster (director.kube.KubeWriter)."""
-
-    def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None: ...
-
-    def event(
-        self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
-    ) -> None: ...
-
-
-@dataclass
-class Health:
-    """What ``director status``, /readyz and the metrics report."""
-
-    synced: bool = False  # the first full sync is applied
-    leader: bool = False
-    connected: dict[str, bool] = field(default_factory=dict)
-    disconnected_since: float | None = None
-    last_error: str | None = None
-    last_sync: float | None = None  # wall clock of the last full sync
-    last_sync_seconds: float = 0.0
-    syncs: int = 0
-    failed_ops: int = 0
-    loop_errors: int = 0  # unexpected exceptions in a step, survived
-    refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
-    firewall_errors: int = 0  # source-range rulesets nft refused
-
-    @property
-    def kubernetes_connected(self) -> bool:
-        return bool(self.connected) and all(self.connected.values())
-
-
-class Reply:
-    """The loop's answer to one admin-API intent: stored (and programmed), or refused with
-    an HTTP status and why. The API thread waits for it; the loop resolves it once."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self.status = 0
-        self.detail = ""
-
-    def resolve(self, status: int, detail: str = "") -> None:
-        if not self._done.is_set():
-            self.status, self.detail = status, detail
-            self._done.set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._done.wait(timeout)
-
-    @property
-    def ok(self) -> bool:
-        return self._done.is_set() and self.status < 300
-
-
-class Outbox:
-    """Cluster writes on their own thread, so the loop never waits on the API server.
-
-    The latest write per target wins; a failed one is retried with backoff.
-    """
-
-    def __init__(self, writer: ClusterWriter) -> None:
-        self.writer = writer
-        self._pending: dict[tuple[str, ...], Callable[[], None]] = {}
-        self._cv = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="cluster-writer", daemon=True)
-        self._thread.start()
-
-    def put(self, target: tuple[str, ...], write: Callable[[], None]) -> None:
-        with self._cv:
-            self._pending[target] = write
-            self._cv.notify()
-
-    def close(self) -> None:
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
-
-    def idle(self) -> bool:
-        with self._cv:
-            return not self._pending
-
-    def _run(self) -> None:
-        delay = 0.5
-        while True:
-            with self._cv:
-                while not self._pending and not self._stop:
-                    self._cv.wait()
-                if self._stop:
-                    return
-                target, write = next(iter(self._pending.items()))
-            try:
-                write()
-            except Exception as exc:  # the API may be down: retried, unless it is gone
-                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                if getattr(exc, "status", None) in (404, 410):  # the Service was deleted
-                    event(log, "kube.write_dropped", target="/".join(target), reason=reason)
-                else:
-                    event(log, "kube.write_failed", level=logging.WARNING,
-                          target="/".join(target), reason=reason,
-                          retry_in=f"{delay:.1f}s")  # fmt: skip
-                    time.sleep(delay)
-                    delay = min(delay * 2, 30.0)
-                    continue
-            delay = 0.5
-            with self._cv:
-                if self._pending.get(target) is write:
-                    del self._pending[target]
 
 
 class Controller:
@@ -177,7 +79,7 @@ class Controller:
         clock: Callable[[], float] = time.monotonic,
         observer: Callable[[str, SyncReport], None] | None = None,
         intents_file: Path | None = None,
-        recorder: Recorder | None = None,
+        recorder: LoopMetrics | None = None,
         firewall: Firewall | None = None,
     ) -> None:
         # Without a kubernetes section the loop serves the static services (and the API).
@@ -212,11 +114,11 @@ class Controller:
         self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
         self.allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.snapshot = Snapshot()
-        self.health = Health()
-        self.queue: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.health = LoopStatus()
+        self.queue: queue.Queue[Event] = queue.Queue()
         self.outbox = Outbox(writer) if writer is not None and not dry_run else None
         self.desired: Table = {}  # static services too
-        self.produced: dict[str, set[ServiceKey]] = {}
+        self.produced: dict[str, frozenset[ServiceKey]] = {}
         self.owner: dict[ServiceKey, str] = {k: STATIC for k in settings.services}
         self.options: dict[str, Options] = {}
         self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
@@ -255,20 +157,28 @@ class Controller:
         self._next_filter_retry = 0.0
         self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
         self._node_problems: dict[str, tuple[str, ...]] = {}
+        # The read model: published after each step that may have changed something.
+        self.view = LoopView()
+        self._publish = True
+        self._synced = False  # the first sync is applied: shown once the view says so
 
     # -- input -----------------------------------------------------------------------
+    def post(self, event: Event) -> None:
+        """Hand the loop an event (from any thread)."""
+        self.queue.put(event)
+
     def submit(self, resource: str, kind: str, payload: Any) -> None:
-        """Watchers and the elector call this from their threads."""
-        self.queue.put((resource, kind, payload))
+        """Watchers call this from their threads with ``(resource, kind, payload)``."""
+        self.queue.put(from_watch(resource, kind, payload))
 
     def set_leader(self, leader: bool) -> None:
-        self.submit("lease", "LEADER" if leader else "FOLLOWER", None)
+        self.queue.put(LeaderChanged(leader))
 
     def submit_intent(self, intent: Intent, timeout: float = 10.0) -> Reply:
         """Hand an admin-API intent to the loop and wait until it is stored and applied (or
         refused). An unresolved reply after ``timeout`` means the loop did not get to it."""
         reply = Reply()
-        self.queue.put(("api", "INTENT", (intent, reply)))
+        self.queue.put(IntentPosted(intent, reply))
         reply.wait(timeout)
         return reply
 
@@ -285,7 +195,7 @@ class Controller:
         and the loop goes on (after a short pause when it keeps failing)."""
         if self._failures:
             time.sleep(min(0.1 * 2**self._failures, 5.0))
-        batch = []
+        batch: list[Event] = []
         try:
             batch.append(self.queue.get(timeout=wait))
             while True:
@@ -301,6 +211,10 @@ class Controller:
                 self._failures = min(self._failures + 1, 6)
                 self.loop_error("step", exc)
             finally:
+                if batch or self._publish:
+                    self._publish_view()
+                    # Ready only once the view says so: /readyz never lags the flag.
+                    self.health.synced = self._synced
                 for reply in replies:  # stored: the change is in force as far as it could be
                     reply.resolve(200)
                 self.last_step = time.monotonic()
@@ -308,6 +222,7 @@ class Controller:
             self.on_step()
 
     def loop_error(self, where: str, exc: BaseException) -> None:
+        self._publish = True
         self.health.loop_errors += 1
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         self.health.last_error = f"{where}: {reason}"
@@ -322,26 +237,27 @@ class Controller:
             self.loop_error(where, exc)
             return False
 
-    def _step(self, batch: list[tuple[str, str, Any]], replies: list[Reply]) -> None:
+    def _step(self, batch: list[Event], replies: list[Reply]) -> None:
         dirty: set[str] = set()
-        intents: list[tuple[Intent, Reply]] = []
-        for resource, kind, payload in batch:
-            if resource == "api":
-                intents.append(payload)
+        intents: list[IntentPosted] = []
+        for ev in batch:
+            if isinstance(ev, IntentPosted):
+                intents.append(ev)
                 continue
             try:
-                dirty |= self._absorb(resource, kind, payload)
+                dirty |= self._absorb(ev)
             except Exception as exc:  # one event, not the batch
-                self.loop_error(f"absorb {resource}", exc)
+                self.loop_error(f"absorb {type(ev).__name__}", exc)
         if intents:
             dirty |= self._take_intents(intents, replies)
         now = self.clock()
-        if not self.health.synced:
+        if not self._synced:
             if self.required <= self.snapshot.listed:
                 self._first_sync()
             return
         if self.draining and now >= self._next_drain_check:
             self._next_drain_check = now + 1.0
+            self._publish = True
             dirty |= {self.owner.get(key, "") for key in self.draining} - {""}
         if self.held_back and now >= self._next_filter_retry:
             dirty |= set(self.held_back.values()) - {""}  # recomputed, filtered, programmed
@@ -351,6 +267,7 @@ class Controller:
             self._sync(dirty)
         if now >= self._next_resync:
             self.full_resync()
+            self._publish = True
         self._write_state()
         self._announce_vips()
 
@@ -363,44 +280,52 @@ class Controller:
             self._vips = vips
             self.on_vips(vips)
 
-    def _absorb(self, resource: str, kind: str, payload: Any) -> set[str]:
-        if resource == "health":
-            if kind == "DOWN":
-                self.down.add(payload)
-            else:
-                self.down.discard(payload)
-            return {self.owner.get(key, "") for key in self.target_users.get(payload, ())} - {""}
-        if resource == "vrrp":
-            if kind != self.vrrp_state:
-                event(log, "vrrp.role", state=kind, previous=self.vrrp_state or "-")
-            self.vrrp_state = kind
+    def _absorb(self, ev: Event) -> set[str]:
+        """Fold one event into the loop's state; return the Services it touches."""
+        match ev:
+            case TargetChecked(target, up):
+                (self.down.discard if up else self.down.add)(target)
+                return {self.owner.get(key, "") for key in self.target_users.get(target, ())} - {
+                    ""
+                }
+            case VrrpChanged(state):
+                if state != self.vrrp_state:
+                    event(log, "vrrp.role", state=state, previous=self.vrrp_state or "-")
+                self.vrrp_state = state
+            case LeaderChanged(leader):
+                return self._lead(leader)
+            case WatchState(resource, connected, reason):
+                self._watch_state(resource, connected, reason)
+            case Listed(resource, objs):
+                if resource == "nodes":
+                    self._check_nodes(objs, False)
+                return self.snapshot.replace(resource, objs)
+            case ObjectChanged(resource, kind, obj):
+                if resource == "nodes":
+                    self._check_nodes([obj], kind == "DELETED")
+                return self.snapshot.apply(kind, obj)
+        return set()
+
+    def _lead(self, leader: bool) -> set[str]:
+        if leader == self.leader or self.dry_run:
             return set()
-        if resource == "lease":
-            leader = kind == "LEADER"
-            if leader != self.leader and not self.dry_run:
-                self.leader = self.health.leader = leader
-                event(log, "lease.changed", leader=leader, identity=self.kube.identity)
-                unsent, self.unsent = self.unsent, {}
-                for ref, topics in unsent.items() if leader else ():
-                    for topic, (svc, severity, reason, message) in topics.items():
-                        if self.reported.get(ref, {}).get(topic) == message:  # still true
-                            self._send_event(svc, severity, reason, message)
-                return {ALL}
-            return set()
-        if kind in ("CONNECTED", "DISCONNECTED"):
-            self.health.connected[resource] = kind == "CONNECTED"
-            if kind == "DISCONNECTED":
-                self.health.last_error = f"{resource}: {payload}"
-                if self.health.disconnected_since is None:
-                    self.health.disconnected_since = time.time()
-            elif self.health.kubernetes_connected:
-                self.health.disconnected_since = None
-            return set()
-        if resource == "nodes":
-            self._check_nodes(payload if kind == "RELIST" else [payload], kind == "DELETED")
-        if kind == "RELIST":
-            return self.snapshot.replace(resource, payload)
-        return self.snapshot.apply(kind, payload)
+        self.leader = self.health.leader = leader
+        event(log, "lease.changed", leader=leader, identity=self.kube.identity)
+        unsent, self.unsent = self.unsent, {}
+        for ref, topics in unsent.items() if leader else ():
+            for topic, (svc, severity, reason, message) in topics.items():
+                if self.reported.get(ref, {}).get(topic) == message:  # still true
+                    self._send_event(svc, severity, reason, message)
+        return {ALL}
+
+    def _watch_state(self, resource: str, connected: bool, reason: str) -> None:
+        self.health.connected[resource] = connected
+        if not connected:
+            self.health.last_error = f"{resource}: {reason}"
+            if self.health.disconnected_since is None:
+                self.health.disconnected_since = time.time()
+        elif self.health.kubernetes_connected:
+            self.health.disconnected_since = None
 
     def _check_nodes(self, nodes: Iterable[Any], deleted: bool) -> None:
         """Nodes with fields refused (a sloppy InternalIP): logged and counted once each."""
@@ -648,6 +573,7 @@ class Controller:
         return not self.dry_run and self.firewall is not None and self.firewall.in_use()
 
     def _apply_filter(self, wanted: dict[ServiceKey, tuple[str, ...]]) -> None:
+        self._publish = True
         if self.dry_run:
             event(log, "firewall.would_apply", services=len(wanted))
         else:
@@ -677,10 +603,9 @@ class Controller:
             self._guarded(f"service {ref}", self._adopt, ref)
         for key in self._enforce():
             self._hold_back(key, self.desired.pop(key, None), self.owner.pop(key, ""))
-            for keys in self.produced.values():
-                keys.discard(key)
+            self.produced = {ref: keys - {key} for ref, keys in self.produced.items()}
         self.full_resync(reread=False)
-        self.health.synced = True
+        self._synced = True
         self._keys_changed = True
         self._announce_vips()
         # The snapshot and tables are long-lived: keep the collector from walking them on
@@ -697,7 +622,7 @@ class Controller:
         for key, vs in self._compute(ref).items():
             self.desired[key] = vs
             self.owner[key] = ref
-            self.produced.setdefault(ref, set()).add(key)
+            self.produced[ref] = self.produced.get(ref, frozenset()) | {key}
 
     def _hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """A restricted virtual service whose filter is not in force: not programmed (and
@@ -712,7 +637,7 @@ class Controller:
         started = time.perf_counter()
         report = self.reconciler.full_sync(self.desired, reread=reread)
         if self.recorder is not None:
-            self.recorder.sync.labels("full").observe(report.seconds)
+            self.recorder.observe_sync("full", report.seconds)
         self._after(report, "full-resync")
         self.health.last_sync = time.time()
         self.health.last_sync_seconds = time.perf_counter() - started
@@ -725,6 +650,7 @@ class Controller:
             )
 
     def _sync(self, dirty: set[str]) -> None:
+        self._publish = True
         refs = set(self.snapshot.services) | set(self.produced) if ALL in dirty else dirty
         if STATIC in refs or ALL in dirty:
             for key, vs in self._static().items():
@@ -815,13 +741,14 @@ class Controller:
         return VirtualService(key, vs.config, dests, vs.origin)
 
     # -- API intents (validated by the API, applied here on the loop's thread) ----------
-    def _take_intents(self, items: list[tuple[Intent, Reply]], replies: list[Reply]) -> set[str]:
+    def _take_intents(self, items: list[IntentPosted], replies: list[Reply]) -> set[str]:
         """Apply a burst of intents to a copy, store it once, then make it current. A change
         that cannot be stored is answered as such and changes nothing."""
         new = self.intents.copy()
         accepted: list[Reply] = []
         dirty: set[str] = set()
-        for intent, reply in items:
+        for posted in items:
+            intent, reply = posted.intent, posted.reply
             try:
                 new.change(intent)
             except IntentRefused as exc:
@@ -862,7 +789,7 @@ class Controller:
         for key in blocked & fresh.keys():
             self._hold_back(key, None if key in before_held else fresh[key], ref)
             del fresh[key]
-        before = self.produced.get(ref, set())
+        before = self.produced.get(ref, frozenset())
         for key in before - fresh.keys():
             self.desired.pop(key, None)
             self.owner.pop(key, None)
@@ -877,13 +804,13 @@ class Controller:
         if fresh.keys() != before:
             self._keys_changed = True
         if fresh:
-            self.produced[ref] = set(fresh)
+            self.produced[ref] = frozenset(fresh)
         else:
             self.produced.pop(ref, None)
         self._state_dirty = True
         if self.recorder is not None:
             elapsed = seconds + time.perf_counter() - started
-            self.recorder.sync.labels("service").observe(elapsed)
+            self.recorder.observe_sync("service", elapsed)
             self._observe_programming(ref)
 
     def _observe_programming(self, ref: str) -> None:
@@ -903,6 +830,37 @@ class Controller:
         if self.observer is not None and (report.plan.ops or report.plan.refused):
             self.observer(ref, report)
 
+    # -- the read model ----------------------------------------------------------------
+    def _publish_view(self) -> None:
+        """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock)."""
+        self._publish = False
+        unhealthy = {}
+        if self.down:
+            for key, dests in self.checks.items():
+                sick = frozenset(d for d in dests if self.unhealthy(key, d))
+                if sick:
+                    unhealthy[key] = sick
+        self.view = LoopView(
+            version=self.view.version + 1,
+            status=self.health.copy(synced=self._synced),
+            desired=MappingProxyType(dict(self.desired)),
+            owner=MappingProxyType(dict(self.owner)),
+            options=MappingProxyType(dict(self.options)),
+            produced=MappingProxyType(dict(self.produced)),
+            services=MappingProxyType(dict(self.snapshot.services)),
+            draining=MappingProxyType({k: frozenset(v) for k, v in self.draining.items()}),
+            checks=MappingProxyType(dict(self.checks)),
+            unhealthy=MappingProxyType(unhealthy),
+            intents=self.intents,
+            leader=self.leader,
+            vrrp_state=self.vrrp_state,
+            pools=tuple(
+                PoolUse(p.name, p.size(), self.allocator.in_use_in(p)) for p in self.settings.pools
+            ),
+            all_down=len(self.all_down),
+            filtered=frozenset(self.enforced),
+        )
+
     # -- shadow mode -----------------------------------------------------------------
     def _write_state(self) -> None:
         if self.state_file is None or not self._state_dirty:
@@ -912,39 +870,6 @@ class Controller:
 
     def addresses_by_service(self) -> dict[str, list[str]]:
         return {ref: [str(a) for a in self.allocator.held(ref)] for ref in sorted(self.produced)}
-
-
-def table_json(table: Table) -> list[dict[str, Any]]:
-    out = []
-    for key in sorted(table, key=str):
-        vs = table[key]
-        out.append(
-            {
-                "service": str(key),
-                "origin": vs.origin,
-                "scheduler": vs.config.scheduler,
-                "flags": sorted(vs.config.flags),
-                "persistence": vs.config.persistence,
-                "real_servers": [
-                    {
-                        "address": rs.address,
-                        "port": rs.port,
-                        "weight": rs.weight,
-                        "forwarding": rs.forwarding.label,
-                    }
-                    for rs in vs.real_servers.values()
-                ],
-            }
-        )
-    return out
-
-
-def write_state(path: Path, table: Table, addresses: dict[str, list[str]]) -> None:
-    """The desired table as JSON, replaced atomically (readers never see half a file)."""
-    body = {"generated": time.time(), "addresses": addresses, "services": table_json(table)}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(body, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def reserved_addresses(settings: Settings) -> dict[Address, str]:

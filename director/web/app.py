@@ -1,8 +1,9 @@
 """The admin API (Flask app factory), the status page, health and metrics endpoints.
 
-A thin router: it validates input, reads the controller's state under its lock and the
-kernel through the thread-safe adapter, and records intent (an annotation on the Service, or
-an intent handed to the control loop). It never programs IPVS itself.
+A thin router: it validates input, reads the loop's published view (``LoopView``, never
+the loop's lock) and the kernel through the thread-safe adapter, and records intent (an
+annotation on the Service, or an intent handed to the control loop). It never programs IPVS
+itself.
 
 Every ``/api/v1`` request needs ``Authorization: Bearer <token>`` (401 without, 403 with a
 wrong one; compared in constant time, never logged), and so do ``/metrics`` and the status
@@ -47,7 +48,8 @@ from director.core.model import Protocol as IpProtocol
 from director.core.plan import build_plan
 from director.core.translate import A_OVERRIDE, PROTOCOLS, relevant
 from director.dataplane.interface import Ipvs
-from director.engine.loop import STATIC, Controller
+from director.engine.ports import LoopPort
+from director.engine.view import STATIC
 from director.logs import event
 from director.web.openapi import document
 from director.web.statuspage import PAGE
@@ -182,7 +184,7 @@ def parse_body(raw: bytes) -> Any:
 
 
 def create_app(
-    controller: Controller,
+    loop: LoopPort,
     token: str,
     *,
     writer: AnnotationWriter | None = None,
@@ -199,12 +201,12 @@ def create_app(
     app = Flask("director")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    ipvs = reader or controller.ipvs
+    ipvs = reader or loop.ipvs
     expected = token.encode()
     recent: list[tuple[float, KernelTable]] = []  # one counters read serves 1 s of requests
     recent_lock = threading.Lock()
     if exposition is None and registry is not None:
-        exposition = IpvsExposition(controller, ipvs)
+        exposition = IpvsExposition(loop, ipvs)
     scrape = _Scrape(registry, exposition)
     open_slots = threading.BoundedSemaphore(OPEN_SLOTS)
     opened = frozenset(public)
@@ -333,7 +335,7 @@ def create_app(
 
     def intent(change: Intent) -> None:
         """Hand a change to the loop; return once it is stored and applied."""
-        reply = controller.submit_intent(change, INTENT_TIMEOUT)
+        reply = loop.submit_intent(change, INTENT_TIMEOUT)
         if reply.ok:
             return
         if reply.status:
@@ -347,20 +349,13 @@ def create_app(
     # -- views -----------------------------------------------------------------------
     def views(keys: list[ServiceKey] | None = None) -> list[dict[str, Any]]:
         kernel = counters() if keys is None else _read_some(keys)
-        with controller.lock:
-            desired = dict(controller.desired)
-            if keys is not None:
-                desired = {k: desired[k] for k in keys if k in desired}
-            owner = dict(controller.owner)
-            options = dict(controller.options)
-            draining = {k: set(v) for k, v in controller.draining.items()}
-            intents = controller.intents
-            static_overrides = dict(intents.schedulers)
-            drains = tuple(intents.drains.values())
-            sick = {
-                key: {d for d in dests if controller.unhealthy(key, d)}
-                for key, dests in controller.checks.items()
-            }
+        view = loop.view
+        desired = view.desired
+        if keys is not None:
+            desired = {k: desired[k] for k in keys if k in desired}
+        owner, options, draining, sick = view.owner, view.options, view.draining, view.unhealthy
+        static_overrides = view.intents.schedulers
+        drains = tuple(view.intents.drains.values())
         out = []
         for key in sorted(desired, key=str):
             vs = desired[key]
@@ -377,9 +372,9 @@ def create_app(
                     vs,
                     kernel,
                     source=source,
-                    draining=draining.get(key, set()),
+                    draining=draining.get(key, frozenset()),
                     drains=drains,
-                    unhealthy=sick.get(key, set()),
+                    unhealthy=sick.get(key, frozenset()),
                 )
             )
         return out
@@ -400,9 +395,9 @@ def create_app(
         kernel: KernelTable,
         *,
         source: str,
-        draining: set[tuple[str, int]],
+        draining: frozenset[tuple[str, int]],
         drains: tuple[Drain, ...],
-        unhealthy: set[tuple[str, int]],
+        unhealthy: frozenset[tuple[str, int]],
     ) -> dict[str, Any]:
         programmed = kernel.services.get(key)
         dests = []
@@ -443,10 +438,10 @@ def create_app(
 
     def kube_service(namespace: str, name: str) -> tuple[list[ServiceKey], frozenset[Any]]:
         """The Service's virtual services and its ports' protocols; 404 if not served."""
-        with controller.lock:
-            keys = sorted(controller.produced.get(f"{namespace}/{name}", ()), key=str)
-            svc = controller.snapshot.services.get(f"{namespace}/{name}")
-            managed = svc is not None and relevant(svc, controller.policy)
+        view = loop.view
+        keys = sorted(view.produced.get(f"{namespace}/{name}", ()), key=str)
+        svc = view.services.get(f"{namespace}/{name}")
+        managed = svc is not None and relevant(svc, loop.policy)
         if svc is None or not managed:
             raise Problem(404, f"no Service {shown(namespace)}/{shown(name)} served by this "
                           "director")  # fmt: skip
@@ -456,7 +451,7 @@ def create_app(
         return kube_service(namespace, name)[0]
 
     def static_key(name: str) -> ServiceKey:
-        for key, vs in controller.settings.services.items():
+        for key, vs in loop.settings.services.items():
             if vs.origin == f"static/{name}":
                 return key
         raise Problem(404, f"no static service named {shown(name)} in the configuration")
@@ -464,16 +459,16 @@ def create_app(
     # -- health, metrics, page -------------------------------------------------------
     @app.get("/healthz")
     def healthz() -> Response:
-        stalled = time.monotonic() - controller.last_step
+        stalled = time.monotonic() - loop.last_step
         if stalled > 60:
             return problem(503, f"the control loop has not run for {stalled:.0f}s")
         return jsonify({"status": "ok"})
 
     @app.get("/readyz")
     def readyz() -> Response:
-        if not controller.health.synced:
+        if not loop.view.status.synced:
             return problem(503, "the first sync is not applied yet")
-        stalled = time.monotonic() - controller.last_step
+        stalled = time.monotonic() - loop.last_step
         if stalled > 10:
             return problem(503, f"the control loop has not run for {stalled:.0f}s")
         return jsonify({"status": "ready"})
@@ -537,7 +532,7 @@ def create_app(
         return jsonify({"service": f"{namespace}/{name}", "source": "annotation or default"})
 
     def _writer() -> AnnotationWriter:
-        if controller.dry_run:
+        if loop.dry_run:
             raise Problem(409, "this director runs in shadow mode (--dry-run) and writes nothing")
         if writer is None:
             raise Problem(409, "this director has no Kubernetes connection to store the choice")
@@ -582,9 +577,9 @@ def create_app(
     def drain_views() -> list[dict[str, Any]]:
         """Each drain with where it applies and the connections left. One pass over the
         table (real servers indexed by address) and one counters read, outside the lock."""
-        with controller.lock:
-            drains = list(controller.intents.drains.values())
-            desired = dict(controller.desired)
+        view = loop.view
+        drains = list(view.intents.drains.values())
+        desired = view.desired
         by_address: dict[str, list[tuple[ServiceKey, Any]]] = {}
         wanted = {d.address for d in drains}
         for key, vs in desired.items():
@@ -642,9 +637,7 @@ def create_app(
         if service is not None:
             if not isinstance(service, str):
                 raise Problem(400, "service must be a string like 'tcp 198.51.100.1:80'")
-            with controller.lock:
-                known = {str(k) for k in controller.desired}
-            if service not in known:
+            if not any(str(k) == service for k in loop.view.desired):
                 raise Problem(404, f"no virtual service {shown(service)}")
         drain = Drain(address, port, service)
         intent(AddDrain(drain))  # the loop decides: two identical drains, one 201
@@ -666,30 +659,30 @@ def create_app(
         return jsonify({"id": ident, "undrained": True})
 
     def status_body() -> dict[str, Any]:
-        with controller.lock:
-            h = controller.health
-            counts = {
-                "virtual_services": len(controller.desired),
-                "real_servers": sum(len(v.real_servers) for v in controller.desired.values()),
-                "kubernetes_services": len(controller.produced),
-                "drains": len(controller.intents.drains),
-            }
-            return {
-                "role": controller.vrrp_state or "standalone",
-                "ready": h.synced,
-                "dry_run": controller.dry_run,
-                "kubernetes": {
-                    "configured": controller.settings.kubernetes is not None,
-                    "connected": h.kubernetes_connected,
-                    "disconnected_since": _iso(h.disconnected_since),
-                },
-                "leader": controller.leader,
-                "last_sync": _iso(h.last_sync),
-                "last_sync_seconds": round(h.last_sync_seconds, 4),
-                "last_error": h.last_error,
-                "failed_operations": h.failed_ops,
-                "counts": counts,
-            }
+        view = loop.view
+        h = view.status
+        counts = {
+            "virtual_services": len(view.desired),
+            "real_servers": view.real_servers,
+            "kubernetes_services": len(view.produced),
+            "drains": len(view.intents.drains),
+        }
+        return {
+            "role": view.vrrp_state or "standalone",
+            "ready": h.synced,
+            "dry_run": loop.dry_run,
+            "kubernetes": {
+                "configured": loop.settings.kubernetes is not None,
+                "connected": h.kubernetes_connected,
+                "disconnected_since": _iso(h.disconnected_since),
+            },
+            "leader": view.leader,
+            "last_sync": _iso(h.last_sync),
+            "last_sync_seconds": round(h.last_sync_seconds, 4),
+            "last_error": h.last_error,
+            "failed_operations": h.failed_ops,
+            "counts": counts,
+        }
 
     @app.get("/api/v1/status")
     def status() -> Response:
@@ -698,9 +691,7 @@ def create_app(
     @app.get("/api/v1/plan")
     def plan() -> Response:
         kernel = ipvs.read().services
-        with controller.lock:
-            desired = dict(controller.desired)
-        result = build_plan(desired, kernel, controller.settings.ownership)
+        result = build_plan(dict(loop.view.desired), kernel, loop.settings.ownership)
         return jsonify(
             {
                 "ops": [

@@ -1,0 +1,103 @@
+"""What reaches the control loop, as typed values: the loop takes them with one ``match``.
+
+Watchers, the lease elector, the health prober, keepalived's FIFO and the admin API each
+post one kind. ``from_watch`` turns a watcher's ``(resource, kind, payload)`` into its event.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from director.core.checks import Target
+from director.core.intents import Intent
+
+
+class Reply:
+    """The loop's answer to one admin-API intent: stored (and programmed), or refused with
+    an HTTP status and why. The API thread waits for it; the loop resolves it once."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.status = 0
+        self.detail = ""
+
+    def resolve(self, status: int, detail: str = "") -> None:
+        if not self._done.is_set():
+            self.status, self.detail = status, detail
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def ok(self) -> bool:
+        return self._done.is_set() and self.status < 300
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectChanged:
+    """A watch event: ``kind`` ADDED, MODIFIED or DELETED of a parsed cluster object."""
+
+    resource: str
+    kind: str
+    obj: Any  # ServiceInfo | SliceInfo | NodeInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A fresh list of a resource (at start, and after 410 Gone)."""
+
+    resource: str
+    objs: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchState:
+    resource: str
+    connected: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChanged:
+    leader: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TargetChecked:
+    target: Target
+    up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VrrpChanged:
+    state: str  # MASTER | BACKUP | FAULT
+
+
+@dataclass(frozen=True, slots=True)
+class IntentPosted:
+    intent: Intent
+    reply: Reply
+
+
+Event = (
+    ObjectChanged | Listed | WatchState | LeaderChanged | TargetChecked | VrrpChanged
+    | IntentPosted
+)  # fmt: skip
+
+
+def from_watch(resource: str, kind: str, payload: Any) -> Event:
+    """A watcher's (or another thread's) ``(resource, kind, payload)`` as its event."""
+    if resource == "health":
+        return TargetChecked(payload, kind == "UP")
+    if resource == "vrrp":
+        return VrrpChanged(kind)
+    if resource == "lease":
+        return LeaderChanged(kind == "LEADER")
+    if kind in ("CONNECTED", "DISCONNECTED"):
+        return WatchState(resource, kind == "CONNECTED", "" if payload is None else str(payload))
+    if kind == "RELIST":
+        return Listed(resource, list(payload))
+    return ObjectChanged(resource, kind, payload)

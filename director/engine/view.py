@@ -1,0 +1,93 @@
+"""The read model: what the loop publishes after each step that changed something.
+
+A ``LoopView`` is frozen, and built from the loop's state while the loop holds its own
+lock; the admin API, the status page and the metrics read the latest one without taking
+that lock, so a scrape or a listing of 10,000 services never holds up the loop (Seesaw's
+engine publishes snapshots to its RPC surface the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from director.core.checks import Target
+from director.core.cluster import ServiceInfo
+from director.core.intents import Intents
+from director.core.model import DestKey, ServiceKey, VirtualService
+from director.core.translate import Options
+
+STATIC = "static"  # the owner of the configuration's own services
+Checks = Mapping[DestKey, tuple[Target, ...]]  # a virtual service's checked real servers
+
+
+
+def _empty() -> Mapping[Any, Any]:
+    return MappingProxyType({})
+
+
+@dataclass
+class LoopStatus:
+    """What ``director status``, /readyz and the metrics report (kept by the loop; the
+    view holds a copy)."""
+
+    synced: bool = False  # the first full sync is applied
+    leader: bool = False
+    connected: dict[str, bool] = field(default_factory=dict)
+    disconnected_since: float | None = None
+    last_error: str | None = None
+    last_sync: float | None = None  # wall clock of the last full sync
+    last_sync_seconds: float = 0.0
+    syncs: int = 0
+    failed_ops: int = 0
+    loop_errors: int = 0  # unexpected exceptions in a step, survived
+    refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
+    firewall_errors: int = 0  # source-range rulesets nft refused
+
+    @property
+    def kubernetes_connected(self) -> bool:
+        return bool(self.connected) and all(self.connected.values())
+
+    def copy(self, synced: bool) -> LoopStatus:
+        return dataclasses.replace(self, synced=synced, connected=dict(self.connected),
+                                   refused=dict(self.refused))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PoolUse:
+    name: str
+    size: int
+    in_use: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoopView:
+    """The loop's state at the end of one step. Mappings are read-only copies."""
+
+    version: int = 0
+    status: LoopStatus = field(default_factory=LoopStatus)
+    desired: Mapping[ServiceKey, VirtualService] = field(default_factory=_empty)
+    owner: Mapping[ServiceKey, str] = field(default_factory=_empty)
+    options: Mapping[str, Options] = field(default_factory=_empty)
+    produced: Mapping[str, frozenset[ServiceKey]] = field(default_factory=_empty)
+    services: Mapping[str, ServiceInfo] = field(default_factory=_empty)
+    draining: Mapping[ServiceKey, frozenset[DestKey]] = field(default_factory=_empty)
+    # The real servers with active checks, and those failing them.
+    checks: Mapping[ServiceKey, Checks] = field(default_factory=_empty)
+    unhealthy: Mapping[ServiceKey, frozenset[DestKey]] = field(default_factory=_empty)
+    intents: Intents = field(default_factory=Intents)
+    leader: bool = False
+    vrrp_state: str | None = None
+    pools: tuple[PoolUse, ...] = ()
+    all_down: int = 0
+    filtered: frozenset[ServiceKey] = frozenset()
+
+    @property
+    def real_servers(self) -> int:
+        return sum(len(vs.real_servers) for vs in self.desired.values())
+
+    def unhealthy_dest(self, key: ServiceKey, dkey: DestKey) -> bool:
+        return dkey in self.unhealthy.get(key, ())
