@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.adapters.metrics import DirectorCollector, Recorder
+from director.adapters.metrics import DirectorCollector, IpvsExposition, Recorder, Scrape
 from director.cli.runtime import Runtime
 from director.core.model import Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
@@ -56,7 +56,8 @@ class Director:
             self.ipvs, settings, intents_file=intents, recorder=Recorder(self.registry)
         )
         self.registry.register(DirectorCollector(self.controller))
-        self.app = create_app(self.controller, TOKEN, registry=self.registry)
+        self.scrape = Scrape(self.registry, IpvsExposition(self.controller))
+        self.app = create_app(self.controller, TOKEN, metrics=self.scrape)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.controller.run, args=(self.stop, 0.05))
 
@@ -376,7 +377,7 @@ def test_onepacket_is_refused_for_a_tcp_service_and_taken_for_udp(client: FlaskC
 
 def test_open_endpoints_can_require_the_token(tmp_path: Path) -> None:
     d = Director(parse_config(STATIC, "static.yaml"), tmp_path / "i.json")
-    app = create_app(d.controller, TOKEN, registry=d.registry, public=("health",))
+    app = create_app(d.controller, TOKEN, metrics=d.scrape, public=("health",))
     client = app.test_client()
     assert client.get("/healthz").status_code == 200
     for path in ("/metrics", "/", "/ui/status"):

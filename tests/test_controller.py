@@ -306,7 +306,7 @@ def test_full_resync_repairs_drift_and_leaves_foreign_entries(
 
 def test_a_write_for_a_deleted_service_is_dropped_not_retried_forever() -> None:
     from director.adapters.kube import KubeError
-    from director.engine.loop import Outbox
+    from director.engine.outbox import Outbox
 
     calls: list[str] = []
 

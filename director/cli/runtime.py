@@ -18,17 +18,13 @@ import socket
 import string
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 from director.adapters.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
-from director.adapters.metrics import DirectorCollector, IpvsExposition, Recorder
+from director.adapters.metrics import Metrics
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
@@ -82,27 +78,6 @@ class Elector:
                 self.leader = held
                 self.on_change(held)
             self._stop.wait(max(0.2, self.seconds / 3))
-
-
-class KeepalivedCollector(Collector):
-    """keepalived's side of the metrics: configurations it refused, reloads."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-
-    def collect(self) -> Iterator[Metric]:
-        sync = self.runtime.keepalived
-        if sync is None:
-            return
-        yield CounterMetricFamily(
-            "director_keepalived_config_rejected",
-            "Rendered keepalived configurations that keepalived -t refused (never installed).",
-            value=sync.keepalived.rejected,
-        )
-        yield CounterMetricFamily(
-            "director_keepalived_reloads", "keepalived reloads after a new configuration.",
-            value=sync.keepalived.reloads,
-        )  # fmt: skip
 
 
 class ApiError(ValueError):
@@ -284,8 +259,9 @@ class Runtime:
         self.on_fatal = on_fatal
         self.failed: str | None = None  # why the director must stop, once it must
         kube = settings.kubernetes
-        self.registry = CollectorRegistry()
-        recorder = Recorder(self.registry)
+        self.metrics = Metrics()
+        self.registry = self.metrics.registry
+        recorder = self.metrics.recorder
         writer: KubeWriter | None = None
         kube_api: KubeApi | None = None
         if kube is not None:
@@ -304,8 +280,7 @@ class Runtime:
             recorder=recorder,
             firewall=firewall,
         )
-        self.registry.register(DirectorCollector(self.controller))
-        self.exposition = IpvsExposition(self.controller, reader)
+        self.scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts)
         parsers = {
             "services": service_from_json,
             "endpointslices": slice_from_json,
@@ -342,10 +317,9 @@ class Runtime:
                 self.controller,
                 read_token(settings.api.token_file),
                 writer=None if dry_run else writer,
-                registry=self.registry,
+                metrics=self.scrape,
                 reader=reader,
                 public=settings.api.public,
-                exposition=self.exposition,
             )
             self.api = ApiServer(
                 app, settings.api.host, settings.api.port, settings.api.tls_cert,
@@ -370,7 +344,6 @@ class Runtime:
             self.fifo = VrrpFifo(
                 settings.ha.fifo, lambda state: self.controller.submit("vrrp", state, None)
             )
-        self.registry.register(KeepalivedCollector(self))
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
@@ -382,6 +355,12 @@ class Runtime:
         self.controller.on_step = self.notifier.watchdog
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+
+    def _keepalived_counts(self) -> tuple[int, int] | None:
+        sync = getattr(self, "keepalived", None)  # a scrape may come before it is made
+        if sync is None:
+            return None
+        return sync.keepalived.rejected, sync.keepalived.reloads
 
     def start(self) -> Runtime:
         """Start every part; on an error (ValueError: the API's address, the FIFO), what was

@@ -18,7 +18,6 @@ scrapes and page loads can never take every worker from the authenticated API.
 
 from __future__ import annotations
 
-import gzip
 import hmac
 import json
 import logging
@@ -28,11 +27,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from flask import Flask, Response, g, jsonify, request
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
-from director.adapters.metrics import IpvsExposition
 from director.core.intents import AddDrain, Drain, Intent, RemoveDrain, SetScheduler
 from director.core.model import (
     KernelTable,
@@ -59,7 +55,16 @@ MAX_DEPTH = 16  # JSON nesting: no request of this API needs more than 3
 OPEN_SLOTS = 4  # workers the endpoints without a token may hold at once
 PUBLIC_CHOICES = ("health", "metrics", "status_page")  # what api.public may open
 INTENT_TIMEOUT = 10.0  # seconds an API write waits for the loop
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 log = logging.getLogger("director.api")
+
+
+class MetricsText(Protocol):
+    """What ``/metrics`` serves (``director.adapters.metrics.Scrape``)."""
+
+    content_type: str
+
+    def text(self, gzipped: bool = False) -> bytes: ...
 
 
 class AnnotationWriter(Protocol):
@@ -188,14 +193,14 @@ def create_app(
     token: str,
     *,
     writer: AnnotationWriter | None = None,
-    registry: CollectorRegistry | None = None,
+    metrics: MetricsText | None = None,
     reader: Ipvs | None = None,
     public: Iterable[str] = PUBLIC_CHOICES,
-    exposition: IpvsExposition | None = None,
 ) -> Flask:
     """``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock),
-    so that listing 10,000 services never delays the control loop's writes. ``public``: which
-    of health, metrics and status_page answer without the token."""
+    so that listing 10,000 services never delays the control loop's writes. ``metrics``: what
+    /metrics serves (none: an empty page). ``public``: which of health, metrics and
+    status_page answer without the token."""
     if not token:
         raise ValueError("the admin API needs a non-empty token")
     app = Flask("director")
@@ -205,9 +210,6 @@ def create_app(
     expected = token.encode()
     recent: list[tuple[float, KernelTable]] = []  # one counters read serves 1 s of requests
     recent_lock = threading.Lock()
-    if exposition is None and registry is not None:
-        exposition = IpvsExposition(loop, ipvs)
-    scrape = _Scrape(registry, exposition)
     open_slots = threading.BoundedSemaphore(OPEN_SLOTS)
     opened = frozenset(public)
     unknown = sorted(opened - set(PUBLIC_CHOICES))
@@ -474,13 +476,15 @@ def create_app(
         return jsonify({"status": "ready"})
 
     @app.get("/metrics")
-    def metrics() -> Response:
+    def scrape() -> Response:
+        if metrics is None:
+            return Response(b"", mimetype=TEXT_FORMAT)
         if "gzip" in request.headers.get("Accept-Encoding", ""):  # Prometheus asks for it
-            response = Response(scrape.text(gzipped=True), mimetype=CONTENT_TYPE_LATEST)
+            response = Response(metrics.text(gzipped=True), mimetype=metrics.content_type)
             response.headers["Content-Encoding"] = "gzip"
             response.vary.add("Accept-Encoding")
             return response
-        return Response(scrape.text(), mimetype=CONTENT_TYPE_LATEST)
+        return Response(metrics.text(), mimetype=metrics.content_type)
 
     @app.get("/")
     def page() -> Response:
@@ -709,40 +713,6 @@ def create_app(
 
 def shown_type(kind: str) -> str:
     return shown(kind) if kind else "no content type"
-
-
-class _Scrape:
-    """``/metrics`` made cheap to ask for: one scrape is built at a time, and a built one
-    serves every request for a while (at least 1 s, and twice what it took to build), so
-    many scrapers cost what one does and never hold many workers."""
-
-    def __init__(
-        self, registry: CollectorRegistry | None, exposition: IpvsExposition | None
-    ) -> None:
-        self.registry, self.exposition = registry, exposition
-        self._lock = threading.Lock()
-        self._text = b""
-        self._gzipped: bytes | None = None
-        self._until = 0.0
-
-    def text(self, gzipped: bool = False) -> bytes:
-        """The scrape (compressed: 127 MB of text at 10,000 services is 3 MB gzipped)."""
-        if self.registry is None:
-            return gzip.compress(b"", 1) if gzipped else b""
-        with self._lock:
-            now = time.monotonic()
-            if now >= self._until:
-                self._text = generate_latest(self.registry) + (
-                    self.exposition.render() if self.exposition is not None else b""
-                )
-                self._gzipped = None
-                took = time.monotonic() - now
-                self._until = time.monotonic() + max(1.0, 2 * took)
-            if not gzipped:
-                return self._text
-            if self._gzipped is None:
-                self._gzipped = gzip.compress(self._text, 1)
-            return self._gzipped
 
 
 def _iso(stamp: float | None) -> str | None:
