@@ -1,13 +1,15 @@
 """The control loop: cluster events in, IPVS changes (and Service status) out.
 
-One thread owns all state. Watch events are queued, drained in a burst (coalesced), folded
-into the snapshot, and only the Services they touch are recomputed and synced against the
+One thread owns all state. Events are queued, drained in a burst (coalesced), folded into
+the snapshot, and only the Services they touch are recomputed and synced against the
 reconciler's cached copy of the kernel table, so an EndpointSlice change costs what that
 Service costs whatever the size of the table. A periodic full resync repairs drift.
 
-Removed and terminating real servers drain: weight 0 until their active connections reach 0
-or ``drain_timeout_seconds`` passes (UDP ones go at once). Nothing here ever flushes: an API
-outage stops the events, and the kernel keeps what it has.
+The loop holds named parts, one job each (Seesaw's engine and its managers): the reporter
+(status and Events), address keeping, the health gate, draining, source filtering. After
+each step that changed something it publishes a frozen ``LoopView`` for the API and the
+metrics. Nothing here ever flushes: an API outage stops the events, and the kernel keeps
+what it has.
 """
 
 from __future__ import annotations
@@ -25,23 +27,15 @@ from types import MappingProxyType
 from typing import Any
 
 from director.core.checks import Target
-from director.core.cluster import ServiceInfo
-from director.core.firewall import Firewall, FirewallError
+from director.core.firewall import Firewall
 from director.core.intents import Intent, IntentRefused, Intents, SetScheduler
 from director.core.ipam import Address, Allocator
-from director.core.model import DestKey, RealServer, ServiceKey, Table, VirtualService
-from director.core.model import Protocol as IpProtocol
+from director.core.model import DestKey, ServiceKey, Table, VirtualService
 from director.core.snapshot import ALL, Snapshot
-from director.core.translate import (
-    Options,
-    Policy,
-    Problem,
-    ipam_request,
-    relevant,
-    translate,
-    wants_address,
-)
+from director.core.translate import Options, Policy, relevant, translate
 from director.dataplane.interface import Ipvs
+from director.engine.addresses import Addresses
+from director.engine.draining import Draining, Terminating
 from director.engine.events import (
     Event,
     IntentPosted,
@@ -54,9 +48,12 @@ from director.engine.events import (
     WatchState,
     from_watch,
 )
+from director.engine.health_gate import HealthGate
 from director.engine.outbox import Outbox
 from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.reconcile import Reconciler, SyncReport
+from director.engine.reporter import Reporter
+from director.engine.source_filter import SourceFilter
 from director.engine.state_file import write_state
 from director.engine.view import STATIC, LoopStatus, LoopView, PoolUse
 from director.logs import event
@@ -65,6 +62,24 @@ from director.schema.config import KubeSettings, Settings
 log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")
 COMPONENT = "lvs-director"
+
+
+def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
+    """What the settings say about Services in general."""
+    kube = settings.kubernetes or KubeSettings()
+    health = settings.health
+    return Policy(
+        load_balancer_class=kube.load_balancer_class,
+        default_class=kube.default_class,
+        nodeport_vips=kube.nodeport_vips,
+        backends=kube.backends,
+        scheduler=settings.defaults.scheduler,
+        forwarding=settings.defaults.forwarding,
+        weight=settings.defaults.weight or 1,
+        schedulers=schedulers,
+        check=health.spec if health is not None and health.enabled else None,
+        checking=health is not None,
+    )
 
 
 class Controller:
@@ -84,88 +99,83 @@ class Controller:
     ) -> None:
         # Without a kubernetes section the loop serves the static services (and the API).
         kube = settings.kubernetes or KubeSettings()
-        self.settings, self.kube = settings, kube
+        self.settings, self.kube, self.ipvs = settings, kube, ipvs
         self.required = set(RESOURCES) if settings.kubernetes is not None else set()
         self.intents_file = intents_file
         self.intents = Intents.load(intents_file) if intents_file else Intents()
-        # The loop holds this while it changes state; the API holds it to read.
+        # The loop holds this while it changes state.
         self.lock = threading.RLock()
-        self.dry_run = dry_run
-        self.clock = clock
-        self.observer = observer
+        self.dry_run, self.clock, self.observer, self.recorder = dry_run, clock, observer, recorder
         self.state_file = state_file
-        self.policy = Policy(
-            load_balancer_class=kube.load_balancer_class,
-            default_class=kube.default_class,
-            nodeport_vips=kube.nodeport_vips,
-            backends=kube.backends,
-            scheduler=settings.defaults.scheduler,
-            forwarding=settings.defaults.forwarding,
-            weight=settings.defaults.weight or 1,
-            schedulers=ipvs.schedulers(),
-            check=(
-                settings.health.spec
-                if settings.health is not None and settings.health.enabled
-                else None
-            ),
-            checking=settings.health is not None,
-        )
-        self.ipvs = ipvs
+        self.policy = build_policy(settings, ipvs.schedulers())
         self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
-        self.allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.snapshot = Snapshot()
         self.health = LoopStatus()
         self.queue: queue.Queue[Event] = queue.Queue()
         self.outbox = Outbox(writer) if writer is not None and not dry_run else None
+        # The parts.
+        self.reporter = Reporter(self.outbox, self.health, dry_run=dry_run)
+        self.addresses = Addresses(
+            Allocator(settings.pools, reserved_addresses(settings)), self.reporter
+        )
+        self.gate = HealthGate(settings.health)
+        self.drains = Draining(ipvs, clock, kube.drain_timeout_seconds)
+        self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run)
+        # What is programmed, and for whom.
         self.desired: Table = {}  # static services too
         self.produced: dict[str, frozenset[ServiceKey]] = {}
         self.owner: dict[ServiceKey, str] = {k: STATIC for k in settings.services}
         self.options: dict[str, Options] = {}
-        self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
-        # Events a follower saw the reason for: written should it become the leader.
-        self.unsent: dict[str, dict[str, tuple[ServiceInfo, str, str, str]]] = {}
-        # Real servers at weight 0 waiting for their connections: key -> dest -> deadline.
-        self.draining: dict[ServiceKey, dict[DestKey, float]] = {}
-        self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
         self.vrrp_state: str | None = None  # MASTER / BACKUP / FAULT once keepalived reports
         # Called with the set of VIP addresses whenever it changes (keepalived renders them).
         self.on_vips: Callable[[frozenset[str]], None] | None = None
-        self._vips: frozenset[str] | None = None
-        self._keys_changed = True
-        self.recorder = recorder
-        self._triggers: dict[str, str] = {}  # service -> last trigger time observed
-        # Active health checks: what each real server is checked with, who uses a target,
-        # which targets are down. ``on_targets(add, remove)`` tells the checker.
-        self.checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
-        self.target_users: dict[Target, set[ServiceKey]] = {}
-        self.down: set[Target] = set()
-        self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
-        self.on_targets: Callable[[set[Target], set[Target]], None] | None = None
-        self._next_resync = 0.0
-        self._next_drain_check = 0.0
-        self.last_step = time.monotonic()  # /healthz: the loop is alive
-        self._state_dirty = False
-        self._failures = 0  # steps in a row that raised
         self.on_step: Callable[[], None] | None = None  # after every step (systemd's watchdog)
         self.on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
-        # Source filtering: what each Service asks for, and what the firewall holds.
-        self.firewall = firewall
-        self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
-        self.enforced: dict[ServiceKey, tuple[str, ...]] = {}  # in force, as far as known
-        self._filter_synced = False  # the firewall holds exactly ``enforced``
-        self._attempted: dict[ServiceKey, tuple[str, ...]] | None = None
-        self._next_filter_retry = 0.0
-        self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
-        self._node_problems: dict[str, tuple[str, ...]] = {}
-        # The read model: published after each step that may have changed something.
-        self.view = LoopView()
-        self._publish = True
+        self.last_step = time.monotonic()  # /healthz: the loop is alive
+        self._vips: frozenset[str] | None = None
+        self._keys_changed = True
+        self._state_dirty = False
+        self._publish = True  # the view is behind: publish it at the end of this step
+        self._next_resync = 0.0
+        self._next_drain_check = 0.0
+        self._triggers: dict[str, str] = {}  # service -> last trigger time observed
+        self._failures = 0  # steps in a row that raised
         self._synced = False  # the first sync is applied: shown once the view says so
+        self._node_problems: dict[str, tuple[str, ...]] = {}
+        self.view = LoopView()  # the read model, published after each step that changed it
+
+    # -- the parts, as the runtime and the tests know them -----------------------------
+    @property
+    def leader(self) -> bool:
+        return self.reporter.leader
+
+    @property
+    def firewall(self) -> Firewall | None:
+        return self.filter.firewall
+
+    @property
+    def all_down(self) -> set[ServiceKey]:
+        return self.gate.all_down
+
+    @property
+    def draining(self) -> dict[ServiceKey, dict[DestKey, float]]:
+        return self.drains.waiting
+
+    @property
+    def on_targets(self) -> Callable[[set[Target], set[Target]], None] | None:
+        return self.gate.on_targets
+
+    @on_targets.setter
+    def on_targets(self, callback: Callable[[set[Target], set[Target]], None] | None) -> None:
+        self.gate.on_targets = callback
+
+    def unhealthy(self, key: ServiceKey, dkey: DestKey) -> bool:
+        return self.gate.unhealthy(key, dkey)
 
     # -- input -----------------------------------------------------------------------
-    def post(self, event: Event) -> None:
+    def post(self, ev: Event) -> None:
         """Hand the loop an event (from any thread)."""
-        self.queue.put(event)
+        self.queue.put(ev)
 
     def submit(self, resource: str, kind: str, payload: Any) -> None:
         """Watchers call this from their threads with ``(resource, kind, payload)``."""
@@ -255,21 +265,27 @@ class Controller:
             if self.required <= self.snapshot.listed:
                 self._first_sync()
             return
-        if self.draining and now >= self._next_drain_check:
-            self._next_drain_check = now + 1.0
-            self._publish = True
-            dirty |= {self.owner.get(key, "") for key in self.draining} - {""}
-        if self.held_back and now >= self._next_filter_retry:
-            dirty |= set(self.held_back.values()) - {""}  # recomputed, filtered, programmed
-        elif not self._filter_synced:
-            self._enforce()
+        dirty |= self._timed(now)
         if dirty:
             self._sync(dirty)
         if now >= self._next_resync:
             self.full_resync()
-            self._publish = True
         self._write_state()
         self._announce_vips()
+
+    def _timed(self, now: float) -> set[str]:
+        """What timers make due: drains to check, a held-back filter to try again."""
+        dirty: set[str] = set()
+        if self.drains.waiting and now >= self._next_drain_check:
+            self._next_drain_check = now + 1.0
+            self._publish = True
+            dirty |= {self.owner.get(key, "") for key in self.drains.waiting} - {""}
+        if self.filter.held_back and now >= self.filter.next_retry:
+            dirty |= set(self.filter.held_back.values()) - {""}  # recomputed and programmed
+        elif not self.filter.synced:
+            self._publish = True
+            self.filter.enforce()
+        return dirty
 
     def _announce_vips(self) -> None:
         if not self._keys_changed or self.on_vips is None:
@@ -284,10 +300,7 @@ class Controller:
         """Fold one event into the loop's state; return the Services it touches."""
         match ev:
             case TargetChecked(target, up):
-                (self.down.discard if up else self.down.add)(target)
-                return {self.owner.get(key, "") for key in self.target_users.get(target, ())} - {
-                    ""
-                }
+                return {self.owner.get(key, "") for key in self.gate.observe(target, up)} - {""}
             case VrrpChanged(state):
                 if state != self.vrrp_state:
                     event(log, "vrrp.role", state=state, previous=self.vrrp_state or "-")
@@ -309,13 +322,9 @@ class Controller:
     def _lead(self, leader: bool) -> set[str]:
         if leader == self.leader or self.dry_run:
             return set()
-        self.leader = self.health.leader = leader
+        self.health.leader = leader
         event(log, "lease.changed", leader=leader, identity=self.kube.identity)
-        unsent, self.unsent = self.unsent, {}
-        for ref, topics in unsent.items() if leader else ():
-            for topic, (svc, severity, reason, message) in topics.items():
-                if self.reported.get(ref, {}).get(topic) == message:  # still true
-                    self._send_event(svc, severity, reason, message)
+        self.reporter.lead(leader)
         return {ALL}
 
     def _watch_state(self, resource: str, connected: bool, reason: str) -> None:
@@ -354,16 +363,14 @@ class Controller:
     def _compute(self, ref: str) -> dict[ServiceKey, VirtualService]:
         svc = self.snapshot.services.get(ref)
         if svc is None or not relevant(svc, self.policy):
-            self.allocator.release(ref)
+            self.addresses.release(ref)
             self.options.pop(ref, None)
-            self.reported.pop(ref, None)
-            self.unsent.pop(ref, None)
-            self.restrictions.pop(ref, None)
+            self.reporter.forget(ref)
+            self.filter.want(ref, {})
             return {}
-        addresses = self._addresses(svc)
         result = translate(
             svc,
-            addresses,
+            self.addresses.keep(svc, self.policy),
             self.snapshot.slices_for(ref),
             self.snapshot.nodes,
             self.policy,
@@ -371,227 +378,34 @@ class Controller:
         )
         if result.options is not None:
             self.options[ref] = result.options
-        self._report_problems(svc, result.problems)
-        if result.restrictions:  # only restricted Services: _enforce walks this on every sync
-            self.restrictions[ref] = result.restrictions
-        else:
-            self.restrictions.pop(ref, None)
+        self.reporter.report_problems(svc, result.problems)
+        self.filter.want(ref, result.restrictions)
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.owner.get(key)
             if holder is not None and holder != ref:
-                self._report(
-                    svc,
-                    "Warning",
-                    "VirtualServiceTaken",
-                    f"{key} is already programmed for {holder}",
-                    f"taken:{key}",
-                )
+                self.reporter.report(svc, "Warning", "VirtualServiceTaken",
+                                     f"{key} is already programmed for {holder}",
+                                     f"taken:{key}")  # fmt: skip
                 continue
-            self._set_checks(key, result.checks.get(key, {}))
-            checked = self._with_health(key, self.intents.apply(key, vs), ref)
-            out[key] = self._with_drains(key, checked, result.draining)
+            self.gate.set_checks(key, result.checks.get(key, {}))
+            out[key] = self._finish(key, vs, ref, result.draining)
         return out
 
-    def _addresses(self, svc: ServiceInfo) -> tuple[str, ...]:
-        ref = svc.ref
-        if not wants_address(svc, self.policy):
-            self.allocator.release(ref)
-            return ()
-        keep = [ipaddress.ip_address(text) for text in svc.status_ips]  # canonical already
-        request, problems = ipam_request(svc)
-        if request is None:
-            self.allocator.release(ref)
-            problem = problems[0]
-            self._report(
-                svc,
-                "Warning",
-                "AddressRefused",
-                f"{problem.annotation}: {problem.message}",
-                "address",
-            )
-            if self.leader and (svc.status_ips or svc.stale_status):
-                self._write_status(svc, ())  # no address: status must not name one
-            return ()
-        if not self.leader:
-            # The follower programs what the leader wrote to status, and tracks it so that
-            # it allocates consistently should it become the leader.
-            if not keep:
-                self.allocator.release(ref)
-                return ()
-            self.allocator.assign(request, keep)
-            return tuple(svc.status_ips)
-        outcome = self.allocator.assign(request, keep)
-        if not outcome.ok:
-            self._report(svc, "Warning", "AddressRefused", str(outcome.error), "address")
-            if svc.status_ips or svc.stale_status:
-                self._write_status(svc, ())
-            return ()
-        ips = tuple(str(a) for a in outcome.addresses)
-        message = f"assigned {', '.join(ips)} from pool {outcome.pool}"
-        if ips != svc.status_ips or svc.stale_status:
-            self._write_status(svc, ips)
-            self._report(svc, "Normal", "AddressAssigned", message, "address")
-        else:
-            # Already in status (a restart, the other director): nothing to announce.
-            self.reported.setdefault(ref, {})["address"] = message
-        return ips
-
-    def _with_drains(
-        self,
-        key: ServiceKey,
-        vs: VirtualService,
-        terminating: frozenset[tuple[ServiceKey, DestKey]],
+    def _finish(
+        self, key: ServiceKey, vs: VirtualService, ref: str, terminating: Terminating
     ) -> VirtualService:
-        """Keep removed and terminating real servers at weight 0 while connections finish."""
-        actual = self.reconciler.actual.get(key)
-        dests = dict(vs.real_servers)
-        candidates: dict[DestKey, RealServer] = {}
-        if actual is not None and key.protocol is not IpProtocol.UDP:
-            for dkey, rs in actual.real_servers.items():
-                if dkey not in dests:
-                    candidates[dkey] = RealServer(
-                        rs.address,
-                        rs.port,
-                        0,
-                        rs.forwarding,
-                        rs.upper_threshold,
-                        rs.lower_threshold,
-                    )
-        for tkey, dkey in terminating:
-            if tkey == key and dkey in dests:
-                if key.protocol is IpProtocol.UDP:
-                    del dests[dkey]
-                else:
-                    candidates[dkey] = dests[dkey]
-        waiting = self.draining.pop(key, {})
-        for dkey in [d for d in waiting if d not in candidates]:
-            del waiting[dkey]  # back in service, or gone for good
-        if candidates:
-            now = self.clock()
-            active = self._active_connections(key)
-            for dkey, rs in candidates.items():
-                deadline = waiting.setdefault(dkey, now + self.kube.drain_timeout_seconds)
-                if now >= deadline or active.get(dkey, 0) == 0:
-                    dests.pop(dkey, None)
-                    del waiting[dkey]
-                    why = "timeout" if now >= deadline else "no active connections"
-                    event(log, "drain.done", service=key, real_server=f"{dkey[0]}:{dkey[1]}",
-                          reason=why)  # fmt: skip
-                else:
-                    dests[dkey] = rs
-        if waiting:
-            self.draining[key] = waiting
-        if dests == vs.real_servers:
-            return vs
-        return VirtualService(key, vs.config, dests, vs.origin)
-
-    def _active_connections(self, key: ServiceKey) -> dict[DestKey, int]:
-        try:
-            states = self.ipvs.read_dest_states(key)
-        except OSError as exc:
-            event(log, "drain.read_failed", level=logging.WARNING, service=key, reason=str(exc))
-            return {}
-        return {dkey: state.active_connections for dkey, state in states.items()}
-
-    # -- cluster writes --------------------------------------------------------------
-    def _write_status(self, svc: ServiceInfo, ips: tuple[str, ...]) -> None:
-        if self.dry_run:
-            event(log, "kube.would_write_status", service=svc.ref, ingress=",".join(ips) or "-")
-            return
-        if self.outbox is None:
-            return
-        writer = self.outbox.writer
-        self.outbox.put(
-            ("status", svc.ref), lambda: writer.patch_status(svc.namespace, svc.name, ips)
-        )
-
-    def _report(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
-        """An Event on the Service when what it says changes (not on every sync)."""
-        topics = self.reported.setdefault(svc.ref, {})
-        if topics.get(topic) == message:
-            return
-        topics[topic] = message
-        level = logging.WARNING if kind == "Warning" else logging.INFO
-        event(log, "service." + reason, level=level, service=svc.ref, message=message)
-        if self.outbox is None:
-            return
-        if not self.leader:  # the leader writes Events; kept for when this box leads
-            self.unsent.setdefault(svc.ref, {})[topic] = (svc, kind, reason, message)
-            return
-        self._send_event(svc, kind, reason, message)
-
-    def _send_event(self, svc: ServiceInfo, kind: str, reason: str, message: str) -> None:
-        assert self.outbox is not None
-        writer = self.outbox.writer
-        self.outbox.put(
-            ("event", svc.ref, reason, message),
-            lambda: writer.event(
-                svc.namespace, svc.name, svc.uid, kind=kind, reason=reason, message=message
-            ),
-        )
-
-    def _report_problems(self, svc: ServiceInfo, problems: Iterable[Problem]) -> None:
-        """Refused parts of the Service (annotations, fields, endpoints): a Warning Event, a
-        log line and a count each, once per distinct problem while it lasts."""
-        topics = self.reported.setdefault(svc.ref, {})
-        current: set[str] = set()
-        for problem in problems:
-            topic = f"problem:{problem.annotation}:{problem.message}"
-            current.add(topic)
-            if topic not in topics:
-                resource = "endpointslices" if problem.reason == "InvalidEndpoint" else "services"
-                self.health.refused[resource] = self.health.refused.get(resource, 0) + 1
-            text = (
-                f"{problem.annotation}: {problem.message}"
-                if problem.reason == "InvalidAnnotation"
-                else problem.message
-            )
-            self._report(svc, "Warning", problem.reason, text, topic)
-        for topic in [t for t in topics if t.startswith("problem:") and t not in current]:
-            del topics[topic]  # fixed: the same problem again is reported again
-
-    # -- source filtering ----------------------------------------------------------------
-    def _enforce(self) -> set[ServiceKey]:
-        """Bring the firewall to the Services' source ranges; return the restricted virtual
-        services whose filter is not in force (held back: closed, not open). A refused
-        ruleset is tried again every 5 s, or at once when the wanted rules change."""
-        wanted: dict[ServiceKey, tuple[str, ...]] = {}
-        for by_key in self.restrictions.values():
-            wanted.update(by_key)
-        now = self.clock()
-        due = wanted != self._attempted or now >= self._next_filter_retry
-        if due and (wanted != self.enforced or not self._filter_synced):
-            self._attempted = dict(wanted)
-            if not (wanted or self.enforced or self._filter_in_use()):
-                self._filter_synced = True  # nothing wanted, nothing of ours in force
-            else:
-                self._apply_filter(wanted)
-        return {key for key in wanted if key not in self.enforced}
-
-    def _filter_in_use(self) -> bool:
-        return not self.dry_run and self.firewall is not None and self.firewall.in_use()
-
-    def _apply_filter(self, wanted: dict[ServiceKey, tuple[str, ...]]) -> None:
-        self._publish = True
-        if self.dry_run:
-            event(log, "firewall.would_apply", services=len(wanted))
-        else:
-            try:
-                if self.firewall is None:
-                    raise FirewallError("no packet filter is configured on this director")
-                self.firewall.apply(wanted)
-            except FirewallError as exc:
-                self.health.firewall_errors += 1
-                self.health.last_error = f"firewall: {exc}"[:300]
-                self._filter_synced = False
-                self._next_filter_retry = self.clock() + 5.0
-                event(log, "firewall.rejected", level=logging.ERROR, services=len(wanted),
-                      nft=str(exc)[:500], action="old rules kept, new ones held back")  # fmt: skip
-                return
-            event(log, "firewall.applied", services=len(wanted))
-        self.enforced = dict(wanted)
-        self._filter_synced = True
+        """A virtual service as programmed: the API's intents, health, then drains."""
+        checked, alarm = self.gate.apply(key, self.intents.apply(key, vs))
+        if alarm:
+            event(log, "health.all_down", level=logging.ERROR, service=key, origin=vs.origin,
+                  action="kept: serving something beats serving nothing")  # fmt: skip
+            svc = self.snapshot.services.get(ref)
+            if svc is not None:
+                self.reporter.report(svc, "Warning", "AllBackendsDown",
+                                     f"every real server of {key} fails its health check; kept",
+                                     f"all-down:{key}")  # fmt: skip
+        return self.drains.apply(key, checked, self.reconciler.actual.get(key), terminating)
 
     # -- syncing ---------------------------------------------------------------------
     def _first_sync(self) -> None:
@@ -601,8 +415,8 @@ class Controller:
             self.owner[key] = STATIC
         for ref in self._order(self.snapshot.services):
             self._guarded(f"service {ref}", self._adopt, ref)
-        for key in self._enforce():
-            self._hold_back(key, self.desired.pop(key, None), self.owner.pop(key, ""))
+        for key in self.filter.enforce():
+            self.filter.hold_back(key, self.desired.pop(key, None), self.owner.pop(key, ""))
             self.produced = {ref: keys - {key} for ref, keys in self.produced.items()}
         self.full_resync(reread=False)
         self._synced = True
@@ -624,15 +438,6 @@ class Controller:
             self.owner[key] = ref
             self.produced[ref] = self.produced.get(ref, frozenset()) | {key}
 
-    def _hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
-        """A restricted virtual service whose filter is not in force: not programmed (and
-        tried again with its Service until the filter is in force). ``vs``: say so (None:
-        it was said before)."""
-        if vs is not None:
-            event(log, "firewall.held_back", level=logging.WARNING, service=key,
-                  origin=vs.origin, reason="its source filter is not in force")  # fmt: skip
-        self.held_back[key] = ref
-
     def full_resync(self, reread: bool = True) -> None:
         started = time.perf_counter()
         report = self.reconciler.full_sync(self.desired, reread=reread)
@@ -644,6 +449,7 @@ class Controller:
         self.health.syncs += 1
         self._next_resync = self.clock() + self.kube.resync_seconds
         self._state_dirty = True
+        self._publish = True
         if report.plan.ops:
             event(
                 log, "resync.repaired", ops=len(report.plan.ops), failed=len(report.result.errors)
@@ -664,7 +470,7 @@ class Controller:
 
         for ref in self._order(refs - {STATIC}):
             self._guarded(f"service {ref}", compute, ref)
-        blocked = self._enforce()
+        blocked = self.filter.enforce()
         for ref, (services, seconds) in fresh.items():
             self._guarded(f"service {ref}", self._program, ref, services, blocked, seconds)
 
@@ -673,72 +479,14 @@ class Controller:
         out: Table = {}
         for key, vs in self.settings.services.items():
             spec = self.settings.static_checks.get(key, self.policy.check)  # None: unchecked
-            self._set_checks(
+            self.gate.set_checks(
                 key,
                 {d: (Target(rs.address, rs.port, spec),) for d, rs in vs.real_servers.items()}
                 if spec is not None and self.settings.health is not None
                 else {},
             )
-            checked = self._with_health(key, self.intents.apply(key, vs), STATIC)
-            out[key] = self._with_drains(key, checked, frozenset())
+            out[key] = self._finish(key, vs, STATIC, frozenset())
         return out
-
-    # -- active health checks ------------------------------------------------------------
-    def _set_checks(self, key: ServiceKey, checks: dict[DestKey, tuple[Target, ...]]) -> None:
-        before = {t for targets in self.checks.get(key, {}).values() for t in targets}
-        after = {t for targets in checks.values() for t in targets}
-        if checks:
-            self.checks[key] = checks
-        else:
-            self.checks.pop(key, None)
-        added, removed = set(), set()
-        for target in after - before:
-            users = self.target_users.setdefault(target, set())
-            if not users:
-                added.add(target)
-            users.add(key)
-        for target in before - after:
-            users = self.target_users.get(target, set())
-            users.discard(key)
-            if not users:
-                self.target_users.pop(target, None)
-                self.down.discard(target)
-                removed.add(target)
-        if (added or removed) and self.on_targets is not None:
-            self.on_targets(added, removed)
-
-    def unhealthy(self, key: ServiceKey, dkey: DestKey) -> bool:
-        return any(t in self.down for t in self.checks.get(key, {}).get(dkey, ()))
-
-    def _with_health(self, key: ServiceKey, vs: VirtualService, ref: str) -> VirtualService:
-        """Real servers failing their checks: weight 0 (or removed), unless all of them fail."""
-        if not self.down or key not in self.checks:
-            self.all_down.discard(key)
-            return vs
-        failing = [d for d in vs.real_servers if self.unhealthy(key, d)]
-        if not failing:
-            self.all_down.discard(key)
-            return vs
-        health = self.settings.health
-        if len(failing) == len(vs.real_servers) and (health is None or health.all_down == "keep"):
-            if key not in self.all_down:
-                self.all_down.add(key)
-                event(log, "health.all_down", level=logging.ERROR, service=key, origin=vs.origin,
-                      action="kept: serving something beats serving nothing")  # fmt: skip
-                svc = self.snapshot.services.get(ref)
-                if svc is not None:
-                    self._report(svc, "Warning", "AllBackendsDown",
-                                 f"every real server of {key} fails its health check; kept",
-                                 f"all-down:{key}")  # fmt: skip
-            return vs
-        self.all_down.discard(key)
-        dests = dict(vs.real_servers)
-        for dkey in failing:
-            if health is not None and health.on_failure == "remove":
-                del dests[dkey]  # then drained like any removed real server
-            else:
-                dests[dkey] = dests[dkey]._replace(weight=0)
-        return VirtualService(key, vs.config, dests, vs.origin)
 
     # -- API intents (validated by the API, applied here on the loop's thread) ----------
     def _take_intents(self, items: list[IntentPosted], replies: list[Reply]) -> set[str]:
@@ -748,15 +496,14 @@ class Controller:
         accepted: list[Reply] = []
         dirty: set[str] = set()
         for posted in items:
-            intent, reply = posted.intent, posted.reply
             try:
-                new.change(intent)
+                new.change(posted.intent)
             except IntentRefused as exc:
-                reply.resolve(exc.status, exc.detail)
+                posted.reply.resolve(exc.status, exc.detail)
                 continue
-            accepted.append(reply)
-            dirty.add(STATIC if isinstance(intent, SetScheduler) else ALL)
-            event(log, "api.intent", intent=type(intent).__name__, detail=intent)
+            accepted.append(posted.reply)
+            dirty.add(STATIC if isinstance(posted.intent, SetScheduler) else ALL)
+            event(log, "api.intent", intent=type(posted.intent).__name__, detail=posted.intent)
         if not accepted:
             return set()
         if self.intents_file is not None and not self.dry_run:
@@ -783,19 +530,16 @@ class Controller:
     ) -> None:
         """Bring the kernel to one Service's freshly computed virtual services."""
         started = time.perf_counter()
-        before_held = {k for k, r in self.held_back.items() if r == ref}
-        for key in before_held:
-            del self.held_back[key]  # decided afresh
+        before_held = self.filter.release(ref)
         for key in blocked & fresh.keys():
-            self._hold_back(key, None if key in before_held else fresh[key], ref)
+            self.filter.hold_back(key, None if key in before_held else fresh[key], ref)
             del fresh[key]
         before = self.produced.get(ref, frozenset())
         for key in before - fresh.keys():
             self.desired.pop(key, None)
             self.owner.pop(key, None)
-            self._set_checks(key, {})
-            self.all_down.discard(key)
-            self.draining.pop(key, None)
+            self.gate.forget(key)
+            self.drains.forget(key)
             self._after(self.reconciler.sync_service(key, None), ref)
         for key, vs in fresh.items():
             self.desired[key] = vs
@@ -809,8 +553,7 @@ class Controller:
             self.produced.pop(ref, None)
         self._state_dirty = True
         if self.recorder is not None:
-            elapsed = seconds + time.perf_counter() - started
-            self.recorder.observe_sync("service", elapsed)
+            self.recorder.observe_sync("service", seconds + time.perf_counter() - started)
             self._observe_programming(ref)
 
     def _observe_programming(self, ref: str) -> None:
@@ -830,16 +573,11 @@ class Controller:
         if self.observer is not None and (report.plan.ops or report.plan.refused):
             self.observer(ref, report)
 
-    # -- the read model ----------------------------------------------------------------
+    # -- the read model and the state file ------------------------------------------------
     def _publish_view(self) -> None:
         """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock)."""
         self._publish = False
-        unhealthy = {}
-        if self.down:
-            for key, dests in self.checks.items():
-                sick = frozenset(d for d in dests if self.unhealthy(key, d))
-                if sick:
-                    unhealthy[key] = sick
+        allocator = self.addresses.allocator
         self.view = LoopView(
             version=self.view.version + 1,
             status=self.health.copy(synced=self._synced),
@@ -848,20 +586,19 @@ class Controller:
             options=MappingProxyType(dict(self.options)),
             produced=MappingProxyType(dict(self.produced)),
             services=MappingProxyType(dict(self.snapshot.services)),
-            draining=MappingProxyType({k: frozenset(v) for k, v in self.draining.items()}),
-            checks=MappingProxyType(dict(self.checks)),
-            unhealthy=MappingProxyType(unhealthy),
+            draining=MappingProxyType({k: frozenset(v) for k, v in self.drains.waiting.items()}),
+            checks=MappingProxyType(dict(self.gate.checks)),
+            unhealthy=MappingProxyType(self.gate.failing()),
             intents=self.intents,
             leader=self.leader,
             vrrp_state=self.vrrp_state,
             pools=tuple(
-                PoolUse(p.name, p.size(), self.allocator.in_use_in(p)) for p in self.settings.pools
+                PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in self.settings.pools
             ),
-            all_down=len(self.all_down),
-            filtered=frozenset(self.enforced),
+            all_down=len(self.gate.all_down),
+            filtered=frozenset(self.filter.enforced),
         )
 
-    # -- shadow mode -----------------------------------------------------------------
     def _write_state(self) -> None:
         if self.state_file is None or not self._state_dirty:
             return
@@ -869,7 +606,7 @@ class Controller:
         write_state(self.state_file, self.desired, self.addresses_by_service())
 
     def addresses_by_service(self) -> dict[str, list[str]]:
-        return {ref: [str(a) for a in self.allocator.held(ref)] for ref in sorted(self.produced)}
+        return {ref: self.addresses.held(ref) for ref in sorted(self.produced)}
 
 
 def reserved_addresses(settings: Settings) -> dict[Address, str]:

@@ -1,0 +1,67 @@
+"""Address keeping: a LoadBalancer Service's addresses from the pools (IPAM, pure), written
+to its status by the leader, read back from status by a follower.
+
+The allocator is first handed what status already says, so a restart assigns nothing new
+and moves nothing; a follower programs what the leader wrote and tracks it, so that it
+allocates consistently should it become the leader.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from director.core.cluster import ServiceInfo
+from director.core.ipam import Allocator
+from director.core.translate import Policy, ipam_request, wants_address
+from director.engine.reporter import Reporter
+
+
+class Addresses:
+    def __init__(self, allocator: Allocator, reporter: Reporter) -> None:
+        self.allocator, self.reporter = allocator, reporter
+
+    def release(self, ref: str) -> None:
+        self.allocator.release(ref)
+
+    def held(self, ref: str) -> list[str]:
+        return [str(a) for a in self.allocator.held(ref)]
+
+    def keep(self, svc: ServiceInfo, policy: Policy) -> tuple[str, ...]:
+        """The Service's addresses now (none when it gets none), with status and Events."""
+        ref, reporter = svc.ref, self.reporter
+        if not wants_address(svc, policy):
+            self.allocator.release(ref)
+            return ()
+        keep = [ipaddress.ip_address(text) for text in svc.status_ips]  # canonical already
+        request, problems = ipam_request(svc)
+        if request is None:
+            self.allocator.release(ref)
+            problem = problems[0]
+            reporter.report(svc, "Warning", "AddressRefused",
+                            f"{problem.annotation}: {problem.message}", "address")  # fmt: skip
+            self._clear_status(svc)
+            return ()
+        if not reporter.leader:
+            if not keep:
+                self.allocator.release(ref)
+                return ()
+            self.allocator.assign(request, keep)
+            return tuple(svc.status_ips)
+        outcome = self.allocator.assign(request, keep)
+        if not outcome.ok:
+            reporter.report(svc, "Warning", "AddressRefused", str(outcome.error), "address")
+            self._clear_status(svc)
+            return ()
+        ips = tuple(str(a) for a in outcome.addresses)
+        message = f"assigned {', '.join(ips)} from pool {outcome.pool}"
+        if ips != svc.status_ips or svc.stale_status:
+            reporter.write_status(svc, ips)
+            reporter.report(svc, "Normal", "AddressAssigned", message, "address")
+        else:
+            reporter.known(ref, "address", message)
+        return ips
+
+    def _clear_status(self, svc: ServiceInfo) -> None:
+        """No address: the leader's status must not name one."""
+        if self.reporter.leader and (svc.status_ips or svc.stale_status):
+            self.reporter.write_status(svc, ())

@@ -1,0 +1,99 @@
+"""Health gating: which real servers are checked with what, which fail, and what that does
+to a virtual service (weight 0, or removed and then drained; all failing: kept, loudly).
+
+The prober runs the checks; ``on_targets(add, remove)`` tells it what to check. A target
+shared by several virtual services is checked once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from director.core.checks import Target
+from director.core.model import DestKey, ServiceKey, VirtualService
+from director.schema.config import HealthSettings
+
+Checks = dict[DestKey, tuple[Target, ...]]
+
+
+class HealthGate:
+    def __init__(self, settings: HealthSettings | None) -> None:
+        self.settings = settings
+        self.checks: dict[ServiceKey, Checks] = {}
+        self.users: dict[Target, set[ServiceKey]] = {}
+        self.down: set[Target] = set()
+        self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
+        self.on_targets: Callable[[set[Target], set[Target]], None] | None = None
+
+    def set_checks(self, key: ServiceKey, checks: Checks) -> None:
+        before = {t for targets in self.checks.get(key, {}).values() for t in targets}
+        after = {t for targets in checks.values() for t in targets}
+        if checks:
+            self.checks[key] = checks
+        else:
+            self.checks.pop(key, None)
+        added, removed = set(), set()
+        for target in after - before:
+            users = self.users.setdefault(target, set())
+            if not users:
+                added.add(target)
+            users.add(key)
+        for target in before - after:
+            users = self.users.get(target, set())
+            users.discard(key)
+            if not users:
+                self.users.pop(target, None)
+                self.down.discard(target)
+                removed.add(target)
+        if (added or removed) and self.on_targets is not None:
+            self.on_targets(added, removed)
+
+    def forget(self, key: ServiceKey) -> None:
+        self.set_checks(key, {})
+        self.all_down.discard(key)
+
+    def observe(self, target: Target, up: bool) -> set[ServiceKey]:
+        """A target's new state; the virtual services that use it."""
+        if up:
+            self.down.discard(target)
+        else:
+            self.down.add(target)
+        return set(self.users.get(target, ()))
+
+    def unhealthy(self, key: ServiceKey, dkey: DestKey) -> bool:
+        return any(t in self.down for t in self.checks.get(key, {}).get(dkey, ()))
+
+    def failing(self) -> dict[ServiceKey, frozenset[DestKey]]:
+        """Every virtual service's failing real servers (for the view)."""
+        out: dict[ServiceKey, frozenset[DestKey]] = {}
+        if self.down:
+            for key, dests in self.checks.items():
+                sick = frozenset(d for d in dests if self.unhealthy(key, d))
+                if sick:
+                    out[key] = sick
+        return out
+
+    def apply(self, key: ServiceKey, vs: VirtualService) -> tuple[VirtualService, bool]:
+        """``vs`` with its failing real servers at weight 0 (or removed), unless all of them
+        fail; and whether every one has just started failing (say so, once)."""
+        if not self.down or key not in self.checks:
+            self.all_down.discard(key)
+            return vs, False
+        failing = [d for d in vs.real_servers if self.unhealthy(key, d)]
+        if not failing:
+            self.all_down.discard(key)
+            return vs, False
+        health = self.settings
+        if len(failing) == len(vs.real_servers) and (health is None or health.all_down == "keep"):
+            if key in self.all_down:
+                return vs, False
+            self.all_down.add(key)
+            return vs, True
+        self.all_down.discard(key)
+        dests = dict(vs.real_servers)
+        for dkey in failing:
+            if health is not None and health.on_failure == "remove":
+                del dests[dkey]  # then drained like any removed real server
+            else:
+                dests[dkey] = dests[dkey]._replace(weight=0)
+        return VirtualService(key, vs.config, dests, vs.origin), False

@@ -1,0 +1,102 @@
+"""What the loop tells the cluster: Service status and Events, through the outbox.
+
+Only the Lease holder writes. An Event is sent when what it says changes (not on every
+sync); Events a follower saw the reason for are kept and sent should it become the leader.
+Refused parts of a Service are counted in the loop's status once per distinct problem.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from director.core.cluster import ServiceInfo
+from director.core.translate import Problem
+from director.engine.outbox import Outbox
+from director.engine.view import LoopStatus
+from director.logs import event
+
+log = logging.getLogger("director.controller")
+Pending = tuple[ServiceInfo, str, str, str]  # the Service, kind, reason, message
+
+
+class Reporter:
+    def __init__(self, outbox: Outbox | None, status: LoopStatus, *, dry_run: bool) -> None:
+        self.outbox, self.status, self.dry_run = outbox, status, dry_run
+        self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
+        self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
+        # Events a follower saw the reason for: written should it become the leader.
+        self.unsent: dict[str, dict[str, Pending]] = {}
+
+    def forget(self, ref: str) -> None:
+        self.reported.pop(ref, None)
+        self.unsent.pop(ref, None)
+
+    def lead(self, leader: bool) -> None:
+        """Leadership changed: a new leader sends what it held back and is still true."""
+        self.leader = leader
+        unsent, self.unsent = self.unsent, {}
+        for ref, topics in unsent.items() if leader else ():
+            for topic, (svc, severity, reason, message) in topics.items():
+                if self.reported.get(ref, {}).get(topic) == message:  # still true
+                    self._send_event(svc, severity, reason, message)
+
+    def known(self, ref: str, topic: str, message: str) -> None:
+        """Something already true (a restart, the other director): nothing to announce."""
+        self.reported.setdefault(ref, {})[topic] = message
+
+    def report(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
+        """An Event on the Service when what it says changes (not on every sync)."""
+        topics = self.reported.setdefault(svc.ref, {})
+        if topics.get(topic) == message:
+            return
+        topics[topic] = message
+        level = logging.WARNING if kind == "Warning" else logging.INFO
+        event(log, "service." + reason, level=level, service=svc.ref, message=message)
+        if self.outbox is None:
+            return
+        if not self.leader:  # the leader writes Events; kept for when this box leads
+            self.unsent.setdefault(svc.ref, {})[topic] = (svc, kind, reason, message)
+            return
+        self._send_event(svc, kind, reason, message)
+
+    def report_problems(self, svc: ServiceInfo, problems: Iterable[Problem]) -> None:
+        """Refused parts of the Service (annotations, fields, endpoints): a Warning Event, a
+        log line and a count each, once per distinct problem while it lasts."""
+        topics = self.reported.setdefault(svc.ref, {})
+        current: set[str] = set()
+        for problem in problems:
+            topic = f"problem:{problem.annotation}:{problem.message}"
+            current.add(topic)
+            if topic not in topics:
+                resource = "endpointslices" if problem.reason == "InvalidEndpoint" else "services"
+                self.status.refused[resource] = self.status.refused.get(resource, 0) + 1
+            text = (
+                f"{problem.annotation}: {problem.message}"
+                if problem.reason == "InvalidAnnotation"
+                else problem.message
+            )
+            self.report(svc, "Warning", problem.reason, text, topic)
+        for topic in [t for t in topics if t.startswith("problem:") and t not in current]:
+            del topics[topic]  # fixed: the same problem again is reported again
+
+    def write_status(self, svc: ServiceInfo, ips: tuple[str, ...]) -> None:
+        if self.dry_run:
+            event(log, "kube.would_write_status", service=svc.ref, ingress=",".join(ips) or "-")
+            return
+        if self.outbox is None:
+            return
+        writer = self.outbox.writer
+        self.outbox.put(
+            ("status", svc.ref), lambda: writer.patch_status(svc.namespace, svc.name, ips)
+        )
+
+    def _send_event(self, svc: ServiceInfo, kind: str, reason: str, message: str) -> None:
+        assert self.outbox is not None
+        writer = self.outbox.writer
+        self.outbox.put(
+            ("event", svc.ref, reason, message),
+            lambda: writer.event(
+                svc.namespace, svc.name, svc.uid, kind=kind, reason=reason, message=message
+            ),
+        )
