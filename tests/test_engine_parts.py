@@ -1,0 +1,232 @@
+"""The control loop's named parts, each on its own with the fakes (no Runtime, no threads
+but the outbox's): typed events, the health gate, draining, source filtering, the reporter,
+and the read model the API serves from without the loop's lock."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from typing import Any
+
+from director.core.checks import CheckSpec, Target
+from director.core.cluster import service_from_json
+from director.core.firewall import FakeFirewall
+from director.core.intents import AddDrain, Drain
+from director.core.model import Forwarding, RealServer, ServiceConfig, ServiceKey, VirtualService
+from director.core.model import Protocol as IpProtocol
+from director.core.plan import Ownership, build_plan
+from director.core.translate import Problem
+from director.dataplane.fake import FakeIpvs
+from director.engine.draining import Draining
+from director.engine.events import (
+    IntentPosted,
+    LeaderChanged,
+    Listed,
+    ObjectChanged,
+    Reply,
+    TargetChecked,
+    VrrpChanged,
+    WatchState,
+    from_watch,
+)
+from director.engine.health_gate import HealthGate
+from director.engine.loop import Controller
+from director.engine.outbox import Outbox
+from director.engine.reporter import Reporter
+from director.engine.source_filter import SourceFilter
+from director.engine.view import LoopStatus
+from director.schema.config import HealthSettings, parse_config
+from director.web.app import create_app
+from lab.kubeapi import service
+from lab.wait import eventually
+
+TCP = ServiceKey.inet(IpProtocol.TCP, "198.51.100.10", 80)
+UDP = ServiceKey.inet(IpProtocol.UDP, "198.51.100.10", 53)
+OWN = Ownership((ipaddress.ip_network("198.51.100.0/24"),))
+A, B = ("192.0.2.1", 8080), ("192.0.2.2", 8080)
+
+
+def vs(key: ServiceKey, *dests: tuple[str, int], weight: int = 1) -> VirtualService:
+    servers = {d: RealServer(d[0], d[1], weight, Forwarding.NAT) for d in dests}
+    return VirtualService(key, ServiceConfig("rr"), servers, "static/web")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- events -----------------------------------------------------------------------------
+def test_every_watcher_triple_becomes_its_typed_event() -> None:
+    target = Target("192.0.2.1", 80, CheckSpec())
+    assert from_watch("health", "DOWN", target) == TargetChecked(target, up=False)
+    assert from_watch("vrrp", "MASTER", None) == VrrpChanged("MASTER")
+    assert from_watch("lease", "LEADER", None) == LeaderChanged(True)
+    lost = WatchState("nodes", connected=False, reason="timed out")
+    assert from_watch("nodes", "DISCONNECTED", "timed out") == lost
+    assert from_watch("services", "RELIST", ("a", "b")) == Listed("services", ["a", "b"])
+    assert from_watch("services", "ADDED", "svc") == ObjectChanged("services", "ADDED", "svc")
+
+
+# -- the health gate ------------------------------------------------------------------------
+def test_a_shared_target_is_checked_once_and_dropped_with_its_last_user() -> None:
+    gate = HealthGate(HealthSettings())
+    calls: list[tuple[set[Target], set[Target]]] = []
+    gate.on_targets = lambda add, remove: calls.append((add, remove))
+    target = Target(*A, CheckSpec())
+    other = ServiceKey.inet(IpProtocol.TCP, "198.51.100.11", 80)
+    gate.set_checks(TCP, {A: (target,)})
+    gate.set_checks(other, {A: (target,)})
+    assert calls == [({target}, set())]  # one check for both virtual services
+    gate.forget(TCP)
+    assert calls == [({target}, set())]  # still used by the other one
+    gate.forget(other)
+    assert calls == [({target}, set()), (set(), {target})]
+
+
+def test_a_failing_real_server_is_quiesced_and_all_failing_are_kept_with_one_alarm() -> None:
+    gate = HealthGate(HealthSettings())
+    ta, tb = Target(*A, CheckSpec()), Target(*B, CheckSpec())
+    gate.set_checks(TCP, {A: (ta,), B: (tb,)})
+    assert gate.observe(ta, up=False) == {TCP}
+    out, alarm = gate.apply(TCP, vs(TCP, A, B))
+    assert (out.real_servers[A].weight, out.real_servers[B].weight, alarm) == (0, 1, False)
+    gate.observe(tb, up=False)
+    out, alarm = gate.apply(TCP, vs(TCP, A, B))
+    assert alarm and all(rs.weight == 1 for rs in out.real_servers.values())  # kept
+    assert gate.apply(TCP, vs(TCP, A, B))[1] is False  # said once
+    assert gate.failing() == {TCP: frozenset({A, B})}
+
+
+def test_remove_on_failure_takes_the_real_server_out() -> None:
+    gate = HealthGate(HealthSettings(on_failure="remove"))
+    ta = Target(*A, CheckSpec())
+    gate.set_checks(TCP, {A: (ta,)})
+    gate.observe(ta, up=False)
+    out, _ = gate.apply(TCP, vs(TCP, A, B))
+    assert set(out.real_servers) == {B}
+
+
+# -- draining --------------------------------------------------------------------------------
+def test_a_removed_real_server_drains_until_its_connections_end() -> None:
+    ipvs, clock = FakeIpvs(), Clock()
+    drains = Draining(ipvs, clock, timeout=60)
+    actual = vs(TCP, A, B)
+    ipvs.apply(build_plan({TCP: actual}, {}, OWN).ops)  # what the kernel holds
+    ipvs.set_connections(TCP, B, active=3, inactive=0)
+    out = drains.apply(TCP, vs(TCP, A), actual, frozenset())
+    assert out.real_servers[B].weight == 0 and drains.waiting == {TCP: {B: 160.0}}
+    ipvs.set_connections(TCP, B, active=0, inactive=0)
+    out = drains.apply(TCP, vs(TCP, A), actual, frozenset())
+    assert set(out.real_servers) == {A} and drains.waiting == {}
+
+
+def test_a_drain_ends_at_its_timeout_and_udp_does_not_drain() -> None:
+    ipvs, clock = FakeIpvs(), Clock()
+    drains = Draining(ipvs, clock, timeout=5)
+    drains.waiting[TCP] = {B: clock.now + 5}
+    clock.now += 5
+    assert set(drains.apply(TCP, vs(TCP, A), vs(TCP, A, B), frozenset()).real_servers) == {A}
+    # A terminating UDP endpoint goes at once: there is no connection to finish.
+    out = drains.apply(UDP, vs(UDP, A, B), vs(UDP, A, B), frozenset({(UDP, B)}))
+    assert set(out.real_servers) == {A} and drains.waiting == {}
+
+
+# -- source filtering ----------------------------------------------------------------------------
+def test_a_refused_ruleset_holds_back_and_is_tried_again_after_five_seconds() -> None:
+    firewall, clock, status = FakeFirewall(), Clock(), LoopStatus()
+    sf = SourceFilter(firewall, status, clock, dry_run=False)
+    sf.want("default/web", {TCP: ("203.0.113.0/24",)})
+    firewall.fail = "Could not process rule"
+    assert sf.enforce() == {TCP}  # not in force: closed, not open
+    assert status.firewall_errors == 1 and "Could not process rule" in (status.last_error or "")
+    firewall.fail = None
+    assert sf.enforce() == {TCP} and firewall.applies == 0  # not yet due
+    clock.now += 5
+    assert sf.enforce() == set() and firewall.rules == {TCP: ("203.0.113.0/24",)}
+    sf.want("default/web", {})
+    assert sf.enforce() == set() and firewall.rules == {}
+
+
+# -- the reporter ---------------------------------------------------------------------------------
+class Writer:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+        self.status: list[tuple[str, tuple[str, ...]]] = []
+
+    def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+        self.status.append((f"{namespace}/{name}", ips))
+
+    def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
+              message: str) -> None:  # fmt: skip
+        self.events.append((f"{namespace}/{name}", reason, message))
+
+
+def test_a_follower_keeps_its_events_and_the_new_leader_sends_what_is_still_true() -> None:
+    writer, status = Writer(), LoopStatus()
+    outbox = Outbox(writer)
+    try:
+        reporter = Reporter(outbox, status, dry_run=False)
+        obj = service("web", [("http", "TCP", 80)])
+        obj["metadata"]["namespace"] = "default"  # as the API server stores it
+        svc = service_from_json(obj)
+        reporter.report(svc, "Warning", "AddressRefused", "pool exhausted", "address")
+        reporter.report_problems(svc, [Problem("lvs-director.io/pool", "no such pool")])
+        reporter.report(svc, "Warning", "AddressRefused", "pool exhausted", "address")
+        assert writer.events == [] and status.refused == {"services": 1}
+        reporter.report(svc, "Normal", "AddressAssigned", "assigned 198.51.100.1", "address")
+        reporter.lead(True)
+        eventually(outbox.idle, what="the writes")
+        assert sorted(writer.events) == [
+            ("default/web", "AddressAssigned", "assigned 198.51.100.1"),  # the address one
+            ("default/web", "InvalidAnnotation", "lvs-director.io/pool: no such pool"),
+        ]
+    finally:
+        outbox.close()
+
+
+# -- the read model -------------------------------------------------------------------------------
+def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
+    settings = parse_config(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services: [{name: web, address: 198.51.100.10, port: 80,"
+        " real_servers: [192.0.2.1:8080]}]\n",
+        "static.yaml",
+    )
+    controller = Controller(FakeIpvs(), settings)
+    stop = threading.Event()
+    loop = threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True)
+    loop.start()
+    try:
+        eventually(lambda: controller.health.synced, what="the first sync")
+        client = create_app(controller, "t0ken-for-the-admin-api").test_client()
+        auth = {"Authorization": "Bearer t0ken-for-the-admin-api"}
+        before = controller.view.version
+        answers: list[Any] = []
+        with controller.lock:  # the loop is busy: it cannot step
+            reader = threading.Thread(
+                target=lambda: answers.append(client.get("/api/v1/status", headers=auth)))
+            reader.start()
+            reader.join(5)
+            assert answers, "the API waited for the loop's lock"
+        assert answers[0].get_json()["counts"]["virtual_services"] == 1
+        # An intent is answered once the view shows it.
+        reply = controller.submit_intent(AddDrain(Drain("192.0.2.1", None, None)))
+        assert reply.ok and controller.view.version > before
+        assert len(controller.view.intents.drains) == 1
+    finally:
+        stop.set()
+        loop.join(5)
+
+
+def test_an_intent_is_refused_on_its_own() -> None:
+    reply = Reply()
+    assert not reply.ok
+    reply.resolve(409, "already drained")
+    reply.resolve(200)  # resolved once
+    assert (reply.status, reply.detail, reply.ok) == (409, "already drained", False)
+    posted = IntentPosted(AddDrain(Drain("192.0.2.1", None, None)), reply)
+    assert posted.reply is reply
