@@ -215,6 +215,21 @@ def _target_port(port: Mapping[str, int], svc_port_name: str, target: int | str)
     return target if isinstance(target, int) else 0
 
 
+Backend = tuple[str, int, bool]  # address, port, live (False: draining at weight 0)
+Endpoint = tuple[str, str | None, bool, Mapping[str, int]]  # address, node, ready, ports
+
+
+@dataclass(frozen=True, slots=True)
+class _Want:
+    """One virtual service to build: its key, where its real servers are, its origin."""
+
+    key: ServiceKey
+    backends: list[Backend]
+    origin: str
+    on_nodes: bool
+    allowed: tuple[str, ...] | None = None  # source ranges; None: unrestricted
+
+
 def translate(
     svc: ServiceInfo,
     addresses: Iterable[str],
@@ -229,133 +244,182 @@ def translate(
     slices = tuple(slices)
     for sl in slices:
         problems += [Problem("endpointslice", text, "InvalidEndpoint") for text in sl.problems]
-    check: CheckSpec | None = policy.check
-    text = svc.annotations.get(A_HEALTH)
-    if text is not None and policy.checking:
-        if text == "none":
-            check = None
-        else:
-            parsed = parse_check(text, policy.check or CheckSpec())
-            if isinstance(parsed, str):
-                problems.append(Problem(A_HEALTH, parsed))
-            else:
-                check = parsed
-    checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
-    origin_base = svc.ref
-    persistence = svc.affinity_timeout or 0
-    out: dict[ServiceKey, VirtualService] = {}
-    draining: set[tuple[ServiceKey, DestKey]] = set()
-
-    # Endpoints per family: (address, node, ready, serving-terminating), ports by name.
-    def endpoints(family: Family) -> list[tuple[str, str | None, bool, Mapping[str, int]]]:
-        kind = "IPv6" if family is Family.INET6 else "IPv4"
-        found: list[tuple[str, str | None, bool, Mapping[str, int]]] = []
-        for sl in slices:
-            if sl.address_type != kind:
-                continue
-            ports = {name: port for name, _proto, port in sl.ports}
-            for ep in sl.endpoints:
-                if not (ep.ready or ep.serving):
-                    continue
-                for address in ep.addresses:
-                    found.append((address, ep.node, ep.ready, ports))
-        return found
-
-    def node_backends(family: Family, port: int) -> list[tuple[str, int, bool]]:
-        local: dict[str, bool] | None = None
-        if svc.external_traffic_policy == "Local":
-            local = {}
-            for _addr, where, ready, _ports in endpoints(family):
-                if where is not None:
-                    local[where] = local.get(where, False) or ready
-        out_nodes = []
-        for node in nodes.values():
-            if not node.usable or (local is not None and node.name not in local):
-                continue
-            for address in node.internal_ips:
-                if Family.of(address) is family:
-                    live = True if local is None else local[node.name]
-                    out_nodes.append((address, port, live))
-        return out_nodes
-
-    local_probe = (
-        policy.checking
-        and svc.external_traffic_policy == "Local"
-        and svc.health_check_node_port > 0
+    check = _health_check(svc, policy, problems)
+    probe = (
+        svc.health_check_node_port
+        if policy.checking and svc.external_traffic_policy == "Local"
+        else 0
     )
-
-    def add(
-        key: ServiceKey, backends: list[tuple[str, int, bool]], origin: str, on_nodes: bool
-    ) -> None:
-        config = ServiceConfig(opts.scheduler, opts.flags, persistence, key.family.max_prefix)
-        dests: dict[DestKey, RealServer] = {}
-        targets: dict[DestKey, tuple[Target, ...]] = {}
-        for address, port, live in backends:
-            if port <= 0 or (address, port) in dests:
-                continue
-            weight = policy.weight if live else 0
-            dests[(address, port)] = RealServer(address, port, weight, opts.forwarding)
-            if not live:
-                draining.add((key, (address, port)))
-            found: list[Target] = []
-            if check is not None:
-                found.append(Target(address, port, check))
-            if on_nodes and local_probe:
-                # kube-proxy answers GET /healthz on the healthCheckNodePort: 200 when the
-                # node has a local endpoint, 503 when it has none.
-                found.append(Target(address, svc.health_check_node_port, NODE_HEALTHZ))
-            if found:
-                targets[(address, port)] = tuple(found)
-        out[key] = VirtualService(key, config, dests, origin)
+    wants = _lb_wants(svc, addresses, slices, nodes, policy, opts=opts, problems=problems)
+    wants += _nodeport_wants(svc, slices, nodes, policy)
+    out: dict[ServiceKey, VirtualService] = {}
+    checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
+    draining: set[tuple[ServiceKey, DestKey]] = set()
+    restrictions: dict[ServiceKey, tuple[str, ...]] = {}
+    for want in wants:
+        key = want.key
+        config = ServiceConfig(
+            opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
+        )
+        out[key], targets, gone = _virtual_service(
+            want, config, weight=policy.weight, forwarding=opts.forwarding, check=check,
+            probe_port=probe if want.on_nodes else 0,
+        )  # fmt: skip
+        draining.update((key, dkey) for dkey in gone)
         if targets:
             checks[key] = targets
+        if want.allowed is not None:
+            restrictions[key] = want.allowed
+    return Translation(out, opts, tuple(problems), frozenset(draining), checks, restrictions)
 
-    restrictions: dict[ServiceKey, tuple[str, ...]] = {}
-    if wants_address(svc, policy):
-        for text in addresses:
-            address = sloppy_address(text)
-            if address is None:  # IPAM hands out canonical text: a bug, not the tenant's
-                problems.append(Problem("address", f"{shown(text)} is not an IP address"))
+
+def _health_check(svc: ServiceInfo, policy: Policy, problems: list[Problem]) -> CheckSpec | None:
+    """The Service's active check: the default, or its annotation's (``none``: no check)."""
+    text = svc.annotations.get(A_HEALTH)
+    if text is None or not policy.checking:
+        return policy.check
+    if text == "none":
+        return None
+    parsed = parse_check(text, policy.check or CheckSpec())
+    if isinstance(parsed, str):
+        problems.append(Problem(A_HEALTH, parsed))
+        return policy.check
+    return parsed
+
+
+def _endpoints(slices: Iterable[SliceInfo], family: Family) -> list[Endpoint]:
+    """The family's serving endpoints: (address, node, ready, ports by name)."""
+    kind = "IPv6" if family is Family.INET6 else "IPv4"
+    found: list[Endpoint] = []
+    for sl in slices:
+        if sl.address_type != kind:
+            continue
+        ports = {name: port for name, _proto, port in sl.ports}
+        for ep in sl.endpoints:
+            if not (ep.ready or ep.serving):
                 continue
-            family = Family.of(address)
-            allowed = (
-                None
-                if svc.source_ranges is None
-                else tuple(r for r in svc.source_ranges if Family.of(r) is family)
-            )
-            for sp in svc.ports:
-                protocol = PROTOCOLS.get(sp.protocol)
-                if protocol is None:
-                    continue
-                key = ServiceKey(family, protocol, address, sp.port)
-                origin = f"{origin_base}:{sp.name or sp.port}"
-                if allowed is not None:
-                    restrictions[key] = allowed
-                if opts.backends == "pod":
-                    backends = [
-                        (a, _target_port(ports, sp.name, sp.target_port), live)
-                        for a, _node, live, ports in endpoints(family)
-                    ]
-                else:
-                    # nat rewrites to the node port; dr and tun cannot change the port, and
-                    # kube-proxy on the node accepts the load-balancer address at the port.
-                    port = sp.node_port if opts.forwarding is Forwarding.NAT else sp.port
-                    backends = node_backends(family, port)
-                add(key, backends, origin, opts.backends != "pod")
-    if wants_nodeports(svc, policy):
-        for vip in policy.nodeport_vips:
-            family = Family.of(vip)
-            for sp in svc.ports:
-                protocol = PROTOCOLS.get(sp.protocol)
-                if protocol is None or not sp.node_port:
-                    continue
-                key = ServiceKey(family, protocol, vip, sp.node_port)
-                add(
-                    key,
-                    node_backends(family, sp.node_port),
-                    f"{origin_base}:nodeport/{sp.node_port}",
-                    True,
-                )
-    return Translation(
-        out, opts, tuple(problems), frozenset(draining), checks, restrictions
-    )
+            for address in ep.addresses:
+                found.append((address, ep.node, ep.ready, ports))
+    return found
+
+
+def _node_backends(
+    svc: ServiceInfo,
+    slices: Iterable[SliceInfo],
+    nodes: Mapping[str, NodeInfo],
+    family: Family,
+    port: int,
+) -> list[Backend]:
+    """The usable nodes at ``port`` (with ``Local`` traffic: only nodes with an endpoint)."""
+    local: dict[str, bool] | None = None
+    if svc.external_traffic_policy == "Local":
+        local = {}
+        for _addr, where, ready, _ports in _endpoints(slices, family):
+            if where is not None:
+                local[where] = local.get(where, False) or ready
+    out: list[Backend] = []
+    for node in nodes.values():
+        if not node.usable or (local is not None and node.name not in local):
+            continue
+        for address in node.internal_ips:
+            if Family.of(address) is family:
+                out.append((address, port, True if local is None else local[node.name]))
+    return out
+
+
+def _lb_wants(
+    svc: ServiceInfo,
+    addresses: Iterable[str],
+    slices: tuple[SliceInfo, ...],
+    nodes: Mapping[str, NodeInfo],
+    policy: Policy,
+    *,
+    opts: Options,
+    problems: list[Problem],
+) -> list[_Want]:
+    """One virtual service per load-balancer address and port."""
+    if not wants_address(svc, policy):
+        return []
+    wants: list[_Want] = []
+    for text in addresses:
+        address = sloppy_address(text)
+        if address is None:  # IPAM hands out canonical text: a bug, not the tenant's
+            problems.append(Problem("address", f"{shown(text)} is not an IP address"))
+            continue
+        family = Family.of(address)
+        allowed = (
+            None
+            if svc.source_ranges is None
+            else tuple(r for r in svc.source_ranges if Family.of(r) is family)
+        )
+        for sp in svc.ports:
+            protocol = PROTOCOLS.get(sp.protocol)
+            if protocol is None:
+                continue
+            if opts.backends == "pod":
+                backends = [
+                    (a, _target_port(ports, sp.name, sp.target_port), live)
+                    for a, _node, live, ports in _endpoints(slices, family)
+                ]
+            else:
+                # nat rewrites to the node port; dr and tun cannot change the port, and
+                # kube-proxy on the node accepts the load-balancer address at the port.
+                port = sp.node_port if opts.forwarding is Forwarding.NAT else sp.port
+                backends = _node_backends(svc, slices, nodes, family, port)
+            key = ServiceKey(family, protocol, address, sp.port)
+            origin = f"{svc.ref}:{sp.name or sp.port}"
+            wants.append(_Want(key, backends, origin, opts.backends != "pod", allowed))
+    return wants
+
+
+def _nodeport_wants(
+    svc: ServiceInfo,
+    slices: tuple[SliceInfo, ...],
+    nodes: Mapping[str, NodeInfo],
+    policy: Policy,
+) -> list[_Want]:
+    """One virtual service per node port on each NodePort VIP."""
+    if not wants_nodeports(svc, policy):
+        return []
+    wants: list[_Want] = []
+    for vip in policy.nodeport_vips:
+        family = Family.of(vip)
+        for sp in svc.ports:
+            protocol = PROTOCOLS.get(sp.protocol)
+            if protocol is None or not sp.node_port:
+                continue
+            key = ServiceKey(family, protocol, vip, sp.node_port)
+            backends = _node_backends(svc, slices, nodes, family, sp.node_port)
+            wants.append(_Want(key, backends, f"{svc.ref}:nodeport/{sp.node_port}", True))
+    return wants
+
+
+def _virtual_service(
+    want: _Want,
+    config: ServiceConfig,
+    *,
+    weight: int,
+    forwarding: Forwarding,
+    check: CheckSpec | None,
+    probe_port: int,
+) -> tuple[VirtualService, dict[DestKey, tuple[Target, ...]], list[DestKey]]:
+    """The virtual service, its real servers' checks, and those draining (not live)."""
+    dests: dict[DestKey, RealServer] = {}
+    targets: dict[DestKey, tuple[Target, ...]] = {}
+    draining: list[DestKey] = []
+    for address, port, live in want.backends:
+        if port <= 0 or (address, port) in dests:
+            continue
+        dests[(address, port)] = RealServer(address, port, weight if live else 0, forwarding)
+        if not live:
+            draining.append((address, port))
+        found: list[Target] = []
+        if check is not None:
+            found.append(Target(address, port, check))
+        if probe_port > 0:
+            # kube-proxy answers GET /healthz on the healthCheckNodePort: 200 when the
+            # node has a local endpoint, 503 when it has none.
+            found.append(Target(address, probe_port, NODE_HEALTHZ))
+        if found:
+            targets[(address, port)] = tuple(found)
+    return VirtualService(want.key, config, dests, want.origin), targets, draining
