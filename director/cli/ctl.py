@@ -14,6 +14,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from director.core.model import canonical_address
@@ -120,98 +121,121 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> str | None:
-    if args.command == "status":
-        status = call(args, "GET", "/api/v1/status")
-        if args.json:
-            return json.dumps(status, indent=2)
-        k = status["kubernetes"]
-        kube = "not configured" if not k["configured"] else (
-            "connected" if k["connected"] else f"DISCONNECTED since {k['disconnected_since']}"
-        )  # fmt: skip
-        counts = status["counts"]
-        return "\n".join(
-            [
-                f"role:        {status['role']}{'  (shadow mode)' if status['dry_run'] else ''}",
-                f"ready:       {'yes' if status['ready'] else 'no (first sync pending)'}",
-                f"kubernetes:  {kube}; leader: {'yes' if status['leader'] else 'no'}",
-                f"last sync:   {status['last_sync'] or 'never'} ({status['last_sync_seconds']} s)",
-                f"last error:  {status['last_error'] or '-'}",
-                f"programmed:  {counts['virtual_services']} virtual services, "
-                f"{counts['real_servers']} real servers, {counts['drains']} drains",
-            ]
-        )
-    what = args.what
-    if what == "services":
-        items = call(args, "GET", "/api/v1/services")["items"]
-        if args.json:
-            return json.dumps(items, indent=2)
-        rows = []
-        for vs in items:
-            servers = vs["real_servers"]
-            rows.append([
-                vs["service"], _origin(vs["origin"]),
-                f"{vs['scheduler']}{':' + ','.join(vs['flags']) if vs['flags'] else ''}",
-                vs["scheduler_source"],
-                f"{sum(1 for r in servers if r['state'] == 'active')}/{len(servers)}",
-                str(sum(r["active_connections"] for r in servers)),
-                "yes" if vs["programmed"] else "NO",
-            ])  # fmt: skip
-        header = ["SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"]
-        return _table(rows, header)
-    if what == "scheduler":
-        prefix, label = _split_target(args.target)
-        if args.action == "set":
-            body = {"scheduler": args.scheduler, "flags": args.flag or []}
-            result = call(args, "PUT", f"{prefix}/scheduler", body)
-        else:
-            result = call(args, "DELETE", f"{prefix}/scheduler")
-        if args.json:
-            return json.dumps(result, indent=2)
-        if args.action == "set":
-            return f"{label}: scheduler {result['scheduler']} ({result['stored_in']})"
-        return f"{label}: scheduler back to the {result['source']}"
-    if what == "drain":
-        address, port = _split_endpoint(args.endpoint)
-        request: dict[str, Any] = {"address": address, "port": port}
-        if args.service:
-            request["service"] = args.service
-        result = call(args, "POST", "/api/v1/drains", request)
-        return json.dumps(result, indent=2) if args.json else (
-            f"draining {args.endpoint} (id {result['id']}); watch: director ctl drains"
-        )  # fmt: skip
-    if what == "undrain":
-        address, port = _split_endpoint(args.endpoint)
-        items = call(args, "GET", "/api/v1/drains")["items"]
-        found = [d for d in items if d["address"] == address and d["port"] == port]
-        if not found:
-            raise CtlError(f"{args.endpoint} is not drained")
-        for drain in found:
-            call(args, "DELETE", f"/api/v1/drains/{drain['id']}")
-        return f"undrained {args.endpoint}"
-    if what == "drains":
-        items = call(args, "GET", "/api/v1/drains")["items"]
-        if args.json:
-            return json.dumps(items, indent=2)
-        rows = [
-            [d["id"], _endpoint(d["address"], d["port"]) if d["port"] else d["address"],
-             d["service"] or "everywhere", str(len(d["real_servers"])),
-             str(sum(r["active_connections"] for r in d["real_servers"])),
-             "done" if d["done"] else "draining"]
-            for d in items
-        ]  # fmt: skip
-        return _table(rows, ["ID", "REAL SERVER", "WHERE", "IN", "ACTIVE", "STATE"])
-    if what == "plan":
-        plan = call(args, "GET", "/api/v1/plan")
-        if args.json:
-            return json.dumps(plan, indent=2)
-        lines = [f"{op['detail']}   [{op['origin']}]" for op in plan["ops"]]
-        lines.append(
-            "No changes: the kernel matches."
-            if not plan["ops"]
-            else f"{len(plan['ops'])} changes pending."
-        )
-        return "\n".join(lines)
-    raise CtlError(f"unknown ctl command {what!r}")
+    command = "status" if args.command == "status" else args.what
+    handler = _COMMANDS.get(command)
+    if handler is None:
+        raise CtlError(f"unknown ctl command {command!r}")
+    return handler(args)
+
+
+def _status(args: argparse.Namespace) -> str:
+    status = call(args, "GET", "/api/v1/status")
+    if args.json:
+        return json.dumps(status, indent=2)
+    k = status["kubernetes"]
+    kube = "not configured" if not k["configured"] else (
+        "connected" if k["connected"] else f"DISCONNECTED since {k['disconnected_since']}"
+    )  # fmt: skip
+    counts = status["counts"]
+    return "\n".join(
+        [
+            f"role:        {status['role']}{'  (shadow mode)' if status['dry_run'] else ''}",
+            f"ready:       {'yes' if status['ready'] else 'no (first sync pending)'}",
+            f"kubernetes:  {kube}; leader: {'yes' if status['leader'] else 'no'}",
+            f"last sync:   {status['last_sync'] or 'never'} ({status['last_sync_seconds']} s)",
+            f"last error:  {status['last_error'] or '-'}",
+            f"programmed:  {counts['virtual_services']} virtual services, "
+            f"{counts['real_servers']} real servers, {counts['drains']} drains",
+        ]
+    )
+
+
+def _services(args: argparse.Namespace) -> str:
+    items = call(args, "GET", "/api/v1/services")["items"]
+    if args.json:
+        return json.dumps(items, indent=2)
+    rows = []
+    for vs in items:
+        servers = vs["real_servers"]
+        rows.append([
+            vs["service"], _origin(vs["origin"]),
+            f"{vs['scheduler']}{':' + ','.join(vs['flags']) if vs['flags'] else ''}",
+            vs["scheduler_source"],
+            f"{sum(1 for r in servers if r['state'] == 'active')}/{len(servers)}",
+            str(sum(r["active_connections"] for r in servers)),
+            "yes" if vs["programmed"] else "NO",
+        ])  # fmt: skip
+    header = ["SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"]
+    return _table(rows, header)
+
+
+def _scheduler(args: argparse.Namespace) -> str:
+    prefix, label = _split_target(args.target)
+    if args.action == "set":
+        body = {"scheduler": args.scheduler, "flags": args.flag or []}
+        result = call(args, "PUT", f"{prefix}/scheduler", body)
+    else:
+        result = call(args, "DELETE", f"{prefix}/scheduler")
+    if args.json:
+        return json.dumps(result, indent=2)
+    if args.action == "set":
+        return f"{label}: scheduler {result['scheduler']} ({result['stored_in']})"
+    return f"{label}: scheduler back to the {result['source']}"
+
+
+def _drain(args: argparse.Namespace) -> str:
+    address, port = _split_endpoint(args.endpoint)
+    request: dict[str, Any] = {"address": address, "port": port}
+    if args.service:
+        request["service"] = args.service
+    result = call(args, "POST", "/api/v1/drains", request)
+    return json.dumps(result, indent=2) if args.json else (
+        f"draining {args.endpoint} (id {result['id']}); watch: director ctl drains"
+    )  # fmt: skip
+
+
+def _undrain(args: argparse.Namespace) -> str:
+    address, port = _split_endpoint(args.endpoint)
+    items = call(args, "GET", "/api/v1/drains")["items"]
+    found = [d for d in items if d["address"] == address and d["port"] == port]
+    if not found:
+        raise CtlError(f"{args.endpoint} is not drained")
+    for drain in found:
+        call(args, "DELETE", f"/api/v1/drains/{drain['id']}")
+    return f"undrained {args.endpoint}"
+
+
+def _drains(args: argparse.Namespace) -> str:
+    items = call(args, "GET", "/api/v1/drains")["items"]
+    if args.json:
+        return json.dumps(items, indent=2)
+    rows = [
+        [d["id"], _endpoint(d["address"], d["port"]) if d["port"] else d["address"],
+         d["service"] or "everywhere", str(len(d["real_servers"])),
+         str(sum(r["active_connections"] for r in d["real_servers"])),
+         "done" if d["done"] else "draining"]
+        for d in items
+    ]  # fmt: skip
+    return _table(rows, ["ID", "REAL SERVER", "WHERE", "IN", "ACTIVE", "STATE"])
+
+
+def _plan(args: argparse.Namespace) -> str:
+    plan = call(args, "GET", "/api/v1/plan")
+    if args.json:
+        return json.dumps(plan, indent=2)
+    lines = [f"{op['detail']}   [{op['origin']}]" for op in plan["ops"]]
+    lines.append(
+        "No changes: the kernel matches."
+        if not plan["ops"]
+        else f"{len(plan['ops'])} changes pending."
+    )
+    return "\n".join(lines)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
+    "status": _status, "services": _services, "scheduler": _scheduler, "drain": _drain,
+    "undrain": _undrain, "drains": _drains, "plan": _plan,
+}  # fmt: skip
 
 
 def build(sub: Any) -> None:
