@@ -1,0 +1,134 @@
+"""Request bodies: bounded (also when chunked), nested at most ``MAX_DEPTH`` deep, their
+strings without control characters, their fields known; anything else is a 4xx with why."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import request
+from werkzeug.exceptions import HTTPException
+
+from director.core.model import Protocol as IpProtocol
+from director.core.model import UdpOnly, check_flags, shown
+from director.web.errors import Problem
+
+MAX_BODY = 64 * 1024
+MAX_DEPTH = 16  # JSON nesting: no request of this API needs more than 3
+
+
+def _depth(value: Any, limit: int) -> bool:
+    """Is ``value`` nested at most ``limit`` deep (iteratively: no recursion to exhaust)?"""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _clean_text(value: Any) -> bool:
+    """No control characters or lone surrogates in any string of ``value`` (keys too)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isprintable() and any(ord(c) < 32 or ord(c) == 127 for c in item):
+                return False
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def parse_body(raw: bytes) -> Any:
+    """The request's JSON, or Problem(400) saying what is wrong with it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Problem(400, "the body is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise Problem(400, f"the body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise Problem(400, f"the body is not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not _depth(data, MAX_DEPTH):
+        raise Problem(400, f"the body is nested deeper than {MAX_DEPTH} levels")
+    if not _clean_text(data):
+        raise Problem(400, "strings must be text without control characters or lone surrogates")
+    return data
+
+
+def body(allowed: set[str], required: set[str]) -> dict[str, Any]:
+    """The request's JSON object, with only ``allowed`` fields and every ``required`` one."""
+    kind = (request.mimetype or "").lower()
+    if kind != "application/json":
+        got = shown(kind) if kind else "no content type"
+        raise Problem(415, f"send application/json (got {got})")
+    length = request.content_length
+    if length is not None and length > MAX_BODY:
+        raise Problem(413, f"the request body is larger than {MAX_BODY} bytes")
+    data = parse_body(read_body())
+    if not isinstance(data, dict):
+        raise Problem(400, "the body must be a JSON object")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise Problem(
+            400,
+            f"unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})",
+        )
+    missing = sorted(required - set(data))
+    if missing:
+        raise Problem(400, f"missing field(s) {', '.join(missing)}")
+    return data
+
+
+def read_body() -> bytes:
+    """The whole body, never more than MAX_BODY (a chunked body has no length)."""
+    pieces: list[bytes] = []
+    total = 0
+    try:
+        while total <= MAX_BODY:
+            piece = request.stream.read(MAX_BODY + 1 - total)
+            if not piece:
+                break
+            pieces.append(piece)
+            total += len(piece)
+    except HTTPException as exc:  # werkzeug's own limit (MAX_CONTENT_LENGTH)
+        if exc.code == 413:
+            total = MAX_BODY + 1
+        else:
+            raise Problem(exc.code or 400, exc.description or "unreadable body") from None
+    if total > MAX_BODY:
+        raise Problem(413, f"the request body is larger than {MAX_BODY} bytes")
+    return b"".join(pieces)
+
+
+def scheduler_choice(
+    data: dict[str, Any], protocols: frozenset[IpProtocol | None], offered: frozenset[str]
+) -> tuple[str, frozenset[str]]:
+    """The body's scheduler and canonical flags, for services of ``protocols``."""
+    name = data.get("scheduler")
+    names = sorted(offered)
+    if not isinstance(name, str) or name not in names:
+        raise Problem(400, f"unknown scheduler {shown(name)}; allowed: {', '.join(names)}")
+    flags = data.get("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise Problem(400, "flags must be a list of strings")
+    udp_only = bool(protocols) and protocols <= {IpProtocol.UDP}
+    try:
+        return name, check_flags(name, flags, IpProtocol.UDP if udp_only else IpProtocol.TCP)
+    except UdpOnly as exc:  # valid flags, but not for what this service is
+        raise Problem(409, f"{exc}; this service is not UDP-only") from None
+    except ValueError as exc:
+        raise Problem(400, f"invalid flags: {exc}") from None

@@ -1,0 +1,63 @@
+"""Drains: a real server held at weight 0 (everywhere, or in one virtual service) until
+undrained; the loop stores them and decides (two identical drains: one 201)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from director.core.intents import AddDrain, Drain, RemoveDrain
+from director.core.model import canonical_address, shown
+from director.web import views
+from director.web.bodies import body
+from director.web.context import api
+from director.web.errors import Problem
+
+routes = Blueprint("drains", __name__)
+
+
+@routes.get("/api/v1/drains")
+def list_drains() -> Response:
+    return jsonify({"items": views.drains(api())})
+
+
+@routes.post("/api/v1/drains")
+def add_drain() -> Response:
+    ctx = api()
+    data = body({"address", "port", "service"}, {"address"})
+    address = data["address"]
+    if not isinstance(address, str):
+        raise Problem(400, "address must be a string")
+    try:
+        address = canonical_address(address)
+    except ValueError as exc:
+        raise Problem(400, str(exc)) from None
+    port = data.get("port")
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+    ):
+        raise Problem(400, "port must be an integer between 1 and 65535")
+    service = data.get("service")
+    if service is not None:
+        if not isinstance(service, str):
+            raise Problem(400, "service must be a string like 'tcp 198.51.100.1:80'")
+        if not any(str(k) == service for k in ctx.loop.view.desired):
+            raise Problem(404, f"no virtual service {shown(service)}")
+    drain = Drain(address, port, service)
+    ctx.intent(AddDrain(drain))  # the loop decides: two identical drains, one 201
+    response = jsonify(
+        {
+            "id": drain.ident,
+            "address": drain.address,
+            "port": drain.port,
+            "service": drain.service,
+            "id_text": drain.id,
+        }
+    )
+    response.status_code = 201
+    return response
+
+
+@routes.delete("/api/v1/drains/<ident>")
+def remove_drain(ident: str) -> Response:
+    api().intent(RemoveDrain(ident))
+    return jsonify({"id": ident, "undrained": True})

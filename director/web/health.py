@@ -1,0 +1,58 @@
+"""Liveness, readiness, metrics and the status page (what ``api.public`` may open)."""
+
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, Response, jsonify, request
+
+from director.web import views
+from director.web.context import api
+from director.web.errors import problem
+from director.web.statuspage import PAGE
+
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
+routes = Blueprint("health", __name__)
+
+
+@routes.get("/healthz")
+def healthz() -> Response:
+    stalled = time.monotonic() - api().loop.last_step
+    if stalled > 60:
+        return problem(503, f"the control loop has not run for {stalled:.0f}s")
+    return jsonify({"status": "ok"})
+
+
+@routes.get("/readyz")
+def readyz() -> Response:
+    loop = api().loop
+    if not loop.view.status.synced:
+        return problem(503, "the first sync is not applied yet")
+    stalled = time.monotonic() - loop.last_step
+    if stalled > 10:
+        return problem(503, f"the control loop has not run for {stalled:.0f}s")
+    return jsonify({"status": "ready"})
+
+
+@routes.get("/metrics")
+def scrape() -> Response:
+    metrics = api().metrics
+    if metrics is None:
+        return Response(b"", mimetype=TEXT_FORMAT)
+    if "gzip" in request.headers.get("Accept-Encoding", ""):  # Prometheus asks for it
+        response = Response(metrics.text(gzipped=True), mimetype=metrics.content_type)
+        response.headers["Content-Encoding"] = "gzip"
+        response.vary.add("Accept-Encoding")
+        return response
+    return Response(metrics.text(), mimetype=metrics.content_type)
+
+
+@routes.get("/")
+def page() -> Response:
+    return Response(PAGE, mimetype="text/html")
+
+
+@routes.get("/ui/status")
+def page_data() -> Response:
+    ctx = api()
+    return jsonify({"status": views.status(ctx), "services": views.services(ctx)})

@@ -1,0 +1,183 @@
+"""The JSON the admin API answers with, built from the loop's view and the kernel's table."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from director.core.intents import Drain
+from director.core.model import KernelTable, ServiceKey, Stats, VirtualService
+from director.engine.view import STATIC, LoopView
+from director.web.context import ApiContext
+
+
+def stats(s: Stats | None) -> dict[str, int]:
+    s = s or Stats()
+    return {
+        "connections": s.connections,
+        "packets_in": s.packets_in,
+        "packets_out": s.packets_out,
+        "bytes_in": s.bytes_in,
+        "bytes_out": s.bytes_out,
+        "cps": s.cps,
+        "pps_in": s.pps_in,
+        "pps_out": s.pps_out,
+        "bps_in": s.bps_in,
+        "bps_out": s.bps_out,
+    }
+
+
+def origin(text: str) -> dict[str, str]:
+    if text == STATIC or text.startswith("static/"):
+        return {"kind": "static", "name": text.partition("/")[2]}
+    ref, _, port = text.partition(":")
+    namespace, _, name = ref.partition("/")
+    return {"kind": "kubernetes", "namespace": namespace, "name": name, "port_name": port}
+
+
+def iso(stamp: float | None) -> str | None:
+    if stamp is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[dict[str, Any]]:
+    """Every virtual service (or those of ``keys``) as programmed, with its counters."""
+    kernel = ctx.counters() if keys is None else ctx.read_some(keys)
+    view = ctx.loop.view
+    desired = view.desired
+    if keys is not None:
+        desired = {k: desired[k] for k in keys if k in desired}
+    drains = tuple(view.intents.drains.values())
+    return [
+        service(key, desired[key], kernel, source=_scheduler_source(view, key, desired[key]),
+                view=view, drains=drains)
+        for key in sorted(desired, key=str)
+    ]  # fmt: skip
+
+
+def _scheduler_source(view: LoopView, key: ServiceKey, vs: VirtualService) -> str:
+    ref = view.owner.get(key, "")
+    if ref == STATIC:
+        return "api" if vs.origin.partition("/")[2] in view.intents.schedulers else "config"
+    opts = view.options.get(ref)
+    return opts.scheduler_source if opts else "default"
+
+
+def service(
+    key: ServiceKey,
+    vs: VirtualService,
+    kernel: KernelTable,
+    *,
+    source: str,
+    view: LoopView,
+    drains: tuple[Drain, ...],
+) -> dict[str, Any]:
+    draining = view.draining.get(key, frozenset())
+    unhealthy = view.unhealthy.get(key, frozenset())
+    dests = []
+    for dkey, rs in vs.real_servers.items():
+        state = kernel.dest_state.get((key, dkey))
+        admin = any(d.matches(key, rs) for d in drains)
+        dests.append(
+            {
+                "address": rs.address,
+                "port": rs.port,
+                "weight": rs.weight,
+                "forwarding": rs.forwarding.label,
+                "state": "unhealthy"
+                if dkey in unhealthy
+                else ("draining" if (dkey in draining or admin) else "active"),
+                "active_connections": state.active_connections if state else 0,
+                "inactive_connections": state.inactive_connections if state else 0,
+                "counters": stats(state.stats if state else None),
+            }
+        )
+    programmed = kernel.services.get(key)
+    return {
+        "service": str(key),
+        "family": key.family.label,
+        "protocol": key.protocol.label if key.protocol else None,
+        "address": key.address or None,
+        "port": key.port or None,
+        "fwmark": key.fwmark or None,
+        "origin": origin(vs.origin),
+        "scheduler": vs.config.scheduler,
+        "scheduler_source": source,
+        "flags": sorted(vs.config.flags),
+        "persistence": vs.config.persistence,
+        "programmed": programmed is not None and programmed == vs,
+        "counters": stats(kernel.service_stats.get(key)),
+        "real_servers": dests,
+    }
+
+
+def drains(ctx: ApiContext) -> list[dict[str, Any]]:
+    """Each drain with where it applies and the connections left. One pass over the
+    table (real servers indexed by address) and one counters read."""
+    view = ctx.loop.view
+    items = list(view.intents.drains.values())
+    by_address: dict[str, list[tuple[ServiceKey, Any]]] = {}
+    wanted = {d.address for d in items}
+    for key, vs in view.desired.items():
+        for rs in vs.real_servers.values():
+            if rs.address in wanted:
+                by_address.setdefault(rs.address, []).append((key, rs))
+    places = {
+        drain.id: [(k, r) for k, r in by_address.get(drain.address, ()) if drain.matches(k, r)]
+        for drain in items
+    }
+    keys = {key for rows in places.values() for key, _rs in rows}
+    # A few services: their connection counts now. Many: one whole read (cached 1 s).
+    kernel = ctx.read_some(sorted(keys, key=str)) if len(keys) <= 64 else ctx.counters()
+    out = []
+    for drain in items:
+        rows = []
+        for key, rs in places[drain.id]:
+            state = kernel.dest_state.get((key, rs.key))
+            rows.append(
+                {
+                    "service": str(key),
+                    "weight": rs.weight,
+                    "active_connections": state.active_connections if state else 0,
+                    "inactive_connections": state.inactive_connections if state else 0,
+                }
+            )
+        out.append(
+            {
+                "id": drain.ident,
+                "address": drain.address,
+                "port": drain.port,
+                "service": drain.service,
+                "real_servers": rows,
+                "done": all(r["active_connections"] == 0 for r in rows),
+            }
+        )
+    return out
+
+
+def status(ctx: ApiContext) -> dict[str, Any]:
+    view = ctx.loop.view
+    h = view.status
+    counts = {
+        "virtual_services": len(view.desired),
+        "real_servers": view.real_servers,
+        "kubernetes_services": len(view.produced),
+        "drains": len(view.intents.drains),
+    }
+    return {
+        "role": view.vrrp_state or "standalone",
+        "ready": h.synced,
+        "dry_run": ctx.loop.dry_run,
+        "kubernetes": {
+            "configured": ctx.loop.settings.kubernetes is not None,
+            "connected": h.kubernetes_connected,
+            "disconnected_since": iso(h.disconnected_since),
+        },
+        "leader": view.leader,
+        "last_sync": iso(h.last_sync),
+        "last_sync_seconds": round(h.last_sync_seconds, 4),
+        "last_error": h.last_error,
+        "failed_operations": h.failed_ops,
+        "counts": counts,
+    }
