@@ -23,6 +23,7 @@ from director.core.firewall import FirewallError
 from director.core.model import ServiceKey
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
+from director.engine.view import LoopView
 
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
 BUCKETS = tuple(0.001 * 2**i for i in range(15))
@@ -191,38 +192,36 @@ class DirectorCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         view = self.loop.view
+        yield from self._loop(view)
+        yield self._dropped(view)
+        yield from self._state(view)
+
+    @staticmethod
+    def _loop(view: LoopView) -> Iterator[Metric]:
         health = view.status
-        connected = health.kubernetes_connected
-        pools = [(pool.name, pool.size, pool.in_use) for pool in view.pools]
-        leader, failed, last_sync = view.leader, health.failed_ops, health.last_sync
-        loop_errors, firewall_errors = health.loop_errors, health.firewall_errors
-        refused = health.refused
-        filtered = view.filtered
-        firewall = self.loop.firewall
-        vrrp = view.vrrp_state
-        all_down = view.all_down
         yield GaugeMetricFamily(
             "director_services_all_backends_down",
             "Virtual services whose every real server fails its checks (kept, not emptied).",
-            value=all_down,
+            value=view.all_down,
         )
         yield GaugeMetricFamily(
             "director_kubernetes_connected",
             "1 when every watch of the Kubernetes API is connected (0 during an outage).",
-            value=1 if connected else 0,
+            value=1 if health.kubernetes_connected else 0,
         )
         yield GaugeMetricFamily(
             "director_leader", "1 when this director holds the status-writing Lease.",
-            value=1 if leader else 0,
+            value=1 if view.leader else 0,
         )  # fmt: skip
         yield CounterMetricFamily(
-            "director_reconcile_errors", "IPVS operations the kernel refused.", value=failed
-        )
+            "director_reconcile_errors", "IPVS operations the kernel refused.",
+            value=health.failed_ops,
+        )  # fmt: skip
         yield CounterMetricFamily(
             "director_loop_errors",
             "Unexpected errors in the control loop, survived (each is logged as event=loop.error "
             "with its traceback).",
-            value=loop_errors,
+            value=health.loop_errors,
         )
         rejected = CounterMetricFamily(
             "director_refused_inputs",
@@ -231,20 +230,23 @@ class DirectorCollector(Collector):
             labels=["resource"],
         )
         for resource in ("services", "endpointslices", "nodes"):
-            rejected.add_metric([resource], refused.get(resource, 0))
+            rejected.add_metric([resource], health.refused.get(resource, 0))
         yield rejected
         yield CounterMetricFamily(
             "director_firewall_errors",
             "Source-filter rulesets nft refused (the previous rules stayed in force).",
-            value=firewall_errors,
+            value=health.firewall_errors,
         )
+
+    def _dropped(self, view: LoopView) -> Metric:
         dropped = CounterMetricFamily(
             "director_source_filter_dropped_packets",
             "Packets to a virtual service dropped because their source is outside the "
             "Service's loadBalancerSourceRanges.",
             labels=SERVICE_LABELS,
         )
-        if filtered and firewall is not None:
+        firewall = self.loop.firewall
+        if view.filtered and firewall is not None:
             try:
                 counts = firewall.dropped()
             except FirewallError:  # nft failing: logged where it is applied; no figures
@@ -252,18 +254,21 @@ class DirectorCollector(Collector):
             for key, packets in counts.items():
                 origin = view.desired[key].origin if key in view.desired else ""
                 dropped.add_metric(service_labels(key, origin), packets)
-        yield dropped
-        if last_sync is not None:
+        return dropped
+
+    @staticmethod
+    def _state(view: LoopView) -> Iterator[Metric]:
+        if view.status.last_sync is not None:
             yield GaugeMetricFamily(
                 "director_last_full_sync_timestamp_seconds",
                 "Unix time of the last full resync.",
-                value=last_sync,
+                value=view.status.last_sync,
             )
         role = GaugeMetricFamily(
             "director_vrrp_state", "1 for this director's VRRP state.", labels=["state"]
         )
         for name in VRRP_STATES:
-            role.add_metric([name], 1 if vrrp == name else 0)
+            role.add_metric([name], 1 if view.vrrp_state == name else 0)
         yield role
         in_use = GaugeMetricFamily(
             "director_pool_addresses_in_use", "Addresses allocated from the pool.", labels=["pool"]
@@ -271,9 +276,9 @@ class DirectorCollector(Collector):
         free = GaugeMetricFamily(
             "director_pool_addresses_free", "Addresses left in the pool.", labels=["pool"]
         )
-        for name, size, used in pools:
-            in_use.add_metric([name], used)
-            free.add_metric([name], size - used)
+        for pool in view.pools:
+            in_use.add_metric([pool.name], pool.in_use)
+            free.add_metric([pool.name], pool.size - pool.in_use)
         yield in_use
         yield free
 
