@@ -25,6 +25,7 @@ from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.engine.view import LoopView
 
+Registry = CollectorRegistry  # what the runtime hands to extra collectors
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
 BUCKETS = tuple(0.001 * 2**i for i in range(15))
 SERVICE_LABELS = [

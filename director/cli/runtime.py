@@ -24,13 +24,14 @@ from typing import Any
 
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 from director.adapters.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
-from director.adapters.metrics import Metrics
+from director.adapters.metrics import Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.firewall import FakeFirewall, Firewall
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
+from director.engine.events import TargetChecked, VrrpChanged
 from director.engine.loop import COMPONENT, Controller
 from director.engine.reconcile import SyncReport
 from director.logs import event
@@ -229,6 +230,35 @@ def read_token(path: str) -> str:
     return token
 
 
+PARSERS = {
+    "services": service_from_json,
+    "endpointslices": slice_from_json,
+    "nodes": node_from_json,
+}
+
+
+def _cluster(
+    settings: Settings, kubeconfig: str | None
+) -> tuple[KubeApi | None, KubeWriter | None]:
+    """The Kubernetes client and writer (none without a ``kubernetes`` section)."""
+    kube = settings.kubernetes
+    if kube is None:
+        return None, None
+    kube_api = KubeApi(api_client(kubeconfig or kube.kubeconfig))
+    kube_api.api.configuration.retries = False  # the watchers have their own backoff
+    return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
+
+
+def _firewall(ipvs: Ipvs, netns: str | None) -> Firewall:
+    """The source filter: the fake beside the fake, nftables beside the kernel's IPVS (in
+    its namespace)."""
+    if isinstance(ipvs, FakeIpvs):
+        return FakeFirewall()
+    from director.dataplane.nft import NftFirewall
+
+    return NftFirewall(netns or getattr(ipvs, "netns", None))
+
+
 class Runtime:
     def __init__(
         self,
@@ -248,27 +278,10 @@ class Runtime:
         """``reader``: a second adapter for the API's and the metrics' reads. ``firewall``:
         the source filter (by default nftables beside the kernel, the fake beside the fake).
         ``on_fatal(reason)``: a thread the director needs has died."""
-        if firewall is None:
-            if isinstance(ipvs, FakeIpvs):
-                firewall = FakeFirewall()
-            else:  # beside the kernel's IPVS, in its namespace
-                from director.dataplane.nft import NftFirewall
-
-                firewall = NftFirewall(netns or getattr(ipvs, "netns", None))
-        self.firewall = firewall
         self.on_fatal = on_fatal
         self.failed: str | None = None  # why the director must stop, once it must
-        kube = settings.kubernetes
         self.metrics = Metrics()
-        self.registry = self.metrics.registry
-        recorder = self.metrics.recorder
-        writer: KubeWriter | None = None
-        kube_api: KubeApi | None = None
-        if kube is not None:
-            kube_api = KubeApi(api_client(kubeconfig or kube.kubeconfig))
-            kube_api.api.configuration.retries = False  # the watchers have their own backoff
-            writer = KubeWriter(kube_api, COMPONENT, kube.identity)
-        intents = Path(settings.api.intents_file) if settings.api else None
+        kube_api, writer = _cluster(settings, kubeconfig)
         self.controller = Controller(
             ipvs,
             settings,
@@ -276,74 +289,30 @@ class Runtime:
             dry_run=dry_run,
             state_file=state_file,
             observer=observer,
-            intents_file=intents,
-            recorder=recorder,
-            firewall=firewall,
+            intents_file=Path(settings.api.intents_file) if settings.api else None,
+            recorder=self.metrics.recorder,
+            firewall=firewall or _firewall(ipvs, netns),
         )
-        self.scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts)
-        parsers = {
-            "services": service_from_json,
-            "endpointslices": slice_from_json,
-            "nodes": node_from_json,
-        }
+        scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts)
         self.watchers = (
             [
-                Watcher(
-                    kube_api,
-                    resource,
-                    self.controller.submit,
-                    parsers[resource.name],
-                    watch_seconds=watch_seconds,
-                )
+                Watcher(kube_api, resource, self.controller.submit, PARSERS[resource.name],
+                        watch_seconds=watch_seconds)
                 for resource in RESOURCES
             ]
             if kube_api is not None
             else []
-        )
+        )  # fmt: skip
+        kube = settings.kubernetes
         self.elector = (
-            Elector(
-                writer,
-                kube.lease_namespace,
-                kube.lease_name,
-                kube.lease_seconds,
-                self.controller.set_leader,
-            )
+            Elector(writer, kube.lease_namespace, kube.lease_name, kube.lease_seconds,
+                    self.controller.set_leader)
             if writer is not None and kube is not None and not dry_run
             else None
-        )
-        self.api: ApiServer | None = None
-        if settings.api is not None:
-            app = create_app(
-                self.controller,
-                read_token(settings.api.token_file),
-                writer=None if dry_run else writer,
-                metrics=self.scrape,
-                reader=reader,
-                public=settings.api.public,
-            )
-            self.api = ApiServer(
-                app, settings.api.host, settings.api.port, settings.api.tls_cert,
-                settings.api.tls_key,
-            )  # fmt: skip
-        self.checker: Checker | None = None
-        if settings.health is not None:
-            # Checks run from the director's own network namespace.
-            self.checker = Checker(
-                lambda target, health: self.controller.submit(
-                    "health", "UP" if health.up else "DOWN", target
-                ),
-                netns=netns,
-                on_result=lambda target, health: recorder.health.observe(health.last_seconds),
-            )
-            self.controller.on_targets = self.checker.update
-        self.keepalived: KeepalivedSync | None = None
-        self.fifo: VrrpFifo | None = None
-        if settings.ha is not None and not dry_run:
-            self.keepalived = KeepalivedSync(settings.ha, settings.source)
-            self.controller.on_vips = self.keepalived.submit
-            self.fifo = VrrpFifo(
-                settings.ha.fifo, lambda state: self.controller.submit("vrrp", state, None)
-            )
+        )  # fmt: skip
+        self.api = self._api(settings, None if dry_run else writer, scrape, reader)
+        self.checker = self._checker(settings, netns)
+        self.keepalived, self.fifo = self._keepalived(settings, dry_run)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
@@ -355,6 +324,54 @@ class Runtime:
         self.controller.on_step = self.notifier.watchdog
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+
+    @property
+    def firewall(self) -> Firewall | None:
+        return self.controller.firewall
+
+    @property
+    def registry(self) -> Registry:
+        return self.metrics.registry
+
+    def _api(
+        self, settings: Settings, writer: KubeWriter | None, scrape: Scrape, reader: Ipvs | None
+    ) -> ApiServer | None:
+        if settings.api is None:
+            return None
+        app = create_app(
+            self.controller,
+            read_token(settings.api.token_file),
+            writer=writer,
+            metrics=scrape,
+            reader=reader,
+            public=settings.api.public,
+        )
+        return ApiServer(
+            app, settings.api.host, settings.api.port, settings.api.tls_cert, settings.api.tls_key
+        )
+
+    def _checker(self, settings: Settings, netns: str | None) -> Checker | None:
+        """Active health checks, run from the director's own network namespace."""
+        if settings.health is None:
+            return None
+        recorder = self.metrics.recorder
+        checker = Checker(
+            lambda target, health: self.controller.post(TargetChecked(target, health.up)),
+            netns=netns,
+            on_result=lambda _target, health: recorder.health.observe(health.last_seconds),
+        )
+        self.controller.on_targets = checker.update
+        return checker
+
+    def _keepalived(
+        self, settings: Settings, dry_run: bool
+    ) -> tuple[KeepalivedSync | None, VrrpFifo | None]:
+        if settings.ha is None or dry_run:
+            return None, None
+        sync = KeepalivedSync(settings.ha, settings.source)
+        self.controller.on_vips = sync.submit
+        fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
+        return sync, fifo
 
     def _keepalived_counts(self) -> tuple[int, int] | None:
         sync = getattr(self, "keepalived", None)  # a scrape may come before it is made
