@@ -14,7 +14,6 @@ what it has.
 
 from __future__ import annotations
 
-import datetime as dt
 import gc
 import ipaddress
 import logging
@@ -28,7 +27,7 @@ from typing import Any
 
 from director.core.checks import Target
 from director.core.firewall import Firewall
-from director.core.intents import Intent, IntentRefused, Intents, SetScheduler
+from director.core.intents import Intent, Intents
 from director.core.ipam import Address, Allocator
 from director.core.model import DestKey, ServiceKey, Table, VirtualService
 from director.core.snapshot import ALL, Snapshot
@@ -49,12 +48,15 @@ from director.engine.events import (
     from_watch,
 )
 from director.engine.health_gate import HealthGate
+from director.engine.intake import Intake
+from director.engine.intent_store import IntentStore
 from director.engine.outbox import Outbox
 from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.reconcile import Reconciler, SyncReport
 from director.engine.reporter import Reporter
 from director.engine.source_filter import SourceFilter
 from director.engine.state_file import write_state
+from director.engine.syncer import Syncer
 from director.engine.view import STATIC, LoopStatus, LoopView, PoolUse
 from director.logs import event
 from director.schema.config import KubeSettings, Settings
@@ -100,20 +102,17 @@ class Controller:
         # Without a kubernetes section the loop serves the static services (and the API).
         kube = settings.kubernetes or KubeSettings()
         self.settings, self.kube, self.ipvs = settings, kube, ipvs
-        self.required = set(RESOURCES) if settings.kubernetes is not None else set()
-        self.intents_file = intents_file
-        self.intents = Intents.load(intents_file) if intents_file else Intents()
         # The loop holds this while it changes state.
         self.lock = threading.RLock()
-        self.dry_run, self.clock, self.observer, self.recorder = dry_run, clock, observer, recorder
-        self.state_file = state_file
+        self.dry_run, self.clock, self.state_file = dry_run, clock, state_file
         self.policy = build_policy(settings, ipvs.schedulers())
-        self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
-        self.snapshot = Snapshot()
         self.health = LoopStatus()
-        self.queue: queue.Queue[Event] = queue.Queue()
         self.outbox = Outbox(writer) if writer is not None and not dry_run else None
         # The parts.
+        self.intake = Intake(self.health, set(RESOURCES) if settings.kubernetes else set())
+        self.store = IntentStore(intents_file, self.health, dry_run=dry_run)
+        self.reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
+        self.syncer = Syncer(self.reconciler, self.health, recorder=recorder, observer=observer)
         self.reporter = Reporter(self.outbox, self.health, dry_run=dry_run)
         self.addresses = Addresses(
             Allocator(settings.pools, reserved_addresses(settings)), self.reporter
@@ -138,13 +137,27 @@ class Controller:
         self._publish = True  # the view is behind: publish it at the end of this step
         self._next_resync = 0.0
         self._next_drain_check = 0.0
-        self._triggers: dict[str, str] = {}  # service -> last trigger time observed
         self._failures = 0  # steps in a row that raised
         self._synced = False  # the first sync is applied: shown once the view says so
-        self._node_problems: dict[str, tuple[str, ...]] = {}
         self.view = LoopView()  # the read model, published after each step that changed it
 
     # -- the parts, as the runtime and the tests know them -----------------------------
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.intake.snapshot
+
+    @property
+    def queue(self) -> queue.Queue[Event]:
+        return self.intake.queue
+
+    @property
+    def intents(self) -> Intents:
+        return self.store.current
+
+    @property
+    def intents_file(self) -> Path | None:
+        return self.store.path
+
     @property
     def leader(self) -> bool:
         return self.reporter.leader
@@ -205,13 +218,7 @@ class Controller:
         and the loop goes on (after a short pause when it keeps failing)."""
         if self._failures:
             time.sleep(min(0.1 * 2**self._failures, 5.0))
-        batch: list[Event] = []
-        try:
-            batch.append(self.queue.get(timeout=wait))
-            while True:
-                batch.append(self.queue.get_nowait())
-        except queue.Empty:
-            pass
+        batch = self.intake.take(wait)
         replies: list[Reply] = []
         with self.lock:
             try:
@@ -259,10 +266,10 @@ class Controller:
             except Exception as exc:  # one event, not the batch
                 self.loop_error(f"absorb {type(ev).__name__}", exc)
         if intents:
-            dirty |= self._take_intents(intents, replies)
+            dirty |= self.store.take(intents, replies)
         now = self.clock()
         if not self._synced:
-            if self.required <= self.snapshot.listed:
+            if self.intake.listed():
                 self._first_sync()
             return
         dirty |= self._timed(now)
@@ -307,16 +314,8 @@ class Controller:
                 self.vrrp_state = state
             case LeaderChanged(leader):
                 return self._lead(leader)
-            case WatchState(resource, connected, reason):
-                self._watch_state(resource, connected, reason)
-            case Listed(resource, objs):
-                if resource == "nodes":
-                    self._check_nodes(objs, False)
-                return self.snapshot.replace(resource, objs)
-            case ObjectChanged(resource, kind, obj):
-                if resource == "nodes":
-                    self._check_nodes([obj], kind == "DELETED")
-                return self.snapshot.apply(kind, obj)
+            case WatchState() | Listed() | ObjectChanged():
+                return self.intake.absorb(ev)
         return set()
 
     def _lead(self, leader: bool) -> set[str]:
@@ -326,27 +325,6 @@ class Controller:
         event(log, "lease.changed", leader=leader, identity=self.kube.identity)
         self.reporter.lead(leader)
         return {ALL}
-
-    def _watch_state(self, resource: str, connected: bool, reason: str) -> None:
-        self.health.connected[resource] = connected
-        if not connected:
-            self.health.last_error = f"{resource}: {reason}"
-            if self.health.disconnected_since is None:
-                self.health.disconnected_since = time.time()
-        elif self.health.kubernetes_connected:
-            self.health.disconnected_since = None
-
-    def _check_nodes(self, nodes: Iterable[Any], deleted: bool) -> None:
-        """Nodes with fields refused (a sloppy InternalIP): logged and counted once each."""
-        for info in nodes:
-            name, problems = getattr(info, "name", ""), getattr(info, "problems", ())
-            if deleted or not problems:
-                self._node_problems.pop(name, None)
-            elif self._node_problems.get(name) != problems:
-                self._node_problems[name] = problems
-                self.health.refused["nodes"] = self.health.refused.get("nodes", 0) + 1
-                event(log, "kube.node_refused_fields", level=logging.WARNING, node=name,
-                      problems="; ".join(problems))  # fmt: skip
 
     # -- computing -------------------------------------------------------------------
     def _order(self, refs: Iterable[str]) -> list[str]:
@@ -439,21 +417,10 @@ class Controller:
             self.produced[ref] = self.produced.get(ref, frozenset()) | {key}
 
     def full_resync(self, reread: bool = True) -> None:
-        started = time.perf_counter()
-        report = self.reconciler.full_sync(self.desired, reread=reread)
-        if self.recorder is not None:
-            self.recorder.observe_sync("full", report.seconds)
-        self._after(report, "full-resync")
-        self.health.last_sync = time.time()
-        self.health.last_sync_seconds = time.perf_counter() - started
-        self.health.syncs += 1
+        self.syncer.full(self.desired, reread=reread)
         self._next_resync = self.clock() + self.kube.resync_seconds
         self._state_dirty = True
         self._publish = True
-        if report.plan.ops:
-            event(
-                log, "resync.repaired", ops=len(report.plan.ops), failed=len(report.result.errors)
-            )
 
     def _sync(self, dirty: set[str]) -> None:
         self._publish = True
@@ -461,7 +428,7 @@ class Controller:
         if STATIC in refs or ALL in dirty:
             for key, vs in self._static().items():
                 self.desired[key] = vs
-                self._after(self.reconciler.sync_service(key, vs), STATIC)
+                self.syncer.one(key, vs, STATIC)
         fresh: dict[str, tuple[dict[ServiceKey, VirtualService], float]] = {}
 
         def compute(ref: str) -> None:
@@ -488,39 +455,6 @@ class Controller:
             out[key] = self._finish(key, vs, STATIC, frozenset())
         return out
 
-    # -- API intents (validated by the API, applied here on the loop's thread) ----------
-    def _take_intents(self, items: list[IntentPosted], replies: list[Reply]) -> set[str]:
-        """Apply a burst of intents to a copy, store it once, then make it current. A change
-        that cannot be stored is answered as such and changes nothing."""
-        new = self.intents.copy()
-        accepted: list[Reply] = []
-        dirty: set[str] = set()
-        for posted in items:
-            try:
-                new.change(posted.intent)
-            except IntentRefused as exc:
-                posted.reply.resolve(exc.status, exc.detail)
-                continue
-            accepted.append(posted.reply)
-            dirty.add(STATIC if isinstance(posted.intent, SetScheduler) else ALL)
-            event(log, "api.intent", intent=type(posted.intent).__name__, detail=posted.intent)
-        if not accepted:
-            return set()
-        if self.intents_file is not None and not self.dry_run:
-            try:
-                new.save(self.intents_file)
-            except OSError as exc:
-                reason = f"{self.intents_file}: {exc.strerror or exc}"
-                self.health.last_error = f"intents not stored: {reason}"
-                event(log, "api.intent_not_stored", level=logging.ERROR, reason=reason)
-                for reply in accepted:
-                    reply.resolve(503, f"the change could not be stored ({reason}); "
-                                  "nothing was changed")  # fmt: skip
-                return set()
-        self.intents = new
-        replies.extend(accepted)
-        return dirty
-
     def _program(
         self,
         ref: str,
@@ -540,11 +474,11 @@ class Controller:
             self.owner.pop(key, None)
             self.gate.forget(key)
             self.drains.forget(key)
-            self._after(self.reconciler.sync_service(key, None), ref)
+            self.syncer.one(key, None, ref)
         for key, vs in fresh.items():
             self.desired[key] = vs
             self.owner[key] = ref
-            self._after(self.reconciler.sync_service(key, vs), ref)
+            self.syncer.one(key, vs, ref)
         if fresh.keys() != before:
             self._keys_changed = True
         if fresh:
@@ -552,26 +486,8 @@ class Controller:
         else:
             self.produced.pop(ref, None)
         self._state_dirty = True
-        if self.recorder is not None:
-            self.recorder.observe_sync("service", seconds + time.perf_counter() - started)
-            self._observe_programming(ref)
-
-    def _observe_programming(self, ref: str) -> None:
-        """Trigger time of the Service's newest EndpointSlice change -> applied, once."""
-        triggers = [s.trigger_time for s in self.snapshot.slices_for(ref) if s.trigger_time]
-        if not triggers or self.recorder is None:
-            return
-        newest = max(triggers)
-        if self._triggers.get(ref) != newest:
-            self._triggers[ref] = newest
-            self.recorder.observe_programming(newest, dt.datetime.now(dt.UTC))
-
-    def _after(self, report: SyncReport, ref: str) -> None:
-        if report.result.errors:
-            self.health.failed_ops += len(report.result.errors)
-            self.health.last_error = report.result.errors[0].describe()
-        if self.observer is not None and (report.plan.ops or report.plan.refused):
-            self.observer(ref, report)
+        triggers = (s.trigger_time for s in self.snapshot.slices_for(ref))
+        self.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)
 
     # -- the read model and the state file ------------------------------------------------
     def _publish_view(self) -> None:

@@ -1,0 +1,77 @@
+"""Events in: the queue every thread posts to, and the cluster as observed (the snapshot,
+the watches' state, Nodes with fields refused)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from director.core.snapshot import Snapshot
+from director.engine.events import Event, Listed, ObjectChanged, WatchState
+from director.engine.view import LoopStatus
+from director.logs import event
+
+log = logging.getLogger("director.controller")
+ClusterEvent = WatchState | Listed | ObjectChanged
+
+
+class Intake:
+    def __init__(self, status: LoopStatus, required: set[str]) -> None:
+        self.status, self.required = status, required
+        self.queue: queue.Queue[Event] = queue.Queue()
+        self.snapshot = Snapshot()
+        self._node_problems: dict[str, tuple[str, ...]] = {}
+
+    def take(self, wait: float) -> list[Event]:
+        """A burst of events: the first within ``wait`` seconds, and all that came with it."""
+        batch: list[Event] = []
+        try:
+            batch.append(self.queue.get(timeout=wait))
+            while True:
+                batch.append(self.queue.get_nowait())
+        except queue.Empty:
+            pass
+        return batch
+
+    def listed(self) -> bool:
+        """Every resource the loop needs has been listed once."""
+        return self.required <= self.snapshot.listed
+
+    def absorb(self, ev: ClusterEvent) -> set[str]:
+        """Fold one cluster event in; return the Services it touches."""
+        match ev:
+            case WatchState(resource, connected, reason):
+                self._watch_state(resource, connected, reason)
+            case Listed(resource, objs):
+                if resource == "nodes":
+                    self._check_nodes(objs, False)
+                return self.snapshot.replace(resource, objs)
+            case ObjectChanged(resource, kind, obj):
+                if resource == "nodes":
+                    self._check_nodes([obj], kind == "DELETED")
+                return self.snapshot.apply(kind, obj)
+        return set()
+
+    def _watch_state(self, resource: str, connected: bool, reason: str) -> None:
+        self.status.connected[resource] = connected
+        if not connected:
+            self.status.last_error = f"{resource}: {reason}"
+            if self.status.disconnected_since is None:
+                self.status.disconnected_since = time.time()
+        elif self.status.kubernetes_connected:
+            self.status.disconnected_since = None
+
+    def _check_nodes(self, nodes: Iterable[Any], deleted: bool) -> None:
+        """Nodes with fields refused (a sloppy InternalIP): logged and counted once each."""
+        for info in nodes:
+            name, problems = getattr(info, "name", ""), getattr(info, "problems", ())
+            if deleted or not problems:
+                self._node_problems.pop(name, None)
+            elif self._node_problems.get(name) != problems:
+                self._node_problems[name] = problems
+                self.status.refused["nodes"] = self.status.refused.get("nodes", 0) + 1
+                event(log, "kube.node_refused_fields", level=logging.WARNING, node=name,
+                      problems="; ".join(problems))  # fmt: skip

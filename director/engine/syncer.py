@@ -1,0 +1,69 @@
+"""The kernel side of a step: full resyncs and one virtual service at a time through the
+reconciler, with the figures they leave (sync durations, the network-programming latency
+from an EndpointSlice's trigger time) and the errors the kernel answered."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from director.core.model import ServiceKey, Table, VirtualService
+from director.engine.ports import LoopMetrics
+from director.engine.reconcile import Reconciler, SyncReport
+from director.engine.view import LoopStatus
+from director.logs import event
+
+log = logging.getLogger("director.controller")
+Observer = Callable[[str, SyncReport], None]
+
+
+class Syncer:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        status: LoopStatus,
+        *,
+        recorder: LoopMetrics | None,
+        observer: Observer | None,
+    ) -> None:
+        self.reconciler, self.status = reconciler, status
+        self.recorder, self.observer = recorder, observer
+        self._triggers: dict[str, str] = {}  # service -> last trigger time observed
+
+    def full(self, desired: Table, *, reread: bool = True) -> None:
+        started = time.perf_counter()
+        report = self.reconciler.full_sync(desired, reread=reread)
+        if self.recorder is not None:
+            self.recorder.observe_sync("full", report.seconds)
+        self._after(report, "full-resync")
+        self.status.last_sync = time.time()
+        self.status.last_sync_seconds = time.perf_counter() - started
+        self.status.syncs += 1
+        if report.plan.ops:
+            event(
+                log, "resync.repaired", ops=len(report.plan.ops), failed=len(report.result.errors)
+            )
+
+    def one(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
+        """Bring one virtual service to ``vs`` (None: remove it)."""
+        self._after(self.reconciler.sync_service(key, vs), ref)
+
+    def programmed(self, ref: str, seconds: float, triggers: Iterable[str | None]) -> None:
+        """One Service programmed in ``seconds``; ``triggers``: its EndpointSlices' trigger
+        times (the newest, once: the change's latency from the API server to the kernel)."""
+        if self.recorder is None:
+            return
+        self.recorder.observe_sync("service", seconds)
+        newest = max((t for t in triggers if t), default="")
+        if newest and self._triggers.get(ref) != newest:
+            self._triggers[ref] = newest
+            self.recorder.observe_programming(newest, dt.datetime.now(dt.UTC))
+
+    def _after(self, report: SyncReport, ref: str) -> None:
+        if report.result.errors:
+            self.status.failed_ops += len(report.result.errors)
+            self.status.last_error = report.result.errors[0].describe()
+        if self.observer is not None and (report.plan.ops or report.plan.refused):
+            self.observer(ref, report)
