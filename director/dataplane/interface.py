@@ -1,8 +1,8 @@
 """The narrow interface between the engine and IPVS, and its error types. Pure.
 
-Two implementations: ``director.ipvs.KernelIpvs`` (netlink, the only code that touches the
-kernel) and ``director.fake.FakeIpvs`` (a stateful fake that enforces the kernel's rules).
-``tests/test_conformance.py`` runs one suite against both.
+Two implementations: ``director.dataplane.kernel.KernelIpvs`` (netlink, the only code that
+touches the kernel) and ``director.dataplane.fake.FakeIpvs`` (a stateful fake that enforces
+the kernel's rules). ``tests/test_conformance.py`` runs one suite against both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The nftables adapter: the only module that runs ``nft``.
 
-Applies ``director.firewall.render_nft`` scripts in one transaction and reads the per-service
+Applies ``director.core.firewall.render_nft`` scripts in one transaction and reads the per-service
 drop counters back (``nft -j``), in the director's network namespace when it has one.
 """
 
