@@ -3,7 +3,7 @@ apart from ``load``/``save`` (one small JSON file, replaced atomically).
 
 - Scheduler overrides of static services, by service name (``static/NAME``). Overrides of
   Kubernetes Services live on the Service itself (annotation ``lvs-director.io/scheduler-override``)
-  so that both directors of a pair see them; those are handled by ``director.translate``.
+  so that both directors of a pair see them; those are handled by ``director.core.translate``.
 - Drains: a real server (address, optionally port, optionally in one virtual service only)
   held at weight 0 everywhere it appears, until undrained.
 """

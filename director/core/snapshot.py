@@ -2,7 +2,7 @@
 
 Each change reports which Services it touches, so the controller recomputes those and only
 those (a Node change touches every Service that balances over nodes). Objects arrive
-already parsed into the small values of ``director.cluster``.
+already parsed into the small values of ``director.core.cluster``.
 """
 
 from __future__ import annotations
