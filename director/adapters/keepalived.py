@@ -28,6 +28,7 @@ from typing import Any
 
 import jinja2
 
+from director.core.errors import DirectorError
 from director.core.model import Family, canonical_address
 from director.logs import event
 from director.schema.config import HaSettings
@@ -117,7 +118,7 @@ def render_keepalived(
     return env.get_template("keepalived.conf.j2").render(**template_vars(ha, vips, source_config))
 
 
-class ConfigRejected(Exception):
+class ConfigRejected(DirectorError):
     """keepalived refused a rendered configuration (its own words in the message)."""
 
 

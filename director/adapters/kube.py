@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
+from director.core.errors import DirectorError
 from director.logs import event
 
 log = logging.getLogger("director.kube")
@@ -32,12 +33,12 @@ Json = Mapping[str, Any]
 Handler = Callable[[str, str, Any], None]  # (resource, event type, payload)
 
 
-class Gone(Exception):
+class Gone(DirectorError):
     """The watch's resourceVersion is too old (410): relist."""
 
 
-class KubeError(Exception):
-    """The API server answered with an error status."""
+class KubeError(DirectorError):
+    """The API server answered with an error status (``status``: its answer, passed on)."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"HTTP {status} {reason}: {message}")

@@ -17,13 +17,14 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from director.core.errors import DirectorError
 from director.core.model import canonical_address
 
 DEFAULT_URL = "http://127.0.0.1:9180"
 
 
-class CtlError(Exception):
-    pass
+class CtlError(DirectorError):
+    """What ``director ctl`` says went wrong (the API's answer, or the command's words)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,6 +28,7 @@ from director.adapters.metrics import Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
+from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
@@ -81,7 +82,7 @@ class Elector:
             self._stop.wait(max(0.2, self.seconds / 3))
 
 
-class ApiError(ValueError):
+class ApiError(DirectorError, ValueError):
     """The admin API cannot start (its address, its certificate): a configuration error."""
 
 

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from director.core.errors import DirectorError
 from director.core.model import Family, ServiceKey
 
 TABLE = "director"
@@ -30,8 +31,10 @@ COUNTER_PREFIX = "drop"
 Restrictions = Mapping[ServiceKey, tuple[str, ...]]
 
 
-class FirewallError(Exception):
+class FirewallError(DirectorError):
     """nft refused a ruleset or could not be run (its own words in the message)."""
+
+    status = 503
 
 
 class Firewall(Protocol):

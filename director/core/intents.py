@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from director.core.errors import DirectorError
 from director.core.model import (
     RealServer,
     ServiceConfig,
@@ -29,7 +30,7 @@ from director.core.model import (
 MAX_DRAINS = 1000  # each is matched against every real server on every sync
 
 
-class IntentRefused(Exception):
+class IntentRefused(DirectorError):
     """An intent that cannot be taken as asked (the API's 404 or 409)."""
 
     def __init__(self, status: int, detail: str) -> None:

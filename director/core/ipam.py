@@ -22,11 +22,13 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from director.core.errors import DirectorError
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 PortKey = tuple[str, int]  # (protocol label, port)
 
 
-class PoolError(ValueError):
+class PoolError(DirectorError, ValueError):
     """A pool definition that cannot be used (raised while loading the config)."""
 
 

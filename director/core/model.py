@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import NamedTuple
 
+from director.core.errors import DirectorError
+
 
 class Family(IntEnum):
     __hash__ = int.__hash__  # Enum's own __hash__ is Python code; keys hash this often
@@ -140,8 +142,10 @@ def canonical_flags(scheduler: str, flags: Iterable[str]) -> frozenset[str]:
     return decode_flags(scheduler, bits)
 
 
-class UdpOnly(ValueError):
+class UdpOnly(DirectorError, ValueError):
     """A flag that is valid, but not for a service of this protocol (onepacket)."""
+
+    status = 409
 
 
 def check_flags(scheduler: str, flags: Iterable[str], protocol: Protocol | None) -> frozenset[str]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from director.core.errors import DirectorError
 from director.core.model import (
     DestKey,
     DestState,
@@ -24,8 +25,10 @@ from director.core.model import (
 )
 
 
-class IpvsUnavailable(RuntimeError):
+class IpvsUnavailable(DirectorError, RuntimeError):
     """The kernel cannot do IPVS here (no ip_vs support, or no permission)."""
+
+    status = 503
 
 
 @dataclass(frozen=True, slots=True)

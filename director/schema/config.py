@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from director.core.checks import CheckSpec, parse_check
+from director.core.errors import DirectorError
 from director.core.ipam import Pool, PoolError
 from director.core.model import (
     CONFIGURABLE_FORWARDING,
@@ -40,7 +41,9 @@ MAX_THRESHOLD = 2**31 - 1
 MAX_PERSISTENCE = 31 * 24 * 3600
 
 
-class ConfigError(ValueError):
+class ConfigError(DirectorError, ValueError):
+    status = 400
+
     def __init__(self, source: str, line: int, where: str, reason: str) -> None:
         self.source, self.line, self.where, self.reason = source, line, where, reason
         location = f"{source}:{line}" if line else source

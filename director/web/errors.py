@@ -9,6 +9,7 @@ import logging
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from director.core.errors import DirectorError
 from director.logs import event
 
 log = logging.getLogger("director.api")
@@ -27,7 +28,9 @@ TITLES = {
 }
 
 
-class Problem(Exception):
+class Problem(DirectorError):
+    """An answer of the admin API other than success: its status and why."""
+
     def __init__(self, status: int, detail: str, title: str | None = None) -> None:
         super().__init__(detail)
         self.status, self.detail, self.title = status, detail, title
@@ -49,9 +52,9 @@ def problem(status: int, detail: str, title: str | None = None) -> Response:
 
 
 def register(app: Flask, max_body: int) -> None:
-    @app.errorhandler(Problem)
-    def _problem(exc: Problem) -> Response:
-        return problem(exc.status, exc.detail, exc.title)
+    @app.errorhandler(DirectorError)
+    def _refused(exc: DirectorError) -> Response:
+        return problem(exc.status, str(exc), getattr(exc, "title", None))
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
