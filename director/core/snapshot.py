@@ -24,6 +24,7 @@ class Snapshot:
     slices_of: dict[str, set[str]] = field(default_factory=dict)  # service -> slice refs
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)  # resources listed at least once
+    services_version: int = 0  # bumped when ``services`` changes (readers copy it then)
 
     def slices_for(self, service: str) -> list[SliceInfo]:
         return [self.slices[ref] for ref in self.slices_of.get(service, ())]
@@ -33,6 +34,7 @@ class Snapshot:
         """One watch event; the Services it touches."""
         deleted = kind == "DELETED"
         if isinstance(info, ServiceInfo):
+            self.services_version += 1
             if deleted:
                 self.services.pop(info.ref, None)
             else:
@@ -57,6 +59,7 @@ class Snapshot:
                 if self.services.get(ref) != fresh.get(ref):
                     dirty.add(ref)
             self.services = fresh
+            self.services_version += 1
         elif resource == "endpointslices":
             fresh_slices = {i.ref: i for i in items if isinstance(i, SliceInfo)}
             for ref in self.slices.keys() - fresh_slices.keys():

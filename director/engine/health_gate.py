@@ -24,8 +24,12 @@ class HealthGate:
         self.down: set[Target] = set()
         self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
         self.on_targets: Callable[[set[Target], set[Target]], None] | None = None
+        self.version = 0  # bumped when ``checks`` changes (readers copy it then)
 
     def set_checks(self, key: ServiceKey, checks: Checks) -> None:
+        if checks == self.checks.get(key, {}):
+            return
+        self.version += 1
         before = {t for targets in self.checks.get(key, {}).values() for t in targets}
         after = {t for targets in checks.values() for t in targets}
         if checks:

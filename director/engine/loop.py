@@ -20,10 +20,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from director.core.checks import Target
 from director.core.firewall import Firewall
@@ -64,6 +64,8 @@ from director.schema.config import KubeSettings, Settings
 log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")
 COMPONENT = "lvs-director"
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
@@ -135,6 +137,10 @@ class Controller:
         self._keys_changed = True
         self._state_dirty = False
         self._publish = True  # the view is behind: publish it at the end of this step
+        # What changed since the view was published besides the desired table: only that
+        # is copied again (an EndpointSlice change copies one table, not five).
+        self._stale = {"keys", "options", "services", "checks"}
+        self._seen = (-1, -1)  # the snapshot's and the gate's versions last published
         self._next_resync = 0.0
         self._next_drain_check = 0.0
         self._failures = 0  # steps in a row that raised
@@ -342,7 +348,8 @@ class Controller:
         svc = self.snapshot.services.get(ref)
         if svc is None or not relevant(svc, self.policy):
             self.addresses.release(ref)
-            self.options.pop(ref, None)
+            if self.options.pop(ref, None) is not None:
+                self._stale.add("options")
             self.reporter.forget(ref)
             self.filter.want(ref, {})
             return {}
@@ -354,8 +361,9 @@ class Controller:
             self.policy,
             previous=self.options.get(ref),
         )
-        if result.options is not None:
+        if result.options is not None and self.options.get(ref) != result.options:
             self.options[ref] = result.options
+            self._stale.add("options")
         self.reporter.report_problems(svc, result.problems)
         self.filter.want(ref, result.restrictions)
         out: dict[ServiceKey, VirtualService] = {}
@@ -396,6 +404,7 @@ class Controller:
         for key in self.filter.enforce():
             self.filter.hold_back(key, self.desired.pop(key, None), self.owner.pop(key, ""))
             self.produced = {ref: keys - {key} for ref, keys in self.produced.items()}
+        self._stale.add("keys")
         self.full_resync(reread=False)
         self._synced = True
         self._keys_changed = True
@@ -415,6 +424,7 @@ class Controller:
             self.desired[key] = vs
             self.owner[key] = ref
             self.produced[ref] = self.produced.get(ref, frozenset()) | {key}
+            self._stale.add("keys")
 
     def full_resync(self, reread: bool = True) -> None:
         self.syncer.full(self.desired, reread=reread)
@@ -481,6 +491,7 @@ class Controller:
             self.syncer.one(key, vs, ref)
         if fresh.keys() != before:
             self._keys_changed = True
+            self._stale.add("keys")
         if fresh:
             self.produced[ref] = frozenset(fresh)
         else:
@@ -491,20 +502,27 @@ class Controller:
 
     # -- the read model and the state file ------------------------------------------------
     def _publish_view(self) -> None:
-        """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock)."""
+        """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock).
+        The desired table is copied every time; the rest only when it changed."""
         self._publish = False
-        allocator = self.addresses.allocator
+        prev, stale, allocator = self.view, self._stale, self.addresses.allocator
+        seen = (self.snapshot.services_version, self.gate.version)
+        if seen[0] != self._seen[0]:
+            stale.add("services")
+        if seen[1] != self._seen[1]:
+            stale.add("checks")
+        self._seen = seen
         self.view = LoopView(
-            version=self.view.version + 1,
+            version=prev.version + 1,
             status=self.health.copy(synced=self._synced),
-            desired=MappingProxyType(dict(self.desired)),
-            owner=MappingProxyType(dict(self.owner)),
-            options=MappingProxyType(dict(self.options)),
-            produced=MappingProxyType(dict(self.produced)),
-            services=MappingProxyType(dict(self.snapshot.services)),
-            draining=MappingProxyType({k: frozenset(v) for k, v in self.drains.waiting.items()}),
-            checks=MappingProxyType(dict(self.gate.checks)),
-            unhealthy=MappingProxyType(self.gate.failing()),
+            desired=_frozen(self.desired),
+            owner=_frozen(self.owner) if "keys" in stale else prev.owner,
+            options=_frozen(self.options) if "options" in stale else prev.options,
+            produced=_frozen(self.produced) if "keys" in stale else prev.produced,
+            services=_frozen(self.snapshot.services) if "services" in stale else prev.services,
+            draining=_frozen({k: frozenset(v) for k, v in self.drains.waiting.items()}),
+            checks=_frozen(self.gate.checks) if "checks" in stale else prev.checks,
+            unhealthy=_frozen(self.gate.failing()),
             intents=self.intents,
             leader=self.leader,
             vrrp_state=self.vrrp_state,
@@ -514,6 +532,7 @@ class Controller:
             all_down=len(self.gate.all_down),
             filtered=frozenset(self.filter.enforced),
         )
+        stale.clear()
 
     def _write_state(self) -> None:
         if self.state_file is None or not self._state_dirty:
@@ -523,6 +542,11 @@ class Controller:
 
     def addresses_by_service(self) -> dict[str, list[str]]:
         return {ref: self.addresses.held(ref) for ref in sorted(self.produced)}
+
+
+def _frozen(table: Mapping[K, V]) -> Mapping[K, V]:
+    """A read-only copy, for the view."""
+    return MappingProxyType(dict(table))
 
 
 def reserved_addresses(settings: Settings) -> dict[Address, str]:
