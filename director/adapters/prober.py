@@ -37,6 +37,23 @@ class _Probe:
     reply: bytearray = field(default_factory=bytearray)
 
 
+class _Waker:
+    """Wakes the checker's ``select`` from another thread (a socket pair in its selector)."""
+
+    def __init__(self, selector: selectors.BaseSelector) -> None:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        selector.register(self._read, selectors.EVENT_READ, None)
+
+    def ping(self) -> None:
+        with contextlib.suppress(OSError):
+            self._write.send(b"x")
+
+    def drain(self) -> None:
+        with contextlib.suppress(OSError):
+            self._read.recv(4096)
+
+
 class Checker:
     """Runs every target's check on its interval from one thread, in ``netns`` if given.
 
@@ -51,7 +68,7 @@ class Checker:
         on_result: Callable[[Target, Health], None] | None = None,
         max_in_flight: int = 512,
     ) -> None:
-        self.on_change, self.on_result, self.netns = on_change, on_result, netns
+        self.on_change, self.on_result = on_change, on_result
         self.max_in_flight = max_in_flight
         self.state: dict[Target, Health] = {}
         self._lock = threading.Lock()
@@ -62,13 +79,12 @@ class Checker:
         self._probes: dict[int, _Probe] = {}
         self._next_expire = 0.0
         self._stop = threading.Event()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._waker = _Waker(self._sel)
         self._tls = ssl.create_default_context()
         self._tls.check_hostname = False
         self._tls.verify_mode = ssl.CERT_NONE  # a health check, not a trust decision
-        self._thread = threading.Thread(target=self._run, name="health", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(netns,), name="health",
+                                        daemon=True)  # fmt: skip
 
     # -- control (any thread) ------------------------------------------------------------
     def start(self) -> None:
@@ -102,15 +118,14 @@ class Checker:
             return self.state.get(target)
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
+        self._waker.ping()
 
     # -- the thread ----------------------------------------------------------------------
-    def _run(self) -> None:
-        if self.netns:
+    def _run(self, netns: str | None) -> None:
+        if netns:
             from director.dataplane.netns import enter_netns
 
-            enter_netns(self.netns)
+            enter_netns(netns)
         while not self._stop.is_set():
             try:
                 self._cycle()
@@ -129,8 +144,7 @@ class Checker:
         wait = max(0.0, min(due - now, 0.1 if self._probes else 1.0))
         for key, mask in self._sel.select(timeout=wait):
             if key.data is None:
-                with contextlib.suppress(OSError):
-                    self._wake_r.recv(4096)
+                self._waker.drain()
                 continue
             probe = self._probes.get(key.data)
             if probe is not None:
