@@ -11,16 +11,23 @@ from director.web import views
 from director.web.bodies import body
 from director.web.context import api
 from director.web.errors import Problem
+from director.web.registry import Operation, documented
 
 routes = Blueprint("drains", __name__)
 
 
-@routes.get("/api/v1/drains")
+@documented(routes, Operation(
+    "/api/v1/drains", "get", "Drains and their progress (connections left)", "DrainList",
+))  # fmt: skip
 def list_drains() -> Response:
     return jsonify({"items": views.drains(api())})
 
 
-@routes.post("/api/v1/drains")
+@documented(routes, Operation(
+    "/api/v1/drains", "post",
+    "Drain a real server: weight 0 everywhere (or in one service)", "Drain",
+    (400, 404, 409, 413, 415, 503), body="DrainRequest", status="201", status_text="Created",
+))  # fmt: skip
 def add_drain() -> Response:
     ctx = api()
     data = body({"address", "port", "service"}, {"address"})
@@ -57,7 +64,11 @@ def add_drain() -> Response:
     return response
 
 
-@routes.delete("/api/v1/drains/<ident>")
-def remove_drain(ident: str) -> Response:
+@documented(routes, Operation(
+    "/api/v1/drains/<id>", "delete",
+    "Undrain: weights return to their desired values", "Undrained", (404, 503),
+))  # fmt: skip
+def remove_drain(**path: str) -> Response:
+    ident = path["id"]  # the path names it id; a parameter may not shadow the builtin
     api().intent(RemoveDrain(ident))
     return jsonify({"id": ident, "undrained": True})

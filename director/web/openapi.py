@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from director.core.model import scheduler_flag_names
+from director.web.registry import OPERATIONS
 
 _PROBLEM = {"$ref": "#/components/responses/Problem"}
 
@@ -41,19 +42,36 @@ def _errors(*codes: int) -> dict[str, Any]:
     return out
 
 
-_NS = [
-    {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"},
-     "example": "default"},
-    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
-     "example": "web"},
-]  # fmt: skip
-_NAME = [
-    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}, "example": "web"}
-]
-_SCHEDULER_BODY = {
-    "required": True,
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SchedulerChoice"}}},
-}
+_EXAMPLES = {"namespace": "default", "name": "web"}  # path parameters' examples
+
+
+def _parameter(name: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "in": "path", "required": True,
+                           "schema": {"type": "string"}}  # fmt: skip
+    if name in _EXAMPLES:
+        out["example"] = _EXAMPLES[name]
+    return out
+
+
+def paths() -> dict[str, Any]:
+    """Every documented route's operation (``director.web.registry``), by path."""
+    out: dict[str, Any] = {}
+    for op in OPERATIONS:
+        entry = out.setdefault(op.path, {})
+        if op.parameters:
+            entry["parameters"] = [_parameter(name) for name in op.parameters]
+        operation: dict[str, Any] = {
+            "summary": op.summary,
+            "responses": {**_ok(op.reply, op.status, op.status_text), **_errors(*op.errors)},
+        }
+        if op.body is not None:
+            schema = {"$ref": f"#/components/schemas/{op.body}"}
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": schema}},
+            }
+        entry[op.method] = operation
+    return out
 
 _COUNTERS = {
     "type": "object",
@@ -279,100 +297,7 @@ def document(schedulers: frozenset[str]) -> dict[str, Any]:
             "description": "IPVS director: virtual services, schedulers, drains, status.",
         },
         "security": [{"bearer": []}],
-        "paths": {
-            "/api/v1/services": {
-                "get": {
-                    "summary": "Every virtual service, with real servers and live counters",
-                    "responses": {**_ok("ServiceList"), **_errors()},
-                }
-            },
-            "/api/v1/services/{namespace}/{name}": {
-                "parameters": _NS,
-                "get": {
-                    "summary": "The virtual services of one Kubernetes Service",
-                    "responses": {**_ok("KubernetesService"), **_errors(404)},
-                },
-            },
-            "/api/v1/services/{namespace}/{name}/scheduler": {
-                "parameters": _NS,
-                "put": {
-                    "summary": "Set the scheduler, stored on the Service (both directors follow)",
-                    "requestBody": _SCHEDULER_BODY,
-                    "responses": {
-                        **_ok("SchedulerResult"),
-                        **_errors(400, 404, 409, 413, 415, 503),
-                    },
-                },
-                "delete": {
-                    "summary": "Back to the annotation or the default",
-                    "responses": {**_ok("SchedulerResult"), **_errors(404, 409, 503)},
-                },
-            },
-            "/api/v1/static/{name}": {
-                "parameters": _NAME,
-                "get": {
-                    "summary": "One static service of the configuration",
-                    "responses": {**_ok("VirtualService"), **_errors(404)},
-                },
-            },
-            "/api/v1/static/{name}/scheduler": {
-                "parameters": _NAME,
-                "put": {
-                    "summary": "Choose the scheduler of a static service (this director)",
-                    "requestBody": _SCHEDULER_BODY,
-                    "responses": {
-                        **_ok("SchedulerResult"),
-                        **_errors(400, 404, 409, 413, 415, 503),
-                    },
-                },
-                "delete": {
-                    "summary": "Back to the configuration's scheduler",
-                    "responses": {**_ok("SchedulerResult"), **_errors(404, 503)},
-                },
-            },
-            "/api/v1/drains": {
-                "get": {
-                    "summary": "Drains and their progress (connections left)",
-                    "responses": {**_ok("DrainList"), **_errors()},
-                },
-                "post": {
-                    "summary": "Drain a real server: weight 0 everywhere (or in one service)",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/DrainRequest"}
-                            }
-                        },
-                    },
-                    "responses": {
-                        **_ok("Drain", "201", "Created"),
-                        **_errors(400, 404, 409, 413, 415, 503),
-                    },
-                },
-            },
-            "/api/v1/drains/{id}": {
-                "parameters": [
-                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "delete": {
-                    "summary": "Undrain: weights return to their desired values",
-                    "responses": {**_ok("Undrained"), **_errors(404, 503)},
-                },
-            },
-            "/api/v1/status": {
-                "get": {
-                    "summary": "Role, Kubernetes connection, leader, last sync, last error",
-                    "responses": {**_ok("Status"), **_errors()},
-                }
-            },
-            "/api/v1/plan": {
-                "get": {
-                    "summary": "What the director would change right now (empty when healthy)",
-                    "responses": {**_ok("Plan"), **_errors()},
-                }
-            },
-        },
+        "paths": paths(),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "responses": {

@@ -13,17 +13,24 @@ from director.logs import event
 from director.web import views
 from director.web.bodies import body, scheduler_choice
 from director.web.context import api
+from director.web.registry import Operation, documented
 
 log = logging.getLogger("director.api")
 routes = Blueprint("services", __name__)
 
 
-@routes.get("/api/v1/services")
+@documented(routes, Operation(
+    "/api/v1/services", "get",
+    "Every virtual service, with real servers and live counters", "ServiceList",
+))  # fmt: skip
 def list_services() -> Response:
     return jsonify({"items": views.services(api())})
 
 
-@routes.get("/api/v1/services/<namespace>/<name>")
+@documented(routes, Operation(
+    "/api/v1/services/<namespace>/<name>", "get",
+    "The virtual services of one Kubernetes Service", "KubernetesService", (404,),
+))  # fmt: skip
 def get_service(namespace: str, name: str) -> Response:
     ctx = api()
     keys, _protocols = ctx.kube_service(namespace, name)
@@ -31,7 +38,11 @@ def get_service(namespace: str, name: str) -> Response:
     return jsonify({"service": f"{namespace}/{name}", "virtual_services": listing})
 
 
-@routes.put("/api/v1/services/<namespace>/<name>/scheduler")
+@documented(routes, Operation(
+    "/api/v1/services/<namespace>/<name>/scheduler", "put",
+    "Set the scheduler, stored on the Service (both directors follow)", "SchedulerResult",
+    (400, 404, 409, 413, 415, 503), body="SchedulerChoice",
+))  # fmt: skip
 def set_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
     data = body({"scheduler", "flags"}, {"scheduler"})
@@ -51,7 +62,10 @@ def set_kube_scheduler(namespace: str, name: str) -> Response:
     )
 
 
-@routes.delete("/api/v1/services/<namespace>/<name>/scheduler")
+@documented(routes, Operation(
+    "/api/v1/services/<namespace>/<name>/scheduler", "delete",
+    "Back to the annotation or the default", "SchedulerResult", (404, 409, 503),
+))  # fmt: skip
 def unset_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
     ctx.kube_service(namespace, name)
@@ -60,13 +74,20 @@ def unset_kube_scheduler(namespace: str, name: str) -> Response:
     return jsonify({"service": f"{namespace}/{name}", "source": "annotation or default"})
 
 
-@routes.get("/api/v1/static/<name>")
+@documented(routes, Operation(
+    "/api/v1/static/<name>", "get",
+    "One static service of the configuration", "VirtualService", (404,),
+))  # fmt: skip
 def get_static(name: str) -> Response:
     ctx = api()
     return jsonify(views.services(ctx, [ctx.static_key(name)])[0])
 
 
-@routes.put("/api/v1/static/<name>/scheduler")
+@documented(routes, Operation(
+    "/api/v1/static/<name>/scheduler", "put",
+    "Choose the scheduler of a static service (this director)", "SchedulerResult",
+    (400, 404, 409, 413, 415, 503), body="SchedulerChoice",
+))  # fmt: skip
 def set_static_scheduler(name: str) -> Response:
     ctx = api()
     data = body({"scheduler", "flags"}, {"scheduler"})
@@ -84,7 +105,10 @@ def set_static_scheduler(name: str) -> Response:
     )
 
 
-@routes.delete("/api/v1/static/<name>/scheduler")
+@documented(routes, Operation(
+    "/api/v1/static/<name>/scheduler", "delete",
+    "Back to the configuration's scheduler", "SchedulerResult", (404, 503),
+))  # fmt: skip
 def unset_static_scheduler(name: str) -> Response:
     ctx = api()
     ctx.static_key(name)

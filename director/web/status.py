@@ -8,16 +8,23 @@ from director.core.plan import build_plan
 from director.web import views
 from director.web.context import api
 from director.web.openapi import document
+from director.web.registry import Operation, documented
 
 routes = Blueprint("status", __name__)
 
 
-@routes.get("/api/v1/status")
+@documented(routes, Operation(
+    "/api/v1/status", "get",
+    "Role, Kubernetes connection, leader, last sync, last error", "Status",
+))  # fmt: skip
 def status() -> Response:
     return jsonify(views.status(api()))
 
 
-@routes.get("/api/v1/plan")
+@documented(routes, Operation(
+    "/api/v1/plan", "get",
+    "What the director would change right now (empty when healthy)", "Plan",
+))  # fmt: skip
 def plan() -> Response:
     ctx = api()
     kernel = ctx.ipvs.read().services
