@@ -8,6 +8,8 @@ import ipaddress
 import threading
 from typing import Any
 
+import pytest
+
 from director.core.checks import CheckSpec, Target
 from director.core.cluster import service_from_json
 from director.core.firewall import FakeFirewall
@@ -230,3 +232,26 @@ def test_an_intent_is_refused_on_its_own() -> None:
     assert (reply.status, reply.detail, reply.ok) == (409, "already drained", False)
     posted = IntentPosted(AddDrain(Drain("192.0.2.1", None, None)), reply)
     assert posted.reply is reply
+
+
+def test_a_view_that_cannot_be_published_is_an_error_survived(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = parse_config("ownership: {networks: [198.51.100.0/24]}\n", "static.yaml")
+    controller = Controller(FakeIpvs(), settings)
+    real = controller._publish_view
+    calls = {"n": 0}
+
+    def flaky() -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in the read model")
+        real()
+
+    monkeypatch.setattr(controller, "_publish_view", flaky)
+    controller.step(0.01)  # does not raise: counted, shown, and tried again
+    assert controller.health.loop_errors == 1
+    assert controller.health.last_error == "publish: RuntimeError: a bug in the read model"
+    assert not controller.view.status.synced
+    controller.step(0.01)
+    assert controller.view.status.synced and controller.health.synced

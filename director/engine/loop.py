@@ -234,9 +234,10 @@ class Controller:
                 self._failures = min(self._failures + 1, 6)
                 self.loop_error("step", exc)
             finally:
-                if batch or self._publish:
-                    self._publish_view()
-                    # Ready only once the view says so: /readyz never lags the flag.
+                # Publishing is a unit of work like any other: should it fail, the loop goes
+                # on and tries again next step. Ready only once the view says so: /readyz
+                # never lags the flag.
+                if (batch or self._publish) and self._guarded("publish", self._publish_view):
                     self.health.synced = self._synced
                 for reply in replies:  # stored: the change is in force as far as it could be
                     reply.resolve(200)
