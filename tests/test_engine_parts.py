@@ -19,6 +19,7 @@ from director.core.model import Protocol as IpProtocol
 from director.core.plan import Ownership, build_plan
 from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs
+from director.engine.announcer import VipAnnouncer
 from director.engine.draining import Draining
 from director.engine.events import (
     IntentPosted,
@@ -255,3 +256,18 @@ def test_a_view_that_cannot_be_published_is_an_error_survived(
     assert not controller.view.status.synced
     controller.step(0.01)
     assert controller.view.status.synced and controller.health.synced
+
+
+def test_the_vip_set_is_announced_when_it_changes_and_only_then() -> None:
+    vips = VipAnnouncer()
+    heard: list[frozenset[str]] = []
+    vips.update([TCP])  # nobody to tell yet: nothing is lost, it is told once someone listens
+    vips.announce = heard.append
+    vips.update([TCP, UDP, ServiceKey.mark(TCP.family, 100)])  # a mark has no address
+    assert heard == [frozenset({"198.51.100.10"})]
+    vips.keys_changed()
+    vips.update([TCP])  # same address: keepalived is not reloaded
+    assert heard == [frozenset({"198.51.100.10"})]
+    vips.keys_changed()
+    vips.update([])
+    assert heard == [frozenset({"198.51.100.10"}), frozenset()]

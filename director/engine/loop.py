@@ -34,6 +34,7 @@ from director.core.snapshot import ALL, Snapshot
 from director.core.translate import Options, Policy, relevant, translate
 from director.dataplane.interface import Ipvs
 from director.engine.addresses import Addresses
+from director.engine.announcer import Announce, VipAnnouncer
 from director.engine.draining import Draining, Terminating
 from director.engine.events import (
     Event,
@@ -128,13 +129,10 @@ class Controller:
         self.owner: dict[ServiceKey, str] = {k: STATIC for k in settings.services}
         self.options: dict[str, Options] = {}
         self.vrrp_state: str | None = None  # MASTER / BACKUP / FAULT once keepalived reports
-        # Called with the set of VIP addresses whenever it changes (keepalived renders them).
-        self.on_vips: Callable[[frozenset[str]], None] | None = None
+        self.vips = VipAnnouncer()  # the VIP set, to keepalived whenever it changes
         self.on_step: Callable[[], None] | None = None  # after every step (systemd's watchdog)
         self.on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
         self.last_step = time.monotonic()  # /healthz: the loop is alive
-        self._vips: frozenset[str] | None = None
-        self._keys_changed = True
         self._state_dirty = False
         self._publish = True  # the view is behind: publish it at the end of this step
         # What changed since the view was published besides the desired table: only that
@@ -163,6 +161,15 @@ class Controller:
     @property
     def intents_file(self) -> Path | None:
         return self.store.path
+
+    @property
+    def on_vips(self) -> Announce | None:
+        """Called with the set of VIP addresses whenever it changes (keepalived)."""
+        return self.vips.announce
+
+    @on_vips.setter
+    def on_vips(self, announce: Announce | None) -> None:
+        self.vips.announce = announce
 
     @property
     def leader(self) -> bool:
@@ -285,7 +292,7 @@ class Controller:
         if now >= self._next_resync:
             self.full_resync()
         self._write_state()
-        self._announce_vips()
+        self.vips.update(self.desired)
 
     def _timed(self, now: float) -> set[str]:
         """What timers make due: drains to check, a held-back filter to try again."""
@@ -300,15 +307,6 @@ class Controller:
             self._publish = True
             self.filter.enforce()
         return dirty
-
-    def _announce_vips(self) -> None:
-        if not self._keys_changed or self.on_vips is None:
-            return
-        self._keys_changed = False
-        vips = frozenset(key.address for key in self.desired if not key.fwmark)
-        if vips != self._vips:
-            self._vips = vips
-            self.on_vips(vips)
 
     def _absorb(self, ev: Event) -> set[str]:
         """Fold one event into the loop's state; return the Services it touches."""
@@ -408,8 +406,8 @@ class Controller:
         self._stale.add("keys")
         self.full_resync(reread=False)
         self._synced = True
-        self._keys_changed = True
-        self._announce_vips()
+        self.vips.keys_changed()
+        self.vips.update(self.desired)
         # The snapshot and tables are long-lived: keep the collector from walking them on
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
         gc.collect()
@@ -491,7 +489,7 @@ class Controller:
             self.owner[key] = ref
             self.syncer.one(key, vs, ref)
         if fresh.keys() != before:
-            self._keys_changed = True
+            self.vips.keys_changed()
             self._stale.add("keys")
         if fresh:
             self.produced[ref] = frozenset(fresh)
