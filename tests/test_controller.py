@@ -327,3 +327,19 @@ def test_a_write_for_a_deleted_service_is_dropped_not_retried_forever() -> None:
         assert calls == ["web"]
     finally:
         outbox.close()
+
+
+def test_a_stopping_director_does_not_report_its_own_watches_closing(
+    api: FakeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopping closes the watches: that is no failure, and says nothing at WARNING."""
+    runtime = start(kubeconfig, FakeIpvs())
+    for watcher in runtime.watchers:
+        watcher.stop()
+    caplog.clear()
+    with api.outage():  # the API server goes away under the stopped watches
+        for watcher in runtime.watchers:
+            watcher._thread.join(10)
+    runtime.stop()
+    assert [w._thread.is_alive() for w in runtime.watchers] == [False] * 3
+    assert "kube.watch_failed" not in caplog.text

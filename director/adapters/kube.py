@@ -249,6 +249,8 @@ class Watcher:
                 event(log, "kube.watch_gone", resource=self.resource.name, reason=str(exc))
                 self.resource_version = None  # relist; the kernel is not touched
             except Exception as exc:
+                if self._stop.is_set():  # its connection closed because the director stops
+                    return
                 reason = _reason(exc)
                 self._set_connected(False, reason)
                 event(
