@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from director.core.model import shown
+from director.core.model import format_endpoint, shown
 
 KINDS = ("tcp", "http", "https")
 
@@ -35,11 +35,7 @@ class Target:
     spec: CheckSpec
 
     def describe(self) -> str:
-        where = (
-            f"[{self.address}]:{self.port}"
-            if ":" in self.address
-            else f"{self.address}:{self.port}"
-        )
+        where = format_endpoint(self.address, self.port)
         if self.spec.kind == "tcp":
             return f"tcp {where}"
         return f"{self.spec.kind} {where}{self.spec.path}"
