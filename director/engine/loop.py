@@ -195,9 +195,6 @@ class Controller:
     def on_targets(self, callback: Callable[[set[Target], set[Target]], None] | None) -> None:
         self.gate.on_targets = callback
 
-    def unhealthy(self, key: ServiceKey, dkey: DestKey) -> bool:
-        return self.gate.unhealthy(key, dkey)
-
     # -- input -----------------------------------------------------------------------
     def post(self, ev: Event) -> None:
         """Hand the loop an event (from any thread)."""
