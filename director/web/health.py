@@ -15,23 +15,24 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text for
 routes = Blueprint("health", __name__)
 
 
+def _stalled(limit: float) -> Response | None:
+    """A 503 when the control loop has not stepped for ``limit`` seconds."""
+    stalled = time.monotonic() - api().loop.last_step
+    if stalled > limit:
+        return problem(503, f"the control loop has not run for {stalled:.0f}s")
+    return None
+
+
 @routes.get("/healthz")
 def healthz() -> Response:
-    stalled = time.monotonic() - api().loop.last_step
-    if stalled > 60:
-        return problem(503, f"the control loop has not run for {stalled:.0f}s")
-    return jsonify({"status": "ok"})
+    return _stalled(60) or jsonify({"status": "ok"})
 
 
 @routes.get("/readyz")
 def readyz() -> Response:
-    loop = api().loop
-    if not loop.view.status.synced:
+    if not api().loop.view.status.synced:
         return problem(503, "the first sync is not applied yet")
-    stalled = time.monotonic() - loop.last_step
-    if stalled > 10:
-        return problem(503, f"the control loop has not run for {stalled:.0f}s")
-    return jsonify({"status": "ready"})
+    return _stalled(10) or jsonify({"status": "ready"})
 
 
 @routes.get("/metrics")
