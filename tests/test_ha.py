@@ -55,6 +55,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaLab]:
         assert wait_for(lambda: d1.has(NAT_VIP), 20) is not None, "d1 never became master"
         start_director(lab, d2)
         assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
+        # keepalived adds the VIP before it tells the FIFO: steady state is when d1's
+        # director has heard MASTER too (a loaded machine may take a while).
+        heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+        assert heard is not None, "d1's director never heard MASTER from its keepalived"
         yield lab
     finally:
         lab.close()
