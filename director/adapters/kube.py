@@ -407,5 +407,3 @@ class KubeWriter:
                 return False
             raise
         return True
-
-

@@ -163,7 +163,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.config is not None:
         settings = load_config(args.config)
-        from director.cli.runtime import preflight
+        from director.cli.preflight import preflight
 
         problems, notes = preflight(settings, host=not args.offline)
         if problems:

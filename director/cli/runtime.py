@@ -15,7 +15,6 @@ import contextlib
 import logging
 import re
 import socket
-import string
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from director.adapters.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_
 from director.adapters.metrics import Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
+from director.cli.preflight import read_token
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
@@ -204,31 +204,6 @@ class Deadlines:
                     event(log, "api.client_too_slow", reason="request headers not complete")
                 soonest = min((when for when, _ in self._armed.values()), default=now + 1.0)
                 self._cv.wait(max(0.05, soonest - now))
-
-
-TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
-
-
-def read_token(path: str) -> str:
-    """The admin token: one line of 16 or more characters that a bearer header can carry
-    (RFC 6750's token68: letters, digits and -._~+/=). Raises ValueError saying why not."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"api.token_file {path}: the file is not text") from None
-    except OSError as exc:
-        raise ValueError(f"api.token_file {path}: {exc.strerror or exc}") from None
-    token = text.strip()
-    if "\n" in token or "\r" in token:
-        raise ValueError(f"api.token_file {path}: the token must be one line (found several)")
-    if not set(token) <= TOKEN_CHARS:
-        raise ValueError(
-            f"api.token_file {path}: the token may hold only letters, digits and -._~+/= "
-            "(what an Authorization: Bearer header carries)"
-        )
-    if len(token) < 16:
-        raise ValueError(f"api.token_file {path}: the token must be at least 16 characters")
-    return token
 
 
 PARSERS = {
@@ -464,56 +439,3 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list[str]]:
-    """What ``director run`` would refuse at start, found before: (problems, notes).
-
-    Files: the token (one line, usable), the TLS pair (loads), the intents file (reads), the
-    FIFO (not a regular file). With ``host``: the API's listen address is one of this box's
-    (a port in use is only a note: the running director holds it)."""
-    import errno
-    import ssl
-    import stat as stat_
-
-    from director.core.intents import Intents
-
-    problems: list[str] = []
-    notes: list[str] = []
-    api = settings.api
-    if api is not None:
-        try:
-            read_token(api.token_file)
-        except ValueError as exc:
-            problems.append(str(exc))
-        if api.tls_cert and api.tls_key:
-            try:
-                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-                    api.tls_cert, api.tls_key
-                )
-            except (OSError, ValueError) as exc:
-                problems.append(f"api.tls_cert/tls_key: cannot load them: {exc}")
-        try:
-            Intents.load(Path(api.intents_file))
-        except ValueError as exc:
-            problems.append(str(exc))
-        if host:
-            family = socket.AF_INET6 if ":" in api.host else socket.AF_INET
-            for port in (0, api.port) if api.port else (0,):
-                with socket.socket(family, socket.SOCK_STREAM) as probe:
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    try:
-                        probe.bind((api.host, port))
-                    except OSError as exc:
-                        where = f"api.listen {api.host}:{api.port}"
-                        if exc.errno == errno.EADDRINUSE:
-                            notes.append(f"{where}: the port is in use now (by a running "
-                                         "director, or it will not start)")  # fmt: skip
-                        else:
-                            problems.append(f"{where}: {exc.strerror or exc}")
-                        break
-    if settings.ha is not None:
-        fifo = Path(settings.ha.fifo)
-        if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
-            problems.append(f"ha.fifo {fifo} exists and is not a FIFO (it would not be replaced)")
-    return problems, notes

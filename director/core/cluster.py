@@ -184,8 +184,10 @@ def _source_ranges(spec: Json, annotations: Json, problems: list[str]) -> tuple[
     return _canonical(
         raw,
         canonical_cidr,
-        lambda item: f"{where}: {shown(item)} is not a CIDR; ignored (the VIP stays restricted "
-        "to the valid ranges)",
+        lambda item: (
+            f"{where}: {shown(item)} is not a CIDR; ignored (the VIP stays restricted "
+            "to the valid ranges)"
+        ),
         problems,
     )
 
@@ -306,6 +308,7 @@ def _endpoint(ep: Json, index: int, family: str, problems: list[str]) -> Endpoin
     ready = cond.get("ready")
     ready = True if ready is None else ready is True  # unset means ready (API contract)
     serving = cond.get("serving")
+
     def of_family(raw: object) -> str | None:
         address = sloppy_address(raw)
         return address if address is not None and (":" in address) == (family == "IPv6") else None

@@ -86,10 +86,8 @@ def render_nft(restrictions: Restrictions, existing: Iterable[str] = ()) -> str:
         f"add map {t} services6 {{ type ipv6_addr . inet_proto . inet_service : verdict ; }}",
         f"add chain {t} input {{ type filter hook input priority -10 ; policy accept ; }}",
         f"flush chain {t} input",
-        f"add rule {t} input meta nfproto ipv4 ip daddr . meta l4proto . th dport "
-        "vmap @services4",
-        f"add rule {t} input meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
-        "vmap @services6",
+        f"add rule {t} input meta nfproto ipv4 ip daddr . meta l4proto . th dport vmap @services4",
+        f"add rule {t} input meta nfproto ipv6 ip6 daddr . meta l4proto . th dport vmap @services6",
         f"flush map {t} services4",
         f"flush map {t} services6",
     ]

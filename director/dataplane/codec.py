@@ -78,7 +78,6 @@ OP_CMD = {
 }
 
 
-
 Wire = bytes | bytearray  # a datagram, or the receive buffer it is still in
 
 

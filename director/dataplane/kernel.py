@@ -94,6 +94,8 @@ UNAVAILABLE = (
     "this kernel has no IPVS support (the ip_vs module is not loaded and could not be "
     "loaded), so director cannot read or program virtual services on this host"
 )
+
+
 # --- kernel modules ---------------------------------------------------------------------
 def _modprobe(module: str) -> str | None:
     """Load a module; None on success, else why not."""

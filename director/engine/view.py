@@ -24,7 +24,6 @@ STATIC = "static"  # the owner of the configuration's own services
 Checks = Mapping[DestKey, tuple[Target, ...]]  # a virtual service's checked real servers
 
 
-
 def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 

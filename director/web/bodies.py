@@ -4,14 +4,17 @@ strings without control characters, their fields known; anything else is a 4xx w
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import request
 from werkzeug.exceptions import HTTPException
 
 from director.core.model import Protocol as IpProtocol
 from director.core.model import UdpOnly, check_flags, shown
+from director.schema.api import SchedulerChoice, read
 from director.web.errors import Problem
+
+T = TypeVar("T")
 
 MAX_BODY = 64 * 1024
 MAX_DEPTH = 16  # JSON nesting: no request of this API needs more than 3
@@ -69,8 +72,9 @@ def parse_body(raw: bytes) -> Any:
     return data
 
 
-def body(allowed: set[str], required: set[str]) -> dict[str, Any]:
-    """The request's JSON object, with only ``allowed`` fields and every ``required`` one."""
+def body(model: type[T]) -> T:
+    """The request's JSON object read as ``model`` (director.schema.api): known fields
+    only, every required one, each value valid; Problem or BodyError saying why not."""
     kind = (request.mimetype or "").lower()
     if kind != "application/json":
         got = shown(kind) if kind else "no content type"
@@ -78,19 +82,7 @@ def body(allowed: set[str], required: set[str]) -> dict[str, Any]:
     length = request.content_length
     if length is not None and length > MAX_BODY:
         raise Problem(413, f"the request body is larger than {MAX_BODY} bytes")
-    data = parse_body(read_body())
-    if not isinstance(data, dict):
-        raise Problem(400, "the body must be a JSON object")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise Problem(
-            400,
-            f"unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})",
-        )
-    missing = sorted(required - set(data))
-    if missing:
-        raise Problem(400, f"missing field(s) {', '.join(missing)}")
-    return data
+    return read(model, parse_body(read_body()))  # type: ignore[no-any-return]
 
 
 def read_body() -> bytes:
@@ -115,19 +107,18 @@ def read_body() -> bytes:
 
 
 def scheduler_choice(
-    data: dict[str, Any], protocols: frozenset[IpProtocol | None], offered: frozenset[str]
+    choice: SchedulerChoice, protocols: frozenset[IpProtocol | None], offered: frozenset[str]
 ) -> tuple[str, frozenset[str]]:
     """The body's scheduler and canonical flags, for services of ``protocols``."""
-    name = data.get("scheduler")
     names = sorted(offered)
-    if not isinstance(name, str) or name not in names:
-        raise Problem(400, f"unknown scheduler {shown(name)}; allowed: {', '.join(names)}")
-    flags = data.get("flags", [])
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise Problem(400, "flags must be a list of strings")
+    if choice.scheduler not in names:
+        raise Problem(
+            400, f"unknown scheduler {shown(choice.scheduler)}; allowed: {', '.join(names)}"
+        )
     udp_only = bool(protocols) and protocols <= {IpProtocol.UDP}
+    protocol = IpProtocol.UDP if udp_only else IpProtocol.TCP
     try:
-        return name, check_flags(name, flags, IpProtocol.UDP if udp_only else IpProtocol.TCP)
+        return choice.scheduler, check_flags(choice.scheduler, choice.flags, protocol)
     except UdpOnly as exc:  # valid flags, but not for what this service is
         raise Problem(409, f"{exc}; this service is not UDP-only") from None
     except ValueError as exc:

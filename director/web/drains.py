@@ -6,7 +6,8 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from director.core.intents import AddDrain, Drain, RemoveDrain
-from director.core.model import canonical_address, shown
+from director.core.model import shown
+from director.schema import api as shapes
 from director.web import views
 from director.web.bodies import body
 from director.web.context import api
@@ -17,7 +18,7 @@ routes = Blueprint("drains", __name__)
 
 
 @documented(routes, Operation(
-    "/api/v1/drains", "get", "Drains and their progress (connections left)", "DrainList",
+    "/api/v1/drains", "get", "Drains and their progress (connections left)", shapes.DrainList,
 ))  # fmt: skip
 def list_drains() -> Response:
     return jsonify({"items": views.drains(api())})
@@ -25,31 +26,16 @@ def list_drains() -> Response:
 
 @documented(routes, Operation(
     "/api/v1/drains", "post",
-    "Drain a real server: weight 0 everywhere (or in one service)", "Drain",
-    (400, 404, 409, 413, 415, 503), body="DrainRequest", status="201", status_text="Created",
+    "Drain a real server: weight 0 everywhere (or in one service)", shapes.Drain,
+    (400, 404, 409, 413, 415, 503), body=shapes.DrainRequest, status="201", status_text="Created",
 ))  # fmt: skip
 def add_drain() -> Response:
     ctx = api()
-    data = body({"address", "port", "service"}, {"address"})
-    address = data["address"]
-    if not isinstance(address, str):
-        raise Problem(400, "address must be a string")
-    try:
-        address = canonical_address(address)
-    except ValueError as exc:
-        raise Problem(400, str(exc)) from None
-    port = data.get("port")
-    if port is not None and (
-        isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
-    ):
-        raise Problem(400, "port must be an integer between 1 and 65535")
-    service = data.get("service")
-    if service is not None:
-        if not isinstance(service, str):
-            raise Problem(400, "service must be a string like 'tcp 198.51.100.1:80'")
-        if not any(str(k) == service for k in ctx.loop.view.desired):
-            raise Problem(404, f"no virtual service {shown(service)}")
-    drain = Drain(address, port, service)
+    asked = body(shapes.DrainRequest)
+    service = asked.service
+    if service is not None and not any(str(k) == service for k in ctx.loop.view.desired):
+        raise Problem(404, f"no virtual service {shown(service)}")
+    drain = Drain(asked.address, asked.port, service)
     ctx.intent(AddDrain(drain))  # the loop decides: two identical drains, one 201
     response = jsonify(
         {
@@ -66,7 +52,7 @@ def add_drain() -> Response:
 
 @documented(routes, Operation(
     "/api/v1/drains/<id>", "delete",
-    "Undrain: weights return to their desired values", "Undrained", (404, 503),
+    "Undrain: weights return to their desired values", shapes.Undrained, (404, 503),
 ))  # fmt: skip
 def remove_drain(**path: str) -> Response:
     ident = path["id"]  # the path names it id; a parameter may not shadow the builtin

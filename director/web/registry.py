@@ -19,9 +19,9 @@ class Operation:
     rule: str  # the Flask rule: /api/v1/services/<namespace>/<name>
     method: str  # get, put, post, delete
     summary: str
-    reply: str  # the schema of the success answer
+    reply: type  # the success answer's shape (director.schema.api)
     errors: tuple[int, ...] = ()  # beside 401 and 403, which every operation has
-    body: str | None = None  # the schema of the request body
+    body: type | None = None  # the request body's shape (director.schema.api)
     status: str = "200"
     status_text: str = "OK"
 

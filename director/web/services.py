@@ -10,6 +10,7 @@ from flask import Blueprint, Response, jsonify
 from director.core.intents import SetScheduler
 from director.core.translate import A_OVERRIDE
 from director.logs import event
+from director.schema import api as shapes
 from director.web import views
 from director.web.bodies import body, scheduler_choice
 from director.web.context import api
@@ -21,7 +22,7 @@ routes = Blueprint("services", __name__)
 
 @documented(routes, Operation(
     "/api/v1/services", "get",
-    "Every virtual service, with real servers and live counters", "ServiceList",
+    "Every virtual service, with real servers and live counters", shapes.ServiceList,
 ))  # fmt: skip
 def list_services() -> Response:
     return jsonify({"items": views.services(api())})
@@ -29,7 +30,7 @@ def list_services() -> Response:
 
 @documented(routes, Operation(
     "/api/v1/services/<namespace>/<name>", "get",
-    "The virtual services of one Kubernetes Service", "KubernetesService", (404,),
+    "The virtual services of one Kubernetes Service", shapes.KubernetesService, (404,),
 ))  # fmt: skip
 def get_service(namespace: str, name: str) -> Response:
     ctx = api()
@@ -40,14 +41,14 @@ def get_service(namespace: str, name: str) -> Response:
 
 @documented(routes, Operation(
     "/api/v1/services/<namespace>/<name>/scheduler", "put",
-    "Set the scheduler, stored on the Service (both directors follow)", "SchedulerResult",
-    (400, 404, 409, 413, 415, 503), body="SchedulerChoice",
+    "Set the scheduler, stored on the Service (both directors follow)", shapes.SchedulerResult,
+    (400, 404, 409, 413, 415, 503), body=shapes.SchedulerChoice,
 ))  # fmt: skip
 def set_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
-    data = body({"scheduler", "flags"}, {"scheduler"})
+    asked = body(shapes.SchedulerChoice)
     _keys, protocols = ctx.kube_service(namespace, name)
-    choice = scheduler_choice(data, protocols, ctx.ipvs.schedulers())
+    choice = scheduler_choice(asked, protocols, ctx.ipvs.schedulers())
     text = choice[0] + (":" + ",".join(sorted(choice[1])) if choice[1] else "")
     ctx.annotate(namespace, name, {A_OVERRIDE: text})
     event(log, "api.scheduler_set", service=f"{namespace}/{name}", scheduler=text)
@@ -64,7 +65,7 @@ def set_kube_scheduler(namespace: str, name: str) -> Response:
 
 @documented(routes, Operation(
     "/api/v1/services/<namespace>/<name>/scheduler", "delete",
-    "Back to the annotation or the default", "SchedulerResult", (404, 409, 503),
+    "Back to the annotation or the default", shapes.SchedulerResult, (404, 409, 503),
 ))  # fmt: skip
 def unset_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
@@ -76,7 +77,7 @@ def unset_kube_scheduler(namespace: str, name: str) -> Response:
 
 @documented(routes, Operation(
     "/api/v1/static/<name>", "get",
-    "One static service of the configuration", "VirtualService", (404,),
+    "One static service of the configuration", shapes.VirtualService, (404,),
 ))  # fmt: skip
 def get_static(name: str) -> Response:
     ctx = api()
@@ -85,14 +86,14 @@ def get_static(name: str) -> Response:
 
 @documented(routes, Operation(
     "/api/v1/static/<name>/scheduler", "put",
-    "Choose the scheduler of a static service (this director)", "SchedulerResult",
-    (400, 404, 409, 413, 415, 503), body="SchedulerChoice",
+    "Choose the scheduler of a static service (this director)", shapes.SchedulerResult,
+    (400, 404, 409, 413, 415, 503), body=shapes.SchedulerChoice,
 ))  # fmt: skip
 def set_static_scheduler(name: str) -> Response:
     ctx = api()
-    data = body({"scheduler", "flags"}, {"scheduler"})
-    choice = scheduler_choice(data, frozenset({ctx.static_key(name).protocol}),
-                              ctx.ipvs.schedulers())  # fmt: skip
+    asked = body(shapes.SchedulerChoice)
+    protocols = frozenset({ctx.static_key(name).protocol})
+    choice = scheduler_choice(asked, protocols, ctx.ipvs.schedulers())
     ctx.intent(SetScheduler(name, choice))
     return jsonify(
         {
@@ -107,7 +108,7 @@ def set_static_scheduler(name: str) -> Response:
 
 @documented(routes, Operation(
     "/api/v1/static/<name>/scheduler", "delete",
-    "Back to the configuration's scheduler", "SchedulerResult", (404, 503),
+    "Back to the configuration's scheduler", shapes.SchedulerResult, (404, 503),
 ))  # fmt: skip
 def unset_static_scheduler(name: str) -> Response:
     ctx = api()

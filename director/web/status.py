@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from director.core.plan import build_plan
+from director.schema import api as shapes
 from director.web import views
 from director.web.context import api
 from director.web.openapi import document
@@ -15,7 +16,7 @@ routes = Blueprint("status", __name__)
 
 @documented(routes, Operation(
     "/api/v1/status", "get",
-    "Role, Kubernetes connection, leader, last sync, last error", "Status",
+    "Role, Kubernetes connection, leader, last sync, last error", shapes.Status,
 ))  # fmt: skip
 def status() -> Response:
     return jsonify(views.status(api()))
@@ -23,7 +24,7 @@ def status() -> Response:
 
 @documented(routes, Operation(
     "/api/v1/plan", "get",
-    "What the director would change right now (empty when healthy)", "Plan",
+    "What the director would change right now (empty when healthy)", shapes.Plan,
 ))  # fmt: skip
 def plan() -> Response:
     ctx = api()

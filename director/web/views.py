@@ -6,25 +6,10 @@ import time
 from typing import Any
 
 from director.core.intents import Drain
-from director.core.model import KernelTable, ServiceKey, Stats, VirtualService
+from director.core.model import KernelTable, ServiceKey, VirtualService
 from director.engine.view import STATIC, LoopView
+from director.schema import api as shapes
 from director.web.context import ApiContext
-
-
-def stats(s: Stats | None) -> dict[str, int]:
-    s = s or Stats()
-    return {
-        "connections": s.connections,
-        "packets_in": s.packets_in,
-        "packets_out": s.packets_out,
-        "bytes_in": s.bytes_in,
-        "bytes_out": s.bytes_out,
-        "cps": s.cps,
-        "pps_in": s.pps_in,
-        "pps_out": s.pps_out,
-        "bps_in": s.bps_in,
-        "bps_out": s.bps_out,
-    }
 
 
 def origin(text: str) -> dict[str, str]:
@@ -41,7 +26,7 @@ def iso(stamp: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
 
-def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[dict[str, Any]]:
+def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[shapes.VirtualService]:
     """Every virtual service (or those of ``keys``) as programmed, with its counters."""
     kernel = ctx.counters() if keys is None else ctx.read_some(keys)
     view = ctx.loop.view
@@ -72,10 +57,10 @@ def service(
     source: str,
     view: LoopView,
     drains: tuple[Drain, ...],
-) -> dict[str, Any]:
+) -> shapes.VirtualService:
     draining = view.draining.get(key, frozenset())
     unhealthy = view.unhealthy.get(key, frozenset())
-    dests = []
+    dests: list[shapes.RealServer] = []
     for dkey, rs in vs.real_servers.items():
         state = kernel.dest_state.get((key, dkey))
         admin = any(d.matches(key, rs) for d in drains)
@@ -90,7 +75,7 @@ def service(
                 else ("draining" if (dkey in draining or admin) else "active"),
                 "active_connections": state.active_connections if state else 0,
                 "inactive_connections": state.inactive_connections if state else 0,
-                "counters": stats(state.stats if state else None),
+                "counters": shapes.counters(state.stats if state else None),
             }
         )
     programmed = kernel.services.get(key)
@@ -107,12 +92,12 @@ def service(
         "flags": sorted(vs.config.flags),
         "persistence": vs.config.persistence,
         "programmed": programmed is not None and programmed == vs,
-        "counters": stats(kernel.service_stats.get(key)),
+        "counters": shapes.counters(kernel.service_stats.get(key)),
         "real_servers": dests,
     }
 
 
-def drains(ctx: ApiContext) -> list[dict[str, Any]]:
+def drains(ctx: ApiContext) -> list[shapes.Drain]:
     """Each drain with where it applies and the connections left. One pass over the
     table (real servers indexed by address) and one counters read."""
     view = ctx.loop.view
@@ -130,9 +115,9 @@ def drains(ctx: ApiContext) -> list[dict[str, Any]]:
     keys = {key for rows in places.values() for key, _rs in rows}
     # A few services: their connection counts now. Many: one whole read (cached 1 s).
     kernel = ctx.read_some(sorted(keys, key=str)) if len(keys) <= 64 else ctx.counters()
-    out = []
+    out: list[shapes.Drain] = []
     for drain in items:
-        rows = []
+        rows: list[shapes.DrainPlace] = []
         for key, rs in places[drain.id]:
             state = kernel.dest_state.get((key, rs.key))
             rows.append(
@@ -156,7 +141,7 @@ def drains(ctx: ApiContext) -> list[dict[str, Any]]:
     return out
 
 
-def status(ctx: ApiContext) -> dict[str, Any]:
+def status(ctx: ApiContext) -> shapes.Status:
     view = ctx.loop.view
     h = view.status
     counts = {

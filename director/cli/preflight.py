@@ -1,0 +1,89 @@
+"""What ``director run`` would refuse at start, found before it starts: the admin token,
+the TLS pair, the intents file, the listen address, the FIFO. Light: ``director check``
+imports neither the Kubernetes client nor Flask.
+"""
+
+from __future__ import annotations
+
+import socket
+import string
+from pathlib import Path
+
+from director.schema.config import Settings
+
+TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
+
+
+def read_token(path: str) -> str:
+    """The admin token: one line of 16 or more characters that a bearer header can carry
+    (RFC 6750's token68: letters, digits and -._~+/=). Raises ValueError saying why not."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"api.token_file {path}: the file is not text") from None
+    except OSError as exc:
+        raise ValueError(f"api.token_file {path}: {exc.strerror or exc}") from None
+    token = text.strip()
+    if "\n" in token or "\r" in token:
+        raise ValueError(f"api.token_file {path}: the token must be one line (found several)")
+    if not set(token) <= TOKEN_CHARS:
+        raise ValueError(
+            f"api.token_file {path}: the token may hold only letters, digits and -._~+/= "
+            "(what an Authorization: Bearer header carries)"
+        )
+    if len(token) < 16:
+        raise ValueError(f"api.token_file {path}: the token must be at least 16 characters")
+    return token
+
+
+def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list[str]]:
+    """What ``director run`` would refuse at start, found before: (problems, notes).
+
+    Files: the token (one line, usable), the TLS pair (loads), the intents file (reads), the
+    FIFO (not a regular file). With ``host``: the API's listen address is one of this box's
+    (a port in use is only a note: the running director holds it)."""
+    import errno
+    import ssl
+    import stat as stat_
+
+    from director.core.intents import Intents
+
+    problems: list[str] = []
+    notes: list[str] = []
+    api = settings.api
+    if api is not None:
+        try:
+            read_token(api.token_file)
+        except ValueError as exc:
+            problems.append(str(exc))
+        if api.tls_cert and api.tls_key:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    api.tls_cert, api.tls_key
+                )
+            except (OSError, ValueError) as exc:
+                problems.append(f"api.tls_cert/tls_key: cannot load them: {exc}")
+        try:
+            Intents.load(Path(api.intents_file))
+        except ValueError as exc:
+            problems.append(str(exc))
+        if host:
+            family = socket.AF_INET6 if ":" in api.host else socket.AF_INET
+            for port in (0, api.port) if api.port else (0,):
+                with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        probe.bind((api.host, port))
+                    except OSError as exc:
+                        where = f"api.listen {api.host}:{api.port}"
+                        if exc.errno == errno.EADDRINUSE:
+                            notes.append(f"{where}: the port is in use now (by a running "
+                                         "director, or it will not start)")  # fmt: skip
+                        else:
+                            problems.append(f"{where}: {exc.strerror or exc}")
+                        break
+    if settings.ha is not None:
+        fifo = Path(settings.ha.fifo)
+        if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
+            problems.append(f"ha.fifo {fifo} exists and is not a FIFO (it would not be replaced)")
+    return problems, notes

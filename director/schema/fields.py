@@ -1,0 +1,252 @@
+"""The value types of the configuration file: each one check, one reason, one JSON Schema.
+
+A field reads ``port: Annotated[int, integer(1, 65535)]``: the :class:`Rule` validates
+(pydantic calls it in place of its own checks) and describes itself in JSON Schema.
+A value arrives as the text the file holds (``"80"``) or, from Python, as itself (``80``);
+both give the same result. A refusal is a :func:`problem`: the reason is shown as written,
+``at`` points below the value (``("lower_threshold",)``), ``key`` says the line to name is
+the key's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import ArgsKwargs, CoreSchema, PydanticCustomError, core_schema
+
+from director.core.model import canonical_address, shown
+
+Path = tuple[str | int, ...]
+Check = Callable[[Any], Any]
+
+
+def problem(reason: str, at: Path = (), key: bool = False) -> PydanticCustomError:
+    return PydanticCustomError("config", "{reason}", {"reason": reason, "at": at, "key": key})
+
+
+def below(exc: PydanticCustomError, *prefix: str | int) -> PydanticCustomError:
+    """``exc`` moved down to ``prefix`` (a field, an index) below where it is raised."""
+    ctx = exc.context or {}
+    at = (*prefix, *ctx.get("at", ()))
+    return problem(str(ctx.get("reason", exc.message())), at, bool(ctx.get("key")))
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Annotated metadata: this check validates the field; ``schema`` documents it."""
+
+    check: Check
+    schema: dict[str, Any]
+
+    def __call__(self, value: object) -> Any:
+        return self.check(value)
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(self.check)
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return dict(self.schema)
+
+
+def scalar(value: object) -> str:
+    """The text of a value (``True`` is ``"true"``, as the file wrote it)."""
+    if value.__class__ is str:
+        return value
+    if isinstance(value, (dict, list, tuple)):
+        raise problem("must be a single value, not a list or mapping")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def items(value: object) -> list[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise problem("must be a list")
+    return list(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The keys a mapping may hold, and those it must."""
+
+    every: frozenset[str]
+    required: frozenset[str]
+
+    @classmethod
+    def of(cls, allowed: Mapping[str, bool]) -> Keys:
+        return cls(frozenset(allowed), frozenset(k for k, needed in allowed.items() if needed))
+
+
+def check_keys(data: object, keys: Keys) -> dict[str, Any]:
+    """A mapping whose keys are all allowed, with every required one."""
+    if isinstance(data, dict) and data.keys() <= keys.every and keys.required <= data.keys():
+        return data
+    if not isinstance(data, dict):
+        raise problem("must be a mapping of keys to values")
+    for key in data:
+        if key not in keys.every:
+            label = key if key.isprintable() else shown(key)  # errors are one line
+            allowed = ", ".join(sorted(keys.every))
+            raise problem(f"unknown key (allowed: {allowed})", (label,), True)
+    raise problem(f"missing required key {min(keys.required - data.keys())!r}")
+
+
+@functools.cache
+def mapping_keys(cls: type) -> Keys:
+    """A dataclass's keys in the file (a Field's alias, or its name), and the required ones."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        info = f.default if isinstance(f.default, FieldInfo) else None
+        required = (
+            info.is_required()
+            if info is not None
+            else (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        )
+        out[(info.alias if info is not None else None) or f.name] = required
+    return Keys.of(out)
+
+
+def keys_of(cls: type, data: object) -> object:
+    """The before-validator of every section: Python calls pass, file mappings are checked."""
+    return data if isinstance(data, ArgsKwargs) else check_keys(data, mapping_keys(cls))
+
+
+def integer(low: int, high: int) -> Rule:
+    def check(value: object) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = scalar(value)
+            try:
+                number = int(text, 10)
+            except ValueError:
+                raise problem(
+                    f"must be an integer between {low} and {high} (got {text!r})"
+                ) from None
+        if not low <= number <= high:
+            raise problem(f"must be an integer between {low} and {high} (got {number})")
+        return number
+
+    return Rule(check, {"type": "integer", "minimum": low, "maximum": high})
+
+
+def one_of(*options: str) -> Rule:
+    def check(value: object) -> str:
+        text = scalar(value)
+        if text not in options:
+            raise problem(f"must be one of {', '.join(options)} (got {text!r})")
+        return text
+
+    return Rule(check, {"enum": list(options)})
+
+
+_BOOL = one_of("true", "false")
+FLAG = Rule(lambda v: v if isinstance(v, bool) else _BOOL(v) == "true", {"type": "boolean"})
+TEXT = Rule(scalar, {"type": "string"})
+
+
+def _address(value: object) -> str:
+    try:
+        return canonical_address(scalar(value))
+    except ValueError as exc:
+        raise problem(str(exc)) from None
+
+
+ADDRESS = Rule(_address, {"type": "string", "format": "ip-address"})
+
+
+def matching(pattern: str, reason: Callable[[str], str]) -> Rule:
+    compiled = re.compile(pattern)
+
+    def check(value: object) -> str:
+        got = scalar(value)
+        if not compiled.fullmatch(got):
+            raise problem(reason(got))
+        return got
+
+    return Rule(check, {"type": "string", "pattern": f"^{pattern}$"})
+
+
+IFNAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}"
+NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+DNS_LABEL_RE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+QUALIFIED_RE = (
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+IFNAME = matching(
+    IFNAME_RE, lambda name: f"{name!r} is not an interface name (letters, digits, _.@-; 15 at most)"
+)
+FILE_PATH = matching(
+    r"/[A-Za-z0-9_./@+-]*",
+    lambda path: f"{path!r} must be an absolute path without spaces or quotes",
+)
+DNS_LABEL = matching(DNS_LABEL_RE, lambda _: "must be a DNS label (lowercase letters, digits, -)")
+
+
+def seconds(least: float, most: float, example: str, reason: str, digits: int = 6) -> Rule:
+    def check(value: object) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            got = scalar(value)
+            try:
+                number = float(got)
+            except ValueError:
+                raise problem(f"must be seconds{example} (got {got!r})") from None
+        number = round(number, digits)
+        if not least <= number <= most:
+            raise problem(reason)
+        return number
+
+    return Rule(check, {"type": "number", "minimum": least, "maximum": most})
+
+
+def list_of(rule: Rule) -> Rule:
+    """A list whose items each pass ``rule``; a refusal names the item."""
+
+    check = rule.check
+
+    def each(value: object) -> tuple[Any, ...]:
+        values = value if isinstance(value, (list, tuple)) else items(value)
+        try:
+            return tuple([check(item) for item in values])
+        except PydanticCustomError:
+            for index, item in enumerate(values):  # which item: the refusal names it
+                try:
+                    check(item)
+                except PydanticCustomError as exc:
+                    raise below(exc, index) from None
+            raise
+
+    return Rule(each, {"type": "array", "items": rule.schema})
+
+
+class Listen(NamedTuple):
+    host: str
+    port: int
+
+
+def _listen(value: object) -> Listen:
+    if isinstance(value, tuple) and len(value) == 2:
+        return Listen(str(value[0]), int(value[1]))
+    got = scalar(value)
+    raw_host, _, port_text = got.rpartition(":")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:  # 0: any free port
+        raise problem(f"{got!r} is not ADDRESS:PORT (e.g. 127.0.0.1:9180)")
+    return Listen(_address(raw_host.strip("[]")), int(port_text))
+
+
+LISTEN = Rule(_listen, {"type": "string", "examples": ["127.0.0.1:9180", "[::1]:9180"]})

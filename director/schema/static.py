@@ -1,0 +1,285 @@
+"""The file's own objects: static services and their real servers, pools, owned ranges.
+
+Each is an entry (its keys, types and bounds, once) that compiles to the core's model;
+what one entry cannot know alone is checked by the rules in :mod:`director.schema.rules`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, NamedTuple
+
+from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
+
+from director.core.ipam import Pool, PoolError
+from director.core.model import (
+    Family,
+    Forwarding,
+    Protocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+    canonical_address,
+    check_flags,
+    shown,
+)
+from director.core.plan import Network
+from director.schema.fields import (
+    ADDRESS,
+    DNS_LABEL_RE,
+    FLAG,
+    NAME_RE,
+    TEXT,
+    Keys,
+    Path,
+    Rule,
+    below,
+    check_keys,
+    integer,
+    list_of,
+    matching,
+    one_of,
+    problem,
+    scalar,
+)
+from director.schema.sections import FORWARDING, SCHEDULER, SECTION, WEIGHT, Defaults, Section
+
+MAX_THRESHOLD = 2**31 - 1
+MAX_PERSISTENCE = 31 * 24 * 3600
+
+
+class Refusal(ValueError):
+    """An entry the rules refuse, at ``path``; ``{first}`` in the reason is ``first``'s line."""
+
+    def __init__(self, path: Path, reason: str, first: Path | None = None) -> None:
+        super().__init__(reason)
+        self.path, self.reason, self.first = path, reason, first
+
+
+def _endpoint(value: str) -> tuple[str, int]:
+    """``ADDRESS:PORT`` (IPv6 as ``[ADDRESS]:PORT``) as the long form's mapping."""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = value.rpartition(":")
+    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise problem(
+            f"{value!r} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT), "
+            "or a mapping with address and port"
+        )
+    try:
+        return canonical_address(host), int(port_text)
+    except ValueError as exc:
+        raise problem(str(exc)) from None
+
+
+class RealServerEntry(NamedTuple):
+    """One of ``real_servers:`` as the file gives it (None: the service's, or the default)."""
+
+    address: str
+    port: int | None = None
+    weight: int | None = None
+    forwarding: Forwarding | None = None
+    upper_threshold: int = 0
+    lower_threshold: int = 0
+
+
+# The keys of a real server, once: its rule, and whether it is required. A service holds
+# tens of real servers and a file tens of thousands: one rule reads them all, without a
+# pydantic model per real server (``make bench`` measures the file against keepalived -t).
+_RS_RULES: dict[str, tuple[Rule, bool]] = {
+    "address": (ADDRESS, True),
+    "port": (integer(0, 65535), False),  # the service's port if not given
+    "weight": (WEIGHT, False),
+    "forwarding": (FORWARDING, False),
+    "upper_threshold": (integer(0, MAX_THRESHOLD), False),
+    "lower_threshold": (integer(0, MAX_THRESHOLD), False),
+}
+_RS_KEYS = Keys.of({key: required for key, (_, required) in _RS_RULES.items()})
+_RS_CHECKS = {key: rule.check for key, (rule, _) in _RS_RULES.items()}
+
+
+def _real_server_entry(data: object) -> RealServerEntry:
+    if isinstance(data, RealServerEntry):
+        return data
+    if isinstance(data, str):
+        return RealServerEntry(*_endpoint(data))
+    fields = check_keys(data, _RS_KEYS)
+    try:
+        entry = RealServerEntry(**{key: _RS_CHECKS[key](value) for key, value in fields.items()})
+    except PydanticCustomError:
+        for key, value in fields.items():  # which key: the refusal names it
+            try:
+                _RS_CHECKS[key](value)
+            except PydanticCustomError as exc:
+                raise below(exc, key) from None
+        raise
+    if entry.lower_threshold > entry.upper_threshold:
+        raise problem(
+            f"lower_threshold ({entry.lower_threshold}) needs an upper_threshold at least "
+            f"as large (got {entry.upper_threshold})",
+            ("lower_threshold",),
+        )
+    return entry
+
+
+REAL_SERVER = Rule(_real_server_entry, {
+    "oneOf": [
+        {"type": "string", "examples": ["192.0.2.1:8080", "[2001:db8::1]:8080"]},
+        {"type": "object", "additionalProperties": False, "required": sorted(_RS_KEYS.required),
+         "properties": {key: rule.schema for key, (rule, _) in _RS_RULES.items()}},
+    ]
+})  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class ServiceEntry(Section):
+    """One of ``services:``: an address, port and protocol, or a firewall mark."""
+
+    name: Annotated[
+        str | None,
+        matching(
+            NAME_RE,
+            lambda name: (
+                f"{shown(name)} is not a service name (letters, digits and _.-, 63 at "
+                "most; the API addresses it as /api/v1/static/NAME)"
+            ),
+        ),
+    ] = None
+    address: Annotated[str | None, ADDRESS] = None
+    port: Annotated[int | None, integer(1, 65535)] = None
+    protocol: Annotated[str | None, one_of("tcp", "udp", "sctp")] = None  # tcp
+    fwmark: Annotated[int | None, integer(1, 0xFFFFFFFF)] = None
+    family: Annotated[str | None, one_of("ipv4", "ipv6")] = None  # with fwmark
+    scheduler: Annotated[str | None, SCHEDULER] = None
+    flags: Annotated[tuple[str, ...], list_of(TEXT)] = ()
+    persistence: Annotated[int, integer(0, MAX_PERSISTENCE)] = 0  # seconds
+    netmask: Annotated[int | None, integer(1, 128)] = None  # 32 at most for IPv4
+    forwarding: Annotated[Forwarding | None, FORWARDING] = None
+    real_servers: Annotated[tuple[RealServerEntry, ...], list_of(REAL_SERVER)] = ()
+    health_check: Annotated[str | None, TEXT] = None  # none, tcp, http[:/path], https[:/path]
+
+    def key(self) -> ServiceKey:
+        if self.fwmark is not None:
+            for clash in ("address", "port", "protocol"):
+                if getattr(self, clash) is not None:
+                    raise Refusal(
+                        (clash,), "a firewall-mark service has no address, port or protocol"
+                    )
+            family = Family.INET6 if self.family == "ipv6" else Family.INET
+            return ServiceKey.mark(family, self.fwmark)
+        if self.address is None:
+            raise Refusal((), "a service needs an address and port, or a fwmark")
+        if self.family is not None:
+            raise Refusal(("family",), "family is implied by the address (use it with fwmark)")
+        if self.port is None:
+            raise Refusal((), "missing required key 'port'")
+        protocol = Protocol[(self.protocol or "tcp").upper()]
+        return ServiceKey.inet(protocol, self.address, self.port)
+
+    def compile(self, defaults: Defaults) -> VirtualService:
+        """The virtual service; Refusal (below this entry) if it cannot be one."""
+        key = self.key()
+        chosen = self.scheduler or defaults.scheduler
+        try:  # canonical names: what the kernel reads back (flag-1 with sh is sh-fallback)
+            flags = check_flags(chosen, frozenset(self.flags), key.protocol)
+        except ValueError as exc:
+            raise Refusal(("flags",), str(exc)) from None
+        netmask = key.family.max_prefix if self.netmask is None else self.netmask
+        if netmask > key.family.max_prefix:
+            limit = key.family.max_prefix
+            raise Refusal(("netmask",), f"must be an integer between 1 and {limit} (got {netmask})")
+        real_servers = self._real_servers(key, self.forwarding or defaults.forwarding, defaults)
+        config = ServiceConfig(chosen, flags, self.persistence, netmask)
+        origin = f"static/{self.name}" if self.name else "static"
+        return VirtualService(key, config, real_servers, origin)
+
+    def _real_servers(
+        self, key: ServiceKey, mode: Forwarding, defaults: Defaults
+    ) -> dict[tuple[str, int], RealServer]:
+        """The real servers, each with the service's port, forwarding and the default weight
+        where it says none (one loop over tens of thousands: no call per real server)."""
+        out: dict[tuple[str, int], RealServer] = {}
+        index_of: dict[tuple[str, int], int] = {}
+        v6, tun = key.family is Family.INET6, Forwarding.TUN
+        for index, (address, given_port, given_weight, given_fwd, upper, lower) in enumerate(
+            self.real_servers
+        ):
+            port = key.port if given_port is None else given_port
+            fwd = given_fwd or mode
+            if port == 0 and not key.fwmark:
+                reason = "a real server of an address:port service needs a port"
+                raise Refusal(("real_servers", index), reason)
+            if (":" in address) is not v6 and fwd is not tun:
+                raise Refusal(("real_servers", index), f"real server {address} is "
+                              f"{Family.of(address).label} but the service is "
+                              f"{key.family.label}; mixing families only works with "
+                              "forwarding: tun")  # fmt: skip
+            if (address, port) in out:
+                first = ("real_servers", index_of[address, port])
+                reason = "real server declared twice (first on line {first})"
+                raise Refusal(("real_servers", index), reason, first)
+            weight = defaults.weight if given_weight is None else given_weight
+            out[address, port] = RealServer(address, port, weight, fwd, upper, lower)
+            index_of[address, port] = index
+        return out
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class PoolEntry(Section):
+    """One of ``pools:``: addresses the director gives to LoadBalancer Services."""
+
+    name: Annotated[
+        str,
+        matching(
+            DNS_LABEL_RE, lambda _: "a pool name is a DNS label (lowercase letters, digits, -)"
+        ),
+    ]
+    # CIDRs (198.51.100.0/24) and ranges (198.51.100.10-198.51.100.20)
+    addresses: Annotated[tuple[str, ...], list_of(TEXT)]
+    auto_assign: Annotated[bool, FLAG] = True  # false: only Services that ask for the pool
+    all_addresses: Annotated[bool, FLAG] = False  # IPv4 CIDRs give out network and broadcast
+
+    def compile(self) -> Pool:
+        try:
+            return Pool.parse(self.name, self.addresses, self.auto_assign, self.all_addresses)
+        except PoolError as exc:
+            raise Refusal(("addresses",), str(exc)) from None
+
+
+def _network(value: object) -> Network:
+    if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
+        return value
+    try:
+        return ipaddress.ip_network(scalar(value), strict=True)
+    except ValueError as exc:
+        raise problem(f"not a network in CIDR form: {exc}") from None
+
+
+def _marks(value: object) -> range:
+    if isinstance(value, range):
+        return value
+    low_text, _, high_text = scalar(value).partition("-")
+    try:
+        low = int(low_text)
+        high = int(high_text) if high_text else low
+    except ValueError:
+        raise problem("must be a mark or a range of marks like 100-199") from None
+    if not 1 <= low <= high <= 0xFFFFFFFF:
+        raise problem("marks must be between 1 and 4294967295, low to high")
+    return range(low, high + 1)
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class OwnershipEntry(Section):
+    """``ownership:``: what the director may create, change and delete in the kernel."""
+
+    networks: Annotated[
+        tuple[Network, ...], list_of(Rule(_network, {"type": "string", "format": "cidr"}))
+    ] = ()
+    fwmarks: Annotated[
+        tuple[range, ...], list_of(Rule(_marks, {"type": "string", "examples": ["100-199"]}))
+    ] = ()

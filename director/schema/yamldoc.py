@@ -1,0 +1,204 @@
+"""A YAML file as plain data (mappings, lists and text), with the line of every part.
+
+Two readers give the same plain data, up to the form of a scalar: the precise reader keeps
+every scalar as its text (``"80"``, ``"true"``); the fast one gives JSON's numbers and
+booleans (``80``, ``True``). The schema's fields take both and give the same value.
+
+- The fast reader (rapidyaml, C++) takes plain files: printable ASCII, no anchors, aliases,
+  tags, escapes, directives or complex keys, one document whose top is a mapping. It reads a
+  5,000-service file in a tenth of a second and keeps no line numbers.
+- The precise reader (PyYAML's composer) takes everything YAML allows, refuses duplicate
+  keys and absurd nesting, and records the line of every key and value. A file that is not
+  plain, or that the schema refuses, is read again by it: errors name their line.
+
+The two agree on every file the fast reader takes (``tests/test_properties.py`` holds them
+to it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import yaml
+
+from director.core.model import shown
+
+Path = tuple[str | int, ...]
+MAX_DEPTH = 32  # the schema nests 5 deep; anything deeper is a mistake or an attack
+
+# What the fast reader takes: printable ASCII and newlines, without the characters that
+# start anchors (&), aliases (*), tags (!), directives (%), escapes (\\), complex keys (?)
+# or tabs. Anything else is the precise reader's.
+_PLAIN = bytes(c for c in range(0x20, 0x7F) if chr(c) not in "&*!%\\?") + b"\n"
+_NULL = re.compile(r"[\[:,]\s*null\s*[,\]}\n]")  # null, ~ or nothing: text in the precise
+
+try:  # the wheel is a dependency; without it every file takes the precise reader
+    import ryml
+except ImportError:  # pragma: no cover - exercised only on a broken install
+    ryml = None
+
+_STDERR = threading.Lock()
+
+
+class YamlError(ValueError):
+    """The text is not YAML the director reads: at ``line`` (0: unknown), ``where``."""
+
+    def __init__(self, line: int, where: Path, reason: str) -> None:
+        super().__init__(reason)
+        self.line, self.where, self.reason = line, where, reason
+
+
+MAX_VALUES = 2_000_000  # aliases may repeat a part; not into a billion laughs
+
+
+@dataclass(slots=True)
+class Lines:
+    """The line of each value and of each mapping key, by path."""
+
+    values: dict[Path, int]
+    keys: dict[Path, int]
+    count: int = 0
+
+    def of(self, path: Path, key: bool = False) -> int:
+        """The line of ``path`` (its key's line if ``key``), or of its nearest ancestor."""
+        table = self.keys if key else self.values
+        while path:
+            if path in table:
+                return table[path]
+            path = path[:-1]
+            table = self.values
+        return self.values.get((), 0)
+
+
+def fast(text: str) -> object | None:
+    """The plain data of a plain file, or None: the precise reader must read it.
+
+    Numbers and true/false arrive as JSON made them (the fields take both forms and give
+    the same value); a float keeps its text."""
+    raw = text.encode()
+    if ryml is None or raw.translate(None, _PLAIN) or raw.startswith((b"---", b"...")):
+        return None
+    if b"\n---" in raw or b"\n..." in raw:
+        return None
+    try:
+        with _quiet_stderr():  # rapidyaml prints its own parse errors to stderr
+            tree = ryml.parse_in_arena(raw)
+            root = tree.root_id()
+            if not tree.is_map(root):
+                return None
+            emitted = ryml.emit_json_malloc(tree, root)
+        if _NULL.search(emitted):
+            return None
+        data: object = json.loads(
+            emitted, parse_float=str, parse_constant=_refuse, object_pairs_hook=_unique
+        )
+        return data
+    except (_NotPlain, ValueError, RecursionError, MemoryError, RuntimeError):
+        return None
+    except Exception as exc:  # rapidyaml's own exception classes
+        if type(exc).__module__.startswith("ryml"):
+            return None
+        raise
+
+
+def precise(text: str) -> tuple[object, Lines]:
+    """The plain data and the line of every part; YamlError if it is not plain YAML."""
+    root = _compose(text)
+    lines = Lines({}, {})
+    if root is None:
+        return None, lines
+    _check_depth(root)
+    return _plain(root, (), lines), lines
+
+
+class _NotPlain(ValueError):
+    pass
+
+
+def _refuse(_: str) -> object:
+    raise _NotPlain
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotPlain  # a duplicate key: the precise reader names both lines
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """fd 2 to /dev/null for the length of one parse (the error is reported by us)."""
+    with _STDERR:
+        saved = os.dup(2)
+        try:
+            with open(os.devnull, "wb") as sink:
+                os.dup2(sink.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """The YAML node tree, or a YamlError naming the line (never a traceback)."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else 0
+        raise YamlError(line, (), f"not valid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:  # a reader error: a character YAML does not allow
+        mark = getattr(exc, "position", None)
+        line = text[:mark].count("\n") + 1 if isinstance(mark, int) else 0
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise YamlError(line, (), f"not valid YAML: {first}") from None
+    except RecursionError:
+        raise YamlError(0, (), "not valid YAML: nested far too deeply") from None
+
+
+def _check_depth(node: yaml.Node) -> None:
+    """Refuse absurd nesting (each node once: aliases cannot make the walk explode)."""
+    stack = [(node, 1)]
+    seen: set[int] = set()
+    while stack:
+        item, depth = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if depth > MAX_DEPTH:
+            raise YamlError(item.start_mark.line + 1, (), f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in item.value for child in pair)
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in item.value)
+
+
+def _plain(node: yaml.Node, path: Path, lines: Lines) -> object:
+    lines.values[path] = node.start_mark.line + 1
+    lines.count += 1
+    if lines.count > MAX_VALUES:
+        raise YamlError(lines.values[path], (), f"aliases expand to over {MAX_VALUES} values")
+    if isinstance(node, yaml.ScalarNode):
+        return str(node.value)
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(item, (*path, index), lines) for index, item in enumerate(node.value)]
+    out: dict[str, object] = {}
+    for key_node, value_node in node.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if not isinstance(key, str):
+            raise YamlError(key_node.start_mark.line + 1, path, "keys must be strings")
+        label = key if key.isprintable() else shown(key)  # errors are one line
+        line = key_node.start_mark.line + 1
+        if key in out:
+            first = lines.keys[(*path, key)]
+            raise YamlError(line, (*path, label), f"duplicate key (first given on line {first})")
+        lines.keys[(*path, key)] = line
+        out[key] = _plain(value_node, (*path, key), lines)
+    return out
