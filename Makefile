@@ -62,6 +62,7 @@ demo: setup
 	$(PY) -m lab.vm run lab.demo
 
 bench: setup
+	$(PY) -m lab.bench_config --services 1000 5000 --out bench/config-host.json
 	$(PY) -m lab.bench_kube --services 1000 10000 --out bench/kube-host.json
 	$(PY) -m lab.bench_health --targets 2000 --seconds 20 --out bench/health-host.json
 	$(PY) -m lab.vm run lab.bench --memory 4G

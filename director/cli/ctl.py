@@ -9,13 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import ssl
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from director.core.errors import DirectorError
 from director.core.model import canonical_address
@@ -49,6 +46,10 @@ def _token(args: argparse.Namespace) -> str:
 
 
 def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    import ssl  # here: the other commands (check at start of a big file) do not pay for them
+    import urllib.error
+    import urllib.request
+
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(args.url.rstrip("/") + path, data=data, method=method)
     request.add_header("Authorization", f"Bearer {_token(args)}")
@@ -93,8 +94,8 @@ def _split_target(text: str) -> tuple[str, str]:
     if not scope or not name or "/" in name:
         raise CtlError(f"{text!r}: write NAMESPACE/NAME (or static/NAME for a static service)")
     if scope == "static":
-        return f"/api/v1/static/{urllib.parse.quote(name)}", text
-    return f"/api/v1/services/{urllib.parse.quote(scope)}/{urllib.parse.quote(name)}", text
+        return f"/api/v1/static/{quote(name)}", text
+    return f"/api/v1/services/{quote(scope)}/{quote(name)}", text
 
 
 def _split_endpoint(text: str) -> tuple[str, int | None]:

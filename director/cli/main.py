@@ -16,7 +16,7 @@ from director.core.model import Op, OpKind
 from director.core.plan import Plan
 from director.dataplane.interface import Ipvs, IpvsUnavailable
 from director.engine.reconcile import Reconciler
-from director.schema.config import ConfigError, Settings, load_config
+from director.schema.config import ConfigError, Settings, json_schema_text, load_config
 
 _log = logging.getLogger("director.cli")
 EXIT_FAILED_OPS = 1
@@ -248,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True)
     sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
+    sub.add_parser(
+        "schema",
+        help="print the configuration file's JSON Schema (for editors and CI; the same "
+        "schema director check applies)",
+    )
     return parser
 
 
@@ -265,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "keepalived-config":
             return cmd_keepalived_config(args)
+        if args.command == "schema":
+            sys.stdout.write(json_schema_text())
+            return 0
         return cmd_schedulers(args)
     except ConfigError as exc:
         print(f"director: invalid configuration: {exc}", file=sys.stderr)

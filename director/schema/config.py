@@ -12,6 +12,7 @@ and the reason; nothing partially valid is ever returned.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 from collections.abc import Callable
@@ -21,15 +22,16 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass as schema
+from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError
 
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.ipam import Pool
-from director.core.model import ServiceKey, Table
+from director.core.model import Forwarding, ServiceKey, Table
 from director.core.plan import Network, Ownership
 from director.schema import yamldoc
-from director.schema.fields import Path
+from director.schema.fields import Listen, Path
 from director.schema.sections import (
     DEFAULT_CLASS,
     SECTION,
@@ -39,6 +41,7 @@ from director.schema.sections import (
     HealthSettings,
     KubeSettings,
     Section,
+    Statuses,
 )
 from director.schema.static import OwnershipEntry, PoolEntry, Refusal, ServiceEntry
 
@@ -98,9 +101,22 @@ class Settings:
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
 
 
+class _FileSchema(GenerateJsonSchema):
+    """Defaults written as the file writes them (``listen: 127.0.0.1:9180``, not a pair)."""
+
+    def encode_default(self, dft: Any) -> Any:
+        if isinstance(dft, Listen):
+            return f"[{dft.host}]:{dft.port}" if ":" in dft.host else f"{dft.host}:{dft.port}"
+        if isinstance(dft, Forwarding):
+            return dft.label
+        if isinstance(dft, Statuses):
+            return f"{dft.low}-{dft.high}"
+        return super().encode_default(dft)
+
+
 def json_schema() -> dict[str, Any]:
     """The configuration file's JSON Schema (draft 2020-12), from the one schema."""
-    out = _DOCUMENT.json_schema(mode="validation")
+    out = _DOCUMENT.json_schema(mode="validation", schema_generator=_FileSchema)
     out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     out["title"] = "director configuration file"
     return out
@@ -126,6 +142,16 @@ def load_config(path: str | FilePath) -> Settings:
 
 def parse_config(text: str, source: str = "<config>") -> Settings:
     """The settings of ``text``, or the ConfigError of its first fault (in file order)."""
+    collecting = gc.isenabled()
+    gc.disable()  # a big file makes a million objects and no cycle: 20% of the time saved
+    try:
+        return _parse(text, source)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parse(text: str, source: str) -> Settings:
     data = yamldoc.fast(text)
     lines: yamldoc.Lines | None = None
     if data is None:

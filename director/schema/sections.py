@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass
@@ -108,7 +108,9 @@ class KubeSettings(Section):
     backends: Annotated[str, one_of("nodeport", "pod")] = "nodeport"
     resync_seconds: Annotated[int, integer(1, 86400)] = 60
     drain_timeout_seconds: Annotated[int, integer(0, 86400)] = 30
-    identity: Annotated[str, TEXT] = Field(default_factory=socket.gethostname)
+    identity: Annotated[str, TEXT] = Field(  # the host name if not given
+        default_factory=socket.gethostname, json_schema_extra={"default": None}
+    )
     lease_namespace: Annotated[str, DNS_LABEL] = "lvs-director"  # rbac.yaml grants leases here
     lease_name: Annotated[str, DNS_LABEL] = "lvs-director"
     lease_seconds: Annotated[int, integer(2, 3600)] = 15
@@ -218,9 +220,16 @@ class HaSettings(Section):
         return self
 
 
+class Statuses(NamedTuple):
+    """HTTP statuses a check accepts, low to high (inclusive)."""
+
+    low: int
+    high: int
+
+
 def _expect(value: object) -> tuple[int, int]:
     if isinstance(value, tuple):
-        return value
+        return Statuses(*value)
     low_text, _, high_text = scalar(value).partition("-")
     try:
         low, high = int(low_text), int(high_text or low_text)
@@ -228,7 +237,7 @@ def _expect(value: object) -> tuple[int, int]:
         raise problem("an HTTP status or a range like 200-399") from None
     if not 100 <= low <= high <= 599:
         raise problem("statuses run from 100 to 599, low to high")
-    return low, high
+    return Statuses(low, high)
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
@@ -245,8 +254,9 @@ class HealthSettings(Section):
     rise: Annotated[int, integer(1, 100)] = 2
     fall: Annotated[int, integer(1, 100)] = 3
     expect: Annotated[
-        tuple[int, int], Rule(_expect, {"type": "string", "examples": ["200", "200-399"]})
-    ] = (200, 399)
+        tuple[int, int],
+        Rule(_expect, {"type": "string", "examples": ["200", "200-399"]}),
+    ] = Statuses(200, 399)
     on_failure: Annotated[str, one_of("quiesce", "remove")] = (
         "quiesce"  # remove: weight 0 is not enough
     )

@@ -24,10 +24,12 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import yaml
+from typing import TYPE_CHECKING
 
 from director.core.model import shown
+
+if TYPE_CHECKING:
+    import yaml
 
 Path = tuple[str | int, ...]
 MAX_DEPTH = 32  # the schema nests 5 deep; anything deeper is a mistake or an attack
@@ -93,7 +95,7 @@ def fast(text: str) -> object | None:
             if not tree.is_map(root):
                 return None
             emitted = ryml.emit_json_malloc(tree, root)
-        if _NULL.search(emitted):
+        if "null" in emitted and _NULL.search(emitted):
             return None
         data: object = json.loads(
             emitted, parse_float=str, parse_constant=_refuse, object_pairs_hook=_unique
@@ -148,6 +150,8 @@ def _quiet_stderr() -> Iterator[None]:
 
 def _compose(text: str) -> yaml.Node | None:
     """The YAML node tree, or a YamlError naming the line (never a traceback)."""
+    import yaml  # here: a plain file never needs it
+
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -165,6 +169,8 @@ def _compose(text: str) -> yaml.Node | None:
 
 def _check_depth(node: yaml.Node) -> None:
     """Refuse absurd nesting (each node once: aliases cannot make the walk explode)."""
+    import yaml
+
     stack = [(node, 1)]
     seen: set[int] = set()
     while stack:
@@ -181,6 +187,8 @@ def _check_depth(node: yaml.Node) -> None:
 
 
 def _plain(node: yaml.Node, path: Path, lines: Lines) -> object:
+    import yaml
+
     lines.values[path] = node.start_mark.line + 1
     lines.count += 1
     if lines.count > MAX_VALUES:

@@ -1,0 +1,110 @@
+"""Loading a big static file: ``director check`` against ``keepalived -t``, side by side.
+
+The same table is written twice, as the director's YAML and as keepalived's
+``virtual_server`` blocks: N services x 10 real servers (each written in the long form,
+``{address, port, weight}``). Both commands run as an operator runs them (a new process,
+imports and all) REPEAT times in turn; the figure is each one's median wall time, and the
+ratio of the two. A third column loads the same YAML with the precise reader alone (what a
+file with anchors or tags costs, and what every file cost before the fast reader).
+
+    python -m lab.bench_config --services 1000 5000 --out bench/config-host.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REAL_SERVERS = 10
+
+
+def write_tables(services: int, where: Path) -> tuple[Path, Path]:
+    yaml_lines = ["ownership:", "  networks: [10.0.0.0/8]", "services:"]
+    conf_lines = []
+    for i in range(services):
+        vip = f"10.{(i >> 8) & 255}.{i & 255}.1"
+        yaml_lines.append(
+            f"  - name: s{i}\n    address: {vip}\n    port: 80\n    scheduler: wlc\n"
+            "    real_servers:"
+        )
+        conf_lines.append(f"virtual_server {vip} 80 {{\n  lb_algo wlc\n  lb_kind NAT\n"
+                          "  protocol TCP")  # fmt: skip
+        for j in range(REAL_SERVERS):
+            rs = f"172.16.{i % 250}.{j + 1}"
+            yaml_lines.append(f"      - {{address: {rs}, port: 8080, weight: 1}}")
+            conf_lines.append(f"  real_server {rs} 8080 {{\n    weight 1\n  }}")
+        conf_lines.append("}")
+    director = where / f"director-{services}.yaml"
+    keepalived = where / f"keepalived-{services}.conf"
+    director.write_text("\n".join(yaml_lines) + "\n")
+    keepalived.write_text("\n".join(conf_lines) + "\n")
+    return director, keepalived
+
+
+def timed(argv: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.strip()[:500]}")
+    return elapsed
+
+
+PRECISE = (
+    "import sys, time\n"
+    "from director.schema import config, yamldoc\n"
+    "text = open(sys.argv[1]).read()\n"
+    "data, _ = yamldoc.precise(text)\n"
+    "config._compile(config._DOCUMENT.validate_python(data), sys.argv[1])\n"
+)
+
+
+def measure(services: int, repeat: int, where: Path) -> dict[str, Any]:
+    director_file, keepalived_file = write_tables(services, where)
+    director = [sys.executable, "-m", "director.cli.main", "check", "--offline",
+                "--config", str(director_file)]  # fmt: skip
+    keepalived = [shutil.which("keepalived") or "keepalived", "-t", "-f", str(keepalived_file)]
+    precise = [sys.executable, "-c", PRECISE, str(director_file)]
+    runs: dict[str, list[float]] = {"director": [], "keepalived": [], "precise": []}
+    for _ in range(repeat):  # in turn: a busy moment slows both, not one
+        runs["director"].append(timed(director))
+        runs["keepalived"].append(timed(keepalived))
+    runs["precise"].append(timed(precise))  # once: it is the slow path
+    out: dict[str, Any] = {"services": services, "real_servers": services * REAL_SERVERS}
+    for name, values in runs.items():
+        out[f"{name}_seconds"] = round(statistics.median(values), 3)
+    out["ratio"] = round(out["director_seconds"] / out["keepalived_seconds"], 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-config-") as tmp:
+        for count in args.services:
+            row = measure(count, args.repeat, Path(tmp))
+            results.append(row)
+            print(
+                f"{row['services']:>6} services x {REAL_SERVERS}: director check "
+                f"{row['director_seconds']:.3f} s, keepalived -t {row['keepalived_seconds']:.3f} s"
+                f" (ratio {row['ratio']}x); precise reader alone {row['precise_seconds']:.3f} s",
+                flush=True,
+            )
+    if args.out:
+        args.out.write_text(json.dumps({"config_load": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
