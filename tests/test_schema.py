@@ -96,8 +96,10 @@ def test_a_rapidyaml_parse_error_prints_nothing_but_ours(capfd: pytest.CaptureFi
 
 
 # -- the two readers agree ----------------------------------------------------------------
-WORDS = ["true", "false", "True", "yes", "no", "on", "null", "~", "1.5", "1e3", "-0", "007",
-         "0x1F", ".inf", "2001:db8::1", "10.0.0.1:80", "[::1]:80", "a b", "x#y", "tcp", ""]  # fmt: skip
+WORDS = [
+    "true", "false", "True", "yes", "no", "on", "null", "~", "1.5", "1e3", "-0", "007", "0x1F",
+    ".inf", "2001:db8::1", "10.0.0.1:80", "[::1]:80", "a b", "x#y", "tcp", "",
+]  # fmt: skip
 scalars = st.one_of(
     st.sampled_from(WORDS),
     st.text(alphabet="abcXYZ019 .:-_/[]{},'\"#", max_size=12),
