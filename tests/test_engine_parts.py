@@ -240,16 +240,16 @@ def test_a_view_that_cannot_be_published_is_an_error_survived(
 ) -> None:
     settings = parse_config("ownership: {networks: [198.51.100.0/24]}\n", "static.yaml")
     controller = Controller(FakeIpvs(), settings)
-    real = controller._publish_view
+    real = controller.exports.publish
     calls = {"n": 0}
 
-    def flaky() -> None:
+    def flaky(loop: Controller) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("a bug in the read model")
-        real()
+        real(loop)
 
-    monkeypatch.setattr(controller, "_publish_view", flaky)
+    monkeypatch.setattr(controller.exports, "publish", flaky)
     controller.step(0.01)  # does not raise: counted, shown, and tried again
     assert controller.health.loop_errors == 1
     assert controller.health.last_error == "publish: RuntimeError: a bug in the read model"

@@ -114,7 +114,7 @@ def test_sloppy_addresses_are_read_as_kube_proxy_reads_them_and_bad_ones_refused
 def test_an_error_in_one_service_is_logged_counted_shown_and_the_rest_carries_on(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import director.engine.loop as controller_module
+    import director.engine.translator as controller_module
 
     real = controller_module.translate
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import ipaddress
 
 from director.core.cluster import ServiceInfo
-from director.core.ipam import Allocator
+from director.core.ipam import Address, Allocator
 from director.core.translate import Policy, ipam_request, wants_address
 from director.engine.reporter import Reporter
+from director.schema.config import Settings
 
 
 class Addresses:
@@ -65,3 +66,14 @@ class Addresses:
         """No address: the leader's status must not name one."""
         if self.reporter.leader and (svc.status_ips or svc.stale_status):
             self.reporter.write_status(svc, ())
+
+
+def reserved_addresses(settings: Settings) -> dict[Address, str]:
+    """Addresses the director serves otherwise, which IPAM must never hand to a Service."""
+    out: dict[Address, str] = {}
+    for key, vs in settings.services.items():
+        if not key.fwmark:
+            out.setdefault(ipaddress.ip_address(key.address), f"static service {vs.origin}")
+    for vip in settings.kubernetes.nodeport_vips if settings.kubernetes else ():
+        out[ipaddress.ip_address(vip)] = "the NodePort VIP"
+    return out

@@ -33,8 +33,10 @@ class LoopStatus:
     """What ``director status``, /readyz and the metrics report (kept by the loop; the
     view holds a copy)."""
 
-    synced: bool = False  # the first full sync is applied
+    synced: bool = False  # the first full sync is applied, and the view says so
+    first_sync_done: bool = False  # the first full sync is applied (the loop's own flag)
     leader: bool = False
+    vrrp_state: str | None = None  # MASTER / BACKUP / FAULT once keepalived reports
     connected: dict[str, bool] = field(default_factory=dict)
     disconnected_since: float | None = None
     last_error: str | None = None

@@ -1,0 +1,83 @@
+"""What the loop shows the world besides the kernel and the cluster: the read model
+(``LoopView``, for the API, the status page and the metrics), the state file, the VIP set
+(to keepalived) and readiness (to systemd). Each is written when it changed, and only
+then."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
+
+from director.engine.announcer import VipAnnouncer
+from director.engine.state_file import write_state
+from director.engine.view import LoopView, PoolUse
+
+if TYPE_CHECKING:
+    from director.engine.loop import Controller
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Exports:
+    def __init__(self, state_file: Path | None) -> None:
+        self.view = LoopView()  # published after each step that changed something
+        self.vips = VipAnnouncer()  # the VIP set, to keepalived whenever it changes
+        self.on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
+        self.state_file = state_file
+        self.due = True  # the view is behind: publish it at the end of this step
+        self.state_due = False
+        self._seen = (-1, -1)  # the snapshot's and the gate's versions last published
+
+    def publish(self, loop: Controller) -> None:
+        """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock).
+        The desired table is copied every time; the rest only when it changed."""
+        self.due = False
+        prev, table, gate = self.view, loop.table, loop.gate
+        stale, snapshot = table.stale, loop.snapshot
+        seen = (snapshot.services_version, gate.version)
+        if seen[0] != self._seen[0]:
+            stale.add("services")
+        if seen[1] != self._seen[1]:
+            stale.add("checks")
+        self._seen = seen
+        allocator = loop.addresses.allocator
+        self.view = LoopView(
+            version=prev.version + 1,
+            status=loop.health.copy(synced=loop.ready),
+            desired=_frozen(table.desired),
+            owner=_frozen(table.owner) if "keys" in stale else prev.owner,
+            options=_frozen(table.options) if "options" in stale else prev.options,
+            produced=_frozen(table.produced) if "keys" in stale else prev.produced,
+            services=_frozen(snapshot.services) if "services" in stale else prev.services,
+            draining=_frozen({k: frozenset(v) for k, v in loop.drains.waiting.items()}),
+            checks=_frozen(gate.checks) if "checks" in stale else prev.checks,
+            unhealthy=_frozen(gate.failing()),
+            intents=loop.intents,
+            leader=loop.leader,
+            vrrp_state=loop.vrrp_state,
+            pools=tuple(
+                PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in loop.settings.pools
+            ),
+            all_down=len(gate.all_down),
+            filtered=frozenset(loop.filter.enforced),
+        )
+        stale.clear()
+
+    def write_state(self, loop: Controller) -> None:
+        if self.state_file is None or not self.state_due:
+            return
+        self.state_due = False
+        held = {ref: loop.addresses.held(ref) for ref in sorted(loop.table.produced)}
+        write_state(self.state_file, loop.table.desired, held)
+
+    def ready(self, message: str) -> None:
+        if self.on_ready is not None:
+            self.on_ready(message)
+
+
+def _frozen(table: Mapping[K, V]) -> Mapping[K, V]:
+    """A read-only copy, for the view."""
+    return MappingProxyType(dict(table))

@@ -1,0 +1,127 @@
+"""Bringing the kernel to what the Services ask for: the first sync (static services, then
+every Service, oldest and addressed first), a sync of the Services an event touched (each
+one guarded: one Service's fault is its own), and the periodic full resync. The loop
+decides when; this part decides how."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+from director.core.model import ServiceKey, VirtualService
+from director.core.snapshot import ALL
+from director.engine.draining import Draining
+from director.engine.exports import Exports
+from director.engine.health_gate import HealthGate
+from director.engine.intake import Intake
+from director.engine.pace import Pace
+from director.engine.source_filter import SourceFilter
+from director.engine.syncer import Syncer
+from director.engine.table import Programmed
+from director.engine.translator import Translator
+from director.engine.view import STATIC
+
+Guard = Callable[..., bool]  # (where, action, *args): run one unit of work, survive its fault
+
+
+class Programmer:
+    def __init__(
+        self,
+        translator: Translator,
+        *,
+        intake: Intake,
+        syncer: Syncer,
+        pace: Pace,
+        exports: Exports,
+        guarded: Guard,
+        resync_seconds: float,
+    ) -> None:
+        self.translator, self.intake, self.syncer = translator, intake, syncer
+        self.pace, self.exports, self.guarded = pace, exports, guarded
+        self.resync_seconds = resync_seconds
+
+    # The parts the translator shapes with, programmed here too.
+    table: Programmed = property(lambda self: self.translator.table)  # type: ignore[assignment]
+    gate: HealthGate = property(lambda self: self.translator.gate)  # type: ignore[assignment]
+    drains: Draining = property(lambda self: self.translator.drains)  # type: ignore[assignment]
+    filter: SourceFilter = property(lambda self: self.translator.filter)  # type: ignore[assignment]
+
+    def first_sync(self) -> None:
+        self.syncer.reconciler.observe()  # drains are computed against what the kernel holds
+        for key, vs in self.translator.static().items():
+            self.table.put(key, vs, STATIC)
+        for ref in self.translator.order(self.intake.snapshot.services):
+            self.guarded(f"service {ref}", self._adopt, ref)
+        for key in self.filter.enforce():
+            self.filter.hold_back(key, self.table.desired.get(key), self.table.owner.get(key, ""))
+            self.table.without(key)
+        self.full_resync(reread=False)
+        self.exports.vips.keys_changed()
+        self.exports.vips.update(self.table.desired)
+        # The snapshot and tables are long-lived: keep the collector from walking them on
+        # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
+        gc.collect()
+        gc.freeze()
+
+    def _adopt(self, ref: str) -> None:
+        fresh = self.translator.service(ref)
+        for key, vs in fresh.items():
+            self.table.put(key, vs, ref)
+        self.table.produce(ref, self.table.produced.get(ref, frozenset()) | fresh.keys())
+
+    def full_resync(self, reread: bool = True) -> None:
+        self.syncer.full(self.table.desired, reread=reread)
+        self.pace.resynced(self.resync_seconds)
+        self.exports.state_due = self.exports.due = True
+
+    def sync(self, dirty: set[str]) -> None:
+        """Recompute and program the Services in ``dirty`` (ALL: every one)."""
+        self.exports.due = True
+        table = self.table
+        services = self.intake.snapshot.services
+        refs = set(services) | set(table.produced) if ALL in dirty else dirty
+        if STATIC in refs or ALL in dirty:
+            for key, vs in self.translator.static().items():
+                table.desired[key] = vs
+                self.syncer.one(key, vs, STATIC)
+        fresh: dict[str, tuple[dict[ServiceKey, VirtualService], float]] = {}
+
+        def compute(ref: str) -> None:
+            started = time.perf_counter()
+            fresh[ref] = (self.translator.service(ref), time.perf_counter() - started)
+
+        for ref in self.translator.order(refs - {STATIC}):
+            self.guarded(f"service {ref}", compute, ref)
+        blocked = self.filter.enforce()
+        for ref, (computed, seconds) in fresh.items():
+            self.guarded(f"service {ref}", self._program, ref, computed, blocked, seconds)
+
+    def _program(
+        self,
+        ref: str,
+        fresh: dict[ServiceKey, VirtualService],
+        blocked: set[ServiceKey],
+        seconds: float = 0.0,
+    ) -> None:
+        """Bring the kernel to one Service's freshly computed virtual services."""
+        started = time.perf_counter()
+        before_held = self.filter.release(ref)
+        for key in blocked & fresh.keys():
+            self.filter.hold_back(key, None if key in before_held else fresh[key], ref)
+            del fresh[key]
+        before = self.table.produced.get(ref, frozenset())
+        for key in before - fresh.keys():
+            self.table.drop(key)
+            self.gate.forget(key)
+            self.drains.forget(key)
+            self.syncer.one(key, None, ref)
+        for key, vs in fresh.items():
+            self.table.put(key, vs, ref)
+            self.syncer.one(key, vs, ref)
+        if fresh.keys() != before:
+            self.exports.vips.keys_changed()
+        self.table.produce(ref, frozenset(fresh))
+        self.exports.state_due = True
+        triggers = (s.trigger_time for s in self.intake.snapshot.slices_for(ref))
+        self.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)

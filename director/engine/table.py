@@ -1,0 +1,57 @@
+"""What is programmed, and for whom: the desired table (static services too), the virtual
+services each Kubernetes Service produced, the owner of each virtual service, each
+Service's translated options. It remembers what changed since the view was published, so
+the view copies only that (an EndpointSlice change copies one table, not five)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from director.core.model import ServiceKey, Table, VirtualService
+from director.core.translate import Options
+from director.engine.view import STATIC
+
+
+class Programmed:
+    def __init__(self, static: Iterable[ServiceKey]) -> None:
+        self.desired: Table = {}
+        self.produced: dict[str, frozenset[ServiceKey]] = {}
+        self.owner: dict[ServiceKey, str] = {key: STATIC for key in static}
+        self.options: dict[str, Options] = {}
+        # What changed since the view was published besides the desired table.
+        self.stale = {"keys", "options", "services", "checks"}
+
+    def put(self, key: ServiceKey, vs: VirtualService, ref: str) -> None:
+        self.desired[key] = vs
+        self.owner[key] = ref
+
+    def drop(self, key: ServiceKey) -> None:
+        self.desired.pop(key, None)
+        self.owner.pop(key, None)
+
+    def refs(self, keys: Iterable[ServiceKey]) -> set[str]:
+        """The Services that own ``keys`` (static included)."""
+        return {self.owner.get(key, "") for key in keys} - {""}
+
+    def produce(self, ref: str, keys: frozenset[ServiceKey]) -> None:
+        """``ref`` now produces ``keys`` (none: it is gone)."""
+        if keys != self.produced.get(ref, frozenset()):
+            self.stale.add("keys")
+        if keys:
+            self.produced[ref] = keys
+        else:
+            self.produced.pop(ref, None)
+
+    def without(self, key: ServiceKey) -> None:
+        """``key`` is held back: no Service produces it now."""
+        self.drop(key)
+        self.produced = {ref: keys - {key} for ref, keys in self.produced.items()}
+        self.stale.add("keys")
+
+    def set_options(self, ref: str, options: Options | None) -> None:
+        if options is None:
+            if self.options.pop(ref, None) is not None:
+                self.stale.add("options")
+        elif self.options.get(ref) != options:
+            self.options[ref] = options
+            self.stale.add("options")

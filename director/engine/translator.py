@@ -1,0 +1,140 @@
+"""From what the loop knows to what it programs: one Service (or the configuration's own
+services) translated, each virtual service then shaped by the API's intents, the health
+gate and the drains, in that order. Refusals and conflicts are reported on the Service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from director.core.checks import Target
+from director.core.model import ServiceKey, Table, VirtualService
+from director.core.translate import Policy, relevant, translate
+from director.engine.addresses import Addresses
+from director.engine.draining import Draining, Terminating
+from director.engine.health_gate import HealthGate
+from director.engine.intake import Intake
+from director.engine.intent_store import IntentStore
+from director.engine.reconcile import Reconciler
+from director.engine.reporter import Reporter
+from director.engine.source_filter import SourceFilter
+from director.engine.table import Programmed
+from director.engine.view import STATIC
+from director.logs import event
+from director.schema.config import KubeSettings, Settings
+
+log = logging.getLogger("director.controller")
+
+
+def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
+    """What the settings say about Services in general."""
+    kube = settings.kubernetes or KubeSettings()
+    health = settings.health
+    return Policy(
+        load_balancer_class=kube.load_balancer_class,
+        default_class=kube.default_class,
+        nodeport_vips=kube.nodeport_vips,
+        backends=kube.backends,
+        scheduler=settings.defaults.scheduler,
+        forwarding=settings.defaults.forwarding,
+        weight=settings.defaults.weight or 1,
+        schedulers=schedulers,
+        check=health.spec if health is not None and health.enabled else None,
+        checking=health is not None,
+    )
+
+
+class Translator:
+    def __init__(
+        self,
+        settings: Settings,
+        policy: Policy,
+        *,
+        intake: Intake,
+        table: Programmed,
+        addresses: Addresses,
+        reporter: Reporter,
+        gate: HealthGate,
+        drains: Draining,
+        source_filter: SourceFilter,
+        store: IntentStore,
+        reconciler: Reconciler,
+    ) -> None:
+        self.settings, self.policy = settings, policy
+        self.intake, self.table, self.addresses, self.reporter = intake, table, addresses, reporter
+        self.gate, self.drains, self.filter = gate, drains, source_filter
+        self.store, self.reconciler = store, reconciler
+
+    def order(self, refs: Iterable[str]) -> list[str]:
+        """Services already holding an address first (restart safety), oldest first."""
+        services = self.intake.snapshot.services
+
+        def rank(ref: str) -> tuple[int, str, str]:
+            svc = services.get(ref)
+            if svc is None:
+                return (2, "", ref)
+            return (0 if svc.status_ips else 1, svc.created, ref)
+
+        return sorted(refs, key=rank)
+
+    def service(self, ref: str) -> dict[ServiceKey, VirtualService]:
+        """The virtual services Service ``ref`` asks for now (none: it is gone or not ours)."""
+        snapshot = self.intake.snapshot
+        svc = snapshot.services.get(ref)
+        if svc is None or not relevant(svc, self.policy):
+            self.addresses.release(ref)
+            self.table.set_options(ref, None)
+            self.reporter.forget(ref)
+            self.filter.want(ref, {})
+            return {}
+        result = translate(
+            svc,
+            self.addresses.keep(svc, self.policy),
+            snapshot.slices_for(ref),
+            snapshot.nodes,
+            self.policy,
+            previous=self.table.options.get(ref),
+        )
+        if result.options is not None:
+            self.table.set_options(ref, result.options)
+        self.reporter.report_problems(svc, result.problems)
+        self.filter.want(ref, result.restrictions)
+        out: dict[ServiceKey, VirtualService] = {}
+        for key, vs in result.services.items():
+            holder = self.table.owner.get(key)
+            if holder is not None and holder != ref:
+                self.reporter.report(svc, "Warning", "VirtualServiceTaken",
+                                     f"{key} is already programmed for {holder}",
+                                     f"taken:{key}")  # fmt: skip
+                continue
+            self.gate.set_checks(key, result.checks.get(key, {}))
+            out[key] = self.finish(key, vs, ref, result.draining)
+        return out
+
+    def static(self) -> Table:
+        """The configuration's services, with the API's overrides, drains and health."""
+        out: Table = {}
+        settings = self.settings
+        for key, vs in settings.services.items():
+            spec = settings.static_checks.get(key, self.policy.check)  # None: unchecked
+            checked = spec is not None and settings.health is not None
+            self.gate.set_checks(key, {
+                dest: (Target(rs.address, rs.port, spec),) for dest, rs in vs.real_servers.items()
+            } if checked and spec is not None else {})  # fmt: skip
+            out[key] = self.finish(key, vs, STATIC, frozenset())
+        return out
+
+    def finish(
+        self, key: ServiceKey, vs: VirtualService, ref: str, terminating: Terminating
+    ) -> VirtualService:
+        """A virtual service as programmed: the API's intents, health, then drains."""
+        checked, alarm = self.gate.apply(key, self.store.current.apply(key, vs))
+        if alarm:
+            event(log, "health.all_down", level=logging.ERROR, service=key, origin=vs.origin,
+                  action="kept: serving something beats serving nothing")  # fmt: skip
+            svc = self.intake.snapshot.services.get(ref)
+            if svc is not None:
+                self.reporter.report(svc, "Warning", "AllBackendsDown",
+                                     f"every real server of {key} fails its health check; kept",
+                                     f"all-down:{key}")  # fmt: skip
+        return self.drains.apply(key, checked, self.reconciler.actual.get(key), terminating)
