@@ -19,7 +19,7 @@ from pathlib import Path
 
 from director.core.model import (
     Forwarding,
-    Protocol,
+    IpProtocol as Protocol,
     RealServer,
     ServiceConfig,
     ServiceKey,

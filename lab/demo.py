@@ -14,7 +14,13 @@ from collections import Counter
 from pathlib import Path
 
 from director.cli import main as cli
-from director.core.model import Forwarding, Protocol, ServiceConfig, ServiceKey, VirtualService
+from director.core.model import (
+    Forwarding,
+    IpProtocol as Protocol,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+)
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from director.schema.config import load_config

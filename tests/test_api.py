@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics import DirectorCollector, IpvsExposition, Recorder, Scrape
 from director.cli.runtime import Runtime
-from director.core.model import Protocol, ServiceKey
+from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.engine.loop import Controller
 from director.schema.config import Settings, parse_config

@@ -155,7 +155,7 @@ def test_tls_with_the_operators_certificate(tmp_path: Path) -> None:
 
 def test_the_status_page_renders_in_headless_chromium(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _runtime, ipvs, url, _api = running
-    from director.core.model import Protocol, ServiceKey
+    from director.core.model import IpProtocol as Protocol, ServiceKey
 
     ipvs.set_connections(
         ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ("192.0.2.11", 8080), 7, 2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from director.core.model import Forwarding, Protocol, ServiceKey
+from director.core.model import Forwarding, IpProtocol as Protocol, ServiceKey
 from director.schema.config import ConfigError, load_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from director.cli.runtime import Runtime
-from director.core.model import Forwarding, Op, OpKind, Protocol, ServiceConfig, ServiceKey
+from director.core.model import (
+    Forwarding,
+    IpProtocol as Protocol,
+    Op,
+    OpKind,
+    ServiceConfig,
+    ServiceKey,
+)
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually

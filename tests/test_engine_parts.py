@@ -14,8 +14,14 @@ from director.core.checks import CheckSpec, Target
 from director.core.cluster import service_from_json
 from director.core.firewall import FakeFirewall
 from director.core.intents import AddDrain, Drain
-from director.core.model import Forwarding, RealServer, ServiceConfig, ServiceKey, VirtualService
-from director.core.model import Protocol as IpProtocol
+from director.core.model import (
+    Forwarding,
+    IpProtocol,
+    RealServer,
+    ServiceConfig,
+    ServiceKey,
+    VirtualService,
+)
 from director.core.plan import Ownership, build_plan
 from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from director.cli.runtime import Runtime
 from director.core.firewall import FakeFirewall, render_nft
-from director.core.model import Protocol, ServiceKey
+from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually

@@ -15,7 +15,7 @@ import pytest
 
 from director.adapters.prober import Checker
 from director.core.checks import CheckSpec, Health, Target, parse_check
-from director.core.model import Protocol, ServiceKey
+from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.engine.loop import Controller
 from director.schema.config import parse_config

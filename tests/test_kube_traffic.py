@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from director.cli.runtime import Runtime
-from director.core.model import Protocol, ServiceKey
+from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service

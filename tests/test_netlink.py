@@ -13,9 +13,9 @@ from pyroute2.netlink.generic.ipvs import ipvsmsg
 from director.core.model import (
     Family,
     Forwarding,
+    IpProtocol as Protocol,
     Op,
     OpKind,
-    Protocol,
     RealServer,
     ServiceConfig,
     ServiceKey,
@@ -23,16 +23,12 @@ from director.core.model import (
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
+    counters_length as _counters_length,
     decode_dest,
     decode_service,
     encode_op,
     encode_service_config,
     encode_service_key,
-)
-from director.dataplane.codec import (
-    counters_length as _counters_length,
-)
-from director.dataplane.codec import (
     parse_attrs as _attrs,
 )
 from director.dataplane.kernel import KernelIpvs

@@ -6,9 +6,9 @@ import ipaddress
 
 from director.core.model import (
     Forwarding,
+    IpProtocol as Protocol,
     Op,
     OpKind,
-    Protocol,
     RealServer,
     ServiceConfig,
     ServiceKey,

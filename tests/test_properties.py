@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from flask.testing import FlaskClient
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from director.cli.runtime import Runtime
 from director.core.checks import CheckSpec

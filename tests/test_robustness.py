@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from director.cli.runtime import Runtime
-from director.core.model import Protocol, ServiceKey
+from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service

@@ -13,8 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from director.schema import yamldoc
 from director.schema.config import ConfigError, json_schema, json_schema_text, parse_config

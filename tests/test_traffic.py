@@ -15,7 +15,7 @@ import pytest
 from director.cli import main as cli
 from director.core.model import (
     Forwarding,
-    Protocol,
+    IpProtocol as Protocol,
     RealServer,
     ServiceConfig,
     ServiceKey,

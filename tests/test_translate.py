@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
-from director.core.model import KNOWN_SCHEDULERS, Forwarding, Protocol, ServiceKey
+from director.core.model import KNOWN_SCHEDULERS, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.translate import Policy, ipam_request, translate
 from lab.kubeapi import endpoint_slice, node, service
 

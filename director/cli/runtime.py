@@ -100,8 +100,7 @@ class ApiServer:
     BACKLOG = 1024
 
     def __init__(self, app: Any, host: str, port: int, cert: str | None, key: str | None):
-        from cheroot import server as http
-        from cheroot import wsgi
+        from cheroot import server as http, wsgi
 
         deadlines = Deadlines()
         seconds = self.HEADER_SECONDS

@@ -36,7 +36,7 @@ class Family(IntEnum):
         return cls.INET6 if ":" in address else cls.INET
 
 
-class Protocol(IntEnum):
+class IpProtocol(IntEnum):
     __hash__ = int.__hash__  # Enum's own __hash__ is Python code; keys hash this often
 
     TCP = socket.IPPROTO_TCP
@@ -148,12 +148,14 @@ class UdpOnly(DirectorError, ValueError):
     status = 409
 
 
-def check_flags(scheduler: str, flags: Iterable[str], protocol: Protocol | None) -> frozenset[str]:
+def check_flags(
+    scheduler: str, flags: Iterable[str], protocol: IpProtocol | None
+) -> frozenset[str]:
     """Validated, canonical flags for a service of ``protocol`` (None: a firewall mark).
     The one rule set of the config file, the admin API and the annotation. Raises ValueError
     for a name with no bit, UdpOnly for onepacket on anything but UDP."""
     names = canonical_flags(scheduler, flags)
-    if "onepacket" in names and protocol is not Protocol.UDP:
+    if "onepacket" in names and protocol is not IpProtocol.UDP:
         raise UdpOnly("onepacket scheduling only applies to UDP services")
     return names
 
@@ -205,13 +207,13 @@ class ServiceKey:
     """Identity of a virtual service: (family, protocol, address, port) or (family, fwmark)."""
 
     family: Family
-    protocol: Protocol | None
+    protocol: IpProtocol | None
     address: str
     port: int
     fwmark: int = 0
 
     @classmethod
-    def inet(cls, protocol: Protocol, address: str, port: int) -> ServiceKey:
+    def inet(cls, protocol: IpProtocol, address: str, port: int) -> ServiceKey:
         return cls(Family.of(address), protocol, address, port)
 
     @classmethod

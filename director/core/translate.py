@@ -21,7 +21,7 @@ from director.core.model import (
     DestKey,
     Family,
     Forwarding,
-    Protocol,
+    IpProtocol,
     RealServer,
     ServiceConfig,
     ServiceKey,
@@ -43,7 +43,7 @@ A_SHARED = PREFIX + "allow-shared-ip"
 A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
 BACKEND_MODES = ("nodeport", "pod")
 NODE_HEALTHZ = CheckSpec("http", "/healthz", (200, 200), interval=2.0, timeout=1.0, rise=1, fall=1)
-PROTOCOLS = {"TCP": Protocol.TCP, "UDP": Protocol.UDP, "SCTP": Protocol.SCTP}
+PROTOCOLS = {"TCP": IpProtocol.TCP, "UDP": IpProtocol.UDP, "SCTP": IpProtocol.SCTP}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +155,12 @@ def options(
     return Options(scheduler, flags, forwarding, backends, source), problems
 
 
-def _protocols(svc: ServiceInfo) -> frozenset[Protocol]:
+def _protocols(svc: ServiceInfo) -> frozenset[IpProtocol]:
     return frozenset(PROTOCOLS[p.protocol] for p in svc.ports if p.protocol in PROTOCOLS)
 
 
 def parse_scheduler(
-    text: str, offered: frozenset[str], protocols: frozenset[Protocol] = frozenset()
+    text: str, offered: frozenset[str], protocols: frozenset[IpProtocol] = frozenset()
 ) -> tuple[str, frozenset[str]] | str:
     """``sh`` or ``sh:sh-port,sh-fallback`` -> (scheduler, canonical flags), or why not.
 
@@ -172,9 +172,9 @@ def parse_scheduler(
             f"scheduler {shown(name)} is not offered by this kernel "
             f"(allowed: {', '.join(sorted(offered))})"
         )
-    udp_only = bool(protocols) and protocols <= {Protocol.UDP}
+    udp_only = bool(protocols) and protocols <= {IpProtocol.UDP}
     try:
-        return name, check_flags(name, wanted, Protocol.UDP if udp_only else Protocol.TCP)
+        return name, check_flags(name, wanted, IpProtocol.UDP if udp_only else IpProtocol.TCP)
     except UdpOnly as exc:
         return f"{shown(text)}: {exc}"
     except ValueError as exc:

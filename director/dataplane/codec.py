@@ -19,9 +19,9 @@ from director.core.model import (
     DestState,
     Family,
     Forwarding,
+    IpProtocol,
     Op,
     OpKind,
-    Protocol,
     RealServer,
     ServiceConfig,
     ServiceKey,
@@ -238,7 +238,7 @@ def decode_service(
     if fwmark:
         key = ServiceKey.mark(family, fwmark)
     else:
-        proto = Protocol(U16.unpack_from(data, a[SVC_PROTOCOL][0])[0])
+        proto = IpProtocol(U16.unpack_from(data, a[SVC_PROTOCOL][0])[0])
         address = _address(data, a[SVC_ADDR][0], family)
         key = ServiceKey(family, proto, address, _BE16.unpack_from(data, a[SVC_PORT][0])[0])
     off, size = a[SVC_SCHED_NAME]

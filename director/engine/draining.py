@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from director.core.model import DestKey, RealServer, ServiceKey, VirtualService
-from director.core.model import Protocol as IpProtocol
+from director.core.model import DestKey, IpProtocol, RealServer, ServiceKey, VirtualService
 from director.dataplane.interface import Ipvs
 from director.logs import event
 

@@ -16,7 +16,7 @@ from director.core.ipam import Pool, PoolError
 from director.core.model import (
     Family,
     Forwarding,
-    Protocol,
+    IpProtocol,
     RealServer,
     ServiceConfig,
     ServiceKey,
@@ -177,7 +177,7 @@ class ServiceEntry(Section):
             raise Refusal(("family",), "family is implied by the address (use it with fwmark)")
         if self.port is None:
             raise Refusal((), "missing required key 'port'")
-        protocol = Protocol[(self.protocol or "tcp").upper()]
+        protocol = IpProtocol[(self.protocol or "tcp").upper()]
         return ServiceKey.inet(protocol, self.address, self.port)
 
     def compile(self, defaults: Defaults) -> VirtualService:

@@ -31,14 +31,11 @@ from director.web import drains, errors, health, services, status
 from director.web.bodies import MAX_BODY
 from director.web.context import KEY, AnnotationWriter, ApiContext, MetricsText
 from director.web.errors import problem
+from director.web.health import OPEN_PATHS
 
 OPEN_SLOTS = 4  # workers the endpoints without a token may hold at once
 PUBLIC_CHOICES = ("health", "metrics", "status_page")  # what api.public may open
 # path -> what opens it without the token
-OPEN_PATHS = {
-    "/healthz": "health", "/readyz": "health", "/metrics": "metrics",
-    "/": "status_page", "/ui/status": "status_page",
-}  # fmt: skip
 
 
 def create_app(

@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 from flask import request
 from werkzeug.exceptions import HTTPException
 
-from director.core.model import Protocol as IpProtocol
-from director.core.model import UdpOnly, check_flags, shown
+from director.core.model import IpProtocol, UdpOnly, check_flags, shown
 from director.schema.api import SchedulerChoice, read
 from director.web.errors import Problem
 

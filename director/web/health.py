@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -13,6 +15,21 @@ from director.web.statuspage import PAGE
 
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 routes = Blueprint("health", __name__)
+# The routes ``api.public`` may open to all, each with the name that opens it (health,
+# metrics, status_page); everything else needs the token. Filled by ``public`` below.
+OPEN_PATHS: dict[str, str] = {}
+F = TypeVar("F", bound=Callable[..., Response])
+
+
+def public(rule: str, opener: str) -> Callable[[F], F]:
+    """A GET route that ``api.public: [opener]`` opens to clients without the token."""
+
+    def register(view: F) -> F:
+        OPEN_PATHS[rule] = opener
+        routes.add_url_rule(rule, view_func=view, methods=["GET"])
+        return view
+
+    return register
 
 
 def _stalled(limit: float) -> Response | None:
@@ -23,19 +40,19 @@ def _stalled(limit: float) -> Response | None:
     return None
 
 
-@routes.get("/healthz")
+@public("/healthz", "health")
 def healthz() -> Response:
     return _stalled(60) or jsonify({"status": "ok"})
 
 
-@routes.get("/readyz")
+@public("/readyz", "health")
 def readyz() -> Response:
     if not api().loop.view.status.synced:
         return problem(503, "the first sync is not applied yet")
     return _stalled(10) or jsonify({"status": "ready"})
 
 
-@routes.get("/metrics")
+@public("/metrics", "metrics")
 def scrape() -> Response:
     metrics = api().metrics
     if metrics is None:
@@ -48,12 +65,12 @@ def scrape() -> Response:
     return Response(metrics.text(), mimetype=metrics.content_type)
 
 
-@routes.get("/")
+@public("/", "status_page")
 def page() -> Response:
     return Response(PAGE, mimetype="text/html")
 
 
-@routes.get("/ui/status")
+@public("/ui/status", "status_page")
 def page_data() -> Response:
     ctx = api()
     return jsonify({"status": views.status(ctx), "services": views.services(ctx)})
