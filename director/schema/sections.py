@@ -266,8 +266,9 @@ class HealthSettings(Section):
     def _valid(self) -> HealthSettings:
         if self.timeout > self.interval:
             raise problem("the timeout must not exceed the interval", ("timeout",))
-        if self.enabled and isinstance(self.parse(self.check), str):
-            raise problem(str(self.parse(self.check)), ("check",))
+        parsed = self.parse(self.check) if self.enabled else None
+        if isinstance(parsed, str):
+            raise problem(parsed, ("check",))
         return self
 
     @property
