@@ -38,6 +38,7 @@ lint: venv
 	$(PY) -m ruff check director lab tests
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) -m lab.shape
 
 unit: venv
 	$(PY) -m pytest -m "not kernel and not role and not boot" tests

@@ -32,3 +32,27 @@ def test_the_vm_runner_never_truncates_a_redirected_log(tmp_path: Path) -> None:
     text = log.read_text()
     assert done.returncode == 0, text
     assert "host tests: 200 passed" in text and "from the VM" in text, text
+
+
+def test_the_shape_check_names_a_long_function_and_a_class_with_too_many_attributes(
+    tmp_path: Path,
+) -> None:
+    """`make lint` fails on a function over 80 lines or a class holding more than 15
+    instance attributes (fields or `self.x`), and passes the source as it is."""
+    from lab import shape
+
+    assert list(shape.findings()) == []
+    tree = tmp_path / "director"
+    tree.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    fields = "\n".join(f"    f{i}: int = 0" for i in range(12))
+    selves = "\n".join(f"        self.s{i} = {i}" for i in range(4))
+    (tree / "big.py").write_text(
+        f"def long():\n{body}\n    return x0\n\n"
+        f"@dataclass\nclass Wide:\n{fields}\n    def __post_init__(self):\n{selves}\n\n"
+        f"class Lean:\n    x: int = prop('x')\n{fields}\n"
+    )
+    assert list(shape.findings(tree)) == [
+        "director/big.py:1: long is 82 lines (80 at most)",
+        "director/big.py:85: Wide has 16 instance attributes (15 at most)",
+    ]

@@ -144,3 +144,33 @@ def test_the_fast_reader_gives_what_the_precise_one_gives(
     precise, _lines = yamldoc.precise(text)
     if fast is not None:  # the fast reader may decline; it may never differ
         assert _canon(fast) == _canon(precise), text
+
+
+# -- the long form of a real server, read without a call per key, reads as the rules do ----
+ADDRESSES = ["10.1.0.1", "010.1.0.1", "10.1.0", "2001:db8::1", "2001:DB8:0::1", "fe80::1%eth0",
+             "::ffff:10.1.0.1", "x", ""]  # fmt: skip
+numbers = st.one_of(
+    st.integers(-3, 70_000), st.sampled_from([65535, 65536, "80", "0x10", True, 1.5, None])
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ADDRESSES), numbers, numbers)
+def test_a_real_server_in_the_long_form_reads_as_the_rules_read_it(
+    address: str, port: object, weight: object
+) -> None:
+    """`{address, port, weight}` (what most files write, tens of thousands of times) is read
+    on a short path; the same entry with one more key takes the rules' path. The two give
+    the same real server, or refuse it with the same reason on the same line."""
+
+    def load(extra: str) -> str:
+        entry = json.dumps({"address": address, "port": port, "weight": weight})[:-1]
+        service = "{address: 10.9.0.1, port: 80, real_servers: [" + entry + extra + "}]}"
+        text = f"ownership: {{networks: [10.0.0.0/8]}}\nservices:\n  - {service}\n"
+        try:
+            settings = parse_config(text, "f.yaml")
+        except ConfigError as exc:
+            return str(exc)
+        return repr([vs.real_servers for vs in settings.services.values()])
+
+    assert load("") == load(', "upper_threshold": 0')

@@ -56,8 +56,6 @@ class Exports:
             checks=_frozen(gate.checks) if "checks" in stale else prev.checks,
             unhealthy=_frozen(gate.failing()),
             intents=loop.intents,
-            leader=loop.leader,
-            vrrp_state=loop.vrrp_state,
             pools=tuple(
                 PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in loop.settings.pools
             ),

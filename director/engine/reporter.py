@@ -24,6 +24,7 @@ class Reporter:
     def __init__(self, outbox: Outbox | None, status: LoopStatus, *, dry_run: bool) -> None:
         self.outbox, self.status, self.dry_run = outbox, status, dry_run
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
+        status.leader = dry_run
         self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
         # Events a follower saw the reason for: written should it become the leader.
         self.unsent: dict[str, dict[str, Pending]] = {}

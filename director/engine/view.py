@@ -80,11 +80,17 @@ class LoopView:
     checks: Mapping[ServiceKey, Checks] = field(default_factory=_empty)
     unhealthy: Mapping[ServiceKey, frozenset[DestKey]] = field(default_factory=_empty)
     intents: Intents = field(default_factory=Intents)
-    leader: bool = False
-    vrrp_state: str | None = None
     pools: tuple[PoolUse, ...] = ()
     all_down: int = 0
     filtered: frozenset[ServiceKey] = frozenset()
+
+    @property
+    def leader(self) -> bool:
+        return self.status.leader
+
+    @property
+    def vrrp_state(self) -> str | None:
+        return self.status.vrrp_state
 
     @property
     def real_servers(self) -> int:
