@@ -214,3 +214,20 @@ def test_flags_with_no_bit_are_refused_before_sending(ipvs: Ipvs) -> None:
     assert [e.errno for e in result.errors] == ["EINVAL", "ESRCH"]
     assert "'sh-port' is not valid with scheduler 'rr'" in result.errors[0].message
     assert ipvs.read().services == {}
+
+
+def test_the_list_holds_real_servers_newest_first_and_a_change_keeps_the_place(
+    ipvs: Ipvs,
+) -> None:
+    """The kernel adds a real server at the head of the service's list and reads the list
+    back in order; a change in place keeps the position, a delete and add moves it to the
+    head. The hashing schedulers (sh, dh, mh) build their tables in this order."""
+    c = RealServer("192.0.2.13", 8080)
+    mh = ServiceConfig("mh", frozenset({"mh-port"}))
+    assert ipvs.apply([add(WEB, mh), *(dest(OpKind.ADD_DEST, WEB, rs) for rs in (A, B, c))]).ok
+    assert list(ipvs.read().services[WEB].real_servers) == [c.key, B.key, A.key]
+    assert ipvs.apply([dest(OpKind.SET_DEST, WEB, B._replace(weight=0))]).ok
+    assert list(ipvs.read().services[WEB].real_servers) == [c.key, B.key, A.key]
+    assert ipvs.apply([dest(OpKind.DEL_DEST, WEB, A), dest(OpKind.ADD_DEST, WEB, A)]).ok
+    assert list(ipvs.read().services[WEB].real_servers) == [A.key, c.key, B.key]
+    assert list(ipvs.read_service(WEB).real_servers) == [A.key, c.key, B.key]  # type: ignore[union-attr]

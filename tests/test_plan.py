@@ -128,3 +128,75 @@ def test_dry_run_changes_nothing() -> None:
     report = Reconciler(fake, OWN, dry_run=True).full_sync({WEB: vs(WEB, A)})
     assert len(report.plan.ops) == 2
     assert fake.read().services == {}
+
+
+def _hashing(scheduler: str, *addresses: str) -> VirtualService:
+    return VirtualService.build(
+        WEB, ServiceConfig(scheduler), [RealServer(a, 8080) for a in addresses]
+    )
+
+
+def test_a_hashing_service_ends_in_the_same_order_whatever_the_history() -> None:
+    """sh, dh and mh choose from a table built in the order of the kernel's list, so
+    directors that saw the same real servers come in different orders must end with one
+    order. The real servers already in place at the list's tail stay."""
+    every = [f"10.1.0.{n}" for n in (1, 2, 3, 10, 20)]
+    histories = [every, list(reversed(every)), [every[3], every[0], every[4], every[1], every[2]]]
+    finals = []
+    for history in histories:
+        ipvs = FakeIpvs()
+        reconciler = Reconciler(ipvs, OWN)
+        for count in range(1, len(history) + 1):  # one real server at a time, as scale-ups
+            reconciler.full_sync({WEB: _hashing("mh", *history[:count])})
+        finals.append(list(ipvs.read().services[WEB].real_servers))
+    assert finals == [sorted((a, 8080) for a in every)] * 3  # by address text: .1 .10 .2
+    settled = _hashing("mh", *reversed(every))  # the desired table's order does not matter
+    assert reconciler.full_sync({WEB: settled}).plan.empty
+    assert reconciler.full_sync({WEB: settled}, reread=False).plan.empty  # nor the cache's
+    assert reconciler.sync_service(WEB, settled).plan.empty
+
+
+def test_putting_a_hashing_service_in_order_moves_only_what_it_must() -> None:
+    # the kernel holds 10.1.0.2 then 10.1.0.3 (head first): a new 10.1.0.1 goes to the head
+    actual = _hashing("sh", "10.1.0.3")
+    actual = VirtualService(WEB, actual.config, {
+        ("10.1.0.2", 8080): RealServer("10.1.0.2", 8080), **actual.real_servers})  # fmt: skip
+    ops = plan_service(WEB, _hashing("sh", "10.1.0.1", "10.1.0.2", "10.1.0.3"), actual)
+    assert [op.describe() for op in ops] == [
+        f"+ real server 10.1.0.1:8080 weight=1 forwarding=nat in {WEB}"
+    ]
+    # a new 10.1.0.4 belongs at the tail: everything before it is added again after it
+    ops = plan_service(WEB, _hashing("sh", "10.1.0.2", "10.1.0.3", "10.1.0.4"), actual)
+    assert [op.describe().split(" weight")[0] for op in ops] == [
+        f"- real server 10.1.0.2:8080 in {WEB}",
+        f"- real server 10.1.0.3:8080 in {WEB}",
+        "+ real server 10.1.0.4:8080",
+        "+ real server 10.1.0.3:8080",
+        "+ real server 10.1.0.2:8080",
+    ]
+    # other schedulers: order is not the kernel's business, nothing moves
+    wlc = VirtualService(WEB, ServiceConfig("wlc"), actual.real_servers)
+    assert plan_service(WEB, _hashing("wlc", "10.1.0.3", "10.1.0.2"), wlc) == []
+
+
+def test_an_mh_real_server_added_quiesced_takes_its_place_in_the_table_first() -> None:
+    """mh keeps a quiesced real server's place in its table (the kernel keeps its last
+    weight above 0): one added at weight 0 is added at its peers' weight, then set to 0, so
+    its table is the one of a director that saw it live."""
+    down = RealServer("10.1.0.2", 8080, weight=0)
+    desired = VirtualService.build(
+        WEB, ServiceConfig("mh"), [RealServer("10.1.0.1", 8080, 3), down]
+    )
+    ops = plan_service(WEB, desired, None)
+    assert [op.describe().split(" forwarding")[0] for op in ops] == [
+        f"+ service {WEB} scheduler=mh",
+        "+ real server 10.1.0.2:8080 weight=3",
+        "~ real server 10.1.0.2:8080 weight=0",
+        "+ real server 10.1.0.1:8080 weight=3",
+    ]
+    fake = FakeIpvs()
+    Reconciler(fake, OWN).full_sync({WEB: desired})
+    assert fake.read().services[WEB] == desired  # and it ends quiesced
+    # sh builds its table from the weights as they are: nothing to keep
+    sh = VirtualService(WEB, ServiceConfig("sh"), desired.real_servers)
+    assert [op.kind for op in plan_service(WEB, sh, None)][1:] == [OpKind.ADD_DEST] * 2

@@ -198,3 +198,32 @@ def test_cli_apply_then_plan_shows_no_changes(
     assert "To add: 1 service, 2 real servers." in text
     assert text.rstrip().endswith("No changes: the kernel matches the configuration.")
     assert {ask_tcp(lab.client, "198.51.100.10", 80) for _ in range(4)} == {"be1", "be2"}
+
+
+def test_putting_a_hashing_service_in_order_keeps_open_connections(
+    lab: Lab, ipvs: KernelIpvs
+) -> None:
+    """A new real server that sorts after the others makes the director delete and add
+    them again (the kernel adds at the head of its list, and sh builds its table in list
+    order). A deleted real server waits in the kernel's trash with its connections and
+    comes back with them: an open connection keeps talking to the same backend."""
+    full = service(lab, Forwarding.NAT, 4, Protocol.TCP, scheduler="sh")
+    ordered = sorted(full.real_servers)
+    dests = full.real_servers
+    first_two = VirtualService(full.key, full.config, {d: dests[d] for d in ordered[:2]})
+    reconciler = Reconciler(ipvs, OWNED)
+    assert reconciler.full_sync({full.key: first_two}).result.ok
+    conns = [Connection(lab.client, full.key.address, full.key.port, source)
+             for source in lab.client_sources4]  # fmt: skip
+    try:
+        before = [conn.ask() for conn in conns]
+        report = reconciler.sync_service(full.key, full)
+        assert [op.kind.value for op in report.plan.ops] == [
+            "del-dest", "del-dest", "add-dest", "add-dest", "add-dest"
+        ]  # fmt: skip
+        assert report.result.ok
+        assert [conn.ask() for conn in conns] == before
+        assert list(ipvs.read().services[full.key].real_servers) == ordered
+    finally:
+        for conn in conns:
+            conn.close()

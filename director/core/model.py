@@ -258,6 +258,20 @@ class RealServer(NamedTuple):
         return text
 
 
+# Schedulers whose choice is a table the kernel builds by walking the real servers in the
+# order its list holds them (ip_vs_sh.c, ip_vs_dh.c, ip_vs_mh.c), where a real server added
+# goes to the head. Two directors with the same real servers choose alike only when their
+# lists hold them in one order, so the director keeps these in ``hash_order``.
+HASHING_SCHEDULERS = frozenset({"sh", "dh", "mh"})
+
+
+def hash_order(keys: Iterable[DestKey]) -> list[DestKey]:
+    """The order (head first) in which the kernel's list holds a hashing service's real
+    servers: by canonical address text, then port (any order will do if every director
+    keeps the same one, whatever the order in which it saw them come and go)."""
+    return sorted(keys)
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """What can be changed on a live virtual service in place (IPVS_CMD_SET_SERVICE)."""

@@ -12,7 +12,17 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from director.core.model import DestKey, Op, OpKind, RealServer, ServiceKey, Table, VirtualService
+from director.core.model import (
+    HASHING_SCHEDULERS,
+    DestKey,
+    Op,
+    OpKind,
+    RealServer,
+    ServiceKey,
+    Table,
+    VirtualService,
+    hash_order,
+)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -75,8 +85,9 @@ def plan_service(
         if actual is None:
             return []
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
-    if actual == desired:  # the common case of a resync: compared in C, nothing to do
-        return []
+    hashing = desired.config.scheduler in HASHING_SCHEDULERS
+    if actual == desired and not (hashing and _out_of_order(actual.real_servers)):
+        return []  # the common case of a resync: compared in C, nothing to do
     origin = desired.origin
     ops: list[Op] = []
     actual_dests: Mapping[DestKey, RealServer]
@@ -91,12 +102,91 @@ def plan_service(
     for dkey, rs in actual_dests.items():
         if dkey not in wanted:
             ops.append(Op(OpKind.DEL_DEST, key, dest=rs, origin=origin))
+    if hashing:
+        ops.extend(_in_hash_order(key, desired, actual_dests))
+        return ops
+    added = []
     for dkey, rs in wanted.items():
         have = actual_dests.get(dkey)
         if have is None:
-            ops.append(Op(OpKind.ADD_DEST, key, dest=rs, origin=origin))
+            added.append(dkey)
         elif have != rs:
             ops.append(Op(OpKind.SET_DEST, key, dest=rs, origin=origin))
+    # The last added goes first in the kernel's list: added last first, a new service's
+    # list is in hash_order already, should the scheduler become a hashing one.
+    added.sort(reverse=True)
+    ops.extend(Op(OpKind.ADD_DEST, key, dest=wanted[dkey], origin=origin) for dkey in added)
+    return ops
+
+
+def _out_of_order(dests: Mapping[DestKey, RealServer]) -> bool:
+    return list(dests) != hash_order(dests)
+
+
+def _live_weight(wanted: Mapping[DestKey, RealServer]) -> int | None:
+    """The weight to add a quiesced (weight 0) real server of an mh service with.
+
+    mh builds its table from each real server's last weight above 0 (ip_vs_mh.c reads
+    ``last_weight``, which a change to weight 0 keeps), so a director that saw a backend
+    live and then quiesced it keeps it in the table, where a director that adds it at
+    weight 0 would not: their tables, and the flows of other backends, would differ. Adding
+    it at its live peers' weight, then setting 0, gives the same table. Exact when the live
+    real servers share one weight (every Kubernetes Service, most static ones); only the
+    ratios count, so with none live any one weight will do. None: mixed weights."""
+    weights = {rs.weight for rs in wanted.values() if rs.weight}
+    if len(weights) > 1:
+        return None
+    return weights.pop() if weights else 1
+
+
+def as_applied(vs: VirtualService, before: VirtualService | None) -> VirtualService:
+    """``vs`` as the kernel holds it once the plan from ``before`` applied, its real servers
+    in the order of the kernel's list: a hashing service's in ``hash_order``; another's
+    with the added ones at the head (in ``hash_order``) and the others where they were."""
+    dests = vs.real_servers
+    if vs.config.scheduler in HASHING_SCHEDULERS:
+        order = hash_order(dests)
+    else:
+        old = before.real_servers if before is not None else {}
+        order = hash_order(d for d in dests if d not in old) + [d for d in old if d in dests]
+    if order == list(dests):
+        return vs
+    return VirtualService(vs.key, vs.config, {d: dests[d] for d in order}, vs.origin)
+
+
+def _in_hash_order(
+    key: ServiceKey, desired: VirtualService, actual: Mapping[DestKey, RealServer]
+) -> list[Op]:
+    """Real-server operations that leave the kernel's list in ``hash_order``.
+
+    The kernel adds at the head of the list, so the real servers that already form the
+    list's tail in order stay; each one before them is deleted and added again (a deleted
+    real server waits in the kernel's trash with its connections, and comes back with them),
+    and the new ones are added, last first."""
+    wanted, origin = desired.real_servers, desired.origin
+    order = hash_order(wanted)
+    position = {dkey: index for index, dkey in enumerate(d for d in actual if d in wanted)}
+    staying, limit = 0, len(position)
+    for dkey in reversed(order):
+        at = position.get(dkey)
+        if at is None or at >= limit:
+            break
+        staying, limit = staying + 1, at
+    moving = order[: len(order) - staying]
+    ops = [Op(OpKind.DEL_DEST, key, dest=actual[d], origin=origin) for d in moving if d in actual]
+    live = None
+    if desired.config.scheduler == "mh" and any(not wanted[d].weight for d in moving):
+        live = _live_weight(wanted)
+    for dkey in reversed(moving):
+        rs = wanted[dkey]
+        if rs.weight or live is None:
+            ops.append(Op(OpKind.ADD_DEST, key, dest=rs, origin=origin))
+        else:  # added live, then quiesced: see _live_weight
+            ops.append(Op(OpKind.ADD_DEST, key, dest=rs._replace(weight=live), origin=origin))
+            ops.append(Op(OpKind.SET_DEST, key, dest=rs, origin=origin))
+    for dkey in order[len(moving) :]:
+        if actual[dkey] != wanted[dkey]:
+            ops.append(Op(OpKind.SET_DEST, key, dest=wanted[dkey], origin=origin))
     return ops
 
 
@@ -152,6 +242,8 @@ def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None 
             dests = dict(current.real_servers)
             if op.kind is OpKind.DEL_DEST:
                 dests.pop(op.dest.key, None)
+            elif op.kind is OpKind.ADD_DEST:  # the kernel adds at the head of its list
+                dests = {op.dest.key: op.dest, **dests}
             else:
                 dests[op.dest.key] = op.dest
             table[op.key] = VirtualService(op.key, current.config, dests, current.origin)

@@ -132,8 +132,11 @@ class FakeIpvs:
                 return _errno.EEXIST
             if op.kind is OpKind.SET_DEST and have is None:
                 return _errno.ENOENT
-            dests = dict(current.real_servers)
-            dests[dest.key] = dest
+            if op.kind is OpKind.ADD_DEST:  # at the head of the list, as the kernel does
+                dests = {dest.key: dest, **current.real_servers}
+            else:
+                dests = dict(current.real_servers)
+                dests[dest.key] = dest
         self._table[op.key] = VirtualService(op.key, current.config, dests)
         return 0
 

@@ -13,7 +13,14 @@ import time
 from dataclasses import dataclass
 
 from director.core.model import Op, ServiceKey, Table, VirtualService
-from director.core.plan import Ownership, Plan, apply_ops_to_table, build_plan, plan_service
+from director.core.plan import (
+    Ownership,
+    Plan,
+    apply_ops_to_table,
+    as_applied,
+    build_plan,
+    plan_service,
+)
 from director.dataplane.interface import ApplyResult, Ipvs
 from director.logs import event
 
@@ -52,9 +59,14 @@ class Reconciler:
         if result.ok and plan.ops and not self.dry_run:
             # Everything applied: the owned part of the kernel now is the desired table.
             refused = {key for key, _ in plan.refused}
-            foreign = set(plan.foreign)
-            self.actual = {k: v for k, v in self.actual.items() if k in foreign}
-            self.actual.update((k, v) for k, v in desired.items() if k not in refused)
+            touched = {op.key for op in plan.ops}
+            before, foreign = self.actual, set(plan.foreign)
+            self.actual = {k: v for k, v in before.items() if k in foreign}
+            for key, vs in desired.items():
+                if key in touched:
+                    self.actual[key] = as_applied(vs, before.get(key))
+                elif key not in refused:
+                    self.actual[key] = before.get(key, vs)  # equal, in the kernel's order
         elif not self.dry_run:
             apply_ops_to_table(self.actual, plan.ops, set(result.failed))
         return SyncReport(plan, result, time.perf_counter() - started)
