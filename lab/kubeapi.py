@@ -467,7 +467,7 @@ class _Handler(BaseHTTPRequestHandler):
         history = store.history[plural]
         with store.lock:
             position = next((i for i, (rv, _, _) in enumerate(history) if rv > since), len(history))
-        last_bookmark = time.monotonic()
+        last_bookmark, final_sent = time.monotonic(), False
         while time.monotonic() < deadline and not self.server.closing:
             with store.lock:
                 if position >= len(history):
@@ -479,7 +479,13 @@ class _Handler(BaseHTTPRequestHandler):
                 if namespace is None or obj["metadata"].get("namespace") == namespace:
                     self._chunk({"type": kind, "object": obj})
             now = time.monotonic()
-            if bookmarks and now - last_bookmark >= self.server.bookmark_seconds:
+            # As kube-apiserver: a bookmark about once a minute and one 2 s before the
+            # deadline, and none for a resource with no writes since the server started.
+            due = now - last_bookmark >= self.server.bookmark_seconds or (
+                not final_sent and deadline - now <= 2.0
+            )
+            if bookmarks and due and history:
+                final_sent = final_sent or deadline - now <= 2.0
                 last_bookmark = now
                 self._chunk(
                     {
@@ -504,7 +510,7 @@ class _Server(ThreadingHTTPServer):
         self.watches: set[socket.socket] = set()
         self.closing = False
         self.requests = 0
-        self.bookmark_seconds = 1.0
+        self.bookmark_seconds = 60.0
 
 
 class Rbac:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -142,6 +143,8 @@ class KubeApi:
     def watch(
         self, resource: Resource, resource_version: str, timeout_seconds: int
     ) -> Iterator[tuple[str, Json]]:
+        """A watch, started: the request is answered (KubeError, OSError otherwise) before
+        this returns; the events then arrive as they are iterated."""
         response = self.request(
             "GET",
             resource.path,
@@ -154,19 +157,26 @@ class KubeApi:
             stream=True,
             timeout=(10, timeout_seconds + 30),
         )
-        try:
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if not line.strip():
-                    continue
-                item = json.loads(line)
-                kind, obj = str(item.get("type")), item.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone(str(obj.get("message")))
-                    raise RuntimeError(f"watch error: {obj.get('message')}")
-                yield kind, obj
-        finally:
-            response.release_conn()
+        return _events(response)
+
+
+def _events(response: Any) -> Iterator[tuple[str, Json]]:
+    try:
+        for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            kind, obj = str(item.get("type")), item.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Gone(str(obj.get("message")))
+                raise RuntimeError(f"watch error: {obj.get('message')}")
+            yield kind, obj
+    finally:
+        response.release_conn()
+
+
+BACKOFF_BASE = 0.5  # seconds before the first retry; doubled per failure up to backoff_max
 
 
 class Watcher:
@@ -190,6 +200,7 @@ class Watcher:
         self.connected = False
         self.last_error: str | None = None
         self._stop = threading.Event()
+        self._random = random.Random()
         self._thread = threading.Thread(
             target=self._run, name=f"watch-{resource.name}", daemon=True
         )
@@ -220,20 +231,20 @@ class Watcher:
             self.last_error = error
 
     def _run(self) -> None:
-        delay = 0.5
+        delay = BACKOFF_BASE
         while not self._stop.is_set():
             try:
                 if self.resource_version is None:
                     items, rv = self.kube.list(self.resource, self.parse)
                     self.resource_version = rv
                     self._set_connected(True)
+                    delay = BACKOFF_BASE  # the server answers: the next failure starts afresh
                     self.handler(self.resource.name, "RELIST", items)
                     event(log, "kube.listed", resource=self.resource.name, items=len(items), rv=rv)
-                for kind, obj in self.kube.watch(
-                    self.resource, self.resource_version, self.watch_seconds
-                ):
-                    self._set_connected(True)
-                    delay = 0.5
+                events = self.kube.watch(self.resource, self.resource_version, self.watch_seconds)
+                self._set_connected(True)
+                delay = BACKOFF_BASE  # started; a quiet resource may see no event for minutes
+                for kind, obj in events:
                     seen = (obj.get("metadata") or {}).get("resourceVersion")
                     if seen:
                         self.resource_version = str(seen)
@@ -244,7 +255,6 @@ class Watcher:
                             self.handler(self.resource.name, kind, info)
                     if self._stop.is_set():
                         return
-                delay = 0.5  # a watch that ran to its timeout: resume at once
             except Gone as exc:
                 event(log, "kube.watch_gone", resource=self.resource.name, reason=str(exc))
                 self.resource_version = None  # relist; the kernel is not touched
@@ -253,15 +263,18 @@ class Watcher:
                     return
                 reason = _reason(exc)
                 self._set_connected(False, reason)
+                # Jittered (half to all of the delay): the two boxes of a pair, and their
+                # watchers, do not come back to a recovering API server in lock-step.
+                wait = self._random.uniform(delay / 2, delay)
                 event(
                     log,
                     "kube.watch_failed",
                     level=logging.WARNING,
                     resource=self.resource.name,
                     reason=reason,
-                    retry_in=f"{delay:.1f}s",
+                    retry_in=f"{wait:.2f}s",
                 )
-                self._stop.wait(delay)
+                self._stop.wait(wait)
                 delay = min(delay * 2, self.backoff_max)
 
 
