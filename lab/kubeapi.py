@@ -83,6 +83,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _managed(fields: list[Obj], manager: str, subresource: str, api_version: str) -> list[Obj]:
+    """``metadata.managedFields`` once ``manager`` wrote (an entry per manager and
+    subresource; the stand-in keeps no field sets)."""
+    fields = copy.deepcopy(fields)
+    if manager and not any(
+        f.get("manager") == manager and f.get("subresource", "") == subresource for f in fields
+    ):
+        entry: Obj = {
+            "manager": manager, "operation": "Update", "apiVersion": api_version,
+            "time": _now()[:19] + "Z", "fieldsType": "FieldsV1", "fieldsV1": {},
+        }  # fmt: skip
+        if subresource:
+            entry["subresource"] = subresource
+        fields.append(entry)
+    return fields
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386. Strategic merge is the same for the fields patched here (maps merge; the
     lists involved, like status.loadBalancer.ingress, have no merge key and are replaced)."""
@@ -116,7 +133,7 @@ class Store:
         self.history[plural].append((self.rv, kind, copy.deepcopy(obj)))
         self.lock.notify_all()
 
-    def create(self, plural: str, namespace: str, obj: Obj) -> Obj:
+    def create(self, plural: str, namespace: str, obj: Obj, *, manager: str = "") -> Obj:
         spec = KINDS[plural]
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
@@ -141,6 +158,7 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = _now()
             meta.pop("resourceVersion", None)
+            meta["managedFields"] = _managed([], manager, "", spec.api_version)
             obj["kind"], obj["apiVersion"] = spec.kind, spec.api_version
             if plural == "services":
                 self._default_service(obj)
@@ -198,7 +216,8 @@ class Store:
             return copy.deepcopy(obj)
 
     def update(
-        self, plural: str, namespace: str, name: str, new: Obj, *, subresource: str = ""
+        self, plural: str, namespace: str, name: str, new: Obj, *, subresource: str = "",
+        manager: str = "",
     ) -> Obj:
         with self.lock:
             current = self.get(plural, namespace, name)
@@ -222,6 +241,10 @@ class Store:
             for field in ("uid", "creationTimestamp", "namespace", "name"):
                 if field in current["metadata"]:
                     meta[field] = current["metadata"][field]
+            meta["managedFields"] = _managed(
+                current["metadata"].get("managedFields") or [], manager, subresource,
+                current["apiVersion"],
+            )  # fmt: skip
             updated["metadata"] = meta
             updated["kind"], updated["apiVersion"] = current["kind"], current["apiVersion"]
             if updated == current:
@@ -231,7 +254,8 @@ class Store:
             return copy.deepcopy(updated)
 
     def patch(
-        self, plural: str, namespace: str, name: str, patch: Obj, *, subresource: str = ""
+        self, plural: str, namespace: str, name: str, patch: Obj, *, subresource: str = "",
+        manager: str = "",
     ) -> Obj:
         with self.lock:
             current = self.get(plural, namespace, name)
@@ -239,7 +263,9 @@ class Store:
             merged.setdefault("metadata", {})["resourceVersion"] = (
                 patch.get("metadata") or {}
             ).get("resourceVersion")
-            return self.update(plural, namespace, name, merged, subresource=subresource)
+            return self.update(
+                plural, namespace, name, merged, subresource=subresource, manager=manager
+            )
 
     def delete(self, plural: str, namespace: str, name: str) -> Obj:
         with self.lock:
@@ -366,6 +392,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.rbac.check(_verb(method, name, query), plural, sub, namespace)
             store = self.server.store
             ns = namespace or ""
+            # As kube-apiserver: the writer named by ?fieldManager=, else by its User-Agent
+            # (up to the first /), is recorded in metadata.managedFields.
+            agent = (self.headers.get("User-Agent") or "").split("/")[0]
+            manager = query.get("fieldManager", [agent])[0]
             if method == "GET" and name is None:
                 if query.get("watch", [""])[0] in ("true", "1"):
                     self._watch(plural, namespace, query)
@@ -376,9 +406,12 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "GET":
                 self._send_json(200, store.get(plural, ns, name))  # type: ignore[arg-type]
             elif method == "POST" and name is None:
-                self._send_json(201, store.create(plural, ns, self._body()))
+                self._send_json(201, store.create(plural, ns, self._body(), manager=manager))
             elif method == "PUT" and name:
-                self._send_json(200, store.update(plural, ns, name, self._body(), subresource=sub))
+                body = self._body()
+                self._send_json(
+                    200, store.update(plural, ns, name, body, subresource=sub, manager=manager)
+                )
             elif method == "PATCH" and name:
                 kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
                 if kind not in (
@@ -392,7 +425,10 @@ class _Handler(BaseHTTPRequestHandler):
                         f"types include: application/merge-patch+json, "
                         f'application/strategic-merge-patch+json (got "{kind}")',
                     )
-                self._send_json(200, store.patch(plural, ns, name, self._body(), subresource=sub))
+                body = self._body()
+                self._send_json(
+                    200, store.patch(plural, ns, name, body, subresource=sub, manager=manager)
+                )
             elif method == "DELETE" and name:
                 self._send_json(200, store.delete(plural, ns, name))
             else:

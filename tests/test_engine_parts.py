@@ -36,6 +36,7 @@ from director.engine.events import (
     TargetChecked,
     VrrpChanged,
     WatchState,
+    WriteFailed,
     from_watch,
 )
 from director.engine.health_gate import HealthGate
@@ -195,6 +196,111 @@ def test_a_follower_keeps_its_events_and_the_new_leader_sends_what_is_still_true
         ]
     finally:
         outbox.close()
+
+
+# -- the outbox: writes never wait on each other (issue 17, weakness 3) ---------------------------
+class Refusing(Writer):
+    """An API server that refuses Events in one namespace (being deleted: 403) and is
+    briefly unable to take ``flaky``'s status (500 twice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flaky_failures = 2
+        self.attempts: list[str] = []
+        self.release = threading.Event()
+        self.release.set()
+
+    def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+        from director.adapters.kube import KubeError
+
+        self.release.wait(5)
+        self.attempts.append(f"status {name}")
+        if name == "flaky" and self.flaky_failures:
+            self.flaky_failures -= 1
+            raise KubeError(500, "InternalError", "etcd leader changed")
+        super().patch_status(namespace, name, ips)
+
+    def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
+              message: str) -> None:  # fmt: skip
+        from director.adapters.kube import KubeError
+
+        self.release.wait(5)
+        self.attempts.append(f"event {name}")
+        if namespace == "terminating":
+            raise KubeError(403, "Forbidden", f"unable to create new content in namespace "
+                            f"{namespace} because it is being terminated")  # fmt: skip
+        super().event(namespace, name, uid, kind=kind, reason=reason, message=message)
+
+
+def test_a_refused_event_does_not_hold_back_a_later_status_write() -> None:
+    writer, failures = Refusing(), []
+    outbox = Outbox(writer, failures.append)
+    try:
+        outbox.put(("event", "terminating/old", "Refused", "x"), lambda: writer.event(
+            "terminating", "old", "u1", kind="Warning", reason="Refused", message="x"))  # fmt: skip
+        outbox.put(("status", "default/new"),
+                   lambda: writer.patch_status("default", "new", ("198.51.100.1",)))  # fmt: skip
+        eventually(outbox.idle, timeout=5, what="both writes settled")
+        assert writer.status == [("default/new", ("198.51.100.1",))]
+        assert writer.attempts.count("event old") == 1, "a 403 is not retried"
+        assert failures == [WriteFailed("create", "events", "403", dropped=True)]
+    finally:
+        outbox.close()
+
+
+def test_a_failing_write_is_retried_on_its_own_while_the_others_go_ahead() -> None:
+    writer, failures = Refusing(), []
+    outbox = Outbox(writer, failures.append)
+    try:
+        outbox.put(("status", "default/flaky"),
+                   lambda: writer.patch_status("default", "flaky", ("198.51.100.2",)))  # fmt: skip
+        eventually(lambda: failures, timeout=5, what="the first failure")
+        for name in ("a", "b", "c"):
+            outbox.put(("status", f"default/{name}"),
+                       lambda n=name: writer.patch_status("default", n, ()))  # fmt: skip
+        eventually(outbox.idle, timeout=10, what="every write done")
+        assert writer.attempts[:4] == ["status flaky", "status a", "status b", "status c"]
+        assert writer.attempts.count("status flaky") == 3  # two 500s, then written
+        assert writer.status[-1] == ("default/flaky", ("198.51.100.2",))
+        assert failures == [WriteFailed("patch", "services/status", "500", dropped=False)] * 2
+    finally:
+        outbox.close()
+
+
+def test_status_goes_before_events() -> None:
+    writer = Refusing()
+    writer.release.clear()  # the writer is busy with a first write
+    outbox = Outbox(writer)
+    try:
+        outbox.put(("status", "default/first"), lambda: writer.patch_status("default", "first", ()))
+        eventually(lambda: outbox._pending and not outbox._queues[0], what="the first taken")
+        for name in ("e1", "e2"):
+            outbox.put(("event", f"default/{name}", "R", "m"), lambda n=name: writer.event(
+                "default", n, "u", kind="Normal", reason="R", message="m"))  # fmt: skip
+        outbox.put(("status", "default/second"),
+                   lambda: writer.patch_status("default", "second", ()))  # fmt: skip
+        writer.release.set()
+        eventually(outbox.idle, timeout=5, what="every write done")
+        assert writer.attempts == ["status first", "status second", "event e1", "event e2"]
+    finally:
+        outbox.close()
+
+
+def test_write_failures_reach_the_metrics_through_the_loop() -> None:
+    status = LoopStatus()
+    reporter = Reporter(None, status, dry_run=False)
+    for failed in [WriteFailed("create", "events", "403", True)] * 2 + [
+        WriteFailed("patch", "services/status", "unreachable", False)
+    ]:
+        reporter.count(failed)
+    assert status.write_errors == {
+        ("create", "events", "403"): 2, ("patch", "services/status", "unreachable"): 1
+    }  # fmt: skip
+    assert status.copy(synced=True).write_errors is not status.write_errors
+    controller = Controller(FakeIpvs(), parse_config("ownership: {networks: [10.0.0.0/8]}\n"))
+    controller.post(WriteFailed("patch", "services/status", "500", False))
+    controller.step(0.01)
+    assert controller.exports.view.status.write_errors == {("patch", "services/status", "500"): 1}
 
 
 # -- the read model -------------------------------------------------------------------------------

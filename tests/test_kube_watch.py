@@ -98,3 +98,26 @@ def test_retries_are_jittered_between_half_and_all_of_the_delay(
         for wait, delay in zip(sequence, (0.5, 1.0, 2.0), strict=True):
             assert delay / 2 <= wait <= delay
     assert first != second
+
+
+def test_the_director_s_writes_are_its_own_in_managed_fields(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """managedFields say who owns a Service's status: lvs-director, not the client
+    library's default (OpenAPI-Generator), for status patches, Events and the Lease."""
+    from director.adapters.kube import KubeWriter
+    from lab.kubeapi import service
+
+    api.create("services", service("web", [("http", "TCP", 80)]))
+    writer = KubeWriter(KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc")))),
+                        "lvs-director", "box-a")  # fmt: skip
+    writer.patch_status("default", "web", ("198.51.100.1",))
+    writer.event("default", "web", "uid", kind="Normal", reason="AddressAssigned", message="m")
+    assert writer.acquire_lease("default", "lvs-director", 15)
+    status = [f for f in api.get("services", "web")["metadata"]["managedFields"]
+              if f.get("subresource") == "status"]  # fmt: skip
+    assert [f["manager"] for f in status] == ["lvs-director"]
+    event = api.events_for("web")[0]
+    lease = api.get("leases", "lvs-director")
+    for obj in (event, lease):
+        assert [f["manager"] for f in obj["metadata"]["managedFields"]] == ["lvs-director"]

@@ -13,6 +13,7 @@ classes cost ~10x the memory of the JSON, and 10,000 Services must fit in 200 MB
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
 import json
 import logging
 import random
@@ -66,6 +67,7 @@ SERVICES = Resource("services", "/api/v1/services")
 ENDPOINTSLICES = Resource("endpointslices", "/apis/discovery.k8s.io/v1/endpointslices")
 NODES = Resource("nodes", "/api/v1/nodes")
 RESOURCES = (SERVICES, ENDPOINTSLICES, NODES)
+FIELD_MANAGER = "lvs-director"  # who wrote, in each object's metadata.managedFields
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -78,7 +80,16 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         configuration = client.Configuration.get_default_copy()
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    api.user_agent = f"{FIELD_MANAGER}/{_version()}"
+    return api
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("director")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class KubeApi:
@@ -102,6 +113,8 @@ class KubeApi:
 
         Raises KubeError for an answer other than 2xx."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if method in ("POST", "PUT", "PATCH"):  # managedFields name the director as the writer
+            query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
         method, url, headers, body, _post = self.api.param_serialize(
             method=method,
             resource_path=path,

@@ -238,6 +238,16 @@ class DirectorCollector(Collector):
             "Source-filter rulesets nft refused (the previous rules stayed in force).",
             value=health.firewall_errors,
         )
+        writes = CounterMetricFamily(
+            "director_cluster_write_errors",
+            "Service status and Event writes the API server refused or did not answer, by "
+            "HTTP status (unreachable: no answer). 400, 403, 404, 405, 410 and 422 drop the "
+            "write; the others are retried.",
+            labels=["verb", "resource", "code"],
+        )
+        for (verb, resource, code), count in sorted(health.write_errors.items()):
+            writes.add_metric([verb, resource, code], count)
+        yield writes
 
     def _dropped(self, view: LoopView) -> Metric:
         dropped = CounterMetricFamily(

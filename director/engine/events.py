@@ -82,9 +82,19 @@ class IntentPosted:
     reply: Reply
 
 
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    """A cluster write the API server refused or did not answer (the outbox's thread)."""
+
+    verb: str  # patch | create
+    resource: str  # services/status | events
+    code: str  # the HTTP status, or "unreachable"
+    dropped: bool  # refused for good (not retried)
+
+
 Event = (
     ObjectChanged | Listed | WatchState | LeaderChanged | TargetChecked | VrrpChanged
-    | IntentPosted
+    | IntentPosted | WriteFailed
 )  # fmt: skip
 
 

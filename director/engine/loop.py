@@ -5,11 +5,10 @@ the snapshot, and only the Services they touch are recomputed and synced against
 reconciler's cached copy of the kernel table, so an EndpointSlice change costs what that
 Service costs whatever the size of the table. A periodic full resync repairs drift.
 
-The loop holds named parts, one job each (Seesaw's engine and its managers): intake, the
-intent store, the translator, address keeping, the health gate, draining, source filtering,
-the programmed table, the syncer, the reporter (status and Events), the exports (the view,
-the state file, the VIPs) and the pace. Nothing here ever flushes: an API outage stops the
-events, and the kernel keeps what it has.
+The loop holds named parts, one job each (Seesaw's engine and its managers): intake, intent
+store, translator, addresses, health gate, draining, source filter, programmed table, syncer,
+reporter (status, Events), exports (view, state file, VIPs) and pace. Nothing here ever
+flushes: an API outage stops the events, and the kernel keeps what it has.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from director.engine.events import (
     TargetChecked,
     VrrpChanged,
     WatchState,
+    WriteFailed,
     from_watch,
 )
 from director.engine.exports import Exports
@@ -107,7 +107,7 @@ class Controller:
         self.store = IntentStore(intents_file, self.health, dry_run=dry_run)
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
         self.syncer = Syncer(reconciler, self.health, recorder=recorder, observer=observer)
-        outbox = Outbox(writer) if writer is not None and not dry_run else None
+        outbox = Outbox(writer, self.post) if writer is not None and not dry_run else None
         self.reporter = Reporter(outbox, self.health, dry_run=dry_run)
         allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.addresses = Addresses(allocator, self.reporter)
@@ -277,6 +277,8 @@ class Controller:
                 self.health.vrrp_state = state
             case LeaderChanged(leader):
                 return self._lead(leader)
+            case WriteFailed() as failed:
+                self.reporter.count(failed)
             case WatchState() | Listed() | ObjectChanged():
                 return self.intake.absorb(ev)
         return set()

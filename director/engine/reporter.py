@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from director.core.cluster import ServiceInfo
 from director.core.translate import Problem
+from director.engine.events import WriteFailed
 from director.engine.outbox import Outbox
 from director.engine.view import LoopStatus
 from director.logs import event
@@ -28,6 +29,11 @@ class Reporter:
         self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
         # Events a follower saw the reason for: written should it become the leader.
         self.unsent: dict[str, dict[str, Pending]] = {}
+
+    def count(self, failed: WriteFailed) -> None:
+        """A cluster write failed (the outbox retries it, or dropped it): counted."""
+        errors, labels = self.status.write_errors, (failed.verb, failed.resource, failed.code)
+        errors[labels] = errors.get(labels, 0) + 1
 
     def forget(self, ref: str) -> None:
         self.reported.pop(ref, None)

@@ -47,6 +47,8 @@ class LoopStatus:
     loop_errors: int = 0  # unexpected exceptions in a step, survived
     refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
     firewall_errors: int = 0  # source-range rulesets nft refused
+    # (verb, resource, code) -> cluster writes that failed (retried or dropped)
+    write_errors: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     @property
     def kubernetes_connected(self) -> bool:
@@ -54,7 +56,8 @@ class LoopStatus:
 
     def copy(self, synced: bool) -> LoopStatus:
         return dataclasses.replace(self, synced=synced, connected=dict(self.connected),
-                                   refused=dict(self.refused))  # fmt: skip
+                                   refused=dict(self.refused),
+                                   write_errors=dict(self.write_errors))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
