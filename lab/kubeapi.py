@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -55,8 +55,11 @@ KINDS = {
         Kind("", "v1", "events", "Event", True, False),
         Kind("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, False),
         Kind("coordination.k8s.io", "v1", "leases", "Lease", True, False),
+        Kind("", "v1", "namespaces", "Namespace", False, True),
     )
 }
+# What a cluster with the director installed has (deploy/kubernetes/rbac.yaml makes the last).
+NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "lvs-director")
 
 
 class ApiError(Exception):
@@ -117,7 +120,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class Store:
     """Objects, a global resourceVersion, and the event history watches read from."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: Iterable[str] = NAMESPACES) -> None:
         self.lock = threading.Condition()
         self.rv = 1
         self.objects: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
@@ -125,6 +128,8 @@ class Store:
         self.compacted = 0  # watches from before this resourceVersion get 410
         self._node_ports = iter(range(30000, 32768))
         self._cluster_ips = iter(range(10, 60000))
+        for name in namespaces:
+            self.create("namespaces", "", {"metadata": {"name": name}})
 
     # -- writes (hold the lock) ----------------------------------------------------------
     def _record(self, plural: str, kind: str, obj: Obj) -> None:
@@ -133,7 +138,10 @@ class Store:
         self.history[plural].append((self.rv, kind, copy.deepcopy(obj)))
         self.lock.notify_all()
 
-    def create(self, plural: str, namespace: str, obj: Obj, *, manager: str = "") -> Obj:
+    def create(
+        self, plural: str, namespace: str, obj: Obj, *, manager: str = "", dry_run: bool = False
+    ) -> Obj:
+        """Store ``obj`` (with ``dry_run``, only check that it could be: nothing is kept)."""
         spec = KINDS[plural]
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
@@ -147,6 +155,9 @@ class Store:
                 raise ApiError(400, "BadRequest", "the namespace of the object does not match")
             meta["namespace"] = namespace
         with self.lock:
+            if spec.namespaced and ("namespaces", "", namespace) not in self.objects:
+                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
+                               {"name": namespace, "kind": "namespaces"})  # fmt: skip
             key = (plural, namespace if spec.namespaced else "", meta["name"])
             if key in self.objects:
                 raise ApiError(
@@ -162,6 +173,10 @@ class Store:
             obj["kind"], obj["apiVersion"] = spec.kind, spec.api_version
             if plural == "services":
                 self._default_service(obj)
+            if plural == "namespaces":
+                obj["status"] = {"phase": "Active"}
+            if dry_run:
+                return copy.deepcopy(obj)
             self.objects[key] = obj
             self._record(plural, "ADDED", obj)
             return copy.deepcopy(obj)
@@ -406,7 +421,10 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "GET":
                 self._send_json(200, store.get(plural, ns, name))  # type: ignore[arg-type]
             elif method == "POST" and name is None:
-                self._send_json(201, store.create(plural, ns, self._body(), manager=manager))
+                dry = query.get("dryRun", [""])[0] == "All"
+                self._send_json(
+                    201, store.create(plural, ns, self._body(), manager=manager, dry_run=dry)
+                )
             elif method == "PUT" and name:
                 body = self._body()
                 self._send_json(
@@ -620,10 +638,11 @@ class FakeApiServer:
     request of the token's user is authorised against those rules (403 ``Forbidden``)."""
 
     def __init__(
-        self, host: str = "127.0.0.1", token: str = "test-token", rbac: Rbac | None = None
+        self, host: str = "127.0.0.1", token: str = "test-token", rbac: Rbac | None = None,
+        namespaces: Iterable[str] = NAMESPACES,
     ) -> None:
         self.host, self.token, self.rbac = host, token, rbac
-        self.store = Store()
+        self.store = Store(namespaces)
         self.port = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -410,3 +410,29 @@ def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
     line = f"x{text} 1\n"
     (sample,) = next(iter(text_string_to_metric_families(line))).samples
     assert sample.labels == {"a": 'say "hi"', "b": "back\\slash\nnew"}
+
+
+def test_a_lease_namespace_that_does_not_exist_makes_the_director_unready_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """Neither box of a pair could write Service status: /readyz and `director status` say
+    why (not just a warning in the log every few seconds), and clear once it is fixed."""
+    with FakeApiServer(namespaces=("default",)) as api:
+        api.create("nodes", node("n1", "192.0.2.11"))
+        runtime = Runtime(kube_settings(api.kubeconfig(tmp_path / "kc")), FakeIpvs())
+        runtime.start()
+        try:
+            assert runtime.wait_ready(20)
+            client = create_app(runtime.controller, TOKEN).test_client()
+            reason = ('the API server refuses the Lease lvs-director/lvs-director: HTTP 404 '
+                      'NotFound: namespaces "lvs-director" not found')  # fmt: skip
+            eventually(lambda: client.get("/readyz").status_code == 503, what="unready")
+            is_problem(client.get("/readyz"), 503, reason)
+            status = client.get("/api/v1/status", headers=AUTH).get_json()
+            assert (status["leader"], status["lease_refused"]) == (False, reason)
+            api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
+            eventually(lambda: client.get("/readyz").status_code == 200, what="ready again")
+            eventually(lambda: runtime.controller.view.leader, what="the Lease taken")
+            assert client.get("/api/v1/status", headers=AUTH).get_json()["lease_refused"] is None
+        finally:
+            runtime.stop()

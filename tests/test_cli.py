@@ -97,13 +97,38 @@ def test_check_a_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         "users: [{name: u, user: {token: abc}}]\n"
         "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
     )
-    assert cli.main(["check", "--kubeconfig", str(good)]) == 0
+    assert cli.main(["check", "--offline", "--kubeconfig", str(good)]) == 0
     assert capsys.readouterr().out.strip() == f"{good}: valid kubeconfig"
     bad = tmp_path / "bad"
     bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
     assert cli.main(["check", "--kubeconfig", str(bad)]) == 2
     assert f"invalid kubeconfig {bad}" in capsys.readouterr().err
     assert cli.main(["check"]) == 2
+
+
+def test_check_asks_the_api_server_whether_the_status_lease_can_be_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Lease namespace that does not exist would leave both boxes unable to write status:
+    `director check` says so before the director runs (a dry-run create: nothing written)."""
+    from lab.kubeapi import FakeApiServer
+
+    with FakeApiServer(namespaces=("default",)) as api:
+        kubeconfig = str(api.kubeconfig(tmp_path / "kc"))
+        assert cli.main(["check", "--kubeconfig", kubeconfig]) == 2
+        out, err = capsys.readouterr()
+        assert out.strip() == f"{kubeconfig}: valid kubeconfig"
+        assert err.strip() == (
+            "director: the API server refuses the status Lease lvs-director/lvs-director: "
+            'HTTP 404 NotFound: namespaces "lvs-director" not found'
+        )
+        api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
+        assert cli.main(["check", "--kubeconfig", kubeconfig]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            "the API server would let this director hold the status Lease "
+            "lvs-director/lvs-director"
+        )
+        assert api.store.list("leases", None)["items"] == [], "a dry run writes nothing"
 
 
 def test_keepalived_config_renders_the_static_vips(

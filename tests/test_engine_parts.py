@@ -292,7 +292,7 @@ def test_write_failures_reach_the_metrics_through_the_loop() -> None:
     for failed in [WriteFailed("create", "events", "403", True)] * 2 + [
         WriteFailed("patch", "services/status", "unreachable", False)
     ]:
-        reporter.count(failed)
+        reporter.absorb(failed)
     assert status.write_errors == {
         ("create", "events", "403"): 2, ("patch", "services/status", "unreachable"): 1
     }  # fmt: skip

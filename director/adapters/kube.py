@@ -389,6 +389,19 @@ class KubeWriter:
             duration = 15.0
         return now - seen[1] > duration
 
+    def lease_refusal(self, namespace: str, name: str, timeout: float = 5) -> str | None:
+        """Why the API server would refuse this director the Lease (a dry-run create:
+        nothing is written), or None when it would not."""
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace}}  # fmt: skip
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        try:
+            self.kube.request("POST", path, query=[("dryRun", "All")], body=body, timeout=timeout)
+        except KubeError as exc:
+            if exc.status != 409:  # 409: it exists already, which is fine
+                return str(exc)
+        return None
+
     def acquire_lease(self, namespace: str, name: str, seconds: int) -> bool:
         """Take or renew the Lease; True when this director holds it afterwards."""
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"

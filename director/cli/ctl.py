@@ -142,14 +142,23 @@ def _status(args: argparse.Namespace) -> str:
     return "\n".join(
         [
             f"role:        {status['role']}{'  (shadow mode)' if status['dry_run'] else ''}",
-            f"ready:       {'yes' if status['ready'] else 'no (first sync pending)'}",
-            f"kubernetes:  {kube}; leader: {'yes' if status['leader'] else 'no'}",
+            f"ready:       {_ready(status)}",
+            f"kubernetes:  {kube}; leader: {'yes' if status['leader'] else 'no'}"
+            + (f" (NOT READY: {status['lease_refused']})" if status.get("lease_refused") else ""),
             f"last sync:   {status['last_sync'] or 'never'} ({status['last_sync_seconds']} s)",
             f"last error:  {status['last_error'] or '-'}",
             f"programmed:  {counts['virtual_services']} virtual services, "
             f"{counts['real_servers']} real servers, {counts['drains']} drains",
         ]
     )
+
+
+def _ready(status: dict[str, Any]) -> str:
+    if not status["ready"]:
+        return "no (first sync pending)"
+    if status.get("lease_refused"):
+        return "no (the status Lease is refused: see kubernetes)"
+    return "yes"
 
 
 def _services(args: argparse.Namespace) -> str:

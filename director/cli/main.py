@@ -16,7 +16,13 @@ from director.core.model import Op, OpKind
 from director.core.plan import Plan
 from director.dataplane.interface import Ipvs, IpvsUnavailable
 from director.engine.reconcile import Reconciler
-from director.schema.config import ConfigError, Settings, json_schema_text, load_config
+from director.schema.config import (
+    ConfigError,
+    KubeSettings,
+    Settings,
+    json_schema_text,
+    load_config,
+)
 
 _log = logging.getLogger("director.cli")
 EXIT_FAILED_OPS = 1
@@ -161,6 +167,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.config is None and args.kubeconfig is None:
         print("director check: give --config, --kubeconfig or both", file=sys.stderr)
         return EXIT_CONFIG
+    settings: Settings | None = None
     if args.config is not None:
         settings = load_config(args.config)
         from director.cli.preflight import preflight
@@ -176,14 +183,38 @@ def cmd_check(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
     if args.kubeconfig is not None:
-        from director.adapters.kube import api_client
+        return _check_kubeconfig(args, settings.kubernetes if settings is not None else None)
+    return 0
 
-        try:  # parses the file and its credentials; contacts nothing
-            api_client(args.kubeconfig)
-        except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
-            print(f"director: invalid kubeconfig {args.kubeconfig}: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-        print(f"{args.kubeconfig}: valid kubeconfig")
+
+def _check_kubeconfig(args: argparse.Namespace, kube: KubeSettings | None) -> int:
+    """The kubeconfig parses; unless --offline, the API server answers and would let this
+    director hold the status Lease (a dry run: nothing is written)."""
+    from director.adapters.kube import FIELD_MANAGER, KubeApi, KubeWriter, api_client
+
+    try:  # parses the file and its credentials
+        client = api_client(args.kubeconfig)
+    except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
+        print(f"director: invalid kubeconfig {args.kubeconfig}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"{args.kubeconfig}: valid kubeconfig")
+    if args.offline:
+        return 0
+    kube = kube or KubeSettings()
+    lease = f"{kube.lease_namespace}/{kube.lease_name}"
+    try:
+        refusal = KubeWriter(KubeApi(client), FIELD_MANAGER, "check").lease_refusal(
+            kube.lease_namespace, kube.lease_name
+        )
+    except Exception as exc:  # unreachable: the box may not see the cluster yet
+        print(f"note: the API server did not answer ({str(exc)[:200]}); the Lease {lease} "
+              "was not checked")  # fmt: skip
+        return 0
+    if refusal is not None:
+        print(f"director: the API server refuses the status Lease {lease}: {refusal}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_CONFIG
+    print(f"the API server would let this director hold the status Lease {lease}")
     return 0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
-from director.adapters.kube import RESOURCES, KubeApi, KubeWriter, Watcher, api_client
+from director.adapters.kube import RESOURCES, KubeApi, KubeError, KubeWriter, Watcher, api_client
 from director.adapters.metrics import Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
@@ -32,7 +32,7 @@ from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
-from director.engine.events import TargetChecked, VrrpChanged
+from director.engine.events import LeaseRefused, TargetChecked, VrrpChanged
 from director.engine.loop import COMPONENT, Controller
 from director.engine.reconcile import SyncReport
 from director.logs import event
@@ -52,9 +52,12 @@ class Elector:
         name: str,
         seconds: int,
         on_change: Callable[[bool], None],
+        *,
+        on_refused: Callable[[str | None], None] | None = None,
     ) -> None:
         self.writer, self.namespace, self.name, self.seconds = writer, namespace, name, seconds
-        self.on_change = on_change
+        self.on_change, self.on_refused = on_change, on_refused
+        self.refused: str | None = None
         self.leader = False
         self._last_renewal = 0.0
         self._stop = threading.Event()
@@ -72,14 +75,31 @@ class Elector:
                 held = self.writer.acquire_lease(self.namespace, self.name, self.seconds)
                 if held:
                     self._last_renewal = time.monotonic()
+                self._refused(None)
             except Exception as exc:
                 event(log, "lease.renew_failed", level=logging.WARNING, reason=str(exc)[:200])
+                if lease_refusal(exc):  # a refusal, not an outage: it stays until fixed
+                    self._refused(f"the API server refuses the Lease {self.namespace}/"
+                                  f"{self.name}: {str(exc)[:200]}")  # fmt: skip
                 # Leadership lapses when the lease would have expired for the others too.
                 held = self.leader and time.monotonic() - self._last_renewal < self.seconds
             if held != self.leader:
                 self.leader = held
                 self.on_change(held)
             self._stop.wait(max(0.2, self.seconds / 3))
+
+
+    def _refused(self, reason: str | None) -> None:
+        if reason != self.refused:
+            self.refused = reason
+            if self.on_refused is not None:
+                self.on_refused(reason)
+
+
+def lease_refusal(exc: BaseException) -> bool:
+    """An answer that will not change until someone fixes the cluster: 401, 403 (RBAC), 404
+    (the namespace does not exist), 422. Outages, 409 and 429 are passing."""
+    return isinstance(exc, KubeError) and exc.status in (401, 403, 404, 422)
 
 
 class ApiError(DirectorError, ValueError):
@@ -281,7 +301,8 @@ class Runtime:
         kube = settings.kubernetes
         self.elector = (
             Elector(writer, kube.lease_namespace, kube.lease_name, kube.lease_seconds,
-                    self.controller.set_leader)
+                    self.controller.set_leader,
+                    on_refused=lambda reason: self.controller.post(LeaseRefused(reason)))
             if writer is not None and kube is not None and not dry_run
             else None
         )  # fmt: skip

@@ -83,6 +83,14 @@ class IntentPosted:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseRefused:
+    """The API server refuses this director the status Lease (a namespace that does not
+    exist, RBAC), so neither box of a pair writes status; None: refused no longer."""
+
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class WriteFailed:
     """A cluster write the API server refused or did not answer (the outbox's thread)."""
 
@@ -94,7 +102,7 @@ class WriteFailed:
 
 Event = (
     ObjectChanged | Listed | WatchState | LeaderChanged | TargetChecked | VrrpChanged
-    | IntentPosted | WriteFailed
+    | IntentPosted | WriteFailed | LeaseRefused
 )  # fmt: skip
 
 

@@ -61,6 +61,7 @@ class Exports:
             ),
             all_down=len(gate.all_down),
             filtered=frozenset(loop.filter.enforced),
+            lease_refused=loop.reporter.lease_refused,
         )
         stale.clear()
 

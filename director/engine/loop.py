@@ -37,6 +37,7 @@ from director.engine.events import (
     Event,
     IntentPosted,
     LeaderChanged,
+    LeaseRefused,
     Listed,
     ObjectChanged,
     Reply,
@@ -147,8 +148,7 @@ class Controller:
     last_step: float = _read("pace.last_step")
     vrrp_state: str | None = _read("health.vrrp_state")
     ready: bool = _read("health.first_sync_done")
-    # The hooks the runtime sets: VIP set changes (keepalived), health-check targets (the
-    # prober), every step (systemd's watchdog), the first sync applied (READY=1).
+    # Hooks the runtime sets: VIP set (keepalived), check targets, each step, READY=1.
     on_vips: Announce | None = _hook("exports.vips", "announce")
     on_targets: Callable[[set[Target], set[Target]], None] | None = _hook("gate", "on_targets")
     on_step: Callable[[], None] | None = _hook("pace", "on_step")
@@ -277,8 +277,8 @@ class Controller:
                 self.health.vrrp_state = state
             case LeaderChanged(leader):
                 return self._lead(leader)
-            case WriteFailed() as failed:
-                self.reporter.count(failed)
+            case WriteFailed() | LeaseRefused():
+                self.reporter.absorb(ev)
             case WatchState() | Listed() | ObjectChanged():
                 return self.intake.absorb(ev)
         return set()

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from director.core.cluster import ServiceInfo
 from director.core.translate import Problem
-from director.engine.events import WriteFailed
+from director.engine.events import LeaseRefused, WriteFailed
 from director.engine.outbox import Outbox
 from director.engine.view import LoopStatus
 from director.logs import event
@@ -26,13 +26,21 @@ class Reporter:
         self.outbox, self.status, self.dry_run = outbox, status, dry_run
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
         status.leader = dry_run
+        self.lease_refused: str | None = None  # why no box can write status, if refused
         self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
         # Events a follower saw the reason for: written should it become the leader.
         self.unsent: dict[str, dict[str, Pending]] = {}
 
-    def count(self, failed: WriteFailed) -> None:
-        """A cluster write failed (the outbox retries it, or dropped it): counted."""
-        errors, labels = self.status.write_errors, (failed.verb, failed.resource, failed.code)
+    def absorb(self, ev: WriteFailed | LeaseRefused) -> None:
+        """A cluster write failed (the outbox retries it, or dropped it): counted. The
+        status Lease refused (or no longer): kept, for /readyz and ``director status``."""
+        if isinstance(ev, LeaseRefused):
+            if ev.reason != self.lease_refused:
+                level = logging.ERROR if ev.reason else logging.INFO
+                event(log, "lease.refused", level=level, reason=ev.reason or "-")
+            self.lease_refused = ev.reason
+            return
+        errors, labels = self.status.write_errors, (ev.verb, ev.resource, ev.code)
         errors[labels] = errors.get(labels, 0) + 1
 
     def forget(self, ref: str) -> None:

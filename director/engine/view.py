@@ -86,6 +86,7 @@ class LoopView:
     pools: tuple[PoolUse, ...] = ()
     all_down: int = 0
     filtered: frozenset[ServiceKey] = frozenset()
+    lease_refused: str | None = None  # why the API server refuses the status Lease
 
     @property
     def leader(self) -> bool:

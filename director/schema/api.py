@@ -259,6 +259,7 @@ class Status(TypedDict):
     dry_run: NotRequired[bool]
     kubernetes: Kubernetes
     leader: bool
+    lease_refused: NotRequired[str | None]  # why the API server refuses the status Lease
     last_sync: NotRequired[str | None]
     last_sync_seconds: NotRequired[float]
     last_error: NotRequired[str | None]

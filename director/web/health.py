@@ -47,8 +47,11 @@ def healthz() -> Response:
 
 @public("/readyz", "health")
 def readyz() -> Response:
-    if not api().loop.view.status.synced:
+    view = api().loop.view
+    if not view.status.synced:
         return problem(503, "the first sync is not applied yet")
+    if view.lease_refused:  # no box of the pair can write Service status
+        return problem(503, view.lease_refused)
     return _stalled(10) or jsonify({"status": "ready"})
 
 

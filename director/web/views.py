@@ -160,6 +160,7 @@ def status(ctx: ApiContext) -> shapes.Status:
             "disconnected_since": iso(h.disconnected_since),
         },
         "leader": view.leader,
+        "lease_refused": view.lease_refused,
         "last_sync": iso(h.last_sync),
         "last_sync_seconds": round(h.last_sync_seconds, 4),
         "last_error": h.last_error,
