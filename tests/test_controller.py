@@ -350,3 +350,32 @@ def test_a_stopping_director_does_not_report_its_own_watches_closing(
     runtime.stop()
     assert [w._thread.is_alive() for w in runtime.watchers] == [False] * 3
     assert "kube.watch_failed" not in caplog.text
+
+
+def test_a_service_without_node_ports_gets_no_dead_address_in_nodeport_mode(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    """allocateLoadBalancerNodePorts: false leaves the ports without node ports, and in
+    nodeport mode with nat the nodes are reached at them: no address is advertised, a
+    Warning says why, and the Service is served once it asks for pod mode."""
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs):
+        obj = service("bare", PORTS)
+        obj["spec"]["allocateLoadBalancerNodePorts"] = False
+        api.create("services", obj)
+        eventually(lambda: "AddressRefused" in reasons(api, "bare"), what="a Warning")
+        event = next(e for e in api.events_for("bare") if e["reason"] == "AddressRefused")
+        assert event["type"] == "Warning"
+        assert event["message"] == (
+            "allocateLoadBalancerNodePorts is false: port http has no node port, and in "
+            "nodeport mode with nat forwarding the nodes are reached at their node ports; "
+            "set lvs-director.io/backends: pod, or give the port a nodePort"
+        )
+        assert ingress(api, "bare") == [] and ipvs.read().services == {}
+        api.create("endpointslices", endpoint_slice("bare", [("10.244.1.5", "n1", True, False)],
+                                                    SLICE_PORTS))  # fmt: skip
+        api.patch("services", "bare",
+                  {"metadata": {"annotations": {"lvs-director.io/backends": "pod"}}})  # fmt: skip
+        assert eventually(lambda: ingress(api, "bare"), what="an address") == ["198.51.100.0"]
+        vs = eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
+        assert list(vs.real_servers) == [("10.244.1.5", 8080)]

@@ -111,6 +111,23 @@ def wants_nodeports(svc: ServiceInfo, policy: Policy) -> bool:
     return svc.annotations.get(A_NODEPORT, "true").lower() not in ("false", "disabled", "off")
 
 
+def node_ports_missing(svc: ServiceInfo, policy: Policy, previous: Options | None) -> str | None:
+    """Why the director could not reach this Service's nodes, if it could not: in nodeport
+    mode with nat forwarding it sends to each node at the node port, and a Service with
+    ``allocateLoadBalancerNodePorts: false`` may have none. Its address would be dead."""
+    opts, _ = options(svc, policy, previous)
+    if opts.backends != "nodeport" or opts.forwarding is not Forwarding.NAT:
+        return None
+    missing = [str(sp.name or sp.port) for sp in svc.ports
+               if sp.protocol in PROTOCOLS and not sp.node_port]  # fmt: skip
+    if not missing:
+        return None
+    flag = "" if svc.allocate_node_ports else "allocateLoadBalancerNodePorts is false: "
+    return (f"{flag}port {', '.join(missing)} has no node port, and in nodeport mode with "
+            f"nat forwarding the nodes are reached at their node ports; set {A_BACKENDS}: "
+            "pod, or give the port a nodePort")  # fmt: skip
+
+
 def relevant(svc: ServiceInfo, policy: Policy) -> bool:
     return wants_address(svc, policy) or wants_nodeports(svc, policy)
 

@@ -12,7 +12,13 @@ import ipaddress
 
 from director.core.cluster import ServiceInfo
 from director.core.ipam import Address, Allocator
-from director.core.translate import Policy, ipam_request, wants_address
+from director.core.translate import (
+    Options,
+    Policy,
+    ipam_request,
+    node_ports_missing,
+    wants_address,
+)
 from director.engine.reporter import Reporter
 from director.schema.config import Settings
 
@@ -27,7 +33,9 @@ class Addresses:
     def held(self, ref: str) -> list[str]:
         return [str(a) for a in self.allocator.held(ref)]
 
-    def keep(self, svc: ServiceInfo, policy: Policy) -> tuple[str, ...]:
+    def keep(
+        self, svc: ServiceInfo, policy: Policy, previous: Options | None = None
+    ) -> tuple[str, ...]:
         """The Service's addresses now (none when it gets none), with status and Events."""
         ref, reporter = svc.ref, self.reporter
         if not wants_address(svc, policy):
@@ -35,11 +43,11 @@ class Addresses:
             return ()
         keep = [ipaddress.ip_address(text) for text in svc.status_ips]  # canonical already
         request, problems = ipam_request(svc)
-        if request is None:
+        dead = node_ports_missing(svc, policy, previous)  # an address nothing would answer on
+        if request is None or dead is not None:
             self.allocator.release(ref)
-            problem = problems[0]
-            reporter.report(svc, "Warning", "AddressRefused",
-                            f"{problem.annotation}: {problem.message}", "address")  # fmt: skip
+            why = dead or f"{problems[0].annotation}: {problems[0].message}"
+            reporter.report(svc, "Warning", "AddressRefused", why, "address")
             self._clear_status(svc)
             return ()
         if not reporter.leader:

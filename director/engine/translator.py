@@ -87,13 +87,14 @@ class Translator:
             self.reporter.forget(ref)
             self.filter.want(ref, {})
             return {}
+        previous = self.table.options.get(ref)
         result = translate(
             svc,
-            self.addresses.keep(svc, self.policy),
+            self.addresses.keep(svc, self.policy, previous),
             snapshot.slices_for(ref),
             snapshot.nodes,
             self.policy,
-            previous=self.table.options.get(ref),
+            previous=previous,
         )
         if result.options is not None:
             self.table.set_options(ref, result.options)
