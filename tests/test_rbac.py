@@ -33,7 +33,7 @@ def test_the_manifest_grants_what_the_issue_lists_in_one_namespace_for_leases() 
     writes = {(g[2], g[3]) for g in rbac.grants if g[3] not in READS}
     assert writes == {
         ("services/status", "patch"), ("services", "patch"), ("events", "create"),
-        ("leases", "create"), ("leases", "update"),
+        ("events", "patch"), ("leases", "create"), ("leases", "update"),
     }  # fmt: skip
     assert not any(g[3] in ("delete", "deletecollection", "*") for g in rbac.grants)
 
@@ -86,6 +86,17 @@ api: {{listen: "127.0.0.1:0", token_file: {tmp_path / "token"},
                 lambda: ("lvs-director", "coordination.k8s.io", "leases", "update") in rbac.used,
                 timeout=10, what="a Lease renewal",
             )  # fmt: skip
+            # the same Warning twice is one Event, counted (events create, get, patch)
+            topics = runtime.controller.reporter.reported
+            for value, told in (("bogus", True), (None, False), ("bogus", True)):
+                api.patch("services", "web",
+                          {"metadata": {"annotations": {"lvs-director.io/forwarding": value}}})
+                eventually(lambda t=told: any(k.startswith("problem:")  # type: ignore[misc]
+                                              for k in topics.get("default/web", {})) is t,
+                           what=f"the problem told: {told}")  # fmt: skip
+            counts = lambda: [e.get("count") for e in api.events_for("web")  # noqa: E731
+                              if e["reason"] == "InvalidAnnotation"]  # fmt: skip
+            eventually(lambda: counts() == [2], what="one InvalidAnnotation Event, count 2")
         finally:
             runtime.stop()
     assert rbac.refused == [], rbac.refused

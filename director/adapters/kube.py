@@ -13,6 +13,7 @@ classes cost ~10x the memory of the JSON, and 10,000 Services must fit in 200 MB
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -344,11 +345,19 @@ class KubeWriter:
     def event(
         self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
     ) -> None:
-        now = _now()
+        """An Event on the Service. As client-go's recorder aggregates, the same one again
+        (same Service, type, reason and message: after a restart, a leader change, from the
+        other box) raises the count and lastTimestamp of the first instead of adding one:
+        its name is made from what it says."""
+        now = _now()[:19] + "Z"
+        message = message[:1024]
+        digest = hashlib.sha256(f"{uid}\0{kind}\0{reason}\0{message}".encode()).hexdigest()
+        event_name = f"{name}.{digest[:16]}"
+        path = f"/api/v1/namespaces/{namespace}/events"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "metadata": {"name": event_name, "namespace": namespace},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Service",
@@ -358,15 +367,26 @@ class KubeWriter:
             },
             "type": kind,
             "reason": reason,
-            "message": message[:1024],
+            "message": message,
             "source": {"component": self.component, "host": self.identity},
             "reportingComponent": self.component,
             "reportingInstance": self.identity,
-            "firstTimestamp": now[:19] + "Z",
-            "lastTimestamp": now[:19] + "Z",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
             "count": 1,
         }
-        self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+        try:
+            self.kube.request("POST", path, body=body)
+            return
+        except KubeError as exc:
+            if exc.status != 409:  # 409: told before; counted below
+                raise
+        current = self.kube.request("GET", f"{path}/{event_name}")
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        patch = {"count": int(current.get("count") or 1) + 1, "lastTimestamp": now,
+                 "metadata": {"resourceVersion": version}}  # fmt: skip
+        self.kube.request("PATCH", f"{path}/{event_name}", body=patch,
+                          content_type="application/merge-patch+json")  # fmt: skip
 
     def _expired(self, lease: tuple[str, str], spec: Json) -> bool:
         """Has the holder stopped renewing? True once its record has not changed for a
