@@ -18,7 +18,10 @@ import base64
 import contextlib
 import copy
 import datetime as dt
+import ipaddress
 import json
+import random
+import re
 import socket
 import threading
 import time
@@ -103,6 +106,116 @@ def _managed(fields: list[Obj], manager: str, subresource: str, api_version: str
     return fields
 
 
+# -- validation, as kube-apiserver words it (the subset the director's writes can meet) --------
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+
+
+def validate(plural: str, obj: Obj, current: Obj | None) -> None:
+    """422 Invalid (400 for a malformed MicroTime) for what kube-apiserver refuses."""
+    kind, name = KINDS[plural].kind, obj["metadata"].get("name", "")
+    errors: list[str] = []
+    for key in (obj["metadata"].get("annotations") or {}):
+        if not _qualified(key):
+            errors.append(f"metadata.annotations: Invalid value: {json.dumps(key)}: name part "
+                          "must consist of alphanumeric characters, '-', '_' or '.', and must "
+                          "start and end with an alphanumeric character")  # fmt: skip
+    check = {"services": _service_errors, "endpointslices": _slice_errors,
+             "events": _event_errors, "leases": _lease_errors}.get(plural)  # fmt: skip
+    if check is not None:
+        errors += check(obj, current)
+    if errors:
+        code, reason = (400, "BadRequest") if errors[0].startswith("400 ") else (422, "Invalid")
+        text = "; ".join(e.removeprefix("400 ") for e in errors)
+        raise ApiError(code, reason, f'{kind} "{name}" is invalid: {text}')
+
+
+def _qualified(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return 0 < len(name) <= 63 and QUALIFIED_NAME.fullmatch(name) is not None
+
+
+def _service_errors(obj: Obj, current: Obj | None) -> list[str]:
+    errors, spec = [], obj.get("spec") or {}
+    name = obj["metadata"].get("name", "")
+    if current is None and not (len(name) <= 63 and DNS1035.fullmatch(name)):
+        errors.append(f"metadata.name: Invalid value: {json.dumps(name)}: a DNS-1035 label "
+                      "must consist of lower case alphanumeric characters or '-', start with an "
+                      "alphabetic character, and end with an alphanumeric character")  # fmt: skip
+    kind = spec.get("type", "ClusterIP")
+    if not spec.get("ports") and kind != "ExternalName" and spec.get("clusterIP") != "None":
+        errors.append("spec.ports: Required value")
+    klass = spec.get("loadBalancerClass")
+    if klass is not None and kind != "LoadBalancer":
+        errors.append("spec.loadBalancerClass: Forbidden: may only be used when `type` is "
+                      "'LoadBalancer'")  # fmt: skip
+    before = (current or {}).get("spec") or {}
+    if (current is not None and before.get("type") == "LoadBalancer" == kind
+            and before.get("loadBalancerClass") != klass):  # fmt: skip
+        errors.append(f"spec.loadBalancerClass: Invalid value: {json.dumps(klass)}: may not "
+                      "change once set")  # fmt: skip
+    ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    for index, item in enumerate(ingress):
+        ip = item.get("ip")
+        if ip is not None and not _ip(ip):
+            errors.append(f"status.loadBalancer.ingress[{index}].ip: Invalid value: "
+                          f"{json.dumps(ip)}: must be a valid IP address")  # fmt: skip
+    return errors
+
+
+def _ip(text: object) -> bool:
+    try:
+        ipaddress.ip_address(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def _slice_errors(obj: Obj, current: Obj | None) -> list[str]:
+    errors = []
+    for i, ep in enumerate(obj.get("endpoints") or ()):
+        for j, text in enumerate(ep.get("addresses") or ()):
+            if not _ip(text):
+                continue
+            address = ipaddress.ip_address(text)
+            if address.is_loopback or address.is_link_local:
+                kind = "loopback" if address.is_loopback else "link-local"
+                errors.append(f"endpoints[{i}].addresses[{j}]: Invalid value: "
+                              f"{json.dumps(text)}: may not be in the {kind} range")  # fmt: skip
+    for i, port in enumerate(obj.get("ports") or ()):
+        name = port.get("name")
+        if name and not (len(name) <= 63 and DNS1123_LABEL.fullmatch(name)):
+            errors.append(f"ports[{i}].name: Invalid value: {json.dumps(name)}: a lowercase "
+                          "RFC 1123 label must consist of lower case alphanumeric characters "
+                          "or '-'")  # fmt: skip
+    return errors
+
+
+def _event_errors(obj: Obj, current: Obj | None) -> list[str]:
+    involved = (obj.get("involvedObject") or {}).get("namespace")
+    own = obj["metadata"].get("namespace")
+    if involved is not None and involved != own:
+        return [f"involvedObject.namespace: Invalid value: {json.dumps(involved)}: does not "
+                "match event.namespace"]  # fmt: skip
+    return []
+
+
+def _lease_errors(obj: Obj, current: Obj | None) -> list[str]:
+    spec = obj.get("spec") or {}
+    for field in ("acquireTime", "renewTime"):
+        value = spec.get(field)
+        if value is not None and not MICRO_TIME.fullmatch(str(value)):
+            return [f"400 spec.{field}: parsing time {json.dumps(value)} as "
+                    '"2006-01-02T15:04:05.000000Z07:00": cannot parse'
+                    ]  # fmt: skip
+    return []
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386. Strategic merge is the same for the fields patched here (maps merge; the
     lists involved, like status.loadBalancer.ingress, have no merge key and are replaced)."""
@@ -126,8 +239,12 @@ class Store:
         self.objects: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
         self.history: dict[str, list[tuple[int, str, Obj]]] = {p: [] for p in KINDS}
         self.compacted = 0  # watches from before this resourceVersion get 410
-        self._node_ports = iter(range(30000, 32768))
-        self._cluster_ips = iter(range(10, 60000))
+        # Random, as kube-apiserver allocates them: nothing may count on a sequence.
+        shuffle = random.Random().shuffle
+        ports, ips = list(range(30000, 32768)), list(range(10, 60000))
+        shuffle(ports)
+        shuffle(ips)
+        self._node_ports, self._cluster_ips = iter(ports), iter(ips)
         for name in namespaces:
             self.create("namespaces", "", {"metadata": {"name": name}})
 
@@ -139,9 +256,12 @@ class Store:
         self.lock.notify_all()
 
     def create(
-        self, plural: str, namespace: str, obj: Obj, *, manager: str = "", dry_run: bool = False
+        self, plural: str, namespace: str, obj: Obj, *, manager: str = "", dry_run: bool = False,
+        strict: bool = False,
     ) -> Obj:
-        """Store ``obj`` (with ``dry_run``, only check that it could be: nothing is kept)."""
+        """Store ``obj`` (with ``dry_run``, only check that it could be: nothing is kept).
+        ``strict``: validated as kube-apiserver does (every request over HTTP); tests that
+        plant hostile objects call the store directly."""
         spec = KINDS[plural]
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
@@ -166,9 +286,15 @@ class Store:
                     f'{plural} "{meta["name"]}" already exists',
                     {"name": meta["name"], "kind": plural},
                 )
+            if strict:
+                validate(plural, obj, None)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = _now()
             meta.pop("resourceVersion", None)
+            if plural == "endpointslices":
+                meta["generation"] = 1
+            if plural == "events":
+                obj.setdefault("eventTime", None)
             meta["managedFields"] = _managed([], manager, "", spec.api_version)
             obj["kind"], obj["apiVersion"] = spec.kind, spec.api_version
             if plural == "services":
@@ -207,6 +333,30 @@ class Store:
             spec.setdefault("healthCheckNodePort", self._node_port())
         obj["status"] = {"loadBalancer": {}}
 
+    def _retype_service(self, updated: Obj, current: Obj) -> None:
+        """What kube-apiserver does to a Service whose type changes: leaving LoadBalancer
+        drops the class, the node ports (to ClusterIP), the traffic policy and the health
+        check port, and clears status.loadBalancer; coming to it allocates node ports."""
+        spec, before = updated.setdefault("spec", {}), current.get("spec") or {}
+        kind, was = spec.get("type", "ClusterIP"), before.get("type", "ClusterIP")
+        if was == "LoadBalancer" and kind != "LoadBalancer":
+            for field in ("loadBalancerClass", "allocateLoadBalancerNodePorts",
+                          "healthCheckNodePort", "loadBalancerIP"):  # fmt: skip
+                spec.pop(field, None)
+            updated["status"] = {"loadBalancer": {}}
+        if kind == "ClusterIP":
+            spec.pop("externalTrafficPolicy", None)
+            for port in spec.get("ports") or ():
+                port.pop("nodePort", None)
+        elif kind != was and kind in ("NodePort", "LoadBalancer"):
+            if kind == "LoadBalancer":
+                spec.setdefault("allocateLoadBalancerNodePorts", True)
+            spec.setdefault("externalTrafficPolicy", "Cluster")
+            if kind == "NodePort" or spec["allocateLoadBalancerNodePorts"]:
+                for port in spec.get("ports") or ():
+                    if not port.get("nodePort"):
+                        port["nodePort"] = self._node_port()
+
     def _node_port(self) -> int:
         port = next(self._node_ports, None)
         if port is None:
@@ -232,7 +382,7 @@ class Store:
 
     def update(
         self, plural: str, namespace: str, name: str, new: Obj, *, subresource: str = "",
-        manager: str = "",
+        manager: str = "", strict: bool = False,
     ) -> Obj:
         with self.lock:
             current = self.get(plural, namespace, name)
@@ -262,6 +412,12 @@ class Store:
             )  # fmt: skip
             updated["metadata"] = meta
             updated["kind"], updated["apiVersion"] = current["kind"], current["apiVersion"]
+            if plural == "services" and subresource != "status":  # before validation, as
+                self._retype_service(updated, current)  # the server's update strategy does
+            if strict:
+                validate(plural, updated, current)
+            if plural == "endpointslices" and updated != current:
+                meta["generation"] = int(current["metadata"].get("generation") or 1) + 1
             if updated == current:
                 return current  # a no-op write changes nothing, not even resourceVersion
             self.objects[(plural, namespace, name)] = updated
@@ -270,7 +426,7 @@ class Store:
 
     def patch(
         self, plural: str, namespace: str, name: str, patch: Obj, *, subresource: str = "",
-        manager: str = "",
+        manager: str = "", strict: bool = False,
     ) -> Obj:
         with self.lock:
             current = self.get(plural, namespace, name)
@@ -278,9 +434,8 @@ class Store:
             merged.setdefault("metadata", {})["resourceVersion"] = (
                 patch.get("metadata") or {}
             ).get("resourceVersion")
-            return self.update(
-                plural, namespace, name, merged, subresource=subresource, manager=manager
-            )
+            return self.update(plural, namespace, name, merged, subresource=subresource,
+                               manager=manager, strict=strict)  # fmt: skip
 
     def delete(self, plural: str, namespace: str, name: str) -> Obj:
         with self.lock:
@@ -422,14 +577,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, store.get(plural, ns, name))  # type: ignore[arg-type]
             elif method == "POST" and name is None:
                 dry = query.get("dryRun", [""])[0] == "All"
-                self._send_json(
-                    201, store.create(plural, ns, self._body(), manager=manager, dry_run=dry)
-                )
+                made = store.create(plural, ns, self._body(), manager=manager, dry_run=dry,
+                                    strict=True)  # fmt: skip
+                self._send_json(201, made)
             elif method == "PUT" and name:
                 body = self._body()
-                self._send_json(
-                    200, store.update(plural, ns, name, body, subresource=sub, manager=manager)
-                )
+                if not (body.get("metadata") or {}).get("resourceVersion"):
+                    raise ApiError(422, "Invalid", f'{KINDS[plural].kind} "{name}" is invalid: '
+                                   "metadata.resourceVersion: Invalid value: 0x0: must be "
+                                   "specified for an update")  # fmt: skip
+                done = store.update(plural, ns, name, body, subresource=sub, manager=manager,
+                                    strict=True)  # fmt: skip
+                self._send_json(200, done)
             elif method == "PATCH" and name:
                 kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
                 if kind not in (
@@ -444,9 +603,9 @@ class _Handler(BaseHTTPRequestHandler):
                         f'application/strategic-merge-patch+json (got "{kind}")',
                     )
                 body = self._body()
-                self._send_json(
-                    200, store.patch(plural, ns, name, body, subresource=sub, manager=manager)
-                )
+                done = store.patch(plural, ns, name, body, subresource=sub, manager=manager,
+                                   strict=True)  # fmt: skip
+                self._send_json(200, done)
             elif method == "DELETE" and name:
                 self._send_json(200, store.delete(plural, ns, name))
             else:
@@ -683,11 +842,15 @@ class FakeApiServer:
 
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:
-        """Off the network for the duration (same port afterwards)."""
+        """Off the network for the duration (same port afterwards). As a restarted
+        kube-apiserver, it comes back with its watch cache at the current revision: every
+        watch resumed from an older one gets 410 Expired (and its client relists)."""
         self.stop()
         try:
             yield
         finally:
+            with self.store.lock:
+                self.store.compacted = self.store.rv
             self.start()
 
     @property

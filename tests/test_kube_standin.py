@@ -1,0 +1,141 @@
+"""The stand-in answers as kube-apiserver answered the same requests (issue 17): what the real
+server refuses, it refuses, with the same status and words; what it changes on its own, it
+changes. The director's own tests run against it, so a lenient stand-in would hide bugs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from director.adapters.kube import KubeApi, KubeError, api_client
+from lab.kubeapi import FakeApiServer, endpoint_slice, service
+
+SERVICES = "/api/v1/namespaces/default/services"
+SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/lvs-director/leases"
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[tuple[FakeApiServer, KubeApi]]:
+    with FakeApiServer() as api:
+        yield api, KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc"))))
+
+
+def refused(call: Any) -> tuple[int, str]:
+    with pytest.raises(KubeError) as caught:
+        call()
+    return caught.value.status, caught.value.message
+
+
+def test_services_the_real_server_refuses(kube: tuple[FakeApiServer, KubeApi]) -> None:
+    _, api = kube
+    post = lambda obj: lambda: api.request("POST", SERVICES, body=obj)  # noqa: E731
+    bad_name = service("web_1", [("http", "TCP", 80)])
+    assert refused(post(bad_name))[0] == 422
+    assert "metadata.name: Invalid value: \"web_1\": a DNS-1035 label" in refused(post(bad_name))[1]
+    no_ports = service("web", [])
+    assert refused(post(no_ports)) == (422, 'Service "web" is invalid: spec.ports: Required value')
+    cluster_ip = service("web", [("http", "TCP", 80)], type="ClusterIP")
+    cluster_ip["spec"]["loadBalancerClass"] = "lvs-director.io/ipvs"
+    assert refused(post(cluster_ip))[1].endswith(
+        "spec.loadBalancerClass: Forbidden: may only be used when `type` is 'LoadBalancer'"
+    )
+    bad_key = service("web", [("http", "TCP", 80)], annotations={"-bad/key-": "x"})
+    assert "metadata.annotations: Invalid value: \"-bad/key-\"" in refused(post(bad_key))[1]
+
+
+def test_a_service_changes_as_the_real_server_changes_it(
+    kube: tuple[FakeApiServer, KubeApi],
+) -> None:
+    _, api = kube
+    made = api.request("POST", SERVICES, body=service("web", [("http", "TCP", 80)]))
+    node_port = made["spec"]["ports"][0]["nodePort"]
+    path = f"{SERVICES}/web"
+    status = {"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}]}}}
+    api.request("PATCH", f"{path}/status", body=status, content_type=MERGE)
+    bad_ip = {"status": {"loadBalancer": {"ingress": [{"ip": "not-an-ip"}]}}}
+    answer = refused(
+        lambda: api.request("PATCH", f"{path}/status", body=bad_ip, content_type=MERGE)
+    )
+    assert answer[1].endswith('status.loadBalancer.ingress[0].ip: Invalid value: "not-an-ip": '
+                              "must be a valid IP address")  # fmt: skip
+    other_class = {"spec": {"loadBalancerClass": "example.com/other"}}
+    assert "may not change once set" in refused(
+        lambda: api.request("PATCH", path, body=other_class, content_type=MERGE))[1]  # fmt: skip
+    # LoadBalancer -> ClusterIP: class, node ports, policy and status go; back: new node ports
+    gone = api.request("PATCH", path, body={"spec": {"type": "ClusterIP"}}, content_type=MERGE)
+    assert "loadBalancerClass" not in gone["spec"]
+    assert "externalTrafficPolicy" not in gone["spec"]
+    assert "nodePort" not in gone["spec"]["ports"][0]
+    assert gone["status"] == {"loadBalancer": {}}
+    back = api.request("PATCH", path, body={"spec": {"type": "LoadBalancer"}}, content_type=MERGE)
+    assert back["spec"]["ports"][0]["nodePort"] not in (0, None)
+    assert back["status"] == {"loadBalancer": {}} and node_port  # no stale ingress
+
+
+def test_slices_events_and_leases_the_real_server_refuses(
+    kube: tuple[FakeApiServer, KubeApi],
+) -> None:
+    _, api = kube
+    loopback = endpoint_slice("web", [("127.0.0.1", None, True, False)], [("http", "TCP", 80)])
+    assert refused(lambda: api.request("POST", SLICES, body=loopback))[1].endswith(
+        'endpoints[0].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range'
+    )
+    upper = endpoint_slice("web", [("10.0.0.5", None, True, False)], [("HTTP", "TCP", 80)])
+    assert 'ports[0].name: Invalid value: "HTTP"' in refused(
+        lambda: api.request("POST", SLICES, body=upper))[1]  # fmt: skip
+    made = api.request("POST", SLICES, body=endpoint_slice(
+        "web", [("10.0.0.5", None, True, False)], [("http", "TCP", 80)]))  # fmt: skip
+    assert made["metadata"]["generation"] == 1
+    event = {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Service", "name": "web",
+             "namespace": "other"}, "reason": "R", "message": "m", "type": "Normal"}  # fmt: skip
+    path = "/api/v1/namespaces/default/events"
+    assert refused(lambda: api.request("POST", path, body=event))[1].endswith(
+        'involvedObject.namespace: Invalid value: "other": does not match event.namespace'
+    )
+    event["involvedObject"]["namespace"] = "default"
+    assert api.request("POST", path, body=event)["eventTime"] is None
+    lease = {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a",
+             "renewTime": "2026-11-24T10:00:00Z"}}  # fmt: skip
+    assert refused(lambda: api.request("POST", LEASES, body=lease))[0] == 400
+    lease["spec"]["renewTime"] = "2026-11-24T10:00:00.000000Z"
+    stored = api.request("POST", LEASES, body=lease)
+    stored["metadata"].pop("resourceVersion")
+    assert refused(lambda: api.request("PUT", f"{LEASES}/l", body=stored)) == (
+        422, 'Lease "l" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be '
+        "specified for an update",
+    )  # fmt: skip
+    assert refused(lambda: api.request(
+        "POST", "/apis/coordination.k8s.io/v1/namespaces/nowhere/leases", body=lease)) == (
+        404, 'namespaces "nowhere" not found')  # fmt: skip
+
+
+def test_node_ports_and_cluster_ips_are_not_handed_out_in_sequence(
+    kube: tuple[FakeApiServer, KubeApi],
+) -> None:
+    _, api = kube
+    ports = [api.request("POST", SERVICES, body=service(f"s{i}", [("http", "TCP", 80)]))
+             ["spec"]["ports"][0]["nodePort"] for i in range(8)]  # fmt: skip
+    assert all(30000 <= p < 32768 for p in ports) and len(set(ports)) == 8
+    assert ports != sorted(ports) or ports[-1] - ports[0] != 7
+
+
+def test_after_a_restart_a_resumed_watch_gets_410_in_the_stream(
+    kube: tuple[FakeApiServer, KubeApi],
+) -> None:
+    """kube-apiserver answers 200 and then an ERROR object (410 Expired) to a watch from
+    before its restart: the client must relist."""
+    from director.adapters.kube import NODES, Gone
+
+    server, api = kube
+    _, version = api.list(NODES, lambda obj: obj)
+    server.create("services", service("web", [("http", "TCP", 80)]))  # the revision moves on
+    with server.outage():
+        pass
+    events = api.watch(NODES, version, 5)  # answered: 200
+    with pytest.raises(Gone, match="too old resource version"):
+        next(events)
