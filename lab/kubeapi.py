@@ -233,7 +233,11 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class Store:
     """Objects, a global resourceVersion, and the event history watches read from."""
 
-    def __init__(self, namespaces: Iterable[str] = NAMESPACES) -> None:
+    def __init__(
+        self, namespaces: Iterable[str] = NAMESPACES, version: tuple[int, int] = (1, 31)
+    ) -> None:
+        self.version = version  # the Kubernetes version it answers as
+        self.writes: list[str] = []  # "PATCH /api/v1/...": every write request, in order
         self.lock = threading.Condition()
         self.rv = 1
         self.objects: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
@@ -333,6 +337,16 @@ class Store:
             spec.setdefault("healthCheckNodePort", self._node_port())
         obj["status"] = {"loadBalancer": {}}
 
+    def _as_stored(self, plural: str, status: Obj) -> Obj:
+        """A server older than 1.29 does not know ``ipMode``: its decoder drops it."""
+        if plural != "services" or self.version >= (1, 29):
+            return status
+        status = copy.deepcopy(status)
+        for item in (status.get("loadBalancer") or {}).get("ingress") or ():
+            if isinstance(item, dict):
+                item.pop("ipMode", None)
+        return status
+
     def _retype_service(self, updated: Obj, current: Obj) -> None:
         """What kube-apiserver does to a Service whose type changes: leaving LoadBalancer
         drops the class, the node ports (to ClusterIP), the traffic policy and the health
@@ -397,7 +411,7 @@ class Store:
                 )
             if KINDS[plural].status:
                 if subresource == "status":
-                    updated = dict(current, status=new.get("status", {}))
+                    updated = dict(current, status=self._as_stored(plural, new.get("status", {})))
                 else:
                     updated = dict(new, status=current.get("status", {}))
             else:
@@ -554,6 +568,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         self.server.requests += 1
+        if method != "GET":
+            self.server.store.writes.append(f"{method} {urlparse(self.path).path}")
         if not self._authorised():
             return
         try:
@@ -798,10 +814,10 @@ class FakeApiServer:
 
     def __init__(
         self, host: str = "127.0.0.1", token: str = "test-token", rbac: Rbac | None = None,
-        namespaces: Iterable[str] = NAMESPACES,
+        namespaces: Iterable[str] = NAMESPACES, version: tuple[int, int] = (1, 31),
     ) -> None:
         self.host, self.token, self.rbac = host, token, rbac
-        self.store = Store(namespaces)
+        self.store = Store(namespaces, version)
         self.port = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -7,6 +7,7 @@ uses; the cluster is played by writing to the stand-in.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -379,3 +380,23 @@ def test_a_service_without_node_ports_gets_no_dead_address_in_nodeport_mode(
         assert eventually(lambda: ingress(api, "bare"), what="an address") == ["198.51.100.0"]
         vs = eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
         assert list(vs.real_servers) == [("10.244.1.5", 8080)]
+
+
+def test_a_server_older_than_1_29_drops_ip_mode_and_nothing_loops(tmp_path: Path) -> None:
+    """Before 1.29 kube-apiserver does not know status.loadBalancer.ingress[].ipMode and
+    drops it. The director compares addresses, not what it sent: it writes status once."""
+    with FakeApiServer(version=(1, 28)) as api:
+        api.create("nodes", node("n1", "192.0.2.11"))
+        ipvs = FakeIpvs()
+        with start(api.kubeconfig(tmp_path / "kc"), ipvs):
+            api.create("services", service("web", PORTS))
+            assert eventually(lambda: ingress(api, "web"), what="status") == ["198.51.100.0"]
+            assert api.get("services", "web")["status"]["loadBalancer"]["ingress"] == [
+                {"ip": "198.51.100.0"}
+            ]
+            for value in ("a", "b", "c"):  # each brings the Service back to the loop
+                api.patch("services", "web", {"metadata": {"labels": {"touch": value}}})
+            eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
+            time.sleep(1.0)
+            status = "PATCH /api/v1/namespaces/default/services/web/status"
+            assert api.store.writes.count(status) == 1, "written once, never again"
