@@ -1,11 +1,29 @@
-"""Structured logs: a stable event name, then key=value context, one line per event."""
+"""Structured logs: a stable event name, then key=value context, one line per event.
+
+Two formats: logfmt (``ts=2026-11-24T02:55:41.123Z level=INFO logger=... event=... k=v``,
+ISO-8601 UTC) and JSON (one object per line, the context as keys). Under systemd (stderr
+connected to the journal) each line starts with its syslog priority (``<4>``), which
+journald reads, so ``journalctl -p warning`` shows the warnings and errors. A traceback, and
+an exception nothing caught, is logged in the same format, on one line.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
+import os
 import sys
+import threading
+import traceback
+from types import TracebackType
+from typing import Any
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+# syslog priorities (sd-daemon.h), which journald reads from a "<N>" prefix.
+_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
+             logging.CRITICAL: 2}  # fmt: skip
+FORMATS = ("logfmt", "json")
 
 
 def _value(value: object) -> str:
@@ -27,20 +45,83 @@ def event(
     **context: object,
 ) -> None:
     """Log ``event=NAME k=v ...`` (values with spaces are quoted); ``exc_info``: the
-    exception's traceback follows the line."""
+    exception's traceback goes with the line."""
     if logger.isEnabledFor(level):
         fields = " ".join(f"{k}={_value(v)}" for k, v in context.items())
-        logger.log(level, "event=%s%s", name, f" {fields}" if fields else "", exc_info=exc_info)
+        logger.log(level, "event=%s%s", name, f" {fields}" if fields else "", exc_info=exc_info,
+                   extra={"event": name, "context": context})  # fmt: skip
 
 
-def setup(level: str = "INFO") -> None:
+def _timestamp(record: logging.LogRecord) -> str:
+    when = dt.datetime.fromtimestamp(record.created, dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
+
+
+class Formatter(logging.Formatter):
+    """One line per record, logfmt or JSON, with the journal's priority prefix if asked."""
+
+    def __init__(self, style: str = "logfmt", priority: bool = False) -> None:
+        super().__init__()
+        self.json, self.priority = style == "json", priority
+
+    def format(self, record: logging.LogRecord) -> str:
+        trace = self.formatException(record.exc_info) if record.exc_info else None
+        if self.json:
+            body: dict[str, Any] = {"ts": _timestamp(record), "level": record.levelname,
+                                    "logger": record.name}  # fmt: skip
+            name = getattr(record, "event", None)
+            if name is not None:
+                body["event"] = name
+                body.update({k: v if isinstance(v, (int, float, bool)) or v is None else str(v)
+                             for k, v in getattr(record, "context", {}).items()
+                             if k not in body})  # fmt: skip
+            else:
+                body["message"] = record.getMessage()
+            if trace:
+                body["traceback"] = trace
+            line = json.dumps(body, ensure_ascii=False)
+        else:
+            line = (f"ts={_timestamp(record)} level={record.levelname} logger={record.name} "
+                    f"{record.getMessage()}")  # fmt: skip
+            if trace:
+                line += f" traceback={_value(trace)}"
+        if self.priority:
+            line = f"<{_PRIORITY.get(record.levelno, 6)}>{line}"
+        return line
+
+
+def _under_journal() -> bool:
+    """Is stderr the journal's stream (systemd sets JOURNAL_STREAM to its device:inode)?"""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        device, inode = (int(part) for part in stream.split(":"))
+        stat = os.fstat(sys.stderr.fileno())
+    except (ValueError, OSError):
+        return False
+    return (stat.st_dev, stat.st_ino) == (device, inode)
+
+
+def setup(level: str = "INFO", style: str = "logfmt") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
-    )
+    handler.setFormatter(Formatter(style, priority=_under_journal()))
     root = logging.getLogger("director")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
     # urllib3 retries are reported by the watchers as kube.watch_failed; no second voice.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    crashes = logging.getLogger("director.crash")
+
+    def uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, exc, tb)
+            return
+        reason = "".join(traceback.format_exception_only(kind, exc)).strip()
+        event(crashes, "uncaught", logging.CRITICAL, exc_info=exc, error=reason)
+
+    def uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            uncaught(args.exc_type, args.exc_value, args.exc_traceback)
+
+    sys.excepthook = uncaught
+    threading.excepthook = uncaught_in_thread

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
+
 from director.core.model import (
     Forwarding,
     IpProtocol as Protocol,
@@ -200,3 +202,24 @@ def test_an_mh_real_server_added_quiesced_takes_its_place_in_the_table_first() -
     # sh builds its table from the weights as they are: nothing to keep
     sh = VirtualService(WEB, ServiceConfig("sh"), desired.real_servers)
     assert [op.kind for op in plan_service(WEB, sh, None)][1:] == [OpKind.ADD_DEST] * 2
+
+
+def test_a_full_sync_logs_a_summary_and_a_single_change_logs_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A big first sync is one INFO line with counts per operation (each operation at
+    DEBUG), not tens of thousands; an incremental change is still one line per operation."""
+    reconciler = Reconciler(FakeIpvs(), OWN)
+    other = ServiceKey.inet(Protocol.TCP, "198.51.100.11", 80)
+    desired = {key: vs(key, A, B) for key in (WEB, other)}
+    caplog.set_level("INFO", logger="director")
+    reconciler.full_sync(desired)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["event=ipvs.applied ops=6 failed=0 sends=0 add_dest=4 add_service=2"]
+    caplog.clear()
+    reconciler.sync_service(WEB, vs(WEB, A, B, C))
+    assert [r.getMessage() for r in caplog.records] == [
+        f'event=ipvs.change op="+ real server 192.0.2.13:8080 weight=1 forwarding=nat in {WEB}"'
+        " origin=static/web",
+        "event=ipvs.applied ops=1 failed=0 sends=0",
+    ]

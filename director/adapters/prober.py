@@ -260,7 +260,8 @@ class Checker:
         if self.on_result is not None:
             self.on_result(probe.target, health)
         if changed:
-            event(log, "health.changed", target=probe.target.describe(),
+            level = logging.INFO if health.up else logging.WARNING  # a backend going down
+            event(log, "health.changed", level, target=probe.target.describe(),
                   state="up" if health.up else "down", reason=reason,
                   successes=health.successes, failures=health.failures)  # fmt: skip
             self.on_change(probe.target, health)

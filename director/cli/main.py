@@ -243,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
     )
+    parser.add_argument("--log-format", choices=logs.FORMATS, default="logfmt",
+                        help="logfmt (default) or json, one line per event")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("plan", "print what apply would change, changing nothing"),
@@ -289,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"))
+    logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"),
+               args.log_format)  # fmt: skip
     try:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from director.core.model import Op, ServiceKey, Table, VirtualService
 from director.core.plan import (
@@ -55,7 +57,7 @@ class Reconciler:
             event(log, "plan.foreign_service", level=logging.DEBUG, service=key)
         for key, reason in plan.refused:
             event(log, "plan.refused", level=logging.WARNING, service=key, reason=reason)
-        result = self._apply(plan.ops, update_cache=False)
+        result = self._apply(plan.ops, update_cache=False, bulk=True)
         if result.ok and plan.ops and not self.dry_run:
             # Everything applied: the owned part of the kernel now is the desired table.
             refused = {key for key, _ in plan.refused}
@@ -83,17 +85,26 @@ class Reconciler:
         result = self._apply(plan.ops)
         return SyncReport(plan, result, time.perf_counter() - started)
 
-    def _apply(self, ops: tuple[Op, ...], update_cache: bool = True) -> ApplyResult:
+    def _apply(
+        self, ops: tuple[Op, ...], update_cache: bool = True, bulk: bool = False
+    ) -> ApplyResult:
+        """Send ``ops``. Each is logged (at INFO; a full sync's at DEBUG, with one summary
+        line at INFO: 55,000 lines for a big first sync would flood the journal and cost
+        minutes); in shadow mode each is logged at INFO, since that is what it is for."""
         if not ops:
             return ApplyResult()
-        if self.dry_run or log.isEnabledFor(logging.INFO):  # describe() only when shown
+        level = logging.DEBUG if bulk and not self.dry_run else logging.INFO
+        if log.isEnabledFor(level):  # describe() only when shown
             name = "ipvs.would_change" if self.dry_run else "ipvs.change"
             for op in ops:
-                event(log, name, op=op.describe(), origin=op.origin or "-")
+                event(log, name, level, op=op.describe(), origin=op.origin or "-")
         if self.dry_run:
             return ApplyResult(requested=len(ops))
         result = self.ipvs.apply(ops)
         if update_cache:
             apply_ops_to_table(self.actual, ops, set(result.failed))
-        event(log, "ipvs.applied", ops=len(ops), failed=len(result.errors), sends=result.sends)
+        kinds = Counter(op.kind.value for op in ops) if bulk else Counter[str]()
+        counts: dict[str, Any] = {k.replace("-", "_"): n for k, n in sorted(kinds.items())}
+        event(log, "ipvs.applied", ops=len(ops), failed=len(result.errors), sends=result.sends,
+              **counts)  # fmt: skip
         return result

@@ -20,6 +20,7 @@ scrapes and page loads can never take every worker from the authenticated API.
 from __future__ import annotations
 
 import hmac
+import logging
 import threading
 from collections.abc import Iterable
 
@@ -27,11 +28,14 @@ from flask import Flask, Response, g, request
 
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
+from director.logs import event
 from director.web import drains, errors, health, services, status
 from director.web.bodies import MAX_BODY
 from director.web.context import KEY, AnnotationWriter, ApiContext, MetricsText
 from director.web.errors import problem
 from director.web.health import OPEN_PATHS
+
+log = logging.getLogger("director.api")
 
 OPEN_SLOTS = 4  # workers the endpoints without a token may hold at once
 PUBLIC_CHOICES = ("health", "metrics", "status_page")  # what api.public may open
@@ -91,6 +95,14 @@ def _gate(app: Flask, expected: bytes, opened: frozenset[str]) -> None:
         if not hmac.compare_digest(credentials.strip().encode(errors="replace"), expected):
             return problem(403, "the bearer token is not valid")
         return None
+
+    @app.after_request
+    def _audit(response: Response) -> Response:
+        """Every change asked of the API, by whom (the client's address) and its answer."""
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            event(log, "api.audit", method=request.method, path=request.path,
+                  status=response.status_code, client=request.remote_addr or "-")  # fmt: skip
+        return response
 
     @app.teardown_request
     def _release(_exc: BaseException | None) -> None:
