@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from director.cli.runtime import Runtime
+from director.core.model import Op, OpKind
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, node, service
@@ -190,3 +191,31 @@ def test_ctl_undrain_finds_a_drain_however_its_address_is_written(running) -> No
     assert "2001:db8::1" not in ctl(url, "drains")
     assert "draining [2001:DB8::2]:8080" in ctl(url, "drain", "[2001:DB8::2]:8080")
     assert ctl(url, "undrain", "[2001:db8::2]:8080").strip() == "undrained [2001:db8::2]:8080"
+
+
+def test_ctl_and_status_exit_statuses_tell_scripts_what_failed(running) -> None:  # type: ignore[no-untyped-def]
+    """0 done; 1 refused (400, 404, 409); 2 changes pending (plan --exit-code); 5 no answer;
+    6 no token, or a token refused; 7 the director could not do it now (5xx)."""
+    _runtime, ipvs, url, _api = running
+
+    def rc(*argv: str, token: str | None = TOKEN, at: str = url) -> int:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIRECTOR_TOKEN")}
+        if token is not None:
+            env["DIRECTOR_TOKEN"] = token
+        return subprocess.run([sys.executable, "-m", "director", *argv[:1], "--url", at,
+                               *argv[1:]], capture_output=True, env=env, timeout=60,
+                              check=False).returncode  # fmt: skip
+
+    assert rc("status") == 0
+    assert rc("ctl", "undrain", "192.0.2.99:8080") == 1  # nothing to undrain: refused
+    assert rc("status", at="http://127.0.0.1:9") == 5  # nothing listens there
+    assert rc("status", token=None) == 6
+    assert rc("status", token="not-the-token") == 6
+    assert rc("ctl", "plan", "--exit-code") == 0
+    web = next(k for k in ipvs.read().services if k.address == "198.51.100.10")
+    ipvs.apply([Op(OpKind.DEL_SERVICE, web)])  # drift: the director would add it back
+    assert rc("ctl", "plan", "--exit-code") == 2
+    assert rc("ctl", "plan") == 0
+    version = subprocess.run([sys.executable, "-m", "director", "--version"],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    assert version.returncode == 0 and version.stdout.startswith("director ")

@@ -20,8 +20,21 @@ from director.core.model import canonical_address
 DEFAULT_URL = "http://127.0.0.1:9180"
 
 
+# Exit statuses of `director status` and `director ctl` (scripts tell them apart).
+EXIT_REFUSED = 1  # a wrong request, or one the director refused (400, 404, 409)
+EXIT_CHANGES = 2  # `ctl plan --exit-code`: changes are pending
+EXIT_UNREACHABLE = 5  # no answer from the director (not running, wrong URL, timeout)
+EXIT_UNAUTHORISED = 6  # no token, or one the director does not take (401, 403)
+EXIT_UNAVAILABLE = 7  # the director could not do it now (5xx: busy, loop not taking changes)
+
+
 class CtlError(DirectorError):
-    """What ``director ctl`` says went wrong (the API's answer, or the command's words)."""
+    """What ``director ctl`` says went wrong (the API's answer, or the command's words),
+    with the exit status that tells a script which kind of failure it was."""
+
+    def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,12 +50,14 @@ def _token(args: argparse.Namespace) -> str:
         return os.environ["DIRECTOR_TOKEN"].strip()
     path = path or os.environ.get("DIRECTOR_TOKEN_FILE")
     if not path:
-        raise CtlError("no token: use --token-file, $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE")
+        raise CtlError("no token: use --token-file, $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE",
+                       EXIT_UNAUTHORISED)  # fmt: skip
     try:
         with open(path) as handle:
             return handle.read().strip()
     except OSError as exc:
-        raise CtlError(f"cannot read the token file {path}: {exc.strerror}") from None
+        raise CtlError(f"cannot read the token file {path}: {exc.strerror}",
+                       EXIT_UNAUTHORISED) from None  # fmt: skip
 
 
 def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
@@ -64,9 +79,13 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
             detail = json.loads(exc.read()).get("detail", "")
         except ValueError:
             detail = ""
-        raise CtlError(f"{method} {path}: HTTP {exc.code}: {detail or exc.reason}") from None
-    except urllib.error.URLError as exc:
-        raise CtlError(f"cannot reach the director at {args.url}: {exc.reason}") from None
+        code = (EXIT_UNAUTHORISED if exc.code in (401, 403)
+                else EXIT_UNAVAILABLE if exc.code >= 500 else EXIT_REFUSED)  # fmt: skip
+        raise CtlError(f"{method} {path}: HTTP {exc.code}: {detail or exc.reason}", code) from None
+    except (urllib.error.URLError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CtlError(f"cannot reach the director at {args.url}: {reason}",
+                       EXIT_UNREACHABLE) from None  # fmt: skip
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -233,14 +252,16 @@ def _drains(args: argparse.Namespace) -> str:
 def _plan(args: argparse.Namespace) -> str:
     plan = call(args, "GET", "/api/v1/plan")
     if args.json:
-        return json.dumps(plan, indent=2)
-    lines = [f"{op['detail']}   [{op['origin']}]" for op in plan["ops"]]
-    lines.append(
-        "No changes: the kernel matches."
-        if not plan["ops"]
-        else f"{len(plan['ops'])} changes pending."
-    )
-    return "\n".join(lines)
+        text = json.dumps(plan, indent=2)
+    else:
+        lines = [f"{op['detail']}   [{op['origin']}]" for op in plan["ops"]]
+        lines.append(f"{len(plan['ops'])} changes pending." if plan["ops"]
+                     else "No changes: the kernel matches.")  # fmt: skip
+        text = "\n".join(lines)
+    if plan["ops"] and getattr(args, "exit_code", False):
+        print(text)
+        raise SystemExit(EXIT_CHANGES)
+    return text
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
@@ -277,7 +298,9 @@ def build(sub: Any) -> None:
     undrain = what.add_parser("undrain", help="undo a drain")
     undrain.add_argument("endpoint")
     what.add_parser("drains", parents=[late], help="drains and their progress")
-    what.add_parser("plan", parents=[late], help="what the director would change right now")
+    plan = what.add_parser("plan", parents=[late], help="what the director would change now")
+    plan.add_argument("--exit-code", action="store_true",
+                      help="exit 2 when changes are pending (0: none; others: errors)")  # fmt: skip
 
 
 def main_ctl(args: argparse.Namespace) -> int:
@@ -285,4 +308,4 @@ def main_ctl(args: argparse.Namespace) -> int:
         return run(args)
     except CtlError as exc:
         print(f"director: {exc}", file=sys.stderr)
-        return 1
+        return exc.code

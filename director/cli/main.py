@@ -238,8 +238,18 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("director")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="director", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"director {_version()}")
     parser.add_argument(
         "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
     )
@@ -286,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the configuration file's JSON Schema (for editors and CI; the same "
         "schema director check applies)",
     )
+    for command in sub.choices.values():  # the logging options after the command too
+        command.add_argument("--log-level", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.add_argument("--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)  # fmt: skip
     return parser
 
 
