@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib.metadata
 import json
 import logging
 import random
@@ -27,6 +26,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
+from director import __version__
 from director.core.errors import DirectorError
 from director.logs import event
 
@@ -82,15 +82,8 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         configuration = client.Configuration.get_default_copy()
     api = client.ApiClient(configuration)
-    api.user_agent = f"{FIELD_MANAGER}/{_version()}"
+    api.user_agent = f"{FIELD_MANAGER}/{__version__}"
     return api
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("director")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class KubeApi:

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from director import logs
+from director import __version__, logs
 from director.cli import ctl
 from director.core.model import Op, OpKind
 from director.core.plan import Plan
@@ -238,18 +238,9 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("director")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="director", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"director {_version()}")
+    parser.add_argument("--version", action="version", version=f"director {__version__}")
     parser.add_argument(
         "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
     )
