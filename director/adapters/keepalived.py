@@ -28,6 +28,7 @@ from typing import Any
 
 import jinja2
 
+from director.adapters.worker import LatestWins
 from director.core.errors import DirectorError
 from director.core.model import Family, canonical_address
 from director.logs import event
@@ -181,58 +182,23 @@ class Keepalived:
         event(log, "keepalived.reloaded", pid=pid, file=str(self.path))
 
 
-class KeepalivedSync:
+class KeepalivedSync(LatestWins[frozenset[str]]):
     """Renders and installs on a thread of its own (keepalived -t takes a while): the latest
     VIP set wins, the control loop never waits."""
+
+    name = "keepalived"
 
     def __init__(self, ha: HaSettings, source_config: str, keepalived: Keepalived | None = None):
         self.ha, self.source_config = ha, source_config
         self.keepalived = keepalived or Keepalived(ha)
-        self._pending: frozenset[str] | None = None
-        self._cv = threading.Condition()
-        self._stop = False
-        self.installed: frozenset[str] | None = None
-        self._thread = threading.Thread(target=self._run, name="keepalived", daemon=True)
+        super().__init__()
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
-        if self._thread.ident is not None:
-            self._thread.join(timeout=30)
-
-    def submit(self, vips: frozenset[str]) -> None:
-        with self._cv:
-            self._pending = vips
-            self._cv.notify()
-
-    def settle(self, timeout: float = 30.0) -> bool:
-        """Wait until the latest VIP set is installed (tests, the demo)."""
-        with self._cv:
-            return self._cv.wait_for(lambda: self._pending is None, timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                self._cv.wait_for(lambda: self._pending is not None or self._stop)
-                if self._stop:
-                    return
-                vips = self._pending
-            assert vips is not None
-            try:
-                self.keepalived.install(render_keepalived(self.ha, vips, self.source_config))
-                self.installed = vips
-            except ConfigRejected:
-                pass  # logged and counted; the old configuration stays live
-            except Exception as exc:  # a full disk must not stop the thread
-                event(log, "keepalived.install_failed", level=logging.ERROR, reason=repr(exc))
-            with self._cv:
-                if self._pending is vips:
-                    self._pending = None
-                self._cv.notify_all()
+    def install(self, value: frozenset[str]) -> bool:
+        try:
+            self.keepalived.install(render_keepalived(self.ha, value, self.source_config))
+        except ConfigRejected:
+            return False  # logged and counted; the old configuration stays live
+        return True
 
 
 class VrrpFifo:

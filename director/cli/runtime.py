@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from director.adapters.frr import FrrSync
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 from director.adapters.kube import RESOURCES, KubeApi, KubeError, KubeWriter, Watcher, api_client
 from director.adapters.metrics import Metrics, Registry, Scrape
@@ -32,6 +33,7 @@ from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
+from director.dataplane.netns import write_sysctls
 from director.engine.events import LeaseRefused, TargetChecked, VrrpChanged
 from director.engine.loop import COMPONENT, Controller
 from director.engine.reconcile import SyncReport
@@ -40,6 +42,9 @@ from director.schema.config import Settings
 from director.web.app import create_app
 
 log = logging.getLogger("director.runtime")
+# A director serves the middle of a connection that started on another (ECMP moved it):
+# IPVS schedules a non-SYN packet only with these set.
+SLOPPY = {"net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
 
 
 class Elector:
@@ -308,7 +313,8 @@ class Runtime:
         )  # fmt: skip
         self.api = self._api(settings, None if dry_run else writer, scrape, reader)
         self.checker = self._checker(settings, netns)
-        self.keepalived, self.fifo = self._keepalived(settings, dry_run)
+        self.vrrp = self._keepalived(settings, dry_run)  # keepalived.conf, the notify FIFO
+        self.frr = self._frr(settings, dry_run, netns, ipvs)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
@@ -359,15 +365,41 @@ class Runtime:
         self.controller.on_targets = checker.update
         return checker
 
+    @property
+    def keepalived(self) -> KeepalivedSync | None:
+        return self.vrrp[0] if self.vrrp else None
+
+    @property
+    def fifo(self) -> VrrpFifo | None:
+        return self.vrrp[1] if self.vrrp else None
+
     def _keepalived(
         self, settings: Settings, dry_run: bool
-    ) -> tuple[KeepalivedSync | None, VrrpFifo | None]:
+    ) -> tuple[KeepalivedSync, VrrpFifo] | None:
         if settings.ha is None or dry_run:
-            return None, None
+            return None
         sync = KeepalivedSync(settings.ha, settings.source)
         self.controller.on_vips = sync.submit
         fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
         return sync, fifo
+
+    def _frr(
+        self, settings: Settings, dry_run: bool, netns: str | None, ipvs: Ipvs
+    ) -> FrrSync | None:
+        """The BGP speaker's configuration (FRR), and the kernel's settings a director
+        needs to take over the middle of a connection another director saw start."""
+        if settings.bgp is None or dry_run:
+            return None
+        if isinstance(ipvs, FakeIpvs):
+            failed: dict[str, str] = {}
+        else:
+            failed = write_sysctls(netns, SLOPPY)
+        for name, why in failed.items():
+            event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name, value=SLOPPY[name],
+                  reason=why, effect="connections break when directors join or leave")  # fmt: skip
+        sync = FrrSync(settings.bgp, settings.pools, settings.source, netns=netns)
+        self.controller.on_routes = sync.submit
+        return sync
 
     def _keepalived_counts(self) -> tuple[int, int] | None:
         sync = getattr(self, "keepalived", None)  # a scrape may come before it is made
@@ -395,6 +427,8 @@ class Runtime:
         if self.keepalived is not None and self.fifo is not None:
             self.fifo.start()
             self.keepalived.start()
+        if self.frr is not None:
+            self.frr.start()
         if self.elector is not None:
             self.elector.start()
         for watcher in self.watchers:
@@ -407,7 +441,7 @@ class Runtime:
         threads = [self._thread, *(w._thread for w in self.watchers)]
         if self.controller.outbox is not None:
             threads.append(self.controller.outbox._thread)
-        for part in (self.elector, self.checker, self.keepalived, self.fifo, self.api):
+        for part in (self.elector, self.checker, self.keepalived, self.fifo, self.frr, self.api):
             if part is not None:
                 threads.append(part._thread)
         return threads
@@ -450,6 +484,8 @@ class Runtime:
         if self.keepalived is not None and self.fifo is not None:
             self.keepalived.stop()
             self.fifo.stop()
+        if self.frr is not None:
+            self.frr.stop()
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(timeout=10)

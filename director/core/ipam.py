@@ -58,11 +58,27 @@ def _special(version: int, first: int, last: int) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Announce:
+    """How a pool's addresses are made reachable: ``vrrp`` (keepalived moves them between the
+    boxes of a pair) or ``bgp`` (every director announces them to its routers, which spread
+    flows by ECMP), with the BGP attributes its routes carry."""
+
+    kind: str = "vrrp"  # vrrp | bgp
+    communities: tuple[str, ...] = ()
+    local_preference: int | None = None
+
+    @property
+    def bgp(self) -> bool:
+        return self.kind == "bgp"
+
+
+@dataclass(frozen=True, slots=True)
 class Pool:
     name: str
     # Inclusive (first, last) address ranges as integers, each of one family.
     ranges: tuple[tuple[int, int, int], ...]  # (family 4|6, first, last)
     auto_assign: bool = True
+    announce: Announce = Announce()  # how its addresses are made reachable
 
     @classmethod
     def parse(
@@ -71,6 +87,7 @@ class Pool:
         entries: Iterable[str],
         auto_assign: bool = True,
         all_addresses: bool = False,
+        announce: Announce | None = None,
     ) -> Pool:
         """``all_addresses``: IPv4 CIDRs give out their network and broadcast addresses too."""
         ranges = []
@@ -101,7 +118,7 @@ class Pool:
                 )
         if not ranges:
             raise PoolError("a pool needs at least one CIDR or range")
-        return cls(name, tuple(ranges), auto_assign)
+        return cls(name, tuple(ranges), auto_assign, announce or Announce())
 
     def contains(self, address: Address) -> bool:
         value = int(address)

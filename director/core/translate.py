@@ -132,13 +132,36 @@ def relevant(svc: ServiceInfo, policy: Policy) -> bool:
     return wants_address(svc, policy) or wants_nodeports(svc, policy)
 
 
+# Schedulers whose choice depends only on the packet and the real-server list, so every
+# director (kept in one order) picks the same real server for a flow.
+HASHING = frozenset(("mh", "sh", "dh"))
+BGP_SCHEDULER = ("mh", frozenset({"mh-port"}))
+NAT_OVER_BGP = (
+    "nat cannot serve an address announced over BGP: the replies would have to come back "
+    "through the one director that saw the connection start; use tun or dr"
+)
+
+
+def defaults(policy: Policy, bgp: bool) -> Options:
+    """What a Service gets when it says nothing. Announced over BGP (every director serves
+    it, ECMP picks one per flow): Maglev hashing with the port, and tun unless dr is the
+    default, so any director can take over the middle of a connection."""
+    if not bgp:
+        return Options(policy.scheduler, frozenset(), policy.forwarding, policy.backends)
+    scheduler, flags = BGP_SCHEDULER if "mh" in policy.schedulers else (policy.scheduler, set())
+    forwarding = Forwarding.TUN if policy.forwarding is Forwarding.NAT else policy.forwarding
+    return Options(scheduler, frozenset(flags), forwarding, policy.backends)
+
+
 def options(
-    svc: ServiceInfo, policy: Policy, previous: Options | None
+    svc: ServiceInfo, policy: Policy, previous: Options | None, bgp: bool = False
 ) -> tuple[Options, list[Problem]]:
-    """Per-Service settings from annotations; an invalid one keeps the last valid value."""
-    base = previous or Options(policy.scheduler, frozenset(), policy.forwarding, policy.backends)
+    """Per-Service settings from annotations; an invalid one keeps the last valid value.
+    ``bgp``: its address is announced over BGP (see :func:`defaults`)."""
+    default = defaults(policy, bgp)
+    base = previous or default
     problems: list[Problem] = []
-    scheduler, flags, source = policy.scheduler, frozenset[str](), "default"
+    scheduler, flags, source = default.scheduler, default.flags, "default"
     for annotation, origin in ((A_SCHEDULER, "annotation"), (A_OVERRIDE, "api")):
         text = svc.annotations.get(annotation)
         if text is None:
@@ -150,15 +173,21 @@ def options(
                 scheduler, flags, source = base.scheduler, base.flags, base.scheduler_source
         else:
             (scheduler, flags), source = parsed, origin
-    forwarding = policy.forwarding
+    forwarding = default.forwarding
     text = svc.annotations.get(A_FORWARDING)
     if text is not None:
         labels = [f.label for f in CONFIGURABLE_FORWARDING]
-        if text.lower() in labels:
-            forwarding = Forwarding[text.upper()]
-        else:
+        if text.lower() not in labels:
             problems.append(Problem(A_FORWARDING, f"{text!r} is not one of {', '.join(labels)}"))
             forwarding = base.forwarding
+        elif bgp and text.lower() == "nat":
+            problems.append(Problem(A_FORWARDING, NAT_OVER_BGP, "ForwardingRefused"))
+            kept = base.forwarding
+            forwarding = kept if kept is not Forwarding.NAT else default.forwarding
+        else:
+            forwarding = Forwarding[text.upper()]
+    if bgp:
+        problems += _bgp_problems(scheduler, policy)
     backends = policy.backends
     text = svc.annotations.get(A_BACKENDS)
     if text is not None:
@@ -170,6 +199,19 @@ def options(
             )
             backends = base.backends
     return Options(scheduler, flags, forwarding, backends, source), problems
+
+
+def _bgp_problems(scheduler: str, policy: Policy) -> list[Problem]:
+    if "mh" not in policy.schedulers:
+        return [Problem("spec", "this kernel has no mh scheduler (ip_vs_mh): connections "
+                        f"will break when a director joins or leaves ({scheduler} is used)",
+                        "HashingUnavailable")]  # fmt: skip
+    if scheduler not in HASHING:
+        return [Problem(A_SCHEDULER, f"{scheduler} does not pick the same real server on every "
+                        "director: connections will break when a director joins or leaves "
+                        "(mh, the default for addresses announced over BGP, keeps them)",
+                        "SchedulerNotHashing")]  # fmt: skip
+    return []
 
 
 def _protocols(svc: ServiceInfo) -> frozenset[IpProtocol]:
@@ -255,8 +297,10 @@ def translate(
     policy: Policy,
     *,
     previous: Options | None = None,
+    bgp: bool = False,
 ) -> Translation:
-    opts, problems = options(svc, policy, previous)
+    """``bgp``: the Service's address is announced over BGP (every director serves it)."""
+    opts, problems = options(svc, policy, previous, bgp)
     problems += [Problem("spec", text, "InvalidServiceField") for text in svc.problems]
     slices = tuple(slices)
     for sl in slices:

@@ -44,3 +44,23 @@ def in_netns(netns: str | None, fn: Callable[[], T]) -> T:
     if failure:
         raise failure[0]
     return result[0]
+
+
+def write_sysctls(netns: str | None, values: dict[str, str]) -> dict[str, str]:
+    """Set kernel parameters (``net.ipv4.vs.sloppy_tcp``) as seen from ``netns``; returns
+    the ones that could not be set, with why (the module not loaded, no permission)."""
+    from pathlib import Path
+
+    failed: dict[str, str] = {}
+
+    def write() -> None:
+        for name, value in values.items():
+            path = Path("/proc/sys") / name.replace(".", "/")
+            try:
+                if path.read_text().strip() != value:
+                    path.write_text(value)
+            except OSError as exc:
+                failed[name] = exc.strerror or str(exc)
+
+    in_netns(netns, write)
+    return failed

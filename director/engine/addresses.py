@@ -27,6 +27,14 @@ class Addresses:
     def __init__(self, allocator: Allocator, reporter: Reporter) -> None:
         self.allocator, self.reporter = allocator, reporter
 
+    def announced_over_bgp(self, addresses: tuple[str, ...]) -> bool:
+        """Is one of ``addresses`` in a pool announced over BGP?"""
+        for text in addresses:
+            pool = self.allocator.pool_of(ipaddress.ip_address(text))
+            if pool is not None and pool.announce.bgp:
+                return True
+        return False
+
     def release(self, ref: str) -> None:
         self.allocator.release(ref)
 

@@ -1,35 +1,120 @@
-"""Announcing the VIPs: the set of addresses the director serves, handed to whatever makes
-them reachable (keepalived's VRRP today) whenever it changes, and only then.
+"""Announcing the VIPs: the addresses the director serves, handed to whatever makes them
+reachable, whenever that changes, and only then.
 
-Where the address set comes from and who announces it are kept apart, so another way of
-announcing (BGP) is one more announcer beside this one, not a change to the loop.
+- VIPs outside the ``bgp`` pools go to keepalived as one set (VRRP moves them with the
+  pair's master); the set is recomputed only when the virtual services' keys changed.
+- VIPs of ``bgp`` pools become routes (:func:`director.core.announce.decide`): announced
+  while this director can serve them, withdrawn otherwise, each decision logged with its
+  reason when it changes. Only the VIPs whose virtual services were touched in a step are
+  decided again, so one change costs the same at 10 VIPs and at 10,000.
+
+Where the address set comes from and who announces it are kept apart: keepalived and FRR
+are hooks the runtime sets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping
+from types import MappingProxyType
 
-from director.core.model import ServiceKey
+from director.core.announce import Route, decide, pool_of
+from director.core.ipam import Pool
+from director.core.model import ServiceKey, Table
+from director.logs import event
 
 Announce = Callable[[frozenset[str]], None]
+Routes = Callable[[Mapping[str, Route]], None]
+log = logging.getLogger("director.announce")
 
 
 class VipAnnouncer:
-    def __init__(self) -> None:
-        self.announce: Announce | None = None
+    def __init__(self, bgp_pools: Iterable[Pool] = ()) -> None:
+        self.announce: Announce | None = None  # the VRRP VIP set, to keepalived
+        self.on_routes: Routes | None = None  # every route, to FRR (one came, went or flipped)
+        self.bgp_pools = tuple(bgp_pools)
+        self.maintenance: str | None = None  # why every route is withdrawn, if it is
+        self.routes: dict[str, Route] = {}
+        self._vrrp_vips: frozenset[str] = frozenset()
         self._announced: frozenset[str] | None = None
         self._keys_changed = True
+        self._by_vip: dict[str, set[ServiceKey]] = {}  # bgp VIP -> its virtual services
+        self._dirty: set[str] = set()  # bgp VIPs to decide again
+        self._all_dirty = True
+        self._ready = False
+        self._pushed = False
 
     def keys_changed(self) -> None:
         """The set of virtual services changed: the VIPs may have."""
         self._keys_changed = True
 
-    def update(self, keys: Iterable[ServiceKey]) -> None:
-        """Announce the addresses of ``keys`` if the set changed since the last time."""
-        if not self._keys_changed or self.announce is None:
-            return
-        self._keys_changed = False
-        vips = frozenset(key.address for key in keys if not key.fwmark)
-        if vips != self._announced:
-            self._announced = vips
-            self.announce(vips)
+    def touched(self, keys: Iterable[ServiceKey]) -> None:
+        """These virtual services were programmed (or removed): decide their VIPs again."""
+        if self.bgp_pools:
+            self._dirty.update(key.address for key in keys if not key.fwmark)
+
+    def set_maintenance(self, reason: str | None) -> None:
+        if reason != self.maintenance:
+            self.maintenance = reason
+            self._all_dirty = True
+
+    def update(self, keys: Iterable[ServiceKey], programmed: Table | None = None,
+               ready: bool = True, down: Collection[ServiceKey] = ()) -> None:  # fmt: skip
+        """Announce what changed: the VRRP set if the keys changed, the routes of the VIPs
+        touched since the last call (``programmed``: what the kernel holds; ``down``: the
+        services whose every real server fails its check)."""
+        if ready != self._ready:
+            self._ready, self._all_dirty = ready, True
+        if self._keys_changed:
+            self._keys_changed = False
+            self._index(keys)
+        if self.announce is not None and self._vrrp_vips is not self._announced:
+            if self._vrrp_vips != self._announced:  # the same addresses: no reload
+                self.announce(self._vrrp_vips)
+            self._announced = self._vrrp_vips
+        if self.bgp_pools and (self._dirty or self._all_dirty):
+            self._decide(programmed if programmed is not None else {}, down)
+
+    def _index(self, keys: Iterable[ServiceKey]) -> None:
+        """The VRRP set, and each bgp VIP's virtual services."""
+        vips: set[str] = set()
+        by_vip: dict[str, set[ServiceKey]] = {}
+        for key in keys:
+            if key.fwmark:
+                continue
+            if self.bgp_pools and pool_of(key.address, self.bgp_pools) is not None:
+                by_vip.setdefault(key.address, set()).add(key)
+            else:
+                vips.add(key.address)
+        if self.bgp_pools:
+            gone = self._by_vip.keys() - by_vip.keys()
+            self._dirty |= gone | {v for v, ks in by_vip.items() if ks != self._by_vip.get(v)}
+            self._by_vip = by_vip
+        self._vrrp_vips = frozenset(vips)
+
+    def _decide(self, programmed: Table, down: Collection[ServiceKey]) -> None:
+        vips = set(self._by_vip) | set(self.routes) if self._all_dirty else self._dirty
+        self._all_dirty, self._dirty = False, set()
+        flipped = not self._pushed
+        for vip in vips:
+            keys = self._by_vip.get(vip)
+            pool = pool_of(vip, self.bgp_pools)
+            before = self.routes.get(vip)
+            if not keys or pool is None:
+                if before is not None:  # FRR releases its address too
+                    del self.routes[vip]
+                    flipped = True
+                    event(log, "bgp.announce", vip=vip, announced=False, pool=before.pool,
+                          reason="gone: no virtual service has this address")  # fmt: skip
+                continue
+            route = decide(vip, pool, keys, programmed, ready=self._ready,
+                           maintenance=self.maintenance, down=down)  # fmt: skip
+            if route != before:
+                self.routes[vip] = route
+                if before is None or before.announced != route.announced:
+                    flipped = True
+                    event(log, "bgp.announce", vip=vip, announced=route.announced,
+                          pool=route.pool, reason=route.reason)  # fmt: skip
+        if flipped and self.on_routes is not None:
+            self._pushed = True
+            self.on_routes(MappingProxyType(dict(self.routes)))

@@ -5,11 +5,12 @@ then."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
+from director.core.ipam import Pool
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
 from director.engine.view import LoopView, PoolUse
@@ -22,9 +23,10 @@ V = TypeVar("V")
 
 
 class Exports:
-    def __init__(self, state_file: Path | None) -> None:
+    def __init__(self, state_file: Path | None, bgp_pools: Iterable[Pool] = ()) -> None:
         self.view = LoopView()  # published after each step that changed something
-        self.vips = VipAnnouncer()  # the VIP set, to keepalived whenever it changes
+        # the VIP set to keepalived, the bgp pools' routes to FRR, whenever they change
+        self.vips = VipAnnouncer(bgp_pools)
         self.on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
         self.state_file = state_file
         self.due = True  # the view is behind: publish it at the end of this step

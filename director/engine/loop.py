@@ -18,7 +18,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from director.core.snapshot import ALL, Snapshot
 from director.core.translate import Policy
 from director.dataplane.interface import Ipvs
 from director.engine.addresses import Addresses, reserved_addresses
-from director.engine.announcer import Announce
+from director.engine.announcer import Announce, Routes
 from director.engine.draining import Draining
 from director.engine.events import (
     Event,
@@ -53,6 +52,7 @@ from director.engine.intake import Intake
 from director.engine.intent_store import IntentStore
 from director.engine.outbox import Outbox
 from director.engine.pace import Pace
+from director.engine.parts import hook as _hook, read as _read
 from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.programming import Programmer
 from director.engine.reconcile import Reconciler, SyncReport
@@ -69,18 +69,6 @@ log = logging.getLogger("director.controller")
 RESOURCES = ("services", "endpointslices", "nodes")
 COMPONENT = "lvs-director"
 __all__ = ["COMPONENT", "RESOURCES", "Controller", "build_policy", "reserved_addresses"]
-
-
-def _read(path: str) -> Any:
-    """A part's attribute, read as the Controller's own."""
-    return property(attrgetter(path))
-
-
-def _hook(part: str, name: str) -> Any:
-    """A part's callback, set and read as the Controller's own."""
-    get = attrgetter(part)
-    return property(lambda self: getattr(get(self), name),
-                    lambda self, value: setattr(get(self), name, value))  # fmt: skip
 
 
 class Controller:
@@ -116,7 +104,7 @@ class Controller:
         self.drains = Draining(ipvs, clock, kube.drain_timeout_seconds)
         self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run)
         self.table = Programmed(settings.services)
-        self.exports = Exports(state_file)
+        self.exports = Exports(state_file, settings.bgp_pools)
         translator = Translator(
             settings, build_policy(settings, ipvs.schedulers()), intake=self.intake,
             table=self.table, addresses=self.addresses, reporter=self.reporter, gate=self.gate,
@@ -148,8 +136,9 @@ class Controller:
     last_step: float = _read("pace.last_step")
     vrrp_state: str | None = _read("health.vrrp_state")
     ready: bool = _read("health.first_sync_done")
-    # Hooks the runtime sets: VIP set (keepalived), check targets, each step, READY=1.
+    # Hooks the runtime sets: VIPs (keepalived), routes (FRR), check targets, steps, READY=1.
     on_vips: Announce | None = _hook("exports.vips", "announce")
+    on_routes: Routes | None = _hook("exports.vips", "on_routes")
     on_targets: Callable[[set[Target], set[Target]], None] | None = _hook("gate", "on_targets")
     on_step: Callable[[], None] | None = _hook("pace", "on_step")
     on_ready: Callable[[str], None] | None = _hook("exports", "on_ready")
@@ -251,7 +240,9 @@ class Controller:
         if self.pace.resync_due(now):
             self.programmer.full_resync()
         self.exports.write_state(self)
-        self.exports.vips.update(self.table.desired)
+        self.exports.vips.update(
+            self.table.desired, self.reconciler.actual, self.ready, self.gate.all_down
+        )
 
     def _timed(self, now: float) -> set[str]:
         """What timers make due: drains to check, a held-back filter to try again."""

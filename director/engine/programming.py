@@ -58,7 +58,7 @@ class Programmer:
             self.table.without(key)
         self.full_resync(reread=False)
         self.exports.vips.keys_changed()
-        self.exports.vips.update(self.table.desired)
+        self.exports.vips.update(self.table.desired, self.syncer.reconciler.actual, True)
         # The snapshot and tables are long-lived: keep the collector from walking them on
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
         gc.collect()
@@ -72,6 +72,7 @@ class Programmer:
 
     def full_resync(self, reread: bool = True) -> None:
         self.syncer.full(self.table.desired, reread=reread)
+        self.exports.vips.touched(self.table.desired)  # drift repaired, or found
         self.pace.resynced(self.resync_seconds)
         self.exports.state_due = self.exports.due = True
 
@@ -85,6 +86,7 @@ class Programmer:
             for key, vs in self.translator.static().items():
                 table.desired[key] = vs
                 self.syncer.one(key, vs, STATIC)
+                self.exports.vips.touched((key,))
         fresh: dict[str, tuple[dict[ServiceKey, VirtualService], float]] = {}
 
         def compute(ref: str) -> None:
@@ -121,6 +123,7 @@ class Programmer:
             self.syncer.one(key, vs, ref)
         if fresh.keys() != before:
             self.exports.vips.keys_changed()
+        self.exports.vips.touched(before | fresh.keys())
         self.table.produce(ref, frozenset(fresh))
         self.exports.state_due = True
         triggers = (s.trigger_time for s in self.intake.snapshot.slices_for(ref))

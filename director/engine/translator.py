@@ -88,13 +88,15 @@ class Translator:
             self.filter.want(ref, {})
             return {}
         previous = self.table.options.get(ref)
+        addresses = self.addresses.keep(svc, self.policy, previous)
         result = translate(
             svc,
-            self.addresses.keep(svc, self.policy, previous),
+            addresses,
             snapshot.slices_for(ref),
             snapshot.nodes,
             self.policy,
             previous=previous,
+            bgp=self.addresses.announced_over_bgp(addresses),
         )
         if result.options is not None:
             self.table.set_options(ref, result.options)

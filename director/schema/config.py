@@ -30,7 +30,9 @@ from director.core.errors import DirectorError
 from director.core.ipam import Pool
 from director.core.model import Forwarding, ServiceKey, Table
 from director.core.plan import Network, Ownership
+from director.core.translate import NAT_OVER_BGP
 from director.schema import yamldoc
+from director.schema.bgp import BgpSettings, PeerEntry
 from director.schema.fields import Listen, Path
 from director.schema.sections import (
     DEFAULT_CLASS,
@@ -48,11 +50,13 @@ from director.schema.static import OwnershipEntry, PoolEntry, Refusal, ServiceEn
 __all__ = [
     "DEFAULT_CLASS",
     "ApiSettings",
+    "BgpSettings",
     "ConfigError",
     "Defaults",
     "HaSettings",
     "HealthSettings",
     "KubeSettings",
+    "PeerEntry",
     "Settings",
     "json_schema",
     "load_config",
@@ -81,6 +85,7 @@ class Document(Section):
     api: ApiSettings | None = None
     ha: HaSettings | None = None
     health: HealthSettings | None = None
+    bgp: BgpSettings | None = None
 
 
 _DOCUMENT = TypeAdapter(Document)
@@ -99,6 +104,11 @@ class Settings:
     health: HealthSettings | None = None
     # Static services' own health check ("none" or a check), by service key.
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
+    bgp: BgpSettings | None = None
+
+    @property
+    def bgp_pools(self) -> tuple[Pool, ...]:
+        return tuple(pool for pool in self.pools if pool.announce.bgp)
 
 
 class _FileSchema(GenerateJsonSchema):
@@ -289,6 +299,22 @@ def services_unique_and_owned(c: _Compiling) -> None:
         c.services[vs.key] = vs
 
 
+def bgp_pools_have_peers(c: _Compiling) -> None:
+    """A pool announced over BGP needs the speaker (``bgp:``), and its static services a
+    forwarding method that lets any director serve the middle of a connection."""
+    index = next((i for i, pool in enumerate(c.pools) if pool.announce.bgp), None)
+    if index is not None and c.doc.bgp is None:
+        raise Refusal(("pools", index, "announce"), f"pool {c.pools[index].name!r} is announced "
+                      "over BGP: add a bgp: section with its peers")  # fmt: skip
+    bgp_pools = [pool for pool in c.pools if pool.announce.bgp]
+    for index, (key, vs) in enumerate(c.services.items()):
+        if key.fwmark or not any(p.contains(ipaddress.ip_address(key.address)) for p in bgp_pools):
+            continue
+        for rs_index, rs in enumerate(vs.real_servers.values()):
+            if rs.forwarding is Forwarding.NAT:
+                raise Refusal(("services", index, "real_servers", rs_index), NAT_OVER_BGP)
+
+
 def static_checks_parse(c: _Compiling) -> None:
     health = c.doc.health or HealthSettings()
     for index, (entry, key) in enumerate(zip(c.doc.services, c.services, strict=True)):
@@ -309,6 +335,7 @@ RULES: tuple[Rule, ...] = (
     kubernetes_has_pools,
     pools_and_vips_are_owned,
     services_unique_and_owned,
+    bgp_pools_have_peers,
     static_checks_parse,
 )
 
@@ -319,5 +346,5 @@ def _compile(doc: Document, source: str) -> Settings:
         rule(c)
     return Settings(
         source, c.ownership, doc.defaults or Defaults(), c.services, doc.kubernetes,
-        tuple(c.pools), doc.api, doc.ha, doc.health, c.static_checks,
+        tuple(c.pools), doc.api, doc.ha, doc.health, c.static_checks, doc.bgp,
     )  # fmt: skip

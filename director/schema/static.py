@@ -12,7 +12,7 @@ from typing import Annotated, Any, NamedTuple
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
-from director.core.ipam import Pool, PoolError
+from director.core.ipam import Announce, Pool, PoolError
 from director.core.model import (
     Family,
     Forwarding,
@@ -26,6 +26,7 @@ from director.core.model import (
     shown,
 )
 from director.core.plan import Network
+from director.schema.bgp import COMMUNITY
 from director.schema.fields import (
     ADDRESS,
     DNS_LABEL_RE,
@@ -272,10 +273,22 @@ class PoolEntry(Section):
     addresses: Annotated[tuple[str, ...], list_of(TEXT)]
     auto_assign: Annotated[bool, FLAG] = True  # false: only Services that ask for the pool
     all_addresses: Annotated[bool, FLAG] = False  # IPv4 CIDRs give out network and broadcast
+    # vrrp: the keepalived pair moves the addresses (ha:); bgp: announced to bgp.peers
+    announce: Annotated[str, one_of("vrrp", "bgp")] = "vrrp"
+    communities: Annotated[tuple[str, ...], list_of(COMMUNITY)] = ()  # bgp only
+    local_preference: Annotated[int | None, integer(0, 4294967295)] = None  # bgp only
 
     def compile(self) -> Pool:
+        if self.announce != "bgp":
+            for key in ("communities", "local_preference"):
+                if getattr(self, key) not in ((), None):
+                    raise Refusal((key,), f"{key} is for pools announced over BGP "
+                                  "(announce: bgp)")  # fmt: skip
+        announce = Announce(self.announce, self.communities, self.local_preference)
         try:
-            return Pool.parse(self.name, self.addresses, self.auto_assign, self.all_addresses)
+            return Pool.parse(
+                self.name, self.addresses, self.auto_assign, self.all_addresses, announce
+            )
         except PoolError as exc:
             raise Refusal(("addresses",), str(exc)) from None
 

@@ -1,0 +1,285 @@
+"""FRR: announce the VIPs of ``bgp`` pools to the routers (MetalLB's FRR mode is the model).
+
+- ``render_frr``: the ``bgp:`` section + the routes the loop decided -> frr.conf text, from
+  ``templates/frr.conf.j2``. The template holds only layout; ``template_vars`` builds plain
+  values, all validated by the schema (addresses canonical, numbers bounded, passwords one
+  word), so nothing from the cluster can inject configuration.
+- ``Frr.install``: writes the new file beside the live one, has vtysh check it
+  (``vtysh --dryrun -f``), applies only the difference to the running daemons with FRR's
+  own ``frr-reload.py --reload`` (bgpd is never restarted: an announcement change resets no
+  session), then renames it into place for FRR's next start. A file FRR rejects never goes
+  live: the error is logged in FRR's words and counted.
+- The VIPs are held on ``lo`` while they have virtual services, announced or not: IPVS
+  takes a packet only when its address is local, and a withdrawn VIP still gets the
+  connections the routers had sent here before.
+- ``Frr.peers``: each session as FRR reports it (state, uptime, BFD), for the status page
+  and the metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from director.adapters.keepalived import TEMPLATES
+from director.adapters.worker import LatestWins
+from director.core.announce import Route
+from director.core.errors import DirectorError
+from director.core.ipam import Pool
+from director.logs import event
+from director.schema.config import BgpSettings
+
+log = logging.getLogger("director.frr")
+VIP_DEVICE = "lo"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerState:
+    """One BGP session as FRR reports it."""
+
+    address: str
+    asn: int
+    state: str  # Established, Active, Connect, ... ("unknown": FRR did not answer)
+    uptime_seconds: float = 0.0
+    prefixes_sent: int = 0
+    bfd: str = "-"  # up, down, init, ... or "-" (no BFD)
+
+    @property
+    def up(self) -> bool:
+        return self.state == "Established"
+
+
+def template_vars(
+    bgp: BgpSettings, routes: Mapping[str, Route], pools: tuple[Pool, ...], source_config: str
+) -> dict[str, Any]:
+    announced = sorted((r for r in routes.values() if r.announced), key=_route_order)
+    profiles: dict[tuple[int, int], str] = {}
+    peers = []
+    for peer in bgp.peers:
+        timing = (peer.bfd_interval_ms, peer.bfd_multiplier)
+        profile = profiles.setdefault(timing, f"director-{timing[0]}ms-x{timing[1]}")
+        peers.append({**{k: getattr(peer, k) for k in (
+            "address", "asn", "port", "password", "source", "multihop", "keepalive", "hold",
+            "bfd")}, "bfd_profile": profile})  # fmt: skip
+    families = []
+    for name, version in (("ipv4", 4), ("ipv6", 6)):
+        family_peers = [p.address for p in bgp.peers if _version(p.address) == version]
+        family_routes = [r for r in announced if _version(r.vip) == version]
+        if family_peers:
+            families.append({"name": name, "peers": family_peers, "routes": family_routes})
+    return {
+        "source_config": "".join(c if c.isprintable() else "?" for c in source_config)[:200],
+        "hostname": bgp.hostname or "director",
+        "asn": bgp.asn,
+        "router_id": bgp.router_id,
+        "peers": peers,
+        "families": families,
+        "pools": [
+            {"name": p.name, "communities": p.announce.communities,
+             "local_preference": p.announce.local_preference}
+            for p in pools
+            if p.announce.bgp
+        ],
+        "bfd_profiles": [
+            {"name": name, "interval": interval, "multiplier": multiplier}
+            for (interval, multiplier), name in profiles.items()
+            if any(p.bfd for p in bgp.peers)
+        ],
+    }
+
+
+def _version(address: str) -> int:
+    return ipaddress.ip_address(address).version
+
+
+def _route_order(route: Route) -> tuple[int, int]:
+    address = ipaddress.ip_address(route.vip)
+    return address.version, int(address)
+
+
+def render_frr(
+    bgp: BgpSettings,
+    routes: Mapping[str, Route],
+    pools: tuple[Pool, ...],
+    source_config: str = "director",
+    templates: Path = TEMPLATES,
+) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # not HTML; every value is validated by the schema
+    )
+    variables = template_vars(bgp, routes, pools, source_config)
+    return env.get_template("frr.conf.j2").render(**variables)
+
+
+class FrrRejected(DirectorError):
+    """FRR refused a rendered configuration, or could not apply it (its words inside)."""
+
+
+def _words(done: subprocess.CompletedProcess[str]) -> str:
+    text = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines()
+                      if line.strip())  # fmt: skip
+    return text[-2000:] or f"exited {done.returncode}"
+
+
+class Frr:
+    """The live frr.conf, the daemons that run it, and the VIPs held on ``lo``."""
+
+    def __init__(self, bgp: BgpSettings, netns: str | None = None) -> None:
+        self.bgp, self.netns = bgp, netns
+        self.path = Path(bgp.config_file)
+        self.rejected = 0  # configurations FRR refused (a metric)
+        self.reloads = 0
+        self.last_error: str | None = None
+        self.held: set[str] = set()  # VIPs this director put on lo
+
+    def _run(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                  check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise FrrRejected(f"cannot run {cmd[0]}: {exc}") from None
+
+    def _vtysh(self) -> list[str]:
+        return [self.bgp.vtysh, *(["-N", self.bgp.pathspace] if self.bgp.pathspace else [])]
+
+    def validate(self, candidate: Path) -> None:
+        done = self._run([self.bgp.vtysh, "--dryrun", "-f", str(candidate)])
+        if done.returncode != 0:
+            raise FrrRejected(_words(done))
+
+    def apply(self, candidate: Path) -> None:
+        """The difference between what the daemons run and ``candidate``, applied by FRR."""
+        space = ["--pathspace", self.bgp.pathspace] if self.bgp.pathspace else []
+        done = self._run([self.bgp.reload, "--reload", *space, "--stdout",
+                          str(candidate)], timeout=120)  # fmt: skip
+        if done.returncode != 0:
+            raise FrrRejected(_words(done))
+
+    def install(self, text: str) -> bool:
+        """Make ``text`` the live configuration; True when it changed (and FRR applied it).
+        Raises FrrRejected (the live file untouched) when FRR refuses it."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.read_text() == text:
+                return False
+        candidate = self.path.with_name(self.path.name + ".new")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        candidate.write_text(text)
+        try:
+            self.validate(candidate)
+            self.apply(candidate)
+        except FrrRejected as exc:
+            self.rejected += 1
+            self.last_error = str(exc)
+            event(log, "frr.config_rejected", level=logging.ERROR, file=str(candidate),
+                  frr=str(exc))  # fmt: skip
+            raise
+        os.replace(candidate, self.path)
+        self.reloads += 1
+        self.last_error = None
+        event(log, "frr.reloaded", file=str(self.path))
+        return True
+
+    def hold(self, vips: set[str]) -> None:
+        """Exactly ``vips`` of the ones this director holds are on ``lo`` (others' untouched)."""
+        ip = ["ip", *(["-n", self.netns] if self.netns else [])]
+        for vip in sorted(vips - self.held):
+            prefix = 128 if ":" in vip else 32
+            done = self._run([*ip, "addr", "replace", f"{vip}/{prefix}", "dev", VIP_DEVICE])
+            if done.returncode != 0:
+                raise FrrRejected(f"cannot hold {vip} on {VIP_DEVICE}: {_words(done)}")
+            self.held.add(vip)
+        for vip in sorted(self.held - vips):
+            prefix = 128 if ":" in vip else 32
+            self._run([*ip, "addr", "del", f"{vip}/{prefix}", "dev", VIP_DEVICE])
+            self.held.discard(vip)
+
+    def peers(self) -> list[PeerState]:
+        """Each configured peer's session, as FRR reports it now."""
+        summary = self._json("show bgp summary json")
+        bfd = self._json("show bfd peers json")
+        found: dict[str, dict[str, Any]] = {}
+        for family in summary.values() if isinstance(summary, dict) else ():
+            if isinstance(family, dict):
+                for address, data in (family.get("peers") or {}).items():
+                    found.setdefault(str(address), data if isinstance(data, dict) else {})
+        bfd_state = {
+            str(p.get("peer")): str(p.get("status", "-"))
+            for p in (bfd if isinstance(bfd, list) else []) if isinstance(p, dict)
+        }  # fmt: skip
+        out = []
+        for peer in self.bgp.peers:
+            data = found.get(peer.address)
+            state = str(data.get("state", "unknown")) if data is not None else "unknown"
+            out.append(PeerState(
+                peer.address, peer.asn, state,
+                float(data.get("peerUptimeMsec", 0) or 0) / 1000 if data else 0.0,
+                int(data.get("pfxSnt", 0) or 0) if data else 0,
+                bfd_state.get(peer.address, "-") if peer.bfd else "-",
+            ))  # fmt: skip
+        return out
+
+    def _json(self, command: str) -> Any:
+        try:
+            done = self._run([*self._vtysh(), "-c", command], timeout=10)
+        except FrrRejected:
+            return None
+        if done.returncode != 0:
+            return None
+        try:
+            return json.loads(done.stdout or "null")
+        except ValueError:
+            return None
+
+
+class FrrSync(LatestWins[Mapping[str, Route]]):
+    """Renders and applies FRR's configuration on a thread of its own (the latest route
+    table wins; the loop never waits), and asks FRR how its sessions are in between."""
+
+    name = "frr"
+
+    def __init__(self, bgp: BgpSettings, pools: tuple[Pool, ...], source_config: str,
+                 frr: Frr | None = None, netns: str | None = None) -> None:  # fmt: skip
+        self.bgp, self.pools, self.source_config = bgp, pools, source_config
+        self.frr = frr or Frr(bgp, netns)
+        self.idle_seconds = float(bgp.poll_seconds) or None
+        self.sessions: tuple[PeerState, ...] = tuple(
+            PeerState(p.address, p.asn, "unknown") for p in bgp.peers
+        )
+        self.polled = 0.0
+        super().__init__()
+
+    def install(self, value: Mapping[str, Route]) -> bool:
+        announced = {vip for vip, route in value.items() if route.announced}
+        # Held before it is announced, released only once it is withdrawn.
+        self.frr.hold(self.frr.held | set(value))
+        try:
+            self.frr.install(render_frr(self.bgp, value, self.pools, self.source_config))
+        except FrrRejected:
+            return False  # logged and counted; the old configuration stays live
+        self.frr.hold(set(value))
+        event(log, "frr.routes", announced=len(announced), withdrawn=len(value) - len(announced))
+        self.idle()
+        return True
+
+    def idle(self) -> None:
+        previous = {p.address: p.state for p in self.sessions}
+        self.sessions = tuple(self.frr.peers())
+        self.polled = time.time()
+        for peer in self.sessions:
+            if previous.get(peer.address) != peer.state:
+                event(log, "bgp.session", peer=peer.address, state=peer.state, bfd=peer.bfd,
+                      level=logging.INFO if peer.up else logging.WARNING)  # fmt: skip

@@ -1,0 +1,98 @@
+"""``bgp:``: this director's BGP speaker (FRR), its peers, and how FRR is reached.
+
+The director renders FRR's configuration from this section and the VIPs it decides to
+announce (:mod:`director.adapters.frr`); every value here ends up in that file, so each is
+checked as strictly as the file's syntax needs (addresses canonical, numbers bounded,
+passwords without spaces or quotes).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import model_validator
+from pydantic.dataclasses import dataclass
+
+from director.core.model import Family
+from director.schema.fields import (
+    ADDRESS,
+    FILE_PATH,
+    FLAG,
+    IFNAME,
+    NAME_RE,
+    integer,
+    matching,
+    problem,
+)
+from director.schema.sections import SECTION, Section
+
+ASN = integer(1, 4294967295)
+# A community as FRR writes it: AA:NN (each 0-65535), or a well-known name.
+COMMUNITY_RE = r"(\d{1,5}:\d{1,5}|no-export|no-advertise|local-AS|blackhole|graceful-shutdown)"
+COMMUNITY = matching(
+    COMMUNITY_RE,
+    lambda got: f"{got!r} is not a community (AA:NN, or no-export, no-advertise, local-AS, "
+    "blackhole, graceful-shutdown)",
+)
+# FRR reads the password as one word: printable, no spaces, no quotes, no '!' (a comment).
+PASSWORD = matching(
+    r"[A-Za-z0-9_.,:;+=/@%^*()\[\]{}<>~-]{1,80}",
+    lambda _: "1 to 80 printable characters, without spaces, quotes or '!'",
+)
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class PeerEntry(Section):
+    """One of ``bgp.peers``: an upstream router."""
+
+    address: Annotated[str, ADDRESS]
+    asn: Annotated[int, ASN]
+    port: Annotated[int, integer(1, 65535)] = 179
+    password: Annotated[str | None, PASSWORD] = None  # TCP MD5
+    source: Annotated[str | None, ADDRESS] = None  # update-source (this box's address)
+    multihop: Annotated[int, integer(0, 255)] = 0  # ebgp-multihop TTL; 0: directly connected
+    keepalive: Annotated[int, integer(1, 65535)] = 1  # seconds
+    hold: Annotated[int, integer(3, 65535)] = 3  # seconds (3 keepalives at least)
+    bfd: Annotated[bool, FLAG] = True
+    bfd_interval_ms: Annotated[int, integer(10, 60000)] = 300  # both directions
+    bfd_multiplier: Annotated[int, integer(2, 255)] = 3
+
+    @model_validator(mode="after")
+    def _timers(self) -> PeerEntry:
+        if self.hold < 3 * self.keepalive:
+            raise problem(f"hold ({self.hold}) must be at least 3 keepalives "
+                          f"({3 * self.keepalive})", ("hold",))  # fmt: skip
+        if self.source is not None and Family.of(self.source) is not Family.of(self.address):
+            raise problem("the source must be of the peer's address family", ("source",))
+        return self
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class BgpSettings(Section):
+    """``bgp:``: announce the VIPs of ``announce: bgp`` pools to these peers."""
+
+    asn: Annotated[int, ASN]
+    router_id: Annotated[str, ADDRESS]  # an IPv4 address (BGP's router id)
+    peers: tuple[PeerEntry, ...] = ()
+    hostname: Annotated[str | None, matching(NAME_RE, lambda _: "letters, digits and _.-")] = None
+    config_file: Annotated[str, FILE_PATH] = "/etc/frr/frr.conf"
+    pathspace: Annotated[str | None, IFNAME] = None  # FRR's -N (a namespace's own daemons)
+    vtysh: Annotated[str, FILE_PATH] = "vtysh"
+    reload: Annotated[str, FILE_PATH] = "/usr/lib/frr/frr-reload.py"
+    # Seconds between asking FRR how its sessions are (status, metrics); 0: never.
+    poll_seconds: Annotated[int, integer(0, 3600)] = 5
+
+    @model_validator(mode="after")
+    def _valid(self) -> BgpSettings:
+        if Family.of(self.router_id) is not Family.INET:
+            raise problem("a BGP router id is an IPv4 address", ("router_id",))
+        if not self.peers:
+            raise problem("announcing over BGP needs at least one peer", ("peers",))
+        seen: dict[str, int] = {}
+        for index, peer in enumerate(self.peers):
+            if peer.address in seen:
+                first = f"first at peers[{seen[peer.address]}]"
+                raise problem(f"peer {peer.address} is listed twice ({first})",
+                              ("peers", index, "address"))  # fmt: skip
+            seen[peer.address] = index
+        return self

@@ -1,0 +1,336 @@
+"""The scale-out lab: a router running FRR spreads a VIP over three active directors by ECMP.
+
+    client 203.0.113.2-9 ── router (FRR, AS 64500, ECMP, L4 hash) ── front 198.18.0.0/24
+                              │ 192.0.2.1                               d1 .11  d2 .12  d3 .13
+                              │                                         (FRR, AS 64512, BFD)
+                              └──────────── back 192.0.2.0/24 ───────── d1 .2   d2 .3   d3 .4
+                                                                         be1-be10 .11-.20
+
+Each director runs ``director.cli.runtime.Runtime`` (a static service in a ``bgp`` pool,
+Maglev hashing, tun forwarding) against the IPVS of its namespace, and its own FRR (zebra,
+bfdd, bgpd, each with ``-N`` so pid files and sockets stay per namespace). The director
+renders frr.conf and applies it with ``frr-reload.py``; FRR boots from the same file the
+way frrinit does (``vtysh -b``). Backends decapsulate IPIP (the VIP on ``tunl0``) and answer
+the client directly through the router. A probe host on the front segment reaches one
+director at a time (a host route), to compare the directors' choices flow by flow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from director.cli.runtime import Runtime
+from director.dataplane.kernel import KernelIpvs
+from director.schema.config import parse_config
+from lab.ha import veth
+from lab.netns import Backend, BackendServers, Netns, run
+
+VIP, PORT = "198.51.100.10", 80
+ROUTER_ASN, DIRECTOR_ASN = 64500, 64512
+ROUTER_FRONT, ROUTER_BACK = "198.18.0.1", "192.0.2.1"
+PROBE = "198.18.0.50"
+FRONT_NET = "198.18.0"
+CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
+DAEMONS = ("zebra", "bfdd", "bgpd")
+FRR = Path("/usr/lib/frr")
+
+
+@dataclass
+class BgpDirector:
+    name: str
+    ns: Netns
+    front: str
+    back: str
+    workdir: Path
+    runtime: Runtime | None = None
+    ipvs: KernelIpvs | None = None
+
+    @property
+    def frr_conf(self) -> Path:
+        return Path("/etc/frr") / self.ns.name / "frr.conf"
+
+
+@dataclass
+class BgpLab:
+    prefix: str
+    switch: Netns
+    client: Netns
+    router: Netns
+    probe: Netns
+    directors: list[BgpDirector]
+    backends: list[Backend]
+    namespaces: list[Netns] = field(default_factory=list)
+    servers: BackendServers | None = None
+    dr_vips: tuple[str, ...] = ()
+    tun_vips: tuple[str, ...] = ()
+
+    def close(self) -> None:
+        if self.servers is not None:
+            self.servers.close()
+        for d in self.directors:
+            stop_director(d)
+            kill_frr(d.ns)
+        kill_frr(self.router)
+        for ns in reversed(self.namespaces):
+            ns.close()
+
+    def nexthops(self) -> set[str]:
+        """The next hops the router's kernel holds for the VIP (installed by zebra)."""
+        text = self.router.exec(["ip", "-4", "route", "show", f"{VIP}/32"], check=False)
+        hops = {w.split()[0] for w in text.split(" via ")[1:]}
+        return hops
+
+    def director_of(self, address: str) -> BgpDirector:
+        return next(d for d in self.directors if d.front == address)
+
+
+# -- FRR in a namespace ----------------------------------------------------------------------
+def start_frr(ns: Netns, config: str | None = None) -> None:
+    """zebra, bfdd and bgpd in ``ns`` (pathspace ``ns.name``), then the configuration loaded
+    from /etc/frr/NS/frr.conf as frrinit does (``vtysh -b``). ``config``: write it first."""
+    etc, rundir = Path("/etc/frr") / ns.name, Path("/run/frr") / ns.name
+    for folder in (etc, rundir):
+        folder.mkdir(parents=True, exist_ok=True)
+        run(["chown", "frr:frr", str(folder)])
+    (etc / "vtysh.conf").touch()
+    if config is not None:
+        (etc / "frr.conf").write_text(config)
+    for daemon in DAEMONS:
+        (etc / f"{daemon}.conf").touch()
+    procs = [
+        run_bg(["ip", "netns", "exec", ns.name, str(FRR / daemon), "-N", ns.name, "-d",
+                "-A", "127.0.0.1", "-f", str(etc / f"{daemon}.conf")])
+        for daemon in DAEMONS
+    ]
+    for proc in procs:  # -d: each returns once its daemon is up
+        proc.wait(timeout=120)
+    if (etc / "frr.conf").exists():
+        run(["vtysh", "-N", ns.name, "-b"], check=False)
+
+
+def run_bg(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kill_frr(ns: Netns, sig: int = signal.SIGKILL) -> None:
+    for daemon in DAEMONS:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((Path("/run/frr") / ns.name / f"{daemon}.pid").read_text().split()[0])
+            os.kill(pid, sig)
+
+
+def vtysh(ns: Netns, command: str) -> str:
+    return run(["vtysh", "-N", ns.name, "-c", command], check=False)
+
+
+def router_config() -> str:
+    peers = "\n".join(
+        f" neighbor {FRONT_NET}.{11 + i} remote-as {DIRECTOR_ASN}\n"
+        f" neighbor {FRONT_NET}.{11 + i} timers 1 3\n"
+        f" neighbor {FRONT_NET}.{11 + i} timers connect 1\n"
+        f" neighbor {FRONT_NET}.{11 + i} bfd"
+        for i in range(3)
+    )
+    return f"""frr defaults traditional
+hostname router
+log syslog informational
+service integrated-vtysh-config
+!
+router bgp {ROUTER_ASN}
+ bgp router-id {ROUTER_FRONT}
+ bgp log-neighbor-changes
+ no bgp ebgp-requires-policy
+{peers}
+ address-family ipv4 unicast
+  maximum-paths 16
+ exit-address-family
+exit
+!
+"""
+
+
+# -- the topology ----------------------------------------------------------------------------
+def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
+    run(["modprobe", "-a", "ip_vs", "ip_vs_mh", "ipip", "veth", "bridge"], check=False)
+    made: list[Netns] = []
+
+    def netns(name: str) -> Netns:
+        ns = Netns(f"{prefix}-{name}")
+        made.append(ns)
+        return ns
+
+    try:
+        switch = netns("sw")
+        switch.ip("link set lo up", "link add brf type bridge", "link add brb type bridge",
+                  "link set brf up", "link set brb up")  # fmt: skip
+
+        def plug(ns: Netns, ifname: str, bridge: str, port: str) -> None:
+            veth(ns, ifname, switch, port)
+            switch.ip(f"link set {port} master {bridge}", f"link set {port} up")
+
+        client, router, probe = netns("client"), netns("router"), netns("probe")
+        veth(client, "c0", router, "c")
+        client.ip("link set lo up", "link set c0 up", *(f"addr add {a}/24 dev c0" for a in CLIENTS),
+                  "route add default via 203.0.113.1")  # fmt: skip
+        plug(router, "f", "brf", "p-rf")
+        plug(router, "b", "brb", "p-rb")
+        router.ip("link set lo up", "link set c up", "link set f up", "link set b up",
+                  "addr add 203.0.113.1/24 dev c", f"addr add {ROUTER_FRONT}/24 dev f",
+                  f"addr add {ROUTER_BACK}/24 dev b")  # fmt: skip
+        router.sysctls({
+            "net.ipv4.ip_forward": 1, "net.ipv4.conf.all.rp_filter": 0,
+            "net.ipv4.conf.default.rp_filter": 0, "net.ipv4.conf.b.rp_filter": 0,
+            "net.ipv4.conf.f.rp_filter": 0, "net.ipv4.fib_multipath_hash_policy": 1,
+        })  # fmt: skip
+        plug(probe, "eth0", "brf", "p-probe")
+        probe.ip("link set lo up", "link set eth0 up", f"addr add {PROBE}/24 dev eth0",
+                 f"route add default via {ROUTER_FRONT}")  # fmt: skip
+        directors = []
+        for index in range(1, 4):
+            ns = netns(f"d{index}")
+            plug(ns, "front", "brf", f"p-d{index}f")
+            plug(ns, "back", "brb", f"p-d{index}b")
+            front, back = f"{FRONT_NET}.{10 + index}", f"192.0.2.{1 + index}"
+            ns.ip("link set lo up", "link set front up", "link set back up",
+                  f"addr add {front}/24 dev front", f"addr add {back}/24 dev back",
+                  f"route add default via {ROUTER_FRONT}")  # fmt: skip
+            ns.sysctls({
+                "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
+                "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
+                "net.ipv4.vs.conntrack": 0,
+            })  # fmt: skip
+            d = BgpDirector(f"d{index}", ns, front, back, workdir / f"d{index}")
+            d.workdir.mkdir(parents=True, exist_ok=True)
+            directors.append(d)
+        servers = []
+        for index in range(backends):
+            ns = netns(f"be{index + 1}")
+            plug(ns, "eth0", "brb", f"p-be{index + 1}")
+            address = f"192.0.2.{11 + index}"
+            ns.ip("link set lo up", "link set eth0 up", f"addr add {address}/24 dev eth0",
+                  f"route add default via {ROUTER_BACK}", "link set tunl0 up",
+                  f"addr add {VIP}/32 dev tunl0")  # fmt: skip
+            ns.sysctls({
+                "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
+                "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
+                "net.ipv4.conf.tunl0.rp_filter": 0,
+            })  # fmt: skip
+            servers.append(Backend(f"be{index + 1}", ns, address, ""))
+        lab = BgpLab(prefix, switch, client, router, probe, directors, servers, made,
+                     tun_vips=(VIP,))  # fmt: skip
+        lab.servers = BackendServers(lab, (PORT,), ())  # type: ignore[arg-type]
+        start_frr(router, router_config())
+        return lab
+    except BaseException:
+        for ns in reversed(made):
+            kill_frr(ns)
+            ns.close()
+        raise
+
+
+def director_config(d: BgpDirector, backends: list[Backend], poll: int = 1) -> str:
+    real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
+    return f"""
+pools:
+  - {{name: edge, addresses: [198.51.100.0/28], announce: bgp, communities: ["{DIRECTOR_ASN}:10"]}}
+services:
+  - name: web
+    address: {VIP}
+    port: {PORT}
+    scheduler: mh
+    flags: [mh-port]
+    forwarding: tun
+    real_servers: [{real}]
+bgp:
+  asn: {DIRECTOR_ASN}
+  router_id: {d.front}
+  hostname: {d.name}
+  pathspace: {d.ns.name}
+  config_file: {d.frr_conf}
+  poll_seconds: {poll}
+  peers:
+    - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true}}
+"""
+
+
+def start_director(lab: BgpLab, d: BgpDirector, backends: list[Backend] | None = None) -> None:
+    """FRR (with whatever frr.conf the director left), then the director itself."""
+    start_frr(d.ns)
+    text = director_config(d, lab.backends if backends is None else backends)
+    d.ipvs = KernelIpvs(netns=d.ns.name)
+    d.runtime = Runtime(parse_config(text, f"{d.name}.yaml"), d.ipvs, netns=d.ns.name).start()
+    if not d.runtime.wait_ready(60):
+        raise RuntimeError(f"{d.name}: the director never synced")
+
+
+def stop_director(d: BgpDirector) -> None:
+    """The director's process ends (its IPVS table and its VIP stay, as with kill -9)."""
+    if d.runtime is not None:
+        d.runtime.stop()
+        d.runtime = None
+    if d.ipvs is not None:
+        d.ipvs.close()
+        d.ipvs = None
+
+
+def wait_nexthops(lab: BgpLab, count: int, timeout: float) -> float | None:
+    """Seconds until the router holds ``count`` next hops for the VIP (None: never)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if len(lab.nexthops()) == count:
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return None
+
+
+def probe_flows(lab: BgpLab, d: BgpDirector, ports: range) -> dict[int, str]:
+    """Which backend answers each flow (the probe's source port) sent through ``d`` alone."""
+    lab.probe.ip(f"route replace {VIP}/32 via {d.front}")
+    out: dict[int, str] = {}
+    try:
+        for port in ports:
+            sock = lab.probe.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                # RST on close: no TIME_WAIT, so the next director can carry the same flow.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.settimeout(3)
+                sock.bind((PROBE, port))
+                sock.connect((VIP, PORT))
+                sock.sendall(b"q\n")
+                out[port] = sock.recv(64).decode().strip()
+            except OSError as exc:
+                out[port] = f"error: {exc}"
+            finally:
+                sock.close()
+    finally:
+        lab.probe.ip(f"route del {VIP}/32 via {d.front}")
+    return out
+
+
+def connections_per_director(lab: BgpLab) -> dict[str, int]:
+    """Established connections to the VIP in each director's IPVS table."""
+    out = {}
+    for d in lab.directors:
+        text = d.ns.exec(["ipvsadm", "-Lnc"], check=False)
+        out[d.name] = sum(1 for line in text.splitlines()
+                          if "ESTABLISHED" in line and f"{VIP}:{PORT}" in line)  # fmt: skip
+    return out
+
+
+@contextlib.contextmanager
+def bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> Iterator[BgpLab]:
+    lab = build_bgp_lab(prefix, workdir, backends)
+    try:
+        yield lab
+    finally:
+        lab.close()

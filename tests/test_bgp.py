@@ -1,0 +1,258 @@
+"""Announcing VIPs over BGP on the host: the bgp: section, the decision and its reasons, the
+FRR configuration (checked by FRR's own vtysh), the defaults of a Service announced over
+BGP, and the loop end to end on the fake dataplane. The routers, ECMP and real traffic are
+in ``tests/test_bgp_lab.py`` (the lab VM)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from director.adapters.frr import Frr, FrrRejected, render_frr
+from director.core.announce import Route
+from director.core.intents import AddDrain, Drain
+from director.core.model import Forwarding, IpProtocol, RealServer, ServiceKey
+from director.core.translate import translate
+from director.dataplane.fake import FakeIpvs
+from director.engine.announcer import VipAnnouncer
+from director.engine.events import IntentPosted, Reply
+from director.engine.loop import Controller
+from director.schema.config import ConfigError, Settings, parse_config
+from tests.test_translate import NODES, POLICY, svc
+
+VIP = "198.51.100.10"
+KEY = ServiceKey.inet(IpProtocol.TCP, VIP, 80)
+BASE = """
+pools:
+  - {name: edge, addresses: [198.51.100.0/28], announce: bgp, communities: ["64512:10"],
+     local_preference: 200}
+  - {name: pair, addresses: [203.0.113.0/28]}
+bgp:
+  asn: 64512
+  router_id: 198.18.0.11
+  peers:
+    - {address: 198.18.0.1, asn: 64500}
+    - {address: "2001:db8::1", asn: 64500, password: s3cret, multihop: 2, bfd: false}
+"""
+STATIC = """
+services:
+  - name: web
+    address: 198.51.100.10
+    port: 80
+    scheduler: mh
+    flags: [mh-port]
+    forwarding: tun
+    real_servers: ["192.0.2.11:80", "192.0.2.12:80"]
+  - {name: pair, address: 203.0.113.5, port: 80, real_servers: ["192.0.2.11:80"]}
+"""
+
+
+def config(text: str = BASE + STATIC) -> Settings:
+    return parse_config(text, "d.yaml")
+
+
+def refusal(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        config(text)
+    return str(caught.value)
+
+
+# -- the configuration ---------------------------------------------------------------------
+def test_the_bgp_section_and_pools_announced_over_it() -> None:
+    settings = config()
+    assert settings.bgp is not None and settings.bgp.asn == 64512
+    assert [p.name for p in settings.bgp_pools] == ["edge"]
+    edge = settings.bgp_pools[0].announce
+    assert (edge.communities, edge.local_preference) == (("64512:10",), 200)
+    peer = settings.bgp.peers[0]
+    assert (peer.keepalive, peer.hold, peer.bfd, peer.bfd_interval_ms) == (1, 3, True, 300)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BASE.replace("    - {address: 198.18.0.1, asn: 64500}\n",
+                      "    - {address: 198.18.0.1, asn: 64500, keepalive: 5, hold: 9}\n"),
+         "d.yaml:10: bgp.peers[0].hold: hold (9) must be at least 3 keepalives (15)"),
+        (BASE.replace("2001:db8::1", "198.18.0.1"),
+         "d.yaml:11: bgp.peers[1].address: peer 198.18.0.1 is listed twice"),
+        (BASE.replace('"64512:10"', '"big"'),
+         "d.yaml:3: pools[0].communities[0]: 'big' is not a community"),
+        (BASE.replace("s3cret", '"two words"'),
+         "bgp.peers[1].password: 1 to 80 printable characters, without spaces"),
+        (BASE.replace("router_id: 198.18.0.11", 'router_id: "2001:db8::11"'),
+         "d.yaml:8: bgp.router_id: a BGP router id is an IPv4 address"),
+        (BASE.replace("{name: pair, addresses: [203.0.113.0/28]}",
+                      "{name: pair, addresses: [203.0.113.0/28], local_preference: 5}"),
+         "pools[1].local_preference: local_preference is for pools announced over BGP"),
+        (BASE.split("bgp:", maxsplit=1)[0],
+         "d.yaml:3: pools[0].announce: pool 'edge' is announced over BGP: add a bgp: section"),
+        (BASE + STATIC.replace("    forwarding: tun\n", ""),
+         "d.yaml:19: services[0].real_servers[0]: nat cannot serve an address announced over BGP"),
+    ],
+)  # fmt: skip
+def test_a_bad_bgp_setting_is_refused_with_its_line_and_reason(text: str, expected: str) -> None:
+    assert expected in refusal(text)
+
+
+# -- the decision ----------------------------------------------------------------------------
+def table(*weights: int) -> dict[ServiceKey, object]:
+    from director.core.model import ServiceConfig, VirtualService
+
+    servers = {(f"192.0.2.{11 + i}", 80): RealServer(f"192.0.2.{11 + i}", 80, w, Forwarding.TUN)
+               for i, w in enumerate(weights)}  # fmt: skip
+    return {KEY: VirtualService(KEY, ServiceConfig("mh", frozenset({"mh-port"})), servers, "web")}
+
+
+def announcer() -> tuple[VipAnnouncer, list[Mapping[str, Route]]]:
+    heard: list[Mapping[str, Route]] = []
+    vips = VipAnnouncer(config().bgp_pools)
+    vips.on_routes = heard.append
+    return vips, heard
+
+
+def test_a_vip_is_announced_only_while_this_director_can_serve_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    vips, heard = announcer()
+    caplog.set_level(logging.INFO, "director.announce")
+    vips.update([KEY], table(1, 1), ready=False)
+    assert heard[-1][VIP].announced is False
+    assert "first sync" in heard[-1][VIP].reason
+    vips.update([KEY], table(1, 1), ready=True)
+    assert heard[-1][VIP].announced and "2 real servers" in heard[-1][VIP].reason
+    assert heard[-1][VIP].communities == ("64512:10",)
+    assert f"event=bgp.announce vip={VIP} announced=True pool=edge" in caplog.text
+    vips.touched([KEY])
+    vips.update([KEY], table(0, 0), ready=True)  # drained, or quiesced by health checks
+    assert not heard[-1][VIP].announced and "no healthy real server" in heard[-1][VIP].reason
+    vips.touched([KEY])
+    vips.update([KEY], table(1, 0), ready=True, down={KEY})  # all down, kept in the table
+    assert not vips.routes[VIP].announced
+    vips.touched([KEY])
+    vips.update([KEY], {}, ready=True)  # wanted, but the kernel does not hold it
+    assert "not programmed" in vips.routes[VIP].reason
+    vips.touched([KEY])
+    vips.update([KEY], table(1), ready=True)
+    assert heard[-1][VIP].announced
+    vips.set_maintenance("operator")
+    vips.update([KEY], table(1), ready=True)
+    assert not heard[-1][VIP].announced and heard[-1][VIP].reason == "maintenance: operator"
+    vips.keys_changed()
+    vips.update([], {}, ready=True)  # the service is gone: so is its route
+    assert VIP not in heard[-1]
+    assert "reason=\"gone: no virtual service has this address\"" in caplog.text
+
+
+def test_routes_go_to_frr_when_an_announcement_flips_and_only_then() -> None:
+    vips, heard = announcer()
+    vips.update([KEY], table(1, 1), ready=True)
+    assert len(heard) == 1
+    vips.touched([KEY])
+    vips.update([KEY], table(1, 1, 1), ready=True)  # a third real server: still announced
+    vips.update([KEY], table(1, 1, 1), ready=True)  # nothing touched
+    assert len(heard) == 1
+    assert "3 real servers" in vips.routes[VIP].reason  # the status shows the new reason
+
+
+def test_vrrp_vips_go_to_keepalived_and_bgp_vips_do_not() -> None:
+    vips, _ = announcer()
+    told: list[frozenset[str]] = []
+    vips.announce = told.append
+    pair = ServiceKey.inet(IpProtocol.TCP, "203.0.113.5", 80)
+    vips.update([KEY, pair], table(1), ready=True)
+    assert told == [frozenset({"203.0.113.5"})]
+
+
+# -- FRR's configuration ---------------------------------------------------------------------
+ROUTES = {
+    VIP: Route(VIP, "edge", True, "serving", ("64512:10",), 200),
+    "198.51.100.11": Route("198.51.100.11", "edge", False, "no healthy real server"),
+    "2001:db8:100::5": Route("2001:db8:100::5", "edge", True, "serving"),
+}
+
+
+def test_frr_configuration_announces_what_is_served_and_frr_accepts_it(tmp_path: Path) -> None:
+    settings = config()
+    assert settings.bgp is not None
+    text = render_frr(settings.bgp, ROUTES, settings.pools, "d.yaml")
+    assert "network 198.51.100.10/32 route-map director-edge" in text
+    assert "198.51.100.11" not in text  # withdrawn
+    assert "address-family ipv6 unicast\n  network 2001:db8:100::5/128" in text
+    assert " set community 64512:10\n set local-preference 200" in text
+    assert " neighbor 198.18.0.1 bfd profile director-300ms-x3" in text
+    assert " neighbor 2001:db8::1 password s3cret" in text
+    assert " neighbor 2001:db8::1 ebgp-multihop 2" in text
+    assert "neighbor 2001:db8::1 bfd" not in text
+    assert "route-map director-pair" not in text  # a vrrp pool has no route map
+    path = tmp_path / "frr.conf"
+    path.write_text(text)
+    Frr(settings.bgp).validate(path)  # vtysh --dryrun: FRR's own parser
+
+
+def test_a_configuration_frr_rejects_never_goes_live(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = parse_config(BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"))
+    assert settings.bgp is not None
+    frr = Frr(settings.bgp)
+    frr.path.write_text("! the live one\n")
+    with pytest.raises(FrrRejected, match="Unknown command"):
+        frr.install("router bgp 64512\n neighbor 198.18.0.1 remote-az 1\n")
+    assert frr.path.read_text() == "! the live one\n"
+    assert frr.rejected == 1 and "event=frr.config_rejected" in caplog.text
+    assert frr.install("! the live one\n") is False  # unchanged: FRR is not touched
+
+
+def test_vtysh_is_installed() -> None:
+    """make test installs FRR: the checks above ran FRR's parser, not a stand-in."""
+    assert shutil.which("vtysh") is not None
+
+
+# -- a Service announced over BGP ------------------------------------------------------------
+def test_a_service_announced_over_bgp_gets_maglev_hashing_and_tun() -> None:
+    out = translate(svc(), [VIP], [], NODES, POLICY, bgp=True)
+    vs = out.services[KEY]
+    assert (vs.config.scheduler, vs.config.flags) == ("mh", frozenset({"mh-port"}))
+    assert {rs.forwarding for rs in vs.real_servers.values()} == {Forwarding.TUN}
+    assert not out.problems
+    plain = translate(svc(), [VIP], [], NODES, POLICY).services[KEY]
+    assert plain.config.scheduler == "wlc"
+
+
+def test_nat_is_refused_and_other_schedulers_warned_for_a_service_announced_over_bgp() -> None:
+    nat = svc(annotations={"lvs-director.io/forwarding": "nat"})
+    out = translate(nat, [VIP], [], NODES, POLICY, bgp=True)
+    assert [(p.reason, p.annotation) for p in out.problems] == [
+        ("ForwardingRefused", "lvs-director.io/forwarding")
+    ]
+    assert "replies would have to come back" in out.problems[0].message
+    assert {rs.forwarding for rs in out.services[KEY].real_servers.values()} == {Forwarding.TUN}
+    rr = svc(annotations={"lvs-director.io/scheduler": "rr"})
+    out = translate(rr, [VIP], [], NODES, POLICY, bgp=True)
+    assert out.services[KEY].config.scheduler == "rr"  # allowed, with a warning
+    assert [p.reason for p in out.problems] == ["SchedulerNotHashing"]
+    sh = svc(annotations={"lvs-director.io/scheduler": "sh:sh-port"})
+    assert not translate(sh, [VIP], [], NODES, POLICY, bgp=True).problems
+
+
+# -- the loop ---------------------------------------------------------------------------------
+def test_the_loop_announces_a_static_vip_once_programmed_and_withdraws_it_when_drained() -> None:
+    ipvs = FakeIpvs()
+    controller = Controller(ipvs, config())
+    heard: list[Mapping[str, Route]] = []
+    controller.on_routes = heard.append
+    told: list[frozenset[str]] = []
+    controller.on_vips = told.append
+    controller.step(0.01)
+    assert heard and heard[-1][VIP].announced
+    assert told == [frozenset({"203.0.113.5"})]
+    for address in ("192.0.2.11", "192.0.2.12"):
+        controller.post(IntentPosted(AddDrain(Drain(address, 80, None)), Reply()))
+    controller.step(0.01)
+    assert not heard[-1][VIP].announced
+    assert "no healthy real server" in heard[-1][VIP].reason
