@@ -272,10 +272,11 @@ def start_director(lab: BgpLab, d: BgpDirector, backends: list[Backend] | None =
         raise RuntimeError(f"{d.name}: the director never synced")
 
 
-def stop_director(d: BgpDirector) -> None:
-    """The director's process ends (its IPVS table and its VIP stay, as with kill -9)."""
+def stop_director(d: BgpDirector, leave: bool = False) -> None:
+    """The director's process ends (its IPVS table and its VIP stay). ``leave``: as
+    ``systemctl stop`` does, withdrawing its routes first; otherwise as kill -9."""
     if d.runtime is not None:
-        d.runtime.stop()
+        d.runtime.stop(leave=leave)
         d.runtime = None
     if d.ipvs is not None:
         d.ipvs.close()

@@ -139,11 +139,10 @@ def test_a_vip_is_announced_only_while_this_director_can_serve_it(
     vips.touched([KEY])
     vips.update([KEY], table(1), ready=True)
     assert heard[-1][VIP].announced
-    vips.set_maintenance("operator")
-    vips.update([KEY], table(1), ready=True)
+    vips.update([KEY], table(1), ready=True, maintenance="operator")
     assert not heard[-1][VIP].announced and heard[-1][VIP].reason == "maintenance: operator"
     vips.keys_changed()
-    vips.update([], {}, ready=True)  # the service is gone: so is its route
+    vips.update([], {}, ready=True, maintenance="operator")  # the service is gone, its route too
     assert VIP not in heard[-1]
     assert "reason=\"gone: no virtual service has this address\"" in caplog.text
 
@@ -256,3 +255,50 @@ def test_the_loop_announces_a_static_vip_once_programmed_and_withdraws_it_when_d
     controller.step(0.01)
     assert not heard[-1][VIP].announced
     assert "no healthy real server" in heard[-1][VIP].reason
+
+
+# -- the admin API ----------------------------------------------------------------------------
+def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from director.core.announce import PeerState
+    from director.web.app import create_app
+    from lab.wait import eventually
+
+    intents = tmp_path / "intents.json"
+    auth = {"Authorization": "Bearer t"}
+    peers = (PeerState("198.18.0.1", 64500, "Established", 12.5, 1, "up"),)
+
+    def run(settings: Settings, ipvs: FakeIpvs) -> tuple[Controller, threading.Event]:
+        controller = Controller(ipvs, settings, intents_file=intents)
+        stop = threading.Event()
+        threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
+        eventually(lambda: controller.health.synced, what="the first sync")
+        return controller, stop
+
+    ipvs = FakeIpvs()
+    controller, stop = run(config(), ipvs)
+    client = create_app(controller, "t", peers=lambda: peers).test_client()
+    body = client.get("/api/v1/bgp", headers=auth).get_json()
+    assert body["routes"] == [{"vip": VIP, "pool": "edge", "announced": True,
+                               "reason": "serving: 2 real servers take new connections"}]
+    assert body["peers"][0]["state"] == "Established" and body["peers"][0]["bfd"] == "up"
+    bad = client.put("/api/v1/maintenance", json={"reason": ""}, headers=auth)
+    assert bad.status_code == 400 and "reason" in bad.get_json()["detail"]
+    done = client.put("/api/v1/maintenance", json={"reason": "kernel upgrade"}, headers=auth)
+    assert done.status_code == 200, done.get_data(as_text=True)
+    assert done.get_json()["maintenance"] == "kernel upgrade"
+    assert done.get_json()["announced"] == 0
+    assert ipvs.read().services[KEY].real_servers  # IPVS kept: connections drain elsewhere
+    status = client.get("/api/v1/status", headers=auth).get_json()
+    assert status["bgp"]["maintenance"] == "kernel upgrade"
+    stop.set()
+
+    controller, stop = run(config(), ipvs)  # a restart stays out until put back
+    assert controller.view.addressing.routes[VIP].reason == "maintenance: kernel upgrade"
+    client = create_app(controller, "t").test_client()
+    back = client.delete("/api/v1/maintenance", headers=auth).get_json()
+    assert back["maintenance"] is None and back["announced"] == 1
+    stop.set()

@@ -26,7 +26,6 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import jinja2
 
 from director.adapters.keepalived import TEMPLATES
 from director.adapters.worker import LatestWins
-from director.core.announce import Route
+from director.core.announce import PeerState, Route
 from director.core.errors import DirectorError
 from director.core.ipam import Pool
 from director.logs import event
@@ -42,22 +41,6 @@ from director.schema.config import BgpSettings
 
 log = logging.getLogger("director.frr")
 VIP_DEVICE = "lo"
-
-
-@dataclass(frozen=True, slots=True)
-class PeerState:
-    """One BGP session as FRR reports it."""
-
-    address: str
-    asn: int
-    state: str  # Established, Active, Connect, ... ("unknown": FRR did not answer)
-    uptime_seconds: float = 0.0
-    prefixes_sent: int = 0
-    bfd: str = "-"  # up, down, init, ... or "-" (no BFD)
-
-    @property
-    def up(self) -> bool:
-        return self.state == "Established"
 
 
 def template_vars(

@@ -158,6 +158,7 @@ def _status(args: argparse.Namespace) -> str:
         "connected" if k["connected"] else f"DISCONNECTED since {k['disconnected_since']}"
     )  # fmt: skip
     counts = status["counts"]
+    bgp = [_bgp_line(status["bgp"])] if "bgp" in status else []
     return "\n".join(
         [
             f"role:        {status['role']}{'  (shadow mode)' if status['dry_run'] else ''}",
@@ -168,8 +169,39 @@ def _status(args: argparse.Namespace) -> str:
             f"last error:  {status['last_error'] or '-'}",
             f"programmed:  {counts['virtual_services']} virtual services, "
             f"{counts['real_servers']} real servers, {counts['drains']} drains",
+            *bgp,
         ]
     )
+
+
+def _bgp_line(bgp: dict[str, Any]) -> str:
+    up = sum(1 for p in bgp["peers"] if p["state"] == "Established")
+    line = (f"bgp:         {bgp['announced']} announced, {bgp['withdrawn']} withdrawn; "
+            f"sessions up {up}/{len(bgp['peers'])}")  # fmt: skip
+    return line + (f"; MAINTENANCE: {bgp['maintenance']}" if bgp["maintenance"] else "")
+
+
+def _bgp(args: argparse.Namespace) -> str:
+    bgp = call(args, "GET", "/api/v1/bgp")
+    if args.json:
+        return json.dumps(bgp, indent=2)
+    peers = [[p["address"], str(p["asn"]), p["state"], f"{p['uptime_seconds']:g}",
+              str(p["prefixes_sent"]), p["bfd"]] for p in bgp["peers"]]  # fmt: skip
+    routes = [[r["vip"], r["pool"], "announced" if r["announced"] else "withdrawn", r["reason"]]
+              for r in bgp["routes"]]  # fmt: skip
+    return "\n\n".join([
+        _bgp_line(bgp),
+        _table(peers, ["PEER", "ASN", "STATE", "UPTIME", "SENT", "BFD"]),
+        _table(routes, ["VIP", "POOL", "STATE", "WHY"]),
+    ])  # fmt: skip
+
+
+def _maintenance(args: argparse.Namespace) -> str:
+    if args.action == "on":
+        bgp = call(args, "PUT", "/api/v1/maintenance", {"reason": args.reason})
+    else:
+        bgp = call(args, "DELETE", "/api/v1/maintenance")
+    return json.dumps(bgp, indent=2) if args.json else _bgp_line(bgp)
 
 
 def _ready(status: dict[str, Any]) -> str:
@@ -266,7 +298,8 @@ def _plan(args: argparse.Namespace) -> str:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
     "status": _status, "services": _services, "scheduler": _scheduler, "drain": _drain,
-    "undrain": _undrain, "drains": _drains, "plan": _plan,
+    "undrain": _undrain, "drains": _drains, "plan": _plan, "bgp": _bgp,
+    "maintenance": _maintenance,
 }  # fmt: skip
 
 
@@ -298,6 +331,12 @@ def build(sub: Any) -> None:
     undrain = what.add_parser("undrain", help="undo a drain")
     undrain.add_argument("endpoint")
     what.add_parser("drains", parents=[late], help="drains and their progress")
+    what.add_parser("bgp", parents=[late], help="BGP sessions, and each VIP's announcement")
+    maintenance = what.add_parser("maintenance", help="withdraw every BGP route, or undo it")
+    toggle = maintenance.add_subparsers(dest="action", required=True)
+    on = toggle.add_parser("on", parents=[late], help="withdraw (kept across restarts)")
+    on.add_argument("--reason", default="operator", help="shown in status (default: operator)")
+    toggle.add_parser("off", parents=[late], help="announce again")
     plan = what.add_parser("plan", parents=[late], help="what the director would change now")
     plan.add_argument("--exit-code", action="store_true",
                       help="exit 2 when changes are pending (0: none; others: errors)")  # fmt: skip

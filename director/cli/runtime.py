@@ -28,13 +28,14 @@ from director.adapters.metrics import Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.cli.preflight import read_token
+from director.core.announce import PeerState
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.dataplane.netns import write_sysctls
-from director.engine.events import LeaseRefused, TargetChecked, VrrpChanged
+from director.engine.events import LeaseRefused, Leaving, TargetChecked, VrrpChanged
 from director.engine.loop import COMPONENT, Controller
 from director.engine.reconcile import SyncReport
 from director.logs import event
@@ -347,10 +348,15 @@ class Runtime:
             metrics=scrape,
             reader=reader,
             public=settings.api.public,
+            peers=self._peers,
         )
         return ApiServer(
             app, settings.api.host, settings.api.port, settings.api.tls_cert, settings.api.tls_key
         )
+
+    def _peers(self) -> tuple[PeerState, ...]:
+        frr = getattr(self, "frr", None)  # the API is made before FRR's part
+        return frr.sessions if frr is not None else ()
 
     def _checker(self, settings: Settings, netns: str | None) -> Checker | None:
         """Active health checks, run from the director's own network namespace."""
@@ -470,7 +476,30 @@ class Runtime:
             time.sleep(0.02)
         return False
 
-    def stop(self) -> None:
+    def leave(self, reason: str = "stopping") -> bool:
+        """Withdraw every BGP route and give the routers ``bgp.leave_seconds`` to move the
+        flows to the other directors; IPVS is kept, so connections already here carry on
+        through them (sloppy TCP, the same Maglev table). True once FRR has withdrawn."""
+        if self.frr is None or not self._thread.is_alive():
+            return False
+        self.controller.post(Leaving(reason))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            maintenance = self.controller.view.addressing.maintenance or ""
+            if maintenance.startswith("the director is stopping"):
+                break
+            time.sleep(0.05)
+        settled = self.frr.settle(30)
+        event(log, "bgp.left", reason=reason, withdrawn=settled,
+              wait_seconds=self.frr.bgp.leave_seconds)  # fmt: skip
+        time.sleep(self.frr.bgp.leave_seconds)
+        return settled
+
+    def stop(self, leave: bool = True) -> None:
+        """Stop every part. ``leave``: with BGP, withdraw the routes first (systemctl stop);
+        without it the routers find out by BFD, as when the box dies."""
+        if leave:
+            self.leave()
         self._stopping.set()
         self.notifier.stopping()
         for watcher in self.watchers:

@@ -34,6 +34,22 @@ class Route:
         return f"{self.vip}/{128 if ':' in self.vip else 32}"
 
 
+@dataclass(frozen=True, slots=True)
+class PeerState:
+    """One BGP session as the routing daemon reports it."""
+
+    address: str
+    asn: int
+    state: str  # Established, Active, Connect, ... ("unknown": the daemon did not answer)
+    uptime_seconds: float = 0.0
+    prefixes_sent: int = 0
+    bfd: str = "-"  # up, down, init, ... or "-" (no BFD)
+
+    @property
+    def up(self) -> bool:
+        return self.state == "Established"
+
+
 def pool_of(vip: str, pools: Iterable[Pool]) -> Pool | None:
     address = ipaddress.ip_address(vip)
     return next((pool for pool in pools if pool.contains(address)), None)

@@ -70,6 +70,9 @@ class Drain:
 class Intents:
     schedulers: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
     drains: dict[str, Drain] = field(default_factory=dict)
+    # Why this director withdraws every BGP route (None: it does not). Kept across restarts:
+    # a box taken out stays out until it is put back.
+    maintenance: str | None = None
 
     def apply(self, key: ServiceKey, vs: VirtualService) -> VirtualService:
         """``vs`` with its static scheduler override and drains applied."""
@@ -97,12 +100,14 @@ class Intents:
 
     # -- changes (the control loop applies them to a copy, stores it, then swaps) ------
     def copy(self) -> Intents:
-        return Intents(dict(self.schedulers), dict(self.drains))
+        return Intents(dict(self.schedulers), dict(self.drains), self.maintenance)
 
     def change(self, intent: Intent) -> None:
         """Apply one intent in place. Raises IntentRefused (nothing changed) when it
         conflicts with what is there (an existing drain, a missing one)."""
-        if isinstance(intent, SetScheduler):
+        if isinstance(intent, SetMaintenance):
+            self.maintenance = intent.reason
+        elif isinstance(intent, SetScheduler):
             if intent.choice is None:
                 self.schedulers.pop(intent.name, None)
             else:
@@ -131,6 +136,7 @@ class Intents:
                 for name, (s, f) in self.schedulers.items()
             },
             "drains": [d.as_json() for d in self.drains.values()],
+            "maintenance": self.maintenance,
         }
         write_durably(path, json.dumps(body, indent=1) + "\n")
 
@@ -166,6 +172,8 @@ class Intents:
                 None if service is None else str(service),
             )
             out.drains[drain.id] = drain
+        maintenance = body.get("maintenance")
+        out.maintenance = None if maintenance is None else str(maintenance)
         return out
 
 
@@ -187,7 +195,15 @@ class RemoveDrain:
     ident: str  # Drain.ident
 
 
-Intent = SetScheduler | AddDrain | RemoveDrain
+@dataclass(frozen=True, slots=True)
+class SetMaintenance:
+    """Withdraw every BGP route, keeping IPVS, so connections drain through the other
+    directors (None: announce again)."""
+
+    reason: str | None
+
+
+Intent = SetScheduler | AddDrain | RemoveDrain | SetMaintenance
 
 
 def write_durably(path: Path, text: str) -> None:

@@ -34,7 +34,9 @@ class VipAnnouncer:
         self.on_routes: Routes | None = None  # every route, to FRR (one came, went or flipped)
         self.bgp_pools = tuple(bgp_pools)
         self.maintenance: str | None = None  # why every route is withdrawn, if it is
+        self.leaving: str | None = None  # the director is stopping (not kept: it comes back)
         self.routes: dict[str, Route] = {}
+        self.snapshot: Mapping[str, Route] = MappingProxyType({})  # for the view: a copy
         self._vrrp_vips: frozenset[str] = frozenset()
         self._announced: frozenset[str] | None = None
         self._keys_changed = True
@@ -53,18 +55,19 @@ class VipAnnouncer:
         if self.bgp_pools:
             self._dirty.update(key.address for key in keys if not key.fwmark)
 
-    def set_maintenance(self, reason: str | None) -> None:
-        if reason != self.maintenance:
-            self.maintenance = reason
-            self._all_dirty = True
-
     def update(self, keys: Iterable[ServiceKey], programmed: Table | None = None,
-               ready: bool = True, down: Collection[ServiceKey] = ()) -> None:  # fmt: skip
+               ready: bool = True, down: Collection[ServiceKey] = (),
+               maintenance: str | None = None) -> None:  # fmt: skip
         """Announce what changed: the VRRP set if the keys changed, the routes of the VIPs
         touched since the last call (``programmed``: what the kernel holds; ``down``: the
-        services whose every real server fails its check)."""
+        services whose every real server fails its check; ``maintenance``: the operator's
+        reason to withdraw everything)."""
         if ready != self._ready:
             self._ready, self._all_dirty = ready, True
+        reason = f"the director is stopping ({self.leaving})" if self.leaving else maintenance
+        if reason != self.maintenance:
+            self.maintenance, self._all_dirty = reason, True
+            event(log, "bgp.maintenance", withdrawn=reason is not None, reason=reason or "-")
         if self._keys_changed:
             self._keys_changed = False
             self._index(keys)
@@ -95,7 +98,7 @@ class VipAnnouncer:
     def _decide(self, programmed: Table, down: Collection[ServiceKey]) -> None:
         vips = set(self._by_vip) | set(self.routes) if self._all_dirty else self._dirty
         self._all_dirty, self._dirty = False, set()
-        flipped = not self._pushed
+        flipped, changed = not self._pushed, False
         for vip in vips:
             keys = self._by_vip.get(vip)
             pool = pool_of(vip, self.bgp_pools)
@@ -103,7 +106,7 @@ class VipAnnouncer:
             if not keys or pool is None:
                 if before is not None:  # FRR releases its address too
                     del self.routes[vip]
-                    flipped = True
+                    flipped = changed = True
                     event(log, "bgp.announce", vip=vip, announced=False, pool=before.pool,
                           reason="gone: no virtual service has this address")  # fmt: skip
                 continue
@@ -111,10 +114,13 @@ class VipAnnouncer:
                            maintenance=self.maintenance, down=down)  # fmt: skip
             if route != before:
                 self.routes[vip] = route
+                changed = True
                 if before is None or before.announced != route.announced:
                     flipped = True
                     event(log, "bgp.announce", vip=vip, announced=route.announced,
                           pool=route.pool, reason=route.reason)  # fmt: skip
+        if changed:
+            self.snapshot = MappingProxyType(dict(self.routes))
         if flipped and self.on_routes is not None:
             self._pushed = True
-            self.on_routes(MappingProxyType(dict(self.routes)))
+            self.on_routes(self.snapshot)

@@ -83,6 +83,13 @@ class IntentPosted:
 
 
 @dataclass(frozen=True, slots=True)
+class Leaving:
+    """The director is stopping: withdraw every BGP route first (``reason``: why)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseRefused:
     """The API server refuses this director the status Lease (a namespace that does not
     exist, RBAC), so neither box of a pair writes status; None: refused no longer."""
@@ -102,7 +109,7 @@ class WriteFailed:
 
 Event = (
     ObjectChanged | Listed | WatchState | LeaderChanged | TargetChecked | VrrpChanged
-    | IntentPosted | WriteFailed | LeaseRefused
+    | IntentPosted | WriteFailed | LeaseRefused | Leaving
 )  # fmt: skip
 
 

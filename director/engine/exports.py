@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 from director.core.ipam import Pool
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
-from director.engine.view import LoopView, PoolUse
+from director.engine.view import Addressing, LoopView, PoolUse
 
 if TYPE_CHECKING:
     from director.engine.loop import Controller
@@ -58,8 +58,11 @@ class Exports:
             checks=_frozen(gate.checks) if "checks" in stale else prev.checks,
             unhealthy=_frozen(gate.failing()),
             intents=loop.intents,
-            pools=tuple(
-                PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in loop.settings.pools
+            addressing=Addressing(
+                tuple(PoolUse(p.name, p.size(), allocator.in_use_in(p))
+                      for p in loop.settings.pools),
+                self.vips.snapshot,
+                self.vips.maintenance,
             ),
             all_down=len(gate.all_down),
             filtered=frozenset(loop.filter.enforced),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from director.core.intents import IntentRefused, Intents, SetScheduler
+from director.core.intents import IntentRefused, Intents, SetMaintenance, SetScheduler
 from director.core.snapshot import ALL
 from director.engine.events import IntentPosted, Reply
 from director.engine.view import STATIC, LoopStatus
@@ -35,7 +35,8 @@ class IntentStore:
                 posted.reply.resolve(exc.status, exc.detail)
                 continue
             accepted.append(posted.reply)
-            dirty.add(STATIC if isinstance(posted.intent, SetScheduler) else ALL)
+            if not isinstance(posted.intent, SetMaintenance):  # the announcer reads it
+                dirty.add(STATIC if isinstance(posted.intent, SetScheduler) else ALL)
             event(log, "api.intent", intent=type(posted.intent).__name__, detail=posted.intent)
         if not accepted or not self._store(new, accepted):
             return set()

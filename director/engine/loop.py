@@ -37,6 +37,7 @@ from director.engine.events import (
     IntentPosted,
     LeaderChanged,
     LeaseRefused,
+    Leaving,
     Listed,
     ObjectChanged,
     Reply,
@@ -240,9 +241,8 @@ class Controller:
         if self.pace.resync_due(now):
             self.programmer.full_resync()
         self.exports.write_state(self)
-        self.exports.vips.update(
-            self.table.desired, self.reconciler.actual, self.ready, self.gate.all_down
-        )
+        self.exports.vips.update(self.table.desired, self.reconciler.actual, self.ready,
+                                 self.gate.all_down, self.intents.maintenance)  # fmt: skip
 
     def _timed(self, now: float) -> set[str]:
         """What timers make due: drains to check, a held-back filter to try again."""
@@ -268,6 +268,8 @@ class Controller:
                 self.health.vrrp_state = state
             case LeaderChanged(leader):
                 return self._lead(leader)
+            case Leaving(reason):
+                self.exports.vips.leaving = reason
             case WriteFailed() | LeaseRefused():
                 self.reporter.absorb(ev)
             case WatchState() | Listed() | ObjectChanged():

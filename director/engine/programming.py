@@ -58,7 +58,8 @@ class Programmer:
             self.table.without(key)
         self.full_resync(reread=False)
         self.exports.vips.keys_changed()
-        self.exports.vips.update(self.table.desired, self.syncer.reconciler.actual, True)
+        self.exports.vips.update(self.table.desired, self.syncer.reconciler.actual, True,
+                                 self.gate.all_down, self.translator.store.current.maintenance)
         # The snapshot and tables are long-lived: keep the collector from walking them on
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
         gc.collect()

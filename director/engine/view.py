@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from director.core.announce import Route
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
 from director.core.intents import Intents
@@ -68,6 +69,16 @@ class PoolUse:
 
 
 @dataclass(frozen=True, slots=True)
+class Addressing:
+    """The VIPs' side: each pool's use, each BGP route with the reason for its state, and
+    why every route is withdrawn (maintenance), if it is."""
+
+    pools: tuple[PoolUse, ...] = ()
+    routes: Mapping[str, Route] = field(default_factory=_empty)
+    maintenance: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LoopView:
     """The loop's state at the end of one step. Mappings are read-only copies."""
 
@@ -83,10 +94,14 @@ class LoopView:
     checks: Mapping[ServiceKey, Checks] = field(default_factory=_empty)
     unhealthy: Mapping[ServiceKey, frozenset[DestKey]] = field(default_factory=_empty)
     intents: Intents = field(default_factory=Intents)
-    pools: tuple[PoolUse, ...] = ()
+    addressing: Addressing = field(default_factory=Addressing)
     all_down: int = 0
     filtered: frozenset[ServiceKey] = frozenset()
     lease_refused: str | None = None  # why the API server refuses the status Lease
+
+    @property
+    def pools(self) -> tuple[PoolUse, ...]:
+        return self.addressing.pools
 
     @property
     def leader(self) -> bool:

@@ -146,6 +146,22 @@ class SchedulerChoice(Body):
     ] = ()
 
 
+def _reason(value: object) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable():
+        raise problem("reason must be printable text of 1 to 200 characters")
+    return value
+
+
+@dataclass(frozen=True, slots=True, config=BODY)
+class MaintenanceRequest(Body):
+    """Take this director out: withdraw every BGP route, keep IPVS (connections drain
+    through the other directors). Kept across restarts until undone."""
+
+    reason: Annotated[str, Rule(_reason, {
+        "type": "string", "minLength": 1, "maxLength": 200, "example": "kernel upgrade",
+    })]  # fmt: skip
+
+
 # -- replies ------------------------------------------------------------------------------
 # The counters of a virtual service or real server: core.model.Stats's fields, as they are.
 STATS_FIELDS = tuple(Stats.__dataclass_fields__)
@@ -265,6 +281,32 @@ class Status(TypedDict):
     last_error: NotRequired[str | None]
     failed_operations: NotRequired[int]
     counts: dict[str, int]
+    bgp: NotRequired[Bgp]
+
+
+class BgpRoute(TypedDict):
+    vip: str
+    pool: str
+    announced: bool
+    reason: str
+
+
+class BgpPeer(TypedDict):
+    address: str
+    asn: int
+    state: str
+    uptime_seconds: float
+    prefixes_sent: int
+    bfd: str
+
+
+class Bgp(TypedDict):
+    configured: bool
+    maintenance: str | None  # why every route is withdrawn, if it is
+    announced: int
+    withdrawn: int
+    routes: list[BgpRoute]
+    peers: list[BgpPeer]
 
 
 class PlannedOp(TypedDict):
@@ -280,10 +322,10 @@ class Plan(TypedDict):
     refused: list[dict[str, Any]]
 
 
-BODIES: tuple[type, ...] = (DrainRequest, SchedulerChoice)
+BODIES: tuple[type, ...] = (DrainRequest, SchedulerChoice, MaintenanceRequest)
 REPLIES: tuple[type, ...] = (
     Problem, VirtualService, ServiceList, KubernetesService, SchedulerResult, Drain, DrainList,
-    Undrained, Status, Plan,
+    Undrained, Status, Plan, Bgp,
 )  # fmt: skip
 
 

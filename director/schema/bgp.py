@@ -81,6 +81,9 @@ class BgpSettings(Section):
     reload: Annotated[str, FILE_PATH] = "/usr/lib/frr/frr-reload.py"
     # Seconds between asking FRR how its sessions are (status, metrics); 0: never.
     poll_seconds: Annotated[int, integer(0, 3600)] = 5
+    # On stop: seconds between withdrawing every route and stopping, for the routers to
+    # move the flows (connections already here carry on through the other directors).
+    leave_seconds: Annotated[int, integer(0, 300)] = 2
 
     @model_validator(mode="after")
     def _valid(self) -> BgpSettings:

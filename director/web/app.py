@@ -22,14 +22,15 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from flask import Flask, Response, g, request
 
+from director.core.announce import PeerState
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.logs import event
-from director.web import drains, errors, health, services, status
+from director.web import bgp, drains, errors, health, services, status
 from director.web.bodies import MAX_BODY
 from director.web.context import KEY, AnnotationWriter, ApiContext, MetricsText
 from director.web.errors import problem
@@ -50,11 +51,12 @@ def create_app(
     metrics: MetricsText | None = None,
     reader: Ipvs | None = None,
     public: Iterable[str] = PUBLIC_CHOICES,
+    peers: Callable[[], Sequence[PeerState]] | None = None,
 ) -> Flask:
     """``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock),
     so that listing 10,000 services never delays the control loop's writes. ``metrics``: what
     /metrics serves (none: an empty page). ``public``: which of health, metrics and
-    status_page answer without the token."""
+    status_page answer without the token. ``peers``: the BGP sessions (none: no BGP)."""
     if not token:
         raise ValueError("the admin API needs a non-empty token")
     opened = frozenset(public)
@@ -64,10 +66,10 @@ def create_app(
     app = Flask("director")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions[KEY] = ApiContext(loop, reader or loop.ipvs, writer, metrics)
+    app.extensions[KEY] = ApiContext(loop, reader or loop.ipvs, writer, metrics, peers)
     errors.register(app, MAX_BODY)
     _gate(app, token.encode(), opened)
-    for blueprint in (health.routes, services.routes, drains.routes, status.routes):
+    for blueprint in (health.routes, services.routes, drains.routes, bgp.routes, status.routes):
         app.register_blueprint(blueprint)
     return app
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from flask import current_app
 
+from director.core.announce import PeerState
 from director.core.intents import Intent
 from director.core.model import KernelTable, ServiceKey, shown
 from director.core.translate import PROTOCOLS, relevant
@@ -43,8 +44,10 @@ class ApiContext:
         ipvs: Ipvs,
         writer: AnnotationWriter | None,
         metrics: MetricsText | None,
+        peers: Callable[[], Sequence[PeerState]] | None = None,
     ) -> None:
         self.loop, self.ipvs, self.writer, self.metrics = loop, ipvs, writer, metrics
+        self.peers = peers or tuple  # the BGP sessions, as the routing daemon reports them
         self._recent: list[tuple[float, KernelTable]] = []  # one read serves 1 s of requests
         self._recent_lock = threading.Lock()
 

@@ -150,7 +150,7 @@ def status(ctx: ApiContext) -> shapes.Status:
         "kubernetes_services": len(view.produced),
         "drains": len(view.intents.drains),
     }
-    return {
+    out: shapes.Status = {
         "role": view.vrrp_state or "standalone",
         "ready": h.synced,
         "dry_run": ctx.loop.dry_run,
@@ -166,4 +166,29 @@ def status(ctx: ApiContext) -> shapes.Status:
         "last_error": h.last_error,
         "failed_operations": h.failed_ops,
         "counts": counts,
+    }
+    if ctx.loop.settings.bgp is not None:
+        out["bgp"] = bgp(ctx)
+    return out
+
+
+def bgp(ctx: ApiContext) -> shapes.Bgp:
+    addressing = ctx.loop.view.addressing
+    routes = sorted(addressing.routes.values(), key=lambda r: r.vip)
+    announced = sum(1 for r in routes if r.announced)
+    return {
+        "configured": ctx.loop.settings.bgp is not None,
+        "maintenance": addressing.maintenance,
+        "announced": announced,
+        "withdrawn": len(routes) - announced,
+        "routes": [
+            {"vip": r.vip, "pool": r.pool, "announced": r.announced, "reason": r.reason}
+            for r in routes
+        ],
+        "peers": [
+            {"address": p.address, "asn": p.asn, "state": p.state,
+             "uptime_seconds": round(p.uptime_seconds, 1), "prefixes_sent": p.prefixes_sent,
+             "bfd": p.bfd}
+            for p in ctx.peers()
+        ],
     }

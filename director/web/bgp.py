@@ -1,0 +1,42 @@
+"""BGP: each VIP's announcement and why, each session, and maintenance (every route
+withdrawn, IPVS kept, so connections drain through the other directors)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from director.core.intents import SetMaintenance
+from director.schema import api as shapes
+from director.web import views
+from director.web.bodies import body
+from director.web.context import api
+from director.web.registry import Operation, documented
+
+routes = Blueprint("bgp", __name__)
+
+
+@documented(routes, Operation(
+    "/api/v1/bgp", "get", "Each VIP's announcement (and why), each BGP session", shapes.Bgp,
+))  # fmt: skip
+def bgp() -> Response:
+    return jsonify(views.bgp(api()))
+
+
+@documented(routes, Operation(
+    "/api/v1/maintenance", "put",
+    "Maintenance: withdraw every BGP route, keep IPVS (kept across restarts)", shapes.Bgp,
+    (400, 413, 415, 503), body=shapes.MaintenanceRequest,
+))  # fmt: skip
+def enter_maintenance() -> Response:
+    ctx = api()
+    ctx.intent(SetMaintenance(body(shapes.MaintenanceRequest).reason))
+    return jsonify(views.bgp(ctx))
+
+
+@documented(routes, Operation(
+    "/api/v1/maintenance", "delete", "Back from maintenance: announce again", shapes.Bgp, (503,),
+))  # fmt: skip
+def leave_maintenance() -> Response:
+    ctx = api()
+    ctx.intent(SetMaintenance(None))
+    return jsonify(views.bgp(ctx))
