@@ -13,12 +13,14 @@ import gzip
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from director.core.announce import PeerState
 from director.core.firewall import FirewallError
 from director.core.model import ServiceKey
 from director.dataplane.interface import Ipvs
@@ -292,6 +294,32 @@ class DirectorCollector(Collector):
             free.add_metric([pool.name], pool.size - pool.in_use)
         yield in_use
         yield free
+        yield from DirectorCollector._routes(view)
+
+    @staticmethod
+    def _routes(view: LoopView) -> Iterator[Metric]:
+        addressing = view.addressing
+        if not addressing.routes and not addressing.transitions:
+            return
+        routes = GaugeMetricFamily(
+            "director_bgp_routes", "VIPs of bgp pools, announced or withdrawn by this director.",
+            labels=["pool", "state"],
+        )  # fmt: skip
+        counts: dict[tuple[str, str], int] = {}
+        for route in addressing.routes.values():
+            state = "announced" if route.announced else "withdrawn"
+            counts[route.pool, state] = counts.get((route.pool, state), 0) + 1
+        for (pool, state), count in sorted(counts.items()):
+            routes.add_metric([pool, state], count)
+        yield routes
+        yield CounterMetricFamily(
+            "director_bgp_route_transitions", "Routes that went from announced to withdrawn "
+            "or back.", value=addressing.transitions,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "director_bgp_maintenance", "1 while every route is withdrawn for maintenance.",
+            value=1 if addressing.maintenance else 0,
+        )
 
 
 class Metrics:
@@ -307,9 +335,11 @@ class Metrics:
         loop: LoopPort,
         reader: Ipvs | None,
         keepalived: Callable[[], tuple[int, int] | None],
+        frr: Callable[[], FrrFigures | None] = lambda: None,
     ) -> Scrape:
         self.registry.register(DirectorCollector(loop))
         self.registry.register(KeepalivedCollector(keepalived))
+        self.registry.register(FrrCollector(frr))
         return Scrape(self.registry, IpvsExposition(loop, reader))
 
 
@@ -333,6 +363,43 @@ class KeepalivedCollector(Collector):
         yield CounterMetricFamily(
             "director_keepalived_reloads", "keepalived reloads after a new configuration.",
             value=reloads,
+        )  # fmt: skip
+
+
+class FrrFigures(NamedTuple):
+    sessions: tuple[PeerState, ...]
+    rejected: int
+    reloads: int
+
+
+class FrrCollector(Collector):
+    """FRR's side: each BGP session (and its BFD), configurations FRR refused, reloads."""
+
+    def __init__(self, figures: Callable[[], FrrFigures | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures()
+        if figures is None:
+            return
+        up = GaugeMetricFamily("director_bgp_session_up", "1 while the BGP session to the "
+                               "peer is established.", labels=["peer"])  # fmt: skip
+        bfd = GaugeMetricFamily("director_bgp_bfd_up", "1 while BFD to the peer is up "
+                                "(peers with BFD only).", labels=["peer"])  # fmt: skip
+        for peer in figures.sessions:
+            up.add_metric([peer.address], 1 if peer.up else 0)
+            if peer.bfd != "-":
+                bfd.add_metric([peer.address], 1 if peer.bfd == "up" else 0)
+        yield up
+        yield bfd
+        yield CounterMetricFamily(
+            "director_frr_config_rejected",
+            "Rendered FRR configurations that vtysh or frr-reload.py refused (never live).",
+            value=figures.rejected,
+        )
+        yield CounterMetricFamily(
+            "director_frr_reloads", "FRR configurations applied (frr-reload.py).",
+            value=figures.reloads,
         )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from director.adapters.frr import FrrSync
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 from director.adapters.kube import RESOURCES, KubeApi, KubeError, KubeWriter, Watcher, api_client
-from director.adapters.metrics import Metrics, Registry, Scrape
+from director.adapters.metrics import FrrFigures, Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.cli.preflight import read_token
@@ -294,7 +294,8 @@ class Runtime:
             recorder=self.metrics.recorder,
             firewall=firewall or _firewall(ipvs, netns),
         )
-        scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts)
+        scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts,
+                                    self._frr_figures)  # fmt: skip
         self.watchers = (
             [
                 Watcher(kube_api, resource, self.controller.submit, PARSERS[resource.name],
@@ -406,6 +407,12 @@ class Runtime:
         sync = FrrSync(settings.bgp, settings.pools, settings.source, netns=netns)
         self.controller.on_routes = sync.submit
         return sync
+
+    def _frr_figures(self) -> FrrFigures | None:
+        sync = getattr(self, "frr", None)  # a scrape may come before it is made
+        if sync is None:
+            return None
+        return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
 
     def _keepalived_counts(self) -> tuple[int, int] | None:
         sync = getattr(self, "keepalived", None)  # a scrape may come before it is made

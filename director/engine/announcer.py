@@ -36,13 +36,13 @@ class VipAnnouncer:
         self.maintenance: str | None = None  # why every route is withdrawn, if it is
         self.leaving: str | None = None  # the director is stopping (not kept: it comes back)
         self.routes: dict[str, Route] = {}
+        self.transitions = 0  # announced <-> withdrawn (a metric)
         self.snapshot: Mapping[str, Route] = MappingProxyType({})  # for the view: a copy
         self._vrrp_vips: frozenset[str] = frozenset()
         self._announced: frozenset[str] | None = None
         self._keys_changed = True
         self._by_vip: dict[str, set[ServiceKey]] = {}  # bgp VIP -> its virtual services
-        self._dirty: set[str] = set()  # bgp VIPs to decide again
-        self._all_dirty = True
+        self._dirty: set[str] | None = None  # bgp VIPs to decide again (None: every one)
         self._ready = False
         self._pushed = False
 
@@ -53,7 +53,11 @@ class VipAnnouncer:
     def touched(self, keys: Iterable[ServiceKey]) -> None:
         """These virtual services were programmed (or removed): decide their VIPs again."""
         if self.bgp_pools:
-            self._dirty.update(key.address for key in keys if not key.fwmark)
+            self._mark(key.address for key in keys if not key.fwmark)
+
+    def _mark(self, vips: Iterable[str]) -> None:
+        if self._dirty is not None:
+            self._dirty.update(vips)
 
     def update(self, keys: Iterable[ServiceKey], programmed: Table | None = None,
                ready: bool = True, down: Collection[ServiceKey] = (),
@@ -63,10 +67,10 @@ class VipAnnouncer:
         services whose every real server fails its check; ``maintenance``: the operator's
         reason to withdraw everything)."""
         if ready != self._ready:
-            self._ready, self._all_dirty = ready, True
+            self._ready, self._dirty = ready, None
         reason = f"the director is stopping ({self.leaving})" if self.leaving else maintenance
         if reason != self.maintenance:
-            self.maintenance, self._all_dirty = reason, True
+            self.maintenance, self._dirty = reason, None
             event(log, "bgp.maintenance", withdrawn=reason is not None, reason=reason or "-")
         if self._keys_changed:
             self._keys_changed = False
@@ -75,7 +79,7 @@ class VipAnnouncer:
             if self._vrrp_vips != self._announced:  # the same addresses: no reload
                 self.announce(self._vrrp_vips)
             self._announced = self._vrrp_vips
-        if self.bgp_pools and (self._dirty or self._all_dirty):
+        if self.bgp_pools and (self._dirty is None or self._dirty):
             self._decide(programmed if programmed is not None else {}, down)
 
     def _index(self, keys: Iterable[ServiceKey]) -> None:
@@ -91,13 +95,13 @@ class VipAnnouncer:
                 vips.add(key.address)
         if self.bgp_pools:
             gone = self._by_vip.keys() - by_vip.keys()
-            self._dirty |= gone | {v for v, ks in by_vip.items() if ks != self._by_vip.get(v)}
+            self._mark(gone | {v for v, ks in by_vip.items() if ks != self._by_vip.get(v)})
             self._by_vip = by_vip
         self._vrrp_vips = frozenset(vips)
 
     def _decide(self, programmed: Table, down: Collection[ServiceKey]) -> None:
-        vips = set(self._by_vip) | set(self.routes) if self._all_dirty else self._dirty
-        self._all_dirty, self._dirty = False, set()
+        vips = set(self._by_vip) | set(self.routes) if self._dirty is None else self._dirty
+        self._dirty = set()
         flipped, changed = not self._pushed, False
         for vip in vips:
             keys = self._by_vip.get(vip)
@@ -117,6 +121,7 @@ class VipAnnouncer:
                 changed = True
                 if before is None or before.announced != route.announced:
                     flipped = True
+                    self.transitions += before is not None
                     event(log, "bgp.announce", vip=vip, announced=route.announced,
                           pool=route.pool, reason=route.reason)  # fmt: skip
         if changed:

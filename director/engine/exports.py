@@ -63,6 +63,7 @@ class Exports:
                       for p in loop.settings.pools),
                 self.vips.snapshot,
                 self.vips.maintenance,
+                self.vips.transitions,
             ),
             all_down=len(gate.all_down),
             filtered=frozenset(loop.filter.enforced),

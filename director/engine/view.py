@@ -76,6 +76,7 @@ class Addressing:
     pools: tuple[PoolUse, ...] = ()
     routes: Mapping[str, Route] = field(default_factory=_empty)
     maintenance: str | None = None
+    transitions: int = 0  # routes announced or withdrawn since the start
 
 
 @dataclass(frozen=True, slots=True)

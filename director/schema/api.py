@@ -8,6 +8,7 @@ A body the models refuse raises :class:`BodyError` (400) with the reason the cli
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from typing import (
     TYPE_CHECKING,
@@ -146,9 +147,12 @@ class SchedulerChoice(Body):
     ] = ()
 
 
+REASON_PATTERN = r"^[ -~]{1,200}$"
+
+
 def _reason(value: object) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable():
-        raise problem("reason must be printable text of 1 to 200 characters")
+    if not isinstance(value, str) or re.fullmatch(REASON_PATTERN[1:-1], value) is None:
+        raise problem("reason must be 1 to 200 printable ASCII characters")
     return value
 
 
@@ -158,7 +162,8 @@ class MaintenanceRequest(Body):
     through the other directors). Kept across restarts until undone."""
 
     reason: Annotated[str, Rule(_reason, {
-        "type": "string", "minLength": 1, "maxLength": 200, "example": "kernel upgrade",
+        "type": "string", "minLength": 1, "maxLength": 200, "pattern": REASON_PATTERN,
+        "example": "kernel upgrade",
     })]  # fmt: skip
 
 
