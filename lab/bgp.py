@@ -178,18 +178,19 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
             switch.ip(f"link set {port} master {bridge}", f"link set {port} up")
 
         client, router, probe = netns("client"), netns("router"), netns("probe")
-        veth(client, "c0", router, "c")
+        veth(client, "c0", router, "rclient")
         client.ip("link set lo up", "link set c0 up", *(f"addr add {a}/24 dev c0" for a in CLIENTS),
                   "route add default via 203.0.113.1")  # fmt: skip
-        plug(router, "f", "brf", "p-rf")
-        plug(router, "b", "brb", "p-rb")
-        router.ip("link set lo up", "link set c up", "link set f up", "link set b up",
-                  "addr add 203.0.113.1/24 dev c", f"addr add {ROUTER_FRONT}/24 dev f",
-                  f"addr add {ROUTER_BACK}/24 dev b")  # fmt: skip
+        plug(router, "rfront", "brf", "p-rf")
+        plug(router, "rback", "brb", "p-rb")
+        router.ip("link set lo up", "link set rclient up", "link set rfront up",
+                  "link set rback up", "addr add 203.0.113.1/24 dev rclient",
+                  f"addr add {ROUTER_FRONT}/24 dev rfront",
+                  f"addr add {ROUTER_BACK}/24 dev rback")  # fmt: skip
         router.sysctls({
             "net.ipv4.ip_forward": 1, "net.ipv4.conf.all.rp_filter": 0,
-            "net.ipv4.conf.default.rp_filter": 0, "net.ipv4.conf.b.rp_filter": 0,
-            "net.ipv4.conf.f.rp_filter": 0, "net.ipv4.fib_multipath_hash_policy": 1,
+            "net.ipv4.conf.default.rp_filter": 0, "net.ipv4.conf.rback.rp_filter": 0,
+            "net.ipv4.conf.rfront.rp_filter": 0, "net.ipv4.fib_multipath_hash_policy": 1,
         })  # fmt: skip
         plug(probe, "eth0", "brf", "p-probe")
         probe.ip("link set lo up", "link set eth0 up", f"addr add {PROBE}/24 dev eth0",
