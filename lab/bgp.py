@@ -38,6 +38,7 @@ VIP, PORT = "198.51.100.10", 80
 ROUTER_ASN, DIRECTOR_ASN = 64500, 64512
 ROUTER_FRONT, ROUTER_BACK = "198.18.0.1", "192.0.2.1"
 PROBE = "198.18.0.50"
+NOBODY = "198.18.0.99"  # a peer that never answers: the director serves on without it
 FRONT_NET = "198.18.0"
 CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
 DAEMONS = ("zebra", "bfdd", "bgpd")
@@ -240,6 +241,7 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
 
 def director_config(d: BgpDirector, backends: list[Backend], poll: int = 1) -> str:
     real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
+    # Health checks quick enough for a test: down after 2 failed checks 0.5 s apart.
     return f"""
 pools:
   - {{name: edge, addresses: [198.51.100.0/28], announce: bgp, communities: ["{DIRECTOR_ASN}:10"]}}
@@ -251,6 +253,7 @@ services:
     flags: [mh-port]
     forwarding: tun
     real_servers: [{real}]
+health: {{check: tcp, interval: 0.5, timeout: 0.4, rise: 1, fall: 2}}
 bgp:
   asn: {DIRECTOR_ASN}
   router_id: {d.front}
@@ -258,14 +261,20 @@ bgp:
   pathspace: {d.ns.name}
   config_file: {d.frr_conf}
   poll_seconds: {poll}
+  leave_seconds: 2
   peers:
     - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true}}
+    - {{address: {NOBODY}, asn: {ROUTER_ASN}, bfd: false}}
 """
 
 
-def start_director(lab: BgpLab, d: BgpDirector, backends: list[Backend] | None = None) -> None:
-    """FRR (with whatever frr.conf the director left), then the director itself."""
-    start_frr(d.ns)
+def start_director(
+    lab: BgpLab, d: BgpDirector, backends: list[Backend] | None = None, frr: bool = True
+) -> None:
+    """FRR (with whatever frr.conf the director left; ``frr``: it is not running), then the
+    director itself (``backends``: its real servers, in this order in its file)."""
+    if frr:
+        start_frr(d.ns)
     text = director_config(d, lab.backends if backends is None else backends)
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(parse_config(text, f"{d.name}.yaml"), d.ipvs, netns=d.ns.name).start()

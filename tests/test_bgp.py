@@ -204,6 +204,7 @@ def test_a_configuration_frr_rejects_never_goes_live(
         frr.install("router bgp 64512\n neighbor 198.18.0.1 remote-az 1\n")
     assert frr.path.read_text() == "! the live one\n"
     assert frr.rejected == 1 and "event=frr.config_rejected" in caplog.text
+    frr.synced = True  # as after the first install since the director started
     assert frr.install("! the live one\n") is False  # unchanged: FRR is not touched
 
 
@@ -302,3 +303,25 @@ def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
     back = client.delete("/api/v1/maintenance", headers=auth).get_json()
     assert back["maintenance"] is None and back["announced"] == 1
     stop.set()
+
+
+def test_a_change_of_announced_prefixes_alone_is_a_few_vtysh_commands() -> None:
+    from director.adapters.frr import network_delta
+
+    settings = config()
+    assert settings.bgp is not None
+    one = render_frr(settings.bgp, {VIP: ROUTES[VIP]}, settings.pools)
+    two = render_frr(settings.bgp, ROUTES, settings.pools)
+    assert network_delta(one, two, 64512) == [
+        "configure terminal", "router bgp 64512",
+        "address-family ipv6 unicast", "network 2001:db8:100::5/128 route-map director-edge",
+        "exit-address-family", "end",
+    ]  # fmt: skip
+    back = network_delta(two, one, 64512)
+    assert back is not None and "no network 2001:db8:100::5/128" in back
+    assert network_delta(one, one, 64512) == []
+    other = parse_config(BASE.replace("asn: 64500}", "asn: 64501}", 1))
+    assert other.bgp is not None
+    changed_peer = render_frr(other.bgp, ROUTES, other.pools)
+    assert network_delta(one, changed_peer, 64512) is None  # frr-reload.py applies that
+    assert network_delta(None, one, 64512) is None

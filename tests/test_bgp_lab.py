@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from lab.bgp import (
+    NOBODY,
     VIP,
     BgpLab,
     bgp_lab,
@@ -95,3 +96,109 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         assert talkers.alive == survived, "a director joining broke connections"
     finally:
         talkers.close()
+
+
+def test_a_peer_that_never_answers_is_shown_and_the_others_serve_on(lab: BgpLab) -> None:
+    d = lab.directors[1]
+    assert d.runtime is not None and d.runtime.frr is not None
+    sessions = {p.address: p for p in d.runtime.frr.sessions}
+    print(f"\nbgp sessions of {d.name}: {sessions}")
+    assert sessions[NOBODY].state != "Established"
+    assert sessions["198.18.0.1"].up and sessions["198.18.0.1"].bfd == "up"
+    assert d.front in lab.nexthops()
+
+
+def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
+    lab: BgpLab,
+) -> None:
+    talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
+    victim = lab.directors[1]
+    try:
+        time.sleep(2)
+        victim.ns.ip("link set front down")
+        dropped = wait_nexthops(lab, 2, 30)
+        time.sleep(2)
+        alive_down = talkers.alive
+        victim.ns.ip("link set front up")
+        back = wait_nexthops(lab, 3, SETTLE)
+        time.sleep(3)
+        print(f"\nbgp link down on {victim.name}: dropped in {dropped} s, alive {alive_down}/60; "
+              f"back in {back} s, alive {talkers.alive}/60, failed requests {talkers.failed}")
+        assert dropped is not None and back is not None
+        assert alive_down >= 59
+        assert talkers.alive == alive_down
+    finally:
+        talkers.close()
+
+
+def test_a_rolling_restart_through_maintenance_breaks_no_connection(lab: BgpLab) -> None:
+    talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
+    try:
+        time.sleep(2)
+        for d in lab.directors:
+            started = time.monotonic()
+            stop_director(d, leave=True)  # systemctl stop: withdraw, wait, stop (FRR stays)
+            withdrawn = lab.nexthops()
+            start_director(lab, d, frr=False)
+            back = wait_nexthops(lab, 3, SETTLE)
+            print(f"\nbgp rolling restart of {d.name}: next hops while away "
+                  f"{sorted(withdrawn)}, back after {time.monotonic() - started:.1f} s; "
+                  f"alive {talkers.alive}/60")  # fmt: skip
+            assert d.front not in withdrawn
+            assert back is not None
+        time.sleep(2)
+        print(f"bgp rolling restart: {talkers.alive}/60 alive, {talkers.failed} failed requests, "
+              f"{talkers.answered} answered")
+        assert talkers.alive == 60
+        assert talkers.failed == 0
+    finally:
+        talkers.close()
+
+
+def test_removing_one_backend_of_ten_moves_only_its_flows(lab: BgpLab) -> None:
+    ports = range(22000, 23000)
+    first = lab.directors[0]
+    before = probe_flows(lab, first, ports)
+    gone = lab.backends[0]
+    for d in lab.directors:  # every director now has nine: a restart with the new file
+        stop_director(d)
+        start_director(lab, d, lab.backends[1:], frr=False)
+    after = probe_flows(lab, first, ports)
+    moved = [port for port in ports if before[port] != after[port]]
+    others = [port for port in moved if before[port] != gone.name]
+    print(f"\nbgp one backend of ten removed: {len(moved)}/1000 flows moved "
+          f"({sum(1 for p in ports if before[p] == gone.name)} were on {gone.name}; "
+          f"{len(others)} of other backends)")
+    assert all(after[port] != gone.name for port in ports)
+    assert len(moved) / 1000 < 0.2
+    assert len(others) / 1000 < 0.05
+    # Different histories, one table: d1 gets be1 back (listed last), d3 restarts with
+    # the list reversed, d2 keeps the nine and then gets be1 (listed first).
+    d1, d2, d3 = lab.directors
+    for d, order in ((d1, [*lab.backends[1:], gone]), (d3, lab.backends[::-1]),
+                     (d2, lab.backends)):  # fmt: skip
+        stop_director(d)
+        start_director(lab, d, order, frr=False)
+    seen = {d.name: probe_flows(lab, d, ports) for d in lab.directors}
+    agree = sum(1 for port in ports if len({got[port] for got in seen.values()}) == 1)
+    back = sum(1 for port in ports if seen["d2"][port] == before[port])
+    print(f"bgp after different histories: {agree}/1000 flows agree; {back}/1000 back on "
+          f"the backend they had before be1 left")
+    assert agree == 1000
+    assert back == 1000
+
+
+def test_a_vip_with_no_healthy_backend_is_withdrawn_and_announced_again(lab: BgpLab) -> None:
+    assert lab.servers is not None
+    started = time.monotonic()
+    for be in lab.backends:
+        lab.servers.stop_listening(be, 80)
+    gone = wait_nexthops(lab, 0, 60)
+    print(f"\nbgp every backend down: route withdrawn by all three after {gone} s; reason "
+          f"{lab.directors[0].runtime.controller.view.addressing.routes[VIP].reason!r}")  # type: ignore[union-attr]
+    for be in lab.backends:
+        lab.servers.start_listening(be, 80)
+    back = wait_nexthops(lab, 3, 60)
+    print(f"bgp backends back: route announced by all three after {back} s "
+          f"({time.monotonic() - started:.1f} s in all)")
+    assert gone is not None and back is not None

@@ -82,6 +82,44 @@ def template_vars(
     }
 
 
+def network_delta(old: str | None, new: str, asn: int) -> list[str] | None:
+    """The vtysh commands that turn ``old`` into ``new`` when they differ only in their
+    ``network`` lines (announced prefixes); None when anything else differs."""
+    if old is None:
+        return None
+    old_rest, old_nets = _split_networks(old)
+    new_rest, new_nets = _split_networks(new)
+    if old_rest != new_rest:
+        return None
+    commands: list[str] = []
+    for family in sorted(old_nets.keys() | new_nets.keys()):
+        before, after = old_nets.get(family, {}), new_nets.get(family, {})
+        lines = [f"no network {prefix}" for prefix in sorted(before.keys() - after.keys())]
+        lines += [after[prefix] for prefix in sorted(after.keys() - before.keys())]
+        lines += [after[p] for p in sorted(after.keys() & before.keys()) if after[p] != before[p]]
+        if lines:
+            commands += [f"address-family {family} unicast", *lines, "exit-address-family"]
+    if not commands:
+        return []
+    return ["configure terminal", f"router bgp {asn}", *commands, "end"]
+
+
+def _split_networks(text: str) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The lines that are not ``network``, and the network lines by family and prefix."""
+    rest: list[str] = []
+    nets: dict[str, dict[str, str]] = {}
+    family = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("address-family "):
+            family = stripped.split()[1]
+        if stripped.startswith("network "):
+            nets.setdefault(family, {})[stripped.split()[1]] = stripped
+        else:
+            rest.append(line)
+    return rest, nets
+
+
 def _version(address: str) -> int:
     return ipaddress.ip_address(address).version
 
@@ -128,6 +166,7 @@ class Frr:
         self.reloads = 0
         self.last_error: str | None = None
         self.held: set[str] = set()  # VIPs this director put on lo
+        self.synced = False  # the running daemons were brought to the file once
 
     def _run(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         try:
@@ -154,16 +193,27 @@ class Frr:
 
     def install(self, text: str) -> bool:
         """Make ``text`` the live configuration; True when it changed (and FRR applied it).
-        Raises FrrRejected (the live file untouched) when FRR refuses it."""
+        Raises FrrRejected (the live file untouched) when FRR refuses it.
+
+        The first install after the director starts goes through frr-reload.py whatever the
+        file holds (FRR may run something else). After that, a change of announced
+        prefixes alone is sent as those few commands in one vtysh call (frr-reload.py
+        starts Python and reads back the whole running configuration: seconds on a slow
+        box); anything else, or a failed vtysh call, goes through frr-reload.py."""
+        live = None
         with contextlib.suppress(FileNotFoundError):
-            if self.path.read_text() == text:
-                return False
+            live = self.path.read_text()
+        if live == text and self.synced:
+            return False
         candidate = self.path.with_name(self.path.name + ".new")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         candidate.write_text(text)
+        started = time.monotonic()
         try:
             self.validate(candidate)
-            self.apply(candidate)
+            how = "vtysh" if self.synced and self._announce(live, text) else "frr-reload"
+            if how == "frr-reload":
+                self.apply(candidate)
         except FrrRejected as exc:
             self.rejected += 1
             self.last_error = str(exc)
@@ -171,9 +221,27 @@ class Frr:
                   frr=str(exc))  # fmt: skip
             raise
         os.replace(candidate, self.path)
+        self.synced = True
         self.reloads += 1
         self.last_error = None
-        event(log, "frr.reloaded", file=str(self.path))
+        event(log, "frr.reloaded", file=str(self.path), by=how,
+              seconds=round(time.monotonic() - started, 3))  # fmt: skip
+        return True
+
+    def _announce(self, live: str | None, text: str) -> bool:
+        """Apply a change of ``network`` lines alone with one vtysh call; False when the
+        change is more than that (or vtysh failed): frr-reload.py then applies it."""
+        commands = network_delta(live, text, self.bgp.asn)
+        if commands is None:
+            return False
+        if not commands:
+            return True
+        args = [arg for command in commands for arg in ("-c", command)]
+        done = self._run([*self._vtysh(), *args], timeout=60)
+        if done.returncode != 0:
+            event(log, "frr.vtysh_failed", level=logging.WARNING, frr=_words(done),
+                  action="applying with frr-reload.py")  # fmt: skip
+            return False
         return True
 
     def hold(self, vips: set[str]) -> None:
