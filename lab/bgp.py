@@ -38,6 +38,7 @@ VIP, PORT = "198.51.100.10", 80
 ROUTER_ASN, DIRECTOR_ASN = 64500, 64512
 ROUTER_FRONT, ROUTER_BACK = "198.18.0.1", "192.0.2.1"
 PROBE = "198.18.0.50"
+BFD_MS = 200  # both sides: a dead director is noticed within 0.6 s (plus scheduling)
 NOBODY = "198.18.0.99"  # a peer that never answers: the director serves on without it
 FRONT_NET = "198.18.0"
 CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
@@ -138,7 +139,8 @@ def router_config() -> str:
         f" neighbor {FRONT_NET}.{11 + i} remote-as {DIRECTOR_ASN}\n"
         f" neighbor {FRONT_NET}.{11 + i} timers 1 3\n"
         f" neighbor {FRONT_NET}.{11 + i} timers connect 1\n"
-        f" neighbor {FRONT_NET}.{11 + i} bfd"
+        f" neighbor {FRONT_NET}.{11 + i} bfd\n"
+        f" neighbor {FRONT_NET}.{11 + i} bfd profile fast"
         for i in range(3)
     )
     return f"""frr defaults traditional
@@ -154,6 +156,14 @@ router bgp {ROUTER_ASN}
  address-family ipv4 unicast
   maximum-paths 16
  exit-address-family
+exit
+!
+bfd
+ profile fast
+  transmit-interval {BFD_MS}
+  receive-interval {BFD_MS}
+  detect-multiplier 3
+ exit
 exit
 !
 """
@@ -263,7 +273,8 @@ bgp:
   poll_seconds: {poll}
   leave_seconds: 2
   peers:
-    - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true}}
+    - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true,
+       bfd_interval_ms: {BFD_MS}}}
     - {{address: {NOBODY}, asn: {ROUTER_ASN}, bfd: false}}
 """
 

@@ -325,3 +325,42 @@ def test_a_change_of_announced_prefixes_alone_is_a_few_vtysh_commands() -> None:
     changed_peer = render_frr(other.bgp, ROUTES, other.pools)
     assert network_delta(one, changed_peer, 64512) is None  # frr-reload.py applies that
     assert network_delta(None, one, 64512) is None
+
+
+def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FRR not running yet (at boot, frr-reload.py fails): the routes are applied once it
+    is; a file vtysh refuses is refused once, not every poll."""
+    from director.adapters.frr import FrrSync
+
+    answer = tmp_path / "answer"
+    answer.write_text("1")
+    reload = tmp_path / "frr-reload"  # stands in for frr-reload.py: its exit status is given
+    reload.write_text(f"#!/bin/sh\nexit $(cat {answer})\n")
+    reload.chmod(0o755)
+    text = BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"
+                        f"  reload: {reload}\n  poll_seconds: 1\n")  # fmt: skip
+    settings = parse_config(text)
+    assert settings.bgp is not None
+    sync = FrrSync(settings.bgp, settings.pools, "d.yaml")
+    sync.frr.peers = lambda: []  # type: ignore[method-assign]  # no vtysh daemons here
+    sync.frr.hold = lambda vips: None  # type: ignore[method-assign]  # no lo to change
+    sync.start()
+    try:
+        sync.submit(dict(ROUTES))
+        assert sync.settle(10) and sync.installed is None  # refused: FRR is not up
+        answer.write_text("0")  # FRR is up
+        from lab.wait import eventually
+
+        eventually(lambda: sync.installed is not None, what="the routes applied on a retry")
+        assert "network 198.51.100.10/32" in (tmp_path / "frr.conf").read_text()
+    finally:
+        sync.stop()
+    frr = sync.frr
+    bad = "router bgp 64512\n neighbor 198.18.0.1 remote-az 1\n"
+    before = frr.rejected
+    for _ in range(3):
+        with pytest.raises(FrrRejected):
+            frr.install(bad)
+    assert frr.rejected == before + 1  # refused and counted once; the same file is not retried

@@ -167,6 +167,7 @@ class Frr:
         self.last_error: str | None = None
         self.held: set[str] = set()  # VIPs this director put on lo
         self.synced = False  # the running daemons were brought to the file once
+        self.invalid: str | None = None  # the last text vtysh --dryrun refused
 
     def _run(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         try:
@@ -209,8 +210,14 @@ class Frr:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         candidate.write_text(text)
         started = time.monotonic()
+        if text == self.invalid:
+            raise FrrRejected("refused before (vtysh --dryrun); not tried again")
         try:
-            self.validate(candidate)
+            try:
+                self.validate(candidate)
+            except FrrRejected:
+                self.invalid = text  # the same text is refused again: do not retry it
+                raise
             how = "vtysh" if self.synced and self._announce(live, text) else "frr-reload"
             if how == "frr-reload":
                 self.apply(candidate)
@@ -311,6 +318,7 @@ class FrrSync(LatestWins[Mapping[str, Route]]):
             PeerState(p.address, p.asn, "unknown") for p in bgp.peers
         )
         self.polled = 0.0
+        self.wanted: Mapping[str, Route] | None = None  # the latest route table handed in
         super().__init__()
 
     def install(self, value: Mapping[str, Route]) -> bool:
@@ -323,10 +331,22 @@ class FrrSync(LatestWins[Mapping[str, Route]]):
             return False  # logged and counted; the old configuration stays live
         self.frr.hold(set(value))
         event(log, "frr.routes", announced=len(announced), withdrawn=len(value) - len(announced))
-        self.idle()
+        self._poll()
         return True
 
+    def submit(self, value: Mapping[str, Route]) -> None:
+        self.wanted = value
+        super().submit(value)
+
     def idle(self) -> None:
+        """Between changes: try again what FRR could not take (it was not running yet, a
+        full disk), then ask FRR how its sessions are."""
+        wanted = self.wanted
+        if wanted is not None and self.installed is not wanted and self.install(wanted):
+            self.installed = wanted
+        self._poll()
+
+    def _poll(self) -> None:
         previous = {p.address: p.state for p in self.sessions}
         self.sessions = tuple(self.frr.peers())
         self.polled = time.time()
