@@ -27,6 +27,7 @@ from lab.bgp import (
     wait_nexthops,
 )
 from lab.ha import Talkers, new_connections
+from lab.wait import wait_for
 
 pytestmark = pytest.mark.kernel
 SETTLE = 90.0  # seconds a loaded machine may take for sessions to come up
@@ -138,13 +139,16 @@ def test_a_rolling_restart_through_maintenance_breaks_no_connection(lab: BgpLab)
         for d in lab.directors:
             started = time.monotonic()
             stop_director(d, leave=True)  # systemctl stop: withdraw, wait, stop (FRR stays)
+            left = time.monotonic() - started
+            gone = wait_for(lambda d=d: d.front not in lab.nexthops(), 30, 0.1)  # type: ignore[misc]
             withdrawn = lab.nexthops()
             start_director(lab, d, frr=False)
             back = wait_nexthops(lab, 3, SETTLE)
-            print(f"\nbgp rolling restart of {d.name}: next hops while away "
+            print(f"\nbgp rolling restart of {d.name}: stopped {left:.1f} s after systemctl "
+                  f"stop; the router had dropped it {gone} s later; next hops while away "
                   f"{sorted(withdrawn)}, back after {time.monotonic() - started:.1f} s; "
                   f"alive {talkers.alive}/60")  # fmt: skip
-            assert d.front not in withdrawn
+            assert gone is not None and d.front not in withdrawn
             assert back is not None
         time.sleep(2)
         print(f"bgp rolling restart: {talkers.alive}/60 alive, {talkers.failed} failed requests, "

@@ -346,6 +346,18 @@ class FrrSync(LatestWins[Mapping[str, Route]]):
             self.installed = wanted
         self._poll()
 
+    def withdrawn(self, timeout: float) -> bool:
+        """Wait until FRR says it sends no prefix to any established peer (the withdrawals
+        went out); False after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._poll()
+            if all(p.prefixes_sent == 0 for p in self.sessions if p.up):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
     def _poll(self) -> None:
         previous = {p.address: p.state for p in self.sessions}
         self.sessions = tuple(self.frr.peers())

@@ -496,7 +496,7 @@ class Runtime:
             if maintenance.startswith("the director is stopping"):
                 break
             time.sleep(0.05)
-        settled = self.frr.settle(30)
+        settled = self.frr.settle(30) and self.frr.withdrawn(timeout=10)
         event(log, "bgp.left", reason=reason, withdrawn=settled,
               wait_seconds=self.frr.bgp.leave_seconds)  # fmt: skip
         time.sleep(self.frr.bgp.leave_seconds)
