@@ -364,3 +364,20 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
         with pytest.raises(FrrRejected):
             frr.install(bad)
     assert frr.rejected == before + 1  # refused and counted once; the same file is not retried
+
+
+def test_the_scale_out_example_is_valid_and_renders_a_configuration_frr_accepts(
+    tmp_path: Path,
+) -> None:
+    from director.core.announce import decide
+
+    settings = parse_config((Path(__file__).parent.parent / "examples" / "bgp.yaml").read_text())
+    assert settings.bgp is not None and [p.name for p in settings.bgp_pools] == ["edge"]
+    web = next(iter(settings.services.values()))
+    route = decide(web.key.address, settings.bgp_pools[0], [web.key], settings.services,
+                   ready=True)  # fmt: skip
+    text = render_frr(settings.bgp, {route.vip: route}, settings.pools)
+    assert "network 198.51.100.10/32 route-map director-edge" in text
+    path = tmp_path / "frr.conf"
+    path.write_text(text)
+    Frr(settings.bgp).validate(path)
