@@ -381,3 +381,39 @@ def test_the_scale_out_example_is_valid_and_renders_a_configuration_frr_accepts(
     path = tmp_path / "frr.conf"
     path.write_text(text)
     Frr(settings.bgp).validate(path)
+
+
+def test_the_status_page_shows_the_bgp_routes_and_sessions(tmp_path: Path) -> None:
+    import subprocess
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from director.core.announce import PeerState
+    from director.web.app import create_app
+    from lab.wait import eventually
+
+    controller = Controller(FakeIpvs(), config())
+    stop = threading.Event()
+    threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
+    eventually(lambda: controller.health.synced, what="the first sync")
+    peers = (PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up"),
+             PeerState("2001:db8::1", 64500, "Active"))  # fmt: skip
+    app = create_app(controller, "t", peers=lambda: peers)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        assert chromium, "chromium is missing: apt-get install chromium (make setup does)"
+        dom = subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
+             "--dump-dom", f"http://127.0.0.1:{server.server_port}/"],
+            capture_output=True, text=True, timeout=120, check=False,
+        ).stdout  # fmt: skip
+        assert '<span id="bgp-box">' in dom, dom[:3000]  # shown: this director speaks BGP
+        assert "1 announced, 0 withdrawn · sessions 1/2" in dom
+        assert f"{VIP}: serving: 2 real servers take new connections" in dom
+    finally:
+        server.shutdown()
+        stop.set()

@@ -397,10 +397,10 @@ class Runtime:
         needs to take over the middle of a connection another director saw start."""
         if settings.bgp is None or dry_run:
             return None
-        if isinstance(ipvs, FakeIpvs):
-            failed: dict[str, str] = {}
-        else:
-            failed = write_sysctls(netns, SLOPPY)
+        if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
+            event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
+            return None
+        failed = write_sysctls(netns, SLOPPY)
         for name, why in failed.items():
             event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name, value=SLOPPY[name],
                   reason=why, effect="connections break when directors join or leave")  # fmt: skip

@@ -35,6 +35,7 @@ PAGE = """<!doctype html>
   <span>kubernetes <b id="kube" class="pill">…</b></span>
   <span>leader <b id="leader">…</b></span>
   <span>last sync <b id="sync">…</b></span>
+  <span id="bgp-box" hidden>bgp <b id="bgp" class="pill">…</b></span>
   <span id="counts"></span>
   <span id="error" style="color:#ffb3b3"></span>
 </header>
@@ -59,6 +60,16 @@ function render(data) {
   $("counts").textContent = s.counts.virtual_services + " virtual services, " +
     s.counts.real_servers + " real servers";
   $("error").textContent = s.last_error ? "last error: " + s.last_error : "";
+  const b = s.bgp;
+  $("bgp-box").hidden = !b;
+  if (b) {
+    const up = b.peers.filter((p) => p.state === "Established").length;
+    $("bgp").textContent = b.maintenance ? "MAINTENANCE: " + b.maintenance
+      : b.announced + " announced, " + b.withdrawn + " withdrawn · sessions " + up + "/" +
+        b.peers.length;
+    $("bgp").className = "pill " + (b.maintenance || up < b.peers.length ? "bad" : "ok");
+    $("bgp").title = b.routes.map((r) => r.vip + ": " + r.reason).join("\\n");
+  }
   const main = $("services");
   main.replaceChildren();
   if (!data.services.length) main.append(text("div", "no virtual services", ""));
