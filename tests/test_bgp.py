@@ -417,3 +417,26 @@ def test_the_status_page_shows_the_bgp_routes_and_sessions(tmp_path: Path) -> No
     finally:
         server.shutdown()
         stop.set()
+
+
+def test_vips_are_held_on_lo_and_a_restart_releases_those_no_longer_served(netns: str) -> None:
+    """In a namespace of the host's own: the director's VIPs on lo; one a previous run left
+    there and that is no longer served goes; an address outside the pools stays."""
+    import subprocess
+
+    settings = config()
+    assert settings.bgp is not None
+
+    def on_lo() -> set[str]:
+        out = subprocess.run(["ip", "-n", netns, "-o", "addr", "show", "dev", "lo"],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return {line.split()[3].split("/")[0] for line in out.splitlines()}
+
+    subprocess.run(["ip", "-n", netns, "addr", "add", "198.51.100.5/32", "dev", "lo"], check=True)
+    subprocess.run(["ip", "-n", netns, "addr", "add", "192.0.2.99/32", "dev", "lo"], check=True)
+    frr = Frr(settings.bgp, netns)
+    frr.adopt(settings.bgp_pools)  # a previous run's: 198.51.100.5 is in the edge pool
+    frr.hold({VIP})
+    assert on_lo() >= {VIP, "192.0.2.99"} and "198.51.100.5" not in on_lo()
+    frr.hold(set())
+    assert VIP not in on_lo() and "192.0.2.99" in on_lo()  # never what it did not create

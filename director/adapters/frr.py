@@ -33,7 +33,7 @@ import jinja2
 
 from director.adapters.keepalived import TEMPLATES
 from director.adapters.worker import LatestWins
-from director.core.announce import PeerState, Route
+from director.core.announce import PeerState, Route, pool_of
 from director.core.errors import DirectorError
 from director.core.ipam import Pool
 from director.logs import event
@@ -251,6 +251,18 @@ class Frr:
             return False
         return True
 
+    def adopt(self, pools: tuple[Pool, ...]) -> None:
+        """Count as held the addresses of ``pools`` already on ``lo`` (a previous run's): the
+        pools are this director's own, so those it no longer serves are released."""
+        ip = ["ip", *(["-n", self.netns] if self.netns else [])]
+        done = self._run([*ip, "-o", "addr", "show", "dev", VIP_DEVICE])
+        for line in done.stdout.splitlines():
+            words = line.split()
+            if len(words) > 3 and words[2] in ("inet", "inet6"):
+                address = words[3].split("/")[0]
+                if pool_of(address, pools) is not None:
+                    self.held.add(address)
+
     def hold(self, vips: set[str]) -> None:
         """Exactly ``vips`` of the ones this director holds are on ``lo`` (others' untouched)."""
         ip = ["ip", *(["-n", self.netns] if self.netns else [])]
@@ -322,6 +334,8 @@ class FrrSync(LatestWins[Mapping[str, Route]]):
         super().__init__()
 
     def install(self, value: Mapping[str, Route]) -> bool:
+        if not self.frr.synced and not self.frr.held:
+            self.frr.adopt(tuple(p for p in self.pools if p.announce.bgp))
         announced = {vip for vip, route in value.items() if route.announced}
         # Held before it is announced, released only once it is withdrawn.
         self.frr.hold(self.frr.held | set(value))
