@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +42,10 @@ from director.schema.config import BgpSettings
 
 log = logging.getLogger("director.frr")
 VIP_DEVICE = "lo"
+# The longest frr-reload.py may take (it starts Python and reads back the whole running
+# configuration: about a second on a real box, a minute under software emulation). A leave
+# waits for one in flight: the withdrawal goes out after it.
+RELOAD_SECONDS = 120
 
 
 def template_vars(
@@ -185,10 +190,13 @@ class Frr:
             raise FrrRejected(_words(done))
 
     def apply(self, candidate: Path) -> None:
-        """The difference between what the daemons run and ``candidate``, applied by FRR."""
+        """The difference between what the daemons run and ``candidate``, applied by FRR.
+        Its work file goes to a folder of the director's own (not FRR's ``/run/frr``, which
+        a sandboxed director may not write)."""
         space = ["--pathspace", self.bgp.pathspace] if self.bgp.pathspace else []
-        done = self._run([self.bgp.reload, "--reload", *space, "--stdout",
-                          str(candidate)], timeout=120)  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="director-frr-") as rundir:
+            done = self._run([self.bgp.reload, "--reload", *space, "--stdout", "--rundir",
+                              rundir, str(candidate)], timeout=RELOAD_SECONDS)  # fmt: skip
         if done.returncode != 0:
             raise FrrRejected(_words(done))
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from director.adapters.frr import FrrSync
+from director.adapters.frr import RELOAD_SECONDS, FrrSync
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 from director.adapters.kube import RESOURCES, KubeApi, KubeError, KubeWriter, Watcher, api_client
 from director.adapters.metrics import FrrFigures, Metrics, Registry, Scrape
@@ -496,9 +496,14 @@ class Runtime:
             if maintenance.startswith("the director is stopping"):
                 break
             time.sleep(0.05)
-        settled = self.frr.settle(30) and self.frr.withdrawn(timeout=10)
-        event(log, "bgp.left", reason=reason, withdrawn=settled,
-              wait_seconds=self.frr.bgp.leave_seconds)  # fmt: skip
+        started = time.monotonic()
+        # A reload in flight (the first after a start goes through frr-reload.py) ends
+        # before the withdrawal can go out: wait for it, however slow the box.
+        settled = self.frr.settle(RELOAD_SECONDS + 30) and self.frr.withdrawn(timeout=10)
+        effect = "-" if settled else "FRR may go on announcing the VIPs after the stop"
+        event(log, "bgp.left", level=logging.INFO if settled else logging.ERROR,
+              reason=reason, withdrawn=settled, seconds=round(time.monotonic() - started, 1),
+              wait_seconds=self.frr.bgp.leave_seconds, effect=effect)  # fmt: skip
         time.sleep(self.frr.bgp.leave_seconds)
         return settled
 
