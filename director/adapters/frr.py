@@ -202,7 +202,8 @@ class Frr:
 
     def install(self, text: str) -> bool:
         """Make ``text`` the live configuration; True when it changed (and FRR applied it).
-        Raises FrrRejected (the live file untouched) when FRR refuses it.
+        Raises FrrRejected (the live file untouched, the daemons put back on it) when FRR
+        refuses it.
 
         The first install after the director starts goes through frr-reload.py whatever the
         file holds (FRR may run something else). After that, a change of announced
@@ -219,7 +220,7 @@ class Frr:
         candidate.write_text(text)
         started = time.monotonic()
         if text == self.invalid:
-            raise FrrRejected("refused before (vtysh --dryrun); not tried again")
+            raise FrrRejected("refused before by FRR; not tried again")
         try:
             try:
                 self.validate(candidate)
@@ -228,7 +229,15 @@ class Frr:
                 raise
             how = "vtysh" if self.synced and self._announce(live, text) else "frr-reload"
             if how == "frr-reload":
-                self.apply(candidate)
+                try:
+                    self.apply(candidate)
+                except FrrRejected:
+                    # vtysh --dryrun checks the syntax, not what the daemons accept: they
+                    # may have taken part of it. Put them back on the live file; if FRR
+                    # takes that, the new text was at fault (not FRR being down): keep it out.
+                    if live is not None and self._restore():
+                        self.invalid = text
+                    raise
         except FrrRejected as exc:
             self.rejected += 1
             self.last_error = str(exc)
@@ -241,6 +250,17 @@ class Frr:
         self.last_error = None
         event(log, "frr.reloaded", file=str(self.path), by=how,
               seconds=round(time.monotonic() - started, 3))  # fmt: skip
+        return True
+
+    def _restore(self) -> bool:
+        """The daemons back on the live file after they refused a new one; True if they were."""
+        try:
+            self.apply(self.path)
+        except FrrRejected as exc:
+            event(log, "frr.restore_failed", level=logging.ERROR, file=str(self.path),
+                  frr=str(exc))  # fmt: skip
+            return False
+        event(log, "frr.restored", level=logging.WARNING, file=str(self.path))
         return True
 
     def _announce(self, live: str | None, text: str) -> bool:
