@@ -6,13 +6,16 @@
                               └──────────── back 192.0.2.0/24 ───────── d1 .2   d2 .3   d3 .4
                                                                          be1-be10 .11-.20
 
-Each director runs ``director.cli.runtime.Runtime`` (a static service in a ``bgp`` pool,
-Maglev hashing, tun forwarding) against the IPVS of its namespace, and its own FRR (zebra,
-bfdd, bgpd, each with ``-N`` so pid files and sockets stay per namespace). The director
-renders frr.conf and applies it with ``frr-reload.py``; FRR boots from the same file the
-way frrinit does (``vtysh -b``). Backends decapsulate IPIP (the VIP on ``tunl0``) and answer
-the client directly through the router. A probe host on the front segment reaches one
-director at a time (a host route), to compare the directors' choices flow by flow.
+Each director runs ``director.cli.runtime.Runtime`` (two static services in a ``bgp`` pool,
+Maglev hashing: the VIP .10 by tun, .11 by direct routing on the back segment) against the
+IPVS of its namespace, and its own FRR (zebra, bfdd, bgpd, each with ``-N`` so pid files and
+sockets stay per namespace). The director renders frr.conf and applies it with
+``frr-reload.py``; FRR boots from the same file the way frrinit does (``vtysh -b``).
+Backends are set up by the ``director_node`` role's ``director-node``, as a node would be:
+they decapsulate IPIP (the tun VIP on ``tunl0``), hold the dr VIP on ``lo`` (ARP quiet),
+and answer the client directly through the router. A probe host on the front
+segment reaches one director at a time (a host route), to compare the directors' choices
+flow by flow.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from lab.ha import veth
 from lab.netns import Backend, BackendServers, Netns, run
 
 VIP, PORT = "198.51.100.10", 80
+DR_VIP = "198.51.100.11"  # the same backends by direct routing (directors and backends share brb)
+NODE = Path(__file__).resolve().parent.parent / "ansible/roles/director_node/files/director-node"
 ROUTER_ASN, DIRECTOR_ASN = 64500, 64512
 ROUTER_FRONT, ROUTER_BACK = "198.18.0.1", "192.0.2.1"
 PROBE = "198.18.0.50"
@@ -85,9 +90,9 @@ class BgpLab:
         for ns in reversed(self.namespaces):
             ns.close()
 
-    def nexthops(self) -> set[str]:
-        """The next hops the router's kernel holds for the VIP (installed by zebra)."""
-        text = self.router.exec(["ip", "-4", "route", "show", f"{VIP}/32"], check=False)
+    def nexthops(self, vip: str = VIP) -> set[str]:
+        """The next hops the router's kernel holds for ``vip`` (installed by zebra)."""
+        text = self.router.exec(["ip", "-4", "route", "show", f"{vip}/32"], check=False)
         hops = {w.split()[0] for w in text.split(" via ")[1:]}
         return hops
 
@@ -229,16 +234,13 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
             plug(ns, "eth0", "brb", f"p-be{index + 1}")
             address = f"192.0.2.{11 + index}"
             ns.ip("link set lo up", "link set eth0 up", f"addr add {address}/24 dev eth0",
-                  f"route add default via {ROUTER_BACK}", "link set tunl0 up",
-                  f"addr add {VIP}/32 dev tunl0")  # fmt: skip
-            ns.sysctls({
-                "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
-                "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
-                "net.ipv4.conf.tunl0.rp_filter": 0,
-            })  # fmt: skip
+                  f"route add default via {ROUTER_BACK}")  # fmt: skip
+            ns.sysctls({"net.ipv4.conf.all.rp_filter": 1})  # strict, as many distributions
+            ns.exec([str(NODE), "--tun", "--vip", VIP])  # what the node role runs at boot
+            ns.exec([str(NODE), "--vip", DR_VIP])
             servers.append(Backend(f"be{index + 1}", ns, address, ""))
         lab = BgpLab(prefix, switch, client, router, probe, directors, servers, made,
-                     tun_vips=(VIP,))  # fmt: skip
+                     tun_vips=(VIP,), dr_vips=(DR_VIP,))  # fmt: skip
         lab.servers = BackendServers(lab, (PORT,), ())  # type: ignore[arg-type]
         start_frr(router, router_config())
         return lab
@@ -249,7 +251,9 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
         raise
 
 
-def director_config(d: BgpDirector, backends: list[Backend], poll: int = 1) -> str:
+def director_config(
+    d: BgpDirector, backends: list[Backend], poll: int = 1, extra_peer: str | None = None
+) -> str:
     real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
     # Health checks quick enough for a test: down after 2 failed checks 0.5 s apart.
     return f"""
@@ -262,6 +266,13 @@ services:
     scheduler: mh
     flags: [mh-port]
     forwarding: tun
+    real_servers: [{real}]
+  - name: web-dr
+    address: {DR_VIP}
+    port: {PORT}
+    scheduler: mh
+    flags: [mh-port]
+    forwarding: dr
     real_servers: [{real}]
 health: {{check: tcp, interval: 0.5, timeout: 0.4, rise: 1, fall: 2}}
 bgp:
@@ -276,17 +287,20 @@ bgp:
     - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true,
        bfd_interval_ms: {BFD_MS}}}
     - {{address: {NOBODY}, asn: {ROUTER_ASN}, bfd: false}}
-"""
+""" + (f"    - {{address: {extra_peer}, asn: {ROUTER_ASN}, bfd: false}}\n" if extra_peer else "")
 
 
 def start_director(
-    lab: BgpLab, d: BgpDirector, backends: list[Backend] | None = None, frr: bool = True
-) -> None:
+    lab: BgpLab, d: BgpDirector, backends: list[Backend] | None = None, frr: bool = True,
+    extra_peer: str | None = None,
+) -> None:  # fmt: skip
     """FRR (with whatever frr.conf the director left; ``frr``: it is not running), then the
-    director itself (``backends``: its real servers, in this order in its file)."""
+    director itself (``backends``: its real servers, in this order in its file;
+    ``extra_peer``: one more BGP peer)."""
     if frr:
         start_frr(d.ns)
-    text = director_config(d, lab.backends if backends is None else backends)
+    text = director_config(d, lab.backends if backends is None else backends,
+                           extra_peer=extra_peer)  # fmt: skip
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(parse_config(text, f"{d.name}.yaml"), d.ipvs, netns=d.ns.name).start()
     if not d.runtime.wait_ready(60):
@@ -304,19 +318,19 @@ def stop_director(d: BgpDirector, leave: bool = False) -> None:
         d.ipvs = None
 
 
-def wait_nexthops(lab: BgpLab, count: int, timeout: float) -> float | None:
-    """Seconds until the router holds ``count`` next hops for the VIP (None: never)."""
+def wait_nexthops(lab: BgpLab, count: int, timeout: float, vip: str = VIP) -> float | None:
+    """Seconds until the router holds ``count`` next hops for ``vip`` (None: never)."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        if len(lab.nexthops()) == count:
+        if len(lab.nexthops(vip)) == count:
             return time.monotonic() - started
         time.sleep(0.05)
     return None
 
 
-def probe_flows(lab: BgpLab, d: BgpDirector, ports: range) -> dict[int, str]:
+def probe_flows(lab: BgpLab, d: BgpDirector, ports: range, vip: str = VIP) -> dict[int, str]:
     """Which backend answers each flow (the probe's source port) sent through ``d`` alone."""
-    lab.probe.ip(f"route replace {VIP}/32 via {d.front}")
+    lab.probe.ip(f"route replace {vip}/32 via {d.front}")
     out: dict[int, str] = {}
     try:
         for port in ports:
@@ -327,7 +341,7 @@ def probe_flows(lab: BgpLab, d: BgpDirector, ports: range) -> dict[int, str]:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.settimeout(3)
                 sock.bind((PROBE, port))
-                sock.connect((VIP, PORT))
+                sock.connect((vip, PORT))
                 sock.sendall(b"q\n")
                 out[port] = sock.recv(64).decode().strip()
             except OSError as exc:
@@ -335,17 +349,17 @@ def probe_flows(lab: BgpLab, d: BgpDirector, ports: range) -> dict[int, str]:
             finally:
                 sock.close()
     finally:
-        lab.probe.ip(f"route del {VIP}/32 via {d.front}")
+        lab.probe.ip(f"route del {vip}/32 via {d.front}")
     return out
 
 
-def connections_per_director(lab: BgpLab) -> dict[str, int]:
-    """Established connections to the VIP in each director's IPVS table."""
+def connections_per_director(lab: BgpLab, vip: str = VIP) -> dict[str, int]:
+    """Established connections to ``vip`` in each director's IPVS table."""
     out = {}
     for d in lab.directors:
         text = d.ns.exec(["ipvsadm", "-Lnc"], check=False)
         out[d.name] = sum(1 for line in text.splitlines()
-                          if "ESTABLISHED" in line and f"{VIP}:{PORT}" in line)  # fmt: skip
+                          if "ESTABLISHED" in line and f"{vip}:{PORT}" in line)  # fmt: skip
     return out
 
 
@@ -356,3 +370,26 @@ def bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> Iterator[BgpLab]:
         yield lab
     finally:
         lab.close()
+
+
+def upload(ns: Netns, vip: str, size: int, timeout: float = 30) -> tuple[str, float]:
+    """Send ``size`` bytes in full-size segments to ``vip`` (a backend answers its name once
+    it has them all): the answer and the seconds it took."""
+    sock = ns.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        started = time.monotonic()
+        sock.connect((vip, PORT))
+        sock.sendall(b"x" * size + b"\n")
+        answer = sock.recv(64).decode().strip()
+        return answer, time.monotonic() - started
+    finally:
+        sock.close()
+
+
+def path_mtu(ns: Netns, vip: str) -> str:
+    """What ``ns``'s kernel learned of the path to ``vip`` (``mtu 1480`` after an ICMP
+    "fragmentation needed"), or "-"."""
+    text = ns.exec(["ip", "-4", "route", "get", vip], check=False)
+    words = text.split()
+    return words[words.index("mtu") + 1] if "mtu" in words else "-"

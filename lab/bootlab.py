@@ -19,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -47,6 +48,11 @@ API = f"http://{BACK}:9180"
 TOKEN = "boot-lab-admin-token-0123456789"
 KUBE_TOKEN = "boot-lab-kube-token"
 MACS = {"front": "52:54:00:d1:00:01", "back": "52:54:00:d1:00:02"}
+# Scale-out on the same box: a pool announced over BGP to a router (FRR in boot-net), one
+# static service in it forwarded by direct routing to boot-be (on eth1's segment, the VIP on
+# its lo); replies from the VIP go straight back to the client through boot-net's br1.
+EDGE_VIP, EDGE_POOL, ROUTER_ON_BE = "198.51.100.10", "198.51.100.0/28", "192.0.2.254"
+BOX_ASN, ROUTER_ASN = 64512, 64500
 
 
 def kernel() -> tuple[Path, Path, str]:
@@ -90,16 +96,27 @@ def inventory(path: Path, kubeconfig: str) -> None:
         "director_api_token": TOKEN,
         "director_api_public": ["health"],
         "director_kubeconfig": kubeconfig,
-        "director_forwarding_modes": ["nat"],
+        "director_forwarding_modes": ["nat", "dr"],
+        "director_bgp_router_id": FRONT,
         "director_config": {
-            "ownership": {"networks": ["203.0.113.96/28"]},
+            "ownership": {"networks": ["203.0.113.96/28", EDGE_POOL]},
             "services": [{
                 "name": "web", "address": VIP, "port": 80, "scheduler": "rr",
                 "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
+            }, {
+                "name": "edge", "address": EDGE_VIP, "port": NAT_PORT, "scheduler": "mh",
+                "flags": ["mh-port"], "forwarding": "dr",
+                "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
             }],
-            "pools": [{"name": "default", "addresses": [POOL]}],
+            "pools": [{"name": "default", "addresses": [POOL]},
+                      {"name": "edge", "addresses": [EDGE_POOL], "announce": "bgp",
+                       "auto_assign": False}],
             "kubernetes": {"lease_namespace": "lvs-director", "identity": "edge1",
                            "lease_seconds": 5},
+            # Timers for an emulated box (no BFD: a starved TCG guest would flap it).
+            "bgp": {"asn": BOX_ASN, "router_id": "192.0.2.99", "leave_seconds": 2,
+                    "peers": [{"address": CLIENT, "asn": ROUTER_ASN, "keepalive": 3,
+                               "hold": 9, "bfd": False}]},
         },
     }  # fmt: skip
     path.write_text(yaml.safe_dump(
@@ -159,7 +176,8 @@ def build_image(size: str = "4G") -> Path:
 class Responder:
     """Backends in boot-be: each line on a connection is answered with the backend's name."""
 
-    def __init__(self, ns: Netns, addresses: tuple[str, ...], ports: tuple[int, ...]) -> None:
+    def __init__(self, ns: Netns, addresses: tuple[str, ...], ports: tuple[int, ...],
+                 name: str | None = None) -> None:  # fmt: skip
         self._stop = threading.Event()
         self._threads = []
         self._socks = []
@@ -171,8 +189,8 @@ class Responder:
                 sock.listen(64)
                 sock.settimeout(0.5)
                 self._socks.append(sock)
-                name = f"be{BACKENDS.index(address) + 1}"
-                thread = threading.Thread(target=self._serve, args=(sock, name), daemon=True)
+                said = name or f"be{BACKENDS.index(address) + 1}"
+                thread = threading.Thread(target=self._serve, args=(sock, said), daemon=True)
                 thread.start()
                 self._threads.append(thread)
 
@@ -215,10 +233,57 @@ def network() -> Iterator[tuple[Netns, Netns]]:
         be.ip("link set lo up", "link set be0 up", f"addr add {KUBE}/24 dev be0",
               *(f"addr add {b}/24 dev be0" for b in BACKENDS),
               f"route add default via {BACK}")  # fmt: skip
+        # Direct routing: the VIP on lo, ARP quiet; replies from it go to the client
+        # through boot-net's br1, not back through the box (which holds the VIP itself).
+        be.ip(f"addr add {EDGE_VIP}/32 dev lo", f"rule add from {EDGE_VIP} table 100",
+              f"route add default via {ROUTER_ON_BE} table 100")  # fmt: skip
+        for name, value in (("all/arp_ignore", "1"), ("all/arp_announce", "2")):
+            be.exec(["sysctl", "-qw", f"net.ipv4.conf.{name}={value}"])
+        net.ip(f"addr add {ROUTER_ON_BE}/24 dev br1")
+        for name in ("all", "default", "br1"):
+            net.exec(["sysctl", "-qw", f"net.ipv4.conf.{name}.rp_filter=0"])
         yield net, be
     finally:
         for ns in reversed(made):
             ns.close()
+
+
+def router_config() -> str:
+    """FRR in boot-net: the box's BGP peer (it learns the VIPs the box announces)."""
+    return f"""frr defaults traditional
+hostname router
+service integrated-vtysh-config
+!
+router bgp {ROUTER_ASN}
+ bgp router-id {CLIENT}
+ bgp log-neighbor-changes
+ no bgp ebgp-requires-policy
+ neighbor {FRONT} remote-as {BOX_ASN}
+ neighbor {FRONT} timers 3 9
+ neighbor {FRONT} timers connect 2
+exit
+!
+"""
+
+
+@contextlib.contextmanager
+def router(net: Netns) -> Iterator[None]:
+    """FRR (zebra, bfdd, bgpd) running in boot-net for as long as the block lasts."""
+    from lab.bgp import kill_frr, start_frr
+
+    try:
+        start_frr(net, router_config())
+        yield
+    finally:
+        kill_frr(net)
+        for folder in (Path("/etc/frr") / net.name, Path("/run/frr") / net.name):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def router_nexthops(net: Netns, prefix: str = EDGE_VIP) -> list[str]:
+    """The next hops boot-net's kernel holds for ``prefix`` (installed by FRR's zebra)."""
+    text = net.exec(["ip", "-o", "route", "show", f"{prefix}/32"])
+    return re.findall(r"via (\S+)", text)
 
 
 # -- the box ----------------------------------------------------------------------------------

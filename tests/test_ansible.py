@@ -20,18 +20,22 @@ from tests.ansiblelab import ANSIBLE, REPO, ansible
 ROLE = ANSIBLE / "roles" / "director"
 EXAMPLE = ANSIBLE / "inventory" / "example"
 LAB_VARS = ANSIBLE / "inventory" / "lab" / "group_vars" / "directors.yml"
+SCALE_OUT = ANSIBLE / "inventory" / "scale-out"
+GROUP_VARS = [EXAMPLE / "group_vars" / "directors.yml", LAB_VARS,
+              SCALE_OUT / "group_vars" / "directors.yml"]  # fmt: skip
 
 
 def load(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
-def specs() -> dict[str, Any]:
-    return load(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+def specs(role: str = "director") -> dict[str, Any]:
+    spec = load(ANSIBLE / "roles" / role / "meta" / "argument_specs.yml")
+    return spec["argument_specs"]["main"]["options"]  # type: ignore[no-any-return]
 
 
-def example_hosts() -> dict[str, dict[str, Any]]:
-    return load(EXAMPLE / "hosts.yml")["all"]["children"]["directors"]["hosts"]
+def example_hosts(inventory: Path = EXAMPLE) -> dict[str, dict[str, Any]]:
+    return load(inventory / "hosts.yml")["all"]["children"]["directors"]["hosts"]
 
 
 def test_ansible_lint_is_clean() -> None:
@@ -39,15 +43,16 @@ def test_ansible_lint_is_clean() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/lab"])
+@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/lab", "inventory/scale-out"])
 def test_playbook_syntax(inventory: str) -> None:
     done = ansible("ansible-playbook", "--syntax-check", "-i", inventory, "site.yml")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_every_variable_is_documented_with_its_default() -> None:
-    defaults = load(ROLE / "defaults" / "main.yml")
-    options = specs()
+@pytest.mark.parametrize("role", ["director", "director_node"])
+def test_every_variable_is_documented_with_its_default(role: str) -> None:
+    defaults = load(ANSIBLE / "roles" / role / "defaults" / "main.yml")
+    options = specs(role)
     assert set(defaults) == set(options), set(defaults) ^ set(options)
     for name, spec in options.items():
         assert name.startswith("director_")
@@ -61,24 +66,51 @@ def test_every_variable_is_documented_with_its_default() -> None:
 def test_inventories_use_only_documented_variables_of_the_right_type() -> None:
     options = specs()
     kinds = {"int": int, "str": str, "list": list, "dict": dict, "bool": bool, "float": float}
-    used: dict[str, Any] = {**load(EXAMPLE / "group_vars" / "directors.yml"), **load(LAB_VARS)}
-    for host in example_hosts().values():
-        used.update(host)
-    for name, value in used.items():
-        if name.startswith("ansible_") or "{{" in str(value):
-            continue
-        assert name in options, f"{name} is not a variable of the role"
-        kind = kinds[options[name]["type"]]
-        assert isinstance(value, kind) or (kind is float and isinstance(value, int)), name
+    options = {**options, **specs("director_node")}
+    for inventory in (EXAMPLE, SCALE_OUT):
+        used: dict[str, Any] = {**load(inventory / "group_vars" / "directors.yml"),
+                                **load(LAB_VARS)}  # fmt: skip
+        for host in example_hosts(inventory).values():
+            used.update(host)
+        groups = load(inventory / "hosts.yml")["all"]["children"]
+        for host in groups.get("lvs_backends", {}).get("hosts", {}).values():
+            used.update(host)
+        used.update(groups.get("lvs_backends", {}).get("vars", {}))
+        for name, value in used.items():
+            if name.startswith("ansible_") or "{{" in str(value):
+                continue
+            assert name in options, f"{name} is not a variable of the role"
+            kind = kinds[options[name]["type"]]
+            assert isinstance(value, kind) or (kind is float and isinstance(value, int)), name
 
 
-@pytest.mark.parametrize("source", [EXAMPLE / "group_vars" / "directors.yml", LAB_VARS])
+@pytest.mark.parametrize("source", GROUP_VARS)
 def test_the_inventories_director_config_is_valid(source: Path, tmp_path: Path) -> None:
     """What the role writes: the inventory's director_config plus the api section."""
     body = dict(load(source)["director_config"])
     body["api"] = {"listen": "127.0.0.1:9180", "token_file": str(tmp_path / "token")}
     settings = parse_config(yaml.safe_dump(body), str(source))
     assert settings.kubernetes is not None and settings.pools
+
+
+def test_the_scale_out_inventory_gives_three_active_boxes_their_own_router_id(
+    tmp_path: Path,
+) -> None:
+    """Every box announces (no keepalived), each with its own router id in director.yaml."""
+    group = load(SCALE_OUT / "group_vars" / "directors.yml")
+    hosts = example_hosts(SCALE_OUT)
+    assert len(hosts) == 3 and group["director_ha"] is False
+    assert all(pool["announce"] == "bgp" for pool in group["director_config"]["pools"])
+    ids = set()
+    for name, host in hosts.items():
+        body = dict(group["director_config"])
+        body["bgp"] = {**body["bgp"], "router_id": host["director_bgp_router_id"]}
+        body["api"] = {"listen": host["director_api_listen"],
+                       "token_file": str(tmp_path / "token")}  # fmt: skip
+        settings = parse_config(yaml.safe_dump(body), f"{name}.yaml")
+        assert settings.bgp is not None and settings.ha is None
+        ids.add(settings.bgp.router_id)
+    assert len(ids) == 3
 
 
 def vagrant() -> dict[str, Any]:

@@ -117,8 +117,12 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
     )
     inventory.write_text(
         yaml.safe_dump(
-            {"all": {"children": {"directors": {
-                "hosts": {"debian-root": host_vars}, "vars": group_vars}}}}
+            {"all": {"children": {
+                "directors": {"hosts": {"debian-root": host_vars}, "vars": group_vars},
+                # The same root is a real server too: the director_node role beside.
+                "lvs_backends": {"hosts": {"debian-root": {}},
+                                 "vars": {"director_node_vips": ["198.51.100.10"]}},
+            }}}
         )
     )  # fmt: skip
     results = REPO / ".lab" / "role-test"
@@ -191,6 +195,21 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run]) -> None:
     assert (wants / "keepalived.service").is_symlink()
     drop_in = ROOT / "etc/systemd/system/keepalived.service.d/director.conf"
     assert "After=director.service" in drop_in.read_text()
+
+
+@pytest.mark.role
+def test_the_node_role_installs_director_node_for_every_boot(applied: tuple[Run, Run]) -> None:
+    script = ROOT / "usr/local/sbin/director-node"
+    assert script.stat().st_mode & 0o111, "executable"
+    unit = ROOT / "etc/systemd/system/director-node.service"
+    assert "ExecStart=/usr/local/sbin/director-node --tun --vip 198.51.100.10" in unit.read_text()
+    verify = chroot("systemd-analyze", "verify", "/etc/systemd/system/director-node.service",
+                    check=False)  # fmt: skip
+    assert verify.returncode == 0, verify.stderr
+    assert (ROOT / "etc/systemd/system/multi-user.target.wants/director-node.service").is_symlink()
+    assert "ipip" in (ROOT / "etc/modules-load.d/director-node.conf").read_text().split()
+    usage = chroot("/usr/local/sbin/director-node", "--vip", "nope", check=False)
+    assert usage.returncode == 2 and "not an IPv4 address" in usage.stderr
 
 
 def module_list() -> list[str]:

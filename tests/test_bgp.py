@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -366,6 +367,39 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     assert frr.rejected == before + 1  # refused and counted once; the same file is not retried
 
 
+def test_a_file_the_daemons_refuse_is_rolled_back_and_not_tried_again(tmp_path: Path) -> None:
+    """vtysh --dryrun checks the syntax only; bgpd may still refuse a line (a neighbor that
+    is this box) after taking the ones before it. The daemons are put back on the live file,
+    and the refused text is not retried at every poll."""
+    calls = tmp_path / "calls"
+    reload = tmp_path / "frr-reload"  # stands in for frr-reload.py: refuses "remote-as 64999"
+    reload.write_text(
+        "#!/bin/sh\n"
+        f'for last; do :; done; echo "$last" >> {calls}\n'
+        'if grep -q "remote-as 64999" "$last"; then\n'
+        '  echo "% Can not configure the local system as neighbor"; exit 1; fi\n'
+    )  # fmt: skip
+    reload.chmod(0o755)
+    text = BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"
+                        f"  reload: {reload}\n")  # fmt: skip
+    settings = parse_config(text)
+    assert settings.bgp is not None
+    frr = Frr(settings.bgp)
+    good = render_frr(settings.bgp, ROUTES, settings.pools)
+    assert frr.install(good)
+    bad = good.replace("remote-as 64500", "remote-as 64999", 1)
+    with pytest.raises(FrrRejected, match="local system as neighbor"):
+        frr.install(bad)
+    assert (tmp_path / "frr.conf").read_text() == good  # the live file is the old one
+    applied = calls.read_text().split()
+    assert applied[-1] == str(tmp_path / "frr.conf"), "the daemons were put back on it"
+    assert frr.rejected == 1
+    with pytest.raises(FrrRejected, match="not tried again"):
+        frr.install(bad)
+    assert len(calls.read_text().split()) == len(applied)  # no frr-reload.py for it again
+    assert frr.install(good) is False  # nothing to change
+
+
 def test_the_scale_out_example_is_valid_and_renders_a_configuration_frr_accepts(
     tmp_path: Path,
 ) -> None:
@@ -440,3 +474,49 @@ def test_vips_are_held_on_lo_and_a_restart_releases_those_no_longer_served(netns
     assert on_lo() >= {VIP, "192.0.2.99"} and "198.51.100.5" not in on_lo()
     frr.hold(set())
     assert VIP not in on_lo() and "192.0.2.99" in on_lo()  # never what it did not create
+
+
+# -- the backends' side: the director_node role's director-node ------------------------------
+NODE = Path(__file__).resolve().parent.parent / "ansible/roles/director_node/files/director-node"
+
+
+def node(netns: str, *args: str) -> tuple[int, str]:
+    done = subprocess.run(["ip", "netns", "exec", netns, str(NODE), *args],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_a_dr_backend_gets_the_vip_on_lo_with_arp_quiet_once(netns: str) -> None:
+    """In a namespace standing in for a node: --check says what differs, a run sets it, a
+    second run and --check find nothing to do. (tun on the VM's kernel: test_bgp_lab.py.)"""
+    code, out = node(netns, "--vip", VIP, "--check")
+    assert code == 1 and f"would add {VIP}/32 on lo" in out and "arp_ignore from 0 to 1" in out
+    code, out = node(netns, "--vip", VIP)
+    assert code == 0 and f"{VIP}/32 on lo" in out, out
+    code, out = node(netns, "--vip", VIP)
+    assert (code, out) == (0, "")  # idempotent: a boot after the first changes nothing
+    assert node(netns, "--vip", VIP, "--check") == (0, "")
+    for name, value in (("arp_ignore", "1"), ("arp_announce", "2")):
+        live = f"/proc/sys/net/ipv4/conf/all/{name}"
+        got = subprocess.run(["ip", "netns", "exec", netns, "cat", live],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        assert got == value, name
+
+
+@pytest.mark.parametrize("args", [["--vip", "198.51.100"], ["--vip", "300.1.1.1"],
+                                  ["--vip"], ["--tunnel"]])  # fmt: skip
+def test_the_node_script_refuses_bad_arguments_and_changes_nothing(
+    netns: str, args: list[str]
+) -> None:
+    code, out = node(netns, *args)
+    assert code == 2 and ("not an IPv4 address" in out or "usage:" in out), out
+    assert node(netns, "--vip", VIP, "--check")[0] == 1  # nothing was set
+
+
+def test_the_node_script_says_why_when_the_kernel_cannot_decapsulate(netns: str) -> None:
+    has_ipip = Path("/sys/module/ipip").exists() or subprocess.run(
+        ["modprobe", "-n", "ipip"], capture_output=True, check=False).returncode == 0  # fmt: skip
+    if has_ipip:
+        pytest.skip("this kernel has ipip: the lab VM's test covers --tun")
+    code, out = node(netns, "--tun")
+    assert code == 3 and "no tunl0: the kernel has no ipip module" in out, out

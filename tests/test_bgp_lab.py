@@ -14,15 +14,18 @@ from collections.abc import Iterator
 import pytest
 
 from lab.bgp import (
+    DR_VIP,
     NOBODY,
     VIP,
     BgpLab,
     bgp_lab,
     connections_per_director,
     kill_frr,
+    path_mtu,
     probe_flows,
     start_director,
     stop_director,
+    upload,
     vtysh,
     wait_nexthops,
 )
@@ -70,6 +73,45 @@ def test_every_director_sends_a_flow_to_the_same_backend(lab: BgpLab) -> None:
     assert len(backends) == len(lab.backends)
 
 
+def test_a_dr_vip_spreads_over_the_directors_and_each_picks_the_same_backend(
+    lab: BgpLab,
+) -> None:
+    """Direct routing on the segment the directors share with the backends (the VIP on the
+    backends' lo, set by the director_node role's director-node), beside the tun VIP."""
+    took = wait_nexthops(lab, 3, SETTLE, vip=DR_VIP)
+    assert took is not None, vtysh(lab.router, "show ip route")
+    talkers = Talkers(lab, DR_VIP, count=60, period=0.1)  # type: ignore[arg-type]
+    try:
+        time.sleep(2)
+        spread = connections_per_director(lab, DR_VIP)
+        alive = talkers.alive
+    finally:
+        talkers.close()
+    ports = range(30000, 30300)
+    seen = {d.name: probe_flows(lab, d, ports, vip=DR_VIP) for d in lab.directors}
+    errors = [f"{n}:{p}:{r}" for n, got in seen.items() for p, r in got.items() if "error" in r]
+    agree = sum(1 for port in ports if len({got[port] for got in seen.values()}) == 1)
+    print(f"\nbgp dr: 60 connections spread {spread}, alive {alive}/60; {agree}/300 flows "
+          f"agree through each director alone; errors {errors[:3]}")  # fmt: skip
+    assert alive == 60 and all(count > 0 for count in spread.values()), spread
+    assert not errors and agree == 300
+
+
+def test_full_size_packets_get_through_ipip_and_dr(lab: BgpLab) -> None:
+    """IPIP adds 20 bytes: a full-size segment from the client does not fit a 1500-byte path
+    once encapsulated. IPVS answers "fragmentation needed" (from the VIP) and the client's
+    TCP sends smaller segments; dr adds nothing. Every link here is 1500."""
+    results = {}
+    for vip, mode in ((DR_VIP, "dr"), (VIP, "tun")):
+        answer, took = upload(lab.client, vip, 2_000_000)
+        results[mode] = (answer, round(took, 2), path_mtu(lab.client, vip))
+    print(f"\nbgp 2 MB uploads in full-size segments (answer, seconds, the client's path MTU "
+          f"to the VIP): {results}")  # fmt: skip
+    assert all(answer.startswith("be") for answer, _, _ in results.values()), results
+    assert results["tun"][2] == "1480", "the client learned the tunnel's MTU (PMTUD)"
+    assert results["dr"][2] == "-", "direct routing adds no header"
+
+
 def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: BgpLab) -> None:
     talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
     victim = lab.directors[0]
@@ -107,6 +149,33 @@ def test_a_peer_that_never_answers_is_shown_and_the_others_serve_on(lab: BgpLab)
     assert sessions[NOBODY].state != "Established"
     assert sessions["198.18.0.1"].up and sessions["198.18.0.1"].bfd == "up"
     assert d.front in lab.nexthops()
+
+
+def test_a_configuration_frr_refuses_stays_out_and_the_director_serves_on(lab: BgpLab) -> None:
+    """A peer list that names this director itself: vtysh --dryrun passes it (syntax), bgpd
+    refuses it ("local system as neighbor"). The old file stays live, the daemons are put
+    back on it, the refusal is logged in FRR's words and counted, and IPVS serves on."""
+    d = lab.directors[2]
+    before = d.frr_conf.read_text()
+    stop_director(d)
+    start_director(lab, d, frr=False, extra_peer=d.front)
+    assert d.runtime is not None and d.runtime.frr is not None
+    sync = d.runtime.frr
+    refused = wait_for(lambda: sync.frr.rejected > 0, 300, 0.5)
+    running = vtysh(d.ns, "show running-config")
+    flows = probe_flows(lab, d, range(31000, 31050))
+    print(f"\nbgp a file FRR refuses on {d.name}: refused after {refused} s: "
+          f"{sync.frr.last_error!r}; answered {sum(1 for r in flows.values() if 'error' not in r)}"
+          f"/50 flows through it; router next hops {sorted(lab.nexthops())}")  # fmt: skip
+    assert refused is not None
+    assert d.frr_conf.read_text() == before, "the live file is the old one"
+    assert f"neighbor {d.front} " not in running, "the daemons are back on it"
+    assert all("error" not in r for r in flows.values())
+    assert lab.nexthops() == {x.front for x in lab.directors}
+    stop_director(d)
+    start_director(lab, d, frr=False)
+    assert wait_for(lambda: d.runtime is not None and d.runtime.frr is not None
+                    and d.runtime.frr.frr.synced, 300, 0.5) is not None  # fmt: skip
 
 
 def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(

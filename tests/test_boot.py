@@ -18,7 +18,19 @@ from collections.abc import Iterator
 import pytest
 
 from lab import bootlab
-from lab.bootlab import API, BACKENDS, NAT_PORT, NODE_PORT, TOKEN, VIP, Box, Responder
+from lab.bootlab import (
+    API,
+    BACKENDS,
+    EDGE_VIP,
+    FRONT,
+    NAT_PORT,
+    NODE_PORT,
+    TOKEN,
+    VIP,
+    Box,
+    Responder,
+    router_nexthops,
+)
 from lab.kubeapi import FakeApiServer, node, service
 from lab.netns import Connection, Netns, ask_tcp
 from lab.wait import wait_for
@@ -40,11 +52,12 @@ def lab() -> Iterator[Lab]:
     bootlab.build(log)
     took = time.monotonic() - started
     print(f"\nboot: image built (debootstrap, the role, mke2fs) in {took:.0f}s")
-    with bootlab.network() as (net, be):
+    with bootlab.network() as (net, be), bootlab.router(net):
         api = FakeApiServer(host=bootlab.KUBE, token=bootlab.KUBE_TOKEN)
         api.port = bootlab.KUBE_PORT
         be.call(api.start)  # listening in boot-be, where the box's kubeconfig points
         responder = Responder(be, BACKENDS, (NAT_PORT, NODE_PORT))
+        edge = Responder(be, (EDGE_VIP,), (NAT_PORT,), name="edge")  # direct routing
         for index, address in enumerate(BACKENDS, 1):
             api.create("nodes", node(f"node{index}", address))
         box = Box(net)
@@ -58,6 +71,7 @@ def lab() -> Iterator[Lab]:
         finally:
             box.close()
             responder.close()
+            edge.close()
             api.stop()
 
 
@@ -145,6 +159,52 @@ def test_the_journal_has_the_events_and_the_unit_is_hardened(lab: Lab) -> None:
     print(f"\nboot: systemd-analyze security director.service on the booted box: "
           f"{level.group(1)} {level.group(2)}")  # fmt: skip
     assert float(level.group(1)) <= 3.0
+
+
+def test_the_router_learns_the_bgp_vip_from_the_hardened_unit_and_traffic_follows(
+    lab: Lab,
+) -> None:
+    """FRR installed and run by the role; the sandboxed director writes frr.conf, FRR
+    announces the VIP, the router (FRR in boot-net) installs it, a client reaches it along
+    that route through IPVS (direct routing). Both kinds of pool on one box."""
+    learned = wait_for(lambda: FRONT in router_nexthops(lab.net), 300, step=2.0)
+    journal = lab.box.sh("journalctl -b -u director -o cat | grep -E 'event=(frr|bgp)' || true")
+    assert learned is not None, journal + lab.box.sh("vtysh -c 'show bgp summary'", check=False)
+    assert "event=frr.reloaded" in journal and "config_rejected" not in journal, journal
+    assert "sysctl.not_set" not in lab.box.sh("journalctl -b -u director -o cat")
+    assert "router_id: 203.0.113.10" in lab.box.sh("cat /etc/director/director.yaml")
+    for name in ("sloppy_tcp", "sloppy_sctp"):
+        assert lab.box.sh(f"cat /proc/sys/net/ipv4/vs/{name}").strip() == "1", name
+    assert lab.box.sh("systemctl is-active frr").strip() == "active"
+    answers = {ask_tcp(lab.net, EDGE_VIP, NAT_PORT, timeout=10) for _ in range(4)}
+    reloads = [line for line in journal.splitlines() if "event=frr.reloaded" in line]
+    print(f"\nboot: the router learned {EDGE_VIP} via {FRONT} {learned:.0f}s into the test; "
+          f"{reloads[0] if reloads else ''}; a client through that route answered by "
+          f"{sorted(answers)}")  # fmt: skip
+    assert answers == {"edge"}
+    assert lab.box.sh("ls -l /etc/frr/frr.conf").split()[3] == "frr", "FRR can read it"
+
+
+def test_systemctl_stop_withdraws_the_route_before_the_director_exits(lab: Lab) -> None:
+    """The documented stop with BGP: withdraw every route, wait leave_seconds, exit; IPVS
+    and FRR stay. A start announces the VIP again."""
+    assert FRONT in router_nexthops(lab.net)
+    before = lab.box.sh("ipvsadm -Sn")
+    started = time.monotonic()
+    lab.box.sh("systemctl stop director", timeout=300)
+    stopped = time.monotonic() - started
+    hops = router_nexthops(lab.net)
+    journal = lab.box.sh("journalctl -u director -o cat -n 200 | grep -E 'event=bgp.left'")
+    print(f"\nboot: systemctl stop director took {stopped:.1f}s; the router's next hops for "
+          f"{EDGE_VIP} after it: {hops}; {journal.strip().splitlines()[-1]}")  # fmt: skip
+    assert hops == [], "the route was withdrawn before the director exited"
+    assert "withdrawn=True" in journal.splitlines()[-1], journal
+    assert lab.box.sh("ipvsadm -Sn") == before, "IPVS kept: connections drain elsewhere"
+    assert lab.box.sh("systemctl is-active frr").strip() == "active"
+    lab.box.sh("systemctl start director")
+    back = wait_for(lambda: FRONT in router_nexthops(lab.net), 300, step=1.0)
+    print(f"boot: systemctl start director: announced again after {back}s")
+    assert back is not None
 
 
 def writes_since(lab: Lab, since: str) -> list[str]:
