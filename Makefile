@@ -71,6 +71,8 @@ bench: setup
 	cp .lab/lab.bench/results.json bench/results.json
 	$(PY) -m lab.vm run lab.bench_ha
 	cp .lab/lab.bench_ha/results.json bench/ha.json
+	$(PY) -m lab.vm run lab.bench_bgp --memory 4G
+	cp .lab/lab.bench_bgp/results.json bench/bgp.json
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.

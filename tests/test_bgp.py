@@ -367,11 +367,14 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     assert frr.rejected == before + 1  # refused and counted once; the same file is not retried
 
 
-def test_a_file_the_daemons_refuse_is_rolled_back_and_not_tried_again(tmp_path: Path) -> None:
+def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
+    tmp_path: Path,
+) -> None:
     """vtysh --dryrun checks the syntax only; bgpd may still refuse a line (a neighbor that
-    is this box) after taking the ones before it. The daemons are put back on the live file,
-    and the refused text is not retried at every poll."""
-    calls = tmp_path / "calls"
+    is this box) after taking the ones before it. The daemons are put back on the live
+    file, the refused text is not reloaded again, and the director's routes are still sent
+    on top of the last accepted configuration (a VIP that should go is withdrawn)."""
+    calls, vtysh_calls = tmp_path / "calls", tmp_path / "vtysh-calls"
     reload = tmp_path / "frr-reload"  # stands in for frr-reload.py: refuses "remote-as 64999"
     reload.write_text(
         "#!/bin/sh\n"
@@ -379,25 +382,36 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_not_tried_again(tmp_path: 
         'if grep -q "remote-as 64999" "$last"; then\n'
         '  echo "% Can not configure the local system as neighbor"; exit 1; fi\n'
     )  # fmt: skip
-    reload.chmod(0o755)
+    vtysh = tmp_path / "vtysh"  # FRR's own parser for --dryrun; the daemons' side recorded
+    vtysh.write_text(
+        f'#!/bin/sh\nif [ "$1" = --dryrun ]; then exec {shutil.which("vtysh")} "$@"; fi\n'
+        f'echo "$@" >> {vtysh_calls}\n'
+    )  # fmt: skip
+    for script in (reload, vtysh):
+        script.chmod(0o755)
     text = BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"
-                        f"  reload: {reload}\n")  # fmt: skip
+                        f"  reload: {reload}\n  vtysh: {vtysh}\n")  # fmt: skip
     settings = parse_config(text)
     assert settings.bgp is not None
     frr = Frr(settings.bgp)
     good = render_frr(settings.bgp, ROUTES, settings.pools)
     assert frr.install(good)
     bad = good.replace("remote-as 64500", "remote-as 64999", 1)
-    with pytest.raises(FrrRejected, match="local system as neighbor"):
+    with pytest.raises(FrrRejected, match=r"^% Can not configure the local system as neighbor$"):
         frr.install(bad)
     assert (tmp_path / "frr.conf").read_text() == good  # the live file is the old one
     applied = calls.read_text().split()
     assert applied[-1] == str(tmp_path / "frr.conf"), "the daemons were put back on it"
     assert frr.rejected == 1
-    with pytest.raises(FrrRejected, match="not tried again"):
-        frr.install(bad)
+    assert frr.install(bad) is False  # the same routes: nothing to send, nothing reloaded
+    fewer = {VIP: Route(VIP, "edge", False, "no healthy real server")}
+    bad_fewer = render_frr(settings.bgp, {**ROUTES, **fewer}, settings.pools).replace(
+        "remote-as 64500", "remote-as 64999", 1)  # fmt: skip
+    assert frr.install(bad_fewer) is True
+    assert f"-c no network {VIP}/32" in vtysh_calls.read_text()  # withdrawn all the same
     assert len(calls.read_text().split()) == len(applied)  # no frr-reload.py for it again
-    assert frr.install(good) is False  # nothing to change
+    assert frr.rejected == 1
+    assert frr.install(good) is True and frr.invalid is None  # a good file is whole again
 
 
 def test_the_scale_out_example_is_valid_and_renders_a_configuration_frr_accepts(

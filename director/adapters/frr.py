@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -96,6 +97,15 @@ def network_delta(old: str | None, new: str, asn: int) -> list[str] | None:
     new_rest, new_nets = _split_networks(new)
     if old_rest != new_rest:
         return None
+    return _net_commands(old_nets, new_nets, asn)
+
+
+Networks = dict[str, dict[str, str]]  # address family -> prefix -> its network line
+
+
+def _net_commands(old_nets: Networks, new_nets: Networks, asn: int) -> list[str]:
+    """The vtysh commands that change the announced prefixes from ``old_nets`` to
+    ``new_nets`` under ``router bgp asn`` ([] for none)."""
     commands: list[str] = []
     for family in sorted(old_nets.keys() | new_nets.keys()):
         before, after = old_nets.get(family, {}), new_nets.get(family, {})
@@ -109,10 +119,10 @@ def network_delta(old: str | None, new: str, asn: int) -> list[str] | None:
     return ["configure terminal", f"router bgp {asn}", *commands, "end"]
 
 
-def _split_networks(text: str) -> tuple[list[str], dict[str, dict[str, str]]]:
+def _split_networks(text: str) -> tuple[list[str], Networks]:
     """The lines that are not ``network``, and the network lines by family and prefix."""
     rest: list[str] = []
-    nets: dict[str, dict[str, str]] = {}
+    nets: Networks = {}
     family = ""
     for line in text.splitlines():
         stripped = line.strip()
@@ -123,6 +133,10 @@ def _split_networks(text: str) -> tuple[list[str], dict[str, dict[str, str]]]:
         else:
             rest.append(line)
     return rest, nets
+
+
+def _same_but_routes(one: str, other: str) -> bool:
+    return _split_networks(one)[0] == _split_networks(other)[0]
 
 
 def _version(address: str) -> int:
@@ -155,10 +169,16 @@ class FrrRejected(DirectorError):
     """FRR refused a rendered configuration, or could not apply it (its words inside)."""
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _words(done: subprocess.CompletedProcess[str]) -> str:
-    text = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines()
-                      if line.strip())  # fmt: skip
-    return text[-2000:] or f"exited {done.returncode}"
+    """FRR's own error lines ("% Can not configure the local system as neighbor", "line 2:
+    % Unknown command"), each once and in order; else the last of what it printed."""
+    lines = [_ANSI.sub("", line).strip() for line in (done.stderr + done.stdout).splitlines()]
+    errors = [line for line in lines if line.startswith("%") or re.match(r"line \d+: %", line)]
+    text = " | ".join(dict.fromkeys(errors)) or " | ".join(line for line in lines if line)
+    return text[:1000] if errors else text[-1000:] or f"exited {done.returncode}"
 
 
 class Frr:
@@ -172,7 +192,11 @@ class Frr:
         self.last_error: str | None = None
         self.held: set[str] = set()  # VIPs this director put on lo
         self.synced = False  # the running daemons were brought to the file once
-        self.invalid: str | None = None  # the last text vtysh --dryrun refused
+        self.invalid: str | None = None  # the last text FRR refused
+        # After a refusal the daemons run the live file again; the director's routes are
+        # still sent on top of it (these are the networks they run), so that a refused
+        # configuration never leaves a VIP announced that should not be.
+        self.held_back: Networks | None = None
 
     def _run(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         try:
@@ -213,13 +237,15 @@ class Frr:
         live = None
         with contextlib.suppress(FileNotFoundError):
             live = self.path.read_text()
-        if live == text and self.synced:
+        if live == text and self.synced and self.held_back is None:
             return False
         candidate = self.path.with_name(self.path.name + ".new")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         candidate.write_text(text)
         started = time.monotonic()
-        if text == self.invalid:
+        if self.invalid is not None and _same_but_routes(text, self.invalid):
+            if self.held_back is not None and live is not None:
+                return self._routes_only(live, text)
             raise FrrRejected("refused before by FRR; not tried again")
         try:
             try:
@@ -227,7 +253,10 @@ class Frr:
             except FrrRejected:
                 self.invalid = text  # the same text is refused again: do not retry it
                 raise
-            how = "vtysh" if self.synced and self._announce(live, text) else "frr-reload"
+            # After routes sent on top of a refused file's predecessor, only frr-reload.py
+            # (which reads back what the daemons run) knows the way to ``text``.
+            quick = self.synced and self.held_back is None and self._announce(live, text)
+            how = "vtysh" if quick else "frr-reload"
             if how == "frr-reload":
                 try:
                     self.apply(candidate)
@@ -235,8 +264,8 @@ class Frr:
                     # vtysh --dryrun checks the syntax, not what the daemons accept: they
                     # may have taken part of it. Put them back on the live file; if FRR
                     # takes that, the new text was at fault (not FRR being down): keep it out.
-                    if live is not None and self._restore():
-                        self.invalid = text
+                    if live is not None and self._restore(live):
+                        self.invalid, self.held_back = text, _split_networks(live)[1]
                     raise
         except FrrRejected as exc:
             self.rejected += 1
@@ -245,18 +274,45 @@ class Frr:
                   frr=str(exc))  # fmt: skip
             raise
         os.replace(candidate, self.path)
-        self.synced = True
+        self.synced, self.invalid, self.held_back = True, None, None
         self.reloads += 1
         self.last_error = None
         event(log, "frr.reloaded", file=str(self.path), by=how,
               seconds=round(time.monotonic() - started, 3))  # fmt: skip
         return True
 
-    def _restore(self) -> bool:
-        """The daemons back on the live file after they refused a new one; True if they were."""
+    def _routes_only(self, live: str, text: str) -> bool:
+        """``text``'s routes on the configuration FRR last accepted (``live``), by one vtysh
+        call: the refused settings stay out, the announcements still follow the director."""
+        asn = re.search(r"^router bgp (\d+)", live, re.M)
+        if asn is None or self.held_back is None:
+            raise FrrRejected("refused before by FRR, and the live file has no router bgp")
+        wanted = _split_networks(text)[1]
+        commands = _net_commands(self.held_back, wanted, int(asn.group(1)))
+        if commands:
+            args = [arg for command in commands for arg in ("-c", command)]
+            done = self._run([*self._vtysh(), *args], timeout=60)
+            if done.returncode != 0:
+                raise FrrRejected(f"routes on the last accepted configuration: {_words(done)}")
+        self.held_back = wanted
+        if not commands:
+            return False
+        event(log, "frr.routes_only", level=logging.WARNING, file=str(self.path),
+              announced=sum(len(nets) for nets in wanted.values()),
+              reason="FRR refused this configuration: its last accepted one runs, with the "
+                     "director's routes")  # fmt: skip
+        return True
+
+    def _restore(self, live: str) -> bool:
+        """The daemons back on the live file after they refused a new one; True if they were.
+        (frr-reload.py may save what the daemons run over the file it applied: a pathspace's
+        file is not its target; the director's text is put back.)"""
         try:
             self.apply(self.path)
-        except FrrRejected as exc:
+            again = self.path.with_name(self.path.name + ".restored")
+            again.write_text(live)
+            os.replace(again, self.path)
+        except (FrrRejected, OSError) as exc:
             event(log, "frr.restore_failed", level=logging.ERROR, file=str(self.path),
                   frr=str(exc))  # fmt: skip
             return False
