@@ -237,11 +237,9 @@ def network() -> Iterator[tuple[Netns, Netns]]:
         # through boot-net's br1, not back through the box (which holds the VIP itself).
         be.ip(f"addr add {EDGE_VIP}/32 dev lo", f"rule add from {EDGE_VIP} table 100",
               f"route add default via {ROUTER_ON_BE} table 100")  # fmt: skip
-        for name, value in (("all/arp_ignore", "1"), ("all/arp_announce", "2")):
-            be.exec(["sysctl", "-qw", f"net.ipv4.conf.{name}={value}"])
+        be.sysctls({"net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2})
         net.ip(f"addr add {ROUTER_ON_BE}/24 dev br1")
-        for name in ("all", "default", "br1"):
-            net.exec(["sysctl", "-qw", f"net.ipv4.conf.{name}.rp_filter=0"])
+        net.sysctls({f"net.ipv4.conf.{name}.rp_filter": 0 for name in ("all", "default", "br1")})
         yield net, be
     finally:
         for ns in reversed(made):
