@@ -383,8 +383,10 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
         '  echo "% Can not configure the local system as neighbor"; exit 1; fi\n'
     )  # fmt: skip
     vtysh = tmp_path / "vtysh"  # FRR's own parser for --dryrun; the daemons' side recorded
+    dryruns = tmp_path / "dryruns"
     vtysh.write_text(
-        f'#!/bin/sh\nif [ "$1" = --dryrun ]; then exec {shutil.which("vtysh")} "$@"; fi\n'
+        f'#!/bin/sh\nif [ "$1" = --dryrun ]; then echo x >> {dryruns}; '
+        f'exec {shutil.which("vtysh")} "$@"; fi\n'
         f'echo "$@" >> {vtysh_calls}\n'
     )  # fmt: skip
     for script in (reload, vtysh):
@@ -394,8 +396,14 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
     settings = parse_config(text)
     assert settings.bgp is not None
     frr = Frr(settings.bgp)
+    fewer = {VIP: Route(VIP, "edge", False, "no healthy real server")}
+    good_fewer = render_frr(settings.bgp, {**ROUTES, **fewer}, settings.pools)
+    assert frr.install(good_fewer)
     good = render_frr(settings.bgp, ROUTES, settings.pools)
-    assert frr.install(good)
+    checked = len(dryruns.read_text().split())
+    assert frr.install(good)  # prefixes alone: one vtysh call, the file not parsed again
+    assert len(dryruns.read_text().split()) == checked
+    assert f"-c network {VIP}/32 route-map director-edge" in vtysh_calls.read_text()
     bad = good.replace("remote-as 64500", "remote-as 64999", 1)
     with pytest.raises(FrrRejected, match=r"^% Can not configure the local system as neighbor$"):
         frr.install(bad)
@@ -404,7 +412,6 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
     assert applied[-1] == str(tmp_path / "frr.conf"), "the daemons were put back on it"
     assert frr.rejected == 1
     assert frr.install(bad) is False  # the same routes: nothing to send, nothing reloaded
-    fewer = {VIP: Route(VIP, "edge", False, "no healthy real server")}
     bad_fewer = render_frr(settings.bgp, {**ROUTES, **fewer}, settings.pools).replace(
         "remote-as 64500", "remote-as 64999", 1)  # fmt: skip
     assert frr.install(bad_fewer) is True

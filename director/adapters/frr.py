@@ -248,15 +248,19 @@ class Frr:
                 return self._routes_only(live, text)
             raise FrrRejected("refused before by FRR; not tried again")
         try:
-            try:
-                self.validate(candidate)
-            except FrrRejected:
-                self.invalid = text  # the same text is refused again: do not retry it
-                raise
-            # After routes sent on top of a refused file's predecessor, only frr-reload.py
-            # (which reads back what the daemons run) knows the way to ``text``.
+            # A change of announced prefixes alone, on the file FRR runs: the few commands,
+            # without parsing the whole file again (vtysh --dryrun costs O(VIPs); the lines
+            # are made from checked addresses). After routes sent on top of a refused file's
+            # predecessor, only frr-reload.py (it reads back what the daemons run) knows the
+            # way to ``text``.
             quick = self.synced and self.held_back is None and self._announce(live, text)
             how = "vtysh" if quick else "frr-reload"
+            if not quick:
+                try:
+                    self.validate(candidate)
+                except FrrRejected:
+                    self.invalid = text  # the same text is refused again: do not retry it
+                    raise
             if how == "frr-reload":
                 try:
                     self.apply(candidate)
