@@ -433,8 +433,7 @@ class FrrSync(LatestWins[Mapping[str, Route]]):
             return False  # logged and counted; the old configuration stays live
         self.frr.hold(set(value))
         event(log, "frr.routes", announced=len(announced), withdrawn=len(value) - len(announced))
-        self._poll()
-        return True
+        return True  # the sessions are asked about when idle: the next change does not wait
 
     def submit(self, value: Mapping[str, Route]) -> None:
         self.wanted = value
