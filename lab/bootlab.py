@@ -53,6 +53,7 @@ MACS = {"front": "52:54:00:d1:00:01", "back": "52:54:00:d1:00:02"}
 # its lo); replies from the VIP go straight back to the client through boot-net's br1.
 EDGE_VIP, EDGE_POOL, ROUTER_ON_BE = "198.51.100.10", "198.51.100.0/28", "192.0.2.254"
 BOX_ASN, ROUTER_ASN = 64512, 64500
+NODE = REPO / "ansible/roles/director_node/files/director-node"
 
 
 def kernel() -> tuple[Path, Path, str]:
@@ -233,11 +234,12 @@ def network() -> Iterator[tuple[Netns, Netns]]:
         be.ip("link set lo up", "link set be0 up", f"addr add {KUBE}/24 dev be0",
               *(f"addr add {b}/24 dev be0" for b in BACKENDS),
               f"route add default via {BACK}")  # fmt: skip
-        # Direct routing: the VIP on lo, ARP quiet; replies from it go to the client
-        # through boot-net's br1, not back through the box (which holds the VIP itself).
-        be.ip(f"addr add {EDGE_VIP}/32 dev lo", f"rule add from {EDGE_VIP} table 100",
+        # Direct routing: the VIP on lo with ARP quiet (director-node, as the director_node
+        # role runs it on a real server); replies from it go to the client through boot-net's
+        # br1, not back through the box (which holds the VIP itself).
+        be.exec([str(NODE), "--vip", EDGE_VIP])
+        be.ip(f"rule add from {EDGE_VIP} table 100",
               f"route add default via {ROUTER_ON_BE} table 100")  # fmt: skip
-        be.sysctls({"net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2})
         net.ip(f"addr add {ROUTER_ON_BE}/24 dev br1")
         net.sysctls({f"net.ipv4.conf.{name}.rp_filter": 0 for name in ("all", "default", "br1")})
         yield net, be
