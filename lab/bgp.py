@@ -21,7 +21,9 @@ flow by flow.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import re
 import signal
 import socket
 import struct
@@ -139,7 +141,8 @@ def vtysh(ns: Netns, command: str) -> str:
     return run(["vtysh", "-N", ns.name, "-c", command], check=False)
 
 
-def router_config() -> str:
+def router_config(log: Path) -> str:
+    """``log``: bgpd's session changes, to the millisecond (see bfd_down_after)."""
     peers = "\n".join(
         f" neighbor {FRONT_NET}.{11 + i} remote-as {DIRECTOR_ASN}\n"
         f" neighbor {FRONT_NET}.{11 + i} timers 1 3\n"
@@ -151,6 +154,8 @@ def router_config() -> str:
     return f"""frr defaults traditional
 hostname router
 log syslog informational
+log file {log} informational
+log timestamp precision 3
 service integrated-vtysh-config
 !
 router bgp {ROUTER_ASN}
@@ -242,7 +247,7 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
         lab = BgpLab(prefix, switch, client, router, probe, directors, servers, made,
                      tun_vips=(VIP,), dr_vips=(DR_VIP,))  # fmt: skip
         lab.servers = BackendServers(lab, (PORT,), ())  # type: ignore[arg-type]
-        start_frr(router, router_config())
+        start_frr(router, router_config(router_log(router)))
         return lab
     except BaseException:
         for ns in reversed(made):
@@ -318,13 +323,39 @@ def stop_director(d: BgpDirector, leave: bool = False) -> None:
         d.ipvs = None
 
 
-def wait_nexthops(lab: BgpLab, count: int, timeout: float, vip: str = VIP) -> float | None:
-    """Seconds until the router holds ``count`` next hops for ``vip`` (None: never)."""
-    started = time.monotonic()
+def wait_nexthops(
+    lab: BgpLab, count: int, timeout: float, vip: str = VIP, since: float | None = None
+) -> float | None:
+    """Seconds until the router holds ``count`` next hops for ``vip`` (None: never), counted
+    from now or from ``since`` (a time.monotonic() taken when the fault was injected)."""
+    started = time.monotonic() if since is None else since
     while time.monotonic() - started < timeout:
         if len(lab.nexthops(vip)) == count:
             return time.monotonic() - started
         time.sleep(0.05)
+    return None
+
+
+def router_log(router: Netns) -> Path:
+    return Path("/run/frr") / router.name / "frr.log"  # the run folder FRR may write
+
+
+def session_down_after(lab: BgpLab, address: str, since: float) -> tuple[float, str] | None:
+    """Seconds from ``since`` (a time.time()) until the router's bgpd logged the session with
+    ``address`` down, and the reason it gave ("BFD down received": BFD's detection plus bfdd
+    telling bgpd; the part of a drop before zebra and the kernel rewrite the route)."""
+    pattern = re.compile(
+        r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}) .*ADJCHANGE: neighbor "
+        + re.escape(address) + r"\b.* Down (.*)$"
+    )
+    log = router_log(lab.router)
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    for line in lines:
+        found = pattern.match(line)
+        if found:
+            at = datetime.datetime.strptime(found[1], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            if at >= since - 0.001:
+                return round(at - since, 3), found[2].strip()
     return None
 
 

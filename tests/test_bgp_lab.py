@@ -23,6 +23,7 @@ from lab.bgp import (
     kill_frr,
     path_mtu,
     probe_flows,
+    session_down_after,
     start_director,
     stop_director,
     upload,
@@ -118,13 +119,16 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
     try:
         time.sleep(2)
         before = connections_per_director(lab)
+        killed, killed_at = time.monotonic(), time.time()
         kill_frr(victim.ns)  # kill -9 of zebra, bfdd and bgpd: no goodbye to the router
         stop_director(victim)
-        dropped = wait_nexthops(lab, 2, 30)
+        dropped = wait_nexthops(lab, 2, 30, since=killed)
+        down = session_down_after(lab, victim.front, killed_at)
         time.sleep(3)
         ok, tried = new_connections(lab, VIP, 2)  # type: ignore[arg-type]
         print(f"\nbgp kill -9 of {victim.name} (carrying {before[victim.name]} of "
-              f"{sum(before.values())}): router dropped it in {dropped} s; connections "
+              f"{sum(before.values())}): router dropped it in {dropped} s (bgpd: {down}); "
+              f"connections "
               f"survived {talkers.alive}/60, failed requests {talkers.failed}; "
               f"new connections {ok}/{tried}")  # fmt: skip
         assert dropped is not None, "the router kept the dead director"
@@ -189,16 +193,23 @@ def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
     victim = lab.directors[1]
     try:
         time.sleep(2)
+        cut, cut_mono = time.time(), time.monotonic()
         victim.ns.ip("link set front down")
-        dropped = wait_nexthops(lab, 2, 30)
+        dropped = wait_nexthops(lab, 2, 30, since=cut_mono)
+        assert wait_for(lambda: session_down_after(lab, victim.front, cut), 10, 0.2)
+        down = session_down_after(lab, victim.front, cut)
         time.sleep(2)
         alive_down = talkers.alive
         victim.ns.ip("link set front up")
         back = wait_nexthops(lab, 3, SETTLE)
         time.sleep(3)
-        print(f"\nbgp link down on {victim.name}: dropped in {dropped} s, alive {alive_down}/60; "
+        print(f"\nbgp link down on {victim.name}: the router's bgpd took the session down "
+              f"{down} s after the cut (seconds, reason), the route lost the next hop "
+              f"{dropped} s after the cut; "
+              f"alive {alive_down}/60; "
               f"back in {back} s, alive {talkers.alive}/60, failed requests {talkers.failed}")
         assert dropped is not None and back is not None
+        assert down is not None and "BFD" in down[1], f"not BFD: {down}"
         assert alive_down >= 59
         assert talkers.alive == alive_down
     finally:

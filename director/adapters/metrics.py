@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
@@ -195,6 +195,13 @@ class DirectorCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         view = self.loop.view
+        # Read from the loop itself, not its view: a stalled loop publishes no new view.
+        yield GaugeMetricFamily(
+            "director_loop_last_step_timestamp_seconds",
+            "Unix time the control loop last completed a step (every 0.5 s when idle, up to "
+            "5 s apart while steps fail; /healthz fails after 60 s without one).",
+            value=time.time() - (time.monotonic() - self.loop.last_step),
+        )
         yield from self._loop(view)
         yield self._dropped(view)
         yield from self._state(view)
@@ -207,19 +214,26 @@ class DirectorCollector(Collector):
             "Virtual services whose every real server fails its checks (kept, not emptied).",
             value=view.all_down,
         )
-        yield GaugeMetricFamily(
-            "director_kubernetes_connected",
-            "1 when every watch of the Kubernetes API is connected (0 during an outage).",
-            value=1 if health.kubernetes_connected else 0,
-        )
-        yield GaugeMetricFamily(
-            "director_leader", "1 when this director holds the status-writing Lease.",
-            value=1 if view.leader else 0,
-        )  # fmt: skip
+        if health.connected:  # only a director that watches a cluster (its watches report)
+            yield GaugeMetricFamily(
+                "director_kubernetes_connected",
+                "1 when every watch of the Kubernetes API is connected (0 during an outage).",
+                value=1 if health.kubernetes_connected else 0,
+            )
+            yield GaugeMetricFamily(
+                "director_leader", "1 when this director holds the status-writing Lease.",
+                value=1 if view.leader else 0,
+            )  # fmt: skip
         yield CounterMetricFamily(
             "director_reconcile_errors", "IPVS operations the kernel refused.",
             value=health.failed_ops,
         )  # fmt: skip
+        yield CounterMetricFamily(
+            "director_resync_repaired_operations",
+            "IPVS operations a periodic full resync had to apply: the kernel held something "
+            "other than what the director last programmed (another tool, a refused write).",
+            value=health.drift_ops,
+        )
         yield CounterMetricFamily(
             "director_loop_errors",
             "Unexpected errors in the control loop, survived (each is logged as event=loop.error "
@@ -328,6 +342,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # process_start_time_seconds, process_resident_memory_bytes, open fds: a box that
+        # keeps restarting, or grows, shows it (the alerts use the start time).
+        ProcessCollector(registry=self.registry)
         self.recorder = Recorder(self.registry)
 
     def serve(

@@ -45,6 +45,7 @@ class LoopStatus:
     last_sync_seconds: float = 0.0
     syncs: int = 0
     failed_ops: int = 0
+    drift_ops: int = 0  # operations a periodic full resync had to apply (the kernel drifted)
     loop_errors: int = 0  # unexpected exceptions in a step, survived
     refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
     firewall_errors: int = 0  # source-range rulesets nft refused
