@@ -8,11 +8,12 @@ PY := $(VENV)/bin/python
 # (virtme-ng's guest init), and binutils' strings and file (virtme-ng reads the kernel's
 # version with them) for the lab VM; ipvsadm to cross-check the kernel; keepalived for
 # the HA pair; frr (zebra, bfdd, bgpd, vtysh, frr-reload.py) to announce VIPs over BGP and
-# to be the lab's router; nftables for source filtering; promtool (prometheus) to check the metrics;
-# chromium to render the status page; openssl for the TLS test; debootstrap for the Debian
-# root the Ansible role is applied to; ruby to check the Vagrantfile.
+# to be the lab's router; nftables for source filtering; promtool (prometheus) to check the metrics
+# and the alert rules; chromium to render the status page; openssl for the TLS test; zsh to test
+# shell completion; debootstrap for the Debian root the Ansible role is applied to; ruby to check
+# the Vagrantfile.
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static binutils file \
-	ipvsadm keepalived frr nftables iproute2 kmod procps prometheus chromium openssl debootstrap ruby
+	ipvsadm keepalived frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
 
 .PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse fresh boot-test clean
 

@@ -113,6 +113,13 @@ def test_director_ctl_and_status_drive_the_api(running) -> None:  # type: ignore
     eventually(lambda: ipvs.read().services[web].config.scheduler == "sh")
     assert "drain" in ctl(url, "drain", "192.0.2.12:8080")
     eventually(lambda: ipvs.read().services[web].real_servers[("192.0.2.12", 8080)].weight == 0)
+    wide = ctl(url, "services", "-o", "wide").splitlines()  # a row per real server
+    assert wide[0].split() == ["SERVICE", "ORIGIN", "SCHEDULER", "REAL-SERVER", "FWD", "WEIGHT",
+                               "STATE", "ACTIVECONN", "INACTCONN"]  # fmt: skip
+    drained = next(line.split() for line in wide if "192.0.2.12:8080" in line)
+    assert drained[-5:] == ["nat", "0", "draining", "0", "0"], wide
+    for address, port in ipvs.read().services[web].real_servers:
+        assert any(f"{address}:{port} " in line for line in wide), (address, port, wide)
     assert "done" in ctl(url, "drains")
     assert ctl(url, "undrain", "192.0.2.12:8080").strip() == "undrained 192.0.2.12:8080"
     assert "No changes" in ctl(url, "plan")

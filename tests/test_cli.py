@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -282,3 +283,85 @@ def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) 
     assert len(header) == 1 and "vrrp_script evil" in header[0], "kept as text in the comment"
     assert not any(line.startswith("vrrp_script") for line in text.splitlines())
     assert settings.services  # the example still loads
+
+
+# -- a CLI for scripts: JSON everywhere, exit statuses, completion (issue 18) ---------------
+def test_schedulers_say_so_on_a_kernel_without_ipvs_and_answer_json_otherwise(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from director.dataplane import kernel
+
+    monkeypatch.setattr(kernel, "offered_schedulers", frozenset)
+    assert cli.main(["schedulers"]) == cli.EXIT_NO_IPVS  # as plan and apply: 3, one sentence
+    out, err = capsys.readouterr()
+    assert out == "" and "offers no IPVS scheduler" in err
+    monkeypatch.setattr(kernel, "offered_schedulers", lambda: frozenset({"rr", "mh", "wlc"}))
+    assert cli.main(["schedulers", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"schedulers": ["mh", "rr", "wlc"]}
+    assert cli.main(["schedulers"]) == 0
+    assert capsys.readouterr().out == "mh rr wlc\n"
+
+
+def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", "--offline", "--json", "--config", EXAMPLE]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and "error" not in report and report["notes"] == []
+    assert report["config"] == {"file": EXAMPLE, "valid": True, "services": 8,
+                                "real_servers": 24}  # fmt: skip
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
+    assert cli.main(["check", "--json", "--config", str(bad)]) == cli.EXIT_CONFIG
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # the refusal on stdout as JSON too, nothing on stderr
+    assert err == "" and report["ok"] is False
+    assert report["error"]["file"] == str(bad) and report["error"]["line"] == 3
+    assert report["error"]["where"] == "services[0].port"
+    assert "between 1 and 65535" in report["error"]["reason"]
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    assert cli.main(["check", "--json", "--kubeconfig", str(kubeconfig)]) == cli.EXIT_CONFIG
+    report = json.loads(capsys.readouterr().out)
+    assert report["kubeconfig"] == {"file": str(kubeconfig), "valid": False}
+    assert "invalid kubeconfig" in report["error"]["message"]
+
+
+def completions(shell: str, *words: str) -> list[str]:
+    """What the shell offers after ``words`` (the last one being typed), through the script
+    `director completion SHELL` prints, run by the shell itself."""
+    script = subprocess.run(
+        [sys.executable, "-m", "director", "completion", shell],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    quoted = " ".join(f"'{w}'" for w in words)
+    if shell == "bash":
+        program = (f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1))\n"
+                   "_director; printf '%s\\n' \"${COMPREPLY[@]}\"")  # fmt: skip
+        command = ["bash", "--norc", "-c", program]
+    else:  # zsh's completion system: compadd and _files report what they were given
+        program = ("autoload -U compinit && compinit -u -D\n"
+                   f"{script}\ncompadd() {{ shift; print -rl -- \"$@\"; }}\n"
+                   "_files() { print -r -- FILES; }\n"
+                   f"words=({quoted}); CURRENT=${{#words}}; _director")  # fmt: skip
+        command = ["zsh", "-f", "-c", program]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if line]
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_shell_completion_follows_the_parser(shell: str) -> None:
+    top = completions(shell, "director", "")
+    assert {"run", "check", "ctl", "status", "schedulers", "completion"} <= set(top)
+    assert "services" in completions(shell, "director", "ctl", "")
+    assert completions(shell, "director", "ctl", "scheduler", "") == ["set", "unset"]
+    assert "--output" in completions(shell, "director", "ctl", "services", "-")
+    assert completions(shell, "director", "ctl", "services", "-o", "") == ["wide"]
+    assert completions(shell, "director", "--log-format", "") == ["logfmt", "json"]
+    assert completions(shell, "director", "completion", "") == ["bash", "zsh"]
+    assert "--kubeconfig" in completions(shell, "director", "run", "--")
+    files = completions(shell, "director", "run", "--config", EXAMPLE[:-3])
+    assert files == (["FILES"] if shell == "zsh" else [EXAMPLE])
+    if shell == "bash":  # bash filters by what is typed; zsh's compadd does it itself
+        assert completions(shell, "director", "ct") == ["ctl"]

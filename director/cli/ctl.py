@@ -228,7 +228,29 @@ def _services(args: argparse.Namespace) -> str:
             "yes" if vs["programmed"] else "NO",
         ])  # fmt: skip
     header = ["SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"]
+    if getattr(args, "output", None) == "wide":
+        return _table(_wide(items), [*header[:3], "REAL-SERVER", "FWD", "WEIGHT", "STATE",
+                                     "ACTIVECONN", "INACTCONN"])  # fmt: skip
     return _table(rows, header)
+
+
+def _wide(items: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per real server (as ipvsadm -Ln), the service's columns on its first row."""
+    rows: list[list[str]] = []
+    for vs in items:
+        first = [
+            vs["service"],
+            _origin(vs["origin"]),
+            f"{vs['scheduler']}{':' + ','.join(vs['flags']) if vs['flags'] else ''}",
+        ]
+        if not vs["real_servers"]:
+            rows.append([*first, "-", "", "", "", "", ""])
+        for i, rs in enumerate(vs["real_servers"]):
+            rows.append([*(first if i == 0 else ["", "", ""]),
+                         _endpoint(rs["address"], rs["port"]), rs["forwarding"],
+                         str(rs["weight"]), rs["state"], str(rs["active_connections"]),
+                         str(rs["inactive_connections"])])  # fmt: skip
+    return rows
 
 
 def _scheduler(args: argparse.Namespace) -> str:
@@ -312,7 +334,11 @@ def build(sub: Any) -> None:
     late = argparse.ArgumentParser(add_help=False)
     late.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     what = ctl.add_subparsers(dest="what", required=True)
-    what.add_parser("services", parents=[late], help="virtual services, schedulers, real servers")
+    services = what.add_parser("services", parents=[late],
+                               help="virtual services, schedulers, real servers")  # fmt: skip
+    services.add_argument(
+        "-o", "--output", choices=("wide",), help="wide: a row per real server (as ipvsadm -Ln)"
+    )
     sched = what.add_parser("scheduler", help="set or unset a service's scheduler")
     action = sched.add_subparsers(dest="action", required=True)
     set_ = action.add_parser(

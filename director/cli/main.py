@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from director import __version__, logs
 from director.cli import ctl
@@ -164,9 +165,40 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """What run would refuse at start. Text (notes on stdout, the refusal on stderr) or, with
+    --json, one object on stdout: {"ok", "config", "kubeconfig", "notes", "error"}."""
+    report: dict[str, Any] = {"ok": True, "config": None, "kubeconfig": None, "notes": []}
+    try:
+        code = _check(args, report)
+    except ConfigError as exc:
+        if not args.json:
+            raise
+        report["error"] = {"file": exc.source, "line": exc.line or None, "where": exc.where,
+                           "reason": exc.reason, "message": str(exc)}  # fmt: skip
+        code = EXIT_CONFIG
+    report["ok"] = code == 0
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return code
+
+
+def _say(args: argparse.Namespace, report: dict[str, Any], line: str, note: bool = False) -> None:
+    if note:
+        report["notes"].append(line)
+    if not args.json:
+        print(f"note: {line}" if note else line)
+
+
+def _refuse(args: argparse.Namespace, report: dict[str, Any], reason: str) -> int:
+    report["error"] = {"message": reason}
+    if not args.json:
+        print(f"director: {reason}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if args.config is None and args.kubeconfig is None:
-        print("director check: give --config, --kubeconfig or both", file=sys.stderr)
-        return EXIT_CONFIG
+        return _refuse(args, report, "check needs --config, --kubeconfig or both")
     settings: Settings | None = None
     if args.config is not None:
         settings = load_config(args.config)
@@ -176,18 +208,21 @@ def cmd_check(args: argparse.Namespace) -> int:
         if problems:
             raise ConfigError(settings.source, 0, "", problems[0])
         dests = sum(len(vs.real_servers) for vs in settings.services.values())
-        print(
-            f"{settings.source}: valid ({len(settings.services)} virtual services, "
-            f"{dests} real servers)"
-        )
+        report["config"] = {"file": settings.source, "valid": True,
+                            "services": len(settings.services), "real_servers": dests}  # fmt: skip
+        _say(args, report, f"{settings.source}: valid ({len(settings.services)} virtual "
+                           f"services, {dests} real servers)")  # fmt: skip
         for note in notes:
-            print(f"note: {note}")
+            _say(args, report, note, note=True)
     if args.kubeconfig is not None:
-        return _check_kubeconfig(args, settings.kubernetes if settings is not None else None)
+        kube = settings.kubernetes if settings is not None else None
+        return _check_kubeconfig(args, kube, report)
     return 0
 
 
-def _check_kubeconfig(args: argparse.Namespace, kube: KubeSettings | None) -> int:
+def _check_kubeconfig(
+    args: argparse.Namespace, kube: KubeSettings | None, report: dict[str, Any]
+) -> int:
     """The kubeconfig parses; unless --offline, the API server answers and would let this
     director hold the status Lease (a dry run: nothing is written)."""
     from director.adapters.kube import FIELD_MANAGER, KubeApi, KubeWriter, api_client
@@ -195,26 +230,28 @@ def _check_kubeconfig(args: argparse.Namespace, kube: KubeSettings | None) -> in
     try:  # parses the file and its credentials
         client = api_client(args.kubeconfig)
     except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
-        print(f"director: invalid kubeconfig {args.kubeconfig}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    print(f"{args.kubeconfig}: valid kubeconfig")
+        report["kubeconfig"] = {"file": args.kubeconfig, "valid": False}
+        return _refuse(args, report, f"invalid kubeconfig {args.kubeconfig}: {exc}")
+    checked: dict[str, Any] = {"file": args.kubeconfig, "valid": True, "lease": None}
+    report["kubeconfig"] = checked
+    _say(args, report, f"{args.kubeconfig}: valid kubeconfig")
     if args.offline:
         return 0
     kube = kube or KubeSettings()
     lease = f"{kube.lease_namespace}/{kube.lease_name}"
+    checked["lease"] = {"name": lease, "allowed": None}
     try:
         refusal = KubeWriter(KubeApi(client), FIELD_MANAGER, "check").lease_refusal(
             kube.lease_namespace, kube.lease_name
         )
     except Exception as exc:  # unreachable: the box may not see the cluster yet
-        print(f"note: the API server did not answer ({str(exc)[:200]}); the Lease {lease} "
-              "was not checked")  # fmt: skip
+        _say(args, report, f"the API server did not answer ({str(exc)[:200]}); the Lease "
+                           f"{lease} was not checked", note=True)  # fmt: skip
         return 0
+    checked["lease"]["allowed"] = refusal is None
     if refusal is not None:
-        print(f"director: the API server refuses the status Lease {lease}: {refusal}",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_CONFIG
-    print(f"the API server would let this director hold the status Lease {lease}")
+        return _refuse(args, report, f"the API server refuses the status Lease {lease}: {refusal}")
+    _say(args, report, f"the API server would let this director hold the status Lease {lease}")
     return 0
 
 
@@ -234,7 +271,11 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
 def cmd_schedulers(args: argparse.Namespace) -> int:
     from director.dataplane.kernel import offered_schedulers
 
-    print(" ".join(sorted(offered_schedulers())))
+    offered = sorted(offered_schedulers())
+    if not offered:  # as plan and apply say it: exit 3, one sentence
+        raise IpvsUnavailable("this kernel offers no IPVS scheduler (built without IPVS, or "
+                              "its modules are not installed)")  # fmt: skip
+    print(json.dumps({"schedulers": offered}) if args.json else " ".join(offered))
     return 0
 
 
@@ -275,18 +316,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip what only the box itself can tell (the API's listen address is one of its "
         "own): for building an image",
     )
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object: what was checked, notes, refusal"
+    )
     p = sub.add_parser(
         "keepalived-config",
         help="print this director's keepalived.conf for its static VIPs (the Ansible role "
         "installs it once, checked with keepalived -t; the director rewrites it from then on)",
     )
     p.add_argument("--config", required=True)
-    sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
+    p = sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
+    p.add_argument("--json", action="store_true", help='{"schedulers": [...]}')
     sub.add_parser(
         "schema",
         help="print the configuration file's JSON Schema (for editors and CI; the same "
         "schema director check applies)",
     )
+    p = sub.add_parser(
+        "completion",
+        help='print shell completion: eval "$(director completion bash)" in ~/.bashrc (zsh: '
+        "the same in ~/.zshrc)",
+    )
+    p.add_argument("shell", choices=("bash", "zsh"))
     for command in sub.choices.values():  # the logging options after the command too
         command.add_argument("--log-level", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.add_argument("--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS,
@@ -309,6 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "keepalived-config":
             return cmd_keepalived_config(args)
+        if args.command == "completion":
+            from director.cli.completion import script
+
+            sys.stdout.write(script(build_parser(), args.shell))
+            return 0
         if args.command == "schema":
             sys.stdout.write(json_schema_text())
             return 0
