@@ -342,20 +342,28 @@ def router_log(router: Netns) -> Path:
 
 def session_down_after(lab: BgpLab, address: str, since: float) -> tuple[float, str] | None:
     """Seconds from ``since`` (a time.time()) until the router's bgpd logged the session with
-    ``address`` down, and the reason it gave ("BFD down received": BFD's detection plus bfdd
-    telling bgpd; the part of a drop before zebra and the kernel rewrite the route)."""
-    pattern = re.compile(
-        r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}) .*ADJCHANGE: neighbor "
-        + re.escape(address) + r"\b.* Down (.*)$"
+    ``address`` down, and why: the NOTIFICATION it sent then ("Cease/BFD Down": bfdd told it;
+    the hold timer would say "Hold Timer Expired"), else the reason of its ADJCHANGE line.
+    This is the detection; zebra and the kernel rewriting the route come after it."""
+    stamp = r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}) "
+    down = re.compile(stamp + r".*ADJCHANGE: neighbor " + re.escape(address) + r"\b.* Down (.*)$")
+    sent = re.compile(
+        stamp + r".*NOTIFICATION(?:\(.*?\))?: sent to neighbor " + re.escape(address)
+        + r"\b.*?\((.*?)\)"
     )
     log = router_log(lab.router)
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    why = ""
     for line in lines:
-        found = pattern.match(line)
-        if found:
-            at = datetime.datetime.strptime(found[1], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            if at >= since - 0.001:
-                return round(at - since, 3), found[2].strip()
+        found = sent.match(line) or down.match(line)
+        if found is None:
+            continue
+        at = datetime.datetime.strptime(found[1], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        if at < since - 0.001:
+            continue
+        why = why or found[2].strip()
+        if found.re is down:
+            return round(at - since, 3), why
     return None
 
 

@@ -179,6 +179,22 @@ def build_ha_lab(prefix: str, workdir: Path) -> HaLab:
         raise
 
 
+ALIVE_SECONDS = 15  # keepalived gives up a box whose director has not stepped for this long
+
+
+def restart_director(lab: HaLab, d: Director, preempt_delay: int = 5) -> float:
+    """The director alone, stopped and started again (keepalived runs on): seconds to its
+    first sync."""
+    assert d.runtime is not None and d.ipvs is not None
+    started = time.monotonic()
+    d.runtime.stop()
+    settings = parse_config(director_config(lab, d, preempt_delay), f"{d.name}.yaml")
+    d.runtime = Runtime(settings, d.ipvs).start()
+    if not d.runtime.wait_ready(60):
+        raise RuntimeError(f"{d.name}: the restarted director never synced")
+    return time.monotonic() - started
+
+
 def director_config(
     lab: HaLab, d: Director, preempt_delay: int, advert_int: float = 0.1, realtime: int = 50
 ) -> str:
@@ -198,10 +214,13 @@ ha:
   peers: [{peer.front}]
   advert_int: {advert_int}
   realtime_priority: {realtime}
+  alive_seconds: {ALIVE_SECONDS}
   preempt_delay: {preempt_delay}
   track_interfaces: [back]
   sync_interface: back
   sync_id: 1
+  sync_group: 239.255.81.81
+  sync_port: 8849
   gateways: [{{address: {GATEWAY}/24, interface: back}}]
   config_file: {d.conf}
   pid_file: {d.pid_file}

@@ -23,6 +23,7 @@ from lab.bgp import (
     kill_frr,
     path_mtu,
     probe_flows,
+    router_log,
     session_down_after,
     start_director,
     stop_director,
@@ -209,7 +210,9 @@ def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
               f"alive {alive_down}/60; "
               f"back in {back} s, alive {talkers.alive}/60, failed requests {talkers.failed}")
         assert dropped is not None and back is not None
-        assert down is not None and "BFD" in down[1], f"not BFD: {down}"
+        said = [x for x in router_log(lab.router).read_text().splitlines() if victim.front in x]
+        assert down is not None and "BFD Down" in down[1], f"not BFD: {down}: {said[-8:]}"
+        assert down[0] < 3, "BFD, not the 3 s hold timer, took the session down"
         assert alive_down >= 59
         assert talkers.alive == alive_down
     finally:

@@ -18,6 +18,7 @@ import pytest
 
 from director.adapters.keepalived import ConfigRejected
 from lab.ha import (
+    ALIVE_SECONDS,
     DR_VIP,
     NAT_VIP,
     HaLab,
@@ -26,6 +27,7 @@ from lab.ha import (
     client_arp,
     kill_keepalived,
     new_connections,
+    restart_director,
     start_director,
     start_keepalived,
 )
@@ -166,6 +168,61 @@ def test_link_down_moves_the_vips_within_a_second(
         one_master(pair, NAT_VIP, d1)
     finally:
         talkers.close()
+
+
+def test_a_wedged_director_gives_up_mastership_and_a_restart_does_not(
+    pair: HaLab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """keepalived runs the director's liveness check: a restart of the director (seconds)
+    leaves the VIPs where they are; a control loop that stops stepping for longer than
+    alive_seconds drops its box's priority, and the peer takes the VIPs over, under 50
+    long-lived connections; once the loop steps again, the box takes them back."""
+    d1, d2 = pair.directors
+    assert d1.runtime is not None and d2.runtime is not None
+    one_master(pair, NAT_VIP, d1)
+    talkers = Talkers(pair, NAT_VIP, count=50, period=0.1)
+    flaps: list[str] = []
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            if not d1.has(NAT_VIP) or d2.has(NAT_VIP):
+                flaps.append(f"d1 {d1.has(NAT_VIP)} d2 {d2.has(NAT_VIP)}")
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        wait_for(lambda: talkers.answered >= 300, 30)
+        watcher.start()
+        took = restart_director(pair, d1)
+        time.sleep(ALIVE_SECONDS)  # past the limit: the restarted loop steps, no flap
+        watching.set()
+        watcher.join()
+        assert d1.runtime is not None
+        wedged = d1.runtime.controller
+        with wedged.lock:  # the control loop cannot step: as a deadlock would hold it
+            moved = wait_for(lambda: d2.has(NAT_VIP) and not d1.has(NAT_VIP), ALIVE_SECONDS + 60)
+            alive_moved = talkers.alive
+        back = wait_for(lambda: d1.has(NAT_VIP) and not d2.has(NAT_VIP), SETTLE + 30)
+        before = talkers.answered
+        wait_for(lambda: talkers.answered >= before + 300, 30)
+        with capsys.disabled():
+            print(f"\nliveness: a restart of d1's director took {took:.1f}s, VIP moves during "
+                  f"it and {ALIVE_SECONDS}s after: {len(flaps)}; a wedged loop: the VIP on d2 "
+                  f"after {moved}s ({alive_moved}/50 alive), back on d1 {back}s after the "
+                  f"loop stepped again; {talkers.alive}/50 alive, "
+                  f"{talkers.failed} failed")  # fmt: skip
+        assert flaps == [], "an ordinary restart moved the VIP"
+        assert moved is not None, "the wedged box kept the VIPs"
+        assert moved >= ALIVE_SECONDS - 1, "the VIPs moved before the loop was late"
+        assert back is not None, "the box never took the VIPs back once its loop stepped"
+        assert talkers.alive == 50
+    finally:
+        watching.set()
+        talkers.close()
+    one_master(pair, NAT_VIP, d1)
+    heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+    assert heard is not None
 
 
 def test_a_config_keepalived_rejects_is_never_installed(pair: HaLab) -> None:

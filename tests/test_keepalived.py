@@ -79,8 +79,11 @@ def test_render_puts_the_first_vips_inline_and_the_rest_excluded(tmp_path: Path)
 
 def test_the_rendered_file_passes_keepalived_t(tmp_path: Path, netns: str) -> None:
     target = tmp_path / "k.conf"
-    settings = ha(tmp_path, netns=netns)
+    settings = ha(tmp_path, netns=netns, sync_port=8849, sync_group="239.255.81.81")
     target.write_text(render_keepalived(settings, ["203.0.113.100", "2001:db8::7"]))
+    assert "lvs_sync_daemon eth-back director id 7 port 8849 group 239.255.81.81" in (
+        target.read_text()
+    )
     Keepalived(settings).validate(target)  # raises with keepalived's words on failure
 
 
@@ -140,6 +143,9 @@ def test_the_notify_fifo_reports_state(tmp_path: Path) -> None:
         ("advert_int: 0.001", "ha.advert_int", "between 0.01 and 40.95"),
         ("priority: 255", "ha.priority", "between 1 and 254"),
         ("fifo: 'run/x y'", "ha.fifo", "absolute path"),
+        ("sync_group: 192.0.2.9", "ha.sync_group", "multicast group"),
+        ("sync_port: 0", "ha.sync_port", "between 1 and 65535"),
+        ("alive_seconds: -1", "ha.alive_seconds", "between 0 and 3600"),
     ],
 )
 def test_ha_settings_are_validated_at_start(body: str, where: str, reason: str) -> None:
@@ -215,3 +221,81 @@ def test_every_shape_of_vip_set_passes_keepalived_t(
     assert inline[0] in ("192.0.0.8/32", "2001:db8:ffff::8/128") or inline[0].split("/")[0] in vips
     for vip in vips:
         assert f"{vip}/" in text, "every VIP is in the file"
+
+
+# -- keepalived knows whether the director on its box is alive (issue 18) -------------------
+def alive(heartbeat: Path, seconds: int) -> int:
+    """The check keepalived runs, as it runs it (the script line of the rendered file)."""
+    from director.adapters.keepalived import ALIVE_CHECK
+
+    return subprocess.run(["/bin/sh", str(ALIVE_CHECK), str(heartbeat), str(seconds)],
+                          check=False).returncode  # fmt: skip
+
+
+def test_the_liveness_check_passes_on_a_fresh_heartbeat_only(tmp_path: Path) -> None:
+    beat = tmp_path / "alive"
+    assert alive(beat, 30) == 1, "no heartbeat: the director never started here"
+    beat.touch()
+    assert alive(beat, 30) == 0
+    old = time.time() - 31
+    os.utime(beat, (old, old))
+    assert alive(beat, 30) == 1, "the control loop has not stepped for 31 s"
+    assert alive(beat, 60) == 0
+
+
+def test_the_tie_is_rendered_unless_off_or_nopreempt(tmp_path: Path) -> None:
+    text = render_keepalived(ha(tmp_path, alive_seconds=20), [])
+    assert f'script "/bin/sh {tmp_path.parent}' not in text  # the shipped check, not a tmp file
+    script = text.split("vrrp_script director_alive {")[1].split("}")[0]
+    assert f"alive-check.sh {tmp_path / 'alive'} 20" in script and "weight -253" in script
+    assert "enable_script_security" in text and "track_script {\n        director_alive" in text
+    for off in (ha(tmp_path, alive_seconds=0), ha(tmp_path, nopreempt=True)):
+        assert "director_alive" not in render_keepalived(off, [])
+
+
+def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping(
+    tmp_path: Path, netns: str
+) -> None:
+    """The real daemon with the rendered file: a heartbeat older than alive_seconds drops
+    this box to priority 1 (its peer takes over); a fresh one puts it back."""
+    from director.adapters.keepalived import Heartbeat, heartbeat_path
+
+    subprocess.run(["ip", "-n", netns, "link", "set", "eth-front", "up"], check=True)
+    subprocess.run(["ip", "-n", netns, "link", "set", "eth-back", "up"], check=True)
+    subprocess.run(["ip", "-n", netns, "addr", "add", "203.0.113.11/24", "dev", "eth-front"],
+                   check=True)  # fmt: skip
+    settings = HaSettings(  # no sync daemon: the host has no IPVS
+        interface="eth-front", router_id="d1", priority=150, unicast_source="203.0.113.11",
+        peers=("203.0.113.12",), config_file=str(tmp_path / "keepalived.conf"),
+        pid_file=str(tmp_path / "k.pid"), fifo=str(tmp_path / "k.fifo"), keepalived=KEEPALIVED,
+        netns=netns, alive_seconds=3,
+    )  # fmt: skip
+    path = heartbeat_path(settings)
+    assert path is not None
+    beat = Heartbeat(path)
+    beat.start()
+    conf = tmp_path / "keepalived.conf"
+    conf.write_text(render_keepalived(settings, ["203.0.113.100"]))
+    log = tmp_path / "keepalived.log"
+    daemon = subprocess.Popen(
+        ["ip", "netns", "exec", netns, KEEPALIVED, "--dont-fork", "--log-console", "--vrrp",
+         "-f", str(conf), "-p", str(tmp_path / "k.pid"), "-r", str(tmp_path / "v.pid")],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        eventually(lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(), 30,
+                   what="the check passing")  # fmt: skip
+        assert "priority from 150 to 1" not in log.read_text()
+        eventually(lambda: "Changing effective priority from 150 to 1" in log.read_text(), 30,
+                   what="the priority dropping once the heartbeat is older than 3 s")  # fmt: skip
+
+
+        def stepping() -> bool:  # the loop steps again, and keeps stepping
+            beat.path.touch()
+            return "Changing effective priority from 1 to 150" in log.read_text()
+
+        eventually(stepping, 30, what="the priority back")
+        assert "SECURITY VIOLATION" not in log.read_text()
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=30)

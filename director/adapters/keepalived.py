@@ -22,6 +22,7 @@ import signal
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,51 @@ _FIFO_LINE = re.compile(r'^INSTANCE "([^"]+)" (MASTER|BACKUP|FAULT|STOP)\b')
 PLACEHOLDERS = {Family.INET: "192.0.0.8/32", Family.INET6: "2001:db8:ffff::8/128"}
 
 
+# keepalived's check that the director on its box is alive (templates/alive-check.sh, run
+# through /bin/sh: nothing to make executable, and keepalived's script security looks at
+# /bin/sh): the heartbeat the control loop touches is younger than ha.alive_seconds.
+ALIVE_CHECK = TEMPLATES / "alive-check.sh"
+ALIVE_INTERVAL, ALIVE_FALL, ALIVE_RISE = 2, 2, 2  # keepalived runs it every 2 s; 2 in a row
+ALIVE_WEIGHT = -253  # a failing box drops to priority 1: its peer takes over (if preempting)
+
+
+def heartbeat_path(ha: HaSettings) -> Path | None:
+    """The file the control loop touches, beside the FIFO; None when the tie is off (also
+    with nopreempt: the peer would never take over from a lower-priority master)."""
+    if not ha.alive_seconds or ha.nopreempt or not _plain(str(ALIVE_CHECK)):
+        return None
+    return Path(ha.fifo).parent / "alive"
+
+
+def _plain(path: str) -> bool:
+    """Safe inside keepalived's quoted script line (no blanks, quotes or backslashes)."""
+    return path.startswith("/") and not re.search(r"[\s\"'\\]", path)
+
+
+class Heartbeat:
+    """The file keepalived's check looks at: touched at start (a restart has alive_seconds
+    to reach its first sync) and, once ready, after the control loop's steps (at most once a
+    second)."""
+
+    def __init__(self, path: Path, every: float = 1.0) -> None:
+        self.path, self.every = path, every
+        self._next = 0.0
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every
+            try:
+                self.path.touch()
+            except OSError as exc:
+                event(log, "keepalived.heartbeat_failed", level=logging.ERROR,
+                      file=str(self.path), reason=exc.strerror or str(exc))  # fmt: skip
+
+
 def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> dict[str, Any]:
     """Plain, validated values for the template. VIPs of the unicast family go in
     virtual_ipaddress (the first ``inline_vips`` of them, so adverts stay small), the rest
@@ -73,6 +119,7 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
     if not lines_inline:
         scope = " scope host" if family is Family.INET else ""  # keepalived: no scope for v6
         lines_inline.append(f"{PLACEHOLDERS[family]} dev lo{scope}")
+    heartbeat = heartbeat_path(ha)
     return {
         # A comment in the file: printable text only, so no line of configuration can hide
         # in the path it names.
@@ -82,6 +129,8 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         "fifo": ha.fifo,
         "sync_interface": ha.sync_interface,
         "sync_id": ha.sync_id,
+        "sync_port": ha.sync_port,
+        "sync_group": None if ha.sync_group is None else canonical_address(ha.sync_group),
         "instance": INSTANCE,
         "interface": ha.interface,
         "virtual_router_id": ha.virtual_router_id,
@@ -94,6 +143,12 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         "track_interfaces": list(ha.track_interfaces),
         "inline": lines_inline,
         "excluded": lines_excluded,
+        "alive": None if heartbeat is None else {
+            "script": f"/bin/sh {ALIVE_CHECK}", "heartbeat": str(heartbeat),
+            "seconds": ha.alive_seconds,
+            "interval": ALIVE_INTERVAL, "fall": ALIVE_FALL, "rise": ALIVE_RISE,
+            "weight": ALIVE_WEIGHT,
+        },
     }
 
 
@@ -191,7 +246,21 @@ class KeepalivedSync(LatestWins[frozenset[str]]):
     def __init__(self, ha: HaSettings, source_config: str, keepalived: Keepalived | None = None):
         self.ha, self.source_config = ha, source_config
         self.keepalived = keepalived or Keepalived(ha)
+        heartbeat = heartbeat_path(ha)
+        self.heartbeat = None if heartbeat is None else Heartbeat(heartbeat)
         super().__init__()
+
+    def start(self) -> None:
+        if self.heartbeat is not None:
+            try:
+                self.heartbeat.start()
+            except OSError as exc:
+                raise ValueError(f"ha: the heartbeat {self.heartbeat.path}: "
+                                 f"{exc.strerror or exc}") from None  # fmt: skip
+        elif self.ha.nopreempt and self.ha.alive_seconds:
+            event(log, "keepalived.alive_off", level=logging.WARNING, reason="nopreempt: the "
+                  "peer never takes over from a lower-priority master")  # fmt: skip
+        super().start()
 
     def install(self, value: frozenset[str]) -> bool:
         try:

@@ -325,9 +325,17 @@ class Runtime:
         # the control loop itself, so a loop that stops stepping gets the director restarted.
         self.notifier = Notifier()
         self.controller.on_ready = self.notifier.ready
-        self.controller.on_step = self.notifier.watchdog
+        self.controller.on_step = self._stepped
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+
+    def _stepped(self) -> None:
+        """After each step of the control loop: systemd's watchdog, and (once the first sync
+        is applied) the heartbeat keepalived's liveness check reads."""
+        self.notifier.watchdog()
+        sync = self.keepalived
+        if sync is not None and sync.heartbeat is not None and self.controller.ready:
+            sync.heartbeat.beat()
 
     @property
     def firewall(self) -> Firewall | None:

@@ -196,6 +196,10 @@ class HaSettings(Section):
     track_interfaces: Annotated[tuple[str, ...], list_of(IFNAME)] = ()
     sync_interface: Annotated[str | None, IFNAME] = None  # the IPVS sync daemon's interface
     sync_id: Annotated[int, integer(0, 255)] = 0
+    # The sync daemon's multicast group and UDP port (the kernel's defaults: 224.0.0.81 or
+    # ff02::81, port 8848); the kernel sends its sync messages to a multicast group only.
+    sync_group: Annotated[str | None, ADDRESS] = None
+    sync_port: Annotated[int | None, integer(1, 65535)] = None
     # (address, prefix, interface): the real servers' gateway in LVS-NAT
     gateways: Annotated[tuple[tuple[str, int, str], ...], list_of(Rule(_gateway, _GATEWAY))] = ()
     inline_vips: Annotated[int, integer(0, 1000)] = 20  # the rest: virtual_ipaddress_excluded
@@ -207,9 +211,16 @@ class HaSettings(Section):
     # keepalived's VRRP process at this real-time priority (SCHED_RR; 0: ordinary): a box
     # whose CPU is taken by busy processes still sends its adverts on time.
     realtime_priority: Annotated[int, integer(0, 99)] = 50
+    # keepalived gives up mastership (the box's priority drops to the least) once the
+    # director's control loop has not stepped for this long (0: never). Needs preemption:
+    # with nopreempt the peer never takes over from a lower-priority master.
+    alive_seconds: Annotated[int, integer(0, 3600)] = 30
 
     @model_validator(mode="after")
     def _peers(self) -> HaSettings:
+        if self.sync_group is not None and not ipaddress.ip_address(self.sync_group).is_multicast:
+            raise problem("the kernel's sync daemon sends to a multicast group (224.0.0.0/4 or "
+                          "ff00::/8); unicast is not offered", ("sync_group",))  # fmt: skip
         if not self.peers:
             raise problem("a pair needs its peer's address", ("peers",))
         for index, peer in enumerate(self.peers):
