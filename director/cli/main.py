@@ -279,6 +279,19 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metallb_pools(args: argparse.Namespace) -> int:
+    from director.schema.metallb import convert
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        converted = convert(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        print(f"director: {args.file}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    sys.stdout.write(converted.text(args.file))
+    return 0 if converted.pools else EXIT_CONFIG
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="director", description=__doc__)
     parser.add_argument("--version", action="version", version=f"director {__version__}")
@@ -333,6 +346,13 @@ def build_parser() -> argparse.ArgumentParser:
         "schema director check applies)",
     )
     p = sub.add_parser(
+        "metallb-pools",
+        help="print a pools: section made from MetalLB's IPAddressPool and advertisement "
+        "objects (kubectl get ipaddresspools,l2advertisements,bgpadvertisements -n "
+        "metallb-system -o yaml); what does not carry over is said in notes",
+    )
+    p.add_argument("file", help="the YAML (- for standard input)")
+    p = sub.add_parser(
         "completion",
         help='print shell completion: eval "$(director completion bash)" in ~/.bashrc (zsh: '
         "the same in ~/.zshrc)",
@@ -360,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "keepalived-config":
             return cmd_keepalived_config(args)
+        if args.command == "metallb-pools":
+            return cmd_metallb_pools(args)
         if args.command == "completion":
             from director.cli.completion import script
 

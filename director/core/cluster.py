@@ -22,6 +22,9 @@ from typing import Any
 from director.core.model import shown, sloppy_address
 
 PREFIX = "lvs-director.io/"
+# MetalLB's Service annotations, kept so that an operator coming from MetalLB can let the
+# director honour them (kubernetes.metallb_annotations).
+METALLB_PREFIXES = ("metallb.io/", "metallb.universe.tf/")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 TRIGGER_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 # The legacy way to give loadBalancerSourceRanges (kube honours it when the field is empty).
@@ -47,7 +50,7 @@ class ServiceInfo:
     uid: str
     type: str
     load_balancer_class: str | None
-    annotations: Mapping[str, str]  # only lvs-director.io/* ones
+    annotations: Mapping[str, str]  # only lvs-director.io/* and MetalLB's ones
     ports: tuple[ServicePort, ...]
     ip_families: tuple[int, ...]  # 4, 6 in the Service's order
     external_traffic_policy: str  # Cluster | Local
@@ -265,7 +268,7 @@ def service_from_json(obj: Json) -> ServiceInfo:
     all_annotations = _map(meta.get("annotations"))
     annotations = {
         k: v for k, v in all_annotations.items()
-        if isinstance(k, str) and k.startswith(PREFIX) and isinstance(v, str)
+        if isinstance(k, str) and k.startswith((PREFIX, *METALLB_PREFIXES)) and isinstance(v, str)
     }  # fmt: skip
     ports = tuple(
         port

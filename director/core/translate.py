@@ -94,6 +94,7 @@ class Policy:
     schedulers: frozenset[str]  # what the kernel offers
     check: CheckSpec | None = None  # the default active check; None: no check by default
     checking: bool = False  # health checks configured (healthCheckNodePort is then probed)
+    metallb: bool = False  # MetalLB's address annotations count where ours are absent
 
 
 def wants_address(svc: ServiceInfo, policy: Policy) -> bool:
@@ -240,11 +241,29 @@ def parse_scheduler(
         return f"{shown(text)}: {exc} (write sh:sh-port,sh-fallback)"
 
 
-def ipam_request(svc: ServiceInfo) -> tuple[Request | None, list[Problem]]:
-    """What the Service asks of IPAM; None (with the problem) when the ask is invalid."""
+# Ours, and MetalLB's for the same thing (metallb.io/ first, then the older form).
+METALLB_KEYS = {
+    A_IPS: ("metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs"),
+    A_POOL: ("metallb.io/address-pool", "metallb.universe.tf/address-pool"),
+    A_SHARED: ("metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip"),
+}
+
+
+def _address_annotation(svc: ServiceInfo, key: str, metallb: bool) -> tuple[str | None, str]:
+    """The value of one of the address annotations, and the annotation it came from: ours,
+    else (with ``metallb``) MetalLB's."""
+    for name in (key, *(METALLB_KEYS[key] if metallb else ())):
+        value = svc.annotations.get(name)
+        if value is not None:
+            return value, name
+    return None, key
+
+
+def ipam_request(svc: ServiceInfo, metallb: bool = False) -> tuple[Request | None, list[Problem]]:
+    """What the Service asks of IPAM; None (with the problem) when the ask is invalid.
+    ``metallb``: MetalLB's annotations stand in for ours where ours are absent."""
     requested: list[Address] = []
-    text = svc.annotations.get(A_IPS)
-    source = A_IPS
+    text, source = _address_annotation(svc, A_IPS, metallb)
     if text is None and svc.load_balancer_ip:
         text, source = svc.load_balancer_ip, "spec.loadBalancerIP"
     for part in (text or "").split(","):
@@ -262,8 +281,8 @@ def ipam_request(svc: ServiceInfo) -> tuple[Request | None, list[Problem]]:
         svc.ip_families,
         ports,
         tuple(requested),
-        svc.annotations.get(A_POOL),
-        svc.annotations.get(A_SHARED),
+        _address_annotation(svc, A_POOL, metallb)[0],
+        _address_annotation(svc, A_SHARED, metallb)[0],
     )
     return request, []
 

@@ -50,7 +50,7 @@ class Addresses:
             self.allocator.release(ref)
             return ()
         keep = [ipaddress.ip_address(text) for text in svc.status_ips]  # canonical already
-        request, problems = ipam_request(svc)
+        request, problems = ipam_request(svc, policy.metallb)
         dead = node_ports_missing(svc, policy, previous)  # an address nothing would answer on
         if request is None or dead is not None:
             self.allocator.release(ref)

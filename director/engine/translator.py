@@ -41,6 +41,7 @@ def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
         schedulers=schedulers,
         check=health.spec if health is not None and health.enabled else None,
         checking=health is not None,
+        metallb=kube.metallb_annotations,
     )
 
 

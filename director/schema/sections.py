@@ -114,6 +114,9 @@ class KubeSettings(Section):
     lease_namespace: Annotated[str, DNS_LABEL] = "lvs-director"  # rbac.yaml grants leases here
     lease_name: Annotated[str, DNS_LABEL] = "lvs-director"
     lease_seconds: Annotated[int, integer(2, 3600)] = 15
+    # MetalLB's Service annotations (metallb.io/loadBalancerIPs, address-pool,
+    # allow-shared-ip, and the metallb.universe.tf/ forms) where ours are absent.
+    metallb_annotations: Annotated[bool, FLAG] = False
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)

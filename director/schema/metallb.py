@@ -1,0 +1,222 @@
+"""A way in from MetalLB: its ``IPAddressPool`` objects (with the ``L2Advertisement`` and
+``BGPAdvertisement`` objects that announce them), as ``kubectl get -o yaml`` prints them, made
+into the director's ``pools:`` section. What does not carry over is said in notes, never
+dropped silently: the output is checked by the same schema the director applies."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from director.schema.bgp import COMMUNITY_RE
+from director.schema.fields import DNS_LABEL_RE
+from director.schema.static import PoolEntry
+
+KINDS = ("IPAddressPool", "L2Advertisement", "BGPAdvertisement")
+
+
+@dataclass
+class Converted:
+    pools: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def text(self, source: str) -> str:
+        out = [
+            f"# Converted from MetalLB ({_comment(source)}) by `director metallb-pools`.",
+            "# Read the notes, then put this in the director's configuration, with",
+            "# kubernetes.metallb_annotations: true so that Services keep their annotations.",
+            "pools:" if self.pools else "pools: []",
+        ]
+        for pool in self.pools:
+            out.append(f"  - name: {pool['name']}")
+            out.append(f"    addresses: [{', '.join(_quote(a) for a in pool['addresses'])}]")
+            for key in ("auto_assign", "all_addresses", "announce", "local_preference"):
+                if key in pool:
+                    value = pool[key]
+                    shown = str(value).lower() if isinstance(value, bool) else value
+                    out.append(f"    {key}: {shown}")
+            if pool.get("communities"):
+                listed = ", ".join(_quote(c) for c in pool["communities"])
+                out.append(f"    communities: [{listed}]")
+        out += [f"# note: {_comment(note)}" for note in self.notes]
+        return "\n".join(out) + "\n"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _comment(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)[:300]
+
+
+def _objects(text: str) -> list[Mapping[str, Any]]:
+    """MetalLB's objects in ``text``: one object, a List (kubectl get -o yaml), or several
+    documents. Raises ValueError when it is not YAML."""
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML: {exc}") from None
+    found: list[Mapping[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, Mapping):
+            continue
+        items = doc.get("items") if doc.get("kind") == "List" else [doc]
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, Mapping) and str(item.get("apiVersion", "")).startswith(
+                "metallb.io/"
+            ):
+                found.append(item)
+    return found
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _selected(adverts: Iterable[Mapping[str, Any]], pool: str, notes: list[str]) -> list[Any]:
+    """The advertisements that announce ``pool`` (MetalLB: one that names no pool and has no
+    pool selector announces every pool)."""
+    chosen = []
+    for advert in adverts:
+        spec = _spec(advert)
+        named, selectors = _strings(spec.get("ipAddressPools")), spec.get("ipAddressPoolSelectors")
+        if pool in named or (not named and not selectors):
+            chosen.append(advert)
+        elif selectors and not named:
+            notes.append(
+                f"{advert.get('kind')} {_name(advert)} selects pools by label: not "
+                f"resolved here; check whether it announces pool {pool}"
+            )
+    return chosen
+
+
+def convert(text: str) -> Converted:
+    objects = _objects(text)
+    result = Converted()
+    by_kind = {kind: [o for o in objects if o.get("kind") == kind] for kind in KINDS}
+    if not by_kind["IPAddressPool"]:
+        result.notes.append(
+            "no IPAddressPool (apiVersion metallb.io/...) found: give the "
+            "output of kubectl get ipaddresspools -n metallb-system -o yaml"
+        )
+    seen: set[str] = set()
+    for pool in by_kind["IPAddressPool"]:
+        entry = _pool(pool, by_kind, result.notes)
+        if entry is None:
+            continue
+        if entry["name"] in seen:
+            result.notes.append(f"two pools are named {entry['name']}: the second is left out")
+            continue
+        seen.add(entry["name"])
+        result.pools.append(entry)
+    for kind in ("L2Advertisement", "BGPAdvertisement"):
+        for advert in by_kind[kind]:
+            for key in (
+                "nodeSelectors",
+                "interfaces",
+                "peers",
+                "aggregationLength",
+                "aggregationLengthV6",
+            ):
+                if _spec(advert).get(key):
+                    result.notes.append(
+                        f"{kind} {_name(advert)}: {key} has no counterpart "
+                        "(the director announces from every director)"
+                    )
+    return result
+
+
+def _pool(
+    obj: Mapping[str, Any], by_kind: Mapping[str, list[Mapping[str, Any]]], notes: list[str]
+) -> dict[str, Any] | None:
+    original, spec = _name(obj), _spec(obj)
+    name = original.lower().replace(".", "-")
+    if not re.fullmatch(DNS_LABEL_RE, name):
+        notes.append(f"pool {original!r}: no DNS label can stand for its name; left out")
+        return None
+    if name != original:
+        notes.append(
+            f"pool {original} is named {name} here (a pool name is a DNS label); "
+            f"Services that name it in metallb.io/address-pool need the new name"
+        )
+    entry: dict[str, Any] = {
+        "name": name,
+        "addresses": [a.strip() for a in _strings(spec.get("addresses"))],
+    }
+    if spec.get("autoAssign") is False:
+        entry["auto_assign"] = False
+    if spec.get("avoidBuggyIPs") is True:
+        notes.append(
+            f"pool {name}: avoidBuggyIPs skips every address ending in .0 or .255; "
+            "the director skips the network and broadcast address of each CIDR"
+        )
+    else:  # MetalLB gives out every address of a CIDR, network and broadcast included
+        entry["all_addresses"] = True
+    if spec.get("serviceAllocation"):
+        notes.append(
+            f"pool {name}: serviceAllocation (namespaces, selectors, priority) has no "
+            "counterpart; use auto_assign: false and lvs-director.io/pool instead"
+        )
+    bgp = _selected(by_kind["BGPAdvertisement"], original, notes)
+    l2 = _selected(by_kind["L2Advertisement"], original, notes)
+    if bgp:
+        entry["announce"] = "bgp"
+        _bgp(entry, bgp, notes)
+        if l2:
+            notes.append(f"pool {name} is announced by L2 and BGP in MetalLB; here by BGP only")
+    elif not l2:
+        notes.append(
+            f"pool {name}: no advertisement announces it in MetalLB; here the VRRP "
+            "pair holds its addresses (announce: vrrp)"
+        )
+    try:  # as the director would read it
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()
+        }
+        PoolEntry(**fields).compile()
+    except ValidationError as exc:
+        notes.append(f"pool {name}: {exc.errors()[0]['msg']}; left out")
+        return None
+    except ValueError as exc:
+        notes.append(f"pool {name}: {exc}; left out")
+        return None
+    return entry
+
+
+def _bgp(entry: dict[str, Any], adverts: list[Mapping[str, Any]], notes: list[str]) -> None:
+    communities: list[str] = []
+    prefs = {_spec(a).get("localPref") for a in adverts} - {None}
+    for advert in adverts:
+        for community in _strings(_spec(advert).get("communities")):
+            if not re.fullmatch(COMMUNITY_RE, community):
+                notes.append(
+                    f"pool {entry['name']}: community {community!r} (a Community "
+                    "object's name, or a large community) is not carried over"
+                )
+            elif community not in communities:
+                communities.append(community)
+    if communities:
+        entry["communities"] = communities
+    if len(prefs) == 1:
+        entry["local_preference"] = int(str(prefs.pop()))
+    elif prefs:
+        notes.append(
+            f"pool {entry['name']}: advertisements give it different localPref "
+            f"values {sorted(map(str, prefs))}; none is carried over"
+        )

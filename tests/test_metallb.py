@@ -1,0 +1,170 @@
+"""A way in from MetalLB (issue 18): its Service annotations honoured when the operator turns
+them on (the whole director against the API stand-in), and its IPAddressPool objects, as
+kubectl prints them, made into a pools: section the director loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from director.cli.runtime import Runtime
+from director.dataplane.fake import FakeIpvs
+from director.schema.config import parse_config
+from director.schema.metallb import convert
+from lab.kubeapi import FakeApiServer, node, service
+from lab.wait import eventually
+from tests.kubelab import settings
+
+PORTS = [("http", "TCP", 80)]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.create("nodes", node("n1", "192.0.2.11"))
+        yield server
+
+
+def ingress(api: FakeApiServer, name: str) -> list[str]:
+    status = api.get("services", name).get("status") or {}
+    return [i.get("ip") for i in (status.get("loadBalancer") or {}).get("ingress", [])]
+
+
+def start(api: FakeApiServer, tmp_path: Path, metallb: bool) -> Runtime:
+    text = "  metallb_annotations: true" if metallb else ""
+    runtime = Runtime(settings(api.kubeconfig(tmp_path / "kc"), kube_extra=text), FakeIpvs())
+    runtime.start()
+    assert runtime.wait_ready(20)
+    return runtime
+
+
+def test_metallb_annotations_are_honoured_when_turned_on_and_ignored_otherwise(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.create("services", service("asks", PORTS, annotations={
+        "metallb.io/loadBalancerIPs": "198.51.100.5"}))  # fmt: skip
+    api.create("services", service("old-form", PORTS, annotations={
+        "metallb.universe.tf/loadBalancerIPs": "198.51.100.6"}))  # fmt: skip
+    api.create("services", service("ours-win", PORTS, annotations={
+        "lvs-director.io/load-balancer-ips": "198.51.100.7",
+        "metallb.io/loadBalancerIPs": "198.51.100.3"}))  # fmt: skip
+    shared = {"metallb.io/allow-shared-ip": "web"}
+    api.create("services", service("share-a", [("http", "TCP", 80)], annotations=shared))
+    api.create("services", service("share-b", [("https", "TCP", 443)], annotations=shared))
+    with start(api, tmp_path, metallb=True):
+        eventually(lambda: ingress(api, "asks") == ["198.51.100.5"], what="metallb.io/ IPs")
+        eventually(lambda: ingress(api, "old-form") == ["198.51.100.6"], what="the old form")
+        eventually(lambda: ingress(api, "ours-win") == ["198.51.100.7"], what="ours first")
+        a = eventually(lambda: ingress(api, "share-a"), what="share-a addressed")
+        assert eventually(lambda: ingress(api, "share-b"), what="share-b") == a, "one address"
+
+
+def test_metallb_annotations_are_ignored_unless_turned_on(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.create("services", service("asks", PORTS, annotations={
+        "metallb.io/loadBalancerIPs": "198.51.100.5"}))  # fmt: skip
+    with start(api, tmp_path, metallb=False):
+        got = eventually(lambda: ingress(api, "asks"), what="an address")
+        assert got != ["198.51.100.5"] and got == ["198.51.100.0"]
+
+
+# What `kubectl get ipaddresspools,l2advertisements,bgpadvertisements -n metallb-system
+# -o yaml` prints (trimmed of nothing the converter may rely on: managedFields stay).
+KUBECTL = """
+apiVersion: v1
+items:
+- apiVersion: metallb.io/v1beta1
+  kind: IPAddressPool
+  metadata:
+    creationTimestamp: "2026-11-20T10:00:00Z"
+    generation: 1
+    managedFields:
+    - apiVersion: metallb.io/v1beta1
+      fieldsType: FieldsV1
+      fieldsV1: {f:spec: {.: {}, f:addresses: {}}}
+      manager: kubectl-client-side-apply
+      operation: Update
+    name: production
+    namespace: metallb-system
+    resourceVersion: "1234"
+    uid: 7c3a2a4e-0000-4000-8000-000000000001
+  spec:
+    addresses: [198.51.100.0/26, "198.51.100.200-198.51.100.210", "2001:db8:1::/120"]
+    autoAssign: true
+    avoidBuggyIPs: false
+- apiVersion: metallb.io/v1beta1
+  kind: IPAddressPool
+  metadata: {name: edge.bgp, namespace: metallb-system}
+  spec:
+    addresses: [203.0.113.0/27]
+    autoAssign: false
+    avoidBuggyIPs: true
+    serviceAllocation: {priority: 50, namespaces: [shop]}
+- apiVersion: metallb.io/v1beta1
+  kind: IPAddressPool
+  metadata: {name: broken, namespace: metallb-system}
+  spec:
+    addresses: [127.0.0.0/30]
+- apiVersion: metallb.io/v1beta1
+  kind: L2Advertisement
+  metadata: {name: l2, namespace: metallb-system}
+  spec:
+    ipAddressPools: [production]
+- apiVersion: metallb.io/v1beta1
+  kind: BGPAdvertisement
+  metadata: {name: edge, namespace: metallb-system}
+  spec:
+    ipAddressPools: [edge.bgp]
+    communities: ["64512:10", "no-export", "my-named-community"]
+    localPref: 200
+    aggregationLength: 32
+kind: List
+metadata:
+  resourceVersion: ""
+"""
+
+
+def test_metallb_pools_become_a_pools_section_the_director_loads(tmp_path: Path) -> None:
+    converted = convert(KUBECTL)
+    text = converted.text("metallb.yaml")
+    by_name = {p["name"]: p for p in converted.pools}
+    assert set(by_name) == {"production", "edge-bgp"}, "the refused pool is left out"
+    assert by_name["production"] == {
+        "name": "production",
+        "addresses": ["198.51.100.0/26", "198.51.100.200-198.51.100.210", "2001:db8:1::/120"],
+        "all_addresses": True,  # MetalLB gives out network and broadcast addresses too
+    }
+    assert by_name["edge-bgp"] == {
+        "name": "edge-bgp", "addresses": ["203.0.113.0/27"], "auto_assign": False,
+        "announce": "bgp", "communities": ["64512:10", "no-export"], "local_preference": 200,
+    }  # fmt: skip
+    notes = "\n".join(converted.notes)
+    for said in ("edge.bgp is named edge-bgp", "avoidBuggyIPs", "serviceAllocation",
+                 "'my-named-community'", "aggregationLength", "pool broken:"):  # fmt: skip
+        assert said in notes, said
+    bgp = "bgp: {asn: 64512, router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 64500}]}"
+    settings = parse_config(f"{text}{bgp}\n", "converted.yaml")  # what the director loads
+    assert [p.name for p in settings.pools] == ["production", "edge-bgp"]
+    assert all(line.startswith("# ") for line in text.splitlines() if "note" in line)
+
+
+def test_the_command_converts_a_file_and_refuses_what_is_not_metallb(tmp_path: Path) -> None:
+    source = tmp_path / "metallb.yaml"
+    source.write_text(KUBECTL)
+    done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  - name: edge-bgp" in done.stdout and "# note: " in done.stdout
+    source.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")
+    done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2 and "no IPAddressPool" in done.stdout
+    source.write_text("a: [unclosed\n")
+    done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2 and "not YAML" in done.stderr
