@@ -281,7 +281,8 @@ def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) 
     text = render_keepalived(ha, {"198.51.100.10"}, "/etc/x\n}\nvrrp_script evil {\n")
     header = [line for line in text.splitlines() if line.startswith("# Rendered")]
     assert len(header) == 1 and "vrrp_script evil" in header[0], "kept as text in the comment"
-    assert not any(line.startswith("vrrp_script") for line in text.splitlines())
+    scripts = [line for line in text.splitlines() if line.startswith("vrrp_script")]
+    assert scripts == ["vrrp_script director_alive {"], "only the director's own check"
     assert settings.services  # the example still loads
 
 

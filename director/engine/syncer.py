@@ -40,7 +40,6 @@ class Syncer:
         self._after(report, "full-resync")
         self.status.last_sync = time.time()
         self.status.last_sync_seconds = time.perf_counter() - started
-        self.status.syncs += 1
         if reread:  # the first sync's operations are the table being built, not drift
             self.status.drift_ops += len(report.plan.ops)
         if report.plan.ops:

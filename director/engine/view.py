@@ -43,7 +43,6 @@ class LoopStatus:
     last_error: str | None = None
     last_sync: float | None = None  # wall clock of the last full sync
     last_sync_seconds: float = 0.0
-    syncs: int = 0
     failed_ops: int = 0
     drift_ops: int = 0  # operations a periodic full resync had to apply (the kernel drifted)
     loop_errors: int = 0  # unexpected exceptions in a step, survived
