@@ -33,6 +33,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip uninstall -q -y director 2>/dev/null || true  # the distribution's name before 0.2.0
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 

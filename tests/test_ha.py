@@ -220,6 +220,11 @@ def test_a_wedged_director_gives_up_mastership_and_a_restart_does_not(
     finally:
         watching.set()
         talkers.close()
+        with capsys.disabled():  # what keepalived saw of the check, to read after a failure
+            for d in pair.directors:
+                said = (d.workdir / "keepalived.log").read_text(errors="replace").splitlines()
+                kept = [x for x in said if any(w in x for w in ("director_alive", "prio", "STATE"))]
+                print(f"{d.name} keepalived:", *kept[-12:], sep="\n  ")
     one_master(pair, NAT_VIP, d1)
     heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
     assert heard is not None

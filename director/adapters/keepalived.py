@@ -59,7 +59,9 @@ PLACEHOLDERS = {Family.INET: "192.0.0.8/32", Family.INET6: "2001:db8:ffff::8/128
 # through /bin/sh: nothing to make executable, and keepalived's script security looks at
 # /bin/sh): the heartbeat the control loop touches is younger than ha.alive_seconds.
 ALIVE_CHECK = TEMPLATES / "alive-check.sh"
-ALIVE_INTERVAL, ALIVE_FALL, ALIVE_RISE = 2, 2, 2  # keepalived runs it every 2 s; 2 in a row
+# keepalived runs it every 2 s, gives it 4 s (a loaded box starts processes slowly), and acts
+# on 3 failures or 2 passes in a row.
+ALIVE_INTERVAL, ALIVE_TIMEOUT, ALIVE_FALL, ALIVE_RISE = 2, 4, 3, 2
 ALIVE_WEIGHT = -253  # a failing box drops to priority 1: its peer takes over (if preempting)
 
 
@@ -146,7 +148,8 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         "alive": None if heartbeat is None else {
             "script": f"/bin/sh {ALIVE_CHECK}", "heartbeat": str(heartbeat),
             "seconds": ha.alive_seconds,
-            "interval": ALIVE_INTERVAL, "fall": ALIVE_FALL, "rise": ALIVE_RISE,
+            "interval": ALIVE_INTERVAL, "timeout": ALIVE_TIMEOUT, "fall": ALIVE_FALL,
+            "rise": ALIVE_RISE,
             "weight": ALIVE_WEIGHT,
         },
     }

@@ -65,9 +65,9 @@ def main() -> int:
             [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", tmp, args.source],
             check=True, env=env,
         )  # fmt: skip
-        (wheel,) = Path(tmp).glob("director-*.whl")
-        for old in out.glob("director-*.whl"):
-            old.unlink()
+        (wheel,) = Path(tmp).glob("lvs_director-*.whl")
+        for old in (*out.glob("lvs_director-*.whl"), *out.glob("director-*.whl")):
+            old.unlink()  # director-*.whl: the distribution's name before 0.2.0
         shutil.copy2(wheel, out / wheel.name)
     platforms = [
         f"manylinux_2_{minor}_{args.platform}" for minor in (17, 28, 34)
