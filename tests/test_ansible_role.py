@@ -51,8 +51,9 @@ def chroot(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     )
 
 
-def play(inventory: Path, log: Path) -> Run:
-    done = ansible("ansible-playbook", "-i", str(inventory), "site.yml", "--diff", timeout=1800)
+def play(inventory: Path, log: Path, *extra: str) -> Run:
+    done = ansible("ansible-playbook", "-i", str(inventory), "site.yml", "--diff", *extra,
+                   timeout=1800)  # fmt: skip
     log.write_text(done.stdout + done.stderr)
     found = re.search(r"^debian-root\s*:\s*(.*)$", done.stdout, re.M)
     assert done.returncode == 0 and found, (
@@ -88,7 +89,7 @@ def kernel_release() -> str:
 
 
 @pytest.fixture(scope="module")
-def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run]]:
+def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run, Run]]:
     debroot.base()  # debootstrap, cached in .lab/debian-base
     debroot.fresh_root()
     debroot.wheelhouse()
@@ -131,21 +132,35 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
         with bind_mounts(kernel_release(), "dev", read_only=True):
             first = play(inventory, results / "ansible-first.log")
             second = play(inventory, results / "ansible-second.log")
-        yield first, second
+            checked = play(inventory, results / "ansible-check.log", "--check")
+        yield first, second, checked
     finally:
         subprocess.run(["ip", "link", "del", "edge0"], capture_output=True, check=False)
 
 
 @pytest.mark.role
-def test_second_run_changes_nothing(applied: tuple[Run, Run]) -> None:
-    first, second = applied
+def test_second_run_changes_nothing(applied: tuple[Run, Run, Run]) -> None:
+    first, second, _checked = applied
     print(f"\nansible first run: {first.recap}\nansible second run: {second.recap}")
     assert first.recap["failed"] == 0 and first.recap["changed"] >= 10
     assert second.recap["failed"] == 0 and second.recap["changed"] == 0, second.output[-4000:]
 
 
 @pytest.mark.role
-def test_keepalived_accepts_the_rendered_config(applied: tuple[Run, Run]) -> None:
+def test_check_mode_runs_the_preflight_and_finds_nothing_to_change(
+    applied: tuple[Run, Run, Run],
+) -> None:
+    """ansible-playbook --check --diff on the provisioned box: it completes, probes the
+    kernel for IPVS as a real run does (read-only probes run in check mode), changes nothing."""
+    _first, _second, checked = applied
+    print(f"\nansible --check: {checked.recap}")
+    assert checked.recap["failed"] == 0 and checked.recap["changed"] == 0, checked.output[-4000:]
+    probe = checked.output.split("TASK [director : Check the kernel has IPVS")[1].split("TASK [")[0]
+    assert "ok: [debian-root]" in probe and "skipping" not in probe, probe
+
+
+@pytest.mark.role
+def test_keepalived_accepts_the_rendered_config(applied: tuple[Run, Run, Run]) -> None:
     conf = (ROOT / "etc/keepalived/keepalived.conf").read_text()
     assert "priority 150" in conf and "192.0.2.12" in conf
     assert "lvs_sync_daemon edge0 director id 51" in conf
@@ -156,7 +171,7 @@ def test_keepalived_accepts_the_rendered_config(applied: tuple[Run, Run]) -> Non
 
 
 @pytest.mark.role
-def test_director_config_token_and_kubeconfig(applied: tuple[Run, Run]) -> None:
+def test_director_config_token_and_kubeconfig(applied: tuple[Run, Run, Run]) -> None:
     config = yaml.safe_load((ROOT / "etc/director/director.yaml").read_text())
     assert config["ha"]["interface"] == "edge0" and config["ha"]["peers"] == ["192.0.2.12"]
     assert config["kubernetes"]["kubeconfig"] == "/etc/director/kubeconfig"
@@ -175,7 +190,7 @@ def test_director_config_token_and_kubeconfig(applied: tuple[Run, Run]) -> None:
 
 
 @pytest.mark.role
-def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run]) -> None:
+def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run, Run]) -> None:
     unit = ROOT / "etc/systemd/system/director.service"
     text = unit.read_text()
     assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE CAP_KILL" in text
@@ -198,7 +213,7 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run]) -> None:
 
 
 @pytest.mark.role
-def test_the_node_role_installs_director_node_for_every_boot(applied: tuple[Run, Run]) -> None:
+def test_the_node_role_installs_director_node_for_every_boot(applied: tuple[Run, Run, Run]) -> None:
     script = ROOT / "usr/local/sbin/director-node"
     assert script.stat().st_mode & 0o111, "executable"
     unit = ROOT / "etc/systemd/system/director-node.service"
@@ -230,7 +245,7 @@ EXPECTED_SYSCTLS = {
 
 
 @pytest.mark.role
-def test_kernel_modules_and_sysctls_are_written_for_boot(applied: tuple[Run, Run]) -> None:
+def test_kernel_modules_and_sysctls_are_written_for_boot(applied: tuple[Run, Run, Run]) -> None:
     modules = module_list()
     assert modules[0] == "ip_vs" and {"ip_vs_mh", "ip_vs_sh", "ip_vs_ovf"} <= set(modules)
     sysctl_file = (ROOT / "etc/sysctl.d/90-director.conf").read_text()
