@@ -346,6 +346,18 @@ def build_parser() -> argparse.ArgumentParser:
         "schema director check applies)",
     )
     p = sub.add_parser(
+        "bundle",
+        help="write a support bundle (tar.gz) for a bug report: the configuration with "
+        "secrets redacted, status and plan from the API, the IPVS table, sysctls, keepalived's "
+        "and FRR's files, recent logs; changes nothing",
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", help="the file to write (default: director-bundle-HOST-TIME.tar.gz)")
+    p.add_argument("--lines", type=int, default=2000, help="journal lines per unit")
+    p.add_argument("--url", help="the admin API (default: from the configuration)")
+    p.add_argument("--token-file", help="the API token (default: from the configuration)")
+    p.add_argument("--ca-file", help="CA for an https API (default: api.tls_cert)")
+    p = sub.add_parser(
         "metallb-pools",
         help="print a pools: section made from MetalLB's IPAddressPool and advertisement "
         "objects (kubectl get ipaddresspools,l2advertisements,bgpadvertisements -n "
@@ -380,6 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "keepalived-config":
             return cmd_keepalived_config(args)
+        if args.command == "bundle":
+            from director.cli.bundle import cmd_bundle
+
+            return cmd_bundle(args)
         if args.command == "metallb-pools":
             return cmd_metallb_pools(args)
         if args.command == "completion":
