@@ -269,3 +269,18 @@ def test_a_support_bundle_holds_what_a_bug_report_needs_and_no_secret(  # type: 
     for name in ("kernel/ipvsadm-Ln.txt", "journal/director.log"):  # present or explained
         assert name in files or f"missing {name}: " in manifest, manifest
     assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+def test_decommission_refuses_while_the_director_runs(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runtime, ipvs, _url, api = running
+    path = tmp_path / "director.yaml"
+    path.write_text(config(tmp_path, api).replace(
+        "listen: 127.0.0.1:0", f"listen: 127.0.0.1:{runtime.api.port}"))  # fmt: skip
+    before = ipvs.read().services
+    done = subprocess.run(
+        [sys.executable, "-m", "director", "decommission", "--config", str(path), "--yes"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the director is running" in done.stderr and "systemctl stop director" in done.stderr
+    assert ipvs.read().services == before

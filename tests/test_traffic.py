@@ -227,3 +227,43 @@ def test_putting_a_hashing_service_in_order_keeps_open_connections(
     finally:
         for conn in conns:
             conn.close()
+
+
+def test_decommission_removes_what_the_director_made_and_leaves_the_rest(
+    lab: Lab, ipvs: KernelIpvs, tmp_path: pytest.TempPathFactory
+) -> None:
+    """director decommission (the director stopped): without --yes it only lists; with it,
+    the owned services and the director's nftables table go, a foreign ipvsadm entry and a
+    foreign nftables table stay."""
+    config = tmp_path / "director.yaml"  # type: ignore[operator]
+    config.write_text(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services:\n"
+        "  - {name: web, address: 198.51.100.10, port: 80, real_servers: [192.0.2.11:8080]}\n"
+        "  - {name: dns, address: 198.51.100.53, port: 53, protocol: udp,\n"
+        "     real_servers: [192.0.2.11:53]}\n"
+    )
+    args = ["--config", str(config), "--netns", lab.lvs.name]
+    nft = ["nft", "add", "table", "inet"]
+    lab.lvs.exec(["ipvsadm", "-A", "-t", "203.0.113.200:80", "-s", "rr"])
+    lab.lvs.exec([*nft, "director"])
+    lab.lvs.exec([*nft, "someone-else"])
+    try:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert cli.main(["apply", *args]) == 0
+            assert cli.main(["decommission", *args]) == 0
+        assert len(ipvs.read().services) == 3, "without --yes nothing goes"
+        shown = out.getvalue()
+        assert "- service tcp 198.51.100.10:80" in shown and "udp 198.51.100.53:53" in shown
+        assert "Left alone (not owned): tcp 203.0.113.200:80" in shown
+        assert "nftables table inet director" in shown and "--yes" in shown
+        with redirect_stdout(io.StringIO()):
+            assert cli.main(["decommission", *args, "--yes"]) == 0
+        remaining = ipvs.read().services
+        assert list(remaining) == [ServiceKey.inet(Protocol.TCP, "203.0.113.200", 80)]
+        tables = lab.lvs.exec(["nft", "list", "tables"])
+        assert "inet director" not in tables and "inet someone-else" in tables
+    finally:
+        lab.lvs.exec(["ipvsadm", "-D", "-t", "203.0.113.200:80"])
+        lab.lvs.exec(["nft", "delete", "table", "inet", "someone-else"], check=False)

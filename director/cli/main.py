@@ -346,6 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
         "schema director check applies)",
     )
     p = sub.add_parser(
+        "decommission",
+        help="take this box out of service for good: remove the IPVS services it owns (never "
+        "a foreign one), its nftables table and its BGP VIPs on lo; the director must be "
+        "stopped; without --yes, only say what would go",
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--netns", help="the IPVS of this network namespace")
+    p.add_argument("--yes", action="store_true", help="remove it (without: only show)")
+    p = sub.add_parser(
         "bundle",
         help="write a support bundle (tar.gz) for a bug report: the configuration with "
         "secrets redacted, status and plan from the API, the IPVS table, sysctls, keepalived's "
@@ -392,6 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "keepalived-config":
             return cmd_keepalived_config(args)
+        if args.command == "decommission":
+            from director.cli.decommission import cmd_decommission
+
+            return cmd_decommission(args)
         if args.command == "bundle":
             from director.cli.bundle import cmd_bundle
 
