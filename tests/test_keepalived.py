@@ -299,3 +299,18 @@ def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_a_heartbeat_that_cannot_be_written_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from director.adapters.keepalived import Heartbeat
+
+    beat = Heartbeat(tmp_path / "gone" / "alive", every=0)  # its folder does not exist
+    with caplog.at_level("ERROR", logger="director.keepalived"):
+        for _ in range(5):
+            beat.beat()
+    assert sum("keepalived.heartbeat_failed" in r.getMessage() for r in caplog.records) == 1
+    (tmp_path / "gone").mkdir()
+    beat.beat()
+    assert (tmp_path / "gone" / "alive").exists()

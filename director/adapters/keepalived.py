@@ -86,6 +86,7 @@ class Heartbeat:
     def __init__(self, path: Path, every: float = 1.0) -> None:
         self.path, self.every = path, every
         self._next = 0.0
+        self._failing = False  # said once, not every second
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,8 +99,13 @@ class Heartbeat:
             try:
                 self.path.touch()
             except OSError as exc:
-                event(log, "keepalived.heartbeat_failed", level=logging.ERROR,
-                      file=str(self.path), reason=exc.strerror or str(exc))  # fmt: skip
+                if not self._failing:
+                    event(log, "keepalived.heartbeat_failed", level=logging.ERROR,
+                          file=str(self.path), reason=exc.strerror or str(exc),
+                          effect="keepalived gives this box's VIPs to its peer")  # fmt: skip
+                self._failing = True
+            else:
+                self._failing = False
 
 
 def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> dict[str, Any]:
@@ -260,9 +266,13 @@ class KeepalivedSync(LatestWins[frozenset[str]]):
             except OSError as exc:
                 raise ValueError(f"ha: the heartbeat {self.heartbeat.path}: "
                                  f"{exc.strerror or exc}") from None  # fmt: skip
-        elif self.ha.nopreempt and self.ha.alive_seconds:
-            event(log, "keepalived.alive_off", level=logging.WARNING, reason="nopreempt: the "
-                  "peer never takes over from a lower-priority master")  # fmt: skip
+        elif self.ha.alive_seconds:
+            reason = (
+                "nopreempt: the peer never takes over from a lower-priority master"
+                if self.ha.nopreempt
+                else f"the check's path cannot be quoted for keepalived: {ALIVE_CHECK}"
+            )
+            event(log, "keepalived.alive_off", level=logging.WARNING, reason=reason)
         super().start()
 
     def install(self, value: frozenset[str]) -> bool:
