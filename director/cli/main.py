@@ -292,6 +292,45 @@ def cmd_metallb_pools(args: argparse.Namespace) -> int:
     return 0 if converted.pools else EXIT_CONFIG
 
 
+def _operations(sub: Any) -> None:
+    """The commands for running a box over the years: decommission, a support bundle, the
+    way in from MetalLB, shell completion."""
+    p = sub.add_parser(
+        "decommission",
+        help="take this box out of service for good: remove the IPVS services it owns (never "
+        "a foreign one), its nftables table and its BGP VIPs on lo; the director must be "
+        "stopped; without --yes, only say what would go",
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--netns", help="the IPVS of this network namespace")
+    p.add_argument("--yes", action="store_true", help="remove it (without: only show)")
+    p = sub.add_parser(
+        "bundle",
+        help="write a support bundle (tar.gz) for a bug report: the configuration with "
+        "secrets redacted, status and plan from the API, the IPVS table, sysctls, keepalived's "
+        "and FRR's files, recent logs; changes nothing",
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", help="the file to write (default: director-bundle-HOST-TIME.tar.gz)")
+    p.add_argument("--lines", type=int, default=2000, help="journal lines per unit")
+    p.add_argument("--url", help="the admin API (default: from the configuration)")
+    p.add_argument("--token-file", help="the API token (default: from the configuration)")
+    p.add_argument("--ca-file", help="CA for an https API (default: api.tls_cert)")
+    p = sub.add_parser(
+        "metallb-pools",
+        help="print a pools: section made from MetalLB's IPAddressPool and advertisement "
+        "objects (kubectl get ipaddresspools,l2advertisements,bgpadvertisements -n "
+        "metallb-system -o yaml); what does not carry over is said in notes",
+    )
+    p.add_argument("file", help="the YAML (- for standard input)")
+    p = sub.add_parser(
+        "completion",
+        help='print shell completion: eval "$(director completion bash)" in ~/.bashrc (zsh: '
+        "the same in ~/.zshrc)",
+    )
+    p.add_argument("shell", choices=("bash", "zsh"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="director", description=__doc__)
     parser.add_argument("--version", action="version", version=f"director {__version__}")
@@ -345,40 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the configuration file's JSON Schema (for editors and CI; the same "
         "schema director check applies)",
     )
-    p = sub.add_parser(
-        "decommission",
-        help="take this box out of service for good: remove the IPVS services it owns (never "
-        "a foreign one), its nftables table and its BGP VIPs on lo; the director must be "
-        "stopped; without --yes, only say what would go",
-    )
-    p.add_argument("--config", required=True)
-    p.add_argument("--netns", help="the IPVS of this network namespace")
-    p.add_argument("--yes", action="store_true", help="remove it (without: only show)")
-    p = sub.add_parser(
-        "bundle",
-        help="write a support bundle (tar.gz) for a bug report: the configuration with "
-        "secrets redacted, status and plan from the API, the IPVS table, sysctls, keepalived's "
-        "and FRR's files, recent logs; changes nothing",
-    )
-    p.add_argument("--config", required=True)
-    p.add_argument("--out", help="the file to write (default: director-bundle-HOST-TIME.tar.gz)")
-    p.add_argument("--lines", type=int, default=2000, help="journal lines per unit")
-    p.add_argument("--url", help="the admin API (default: from the configuration)")
-    p.add_argument("--token-file", help="the API token (default: from the configuration)")
-    p.add_argument("--ca-file", help="CA for an https API (default: api.tls_cert)")
-    p = sub.add_parser(
-        "metallb-pools",
-        help="print a pools: section made from MetalLB's IPAddressPool and advertisement "
-        "objects (kubectl get ipaddresspools,l2advertisements,bgpadvertisements -n "
-        "metallb-system -o yaml); what does not carry over is said in notes",
-    )
-    p.add_argument("file", help="the YAML (- for standard input)")
-    p = sub.add_parser(
-        "completion",
-        help='print shell completion: eval "$(director completion bash)" in ~/.bashrc (zsh: '
-        "the same in ~/.zshrc)",
-    )
-    p.add_argument("shell", choices=("bash", "zsh"))
+    _operations(sub)
     for command in sub.choices.values():  # the logging options after the command too
         command.add_argument("--log-level", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.add_argument("--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS,
