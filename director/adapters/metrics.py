@@ -15,7 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
@@ -336,6 +343,43 @@ class DirectorCollector(Collector):
         )
 
 
+RELOAD_RESULTS = ("applied", "invalid", "refused", "failed")
+
+
+class Reloads:
+    """Reloads of the configuration file (SIGHUP), as Prometheus counts its own."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.total = Counter(
+            "director_config_reloads_total",
+            "Reloads of the configuration file (SIGHUP), by result: applied; invalid (the file "
+            "fails validation); refused (a restart-only section changed, or a conflict); "
+            "failed (the loop did not take it).",
+            ["result"],
+            registry=registry,
+        )
+        self.successful = Gauge(
+            "director_config_last_reload_successful",
+            "1 when the last reload was applied (or none was asked for), 0 when it failed.",
+            registry=registry,
+        )
+        self.success_time = Gauge(
+            "director_config_last_reload_success_timestamp_seconds",
+            "When the configuration in force was loaded (start, or the last applied reload).",
+            registry=registry,
+        )
+        for result in RELOAD_RESULTS:
+            self.total.labels(result)
+        self.successful.set(1)
+        self.success_time.set_to_current_time()
+
+    def observe(self, result: str) -> None:
+        self.total.labels(result).inc()
+        self.successful.set(1 if result == "applied" else 0)
+        if result == "applied":
+            self.success_time.set_to_current_time()
+
+
 class Metrics:
     """The director's metrics, wired once: the registry with the loop's histograms, then
     (``serve``) the loop's figures, keepalived's, and the kernel's counters."""
@@ -346,6 +390,7 @@ class Metrics:
         # keeps restarting, or grows, shows it (the alerts use the start time).
         ProcessCollector(registry=self.registry)
         self.recorder = Recorder(self.registry)
+        self.reloads = Reloads(self.registry)
 
     def serve(
         self,

@@ -112,7 +112,7 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The appliance: follow the cluster until SIGTERM/SIGINT."""
+    """The appliance: follow the cluster until SIGTERM/SIGINT; SIGHUP reloads the file."""
     import signal
     import threading
 
@@ -128,9 +128,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         # A shadow on a host without IPVS plans against an empty table.
         logs.event(_log, "ipvs.unavailable_shadow", reason=str(exc))
         ipvs = FakeIpvs()
-    stop = threading.Event()
+    stop, hup = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: hup.set())  # systemctl reload: ExecReload=kill -HUP
     # The API and the metrics read through their own socket (no waiting on the loop's).
     reader = (
         open_ipvs(args.netns)
@@ -152,7 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None
     try:
-        stop.wait()
+        while not stop.wait(0.2):
+            if hup.is_set():
+                hup.clear()
+                runtime.reload(args.config)
     finally:
         runtime.stop()
         ipvs.close()

@@ -35,17 +35,26 @@ from director.core.firewall import FakeFirewall, Firewall
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.dataplane.netns import write_sysctls
-from director.engine.events import LeaseRefused, Leaving, TargetChecked, VrrpChanged
+from director.engine.events import (
+    LeaseRefused,
+    Leaving,
+    Reloaded,
+    Reply,
+    TargetChecked,
+    VrrpChanged,
+)
 from director.engine.loop import COMPONENT, Controller
 from director.engine.reconcile import SyncReport
+from director.engine.reload import restart_only
 from director.logs import event
-from director.schema.config import Settings
+from director.schema.config import ConfigError, Settings, load_config
 from director.web.app import create_app
 
 log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
 # IPVS schedules a non-SYN packet only with these set.
 SLOPPY = {"net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
+RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
 
 
 class Elector:
@@ -482,6 +491,39 @@ class Runtime:
                   action="exiting so that systemd restarts the director")  # fmt: skip
             if self.on_fatal is not None:
                 self.on_fatal(reason)
+
+    def reload(self, path: str, timeout: float = RELOAD_WAIT) -> tuple[str, str]:
+        """SIGHUP: read ``path`` again and apply its services, or change nothing and say why.
+        Returns (result, detail): result ``applied``, ``invalid`` (the file fails
+        validation), ``refused`` (a restart-only section changed, or a new static service
+        collides with a Service) or ``failed`` (the loop did not take it in ``timeout``)."""
+        started = time.monotonic()
+        self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        result, detail = self._reload(path, timeout)
+        seconds = round(time.monotonic() - started, 3)
+        self.metrics.reloads.observe(result)
+        if result == "applied":
+            event(log, "config.reloaded", file=path, changes=detail, seconds=seconds)
+        else:
+            event(log, "config.reload_refused", level=logging.ERROR, file=path, result=result,
+                  reason=detail, effect="the running configuration is unchanged")  # fmt: skip
+        self.notifier.send("READY=1", f"STATUS=reload {result}: {detail[:200]}")
+        return result, detail
+
+    def _reload(self, path: str, timeout: float) -> tuple[str, str]:
+        try:
+            new = load_config(path)
+        except ConfigError as exc:
+            return "invalid", str(exc)
+        sections = restart_only(self.controller.settings, new)
+        if sections:
+            return "refused", (f"{', '.join(sections)} changed: only services can change on "
+                               "a reload; restart the director for the rest")  # fmt: skip
+        reply = Reply()
+        self.controller.post(Reloaded(new, reply))
+        if not reply.wait(timeout):
+            return "failed", f"the control loop did not take the file within {timeout:.0f} s"
+        return ("applied" if reply.ok else "refused"), reply.detail
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout

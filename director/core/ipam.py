@@ -187,6 +187,10 @@ class Allocator:
     def in_use(self) -> int:
         return len(self._used)
 
+    def users(self, address: Address) -> tuple[str, ...]:
+        """The Services ``address`` is assigned to."""
+        return tuple(sorted(self._used.get(address, {})))
+
     def in_use_in(self, pool: Pool) -> int:
         return sum(1 for address in self._used if pool.contains(address))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from director.core.checks import Target
 from director.core.intents import Intent
+from director.schema.config import Settings
 
 
 class Reply:
@@ -83,6 +84,15 @@ class IntentPosted:
 
 
 @dataclass(frozen=True, slots=True)
+class Reloaded:
+    """The configuration file was read again (SIGHUP) and validated: its services replace
+    the running ones, only the difference programmed. ``reply``: done, or refused and why."""
+
+    settings: Settings
+    reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
 class Leaving:
     """The director is stopping: withdraw every BGP route first (``reason``: why)."""
 
@@ -109,7 +119,7 @@ class WriteFailed:
 
 Event = (
     ObjectChanged | Listed | WatchState | LeaderChanged | TargetChecked | VrrpChanged
-    | IntentPosted | WriteFailed | LeaseRefused | Leaving
+    | IntentPosted | WriteFailed | LeaseRefused | Leaving | Reloaded
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from director.core.model import DestKey, ServiceKey, Table
 from director.core.snapshot import ALL, Snapshot
 from director.core.translate import Policy
 from director.dataplane.interface import Ipvs
+from director.engine import reload
 from director.engine.addresses import Addresses, reserved_addresses
 from director.engine.announcer import Announce, Routes
 from director.engine.draining import Draining
@@ -40,6 +41,7 @@ from director.engine.events import (
     Leaving,
     Listed,
     ObjectChanged,
+    Reloaded,
     Reply,
     TargetChecked,
     VrrpChanged,
@@ -270,6 +272,8 @@ class Controller:
                 return self._lead(leader)
             case Leaving(reason):
                 self.exports.vips.leaving = reason
+            case Reloaded(settings, reply):
+                reply.resolve(*reload.apply(self, settings))
             case WriteFailed() | LeaseRefused():
                 self.reporter.absorb(ev)
             case WatchState() | Listed() | ObjectChanged():

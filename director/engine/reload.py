@@ -1,0 +1,108 @@
+"""Reload (SIGHUP): the configuration's own services replaced in place, only the difference
+programmed, nothing else touched.
+
+A reload may change the ``services:`` section (and their checks); every other section is
+wired into parts made at start (the API's socket, keepalived's file, the pools' allocator,
+the cluster's watchers), so a change there is refused as a whole and named: the running
+configuration is always one version of the file, never half of two. A new static service
+whose address and port, or whose address, a Kubernetes Service already holds is refused
+too: at start the file would win, but taking a live address from a Service on a reload
+would cut its traffic without warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from director.core.model import ServiceKey
+from director.engine.addresses import reserved_addresses
+from director.engine.view import STATIC
+from director.schema.config import Settings
+
+if TYPE_CHECKING:
+    from director.engine.loop import Controller
+
+RELOADABLE = frozenset({"source", "services", "static_checks"})
+RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in RELOADABLE)
+
+
+def restart_only(old: Settings, new: Settings) -> list[str]:
+    """The sections that differ and take effect only at a restart."""
+    return [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Difference:
+    added: frozenset[ServiceKey]
+    removed: frozenset[ServiceKey]
+    changed: frozenset[ServiceKey]
+
+    def __str__(self) -> str:
+        return f"added={len(self.added)} removed={len(self.removed)} changed={len(self.changed)}"
+
+
+def difference(old: Settings, new: Settings) -> Difference:
+    both = old.services.keys() & new.services.keys()
+    changed = {
+        key for key in both
+        if old.services[key] != new.services[key]
+        or old.static_checks.get(key) != new.static_checks.get(key)
+    }  # fmt: skip
+    return Difference(frozenset(new.services.keys() - old.services.keys()),
+                      frozenset(old.services.keys() - new.services.keys()),
+                      frozenset(changed))  # fmt: skip
+
+
+def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
+    """Why the new services cannot be taken now (None: they can)."""
+    for key in sorted(diff.added, key=str):
+        holder = loop.table.owner.get(key)
+        if holder is not None and holder != STATIC:
+            return (f"{new.services[key].origin}: {key} is programmed for Service {holder}; "
+                    "remove it there first (a restart would take it from the Service)")  # fmt: skip
+    allocator = loop.addresses.allocator
+    for address, what in reserved_addresses(new).items():
+        users = allocator.users(address) if address not in allocator.reserved else ()
+        if users:
+            return (f"{what}: address {address} is assigned to Service {', '.join(users)}; "
+                    "remove it there first")  # fmt: skip
+    return None
+
+
+def apply(loop: Controller, new: Settings) -> tuple[int, str]:
+    """Take ``new``'s services (the loop's thread, holding its lock): (200, what changed),
+    (409, why nothing did), or (500, the fault, logged as a loop error). Once the first sync
+    is done, the kernel has the change on return."""
+    try:
+        return _apply(loop, new)
+    except Exception as exc:
+        loop.loop_error("reload", exc)
+        return 500, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def _apply(loop: Controller, new: Settings) -> tuple[int, str]:
+    old = loop.settings
+    diff = difference(old, new)
+    why = conflict(loop, new, diff)
+    if why is not None:
+        return 409, why
+    loop.settings = new
+    loop.programmer.translator.settings = new
+    loop.addresses.allocator.reserved = reserved_addresses(new)
+    table = loop.table
+    for key in diff.removed:
+        table.drop(key)
+        loop.gate.forget(key)
+        loop.drains.forget(key)
+        if loop.ready:
+            loop.syncer.one(key, None, STATIC)
+    for key in diff.added:
+        table.owner[key] = STATIC
+    table.stale |= {"keys", "services", "checks"}
+    loop.exports.due = loop.exports.state_due = True
+    if loop.ready and (diff.added or diff.removed or diff.changed):
+        loop.exports.vips.keys_changed()
+        loop.exports.vips.touched(diff.removed)
+        loop.programmer.sync({STATIC})
+    return 200, str(diff)
