@@ -227,6 +227,52 @@ def test_a_restart_writes_nothing_and_an_open_connection_survives(lab: Lab) -> N
     conn.close()
 
 
+def test_systemctl_reload_applies_a_one_line_change_and_refuses_a_bad_file(lab: Lab) -> None:
+    conf = "/etc/director/director.yaml"
+    lab.box.sh(f"cp -p {conf} /root/director.yaml.orig")
+    conn = Connection(lab.net, VIP, 80, timeout=30)
+    first = conn.ask()
+    scheduler = f"TCP  {VIP}:80 "
+
+    def reload(to: str) -> float | None:
+        started = time.monotonic()
+        lab.box.sh("systemctl reload director")
+        done = wait_for(lambda: scheduler + to in lab.box.sh("ipvsadm -Ln"), 60)
+        return None if done is None else time.monotonic() - started
+
+    try:
+        since = lab.box.sh("date '+%Y-%m-%d %H:%M:%S'").strip()
+        lab.box.sh(f"sed -i 's/scheduler: rr/scheduler: wlc/' {conf}")
+        took = reload("wlc")
+        journal = lab.box.sh(f"journalctl -u director --since '{since}' -o cat")
+        assert took is not None, journal[-3000:]
+        print(f"\nboot: systemctl reload director: the new scheduler in the kernel {took:.1f}s "
+              "after the reload began")
+        assert "event=config.reloaded" in journal and "changed=1" in journal, journal[-3000:]
+        changes = [w for w in writes_since(lab, since) if "event=ipvs.change " in w]
+        assert len(changes) == 1 and "scheduler=wlc" in changes[0], changes
+        assert conn.ask() == first, "the open connection carried on through the reload"
+        assert lab.box.sh("systemctl is-active director").strip() == "active"
+
+        # A file the director refuses: nothing changes, it says why at priority err.
+        lab.box.sh(f"sed -i 's/scheduler: wlc/scheduler: fastest/' {conf}")
+        lab.box.sh("systemctl reload director")
+        refused = wait_for(lambda: "event=config.reload_refused" in lab.box.sh(
+            f"journalctl -u director -p err --since '{since}' -o cat"), 60)  # fmt: skip
+        assert refused is not None, lab.box.sh("journalctl -u director -n 20 -o cat")
+        line = lab.box.sh(f"journalctl -u director -p err --since '{since}' -o cat | "
+                          "grep config.reload_refused")  # fmt: skip
+        assert "result=invalid" in line and "fastest" in line, line
+        assert scheduler + "wlc" in lab.box.sh("ipvsadm -Ln")
+        assert lab.box.sh("systemctl is-active director").strip() == "active"
+        assert conn.ask() == first
+    finally:
+        lab.box.sh(f"cp -p /root/director.yaml.orig {conf}")
+        back = reload("rr")
+        conn.close()
+    assert back is not None, "the original file did not come back on reload"
+
+
 def test_the_watchdog_restarts_a_director_whose_loop_stopped(lab: Lab) -> None:
     pid = lab.box.sh("systemctl show -p MainPID --value director").strip()
     restarts = int(lab.box.sh("systemctl show -p NRestarts --value director").strip())
