@@ -118,8 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from director.cli.runtime import Runtime
     from director.dataplane.fake import FakeIpvs
+    from director.schema.reparse import Reparser
 
-    settings = load_config(args.config)
+    config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
+    settings = config_reader.load(args.config)
     try:
         ipvs = open_ipvs(args.netns)
     except IpvsUnavailable as exc:
@@ -128,10 +130,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         # A shadow on a host without IPVS plans against an empty table.
         logs.event(_log, "ipvs.unavailable_shadow", reason=str(exc))
         ipvs = FakeIpvs()
-    stop, hup = threading.Event(), threading.Event()
+    # The main thread sleeps until a signal (or a fatal fault) wakes it: SIGTERM/SIGINT stop,
+    # SIGHUP reloads (systemctl reload: ExecReload=kill -HUP), without polling.
+    wake, asked = threading.Event(), set[str]()
+
+    def ask(what: str) -> None:
+        asked.add(what)
+        wake.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: hup.set())  # systemctl reload: ExecReload=kill -HUP
+        signal.signal(sig, lambda *_: ask("stop"))
+    signal.signal(signal.SIGHUP, lambda *_: ask("reload"))
     # The API and the metrics read through their own socket (no waiting on the loop's).
     reader = (
         open_ipvs(args.netns)
@@ -147,16 +156,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             state_file=Path(args.state_file) if args.state_file else None,
             kubeconfig=args.kubeconfig,
             netns=args.netns,
-            on_fatal=lambda _reason: stop.set(),
+            on_fatal=lambda _reason: ask("stop"),
         )
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None
     try:
-        while not stop.wait(0.2):
-            if hup.is_set():
-                hup.clear()
-                runtime.reload(args.config)
+        while "stop" not in asked:
+            wake.wait()
+            wake.clear()
+            if "reload" in asked and "stop" not in asked:
+                asked.discard("reload")
+                runtime.reload(args.config, config_reader)
     finally:
         runtime.stop()
         ipvs.close()

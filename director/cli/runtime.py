@@ -47,7 +47,8 @@ from director.engine.loop import COMPONENT, Controller
 from director.engine.reconcile import SyncReport
 from director.engine.reload import restart_only
 from director.logs import event
-from director.schema.config import ConfigError, Settings, load_config
+from director.schema.config import ConfigError, Settings
+from director.schema.reparse import Reparser
 from director.web.app import create_app
 
 log = logging.getLogger("director.runtime")
@@ -492,27 +493,33 @@ class Runtime:
             if self.on_fatal is not None:
                 self.on_fatal(reason)
 
-    def reload(self, path: str, timeout: float = RELOAD_WAIT) -> tuple[str, str]:
+    def reload(
+        self, path: str, reader: Reparser | None = None, timeout: float = RELOAD_WAIT
+    ) -> tuple[str, str]:
         """SIGHUP: read ``path`` again and apply its services, or change nothing and say why.
         Returns (result, detail): result ``applied``, ``invalid`` (the file fails
         validation), ``refused`` (a restart-only section changed, or a new static service
-        collides with a Service) or ``failed`` (the loop did not take it in ``timeout``)."""
+        collides with a Service) or ``failed`` (the loop did not take it in ``timeout``).
+        ``reader``: the reader the running file was read with (it parses again only what
+        changed)."""
+        reader = reader or Reparser()
         started = time.monotonic()
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
-        result, detail = self._reload(path, timeout)
+        result, detail = self._reload(path, reader, timeout)
         seconds = round(time.monotonic() - started, 3)
         self.metrics.reloads.observe(result)
         if result == "applied":
-            event(log, "config.reloaded", file=path, changes=detail, seconds=seconds)
+            event(log, "config.reloaded", file=path, changes=detail, seconds=seconds,
+                  services_reused=reader.reused)  # fmt: skip
         else:
             event(log, "config.reload_refused", level=logging.ERROR, file=path, result=result,
                   reason=detail, effect="the running configuration is unchanged")  # fmt: skip
         self.notifier.send("READY=1", f"STATUS=reload {result}: {detail[:200]}")
         return result, detail
 
-    def _reload(self, path: str, timeout: float) -> tuple[str, str]:
+    def _reload(self, path: str, reader: Reparser, timeout: float) -> tuple[str, str]:
         try:
-            new = load_config(path)
+            new = reader.load(path)
         except ConfigError as exc:
             return "invalid", str(exc)
         sections = restart_only(self.controller.settings, new)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from director.core.model import ServiceKey, VirtualService
 from director.core.snapshot import ALL
@@ -84,10 +84,7 @@ class Programmer:
         services = self.intake.snapshot.services
         refs = set(services) | set(table.produced) if ALL in dirty else dirty
         if STATIC in refs or ALL in dirty:
-            for key, vs in self.translator.static().items():
-                table.desired[key] = vs
-                self.syncer.one(key, vs, STATIC)
-                self.exports.vips.touched((key,))
+            self.sync_static()
         fresh: dict[str, tuple[dict[ServiceKey, VirtualService], float]] = {}
 
         def compute(ref: str) -> None:
@@ -99,6 +96,13 @@ class Programmer:
         blocked = self.filter.enforce()
         for ref, (computed, seconds) in fresh.items():
             self.guarded(f"service {ref}", self._program, ref, computed, blocked, seconds)
+
+    def sync_static(self, keys: Iterable[ServiceKey] | None = None) -> None:
+        """Recompute and program the configuration's services (``keys``: these only)."""
+        for key, vs in self.translator.static(keys).items():
+            self.table.desired[key] = vs
+            self.syncer.one(key, vs, STATIC)
+            self.exports.vips.touched((key,))
 
     def _program(
         self,

@@ -13,6 +13,7 @@ would cut its traffic without warning.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from typing import TYPE_CHECKING
 
 from director.core.model import ServiceKey
@@ -23,6 +24,7 @@ from director.schema.config import Settings
 if TYPE_CHECKING:
     from director.engine.loop import Controller
 
+_NONE = object()  # no check line (None is "health_check: none")
 RELOADABLE = frozenset({"source", "services", "static_checks"})
 RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in RELOADABLE)
 
@@ -43,15 +45,32 @@ class Difference:
 
 
 def difference(old: Settings, new: Settings) -> Difference:
-    both = old.services.keys() & new.services.keys()
-    changed = {
-        key for key in both
-        if old.services[key] != new.services[key]
-        or old.static_checks.get(key) != new.static_checks.get(key)
-    }  # fmt: skip
-    return Difference(frozenset(new.services.keys() - old.services.keys()),
-                      frozenset(old.services.keys() - new.services.keys()),
+    """What a reload changes in the services. A file read again by the Reparser keeps the
+    objects of the services it did not change: those cost a pointer comparison each."""
+    a, b = old.services, new.services
+    changed = _check_changes(old, new)
+    if len(a) == len(b):
+        same_keys = True
+        for (key_a, vs_a), (key_b, vs_b) in zip(a.items(), b.items(), strict=True):
+            if key_a is not key_b and key_a != key_b:
+                same_keys = False
+                break
+            if vs_a is not vs_b and vs_a != vs_b:
+                changed.add(key_b)
+        if same_keys:
+            return Difference(frozenset(), frozenset(), frozenset(changed))
+    both = a.keys() & b.keys()
+    changed = {key for key in both if a[key] != b[key]} | (changed & both)
+    return Difference(frozenset(b.keys() - a.keys()), frozenset(a.keys() - b.keys()),
                       frozenset(changed))  # fmt: skip
+
+
+def _check_changes(old: Settings, new: Settings) -> set[ServiceKey]:
+    """The services whose own health check line changed."""
+    a, b = old.static_checks, new.static_checks
+    if a is b or a == b:
+        return set()
+    return {key for key in a.keys() | b.keys() if a.get(key, _NONE) != b.get(key, _NONE)}
 
 
 def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
@@ -62,11 +81,14 @@ def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
             return (f"{new.services[key].origin}: {key} is programmed for Service {holder}; "
                     "remove it there first (a restart would take it from the Service)")  # fmt: skip
     allocator = loop.addresses.allocator
-    for address, what in reserved_addresses(new).items():
+    for key in sorted(diff.added, key=str):
+        if key.fwmark:
+            continue
+        address = ipaddress.ip_address(key.address)
         users = allocator.users(address) if address not in allocator.reserved else ()
         if users:
-            return (f"{what}: address {address} is assigned to Service {', '.join(users)}; "
-                    "remove it there first")  # fmt: skip
+            return (f"static service {new.services[key].origin}: address {address} is "
+                    f"assigned to Service {', '.join(users)}; remove it there first")  # fmt: skip
     return None
 
 
@@ -89,7 +111,8 @@ def _apply(loop: Controller, new: Settings) -> tuple[int, str]:
         return 409, why
     loop.settings = new
     loop.programmer.translator.settings = new
-    loop.addresses.allocator.reserved = reserved_addresses(new)
+    if diff.added or diff.removed:
+        loop.addresses.allocator.reserved = reserved_addresses(new)
     table = loop.table
     for key in diff.removed:
         table.drop(key)
@@ -104,5 +127,5 @@ def _apply(loop: Controller, new: Settings) -> tuple[int, str]:
     if loop.ready and (diff.added or diff.removed or diff.changed):
         loop.exports.vips.keys_changed()
         loop.exports.vips.touched(diff.removed)
-        loop.programmer.sync({STATIC})
+        loop.programmer.sync_static(diff.added | diff.changed)
     return 200, str(diff)

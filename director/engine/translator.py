@@ -115,11 +115,14 @@ class Translator:
             out[key] = self.finish(key, vs, ref, result.draining)
         return out
 
-    def static(self) -> Table:
-        """The configuration's services, with the API's overrides, drains and health."""
+    def static(self, keys: Iterable[ServiceKey] | None = None) -> Table:
+        """The configuration's services (``keys``: these only), with the API's overrides,
+        drains and health."""
         out: Table = {}
         settings = self.settings
-        for key, vs in settings.services.items():
+        chosen = settings.services.items() if keys is None else (
+            (key, settings.services[key]) for key in keys if key in settings.services)
+        for key, vs in chosen:
             spec = settings.static_checks.get(key, self.policy.check)  # None: unchecked
             checked = spec is not None and settings.health is not None
             self.gate.set_checks(key, {

@@ -137,6 +137,11 @@ def json_schema_text() -> str:
 
 
 def load_config(path: str | FilePath) -> Settings:
+    return parse_config(*read_config(path))
+
+
+def read_config(path: str | FilePath) -> tuple[str, str]:
+    """The file's text and its name for messages (ConfigError: unreadable, not UTF-8)."""
     source = str(path)
     try:
         raw = FilePath(path).read_bytes()
@@ -147,7 +152,7 @@ def load_config(path: str | FilePath) -> Settings:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(source, line, "", "not UTF-8 text") from None
-    return parse_config(text, source)
+    return text, source
 
 
 def parse_config(text: str, source: str = "<config>") -> Settings:
