@@ -15,7 +15,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static binutils file \
 	ipvsadm keepalived frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse fresh boot-test clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse lock fresh boot-test clean
 
 setup: system venv
 
@@ -75,6 +75,8 @@ bench: setup
 	cp .lab/lab.bench_ha/results.json bench/ha.json
 	$(PY) -m lab.vm run lab.bench_bgp --memory 4G
 	cp .lab/lab.bench_bgp/results.json bench/bgp.json
+	$(PY) -m lab.vm run lab.bench_reload --memory 4G
+	cp .lab/lab.bench_reload/results.json bench/reload.json
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.
@@ -88,6 +90,15 @@ BOX_CPU ?= x86_64
 wheelhouse: venv
 	$(PY) ansible/roles/director/files/build-wheelhouse.py --source . \
 	  --python-version $(BOX_PYTHON) --platform $(BOX_CPU) --out dist/wheelhouse
+
+# The pinned runtime dependencies (with hashes) the wheelhouse is built from: run after
+# changing the dependencies in pyproject.toml.
+lock: venv
+	$(PY) -m pip install -q uv
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
+	  --no-header --quiet -o requirements.lock.new
+	( sed -n '1,4p' requirements.lock; cat requirements.lock.new ) > requirements.lock.tmp
+	rm requirements.lock.new && mv requirements.lock.tmp requirements.lock
 
 clean:
 	rm -rf .lab $(VENV) *.egg-info

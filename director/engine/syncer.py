@@ -42,10 +42,9 @@ class Syncer:
         self.status.last_sync_seconds = time.perf_counter() - started
         if reread:  # the first sync's operations are the table being built, not drift
             self.status.drift_ops += len(report.plan.ops)
-        if report.plan.ops:
-            event(
-                log, "resync.repaired", ops=len(report.plan.ops), failed=len(report.result.errors)
-            )
+        if report.plan.ops:  # at start the table being built; later, drift repaired
+            event(log, "resync.repaired" if reread else "sync.first", ops=len(report.plan.ops),
+                  failed=len(report.result.errors))  # fmt: skip
 
     def one(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Bring one virtual service to ``vs`` (None: remove it)."""

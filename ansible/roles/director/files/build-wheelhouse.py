@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Build a wheelhouse for an edge box: the director's wheel plus every dependency's wheel
-for the box's Python and CPU, so the box installs with ``pip --no-index``.
+for the box's Python and CPU, so the box installs with ``pip --no-index``. The dependencies
+are the source tree's ``requirements.lock`` pins, downloaded with ``--require-hashes``; the
+lock goes into the wheelhouse, and the box installs from it with the hashes checked again.
 
     build-wheelhouse.py --source DIR --python-version 3.11 --platform x86_64 --out DIR
     build-wheelhouse.py --pack DIR --out FILE.tar      # the same bytes for the same wheels
@@ -30,7 +32,7 @@ def pack(folder: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     with tarfile.open(partial, "w", format=tarfile.GNU_FORMAT) as tar:
-        for wheel in sorted(folder.glob("*.whl")):
+        for wheel in sorted([*folder.glob("*.whl"), *folder.glob("requirements.lock")]):
             info = tar.gettarinfo(str(wheel), arcname=wheel.name)
             info.mtime, info.mode = int(EPOCH), 0o644
             info.uid = info.gid = 0
@@ -69,15 +71,29 @@ def main() -> int:
         for old in (*out.glob("lvs_director-*.whl"), *out.glob("director-*.whl")):
             old.unlink()  # director-*.whl: the distribution's name before 0.2.0
         shutil.copy2(wheel, out / wheel.name)
+    lock = Path(args.source) / "requirements.lock"
+    if not lock.is_file():
+        parser.error(f"{lock} is missing: the dependencies are installed from its pins only")
     platforms = [
         f"manylinux_2_{minor}_{args.platform}" for minor in (17, 28, 34)
     ] + [f"manylinux2014_{args.platform}"]
-    subprocess.run(
-        [*pip, "download", "--quiet", "--only-binary=:all:", "--implementation", "cp",
-         "--python-version", args.python_version, "--dest", str(out),
-         *(f"--platform={p}" for p in platforms), str(out / wheel.name)],
-        check=True, env=env,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        # Every dependency as the lock pins it, each file checked against its hashes: two
+        # builds from one lock ship the same bytes, whatever PyPI holds on the day.
+        subprocess.run(
+            [*pip, "download", "--quiet", "--only-binary=:all:", "--implementation", "cp",
+             "--python-version", args.python_version, "--dest", tmp, "--require-hashes",
+             *(f"--platform={p}" for p in platforms), "-r", str(lock)],
+            check=True, env=env,
+        )  # fmt: skip
+        fresh = {wheel.name for wheel in Path(tmp).glob("*.whl")}
+        for old in out.glob("*.whl"):  # a wheel of an earlier lock would be installable
+            if old.name not in fresh and not old.name.startswith("lvs_director-"):
+                old.unlink()
+        for name in sorted(fresh):
+            if not (out / name).exists():
+                shutil.copy2(Path(tmp) / name, out / name)
+    shutil.copy2(lock, out / "requirements.lock")
     print(out)
     return 0
 
