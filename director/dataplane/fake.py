@@ -35,6 +35,7 @@ class FakeIpvs:
         self._schedulers = frozenset(schedulers)
         self._table: dict[ServiceKey, VirtualService] = {}
         self._conns: dict[tuple[ServiceKey, DestKey], tuple[int, int]] = {}
+        self._stats: dict[ServiceKey, Stats] = {}
         self.applied: list[Op] = []  # every op the kernel accepted, in order
         self.calls = 0  # apply() calls
         self._lock = threading.RLock()  # the kernel serialises too (__ip_vs_mutex)
@@ -42,6 +43,10 @@ class FakeIpvs:
     # -- test hooks ----------------------------------------------------------------------
     def set_connections(self, key: ServiceKey, dest: DestKey, active: int, inactive: int) -> None:
         self._conns[(key, dest)] = (active, inactive)
+
+    def set_stats(self, key: ServiceKey, stats: Stats) -> None:
+        """A virtual service's counters and rate estimates, as the kernel would report them."""
+        self._stats[key] = stats
 
     # -- Ipvs protocol -------------------------------------------------------------------
     def read(self, *, stats: bool = False) -> KernelTable:
@@ -52,7 +57,7 @@ class FakeIpvs:
         out = KernelTable(services=dict(self._table))
         if stats:
             for key, vs in self._table.items():
-                out.service_stats[key] = Stats()
+                out.service_stats[key] = self._stats.get(key, Stats())
                 for dkey in vs.real_servers:
                     active, inactive = self._conns.get((key, dkey), (0, 0))
                     out.dest_state[(key, dkey)] = DestState(active, inactive)

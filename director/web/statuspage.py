@@ -1,5 +1,9 @@
 """The status page served at ``/``: one self-contained HTML document that refreshes itself
-from ``/ui/status`` every two seconds (no page reload, no external assets)."""
+from ``/ui/status`` every two seconds (no page reload, no external assets, no framework).
+
+Per VIP it charts the kernel's own rate estimates (new connections and bytes per second, as
+``ipvsadm --rate`` shows them) over the last five minutes the page has been open: the browser
+keeps the samples, so the director keeps no history and a page costs it one read."""
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -26,6 +30,16 @@ PAGE = """<!doctype html>
   .pill.MASTER, .pill.ok { background: var(--ok); } .pill.BACKUP { background: #0969da; }
   .pill.FAULT, .pill.bad { background: var(--bad); }
   #empty { color: var(--mute); padding: 1rem; }
+  .rates { display: grid; grid-template-columns: auto 1fr auto 1fr; gap: .2rem .5rem;
+           align-items: center; font-size: .8rem; color: var(--mute); margin: .2rem 0 .4rem; }
+  .rates b { color: #1f2328; font-variant-numeric: tabular-nums; white-space: nowrap; }
+  svg.spark { width: 100%; height: 1.6rem; background: #f6f8fa; border-radius: 3px; }
+  svg.spark polyline { fill: none; stroke: #0969da; stroke-width: 1.2;
+                       vector-effect: non-scaling-stroke; }
+  .health { font-size: .85rem; margin-bottom: .2rem; }
+  td.addr { overflow-wrap: anywhere; }
+  /* A phone: the columns a glance can do without go, the rest fits the screen. */
+  @media (max-width: 30rem) { .wide { display: none; } main { padding: .5rem; } }
 </style>
 </head>
 <body>
@@ -37,6 +51,7 @@ PAGE = """<!doctype html>
   <span>last sync <b id="sync">…</b></span>
   <span id="bgp-box" hidden>bgp <b id="bgp" class="pill">…</b></span>
   <span id="counts"></span>
+  <span id="drains"></span>
   <span id="error" style="color:#ffb3b3"></span>
 </header>
 <main id="services"><div id="empty">loading…</div></main>
@@ -48,6 +63,58 @@ function text(tag, value, cls) {
   el.textContent = value;
   if (cls) el.className = cls;
   return el;
+}
+const HISTORY = 150;  // samples: five minutes at one every two seconds
+const history = new Map();  // virtual service -> [[connections/s, bytes/s], ...]
+function remember(vs) {
+  let h = history.get(vs.service);
+  if (!h) { h = []; history.set(vs.service, h); }
+  const c = vs.counters;
+  h.push([c.cps, c.bps_in + c.bps_out]);
+  if (h.length > HISTORY) h.shift();
+  return h;
+}
+function human(n, unit) {
+  const k = ["", "k", "M", "G", "T"];
+  let i = 0;
+  while (n >= 1000 && i < k.length - 1) { n /= 1000; i++; }
+  return ((i ? n.toFixed(1) : String(Math.round(n))) + " " + k[i] + unit).trim();
+}
+function spark(values, label) {
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", "0 0 " + (HISTORY - 1) + " 24");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const top = Math.max(1, ...values);
+  const line = document.createElementNS(NS, "polyline");
+  const from = HISTORY - values.length;
+  line.setAttribute("points", values.map((v, i) =>
+    (from + i) + "," + (23 - 22 * v / top).toFixed(2)).join(" "));
+  svg.append(line);
+  return svg;
+}
+function rates(vs) {
+  const h = remember(vs);
+  const box = text("div", "", "rates");
+  const now = h[h.length - 1];
+  box.append(text("span", "conn/s"), spark(h.map((x) => x[0]), "connections per second"),
+    text("span", "bytes/s"), spark(h.map((x) => x[1]), "bytes per second"));
+  box.children[0].append(" ", text("b", human(now[0], "")));
+  box.children[2].append(" ", text("b", human(now[1], "B")));
+  return box;
+}
+function health(vs) {
+  const n = {active: 0, draining: 0, unhealthy: 0};
+  for (const rs of vs.real_servers) n[rs.state] = (n[rs.state] || 0) + 1;
+  const line = text("div", "", "health");
+  line.append(text("span", n.active + "/" + vs.real_servers.length + " active",
+                   n.active ? "active" : "unhealthy"));
+  if (n.draining) line.append(" · ", text("span", n.draining + " draining", "draining"));
+  if (n.unhealthy) line.append(" · ", text("span", n.unhealthy + " failing", "unhealthy"));
+  return line;
 }
 function render(data) {
   const s = data.status;
@@ -70,8 +137,16 @@ function render(data) {
     $("bgp").className = "pill " + (b.maintenance || up < b.peers.length ? "bad" : "ok");
     $("bgp").title = b.routes.map((r) => r.vip + ": " + r.reason).join("\\n");
   }
+  let draining = 0;
+  for (const vs of data.services) {
+    draining += vs.real_servers.filter((rs) => rs.state === "draining").length;
+  }
+  $("drains").textContent = draining ? draining + " real server" + (draining > 1 ? "s" : "") +
+    " draining" : "";
   const main = $("services");
   main.replaceChildren();
+  const seen = new Set(data.services.map((vs) => vs.service));
+  for (const key of history.keys()) if (!seen.has(key)) history.delete(key);
   if (!data.services.length) main.append(text("div", "no virtual services", ""));
   for (const vs of data.services) {
     const box = text("section", "", "vs");
@@ -83,25 +158,30 @@ function render(data) {
     box.append(text("div", from + " · " + vs.scheduler + " (" + vs.scheduler_source + ")" +
       (vs.flags.length ? " " + vs.flags.join(",") : "") + " · " + vs.counters.connections +
       " connections" + (vs.programmed ? "" : " · NOT PROGRAMMED"), "meta"));
+    box.append(health(vs), rates(vs));
     const table = document.createElement("table");
     const head = document.createElement("tr");
-    for (const [h, c] of [["real server", ""], ["fwd", ""], ["weight", "n"], ["state", ""],
-                          ["active", "n"], ["inactive", "n"], ["total", "n"]]) {
+    for (const [h, c] of [["real server", ""], ["fwd", "wide"], ["weight", "n"], ["state", ""],
+                          ["active", "n"], ["inactive", "n wide"], ["total", "n wide"]]) {
       head.append(text("th", h, c));
     }
     table.append(head);
     for (const rs of vs.real_servers) {
       const row = document.createElement("tr");
       const addr = rs.address.includes(":") ? "[" + rs.address + "]" : rs.address;
-      row.append(text("td", addr + ":" + rs.port), text("td", rs.forwarding),
+      row.append(text("td", addr + ":" + rs.port, "addr"), text("td", rs.forwarding, "wide"),
         text("td", rs.weight, "n"), text("td", rs.state, rs.state),
-        text("td", rs.active_connections, "n"), text("td", rs.inactive_connections, "n"),
-        text("td", rs.counters.connections, "n"));
+        text("td", rs.active_connections, "n"), text("td", rs.inactive_connections, "n wide"),
+        text("td", rs.counters.connections, "n wide"));
       table.append(row);
     }
     box.append(table);
     main.append(box);
   }
+  // Whether the page fits its window (no sideways scrolling): the screenshot test reads it.
+  const doc = document.documentElement;
+  doc.dataset.fits = String(Math.max(doc.scrollWidth, document.body.scrollWidth) <=
+                            window.innerWidth);
 }
 async function refresh() {
   try {
