@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,6 +42,7 @@ from lab.bgp import (
     router_log,
     session_down_after,
     start_frr,
+    vtysh,
 )
 from lab.ha import veth
 from lab.netns import Netns
@@ -50,7 +51,7 @@ ROUNDS = 5
 PREFIX = "bfdb"
 
 
-def speaker_config(index: int, workdir: Path) -> str:
+def speaker_config(index: int) -> str:
     front = f"{FRONT_NET}.{10 + index}"
     return f"""
 pools:
@@ -60,7 +61,7 @@ bgp:
   router_id: {front}
   hostname: d{index}
   pathspace: {PREFIX}-d{index}
-  config_file: {workdir / f"d{index}-frr.conf"}
+  config_file: /etc/frr/{PREFIX}-d{index}/frr.conf
   peers:
     - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true,
        bfd_interval_ms: {BFD_MS}}}
@@ -68,23 +69,37 @@ bgp:
 
 
 class Speaker:
-    def __init__(self, index: int, ns: Netns, workdir: Path) -> None:
+    def __init__(self, index: int, ns: Netns) -> None:
         self.front = f"{FRONT_NET}.{10 + index}"
         self.ns = ns
-        settings = parse_config(speaker_config(index, workdir), f"d{index}.yaml")
+        settings = parse_config(speaker_config(index), f"d{index}.yaml")
         assert settings.bgp is not None
         self.sync = FrrSync(settings.bgp, settings.pools, f"d{index}.yaml", netns=ns.name)
 
     def announce(self) -> None:
+        """FRR started, then the director's configuration applied (the first time)."""
         start_frr(self.ns)
         route = Route(VIP, "edge", True, "bench")
         if not self.sync.install({VIP: route}):
             raise SystemExit(f"{self.ns.name}: FRR refused the director's configuration")
 
+    def restart(self) -> None:
+        """FRR started again after kill -9, from the file the director left (as at boot)."""
+        start_frr(self.ns)
+
 
 def nexthops(router: Netns) -> set[str]:
     text = router.exec(["ip", "-4", "route", "show", f"{VIP}/32"], check=False)
     return {w.split()[0] for w in text.split(" via ")[1:]}
+
+
+def bfd_up(router: Netns) -> int:
+    """BFD sessions the router has up (its peers: the three directors)."""
+    try:
+        peers = json.loads(vtysh(router, "show bfd peers json") or "[]")
+    except ValueError:
+        return 0
+    return sum(1 for p in peers if isinstance(p, dict) and p.get("status") == "up")
 
 
 def wait(probe: Any, timeout: float, step: float = 0.005) -> float | None:
@@ -96,8 +111,16 @@ def wait(probe: Any, timeout: float, step: float = 0.005) -> float | None:
     return None
 
 
-def build(workdir: Path) -> tuple[list[Netns], Netns, list[Speaker]]:
-    made: list[Netns] = []
+def close(made: list[Netns]) -> None:
+    """Every namespace, its FRR and FRR's folders for it (this runs on the host)."""
+    for ns in reversed(made):
+        kill_frr(ns)
+        ns.close()
+        for folder in (Path("/etc/frr") / ns.name, Path("/run/frr") / ns.name):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def build(made: list[Netns]) -> tuple[Netns, list[Speaker]]:
     switch = Netns(f"{PREFIX}-sw")
     made.append(switch)
     switch.ip("link set lo up", "link add brf type bridge", "link set brf up")
@@ -116,10 +139,10 @@ def build(workdir: Path) -> tuple[list[Netns], Netns, list[Speaker]]:
         switch.ip(f"link set p-d{index} master brf", f"link set p-d{index} up")
         ns.ip("link set lo up", "link set front up",
               f"addr add {FRONT_NET}.{10 + index}/24 dev front")  # fmt: skip
-        speaker = Speaker(index, ns, workdir)
+        speaker = Speaker(index, ns)
         speaker.announce()
         speakers.append(speaker)
-    return made, router, speakers
+    return router, speakers
 
 
 def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
@@ -137,11 +160,11 @@ def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
     if kind == "link down":
         victim.ns.ip("link set front up")
     else:
-        victim.announce()
-    back = wait(lambda: len(nexthops(router)) == 3, 60, 0.05)
+        victim.restart()
+    back = wait(lambda: len(nexthops(router)) == 3 and bfd_up(router) == 3, 60, 0.05)
     if back is None:
         raise SystemExit(f"{victim.ns.name} never came back after {kind}")
-    time.sleep(2)  # BFD settles at its negotiated intervals again
+    time.sleep(2)  # BFD settles at its negotiated intervals
     return {"route_seconds": route, "session_down_seconds": down[0] if down else None,
             "reason": down[1] if down else None}  # fmt: skip
 
@@ -159,26 +182,24 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {"bfd_ms": BFD_MS, "detect_multiplier": 3}
-    with tempfile.TemporaryDirectory(prefix="bench-bfd-") as tmp:
-        made, router, speakers = build(Path(tmp))
-        try:
-            settled = wait(lambda: len(nexthops(router)) == 3, 60, 0.05)
-            if settled is None:
-                raise SystemExit(f"the router never held three next hops: {nexthops(router)}")
-            time.sleep(3)
-            for kind in ("link down", "kill -9"):
-                rows = [fault(router, speakers[n % 3], kind) for n in range(args.rounds)]
-                results[kind] = {"rounds": rows, "route": summary(rows, "route_seconds"),
-                                 "session_down": summary(rows, "session_down_seconds")}  # fmt: skip
-                print(f"bench bfd (host, native) {kind}: the router's route lost the next hop "
-                      f"after {[r['route_seconds'] for r in rows]} s (median "
-                      f"{results[kind]['route']['median']}); bgpd took the session down after "
-                      f"{[r['session_down_seconds'] for r in rows]} s, saying "
-                      f"{sorted({r['reason'] for r in rows if r['reason']})}", flush=True)
-        finally:
-            for ns in reversed(made):
-                kill_frr(ns)
-                ns.close()
+    made: list[Netns] = []
+    try:
+        router, speakers = build(made)
+        settled = wait(lambda: len(nexthops(router)) == 3 and bfd_up(router) == 3, 60, 0.05)
+        if settled is None:
+            raise SystemExit(f"the router never held three next hops: {nexthops(router)}")
+        time.sleep(3)
+        for kind in ("link down", "kill -9"):
+            rows = [fault(router, speakers[n % 3], kind) for n in range(args.rounds)]
+            results[kind] = {"rounds": rows, "route": summary(rows, "route_seconds"),
+                             "session_down": summary(rows, "session_down_seconds")}  # fmt: skip
+            print(f"bench bfd (host, native) {kind}: the router's route lost the next hop "
+                  f"after {[r['route_seconds'] for r in rows]} s (median "
+                  f"{results[kind]['route']['median']}); bgpd took the session down after "
+                  f"{[r['session_down_seconds'] for r in rows]} s, saying "
+                  f"{sorted({r['reason'] for r in rows if r['reason']})}", flush=True)
+    finally:
+        close(made)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
 
