@@ -135,6 +135,7 @@ def kubeconfig_text() -> str:
 
 def provision(log: Path) -> None:
     """debootstrap (cached), the kernel's modules, the role, then the harness's additions."""
+    log.unlink(missing_ok=True)
     from tests.ansiblelab import ansible
 
     debroot.base()
@@ -152,10 +153,18 @@ def provision(log: Path) -> None:
                "--no-install-recommends", "udev", "qemu-guest-agent")  # fmt: skip
         hosts = WORK / "hosts.yml"
         inventory(hosts, kubeconfig_text())
-        done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", timeout=1800)
-        log.write_text(done.stdout + done.stderr)
-        if done.returncode != 0:
-            raise RuntimeError(f"the role failed on the image; see {log}:\n{done.stdout[-3000:]}")
+        # Two releases on the box, this tree's current: the next one first (as if the box
+        # had been upgraded, then the role run again with this tree's wheelhouse), so the
+        # boot test can go to the other release and back with director-release.
+        newer = debroot.wheelhouse(WORK / "wheelhouse-next", release=debroot.next_release())
+        for extra in (["-e", f"director_wheelhouse={newer}"], []):
+            done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", *extra,
+                           timeout=1800)  # fmt: skip
+            with log.open("a") as out:
+                out.write(done.stdout + done.stderr)
+            if done.returncode != 0:
+                raise RuntimeError(f"the role failed on the image; see {log}:\n"
+                                   f"{done.stdout[-3000:]}")  # fmt: skip
     for name, (mac, address) in {"front": (MACS["front"], FRONT),
                                  "back": (MACS["back"], BACK)}.items():  # fmt: skip
         (ROOT / f"etc/systemd/network/10-{name}.network").write_text(

@@ -10,9 +10,11 @@ lab VM, what the role wrote.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,13 +72,32 @@ def fresh_root(root: Path = ROOT) -> None:
     stamp.touch()
 
 
-def wheelhouse() -> None:
+def next_release() -> str:
+    """A release after this tree's (its version, .post1): what upgrade tests install."""
+    from director import __version__
+
+    return f"{__version__}.post1"
+
+
+def wheelhouse(out: Path = WHEELHOUSE, release: str | None = None) -> Path:
+    """The wheelhouse for the root's Python, from this source tree; ``release``: built as
+    that version instead (a copy of the tree with its version changed: an upgrade to test)."""
     version = subprocess.run(
         ["chroot", str(BASE), "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    subprocess.run(
-        [sys.executable, str(REPO / "ansible/roles/director/files/build-wheelhouse.py"),
-         "--source", str(REPO), "--python-version", version, "--out", str(WHEELHOUSE)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="director-source-") as tmp:
+        source = REPO
+        if release is not None:
+            source = Path(tmp) / "source"
+            shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+                ".lab", ".venv", ".git", "dist", "*.egg-info", "__pycache__", "build"))  # fmt: skip
+            init = source / "director" / "__init__.py"
+            init.write_text(re.sub(r'__version__ = "[^"]*"', f'__version__ = "{release}"',
+                                   init.read_text()))  # fmt: skip
+        subprocess.run(
+            [sys.executable, str(REPO / "ansible/roles/director/files/build-wheelhouse.py"),
+             "--source", str(source), "--python-version", version, "--out", str(out)],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+    return out

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from director import __version__
 from lab import debroot
 from lab.debroot import ROOT, WHEELHOUSE
 from tests.ansiblelab import REPO, ansible
@@ -37,6 +38,32 @@ KUBECONFIG = {
     "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lvs-director"}}],
     "current-context": "lab",
 }  # fmt: skip
+
+
+PLACES: dict[str, Path] = {}  # the inventory and folders the applied fixture made
+
+
+@dataclass
+class Upgrade:
+    upgrade: Run
+    upgraded_to: str  # director --version after it
+    releases: str  # director-release list after it
+    rollback: Run
+    rolled_back_to: str
+
+
+@pytest.fixture(scope="module")
+def upgraded(applied: tuple[Run, Run, Run]) -> Upgrade:
+    """An upgrade to a newer release, then a role run with the earlier wheelhouse again."""
+    inventory, results = PLACES["inventory"], PLACES["results"]
+    newer = debroot.wheelhouse(PLACES["work"] / "wheelhouse-upgrade", release=UPGRADE)
+    with bind_mounts(kernel_release(), "dev", read_only=True):
+        up = play(inventory, results / "ansible-upgrade.log", "-e", f"director_wheelhouse={newer}")
+        up_version = chroot("/opt/director/bin/director", "--version").stdout.strip()
+        listed = chroot("/usr/local/sbin/director-release", "list").stdout
+        back = play(inventory, results / "ansible-rollback.log")
+        back_version = chroot("/opt/director/bin/director", "--version").stdout.strip()
+    return Upgrade(up, up_version, listed, back, back_version)
 
 
 @dataclass
@@ -88,11 +115,28 @@ def kernel_release() -> str:
     return find_kernel().name[len("vmlinuz-") :]
 
 
+UPGRADE = debroot.next_release()  # the release the upgrade test installs, then leaves
+
+
+def legacy_virtualenv() -> None:
+    """What a box installed before releases holds: one virtualenv in /opt/director itself,
+    its bin/director a script (the role must turn it into a release and remove the rest)."""
+    venv = ROOT / "opt/director"
+    (venv / "lib/python3.11/site-packages/director").mkdir(parents=True)
+    (venv / "include").mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    (venv / "bin").mkdir()
+    (venv / "bin/python").symlink_to("/usr/bin/python3")
+    (venv / "bin/pip").write_text("#!/opt/director/bin/python\n")
+    (venv / "bin/director").write_text("#!/opt/director/bin/python\nprint('old layout')\n")
+
+
 @pytest.fixture(scope="module")
 def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run, Run]]:
     debroot.base()  # debootstrap, cached in .lab/debian-base
     debroot.fresh_root()
     debroot.wheelhouse()
+    legacy_virtualenv()
     work = tmp_path_factory.mktemp("ansible")
     # The VRRP interface the configuration names (keepalived -t looks it up).
     subprocess.run(["ip", "link", "add", "edge0", "type", "veth", "peer", "name", "edge0p"],
@@ -133,6 +177,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
             first = play(inventory, results / "ansible-first.log")
             second = play(inventory, results / "ansible-second.log")
             checked = play(inventory, results / "ansible-check.log", "--check")
+        PLACES.update(inventory=inventory, work=work, results=results)
         yield first, second, checked
     finally:
         subprocess.run(["ip", "link", "del", "edge0"], capture_output=True, check=False)
@@ -157,6 +202,49 @@ def test_check_mode_runs_the_preflight_and_finds_nothing_to_change(
     assert checked.recap["failed"] == 0 and checked.recap["changed"] == 0, checked.output[-4000:]
     probe = checked.output.split("TASK [director : Check the kernel has IPVS")[1].split("TASK [")[0]
     assert "ok: [debian-root]" in probe and "skipping" not in probe, probe
+
+
+@pytest.mark.role
+def test_a_box_installed_before_releases_becomes_a_release(applied: tuple[Run, Run, Run]) -> None:
+    opt = ROOT / "opt/director"
+    left = [name for name in ("pyvenv.cfg", "lib", "include") if (opt / name).exists()]
+    assert left == [], f"the old virtualenv's {left} are still there"
+    assert sorted(p.name for p in (opt / "bin").iterdir()) == ["director"]
+    assert os.readlink(opt / "bin/director") == "../current/bin/director"
+    assert os.readlink(opt / "current") == f"releases/{__version__}"
+    assert chroot("/opt/director/bin/director", "--version").stdout.strip() == (
+        f"director {__version__}")
+
+
+@pytest.mark.role
+def test_an_upgrade_keeps_the_release_before_and_a_role_run_goes_back(upgraded: Upgrade) -> None:
+    print(f"\nansible upgrade: {upgraded.upgrade.recap}, rollback: {upgraded.rollback.recap}")
+    assert upgraded.upgraded_to == f"director {UPGRADE}"
+    assert sorted(upgraded.releases.splitlines()) == sorted([f"* {UPGRADE}", f"  {__version__}"])
+    assert upgraded.rolled_back_to == f"director {__version__}"
+    assert os.readlink(ROOT / "opt/director/current") == f"releases/{__version__}"
+    # Going back installs nothing: the release was still there, only the link moved.
+    out = upgraded.rollback.output
+    for task in ("Install the director from the wheels", "Install the pinned dependencies"):
+        status = re.search(rf"TASK \[director : {task}.*?\n(ok|changed|skipping):", out, re.S)
+        assert status is not None and status[1] == "ok", (task, out[-3000:])
+    moved = re.search(r"TASK \[director : Make the release current.*?\n(ok|changed):", out, re.S)
+    assert moved is not None and moved[1] == "changed"
+
+
+@pytest.mark.role
+def test_director_release_lists_switches_and_refuses_what_is_not_there(
+    upgraded: Upgrade,
+) -> None:
+    tool = "/usr/local/sbin/director-release"
+    used = chroot(tool, "use", UPGRADE, "--no-restart")
+    assert f"{UPGRADE} is current" in used.stdout
+    assert chroot("/opt/director/bin/director", "--version").stdout.strip() == f"director {UPGRADE}"
+    assert f"* {UPGRADE}" in chroot(tool, "list").stdout.splitlines()
+    missing = chroot(tool, "use", "9.9.9", check=False)
+    assert missing.returncode == 2 and "no release 9.9.9" in missing.stderr
+    assert chroot(tool, "use", __version__, "--no-restart").returncode == 0
+    assert os.readlink(ROOT / "opt/director/current") == f"releases/{__version__}"
 
 
 @pytest.mark.role

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lab import bootlab
+from director import __version__
+from lab import bootlab, debroot
 from lab.bootlab import (
     API,
     BACKENDS,
@@ -225,6 +226,32 @@ def test_a_restart_writes_nothing_and_an_open_connection_survives(lab: Lab) -> N
     assert writes_since(lab, since) == [], "zero netlink writes on start"
     assert conn.ask() == first, "the open connection carried on, to the same backend"
     conn.close()
+
+
+def test_another_release_and_back_with_director_release_touch_nothing(lab: Lab) -> None:
+    """The box holds two releases (the image was provisioned with the next one, then this
+    tree's): going to the other and back restarts the director each time, writes nothing
+    to IPVS, and an open connection carries on."""
+    tool = "/usr/local/sbin/director-release"
+    nxt = debroot.next_release()
+    listed = lab.box.sh(f"{tool} list").splitlines()
+    assert sorted(listed) == sorted([f"* {__version__}", f"  {nxt}"]), listed
+    conn = Connection(lab.net, VIP, 80, timeout=30)
+    first = conn.ask()
+    since = lab.box.sh("date '+%Y-%m-%d %H:%M:%S'").strip()
+    try:
+        for release in (nxt, __version__):
+            started = time.monotonic()
+            said = lab.box.sh(f"{tool} use {release}", timeout=300)
+            took = time.monotonic() - started
+            print(f"\nboot: director-release use {release}: running it {took:.1f}s later")
+            assert "the director was restarted" in said, said
+            assert lab.box.sh(f"{DIRECTOR} --version").strip() == f"director {release}"
+            assert lab.box.sh("systemctl is-active director").strip() == "active"
+            assert conn.ask() == first, "the open connection carried on, to the same backend"
+        assert writes_since(lab, since) == [], "zero netlink writes going and coming back"
+    finally:
+        conn.close()
 
 
 def test_systemctl_reload_applies_a_one_line_change_and_refuses_a_bad_file(lab: Lab) -> None:
