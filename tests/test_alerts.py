@@ -4,12 +4,14 @@ it), every alert has such a test, and every metric they name is one the director
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -144,3 +146,87 @@ def test_only_a_resync_that_repairs_the_kernel_counts_as_drift() -> None:
     controller.programmer.full_resync()
     assert KEY in ipvs.read().services
     assert controller.health.drift_ops == 3  # the service and its two real servers
+
+
+# -- the Grafana dashboard ----------------------------------------------------------------
+DASHBOARD = RULES.parent / "grafana" / "director-dashboard.json"
+
+
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads(DASHBOARD.read_text()))
+
+
+def queries() -> list[tuple[str, str]]:
+    return [(p["title"], t["expr"]) for p in dashboard()["panels"] if p["type"] != "row"
+            for t in p["targets"]]  # fmt: skip
+
+
+def test_every_dashboard_query_is_promql_promtool_accepts(tmp_path: Path) -> None:
+    """Each panel's query, with Grafana's variables as Prometheus receives them, compiled by
+    promtool (as a recording rule: promtool parses and type-checks the expression)."""
+    found = queries()
+    assert len(found) >= 20
+    as_rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query_{n}",
+         "expr": expr.replace("$instance", ".*").replace("$__rate_interval", "1m")}
+        for n, (_title, expr) in enumerate(found)
+    ]}]}  # fmt: skip
+    (tmp_path / "dashboard.yml").write_text(yaml.safe_dump(as_rules))
+    checked = promtool("check", "rules", str(tmp_path / "dashboard.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The series a whole director (static services with health checks, a cluster, the API)
+    serves on /metrics, the kernel's counters included."""
+    import urllib.request
+
+    from director.cli.runtime import Runtime
+    from director.schema.config import parse_config
+    from lab.kubeapi import FakeApiServer, node
+    from tests.test_api_server import TOKEN, config as api_config
+
+    tmp = tmp_path_factory.mktemp("served")
+    with FakeApiServer() as api:
+        api.create("nodes", node("n1", "192.0.2.11"))
+        text = api_config(tmp, api) + "health: {check: tcp, interval: 0.5, timeout: 0.2}\n"
+        with Runtime(parse_config(text, "director.yaml"), FakeIpvs()).start() as runtime:
+            assert runtime.wait_ready(20) and runtime.api is not None
+            url = f"http://127.0.0.1:{runtime.api.port}/metrics"
+
+            def scrape() -> str:
+                request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+                with urllib.request.urlopen(request, timeout=30) as reply:
+                    return str(reply.read().decode())
+
+            eventually(lambda: "director_backend_up{" in scrape(), what="a health check's result")
+            text = scrape()
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name + "_total" if family.type == "counter" else family.name)
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+def test_every_metric_the_dashboard_charts_is_one_the_director_exports(
+    exported: set[str], served: set[str],
+) -> None:
+    named = {name for _title, expr in queries()
+             for name in re.findall(r"\b((?:director|process)_[a-z0-9_]+)", expr)}  # fmt: skip
+    assert len(named) >= 20
+    assert named - (exported | served) == set(), "panels on metrics nobody exports"
+
+
+def test_the_dashboard_panels_do_not_overlap_and_use_its_variables() -> None:
+    board = dashboard()
+    assert {v["name"] for v in board["templating"]["list"]} == {"datasource", "instance"}
+    boxes = [(p["title"], p["gridPos"]) for p in board["panels"]]
+    for n, (title, a) in enumerate(boxes):
+        assert a["x"] + a["w"] <= 24, title
+        for other, b in boxes[n + 1:]:
+            apart = (a["x"] + a["w"] <= b["x"] or b["x"] + b["w"] <= a["x"]
+                     or a["y"] + a["h"] <= b["y"] or b["y"] + b["h"] <= a["y"])  # fmt: skip
+            assert apart, (title, other)
+    for title, expr in queries():
+        assert 'instance=~"$instance"' in expr, title
