@@ -46,6 +46,7 @@ from lab.bgp import (
 )
 from lab.ha import veth
 from lab.netns import Netns
+from lab.wait import wait_for
 
 ROUNDS = 5
 PREFIX = "bfdb"
@@ -102,15 +103,6 @@ def bfd_up(router: Netns) -> int:
     return sum(1 for p in peers if isinstance(p, dict) and p.get("status") == "up")
 
 
-def wait(probe: Any, timeout: float, step: float = 0.005) -> float | None:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if probe():
-            return time.monotonic() - started
-        time.sleep(step)
-    return None
-
-
 def close(made: list[Netns]) -> None:
     """Every namespace, its FRR and FRR's folders for it (this runs on the host)."""
     for ns in reversed(made):
@@ -153,7 +145,7 @@ def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
         victim.ns.ip("link set front down")
     else:
         kill_frr(victim.ns)
-    gone = wait(lambda: victim.front not in nexthops(router), 10)
+    gone = wait_for(lambda: victim.front not in nexthops(router), 10)
     route = None if gone is None else round(time.monotonic() - since, 3)
     time.sleep(0.5)  # the log line is written by now
     down = session_down_after(lab, victim.front, since_wall)  # type: ignore[arg-type]
@@ -161,7 +153,7 @@ def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
         victim.ns.ip("link set front up")
     else:
         victim.restart()
-    back = wait(lambda: len(nexthops(router)) == 3 and bfd_up(router) == 3, 60, 0.05)
+    back = wait_for(lambda: len(nexthops(router)) == 3 and bfd_up(router) == 3, 60, 0.05)
     if back is None:
         raise SystemExit(f"{victim.ns.name} never came back after {kind}")
     time.sleep(2)  # BFD settles at its negotiated intervals
@@ -185,7 +177,7 @@ def main() -> None:
     made: list[Netns] = []
     try:
         router, speakers = build(made)
-        settled = wait(lambda: len(nexthops(router)) == 3 and bfd_up(router) == 3, 60, 0.05)
+        settled = wait_for(lambda: len(nexthops(router)) == 3 and bfd_up(router) == 3, 60, 0.05)
         if settled is None:
             raise SystemExit(f"the router never held three next hops: {nexthops(router)}")
         time.sleep(3)

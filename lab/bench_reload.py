@@ -29,6 +29,7 @@ from typing import Any
 
 from lab.bench_config import REAL_SERVERS, write_tables
 from lab.netns import Netns
+from lab.wait import wait_for
 
 REPEAT = 3
 
@@ -63,15 +64,6 @@ def set_weight(path: Path, marker: str, pattern: str, weight: int) -> None:
     path.write_text("".join(lines))
 
 
-def wait(probe: Callable[[], bool], timeout: float, step: float) -> float | None:
-    started = time.perf_counter()
-    while time.perf_counter() - started < timeout:
-        if probe():
-            return time.perf_counter() - started
-        time.sleep(step)
-    return None
-
-
 def contender(
     name: str, ns: Netns, argv: list[str], edit: Callable[[int], None], *, services: int,
     workdir: Path,
@@ -80,7 +72,7 @@ def contender(
     proc = subprocess.Popen(["ip", "netns", "exec", ns.name, *argv], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        loaded = wait(lambda: services_in(ns.name) >= services, 900, 1.0)
+        loaded = wait_for(lambda: services_in(ns.name) >= services, 900, 1.0)
         if loaded is None:
             raise SystemExit(f"{name}: the table never reached {services} services; see {log.name}")
         time.sleep(5)  # let it settle (keepalived's checkers, the director's first resync)
@@ -90,7 +82,7 @@ def contender(
             edit(weight)
             started = time.perf_counter()
             os.kill(proc.pid, signal.SIGHUP)
-            took = wait(lambda w=weight: weight_in_kernel(ns.name, last) == w, 120, 0.01)  # type: ignore[misc]
+            took = wait_for(lambda w=weight: weight_in_kernel(ns.name, last) == w, 120, 0.01)  # type: ignore[misc]
             if took is None:
                 raise SystemExit(f"{name}: weight {weight} never reached the kernel")
             runs.append(time.perf_counter() - started)
