@@ -39,3 +39,10 @@ def test_every_runtime_dependency_is_pinned_inside_its_range_with_hashes() -> No
         assert hashes, f"{req.name} has no hash"
     assert all(hashes for _, hashes in locked.values()), "every pin carries its hashes"
     assert "lvs-director" not in locked, "the director's own wheel is built, not pinned"
+
+
+def test_the_changelog_begins_with_this_version() -> None:
+    from director import __version__
+
+    first = re.search(r"^## (\S+)", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert first is not None and first[1] == __version__, "CHANGELOG.md: say what changed"
