@@ -230,6 +230,119 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902, as kube-apiserver applies a ``application/json-patch+json`` body (with
+    evanphx/json-patch): a body that is not a list of operations is 400 BadRequest; an
+    operation that does not apply (a path that is not there, a failed ``test``) is 422 and
+    nothing is changed. (The status codes are the API server's; the wording is not checked
+    against one.)"""
+    if not isinstance(ops, list) or not all(
+        isinstance(op, dict) and isinstance(op.get("op"), str) and isinstance(op.get("path"), str)
+        for op in ops
+    ):
+        raise ApiError(400, "BadRequest", "invalid JSON patch: a list of operations, each with "
+                       "op and path, is expected")  # fmt: skip
+    doc = copy.deepcopy(target)
+    for op in ops:
+        doc = _patch_op(doc, op)
+    return doc
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ApiError(400, "BadRequest", f"invalid JSON pointer {path!r}")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def _index(container: list[Any], token: str, path: str, end_ok: bool) -> int:
+    if token == "-" and end_ok:
+        return len(container)
+    if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
+        raise ApiError(422, "Invalid", f"jsonpatch: invalid array index {token!r} in {path}")
+    index = int(token)
+    if index > len(container) - (0 if end_ok else 1):
+        raise ApiError(422, "Invalid", f"jsonpatch: index {index} out of bounds in {path}")
+    return index
+
+
+def _parent(doc: Any, path: str, op: str) -> tuple[Any, str]:
+    tokens = _pointer(path)
+    if not tokens:
+        return None, ""
+    node = doc
+    for token in tokens[:-1]:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            raise ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is "
+                           f"missing path: {path}")  # fmt: skip
+    return node, tokens[-1]
+
+
+def _get(doc: Any, path: str, op: str) -> Any:
+    parent, last = _parent(doc, path, op)
+    if parent is None and last == "":
+        return doc
+    if isinstance(parent, dict) and last in parent:
+        return parent[last]
+    if isinstance(parent, list):
+        return parent[_index(parent, last, path, end_ok=False)]
+    raise ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is missing "
+                   f"path: {path}")  # fmt: skip
+
+
+def _add(doc: Any, path: str, value: Any, op: str = "add") -> Any:
+    parent, last = _parent(doc, path, op)
+    if parent is None and last == "":
+        return copy.deepcopy(value)
+    if isinstance(parent, dict):
+        parent[last] = copy.deepcopy(value)
+    elif isinstance(parent, list):
+        parent.insert(_index(parent, last, path, end_ok=True), copy.deepcopy(value))
+    else:
+        raise ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is "
+                       f"missing path: {path}")  # fmt: skip
+    return doc
+
+
+def _remove(doc: Any, path: str, op: str = "remove") -> Any:
+    _get(doc, path, op)  # it must be there
+    parent, last = _parent(doc, path, op)
+    if isinstance(parent, dict):
+        del parent[last]
+    else:
+        del parent[_index(parent, last, path, end_ok=False)]
+    return doc
+
+
+def _patch_op(doc: Any, op: Obj) -> Any:
+    kind, path = op["op"], op["path"]
+    if kind in ("add", "replace", "test") and "value" not in op:
+        raise ApiError(400, "BadRequest", f"jsonpatch {kind} operation: missing value")
+    if kind in ("move", "copy") and not isinstance(op.get("from"), str):
+        raise ApiError(400, "BadRequest", f"jsonpatch {kind} operation: missing from")
+    if kind == "add":
+        return _add(doc, path, op["value"])
+    if kind == "remove":
+        return _remove(doc, path)
+    if kind == "replace":
+        return _add(_remove(doc, path, "replace"), path, op["value"], "replace")
+    if kind == "move":
+        value = _get(doc, op["from"], "move")
+        return _add(_remove(doc, op["from"], "move"), path, value, "move")
+    if kind == "copy":
+        return _add(doc, path, _get(doc, op["from"], "copy"), "copy")
+    if kind == "test":
+        if _get(doc, path, "test") != op["value"]:
+            raise ApiError(422, "Invalid", f"testing value {path} failed")
+        return doc
+    raise ApiError(400, "BadRequest", f"Unexpected kind: {kind}")
+
+
 class Store:
     """Objects, a global resourceVersion, and the event history watches read from."""
 
@@ -350,7 +463,8 @@ class Store:
     def _retype_service(self, updated: Obj, current: Obj) -> None:
         """What kube-apiserver does to a Service whose type changes: leaving LoadBalancer
         drops the class, the node ports (to ClusterIP), the traffic policy and the health
-        check port, and clears status.loadBalancer; coming to it allocates node ports."""
+        check port, and clears status.loadBalancer; coming to it allocates node ports, and so
+        does adding a port to a NodePort or LoadBalancer Service."""
         spec, before = updated.setdefault("spec", {}), current.get("spec") or {}
         kind, was = spec.get("type", "ClusterIP"), before.get("type", "ClusterIP")
         if was == "LoadBalancer" and kind != "LoadBalancer":
@@ -362,11 +476,13 @@ class Store:
             spec.pop("externalTrafficPolicy", None)
             for port in spec.get("ports") or ():
                 port.pop("nodePort", None)
-        elif kind != was and kind in ("NodePort", "LoadBalancer"):
-            if kind == "LoadBalancer":
-                spec.setdefault("allocateLoadBalancerNodePorts", True)
-            spec.setdefault("externalTrafficPolicy", "Cluster")
-            if kind == "NodePort" or spec["allocateLoadBalancerNodePorts"]:
+        elif kind in ("NodePort", "LoadBalancer"):
+            if kind != was:
+                if kind == "LoadBalancer":
+                    spec.setdefault("allocateLoadBalancerNodePorts", True)
+                spec.setdefault("externalTrafficPolicy", "Cluster")
+            # A port added by an update gets its node port as a created one does.
+            if kind == "NodePort" or spec.get("allocateLoadBalancerNodePorts", True):
                 for port in spec.get("ports") or ():
                     if not port.get("nodePort"):
                         port["nodePort"] = self._node_port()
@@ -451,6 +567,21 @@ class Store:
             return self.update(plural, namespace, name, merged, subresource=subresource,
                                manager=manager, strict=strict)  # fmt: skip
 
+    def json_patch(
+        self, plural: str, namespace: str, name: str, ops: Any, *, subresource: str = "",
+        manager: str = "",
+    ) -> Obj:
+        """RFC 6902 on the stored object, then validated and stored as an update is."""
+        with self.lock:
+            current = self.get(plural, namespace, name)
+            patched = json_patch(current, ops)
+            if not isinstance(patched, dict):
+                raise ApiError(422, "Invalid", "the patched object is not an object")
+            # Its resourceVersion is the stored one, unless the patch changed it: then, as on
+            # the API server, it is a precondition (409 Conflict when it is not the stored one).
+            return self.update(plural, namespace, name, patched, subresource=subresource,
+                               manager=manager, strict=True)  # fmt: skip
+
     def delete(self, plural: str, namespace: str, name: str) -> Obj:
         with self.lock:
             obj = self.get(plural, namespace, name)
@@ -523,13 +654,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _body(self) -> Obj:
+    def _json_body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
-            body = json.loads(raw or b"{}")
+            return json.loads(raw or b"{}")
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"invalid JSON: {exc}") from None
+
+    def _body(self) -> Obj:
+        body = self._json_body()
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body must be a JSON object")
         return body
@@ -607,20 +741,28 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, done)
             elif method == "PATCH" and name:
                 kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                # Server-side apply (application/apply-patch+yaml) is not served: without
+                # field ownership and its conflicts (409) it would be kinder than the API
+                # server. The director never applies.
                 if kind not in (
                     "application/merge-patch+json",
                     "application/strategic-merge-patch+json",
+                    "application/json-patch+json",
                 ):
                     raise ApiError(
                         415,
                         "UnsupportedMediaType",
                         f"the body of the request was in an unknown format - accepted media "
-                        f"types include: application/merge-patch+json, "
+                        f"types include: application/json-patch+json, "
+                        f"application/merge-patch+json, "
                         f'application/strategic-merge-patch+json (got "{kind}")',
                     )
-                body = self._body()
-                done = store.patch(plural, ns, name, body, subresource=sub, manager=manager,
-                                   strict=True)  # fmt: skip
+                if kind == "application/json-patch+json":
+                    done = store.json_patch(plural, ns, name, self._json_body(), subresource=sub,
+                                            manager=manager)  # fmt: skip
+                else:
+                    done = store.patch(plural, ns, name, self._body(), subresource=sub,
+                                       manager=manager, strict=True)  # fmt: skip
                 self._send_json(200, done)
             elif method == "DELETE" and name:
                 self._send_json(200, store.delete(plural, ns, name))

@@ -139,3 +139,53 @@ def test_after_a_restart_a_resumed_watch_gets_410_in_the_stream(
     events = api.watch(NODES, version, 5)  # answered: 200
     with pytest.raises(Gone, match="too old resource version"):
         next(events)
+
+
+JSON_PATCH = "application/json-patch+json"
+
+
+def test_json_patch_is_served_as_the_real_server_serves_it(
+    kube: tuple[FakeApiServer, KubeApi],
+) -> None:
+    """RFC 6902 bodies (kubectl patch --type=json): applied whole or not at all; a body that
+    is not a list of operations is 400, an operation that does not apply is 422; server-side
+    apply stays refused (415): without field ownership it would be kinder than the server."""
+    _, api = kube
+    api.request("POST", SERVICES, body=service("web", [("http", "TCP", 80)]))
+    path = f"{SERVICES}/web"
+    ops = [
+        {"op": "test", "path": "/metadata/name", "value": "web"},
+        {"op": "add", "path": "/metadata/labels", "value": {"tier": "edge"}},
+        {"op": "add", "path": "/metadata/labels/a~1b", "value": "slash"},
+        {"op": "copy", "from": "/metadata/labels/tier", "path": "/metadata/labels/copy"},
+        {"op": "move", "from": "/metadata/labels/copy", "path": "/metadata/labels/moved"},
+        {"op": "add", "path": "/spec/ports/-", "value": {"name": "https", "protocol": "TCP",
+                                                          "port": 443}},
+        {"op": "replace", "path": "/spec/ports/0/port", "value": 8080},
+    ]  # fmt: skip
+    done = api.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+    assert done["metadata"]["labels"] == {"tier": "edge", "a/b": "slash", "moved": "edge"}
+    assert [p["port"] for p in done["spec"]["ports"]] == [8080, 443]
+    assert done["spec"]["ports"][1]["nodePort"], "validated and defaulted as an update is"
+    version = done["metadata"]["resourceVersion"]
+
+    def patch(body: Any) -> Any:
+        return lambda: api.request("PATCH", path, body=body, content_type=JSON_PATCH)
+
+    failed_test = [{"op": "remove", "path": "/metadata/labels/tier"},
+                   {"op": "test", "path": "/metadata/labels/moved", "value": "other"}]  # fmt: skip
+    assert refused(patch(failed_test)) == (422, "testing value /metadata/labels/moved failed")
+    missing = [{"op": "replace", "path": "/spec/nothing/here", "value": 1}]
+    assert refused(patch(missing))[0] == 422
+    # (The official client sends a body that is not a list as a strategic merge patch.)
+    assert refused(patch([{"op": "add", "path": "/metadata/labels/x"}]))[0] == 400  # no value
+    assert refused(patch([{"op": "frobnicate", "path": "/spec"}]))[0] == 400
+    stale = [{"op": "replace", "path": "/metadata/resourceVersion", "value": "1"}]
+    assert refused(patch(stale))[0] == 409, "a changed resourceVersion is a precondition"
+    invalid = [{"op": "replace", "path": "/spec/ports", "value": []}]
+    assert refused(patch(invalid))[0] == 422, "the result is validated"
+    after = api.request("GET", path)
+    assert after["metadata"]["resourceVersion"] == version, "a refused patch changed nothing"
+    assert after["metadata"]["labels"]["tier"] == "edge"
+    apply = lambda: api.request("PATCH", path, body={}, content_type="application/apply-patch+yaml")  # noqa: E731
+    assert refused(apply)[0] == 415
