@@ -24,7 +24,6 @@ import shutil
 import statistics
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from director.adapters.frr import FrrSync
@@ -38,6 +37,7 @@ from lab.bgp import (
     ROUTER_FRONT,
     VIP,
     kill_frr,
+    nexthops,
     router_config,
     router_log,
     session_down_after,
@@ -89,11 +89,6 @@ class Speaker:
         start_frr(self.ns)
 
 
-def nexthops(router: Netns) -> set[str]:
-    text = router.exec(["ip", "-4", "route", "show", f"{VIP}/32"], check=False)
-    return {w.split()[0] for w in text.split(" via ")[1:]}
-
-
 def bfd_up(router: Netns) -> int:
     """BFD sessions the router has up (its peers: the three directors)."""
     try:
@@ -139,7 +134,6 @@ def build(made: list[Netns]) -> tuple[Netns, list[Speaker]]:
 
 def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
     """One fault, timed; then the victim back, with three next hops again."""
-    lab = SimpleNamespace(router=router)
     since_wall, since = time.time(), time.monotonic()
     if kind == "link down":
         victim.ns.ip("link set front down")
@@ -148,7 +142,7 @@ def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
     gone = wait_for(lambda: victim.front not in nexthops(router), 10)
     route = None if gone is None else round(time.monotonic() - since, 3)
     time.sleep(0.5)  # the log line is written by now
-    down = session_down_after(lab, victim.front, since_wall)  # type: ignore[arg-type]
+    down = session_down_after(router, victim.front, since_wall)
     if kind == "link down":
         victim.ns.ip("link set front up")
     else:

@@ -93,10 +93,13 @@ class BgpLab:
             ns.close()
 
     def nexthops(self, vip: str = VIP) -> set[str]:
-        """The next hops the router's kernel holds for ``vip`` (installed by zebra)."""
-        text = self.router.exec(["ip", "-4", "route", "show", f"{vip}/32"], check=False)
-        hops = {w.split()[0] for w in text.split(" via ")[1:]}
-        return hops
+        return nexthops(self.router, vip)
+
+
+def nexthops(router: Netns, vip: str = VIP) -> set[str]:
+    """The next hops ``router``'s kernel holds for ``vip`` (installed by zebra)."""
+    text = router.exec(["ip", "-4", "route", "show", f"{vip}/32"], check=False)
+    return {w.split()[0] for w in text.split(" via ")[1:]}
 
     def director_of(self, address: str) -> BgpDirector:
         return next(d for d in self.directors if d.front == address)
@@ -340,8 +343,8 @@ def router_log(router: Netns) -> Path:
     return Path("/run/frr") / router.name / "frr.log"  # the run folder FRR may write
 
 
-def session_down_after(lab: BgpLab, address: str, since: float) -> tuple[float, str] | None:
-    """Seconds from ``since`` (a time.time()) until the router's bgpd logged the session with
+def session_down_after(router: Netns, address: str, since: float) -> tuple[float, str] | None:
+    """Seconds from ``since`` (a time.time()) until ``router``'s bgpd logged the session with
     ``address`` down, and why: the NOTIFICATION it sent then ("Cease/BFD Down": bfdd told it;
     the hold timer would say "Hold Timer Expired"), else the reason of its ADJCHANGE line.
     This is the detection; zebra and the kernel rewriting the route come after it."""
@@ -351,7 +354,7 @@ def session_down_after(lab: BgpLab, address: str, since: float) -> tuple[float, 
         stamp + r".*NOTIFICATION(?:\(.*?\))?: sent to neighbor " + re.escape(address)
         + r"\b.*?\((.*?)\)"
     )
-    log = router_log(lab.router)
+    log = router_log(router)
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     why = ""
     for line in lines:

@@ -267,6 +267,11 @@ def _index(container: list[Any], token: str, path: str, end_ok: bool) -> int:
     return index
 
 
+def _missing(op: str, path: str) -> ApiError:
+    return ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is missing "
+                    f"path: {path}")  # fmt: skip
+
+
 def _parent(doc: Any, path: str, op: str) -> tuple[Any, str]:
     tokens = _pointer(path)
     if not tokens:
@@ -278,8 +283,7 @@ def _parent(doc: Any, path: str, op: str) -> tuple[Any, str]:
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
             node = node[int(token)]
         else:
-            raise ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is "
-                           f"missing path: {path}")  # fmt: skip
+            raise _missing(op, path)
     return node, tokens[-1]
 
 
@@ -291,8 +295,7 @@ def _get(doc: Any, path: str, op: str) -> Any:
         return parent[last]
     if isinstance(parent, list):
         return parent[_index(parent, last, path, end_ok=False)]
-    raise ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is missing "
-                   f"path: {path}")  # fmt: skip
+    raise _missing(op, path)
 
 
 def _add(doc: Any, path: str, value: Any, op: str = "add") -> Any:
@@ -304,18 +307,18 @@ def _add(doc: Any, path: str, value: Any, op: str = "add") -> Any:
     elif isinstance(parent, list):
         parent.insert(_index(parent, last, path, end_ok=True), copy.deepcopy(value))
     else:
-        raise ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is "
-                       f"missing path: {path}")  # fmt: skip
+        raise _missing(op, path)
     return doc
 
 
 def _remove(doc: Any, path: str, op: str = "remove") -> Any:
-    _get(doc, path, op)  # it must be there
     parent, last = _parent(doc, path, op)
-    if isinstance(parent, dict):
+    if isinstance(parent, dict) and last in parent:
         del parent[last]
-    else:
+    elif isinstance(parent, list):
         del parent[_index(parent, last, path, end_ok=False)]
+    else:
+        raise _missing(op, path)
     return doc
 
 

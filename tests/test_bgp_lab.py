@@ -124,7 +124,7 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         kill_frr(victim.ns)  # kill -9 of zebra, bfdd and bgpd: no goodbye to the router
         stop_director(victim)
         dropped = wait_nexthops(lab, 2, 30, since=killed)
-        down = session_down_after(lab, victim.front, killed_at)
+        down = session_down_after(lab.router, victim.front, killed_at)
         time.sleep(3)
         ok, tried = new_connections(lab, VIP, 2)  # type: ignore[arg-type]
         print(f"\nbgp kill -9 of {victim.name} (carrying {before[victim.name]} of "
@@ -197,8 +197,8 @@ def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
         cut, cut_mono = time.time(), time.monotonic()
         victim.ns.ip("link set front down")
         dropped = wait_nexthops(lab, 2, 30, since=cut_mono)
-        assert wait_for(lambda: session_down_after(lab, victim.front, cut), 10, 0.2)
-        down = session_down_after(lab, victim.front, cut)
+        assert wait_for(lambda: session_down_after(lab.router, victim.front, cut), 10, 0.2)
+        down = session_down_after(lab.router, victim.front, cut)
         time.sleep(2)
         alive_down = talkers.alive
         victim.ns.ip("link set front up")

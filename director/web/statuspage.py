@@ -106,12 +106,14 @@ function rates(vs) {
   box.children[2].append(" ", text("b", human(now[1], "B")));
   return box;
 }
+let draining = 0;  // real servers draining on the page being rendered
 function health(vs) {
   const n = {active: 0, draining: 0, unhealthy: 0};
   for (const rs of vs.real_servers) n[rs.state] = (n[rs.state] || 0) + 1;
   const line = text("div", "", "health");
   line.append(text("span", n.active + "/" + vs.real_servers.length + " active",
                    n.active ? "active" : "unhealthy"));
+  draining += n.draining;
   if (n.draining) line.append(" · ", text("span", n.draining + " draining", "draining"));
   if (n.unhealthy) line.append(" · ", text("span", n.unhealthy + " failing", "unhealthy"));
   return line;
@@ -137,16 +139,11 @@ function render(data) {
     $("bgp").className = "pill " + (b.maintenance || up < b.peers.length ? "bad" : "ok");
     $("bgp").title = b.routes.map((r) => r.vip + ": " + r.reason).join("\\n");
   }
-  let draining = 0;
-  for (const vs of data.services) {
-    draining += vs.real_servers.filter((rs) => rs.state === "draining").length;
-  }
-  $("drains").textContent = draining ? draining + " real server" + (draining > 1 ? "s" : "") +
-    " draining" : "";
   const main = $("services");
   main.replaceChildren();
   const seen = new Set(data.services.map((vs) => vs.service));
   for (const key of history.keys()) if (!seen.has(key)) history.delete(key);
+  draining = 0;
   if (!data.services.length) main.append(text("div", "no virtual services", ""));
   for (const vs of data.services) {
     const box = text("section", "", "vs");
@@ -178,6 +175,8 @@ function render(data) {
     box.append(table);
     main.append(box);
   }
+  $("drains").textContent = draining ? draining + " real server" + (draining > 1 ? "s" : "") +
+    " draining" : "";
   // Whether the page fits its window (no sideways scrolling): the screenshot test reads it.
   const doc = document.documentElement;
   doc.dataset.fits = String(Math.max(doc.scrollWidth, document.body.scrollWidth) <=
