@@ -89,21 +89,103 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _managed(fields: list[Obj], manager: str, subresource: str, api_version: str) -> list[Obj]:
-    """``metadata.managedFields`` once ``manager`` wrote (an entry per manager and
-    subresource; the stand-in keeps no field sets)."""
-    fields = copy.deepcopy(fields)
-    if manager and not any(
-        f.get("manager") == manager and f.get("subresource", "") == subresource for f in fields
-    ):
-        entry: Obj = {
-            "manager": manager, "operation": "Update", "apiVersion": api_version,
-            "time": _now()[:19] + "Z", "fieldsType": "FieldsV1", "fieldsV1": {},
-        }  # fmt: skip
-        if subresource:
-            entry["subresource"] = subresource
-        fields.append(entry)
-    return fields
+# Lists that kube-apiserver merges by key (``k:{...}`` in a field set); every other list is
+# atomic, owned as a whole. Keyed by the list's path, list positions left out.
+LIST_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("spec", "ports"): ("port", "protocol"),  # a Service's; an EndpointSlice's are atomic
+    ("metadata", "ownerReferences"): ("uid",),
+    ("status", "conditions"): ("type",),
+    ("status", "addresses"): ("type",),
+}
+# Metadata no manager owns: the object's identity, and what the server sets.
+NOT_OWNED = {
+    "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "generation",
+    "managedFields",
+}  # fmt: skip
+_ABSENT = object()
+
+
+def field_set(old: Any, new: Any, path: tuple[str, ...] = ()) -> Obj | None:
+    """The FieldsV1 set of what ``new`` sets or changes relative to ``old`` (None: nothing),
+    as the API server records an Update operation's fields for its manager."""
+    if isinstance(new, dict):
+        before = old if isinstance(old, dict) else {}
+        out: Obj = {}
+        for key, value in new.items():
+            if not path and key in ("kind", "apiVersion"):
+                continue
+            if path == ("metadata",) and key in NOT_OWNED:
+                continue
+            sub = field_set(before.get(key, _ABSENT), value, (*path, key))
+            if sub is not None:
+                out[f"f:{key}"] = sub
+        if old is _ABSENT and len(path) > 1:  # a map or optional struct this write created
+            out = {".": {}, **out}
+        return out if out or old is _ABSENT else None
+    keys = LIST_KEYS.get(path)
+    if isinstance(new, list) and keys and all(isinstance(i, dict) for i in new):
+        had = {_item_key(i, keys): i for i in old if isinstance(i, dict)} if isinstance(
+            old, list) else {}  # fmt: skip
+        items: Obj = {}
+        for item in new:
+            key = _item_key(item, keys)
+            sub = field_set(had.get(key, _ABSENT), item, (*path, "[]"))
+            if sub is not None:
+                items[key] = {".": {}, **sub} if key not in had else sub
+        return items or None
+    return {} if old is _ABSENT or old != new else None
+
+
+def _item_key(item: Obj, keys: tuple[str, ...]) -> str:
+    return "k:" + json.dumps({k: item.get(k) for k in keys}, separators=(",", ":"))
+
+
+def _without(fields: Obj, taken: Obj) -> Obj:
+    """``fields`` less what ``taken`` now owns (a field changed by another manager moves to
+    it, as on the API server)."""
+    out: Obj = {}
+    for key, sub in fields.items():
+        if key not in taken:
+            out[key] = sub
+        elif taken[key] and sub:
+            rest = _without(sub, taken[key])
+            if set(rest) - {"."}:
+                out[key] = rest
+    return out
+
+
+def _union(a: Obj, b: Obj) -> Obj:
+    out = dict(a)
+    for key, sub in b.items():
+        out[key] = _union(out[key], sub) if key in out else sub
+    return out
+
+
+def _managed(
+    entries: list[Obj], manager: str, subresource: str, api_version: str, fields: Obj | None
+) -> list[Obj]:
+    """``metadata.managedFields`` once ``manager`` wrote ``fields`` (an entry per manager and
+    subresource, its time that of its last change; what it took from others leaves theirs,
+    and an entry left with nothing goes)."""
+    if not manager or not fields:
+        return entries
+    out: list[Obj] = []
+    mine: Obj | None = None
+    for entry in copy.deepcopy(entries):
+        if entry.get("manager") == manager and entry.get("subresource", "") == subresource:
+            mine = entry
+            continue
+        entry["fieldsV1"] = _without(entry.get("fieldsV1") or {}, fields)
+        if entry["fieldsV1"]:
+            out.append(entry)
+    owned = _union(mine.get("fieldsV1") or {}, fields) if mine else fields
+    entry = {
+        "manager": manager, "operation": "Update", "apiVersion": api_version,
+        "time": _now()[:19] + "Z", "fieldsType": "FieldsV1", "fieldsV1": owned,
+    }  # fmt: skip
+    if subresource:
+        entry["subresource"] = subresource
+    return [*out, entry]
 
 
 # -- validation, as kube-apiserver words it (the subset the director's writes can meet) --------
@@ -415,12 +497,14 @@ class Store:
                 meta["generation"] = 1
             if plural == "events":
                 obj.setdefault("eventTime", None)
-            meta["managedFields"] = _managed([], manager, "", spec.api_version)
             obj["kind"], obj["apiVersion"] = spec.kind, spec.api_version
             if plural == "services":
                 self._default_service(obj)
             if plural == "namespaces":
                 obj["status"] = {"phase": "Active"}
+            meta["managedFields"] = _managed(
+                [], manager, "", spec.api_version, field_set(_ABSENT, obj)
+            )
             if dry_run:
                 return copy.deepcopy(obj)
             self.objects[key] = obj
@@ -539,14 +623,15 @@ class Store:
             for field in ("uid", "creationTimestamp", "namespace", "name"):
                 if field in current["metadata"]:
                     meta[field] = current["metadata"][field]
-            meta["managedFields"] = _managed(
-                current["metadata"].get("managedFields") or [], manager, subresource,
-                current["apiVersion"],
-            )  # fmt: skip
+            meta["managedFields"] = current["metadata"].get("managedFields") or []
             updated["metadata"] = meta
             updated["kind"], updated["apiVersion"] = current["kind"], current["apiVersion"]
             if plural == "services" and subresource != "status":  # before validation, as
                 self._retype_service(updated, current)  # the server's update strategy does
+            meta["managedFields"] = _managed(
+                meta["managedFields"], manager, subresource, current["apiVersion"],
+                field_set(current, updated),
+            )  # fmt: skip
             if strict:
                 validate(plural, updated, current)
             if plural == "endpointslices" and updated != current:

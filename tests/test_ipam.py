@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from director.core.ipam import Allocator, Pool, PoolError, Request
 
@@ -154,3 +155,34 @@ def test_reserved_addresses_are_never_given_out_nor_granted() -> None:
         req("a/z"), keep=(ip("198.51.100.1"),)
     )
     assert kept.addresses == (ip("198.51.100.2"),)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a/1", "a/2", "a/3", "a/4", "a/5"]),
+            st.sampled_from(["auto", "dual", "shared", "reserved-pool", "release"]),
+        ),
+        max_size=40,
+    )
+)
+def test_the_pool_use_graphed_is_what_is_held(steps: list[tuple[str, str]]) -> None:
+    """``in_use_in`` (the pool gauges, the status page) is kept as addresses come and go:
+    after any sequence it counts each address in use once, in its own pool."""
+    alloc = Allocator(pools())
+    for name, action in steps:
+        if action == "release":
+            alloc.release(name)
+        elif action == "auto":
+            alloc.assign(req(name))
+        elif action == "dual":
+            alloc.assign(req(name, versions=(4, 6)))
+        elif action == "shared":
+            alloc.assign(req(name, ports=frozenset({("UDP", hash(name) % 100 + 1)}),
+                             sharing_key="k", requested=(ip("198.51.100.3"),)))  # fmt: skip
+        else:
+            alloc.assign(req(name, pool="reserved"))
+    used = {a for name in ["a/1", "a/2", "a/3", "a/4", "a/5"] for a in alloc.held(name)}
+    for pool in alloc.pools:
+        assert alloc.in_use_in(pool) == sum(1 for a in used if pool.contains(a))

@@ -176,6 +176,9 @@ class Allocator:
     _used: dict[Address, dict[str, _Holder]] = field(default_factory=dict)
     _held: dict[str, tuple[Address, ...]] = field(default_factory=dict)
     _cursor: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Addresses in use per pool, kept as they are taken and freed: the loop reads it on
+    # every step, and counting 10,000 addresses against the pools took 40 ms each time.
+    _in_pool: dict[str, int] = field(default_factory=dict)
 
     # -- queries -------------------------------------------------------------------------
     def pool_of(self, address: Address) -> Pool | None:
@@ -192,7 +195,7 @@ class Allocator:
         return tuple(sorted(self._used.get(address, {})))
 
     def in_use_in(self, pool: Pool) -> int:
-        return sum(1 for address in self._used if pool.contains(address))
+        return self._in_pool.get(pool.name, 0)
 
     # -- changes -------------------------------------------------------------------------
     def release(self, name: str) -> None:
@@ -202,6 +205,7 @@ class Allocator:
                 holders.pop(name, None)
                 if not holders:
                     del self._used[address]
+                    self._count(address, -1)
 
     def assign(self, request: Request, keep: Iterable[Address] = ()) -> Outcome:
         """Addresses for ``request``; ``keep`` is what its status already says.
@@ -239,12 +243,20 @@ class Allocator:
                 chosen.append(found)
         holder = _Holder(request.sharing_key, request.ports)
         for address in chosen:
-            self._used.setdefault(address, {})[request.name] = holder
+            if address not in self._used:
+                self._used[address] = {}
+                self._count(address, 1)
+            self._used[address][request.name] = holder
         self._held[request.name] = tuple(chosen)
         pool = self.pool_of(chosen[0]) if chosen else None
         return Outcome(tuple(chosen), pool=pool.name if pool else None)
 
     # -- internals -----------------------------------------------------------------------
+    def _count(self, address: Address, change: int) -> None:
+        pool = self.pool_of(address)
+        if pool is not None:
+            self._in_pool[pool.name] = self._in_pool.get(pool.name, 0) + change
+
     def _candidate_pools(self, request: Request) -> tuple[Pool, ...] | str:
         if request.pool is not None:
             named = [p for p in self.pools if p.name == request.pool]

@@ -376,10 +376,8 @@ def _endpoints(slices: Iterable[SliceInfo], family: Family) -> list[Endpoint]:
             continue
         ports = {name: port for name, _proto, port in sl.ports}
         for ep in sl.endpoints:
-            if not (ep.ready or ep.serving):
-                continue
-            for address in ep.addresses:
-                found.append((address, ep.node, ep.ready, ports))
+            if ep.ready or ep.serving:
+                found.append((ep.address, ep.node, ep.ready, ports))
     return found
 
 
