@@ -620,7 +620,7 @@ class Store:
             else:
                 updated = dict(new)
             meta = dict(updated.get("metadata") or {})
-            for field in ("uid", "creationTimestamp", "namespace", "name"):
+            for field in ("uid", "creationTimestamp", "namespace", "name", "resourceVersion"):
                 if field in current["metadata"]:
                     meta[field] = current["metadata"][field]
             meta["managedFields"] = current["metadata"].get("managedFields") or []

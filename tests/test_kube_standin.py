@@ -189,3 +189,40 @@ def test_json_patch_is_served_as_the_real_server_serves_it(
     assert after["metadata"]["labels"]["tier"] == "edge"
     apply = lambda: api.request("PATCH", path, body={}, content_type="application/apply-patch+yaml")  # noqa: E731
     assert refused(apply)[0] == 415
+
+
+def test_managed_fields_record_each_writers_fields(kube: tuple[FakeApiServer, KubeApi]) -> None:
+    """As on the real server, every write by a field manager is recorded in the object's
+    ``managedFields`` with the fields it set (lists and watches carry them: what the
+    director's ingest must wade through), and a field another manager changes moves to it."""
+    server, api = kube
+    created = api.request("POST", SERVICES, body=service("web", [("http", "TCP", 80)]))
+    (mine,) = created["metadata"]["managedFields"]
+    assert mine["manager"] == "lvs-director" and mine["operation"] == "Update"
+    spec = mine["fieldsV1"]["f:spec"]
+    port = spec["f:ports"]['k:{"port":80,"protocol":"TCP"}']
+    assert "." in port and "f:targetPort" in port and "f:nodePort" in port  # defaulted too
+    assert "f:type" in spec and "f:clusterIP" in spec
+    assert "f:name" not in mine["fieldsV1"].get("f:metadata", {})  # identity: nobody's
+    server.store.patch("services", "default", "web", {"spec": {"externalTrafficPolicy": "Local"}},
+                       manager="kubectl-edit")  # fmt: skip
+    server.store.patch(
+        "services", "default", "web",
+        {"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}]}}},
+        subresource="status", manager="lvs-director",
+    )  # fmt: skip
+    stored = server.get("services", "web")
+    entries = {
+        (e["manager"], e.get("subresource", "")): e for e in stored["metadata"]["managedFields"]
+    }
+    assert set(entries) == {("lvs-director", ""), ("kubectl-edit", ""), ("lvs-director", "status")}
+    moved = "f:externalTrafficPolicy"
+    assert moved in entries["kubectl-edit", ""]["fieldsV1"]["f:spec"]
+    assert moved not in entries["lvs-director", ""]["fieldsV1"]["f:spec"]
+    assert entries["lvs-director", "status"]["fieldsV1"] == {
+        "f:status": {"f:loadBalancer": {"f:ingress": {}}}
+    }
+    # The same write again changes nothing, not even resourceVersion or a manager's time.
+    local = {"spec": {"externalTrafficPolicy": "Local"}}
+    again = server.store.patch("services", "default", "web", local, manager="kubectl-edit")
+    assert again["metadata"] == stored["metadata"]
