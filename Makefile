@@ -67,7 +67,7 @@ demo: setup
 
 bench: setup
 	$(PY) -m lab.bench_config --services 1000 5000 --out bench/config-host.json
-	MALLOC_ARENA_MAX=2 $(PY) -m lab.bench_kube --services 1000 10000 --out bench/kube-host.json
+	$(PY) -m lab.bench_kube --services 1000 10000 --out bench/kube-host.json
 	$(PY) -m lab.bench_health --targets 2000 --seconds 20 --out bench/health-host.json
 	$(PY) -m lab.bench_bfd --out bench/bfd-host.json
 	$(PY) -m lab.vm run lab.bench --memory 4G

@@ -10,8 +10,9 @@ watch event's arrival). The objects are as a cluster stores them (managedFields,
 last-applied annotation, Pod references), and the cold start is printed beside the time it
 takes merely to list and parse the same objects.
 
-    python -m lab.bench_kube --adapter fake --services 1000 10000     # host, native
-    (in the VM, lab.bench calls run() with the kernel adapter)
+    python -m lab.bench_kube --services 1000 10000                # host, the fake
+    python -m lab.vm run lab.bench_kube --memory 4G -- --adapter kernel   # VM, real IPVS
+    (lab.bench also calls run() with the kernel adapter, after its dataplane figures)
 """
 
 from __future__ import annotations
@@ -310,35 +311,57 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
         child.wait(timeout=30)
 
 
+def one(adapter: str, count: int) -> dict[str, Any]:
+    """One size, in this process: the fake (host), or the kernel in a fresh namespace (VM)."""
+    if adapter == "fake":
+        from director.dataplane.fake import FakeIpvs
+
+        result = run(FakeIpvs(record=False), count)
+    else:
+        from lab.bench import fresh_namespace
+
+        ns, ipvs = fresh_namespace(f"bench-kube-{count}")
+        try:
+            result = run(ipvs, count)
+        finally:
+            ipvs.close()
+            ns.close()
+    result["malloc_arena_max"] = os.environ.get("MALLOC_ARENA_MAX", "default")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve", type=int)
     parser.add_argument("--port-file", type=Path)
-    parser.add_argument("--adapter", choices=("fake",), default="fake")
+    parser.add_argument("--adapter", choices=("fake", "kernel"), default="fake")
     parser.add_argument("--services", type=int, nargs="*", default=[1000, 10000])
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="a file, or (lab.vm run) a directory")
     args = parser.parse_args()
     if args.serve is not None:
         serve(args.serve, args.port_file)
         return
-    from director.dataplane.fake import FakeIpvs
-
+    where = "fake, native" if args.adapter == "fake" else "kernel"
     if len(args.services) == 1:
-        result = run(FakeIpvs(record=False), args.services[0])
-        result["malloc_arena_max"] = os.environ.get("MALLOC_ARENA_MAX", "default")
-        print(f"bench-kube (fake, native): {json.dumps(result)}", flush=True)
+        result = one(args.adapter, args.services[0])
+        print(f"bench-kube ({where}): {json.dumps(result)}", flush=True)
         return
     results = {}
-    for count in args.services:  # each in a process of its own: memory is the figure
+    # Each size in a process of its own (memory is a figure), with the allocator setting
+    # the systemd unit gives the director.
+    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "2"))
+    for count in args.services:
         out = subprocess.run(
-            [sys.executable, "-m", "lab.bench_kube", "--services", str(count)],
-            check=True, stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "lab.bench_kube", "--adapter", args.adapter,
+             "--services", str(count)],
+            check=True, stdout=subprocess.PIPE, text=True, env=env,
         ).stdout  # fmt: skip
         line = [x for x in out.splitlines() if x.startswith("bench-kube")][-1]
         print(line, flush=True)
         results[str(count)] = json.loads(line.partition(": ")[2])
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        path = args.out / "results.json" if args.out.is_dir() else args.out
+        path.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

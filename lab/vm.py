@@ -158,13 +158,15 @@ def main() -> int:
     p = sub.add_parser("run", help="run a python module in the VM (demo, bench)")
     p.add_argument("module")
     p.add_argument("--memory", default="2G")
+    p.add_argument("module_args", nargs="*", help="after --: the module's own arguments")
     args = parser.parse_args()
     if args.command == "test":
         return kernel_suite(args.pytest_args)
     precompile()
     out = REPO / ".lab" / args.module
     shutil.rmtree(out, ignore_errors=True)
-    cmd = f"{shlex.quote(sys.executable)} -m {shlex.quote(args.module)} --out {out}"
+    extra = "".join(f" {shlex.quote(a)}" for a in args.module_args)
+    cmd = f"{shlex.quote(sys.executable)} -m {shlex.quote(args.module)} --out {out}{extra}"
     return boot(cmd, out, memory=args.memory)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from director.core.errors import DirectorError
 
@@ -162,10 +163,17 @@ class Outcome:
         return self.error is None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Holder:
     sharing_key: str | None
     ports: frozenset[PortKey]
+
+
+@lru_cache(maxsize=4096)
+def _holder(sharing_key: str | None, ports: frozenset[PortKey]) -> _Holder:
+    """One holder per distinct (sharing key, ports): most Services hold the same few, and
+    each set of ports costs 216 bytes (bounded: distinct ones cannot grow it)."""
+    return _Holder(sharing_key, ports)
 
 
 @dataclass
@@ -241,7 +249,7 @@ class Allocator:
                         f"(pool exhausted or no IPv{version} range)"
                     )
                 chosen.append(found)
-        holder = _Holder(request.sharing_key, request.ports)
+        holder = _holder(request.sharing_key, request.ports)
         for address in chosen:
             if address not in self._used:
                 self._used[address] = {}
