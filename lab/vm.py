@@ -158,14 +158,17 @@ def main() -> int:
     p = sub.add_parser("run", help="run a python module in the VM (demo, bench)")
     p.add_argument("module")
     p.add_argument("--memory", default="2G")
-    p.add_argument("module_args", nargs="*", help="after --: the module's own arguments")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    passed: list[str] = []  # after --: the module's own arguments (run)
+    if argv[:1] == ["run"] and "--" in argv:
+        argv, passed = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    args = parser.parse_args(argv)
     if args.command == "test":
         return kernel_suite(args.pytest_args)
     precompile()
     out = REPO / ".lab" / args.module
     shutil.rmtree(out, ignore_errors=True)
-    extra = "".join(f" {shlex.quote(a)}" for a in args.module_args)
+    extra = "".join(f" {shlex.quote(a)}" for a in passed)
     cmd = f"{shlex.quote(sys.executable)} -m {shlex.quote(args.module)} --out {out}{extra}"
     return boot(cmd, out, memory=args.memory)
 

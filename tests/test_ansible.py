@@ -6,8 +6,12 @@ tests/test_ansible_role.py (in the lab VM)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import socket
 import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +193,106 @@ def machines_vars() -> dict[str, Any]:
         if p["args"] == ["ansible"]
     )  # fmt: skip
     return {name: {"vars": v} for name, v in provisioner["block"]["host_vars"].items()}
+
+
+# -- site.yml's rollout: one box at a time, each waited for -------------------------------
+def _box(tmp_path: Path, name: str, port: int) -> tuple[dict[str, Any], list[str]]:
+    """A box of the inventory, reached over Ansible's local connection: its install and
+    config folders hold the real ``director`` (a wrapper of this venv's) and the API token;
+    the returned command runs its director (a shadow: this host has no IPVS)."""
+    root = tmp_path / name
+    (root / "bin").mkdir(parents=True)
+    wrapper = root / "bin" / "director"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m director "$@"\n')
+    wrapper.chmod(0o755)
+    token = root / "api-token"
+    token.write_text(f"token-of-{name}-for-the-rollout\n")
+    config = root / "director.yaml"
+    config.write_text(yaml.safe_dump({
+        "ownership": {"networks": ["198.51.100.0/24"]},
+        "services": [{"name": "web", "address": "198.51.100.10", "port": 80,
+                      "real_servers": ["192.0.2.11:8080"]}],
+        "api": {"listen": f"127.0.0.1:{port}", "token_file": str(token),
+                "intents_file": str(root / "intents.json")},
+    }))  # fmt: skip
+    host = {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "ansible_become": False, "director_install_dir": str(root),
+        "director_config_dir": str(root), "director_api_listen": f"127.0.0.1:{port}",
+        "director_ready_retries": 30, "director_ready_delay": 1,
+        "director_vrrp_unicast_source": f"127.0.0.{port % 250 + 2}",  # per box, as in any
+    }  # fmt: skip
+    return host, [str(wrapper), "run", "--dry-run", "--config", str(config)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rollout(tmp_path: Path, hosts: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``site.yml --tags director_ready``: the rollout's wait alone, box after box."""
+    inventory = tmp_path / "hosts.yml"
+    group = {"hosts": hosts, "vars": {"director_ha": False}}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"directors": group}}}))
+    return ansible("ansible-playbook", "-i", str(inventory), "site.yml",
+                   "--tags", "director_ready", timeout=300)  # fmt: skip
+
+
+def _waits(output: str) -> list[list[str]]:
+    """The hosts of each run of the wait task, in order (one list per batch)."""
+    runs = re.split(r"^TASK \[Wait until the director is ready[^\n]*\n", output, flags=re.M)[1:]
+    return [re.findall(r"^(?:ok|fatal|changed): \[([\w-]+)\]", r.split("\nTASK ")[0].split(
+        "\nPLAY RECAP")[0], re.M) for r in runs]  # fmt: skip
+
+
+def test_site_yml_rolls_out_one_box_at_a_time_and_waits_for_each(tmp_path: Path) -> None:
+    """The rollout's wait, run for real against two running directors: box-a is not ready
+    until some seconds into the run, so its wait retries until it is; box-b's turn comes
+    only after box-a's (serial: 1), in a batch of its own."""
+    (a, run_a), (b, run_b) = (
+        _box(tmp_path, "box-a", _free_port()),
+        _box(tmp_path, "box-b", _free_port()),
+    )
+    director_b = subprocess.Popen(run_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    director_a: list[subprocess.Popen[bytes]] = []
+    late = threading.Timer(6, lambda: director_a.append(subprocess.Popen(
+        run_a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))  # fmt: skip
+    try:
+        late.start()
+        done = _rollout(tmp_path, {"box-a": a, "box-b": b})
+    finally:
+        late.cancel()
+        for process in [director_b, *director_a]:
+            process.terminate()
+            process.wait(timeout=30)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert _waits(out) == [["box-a"], ["box-b"]], out[-4000:]
+    assert "FAILED - RETRYING: [box-a]" in out  # it waited for box-a's director
+    assert "RETRYING: [box-b]" not in out  # already ready when its turn came
+
+
+def test_a_box_that_never_gets_ready_stops_the_rollout_before_the_next(tmp_path: Path) -> None:
+    """box-a's director runs but is not a VRRP MASTER or BACKUP (director_ha: the pair's
+    keepalived is not there): its wait gives up, the play fails, and box-b is never
+    touched, though its director is ready."""
+    (a, run_a), (b, run_b) = (
+        _box(tmp_path, "box-a", _free_port()),
+        _box(tmp_path, "box-b", _free_port()),
+    )
+    a.update(director_ready_retries=3, director_ha=True)
+    directors = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for cmd in (run_a, run_b)]  # fmt: skip
+    try:
+        done = _rollout(tmp_path, {"box-a": a, "box-b": b})
+    finally:
+        for process in directors:
+            process.terminate()
+            process.wait(timeout=30)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    assert _waits(out) == [["box-a"]], out[-4000:]
+    assert "standalone" in out  # why: its VRRP role, in the last answer shown
+    assert not re.search(r"^box-b\s*:", out, re.M)  # box-b is not in the recap: untouched
