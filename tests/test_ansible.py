@@ -248,16 +248,16 @@ def _waits(output: str) -> list[list[str]]:
 
 
 def test_site_yml_rolls_out_one_box_at_a_time_and_waits_for_each(tmp_path: Path) -> None:
-    """The rollout's wait, run for real against two running directors: box-a is not ready
-    until some seconds into the run, so its wait retries until it is; box-b's turn comes
-    only after box-a's (serial: 1), in a batch of its own."""
+    """The rollout's wait, run for real against two running directors: box-a's starts 15 s
+    into the run (Ansible's own start takes a few), so its wait retries until it is ready;
+    box-b's turn comes only after box-a's (serial: 1), in a batch of its own."""
     (a, run_a), (b, run_b) = (
         _box(tmp_path, "box-a", _free_port()),
         _box(tmp_path, "box-b", _free_port()),
     )
     director_b = subprocess.Popen(run_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     director_a: list[subprocess.Popen[bytes]] = []
-    late = threading.Timer(6, lambda: director_a.append(subprocess.Popen(
+    late = threading.Timer(15, lambda: director_a.append(subprocess.Popen(
         run_a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))  # fmt: skip
     try:
         late.start()
