@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from director.core.model import (
     Forwarding,
@@ -205,13 +206,10 @@ def main() -> None:
     # Kubernetes: one endpoint change at a time, API stand-in -> director -> kernel.
     from lab import bench_kube
 
-    kube: dict[str, dict[str, float]] = {}
+    kube: dict[str, dict[str, Any]] = {}
     for count in (1000, args.services):
-        ns, ipvs = fresh_namespace(f"bench-kube-{count}")
-        kube[str(count)] = bench_kube.run(ipvs, count, rounds=args.kube_rounds)
+        kube[str(count)] = bench_kube.one("kernel", count, rounds=args.kube_rounds)
         print(f"bench: kubernetes at {count}: {kube[str(count)]}", flush=True)
-        ipvs.close()
-        ns.close()
     results["kube_vm"] = kube
 
     full_ratio = results["director_full_sync_s"] / results["ipvsadm_restore_s"]  # type: ignore[operator]

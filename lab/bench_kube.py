@@ -311,18 +311,18 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
         child.wait(timeout=30)
 
 
-def one(adapter: str, count: int) -> dict[str, Any]:
+def one(adapter: str, count: int, rounds: int = 200) -> dict[str, Any]:
     """One size, in this process: the fake (host), or the kernel in a fresh namespace (VM)."""
     if adapter == "fake":
         from director.dataplane.fake import FakeIpvs
 
-        result = run(FakeIpvs(record=False), count)
+        result = run(FakeIpvs(record=False), count, rounds)
     else:
         from lab.bench import fresh_namespace
 
         ns, ipvs = fresh_namespace(f"bench-kube-{count}")
         try:
-            result = run(ipvs, count)
+            result = run(ipvs, count, rounds)
         finally:
             ipvs.close()
             ns.close()

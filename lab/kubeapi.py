@@ -502,8 +502,8 @@ class Store:
                 self._default_service(obj)
             if plural == "namespaces":
                 obj["status"] = {"phase": "Active"}
-            meta["managedFields"] = _managed(
-                [], manager, "", spec.api_version, field_set(_ABSENT, obj)
+            meta["managedFields"] = _managed(  # a test planting an object names no manager
+                [], manager, "", spec.api_version, field_set(_ABSENT, obj) if manager else None
             )
             if dry_run:
                 return copy.deepcopy(obj)
@@ -630,7 +630,7 @@ class Store:
                 self._retype_service(updated, current)  # the server's update strategy does
             meta["managedFields"] = _managed(
                 meta["managedFields"], manager, subresource, current["apiVersion"],
-                field_set(current, updated),
+                field_set(current, updated) if manager else None,
             )  # fmt: skip
             if strict:
                 validate(plural, updated, current)

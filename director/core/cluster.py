@@ -168,14 +168,10 @@ def _one_copy(value: Any) -> Any:
     return value
 
 
-def _shared_map(items: Iterable[tuple[str, str]]) -> Mapping[str, str]:
-    """The annotations the director reads, one mapping per distinct set (most Services
-    carry the same few); read-only, since Services share it."""
-    return _annotation_map(tuple(items))
-
-
 @lru_cache(maxsize=4096)
 def _annotation_map(items: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
+    """The annotations the director reads, one mapping per distinct set (most Services
+    carry the same few); read-only, since Services share it."""
     return MappingProxyType(dict(items))
 
 
@@ -315,10 +311,10 @@ def service_from_json(obj: Json) -> ServiceInfo:
     status = _map(obj.get("status"))
     problems: list[str] = []
     all_annotations = _map(meta.get("annotations"))
-    annotations = _shared_map(
+    annotations = _annotation_map(tuple(
         (k, v) for k, v in all_annotations.items()
         if isinstance(k, str) and k.startswith((PREFIX, *METALLB_PREFIXES)) and isinstance(v, str)
-    )  # fmt: skip
+    ))  # fmt: skip
     ports = _shared(tuple(
         port
         for index, p in enumerate(_list(spec.get("ports")))
