@@ -220,6 +220,7 @@ def _box(tmp_path: Path, name: str, port: int) -> tuple[dict[str, Any], list[str
         "ansible_become": False, "director_install_dir": str(root),
         "director_config_dir": str(root), "director_api_listen": f"127.0.0.1:{port}",
         "director_ready_retries": 30, "director_ready_delay": 1,
+        "director_ready_wait": True,  # also where this test runs in a chroot (make fresh)
         "director_vrrp_unicast_source": f"127.0.0.{port % 250 + 2}",  # per box, as in any
     }  # fmt: skip
     return host, [str(wrapper), "run", "--dry-run", "--config", str(config)]
