@@ -17,7 +17,7 @@ import ipaddress
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar, cast
@@ -69,10 +69,11 @@ class ServiceInfo:
     problems: tuple[str, ...] = ()  # what was dropped from the object, and why
     # status.loadBalancer.ingress held something that is not an address: rewrite it.
     stale_status: bool = False
+    # namespace/name, made once: every table keyed by Service shares the one string.
+    ref: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.namespace}/{self.name}")
 
 
 class Endpoint(NamedTuple):

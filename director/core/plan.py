@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from director.core.model import (
     HASHING_SCHEDULERS,
+    DestEdit,
     DestKey,
     Op,
     OpKind,
@@ -97,13 +98,13 @@ def plan_service(
     else:
         if actual.config != desired.config:
             ops.append(Op(OpKind.SET_SERVICE, key, config=desired.config, origin=origin))
-        actual_dests = actual.real_servers
-    wanted = desired.real_servers
+        actual_dests = dict(actual.real_servers.items())  # looked up at random below
+    wanted = dict(desired.real_servers.items())
     for dkey, rs in actual_dests.items():
         if dkey not in wanted:
             ops.append(Op(OpKind.DEL_DEST, key, dest=rs, origin=origin))
     if hashing:
-        ops.extend(_in_hash_order(key, desired, actual_dests))
+        ops.extend(_in_hash_order(key, desired, wanted, actual_dests))
         return ops
     added = []
     for dkey, rs in wanted.items():
@@ -143,7 +144,7 @@ def as_applied(vs: VirtualService, before: VirtualService | None) -> VirtualServ
     """``vs`` as the kernel holds it once the plan from ``before`` applied, its real servers
     in the order of the kernel's list: a hashing service's in ``hash_order``; another's
     with the added ones at the head (in ``hash_order``) and the others where they were."""
-    dests = vs.real_servers
+    dests = dict(vs.real_servers.items())
     if vs.config.scheduler in HASHING_SCHEDULERS:
         order = hash_order(dests)
     else:
@@ -155,7 +156,10 @@ def as_applied(vs: VirtualService, before: VirtualService | None) -> VirtualServ
 
 
 def _in_hash_order(
-    key: ServiceKey, desired: VirtualService, actual: Mapping[DestKey, RealServer]
+    key: ServiceKey,
+    desired: VirtualService,
+    wanted: Mapping[DestKey, RealServer],
+    actual: Mapping[DestKey, RealServer],
 ) -> list[Op]:
     """Real-server operations that leave the kernel's list in ``hash_order``.
 
@@ -163,7 +167,7 @@ def _in_hash_order(
     list's tail in order stay; each one before them is deleted and added again (a deleted
     real server waits in the kernel's trash with its connections, and comes back with them),
     and the new ones are added, last first."""
-    wanted, origin = desired.real_servers, desired.origin
+    origin = desired.origin
     order = hash_order(wanted)
     position = {dkey: index for index, dkey in enumerate(d for d in actual if d in wanted)}
     staying, limit = 0, len(position)
@@ -223,6 +227,7 @@ def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None 
     ``failed`` holds the positions (in ``ops``) of operations the kernel refused. This lets
     the reconciler keep an exact picture of the kernel without reading it back.
     """
+    editing: dict[ServiceKey, DestEdit] = {}  # each service's real servers, op by op
     for index, op in enumerate(ops):
         if failed and index in failed:
             continue
@@ -230,8 +235,10 @@ def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None 
         if op.kind is OpKind.ADD_SERVICE:
             assert op.config is not None
             table[op.key] = VirtualService(op.key, op.config, {}, op.origin)
+            editing.pop(op.key, None)
         elif op.kind is OpKind.DEL_SERVICE:
             table.pop(op.key, None)
+            editing.pop(op.key, None)
         elif current is None:
             continue
         elif op.kind is OpKind.SET_SERVICE:
@@ -239,11 +246,15 @@ def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None 
             table[op.key] = VirtualService(op.key, op.config, current.real_servers, op.origin)
         else:
             assert op.dest is not None
-            dests = dict(current.real_servers)
+            edit = editing.get(op.key)
+            if edit is None:
+                edit = editing[op.key] = DestEdit(current.real_servers)
             if op.kind is OpKind.DEL_DEST:
-                dests.pop(op.dest.key, None)
+                edit.remove(op.dest.key)
             elif op.kind is OpKind.ADD_DEST:  # the kernel adds at the head of its list
-                dests = {op.dest.key: op.dest, **dests}
+                edit.add(op.dest)
             else:
-                dests[op.dest.key] = op.dest
-            table[op.key] = VirtualService(op.key, current.config, dests, current.origin)
+                edit.set(op.dest)
+    for key, edit in editing.items():
+        vs = table[key]
+        table[key] = VirtualService(key, vs.config, edit.done(), vs.origin)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from director.core.model import (
     KNOWN_SCHEDULERS,
+    DestEdit,
     DestKey,
     DestState,
     Family,
@@ -91,19 +92,23 @@ class FakeIpvs:
     def _apply(self, ops: Sequence[Op]) -> ApplyResult:
         self.calls += 1
         errors = scheduler_refusals(ops, self._schedulers)
+        editing: dict[ServiceKey, DestEdit] = {}  # each service's real servers, op by op
         for index, op in enumerate(ops):
             if index in errors:
                 continue
-            code = self._apply_one(op)
+            code = self._apply_one(op, editing)
             if code:
                 errors[index] = OpError(op, _errno.errorcode[code], error_message(code))
             elif self._record:
                 self.applied.append(op)
+        for key, edit in editing.items():
+            vs = self._table[key]
+            self._table[key] = VirtualService(key, vs.config, edit.done())
         ordered = tuple(errors[i] for i in sorted(errors))
         return ApplyResult(len(ops), ordered, 0, frozenset(errors))
 
     # -- the kernel's rules --------------------------------------------------------------
-    def _apply_one(self, op: Op) -> int:
+    def _apply_one(self, op: Op, editing: dict[ServiceKey, DestEdit]) -> int:
         current = self._table.get(op.key)
         if op.kind is OpKind.ADD_SERVICE:
             assert op.config is not None
@@ -112,6 +117,7 @@ class FakeIpvs:
             if op.key.family is Family.INET6 and not 1 <= op.config.netmask <= 128:
                 return _errno.EINVAL
             self._table[op.key] = VirtualService(op.key, _as_read_back(op.config), {})
+            editing.pop(op.key, None)
             return 0
         if current is None:
             return _errno.ESRCH
@@ -124,31 +130,36 @@ class FakeIpvs:
             return 0
         if op.kind is OpKind.DEL_SERVICE:
             del self._table[op.key]
-            for dkey in current.real_servers:
+            edit = editing.pop(op.key, None)
+            for dkey in current.real_servers if edit is None else edit.done():
                 self._conns.pop((op.key, dkey), None)
             return 0
+        edit = editing.get(op.key)
+        if edit is None:
+            edit = editing[op.key] = DestEdit(current.real_servers)
+        return self._apply_dest(op, edit)
+
+    def _apply_dest(self, op: Op, edit: DestEdit) -> int:
         assert op.dest is not None
         dest = op.dest
-        have = current.real_servers.get(dest.key)
+        have = edit.get(dest.key)
         if op.kind is OpKind.DEL_DEST:
             if have is None:
                 return _errno.ENOENT
-            dests = {k: v for k, v in current.real_servers.items() if k != dest.key}
+            edit.remove(dest.key)
             self._conns.pop((op.key, dest.key), None)
+            return 0
+        code = _dest_rules(op.key, dest)
+        if code:
+            return code
+        if op.kind is OpKind.ADD_DEST and have is not None:
+            return _errno.EEXIST
+        if op.kind is OpKind.SET_DEST and have is None:
+            return _errno.ENOENT
+        if op.kind is OpKind.ADD_DEST:  # at the head of the list, as the kernel does
+            edit.add(dest)
         else:
-            code = _dest_rules(op.key, dest)
-            if code:
-                return code
-            if op.kind is OpKind.ADD_DEST and have is not None:
-                return _errno.EEXIST
-            if op.kind is OpKind.SET_DEST and have is None:
-                return _errno.ENOENT
-            if op.kind is OpKind.ADD_DEST:  # at the head of the list, as the kernel does
-                dests = {dest.key: dest, **current.real_servers}
-            else:
-                dests = dict(current.real_servers)
-                dests[dest.key] = dest
-        self._table[op.key] = VirtualService(op.key, current.config, dests)
+            edit.set(dest)
         return 0
 
 

@@ -133,7 +133,7 @@ class Controller:
     all_down: set[ServiceKey] = _read("gate.all_down")
     draining: dict[ServiceKey, dict[DestKey, float]] = _read("drains.waiting")
     desired: Table = _read("table.desired")
-    produced: dict[str, frozenset[ServiceKey]] = _read("table.produced")
+    produced: dict[str, tuple[ServiceKey, ...]] = _read("table.produced")
     owner: dict[ServiceKey, str] = _read("table.owner")
     view: LoopView = _read("exports.view")
     last_step: float = _read("pace.last_step")

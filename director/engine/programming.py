@@ -69,7 +69,7 @@ class Programmer:
         fresh = self.translator.service(ref)
         for key, vs in fresh.items():
             self.table.put(key, vs, ref)
-        self.table.produce(ref, self.table.produced.get(ref, frozenset()) | fresh.keys())
+        self.table.produce(ref, (*self.table.produced.get(ref, ()), *fresh))
 
     def full_resync(self, reread: bool = True) -> None:
         self.syncer.full(self.table.desired, reread=reread)
@@ -117,7 +117,7 @@ class Programmer:
         for key in blocked & fresh.keys():
             self.filter.hold_back(key, None if key in before_held else fresh[key], ref)
             del fresh[key]
-        before = self.table.produced.get(ref, frozenset())
+        before = frozenset(self.table.produced.get(ref, ()))
         for key in before - fresh.keys():
             self.table.drop(key)
             self.gate.forget(key)
@@ -129,7 +129,7 @@ class Programmer:
         if fresh.keys() != before:
             self.exports.vips.keys_changed()
         self.exports.vips.touched(before | fresh.keys())
-        self.table.produce(ref, frozenset(fresh))
+        self.table.produce(ref, fresh)
         self.exports.state_due = True
         triggers = (s.trigger_time for s in self.intake.snapshot.slices_for(ref))
         self.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)

@@ -15,7 +15,8 @@ from director.engine.view import STATIC
 class Programmed:
     def __init__(self, static: Iterable[ServiceKey]) -> None:
         self.desired: Table = {}
-        self.produced: dict[str, frozenset[ServiceKey]] = {}
+        # A tuple each: a frozenset costs 216 bytes however few keys it holds.
+        self.produced: dict[str, tuple[ServiceKey, ...]] = {}
         self.owner: dict[ServiceKey, str] = {key: STATIC for key in static}
         self.options: dict[str, Options] = {}
         # What changed since the view was published besides the desired table.
@@ -33,19 +34,22 @@ class Programmed:
         """The Services that own ``keys`` (static included)."""
         return {self.owner.get(key, "") for key in keys} - {""}
 
-    def produce(self, ref: str, keys: frozenset[ServiceKey]) -> None:
+    def produce(self, ref: str, keys: Iterable[ServiceKey]) -> None:
         """``ref`` now produces ``keys`` (none: it is gone)."""
-        if keys != self.produced.get(ref, frozenset()):
+        ordered = tuple(sorted(set(keys)))
+        if ordered != self.produced.get(ref, ()):
             self.stale.add("keys")
-        if keys:
-            self.produced[ref] = keys
+        if ordered:
+            self.produced[ref] = ordered
         else:
             self.produced.pop(ref, None)
 
     def without(self, key: ServiceKey) -> None:
         """``key`` is held back: no Service produces it now."""
         self.drop(key)
-        self.produced = {ref: keys - {key} for ref, keys in self.produced.items()}
+        self.produced = {
+            ref: tuple(k for k in keys if k != key) for ref, keys in self.produced.items()
+        }
         self.stale.add("keys")
 
     def set_options(self, ref: str, options: Options | None) -> None:

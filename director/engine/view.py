@@ -88,7 +88,7 @@ class LoopView:
     desired: Mapping[ServiceKey, VirtualService] = field(default_factory=_empty)
     owner: Mapping[ServiceKey, str] = field(default_factory=_empty)
     options: Mapping[str, Options] = field(default_factory=_empty)
-    produced: Mapping[str, frozenset[ServiceKey]] = field(default_factory=_empty)
+    produced: Mapping[str, tuple[ServiceKey, ...]] = field(default_factory=_empty)
     services: Mapping[str, ServiceInfo] = field(default_factory=_empty)
     draining: Mapping[ServiceKey, frozenset[DestKey]] = field(default_factory=_empty)
     # The real servers with active checks, and those failing them.
