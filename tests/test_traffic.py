@@ -22,7 +22,7 @@ from director.core.model import (
     VirtualService,
 )
 from director.core.plan import Ownership
-from director.dataplane.kernel import KernelIpvs
+from director.dataplane.kernel import KernelIpvs, resolve_family
 from director.engine.reconcile import Reconciler
 from lab.netns import (
     DR_PORT,
@@ -267,3 +267,17 @@ def test_decommission_removes_what_the_director_made_and_leaves_the_rest(
     finally:
         lab.lvs.exec(["ipvsadm", "-D", "-t", "203.0.113.200:80"])
         lab.lvs.exec(["nft", "delete", "table", "inet", "someone-else"], check=False)
+
+
+def test_the_ipvs_family_found_without_a_library_is_the_one_pyroute2_finds() -> None:
+    """The director finds IPVS's generic netlink family on its own socket; pyroute2, which
+    tests keep as an independent implementation, finds the same id."""
+    from pyroute2.netlink.generic import GenericNetlinkSocket
+    from pyroute2.netlink.generic.ipvs import GENL_NAME, ipvsmsg
+
+    genl = GenericNetlinkSocket()
+    try:
+        genl.bind(GENL_NAME, ipvsmsg)
+        assert resolve_family() == genl.prid
+    finally:
+        genl.close()

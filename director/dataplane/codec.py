@@ -316,6 +316,30 @@ def dest_shape(data: Wire, offset: int, end: int) -> tuple[int, int, int, int] |
     return end - offset, counters[0] - 4 - offset, fam_start, fam_end
 
 
+# The generic netlink controller: which family id IPVS has on this kernel.
+GENL_ID_CTRL = 0x10
+CTRL_CMD_GETFAMILY = 3
+CTRL_ATTR_FAMILY_ID = 1
+CTRL_ATTR_FAMILY_NAME = 2
+IPVS_GENL_NAME = "IPVS"
+
+
+def family_request(seq: int, name: str = IPVS_GENL_NAME) -> bytes:
+    """CTRL_CMD_GETFAMILY for ``name``: the controller answers with the family's id."""
+    payload = pack_nla(CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0")
+    return (
+        NLMSGHDR.pack(20 + len(payload), GENL_ID_CTRL, NLM_F_REQUEST, seq, 0)
+        + GENLMSGHDR.pack(CTRL_CMD_GETFAMILY, GENL_VERSION, 0)
+        + payload
+    )
+
+
+def family_id(data: Wire, start: int, end: int) -> int:
+    """The family id in the controller's answer (``start``: its genl header)."""
+    off, _size = parse_attrs(data, start + 4, end)[CTRL_ATTR_FAMILY_ID]
+    return int(U16.unpack_from(data, off)[0])
+
+
 def split_messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
     """(type, flags, seq, payload start, end) for every netlink message in a datagram."""
     out = []

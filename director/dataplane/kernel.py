@@ -1,7 +1,8 @@
 """Kernel IPVS over generic netlink: the only module that touches the kernel's IPVS.
 
-pyroute2 resolves the IPVS generic netlink family; requests are packed by
-``director.dataplane.codec`` and concatenated into ~64 KB batches, one ``send()`` each; only
+Every request, the lookup of the IPVS generic netlink family included, is packed by
+``director.dataplane.codec`` (no netlink library is loaded at run time; tests hold the codec
+to pyroute2's), and they are concatenated into ~64 KB batches, one ``send()`` each; only
 the last request of a batch asks for an ack, and the kernel answers any failing request with
 an error carrying its sequence number, so every failure is attributed to its operation.
 
@@ -40,6 +41,7 @@ from director.dataplane.codec import (
     CMD_GET_DEST,
     CMD_GET_INFO,
     CMD_GET_SERVICE,
+    GENL_ID_CTRL,
     GENL_VERSION,
     GENLMSGHDR,
     HEAD,
@@ -69,6 +71,8 @@ from director.dataplane.codec import (
     encode_op,
     encode_service_key,
     error_text,
+    family_id,
+    family_request,
     pack_dest_message,
     pack_nla,
     parse_attrs,
@@ -132,23 +136,35 @@ def offered_schedulers(modules: Path = Path("/lib/modules")) -> frozenset[str]:
 
 def resolve_family() -> int:
     """The IPVS generic netlink family id, loading ip_vs if needed."""
-    from pyroute2.netlink.exceptions import NetlinkError
-    from pyroute2.netlink.generic import GenericNetlinkSocket
-    from pyroute2.netlink.generic.ipvs import GENL_NAME, ipvsmsg
-
     for attempt in range(2):
-        genl = GenericNetlinkSocket()
         try:
-            genl.bind(GENL_NAME, ipvsmsg)
-            return int(genl.prid)
-        except NetlinkError as exc:
-            if exc.code != errno.ENOENT or attempt:
+            return _ask_family()
+        except OSError as exc:
+            if exc.errno != errno.ENOENT or attempt:
                 raise IpvsUnavailable(f"{UNAVAILABLE} ({exc})") from None
-        finally:
-            genl.close()
         if _modprobe("ip_vs") is not None:
             break
     raise IpvsUnavailable(UNAVAILABLE)
+
+
+def _ask_family() -> int:
+    """One question to the generic netlink controller, on a socket of its own (no library:
+    pyroute2 alone would add 10 MB to the process). OSError: the kernel's errno (ENOENT:
+    no such family, ip_vs not loaded)."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC) as sock:
+        sock.bind((0, 0))
+        sock.settimeout(10)
+        sock.send(family_request(1))
+        while True:
+            data = sock.recv(65536)
+            for kind, flags, seq, start, end in split_messages(data):
+                if seq != 1:
+                    continue
+                if kind == NLMSG_ERROR:
+                    code = -I32.unpack_from(data, start)[0]
+                    raise OSError(code, error_text(data, flags, start, end))
+                if kind == GENL_ID_CTRL:
+                    return family_id(data, start, end)
 
 
 F = TypeVar("F", bound=Callable[..., object])
