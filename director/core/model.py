@@ -192,11 +192,16 @@ def sloppy_address(text: object) -> str | None:
         values = [int(p) for p in parts]
         if any(v > 255 for v in values):
             return None
+        if type(text) is str and not any(len(p) > 1 and p[0] == "0" for p in parts):
+            # Canonical already: the string itself, not a copy. Kept for every endpoint, a
+            # copy would leave the parsed one's slot free between kept ones (fragmentation).
+            return text
         return ".".join(str(v) for v in values)
     try:
-        return canonical_address(text)
+        canonical = canonical_address(text)
     except ValueError:
         return None
+    return text if canonical == text and type(text) is str else canonical
 
 
 def format_endpoint(address: str, port: int) -> str:

@@ -30,6 +30,7 @@ from director.core.model import (
     UdpOnly,
     VirtualService,
     check_flags,
+    hash_order,
     shown,
     sloppy_address,
 )
@@ -516,4 +517,7 @@ def _virtual_service(
             found.append(Target(address, probe_port, NODE_HEALTHZ))
         if found:
             targets[(address, port)] = tuple(found)
-    return VirtualService(want.key, config, dests, want.origin), targets, draining
+    # In hash_order, the order the kernel's list takes for a new service: the reconciler's
+    # copy of what it applied is then this very object, not a reordered copy of it.
+    ordered = {dkey: dests[dkey] for dkey in hash_order(dests)}
+    return VirtualService(want.key, config, ordered, want.origin), targets, draining
