@@ -227,10 +227,12 @@ def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None 
     ``failed`` holds the positions (in ``ops``) of operations the kernel refused. This lets
     the reconciler keep an exact picture of the kernel without reading it back.
     """
-    editing: dict[ServiceKey, DestEdit] = {}  # each service's real servers, op by op
+    editing: dict[ServiceKey, DestEdit] = {}  # a service's real servers, op by op
     for index, op in enumerate(ops):
         if failed and index in failed:
             continue
+        if editing and op.key not in editing:
+            _finish(table, editing)  # a plan's ops come service by service
         current = table.get(op.key)
         if op.kind is OpKind.ADD_SERVICE:
             assert op.config is not None
@@ -255,6 +257,13 @@ def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None 
                 edit.add(op.dest)
             else:
                 edit.set(op.dest)
+    _finish(table, editing)
+
+
+def _finish(table: Table, editing: dict[ServiceKey, DestEdit]) -> None:
+    """The edited services written back, before the next service's ops (so a whole plan's
+    edits are never held at once)."""
     for key, edit in editing.items():
         vs = table[key]
         table[key] = VirtualService(key, vs.config, edit.done(), vs.origin)
+    editing.clear()

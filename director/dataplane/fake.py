@@ -92,20 +92,29 @@ class FakeIpvs:
     def _apply(self, ops: Sequence[Op]) -> ApplyResult:
         self.calls += 1
         errors = scheduler_refusals(ops, self._schedulers)
-        editing: dict[ServiceKey, DestEdit] = {}  # each service's real servers, op by op
+        editing: dict[ServiceKey, DestEdit] = {}  # a service's real servers, op by op
         for index, op in enumerate(ops):
             if index in errors:
                 continue
+            if editing and op.key not in editing:
+                self._finish(editing)  # a plan's ops come service by service
             code = self._apply_one(op, editing)
             if code:
                 errors[index] = OpError(op, _errno.errorcode[code], error_message(code))
             elif self._record:
                 self.applied.append(op)
+        self._finish(editing)
+        ordered = tuple(errors[i] for i in sorted(errors))
+        return ApplyResult(len(ops), ordered, 0, frozenset(errors))
+
+    def _finish(self, editing: dict[ServiceKey, DestEdit]) -> None:
+        """The edited services, written back. Done before the next service's ops: a whole
+        plan's edits held to the end would leave their memory scattered between the
+        services written meanwhile (10,000 services: 8 MB of allocator pools kept)."""
         for key, edit in editing.items():
             vs = self._table[key]
             self._table[key] = VirtualService(key, vs.config, edit.done())
-        ordered = tuple(errors[i] for i in sorted(errors))
-        return ApplyResult(len(ops), ordered, 0, frozenset(errors))
+        editing.clear()
 
     # -- the kernel's rules --------------------------------------------------------------
     def _apply_one(self, op: Op, editing: dict[ServiceKey, DestEdit]) -> int:
