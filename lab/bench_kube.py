@@ -171,7 +171,9 @@ def serve(services: int, port_file: Path) -> None:
         store.create("endpointslices", "default", _slice(i, svc["metadata"]["uid"]),
                      manager="kube-controller-manager")  # fmt: skip
     server.start()
-    port_file.write_text(str(server.port))
+    # Written beside and renamed into place: the reader must never see the file empty.
+    port_file.with_suffix(".new").write_text(str(server.port))
+    port_file.with_suffix(".new").rename(port_file)
     sys.stdin.read()
     server.stop()
 
