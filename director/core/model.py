@@ -428,8 +428,6 @@ class DestEdit:
         return Dests.of(dict(reversed(self._reversed.items())))
 
 
-
-
 # Schedulers whose choice is a table the kernel builds by walking the real servers in the
 # order its list holds them (ip_vs_sh.c, ip_vs_dh.c, ip_vs_mh.c), where a real server added
 # goes to the head. Two directors with the same real servers choose alike only when their

@@ -21,8 +21,9 @@ Info = ServiceInfo | SliceInfo | NodeInfo
 class Snapshot:
     services: dict[str, ServiceInfo] = field(default_factory=dict)
     slices: dict[str, SliceInfo] = field(default_factory=dict)
-    # service -> its slices' refs (a tuple: a set costs 216 bytes however few it holds)
-    slices_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # service -> its slices' refs: a tuple while few (a set costs 216 bytes however few it
+    # holds), a set beyond (a tenant's thousands of slices must not cost quadratic time)
+    slices_of: dict[str, tuple[str, ...] | set[str]] = field(default_factory=dict)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)  # resources listed at least once
     services_version: int = 0  # bumped when ``services`` changes (readers copy it then)
@@ -80,7 +81,7 @@ class Snapshot:
         before = self.slices.pop(ref, None)
         if before is not None and before.service:
             dirty.add(before.service)
-            owners = tuple(r for r in self.slices_of.get(before.service, ()) if r != ref)
+            owners = _without(self.slices_of.get(before.service, ()), ref)
             if owners:
                 self.slices_of[before.service] = owners
             else:
@@ -89,5 +90,24 @@ class Snapshot:
             self.slices[ref] = info
             if info.service:
                 dirty.add(info.service)
-                self.slices_of[info.service] = (*self.slices_of.get(info.service, ()), ref)
+                self.slices_of[info.service] = _with(self.slices_of.get(info.service, ()), ref)
         return dirty
+
+
+FEW = 8  # slices of a Service kept in a tuple; beyond, in a set
+
+
+def _with(refs: tuple[str, ...] | set[str], ref: str) -> tuple[str, ...] | set[str]:
+    if isinstance(refs, set):
+        refs.add(ref)
+        return refs
+    if ref in refs:
+        return refs
+    return (*refs, ref) if len(refs) < FEW else {*refs, ref}
+
+
+def _without(refs: tuple[str, ...] | set[str], ref: str) -> tuple[str, ...] | set[str]:
+    if isinstance(refs, set):
+        refs.discard(ref)
+        return refs
+    return tuple(r for r in refs if r != ref)
