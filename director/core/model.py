@@ -193,8 +193,7 @@ def sloppy_address(text: object) -> str | None:
         if any(v > 255 for v in values):
             return None
         if type(text) is str and not any(len(p) > 1 and p[0] == "0" for p in parts):
-            # Canonical already: the string itself, not a copy. Kept for every endpoint, a
-            # copy would leave the parsed one's slot free between kept ones (fragmentation).
+            # Canonical already: the string itself, not a copy (one string fewer an endpoint).
             return text
         return ".".join(str(v) for v in values)
     try:

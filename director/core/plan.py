@@ -144,14 +144,16 @@ def as_applied(vs: VirtualService, before: VirtualService | None) -> VirtualServ
     """``vs`` as the kernel holds it once the plan from ``before`` applied, its real servers
     in the order of the kernel's list: a hashing service's in ``hash_order``; another's
     with the added ones at the head (in ``hash_order``) and the others where they were."""
-    dests = dict(vs.real_servers.items())
+    keys = list(vs.real_servers)
     if vs.config.scheduler in HASHING_SCHEDULERS:
-        order = hash_order(dests)
+        order = hash_order(keys)
     else:
-        old = before.real_servers if before is not None else {}
-        order = hash_order(d for d in dests if d not in old) + [d for d in old if d in dests]
-    if order == list(dests):
-        return vs
+        old = list(before.real_servers) if before is not None else []
+        seen, wanted = set(old), set(keys)
+        order = hash_order(d for d in keys if d not in seen) + [d for d in old if d in wanted]
+    if order == keys:
+        return vs  # the common case: no copy made
+    dests = dict(vs.real_servers.items())
     return VirtualService(vs.key, vs.config, {d: dests[d] for d in order}, vs.origin)
 
 
