@@ -87,12 +87,12 @@ api: {{listen: "127.0.0.1:0", token_file: {tmp_path / "token"},
                 timeout=10, what="a Lease renewal",
             )  # fmt: skip
             # the same Warning twice is one Event, counted (events create, get, patch)
-            topics = runtime.controller.reporter.reported
+            reporter = runtime.controller.reporter
             for value, told in (("bogus", True), (None, False), ("bogus", True)):
                 api.patch("services", "web",
                           {"metadata": {"annotations": {"lvs-director.io/forwarding": value}}})
                 eventually(lambda t=told: any(k.startswith("problem:")  # type: ignore[misc]
-                                              for k in topics.get("default/web", {})) is t,
+                                              for k in reporter.topics("default/web")) is t,
                            what=f"the problem told: {told}")  # fmt: skip
             counts = lambda: [e.get("count") for e in api.events_for("web")  # noqa: E731
                               if e["reason"] == "InvalidAnnotation"]  # fmt: skip

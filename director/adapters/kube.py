@@ -139,11 +139,19 @@ class KubeApi:
             if token:
                 query.append(("continue", token))
             data = self.request("GET", resource.path, query=query, timeout=120)
-            parsed = (parse(item) for item in data.get("items") or ())
-            out.extend(item for item in parsed if item is not None)
             meta = data.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
             token = str(meta.get("continue") or "")
+            items = data.get("items") or []
+            del data  # not held while the next page is read and parsed
+            # Each object's JSON is let go once parsed: what is kept of it then sits beside
+            # the next one's, not among a whole page's freed strings (at 10,000 Services
+            # those were ~5 MB of holes that stayed).
+            for at, item in enumerate(items):
+                items[at] = None
+                kept = parse(item)
+                if kept is not None:
+                    out.append(kept)
             if not token:
                 return out, version
 

@@ -154,7 +154,8 @@ def _text(value: object, default: str = "") -> str:
 
 def _short(text: str) -> str:
     """One copy of a short string the cluster repeats (namespaces, node names, protocols,
-    port names): 10,000 Services in one namespace hold one "default", not 10,000."""
+    port names, the timestamps of objects made or changed in the same second): 10,000
+    Services in one namespace hold one "default", not 10,000."""
     return sys.intern(text) if len(text) <= 63 else text
 
 
@@ -344,7 +345,7 @@ def service_from_json(obj: Json) -> ServiceInfo:
         load_balancer_ip=lb_ip if isinstance(lb_ip, str) and lb_ip else None,
         status_ips=status_ips,
         health_check_node_port=health_port or 0,
-        created=_text(meta.get("creationTimestamp")),
+        created=_short(_text(meta.get("creationTimestamp"))),  # Services made at once share it
         source_ranges=_source_ranges(spec, all_annotations, problems),
         allocate_node_ports=spec.get("allocateLoadBalancerNodePorts") is not False,
         problems=tuple(problems),
@@ -413,7 +414,7 @@ def slice_from_json(obj: Json) -> SliceInfo:
         addresses=tuple(addresses),
         conditions=bytes(conditions),
         nodes=tuple(nodes) if any(nodes) else (),
-        trigger_time=trigger if isinstance(trigger, str) else None,
+        trigger_time=_short(trigger) if isinstance(trigger, str) else None,
         problems=tuple(f"EndpointSlice {name}: {p}" for p in problems),
     )
 

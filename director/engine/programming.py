@@ -5,6 +5,7 @@ decides when; this part decides how."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +24,14 @@ from director.engine.translator import Translator
 from director.engine.view import STATIC
 
 Guard = Callable[..., bool]  # (where, action, *args): run one unit of work, survive its fault
+
+
+def give_back_free_memory() -> bool:
+    """Return the C heap's free pages to the system (glibc's malloc_trim; elsewhere nothing,
+    False). The first sync's lists and plan leave the heap grown with free space between what
+    is kept, which free() alone never returns: 4 MB at 10,000 Services."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    return bool(trim(0)) if trim is not None else False
 
 
 class Programmer:
@@ -64,6 +73,8 @@ class Programmer:
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
         gc.collect()
         gc.freeze()
+        give_back_free_memory()
+
 
     def _adopt(self, ref: str) -> None:
         fresh = self.translator.service(ref)
@@ -76,6 +87,8 @@ class Programmer:
         self.exports.vips.touched(self.table.desired)  # drift repaired, or found
         self.pace.resynced(self.resync_seconds)
         self.exports.state_due = self.exports.due = True
+        if reread:  # the kernel's table, read whole, is garbage now
+            give_back_free_memory()
 
     def sync(self, dirty: set[str]) -> None:
         """Recompute and program the Services in ``dirty`` (ALL: every one)."""
@@ -96,6 +109,9 @@ class Programmer:
         blocked = self.filter.enforce()
         for ref, (computed, seconds) in fresh.items():
             self.guarded(f"service {ref}", self._program, ref, computed, blocked, seconds)
+        if ALL in dirty:  # every Service computed afresh: a first sync's worth of garbage
+            del fresh
+            give_back_free_memory()
 
     def sync_static(self, keys: Iterable[ServiceKey] | None = None) -> None:
         """Recompute and program the configuration's services (``keys``: these only)."""

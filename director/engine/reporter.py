@@ -27,7 +27,9 @@ class Reporter:
         self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
         status.leader = dry_run
         self.lease_refused: str | None = None  # why no box can write status, if refused
-        self.reported: dict[str, dict[str, str]] = {}  # service -> topic -> last message
+        # service -> (topic, its last message, topic, message, ...): one flat tuple, not a
+        # dict, per Service (most have one topic; a dict each was 2 MB at 10,000 Services)
+        self.reported: dict[str, tuple[str, ...]] = {}
         # Events a follower saw the reason for: written should it become the leader.
         self.unsent: dict[str, dict[str, Pending]] = {}
 
@@ -53,19 +55,41 @@ class Reporter:
         unsent, self.unsent = self.unsent, {}
         for ref, topics in unsent.items() if leader else ():
             for topic, (svc, severity, reason, message) in topics.items():
-                if self.reported.get(ref, {}).get(topic) == message:  # still true
+                if self.said(ref, topic) == message:  # still true
                     self._send_event(svc, severity, reason, message)
+
+    def said(self, ref: str, topic: str) -> str | None:
+        """The last message on ``topic`` for the Service, if any."""
+        told = self.reported.get(ref, ())
+        for at in range(0, len(told), 2):
+            if told[at] == topic:
+                return told[at + 1]
+        return None
+
+    def topics(self, ref: str) -> list[str]:
+        return list(self.reported.get(ref, ())[::2])
+
+    def _set(self, ref: str, topic: str, message: str | None) -> None:
+        """Keep ``message`` as the last on ``topic`` (None: forget the topic)."""
+        told = self.reported.get(ref, ())
+        pairs = [(t, m) for t, m in zip(told[::2], told[1::2], strict=True) if t != topic]
+        if message is not None:
+            pairs.append((topic, message))
+        if pairs:
+            self.reported[ref] = tuple(item for pair in pairs for item in pair)
+        else:
+            self.reported.pop(ref, None)
 
     def known(self, ref: str, topic: str, message: str) -> None:
         """Something already true (a restart, the other director): nothing to announce."""
-        self.reported.setdefault(ref, {})[topic] = message
+        if self.said(ref, topic) != message:
+            self._set(ref, topic, message)
 
     def report(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
         """An Event on the Service when what it says changes (not on every sync)."""
-        topics = self.reported.setdefault(svc.ref, {})
-        if topics.get(topic) == message:
+        if self.said(svc.ref, topic) == message:
             return
-        topics[topic] = message
+        self._set(svc.ref, topic, message)
         level = logging.WARNING if kind == "Warning" else logging.INFO
         event(log, "service." + reason, level=level, service=svc.ref, message=message)
         if self.outbox is None:
@@ -78,12 +102,11 @@ class Reporter:
     def report_problems(self, svc: ServiceInfo, problems: Iterable[Problem]) -> None:
         """Refused parts of the Service (annotations, fields, endpoints): a Warning Event, a
         log line and a count each, once per distinct problem while it lasts."""
-        topics = self.reported.setdefault(svc.ref, {})
         current: set[str] = set()
         for problem in problems:
             topic = f"problem:{problem.annotation}:{problem.message}"
             current.add(topic)
-            if topic not in topics:
+            if self.said(svc.ref, topic) is None:
                 resource = "endpointslices" if problem.reason == "InvalidEndpoint" else "services"
                 self.status.refused[resource] = self.status.refused.get(resource, 0) + 1
             text = (
@@ -92,8 +115,9 @@ class Reporter:
                 else problem.message
             )
             self.report(svc, "Warning", problem.reason, text, topic)
-        for topic in [t for t in topics if t.startswith("problem:") and t not in current]:
-            del topics[topic]  # fixed: the same problem again is reported again
+        for topic in self.topics(svc.ref):
+            if topic.startswith("problem:") and topic not in current:
+                self._set(svc.ref, topic, None)  # fixed: the same problem again is reported again
 
     def write_status(self, svc: ServiceInfo, ips: tuple[str, ...]) -> None:
         if self.dry_run:
