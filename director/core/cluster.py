@@ -69,11 +69,12 @@ class ServiceInfo:
     problems: tuple[str, ...] = ()  # what was dropped from the object, and why
     # status.loadBalancer.ingress held something that is not an address: rewrite it.
     stale_status: bool = False
-    # namespace/name, made once: every table keyed by Service shares the one string.
+    # namespace/name, made once (interned, so its slices share it): every table keyed by
+    # Service shares the one string.
     ref: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ref", f"{self.namespace}/{self.name}")
+        object.__setattr__(self, "ref", sys.intern(f"{self.namespace}/{self.name}"))
 
 
 class Endpoint(NamedTuple):
@@ -408,7 +409,10 @@ def slice_from_json(obj: Json) -> SliceInfo:
     return SliceInfo(
         namespace=namespace,
         name=name,
-        service=f"{namespace}/{service}" if isinstance(service, str) and service else "",
+        # interned, as the Service's ref is: 10,000 slices do not each hold a copy of it
+        service=sys.intern(f"{namespace}/{service}")
+        if isinstance(service, str) and service
+        else "",
         address_type=family,
         ports=_shared(tuple(ports)),
         addresses=tuple(addresses),

@@ -70,6 +70,8 @@ class Addresses:
             self._clear_status(svc)
             return ()
         ips = tuple(str(a) for a in outcome.addresses)
+        if ips == svc.status_ips:  # the usual case: keep the snapshot's strings, not copies
+            ips = svc.status_ips
         message = f"assigned {', '.join(ips)} from pool {outcome.pool}"
         if ips != svc.status_ips or svc.stale_status:
             reporter.write_status(svc, ips)
