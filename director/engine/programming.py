@@ -75,7 +75,6 @@ class Programmer:
         gc.freeze()
         give_back_free_memory()
 
-
     def _adopt(self, ref: str) -> None:
         fresh = self.translator.service(ref)
         for key, vs in fresh.items():
