@@ -351,7 +351,7 @@ def main() -> None:
     results = {}
     # Each size in a process of its own (memory is a figure), with the allocator setting
     # the systemd unit gives the director.
-    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "2"))
+    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "1"))
     for count in args.services:
         out = subprocess.run(
             [sys.executable, "-m", "lab.bench_kube", "--adapter", args.adapter,
