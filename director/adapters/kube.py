@@ -142,7 +142,8 @@ class KubeApi:
             meta = data.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
             token = str(meta.get("continue") or "")
-            items = data.get("items") or []
+            items = data.get("items")
+            items = items if isinstance(items, list) else []
             del data  # not held while the next page is read and parsed
             # Each object's JSON is let go once parsed: what is kept of it then sits beside
             # the next one's, not among a whole page's freed strings (at 10,000 Services
