@@ -71,6 +71,8 @@ def test_render_puts_the_first_vips_inline_and_the_rest_excluded(tmp_path: Path)
     assert " ".join(excluded) == ("203.0.113.102/32 dev eth-front 2001:db8::1/128 dev eth-front")
     assert "version 3" in text and "advert_int 0.10" in text and "preempt_delay 5" in text
     assert "vrrp_rt_priority 50" in text, "adverts on time on a busy box"
+    # ... and not SIGKILLed by RLIMIT_RTTIME's 10 ms default when the box is busy
+    assert "vrrp_rlimit_rttime 1000000" in text
     assert "vrrp_rt_priority" not in render_keepalived(ha(tmp_path, realtime_priority=0), [])
     assert "unicast_src_ip 203.0.113.11" in text and "203.0.113.12" in text
     assert "lvs_sync_daemon eth-back director id 7" in text
