@@ -5,6 +5,8 @@ suite trust the fake."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from director.core.model import (
@@ -159,6 +161,40 @@ def test_a_large_batch_applies_and_attributes_each_failure(ipvs: Ipvs) -> None:
     table = ipvs.read().services
     assert len(table) == 600
     assert sum(len(vs.real_servers) for vs in table.values()) == 3000
+
+
+def test_a_service_with_thousands_of_real_servers_reads_back_whole(ipvs: Ipvs) -> None:
+    """Its real servers arrive over many datagrams (the kernel's are at most 32 KiB)."""
+    servers = [RealServer(f"198.18.{i // 250}.{1 + i % 250}", 8080) for i in range(3000)]
+    assert ipvs.apply([add(WEB), *(dest(OpKind.ADD_DEST, WEB, rs) for rs in servers)]).ok
+    for table in (ipvs.read(), ipvs.read(stats=True)):
+        assert dict(table.services[WEB].real_servers) == {rs.key: rs for rs in servers}
+    assert len(ipvs.read(stats=True).dest_state) == 3000
+    vs = ipvs.read_service(WEB)
+    assert vs is not None and len(vs.real_servers) == 3000
+    assert len(ipvs.read_dest_states(WEB)) == 3000
+
+
+@pytest.mark.kernel
+def test_an_ipvs_socket_costs_the_process_little_memory(netns: str) -> None:
+    """The director holds two (the loop's, and the API's and metrics' reader); each once
+    cost 8 MiB of resident receive buffer."""
+    from director.dataplane.kernel import KernelIpvs
+
+    def resident_kib() -> int:
+        status = Path("/proc/self/status").read_text()
+        return int(status.split("VmRSS:")[1].split()[0])
+
+    first = KernelIpvs(netns=netns)  # what the first one imports and starts is not the figure
+    before = resident_kib()
+    more = [KernelIpvs(netns=netns) for _ in range(4)]
+    try:
+        grown = resident_kib() - before
+        assert grown < 2048, f"four IPVS sockets took {grown} KiB"
+        assert all(ipvs.read().services == {} for ipvs in (first, *more))
+    finally:
+        for ipvs in (first, *more):
+            ipvs.close()
 
 
 def test_read_with_stats_reports_each_real_server(ipvs: Ipvs) -> None:

@@ -3,6 +3,7 @@ encoder (an independent implementation of the same protocol). Host only, no kern
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 from pathlib import Path
@@ -34,7 +35,7 @@ from director.dataplane.codec import (
     family_request,
     parse_attrs as _attrs,
 )
-from director.dataplane.kernel import KernelIpvs
+from director.dataplane.kernel import RECV_BYTES, KernelIpvs
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -172,16 +173,19 @@ class ScriptedSocket:
         self.sent.append(data)
         return len(data)
 
-    def recv_into(self, buffer: bytearray) -> int:
+    def recv_into(self, buffer: bytearray, nbytes: int = 0, flags: int = 0) -> int:
+        """As the kernel's netlink_recvmsg: a datagram longer than the buffer is cut to it
+        (and gone); with MSG_TRUNC the answer is its whole length."""
         data = self.datagrams.pop(0)
-        buffer[: len(data)] = data
-        return len(data)
+        copied = min(len(data), nbytes or len(buffer))
+        buffer[:copied] = data[:copied]
+        return len(data) if flags & socket.MSG_TRUNC else copied
 
 
 def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel = object.__new__(KernelIpvs)
     sock = ScriptedSocket()
-    kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(65536)  # type: ignore[assignment]
+    kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(RECV_BYTES)  # type: ignore[assignment]
     kernel._dest_shape, kernel._dest_cache, kernel._dest_requests = None, {}, {}
     return kernel, sock
 
@@ -213,6 +217,24 @@ def test_dest_replies_decode_the_same_from_the_cache_and_odd_ones_in_full() -> N
     sock.datagrams = [header + odd + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
     assert len(kernel._dest_cache) == 3
+
+
+def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() -> None:
+    kernel, sock = scripted_kernel()
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    rs = RealServer("192.0.2.11", 8080)
+    seq = kernel._seq + 1
+    one = dest_message(rs, socket.AF_INET, seq)
+    sock.datagrams = [one * (RECV_BYTES // len(one) + 1) + done(seq)]
+    with pytest.raises(OSError) as caught:
+        kernel._dest_configs(key)
+    assert caught.value.errno == errno.EMSGSIZE
+    assert "did not fit" in str(caught.value)
+    # Within the buffer, the same reply is read whole.
+    seq = kernel._seq + 1
+    one = dest_message(rs, socket.AF_INET, seq)
+    sock.datagrams = [one * (RECV_BYTES // len(one) - 1) + done(seq)]
+    assert kernel._dest_configs(key) == {rs.key: rs}
 
 
 def test_an_error_reply_raises_with_the_errno() -> None:

@@ -91,7 +91,12 @@ from director.logs import event
 log = logging.getLogger("director.ipvs")
 
 BATCH_BYTES = 64 * 1024
-RCVBUF = 8 * 1024 * 1024
+RCVBUF = 8 * 1024 * 1024  # the socket's queue in the kernel (a big batch's acks wait there)
+# What one recv can hold. The kernel sends no netlink datagram above 32 KiB (a dump's are
+# capped at SKB_WITH_OVERHEAD(32768), its replies and acks are smaller), so twice that is
+# room enough; a larger one is refused (EMSGSIZE), never read cut short. A buffer the size
+# of RCVBUF cost the process 8 MiB of resident zeros per socket.
+RECV_BYTES = 64 * 1024
 NOT_SCHEDULERS = frozenset({"ftp", "pe_sip"})  # ip_vs_* modules that are not schedulers
 
 UNAVAILABLE = (
@@ -170,6 +175,16 @@ def _ask_family() -> int:
 F = TypeVar("F", bound=Callable[..., object])
 
 
+def _received(size: int, buf: bytearray) -> int:
+    """``size`` (a datagram's whole length: recv with MSG_TRUNC) if it fit in ``buf``."""
+    if size > len(buf):
+        raise OSError(
+            errno.EMSGSIZE,
+            f"a netlink reply of {size} bytes did not fit the {len(buf)}-byte receive buffer",
+        )
+    return size
+
+
 def _serialised(method: F) -> F:
     """One request/reply exchange at a time on the socket: the controller, the API and
     the drain checks share one KernelIpvs, and interleaved replies would be lost."""
@@ -191,7 +206,7 @@ class KernelIpvs:
         self.family = resolve_family()
         self._seq = 0
         self._sock = in_netns(netns, self._open)
-        self._buf = bytearray(RCVBUF)
+        self._buf = bytearray(RECV_BYTES)
         self._schedulers: frozenset[str] | None = None
         self._dest_shape: tuple[int, int, int, int] | None = None
         # configuration bytes of a real server -> its (key, value), see _dest_configs
@@ -249,7 +264,7 @@ class KernelIpvs:
         )
 
     def _recv(self) -> bytes:
-        size = self._sock.recv_into(self._buf)
+        size = _received(self._sock.recv_into(self._buf, 0, socket.MSG_TRUNC), self._buf)
         return bytes(self._buf[:size])
 
     def _request(self, cmd: int, payload: bytes) -> list[tuple[bytes, int, int]]:
@@ -371,7 +386,7 @@ class KernelIpvs:
             cache.clear()
         shape = self._dest_shape
         while True:
-            size = sock.recv_into(buf)
+            size = _received(sock.recv_into(buf, 0, socket.MSG_TRUNC), buf)
             data = bytes(memoryview(buf)[:size])
             offset = 0
             while offset + 16 <= size:
