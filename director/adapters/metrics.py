@@ -9,9 +9,9 @@ they serve (``namespace``, ``service``, ``port_name``).
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -29,9 +29,10 @@ from prometheus_client.registry import Collector
 
 from director.core.announce import PeerState
 from director.core.firewall import FirewallError
-from director.core.model import ServiceKey
+from director.core.model import DestState, RealServer, ServiceKey
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
+from director.engine.programming import give_back_free_memory
 from director.engine.view import LoopView
 
 Registry = CollectorRegistry  # what the runtime hands to extra collectors
@@ -133,65 +134,90 @@ def _label_text(names: list[str], values: list[str]) -> str:
     return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, escaped, strict=True)) + "}"
 
 
+def _backend_value(
+    field: str, rs: RealServer, state: DestState | None, up: bool | None
+) -> int | None:
+    """One backend family's value (None: no sample, as for a real server without counters
+    or without checks)."""
+    if field == "weight":
+        return rs.weight
+    if field == "up":
+        return None if up is None else int(up)
+    if state is None:
+        return None
+    if field == "active":
+        return state.active_connections
+    if field == "inactive":
+        return state.inactive_connections
+    return int(getattr(state.stats, field))
+
+
+CHUNK_LINES = 4096  # lines per piece of the text: the whole text is never held
+
+
 class IpvsExposition:
     """The kernel's counters per virtual service and per real server, straight to the text
     format. At 10,000 services of 10 real servers that is 700,000 series: the generic client
-    library took ~8 s a scrape to format them, this takes a fraction, because each series'
-    label text is built once and kept while its service, origin and real server stay."""
+    library took ~8 s a scrape to format them, this takes a fraction. The text comes in
+    pieces, built family by family from the table read: at that size it is 140 MB, which a
+    whole-text scrape held (and the heap kept after it). Each service's label text is kept
+    while its service and origin stay; a real server's is that plus its address and port."""
 
     def __init__(self, loop: LoopPort, reader: Ipvs | None = None) -> None:
         self.loop = loop
         self.reader = reader or loop.ipvs  # its own socket: scrapes never block writes
-        self._labels: dict[tuple[object, ...], str] = {}
+        self._labels: dict[tuple[ServiceKey, str], str] = {}
 
-    def render(self) -> bytes:
+    def chunks(self) -> Iterator[bytes]:
         table = self.reader.read(stats=True)
         view = self.loop.view
         origins = {key: vs.origin for key, vs in view.desired.items()}
-        checked = {
-            (key, dkey): not view.unhealthy_dest(key, dkey)
-            for key, dests in view.checks.items()
-            for dkey in dests
-        }
-        cache = self._labels
-        labels: dict[tuple[object, ...], str] = {}
-        services: list[tuple[str, object]] = []
-        backends: list[tuple[str, dict[str, int]]] = []
-        for key, vs in table.services.items():
-            origin = origins.get(key, "")
-            ident = (key, origin)
-            text = labels[ident] = cache.get(ident) or _label_text(
-                SERVICE_LABELS, service_labels(key, origin)
-            )
-            stats = table.service_stats.get(key)
-            if stats is not None:
-                services.append((text, stats))
-            for dkey, rs in vs.real_servers.items():
-                bident = (key, origin, dkey)
-                btext = labels[bident] = cache.get(bident) or _label_text(
-                    BACKEND_LABELS, [*service_labels(key, origin), rs.address, str(rs.port)]
-                )
-                values = {"weight": rs.weight}
-                state = table.dest_state.get((key, dkey))
-                if state is not None:
-                    values.update(
-                        active=state.active_connections, inactive=state.inactive_connections,
-                        connections=state.stats.connections, bytes_in=state.stats.bytes_in,
-                        bytes_out=state.stats.bytes_out,
-                    )  # fmt: skip
-                up = checked.get((key, dkey))
-                if up is not None:
-                    values["up"] = int(up)
-                backends.append((btext, values))
-        self._labels = labels  # what is gone is forgotten
-        out: list[str] = []
+        checks = view.checks
+        labels = self._labels  # kept, not rebuilt: a scrape leaves no new long-lived object
+        services: list[tuple[str, ServiceKey]] = []
+        for key in table.services:
+            ident = (key, origins.get(key, ""))
+            text = labels.get(ident)
+            if text is None:
+                text = labels[ident] = _label_text(SERVICE_LABELS, service_labels(*ident))
+            services.append((text, key))
+        if len(labels) > len(services):  # what is gone is forgotten
+            now = {(key, origins.get(key, "")) for _, key in services}
+            self._labels = {ident: text for ident, text in labels.items() if ident in now}
+        del origins
+        lines: list[str] = []
+        service_stats = table.service_stats
         for name, text, kind, field in SERVICE_FAMILIES:
-            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
-            out.extend(f"{name}{lab} {getattr(stats, field)}\n" for lab, stats in services)
+            lines.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            for label, key in services:
+                stats = service_stats.get(key)
+                if stats is not None:
+                    lines.append(f"{name}{label} {getattr(stats, field)}\n")
+                    if len(lines) >= CHUNK_LINES:
+                        yield "".join(lines).encode()
+                        lines.clear()
+        dest_state, unhealthy = table.dest_state, view.unhealthy_dest
         for name, text, kind, field in BACKEND_FAMILIES:
-            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
-            out.extend(f"{name}{lab} {v[field]}\n" for lab, v in backends if field in v)
-        return "".join(out).encode()
+            lines.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            for label, key in services:
+                checked = checks.get(key)
+                head = f"{name}{label[:-1]}"
+                for dkey, rs in table.services[key].real_servers.items():
+                    up = (
+                        None
+                        if checked is None or dkey not in checked
+                        else (not unhealthy(key, dkey))
+                    )
+                    value = _backend_value(field, rs, dest_state.get((key, dkey)), up)
+                    if value is None:
+                        continue
+                    lines.append(
+                        f'{head},remote_address="{rs.address}",remote_port="{rs.port}"}} {value}\n'
+                    )
+                    if len(lines) >= CHUNK_LINES:
+                        yield "".join(lines).encode()
+                        lines.clear()
+        yield "".join(lines).encode()
 
 
 class DirectorCollector(Collector):
@@ -468,7 +494,9 @@ class FrrCollector(Collector):
 class Scrape:
     """``/metrics`` made cheap to ask for: one scrape is built at a time, and a built one
     serves every request for a while (at least 1 s, and twice what it took to build), so
-    many scrapers cost what one does and never hold many workers."""
+    many scrapers cost what one does and never hold many workers. A scrape is kept gzipped
+    only (140 MB of text at 10,000 services is 3 MB so), compressed as it is written: what
+    Prometheus asks for is served as is, a plain request is unpacked as it is sent."""
 
     content_type = CONTENT_TYPE_LATEST
 
@@ -477,25 +505,52 @@ class Scrape:
     ) -> None:
         self.registry, self.exposition = registry, exposition
         self._lock = threading.Lock()
-        self._text = b""
-        self._gzipped: bytes | None = None
+        self._gzipped = b""
         self._until = 0.0
 
-    def text(self, gzipped: bool = False) -> bytes:
-        """The scrape (compressed: 127 MB of text at 10,000 services is 3 MB gzipped)."""
-        if self.registry is None:
-            return gzip.compress(b"", 1) if gzipped else b""
+    def gzipped(self) -> bytes:
+        """The scrape, gzipped."""
         with self._lock:
             now = time.monotonic()
             if now >= self._until:
-                self._text = generate_latest(self.registry) + (
-                    self.exposition.render() if self.exposition is not None else b""
-                )
-                self._gzipped = None
+                self._gzipped = b""  # the last one is not kept while the next is built
+                self._gzipped = self._build()
                 took = time.monotonic() - now
                 self._until = time.monotonic() + max(1.0, 2 * took)
-            if not gzipped:
-                return self._text
-            if self._gzipped is None:
-                self._gzipped = gzip.compress(self._text, 1)
             return self._gzipped
+
+    def plain(self) -> Iterator[bytes]:
+        """The scrape as text, in pieces (built here, in the request's scrape slot; only
+        the unpacking is left to the response)."""
+        return _unpacked(self.gzipped())
+
+    def _build(self) -> bytes:
+        packer = zlib.compressobj(1, zlib.DEFLATED, GZIP_WBITS)
+        if self.registry is None:
+            return packer.flush()
+        parts = [packer.compress(generate_latest(self.registry))]
+        if self.exposition is not None:
+            parts.extend(packer.compress(chunk) for chunk in self.exposition.chunks())
+        parts.append(packer.flush())
+        body = b"".join(parts)
+        del parts
+        give_back_free_memory()  # the table read and the text's pieces are garbage now
+        return body
+
+
+def _unpacked(gzipped: bytes) -> Iterator[bytes]:
+    """The text, a bounded piece at a time (40 times the compressed bytes, unbounded)."""
+    unpacker = zlib.decompressobj(GZIP_WBITS)
+    pending = gzipped
+    while pending:
+        piece = unpacker.decompress(pending, UNPACK_BYTES)
+        pending = unpacker.unconsumed_tail
+        if piece:
+            yield piece
+    rest = unpacker.flush()
+    if rest:
+        yield rest
+
+
+GZIP_WBITS = 31  # zlib's gzip container
+UNPACK_BYTES = 256 * 1024  # text sent a piece at a time to a plain (not gzip) request

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from flask import current_app
@@ -28,7 +28,9 @@ class MetricsText(Protocol):
 
     content_type: str
 
-    def text(self, gzipped: bool = False) -> bytes: ...
+    def gzipped(self) -> bytes: ...
+
+    def plain(self) -> Iterator[bytes]: ...
 
 
 class AnnotationWriter(Protocol):

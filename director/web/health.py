@@ -61,11 +61,11 @@ def scrape() -> Response:
     if metrics is None:
         return Response(b"", mimetype=TEXT_FORMAT)
     if "gzip" in request.headers.get("Accept-Encoding", ""):  # Prometheus asks for it
-        response = Response(metrics.text(gzipped=True), mimetype=metrics.content_type)
+        response = Response(metrics.gzipped(), mimetype=metrics.content_type)
         response.headers["Content-Encoding"] = "gzip"
         response.vary.add("Accept-Encoding")
         return response
-    return Response(metrics.text(), mimetype=metrics.content_type)
+    return Response(metrics.plain(), mimetype=metrics.content_type)
 
 
 @public("/", "status_page")
