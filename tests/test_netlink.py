@@ -186,7 +186,7 @@ def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel = object.__new__(KernelIpvs)
     sock = ScriptedSocket()
     kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(RECV_BYTES)  # type: ignore[assignment]
-    kernel._dest_shape, kernel._dest_cache, kernel._dest_requests = None, {}, {}
+    kernel._dest_layout, kernel._dest_requests = None, {}
     return kernel, sock
 
 
@@ -194,21 +194,25 @@ def done(seq: int) -> bytes:
     return struct.pack("=IHHIIi", 20, 3, 2, seq, 0, 0)
 
 
-def test_dest_replies_decode_the_same_from_the_cache_and_odd_ones_in_full() -> None:
+def test_dest_replies_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     kernel, sock = scripted_kernel()
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
     a = RealServer("192.0.2.11", 8080, 3, Forwarding.NAT)
-    b = RealServer("192.0.2.12", 8080, 0, Forwarding.DR, 100, 10)
+    b = RealServer("192.0.2.12", 65535, 0, Forwarding.DR, 100, 10)
     mixed = RealServer("2001:db8::9", 8080, 1, Forwarding.TUN)
-    for _ in range(2):  # the second read decodes from the cache
+    heavy = RealServer("192.0.2.13", 1, 2**31 - 1, Forwarding.BYPASS, 2**32 - 1, 7)
+    for _ in range(2):  # the second read decodes with the layout the first learnt
         seq = kernel._seq + 1
         sock.datagrams = [
             dest_message(a, socket.AF_INET, seq) + dest_message(b, socket.AF_INET, seq),
-            dest_message(mixed, socket.AF_INET6, seq) + done(seq),
+            dest_message(mixed, socket.AF_INET6, seq)
+            + dest_message(heavy, socket.AF_INET, seq)
+            + done(seq),
         ]
-        assert kernel._dest_configs(key) == {a.key: a, b.key: b, mixed.key: mixed}
-    assert len(kernel._dest_cache) == 3
-    # A reply of another shape (an unknown attribute first) is decoded in full, not cached.
+        assert kernel._dest_configs(key) == {r.key: r for r in (a, b, mixed, heavy)}
+    assert kernel._dest_layout is not None
+    # A reply of another shape (an unknown attribute first, so every field elsewhere) is
+    # decoded in full; so is one of the same length with another attribute in a field's place.
     seq = kernel._seq + 1
     body = kernel_dest_reply(a, socket.AF_INET)
     extra = struct.pack("=HHI", 8, 99, 0)
@@ -216,7 +220,16 @@ def test_dest_replies_decode_the_same_from_the_cache_and_odd_ones_in_full() -> N
     header = struct.pack("=IHHII", 20 + len(odd), 0x21, 2, seq, 0) + b"\x08\x01\0\0"
     sock.datagrams = [header + odd + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
-    assert len(kernel._dest_cache) == 3
+    seq = kernel._seq + 1
+    message = bytearray(dest_message(a, socket.AF_INET, seq))
+    attrs = _attrs(bytes(message), 24, len(message))
+    weight_at, port_at = attrs[4][0] - 4, attrs[2][0] - 4
+    # The port's and the weight's attributes swap places (types and payloads): same length.
+    port_nla = bytes(message[port_at : port_at + 8])
+    message[port_at : port_at + 8] = message[weight_at : weight_at + 8]
+    message[weight_at : weight_at + 8] = port_nla
+    sock.datagrams = [bytes(message) + done(seq)]
+    assert kernel._dest_configs(key) == {a.key: a}
 
 
 def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() -> None:

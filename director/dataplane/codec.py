@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+from typing import NamedTuple
 
 from director.core.model import (
     SVC_F_HASHED,
@@ -283,37 +284,73 @@ def decode_dest(
     return rs, state
 
 
-_DEST_CONFIG_ATTRS = (
-    DEST_ADDR,
-    DEST_PORT,
-    DEST_FWD_METHOD,
-    DEST_WEIGHT,
-    DEST_U_THRESH,
-    DEST_L_THRESH,
+# A real server's configuration in a GET_DEST reply: (attribute, payload format). The
+# kernel writes the same attributes, in the same order and sizes, for every real server.
+_DEST_FIELDS = (
+    (DEST_ADDR, "16s"),
+    (DEST_PORT, "H"),  # network order
+    (DEST_FWD_METHOD, "I"),
+    (DEST_WEIGHT, "i"),
+    (DEST_U_THRESH, "I"),
+    (DEST_L_THRESH, "I"),
+    (DEST_ADDR_FAMILY, "H"),
 )
 
 
-def dest_shape(data: Wire, offset: int, end: int) -> tuple[int, int, int, int] | None:
-    """Where a GET_DEST reply message keeps a real server's configuration.
+class DestLayout(NamedTuple):
+    """Where one kernel's GET_DEST reply messages keep a real server's configuration, learnt
+    from the first: a message of the same length with the same attribute headers at those
+    places decodes with one struct call (no walk of its attributes, nothing cached: a cache
+    of decoded replies was 57 MiB at 100,000 real servers)."""
 
-    (message length, end of the configuration attributes, start and end of the address
-    family attribute), relative to the message. The kernel writes the configuration first,
-    then the connection counters, the family and the statistics, in the same order and sizes
-    for every real server; None when this message does not look like that."""
+    length: int  # of the whole message
+    fields: struct.Struct  # each field's attribute header (length, type), then its payload
+    headers: tuple[int, ...]  # the attribute headers expected: every length, then every type
+    at: tuple[int, ...]  # where each of _DEST_FIELDS' payloads is in the unpacked values
+
+
+def dest_layout(data: Wire, offset: int, end: int) -> DestLayout | None:
+    """The layout of the GET_DEST reply message at ``offset`` (None: not a plain one)."""
     start = offset + 20  # nlmsghdr + genlmsghdr
     alen, akind = NLA.unpack_from(data, start)
     if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or start + alen > end:
         return None
     attrs = parse_attrs(data, start + 4, start + alen)
-    counters = attrs.get(DEST_ACTIVE_CONNS)
-    if counters is None or any(
-        kind not in attrs or attrs[kind][0] > counters[0] for kind in _DEST_CONFIG_ATTRS
-    ):
+    places = []
+    for rank, (kind, fmt) in enumerate(_DEST_FIELDS):
+        where = attrs.get(kind)
+        if where is None or where[1] != struct.calcsize(fmt):
+            return None
+        places.append((where[0] - 4 - offset, rank, fmt))
+    places.sort()
+    layout, lengths, kinds, at, pos = "=", [], [], [0] * len(_DEST_FIELDS), 0
+    for value, (header, rank, fmt) in enumerate(places):
+        layout += f"{header - pos}xHH{fmt}"
+        pos = header + 4 + struct.calcsize(fmt)
+        size, kind = NLA.unpack_from(data, offset + header)
+        lengths.append(size)
+        kinds.append(kind)
+        at[rank] = 3 * value + 2
+    return DestLayout(end - offset, struct.Struct(layout), (*lengths, *kinds), tuple(at))
+
+
+def decode_dest_laid_out(data: bytes, offset: int, layout: DestLayout) -> RealServer | None:
+    """The real server of the message at ``offset``, if it is laid out as ``layout`` says."""
+    values = layout.fields.unpack_from(data, offset)
+    if values[0::3] + values[1::3] != layout.headers:
         return None
-    family = attrs.get(DEST_ADDR_FAMILY)
-    fam_start = family[0] - 4 - offset if family else 0
-    fam_end = family[0] + 4 - offset if family else 0
-    return end - offset, counters[0] - 4 - offset, fam_start, fam_end
+    at = layout.at
+    raw = values[at[0]]
+    return RealServer(
+        socket.inet_ntop(socket.AF_INET6, raw)
+        if values[at[6]] == socket.AF_INET6
+        else socket.inet_ntop(socket.AF_INET, raw[:4]),
+        socket.ntohs(values[at[1]]),
+        values[at[3]],
+        _FORWARDING[values[at[2]] & 0x7],
+        values[at[4]],
+        values[at[5]],
+    )
 
 
 # The generic netlink controller: which family id IPVS has on this kernel.
