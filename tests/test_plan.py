@@ -109,6 +109,35 @@ def test_reconciler_second_sync_writes_nothing() -> None:
     assert fake.calls == calls  # no apply at all
 
 
+def test_a_resync_that_finds_no_drift_keeps_one_copy_of_the_table() -> None:
+    """The read-back of a resync is kept only where the kernel differs from the cache: a
+    10,000-service director no longer holds a second copy of its table after a minute."""
+    fake = FakeIpvs()
+    reconciler = Reconciler(fake, OWN)
+    other = ServiceKey.inet(Protocol.TCP, "198.51.100.11", 80)
+    desired = {WEB: vs(WEB, A, B, C), other: vs(other, A, B, scheduler="sh")}
+    reconciler.full_sync(desired)
+    before = dict(reconciler.actual)
+    assert reconciler.full_sync(desired).plan.empty
+    assert all(reconciler.actual[key] is before[key] for key in desired)
+    # Drift: another tool changes a weight. The kernel's version is read, and repaired.
+    fake.apply([Op(OpKind.SET_DEST, WEB, dest=RealServer(B.address, B.port, weight=5))])
+    report = reconciler.full_sync(desired)
+    assert kinds(report.plan.ops) == ["set-dest"]
+    assert reconciler.actual[WEB] == desired[WEB] == fake.read().services[WEB]
+    assert reconciler.actual[other] is before[other]
+    # Equal as a mapping but in another order than the kernel's list: the kernel's order is
+    # what a hashing scheduler works from, so the read is kept.
+    kernel_order = list(fake.read().services[other].real_servers)
+    stale = VirtualService(
+        other, before[other].config, dict(reversed(list(before[other].real_servers.items())))
+    )
+    reconciler.actual[other] = stale
+    reconciler.observe()
+    assert reconciler.actual[other] is not stale
+    assert list(reconciler.actual[other].real_servers) == kernel_order
+
+
 def test_reconciler_one_real_server_change_is_one_operation() -> None:
     fake = FakeIpvs()
     reconciler = Reconciler(fake, OWN)

@@ -378,6 +378,13 @@ class Dests(Mapping[DestKey, RealServer]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def same_order(self, other: Mapping[DestKey, RealServer]) -> bool:
+        """The same real servers, in the same order (the kernel's list order matters to the
+        hashing schedulers; ``==`` does not look at it)."""
+        if isinstance(other, Dests):
+            return self._rows == other._rows
+        return list(self.values()) == list(other.values())
+
     def __repr__(self) -> str:
         return f"Dests({dict(self.items())!r})"
 
