@@ -160,30 +160,23 @@ class IpvsExposition:
     format. At 10,000 services of 10 real servers that is 700,000 series: the generic client
     library took ~8 s a scrape to format them, this takes a fraction. The text comes in
     pieces, built family by family from the table read: at that size it is 140 MB, which a
-    whole-text scrape held (and the heap kept after it). Each service's label text is kept
-    while its service and origin stay; a real server's is that plus its address and port."""
+    whole-text scrape held (and the heap kept after it). A real server's label text is its
+    service's plus its address and port, made as its line is; nothing is kept from one scrape
+    to the next (a cache of label texts held one string per real server)."""
 
     def __init__(self, loop: LoopPort, reader: Ipvs | None = None) -> None:
         self.loop = loop
         self.reader = reader or loop.ipvs  # its own socket: scrapes never block writes
-        self._labels: dict[tuple[ServiceKey, str], str] = {}
 
     def chunks(self) -> Iterator[bytes]:
         table = self.reader.read(stats=True)
         view = self.loop.view
         origins = {key: vs.origin for key, vs in view.desired.items()}
         checks = view.checks
-        labels = self._labels  # kept, not rebuilt: a scrape leaves no new long-lived object
-        services: list[tuple[str, ServiceKey]] = []
-        for key in table.services:
-            ident = (key, origins.get(key, ""))
-            text = labels.get(ident)
-            if text is None:
-                text = labels[ident] = _label_text(SERVICE_LABELS, service_labels(*ident))
-            services.append((text, key))
-        if len(labels) > len(services):  # what is gone is forgotten
-            now = {(key, origins.get(key, "")) for _, key in services}
-            self._labels = {ident: text for ident, text in labels.items() if ident in now}
+        services = [
+            (_label_text(SERVICE_LABELS, service_labels(key, origins.get(key, ""))), key)
+            for key in table.services
+        ]
         del origins
         lines: list[str] = []
         service_stats = table.service_stats
