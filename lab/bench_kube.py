@@ -32,7 +32,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from director.adapters.kube import FIELD_MANAGER, RESOURCES, KubeApi, api_client
+from director.adapters.metrics import IpvsExposition, Scrape
 from director.cli.runtime import Runtime
 from director.dataplane.interface import Ipvs
 from director.engine.reconcile import SyncReport
@@ -287,6 +290,23 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
             with cv:
                 ops.append(applied_ops.get(ref, 0))
         memory = rss_mb()
+        # What every director then does once a minute (resync_seconds, 86400 here so that
+        # none fell among the events): read the whole kernel table back and diff it.
+        pace = runtime.controller.pace
+        t0 = time.perf_counter()
+        pace.resynced(0)
+        while pace.resync_due(time.monotonic()):
+            time.sleep(0.05)
+        resync_s = time.perf_counter() - t0
+        after_resync = rss_mb()
+        # What Prometheus then costs: one scrape of every kernel counter (the director's
+        # /metrics), and the memory it leaves.
+        scrape = Scrape(CollectorRegistry(), IpvsExposition(runtime.controller))
+        t0 = time.perf_counter()
+        scraped = len(scrape.gzipped())
+        scrape_s = time.perf_counter() - t0
+        after_scrape = rss_mb()  # Prometheus asks for gzip: what a plain request unpacks is not
+        text_mb = sum(len(piece) for piece in scrape.plain()) / 1e6
         runtime.stop()
         # The floor, measured after the director (so its garbage is not the director's
         # memory), twice: the faster is taken, which makes the ratio the harder one.
@@ -306,6 +326,12 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
             "ops_per_event_max": max(ops),
             "ops_per_event_min": min(ops),
             "rss_mb": round(memory, 1),
+            "resync_s": round(resync_s, 2),
+            "rss_mb_after_resync": round(after_resync, 1),
+            "scrape_s": round(scrape_s, 2),
+            "scrape_text_mb": round(text_mb, 1),
+            "scrape_gzip_mb": round(scraped / 1e6, 1),
+            "rss_mb_after_scrape": round(after_scrape, 1),
         }
     finally:
         if child.stdin:
