@@ -449,6 +449,8 @@ def test_a_scrape_of_a_big_table_leaves_the_director_the_size_it_was() -> None:
     assert max(len(p) for p in pieces) <= UNPACK_BYTES
     print(f"a {len(text) / 1e6:.0f} MB scrape: the process grew {grown:.1f} MiB")
     assert grown < 12, f"a {len(text) / 1e6:.0f} MB scrape left the process {grown:.1f} MiB bigger"
+    # Once it can serve no more, not even the gzip is held until the next scrape.
+    eventually(lambda: scrape._gzipped == b"", timeout=10, what="the scrape let go")
 
 
 def test_a_lease_namespace_that_does_not_exist_makes_the_director_unready_and_says_why(

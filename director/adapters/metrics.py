@@ -488,8 +488,9 @@ class Scrape:
     """``/metrics`` made cheap to ask for: one scrape is built at a time, and a built one
     serves every request for a while (at least 1 s, and twice what it took to build), so
     many scrapers cost what one does and never hold many workers. A scrape is kept gzipped
-    only (140 MB of text at 10,000 services is 3 MB so), compressed as it is written: what
-    Prometheus asks for is served as is, a plain request is unpacked as it is sent."""
+    only (140 MB of text at 10,000 services is 3 MB so), compressed as it is written, and
+    only while it serves: what Prometheus asks for is served as is, a plain request is
+    unpacked as it is sent."""
 
     content_type = CONTENT_TYPE_LATEST
 
@@ -509,8 +510,18 @@ class Scrape:
                 self._gzipped = b""  # the last one is not kept while the next is built
                 self._gzipped = self._build()
                 took = time.monotonic() - now
-                self._until = time.monotonic() + max(1.0, 2 * took)
+                serves = max(1.0, 2 * took)
+                self._until = time.monotonic() + serves
+                # Let go once it can serve no more (between scrapes, not held for nothing).
+                expiry = threading.Timer(serves + 0.1, self._expire)
+                expiry.daemon = True
+                expiry.start()
             return self._gzipped
+
+    def _expire(self) -> None:
+        with self._lock:
+            if time.monotonic() >= self._until:
+                self._gzipped = b""
 
     def plain(self) -> Iterator[bytes]:
         """The scrape as text, in pieces (built here, in the request's scrape slot; only
