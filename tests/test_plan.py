@@ -120,6 +120,7 @@ def test_a_resync_that_finds_no_drift_keeps_one_copy_of_the_table() -> None:
     before = dict(reconciler.actual)
     assert reconciler.full_sync(desired).plan.empty
     assert all(reconciler.actual[key] is before[key] for key in desired)
+    assert {id(key) for key in reconciler.actual} == {id(key) for key in before}, "keys too"
     # Drift: another tool changes a weight. The kernel's version is read, and repaired.
     fake.apply([Op(OpKind.SET_DEST, WEB, dest=RealServer(B.address, B.port, weight=5))])
     report = reconciler.full_sync(desired)

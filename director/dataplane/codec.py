@@ -217,18 +217,6 @@ def _address(data: bytes, offset: int, family: int) -> str:
     return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
 
 
-def counters_length(data: Wire, start: int, end: int) -> int:
-    """Bytes taken by the trailing STATS and STATS64 attributes of a service (0: not last)."""
-    attrs = parse_attrs(data, start, end)
-    if SVC_STATS not in attrs or SVC_STATS64 not in attrs:
-        return 0
-    stats_header = attrs[SVC_STATS][0] - 4
-    stats64_end = attrs[SVC_STATS64][0] + attrs[SVC_STATS64][1]
-    if (stats64_end + 3) & ~3 != end or attrs[SVC_STATS64][0] < attrs[SVC_STATS][0]:
-        return 0
-    return end - stats_header
-
-
 def decode_service(
     data: bytes, start: int, end: int
 ) -> tuple[ServiceKey, ServiceConfig, tuple[int, int] | None]:

@@ -59,11 +59,8 @@ from director.dataplane.codec import (
     NLMSGHDR,
     OP_CMD,
     SOL_NETLINK,
-    SVC_STATS,
-    SVC_STATS64,
     U16,
     DestLayout,
-    counters_length,
     decode_dest,
     decode_dest_laid_out,
     decode_service,
@@ -211,9 +208,6 @@ class KernelIpvs:
         self._buf = bytearray(RECV_BYTES)
         self._schedulers: frozenset[str] | None = None
         self._dest_layout: DestLayout | None = None  # see _dest_configs
-        self._dest_requests: dict[ServiceKey, bytes] = {}
-        self._service_cache: dict[bytes, tuple[ServiceKey, ServiceConfig]] = {}
-        self._service_tail: int | None = None  # bytes of STATS + STATS64 at a service's end
         try:
             self._request(CMD_GET_INFO, b"")
         except OSError as exc:
@@ -311,10 +305,10 @@ class KernelIpvs:
     def _services(
         self, stats: bool
     ) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, int] | None, bytes]]:
+        """Every service: its key, configuration, where its STATS64 is, and its datagram.
+        Decoded afresh each time and nothing kept: a cache of decoded services, filled by a
+        read among its own garbage, held ~10 MB of the heap at 10,000 services."""
         out = []
-        cache = self._service_cache
-        if len(cache) > 100_000:
-            cache.clear()
         for data, start, end in self._dump(CMD_GET_SERVICE, b""):
             size, kind = NLA.unpack_from(data, start)
             off = start + 4
@@ -322,26 +316,8 @@ class KernelIpvs:
                 off, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
             else:
                 size -= 4
-            nested_end = off + size
-            # A service's attributes are its configuration, then its counters (STATS and
-            # STATS64, always last): unchanged configuration bytes decode to what they did.
-            tail = self._service_tail
-            if tail is None:
-                tail = self._service_tail = counters_length(data, off, nested_end)
-            stats_at = nested_end - tail if tail else 0
-            if tail and NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS:
-                config_bytes = data[off:stats_at]
-                hit = cache.get(config_bytes)
-                if hit is None:
-                    key, config, _ = decode_service(data, off, nested_end)
-                    hit = cache[config_bytes] = (key, config)
-                stats64 = (
-                    parse_attrs(data, stats_at, nested_end).get(SVC_STATS64) if stats else None
-                )
-                out.append((hit[0], hit[1], stats64, data))
-                continue
-            key, config, where = decode_service(data, off, nested_end)
-            out.append((key, config, where, data))
+            key, config, where = decode_service(data, off, off + size)
+            out.append((key, config, where if stats else None, data))
         return out
 
     def _dests(
@@ -359,13 +335,9 @@ class KernelIpvs:
             out.append(decode_dest(data, nested, nested_end, family, with_stats))
         return out
 
-    def _dest_request(self, key: ServiceKey) -> bytes:
-        request = self._dest_requests.get(key)
-        if request is None:
-            if len(self._dest_requests) > 100_000:
-                self._dest_requests.clear()
-            request = self._dest_requests[key] = pack_nla(CMD_ATTR_SERVICE, encode_service_key(key))
-        return request
+    @staticmethod
+    def _dest_request(key: ServiceKey) -> bytes:
+        return pack_nla(CMD_ATTR_SERVICE, encode_service_key(key))
 
     def _dest_configs(self, key: ServiceKey) -> dict[DestKey, RealServer]:
         """One service's real servers (no counters): the hot path of a full resync.
