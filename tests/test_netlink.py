@@ -25,9 +25,12 @@ from director.core.model import (
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
+    counters_length as _counters_length,
     decode_dest,
     decode_service,
     encode_op,
+    encode_service_config,
+    encode_service_key,
     family_id,
     family_request,
     parse_attrs as _attrs,
@@ -255,6 +258,16 @@ def test_an_error_reply_raises_with_the_errno() -> None:
     with pytest.raises(OSError) as caught:
         kernel._dest_configs(key)
     assert caught.value.errno == 3
+
+
+def test_service_counters_are_found_at_the_end_of_a_service() -> None:
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    config = encode_service_key(key) + encode_service_config(key, ServiceConfig("wlc"))
+    stats = struct.pack("=HHI", 8, 1, 5)
+    tail = struct.pack("=HH", 12, 10 | 0x8000) + stats + struct.pack("=HH", 12, 12 | 0x8000) + stats
+    data = config + tail
+    assert _counters_length(data, 0, len(data)) == len(tail)
+    assert _counters_length(config, 0, len(config)) == 0, "no counters: no fast path"
 
 
 def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(

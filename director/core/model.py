@@ -267,7 +267,8 @@ _Attrs = tuple[int, Forwarding, int, int]  # weight, forwarding, upper and lower
 
 
 @lru_cache(maxsize=4096)  # bounded: weights and thresholds come from tenants
-def _shared_attrs(attrs: _Attrs) -> _Attrs:
+def shared_attrs(attrs: _Attrs) -> _Attrs:
+    """The one tuple of these (weight, forwarding, upper, lower) every real server shares."""
     return attrs
 
 
@@ -296,8 +297,16 @@ class Dests(Mapping[DestKey, RealServer]):
     def _flat(servers: Iterable[RealServer]) -> tuple[Any, ...]:
         rows: list[Any] = []
         for rs in servers:
-            rows += (rs[0], rs[1], _shared_attrs(rs[2:]))
+            rows += (rs[0], rs[1], shared_attrs(rs[2:]))
         return tuple(rows)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Any]) -> Dests:
+        """Real servers given flat (address, port, ``shared_attrs`` tuple, ...), each key
+        once: as the kernel adapter decodes them, with no RealServer made."""
+        out = cls.__new__(cls)
+        out._rows, out._next = tuple(rows), 0
+        return out
 
     @classmethod
     def of(cls, servers: Mapping[DestKey, RealServer] | Iterable[RealServer]) -> Dests:

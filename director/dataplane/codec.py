@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from director.core.model import (
     SVC_F_HASHED,
@@ -28,6 +28,7 @@ from director.core.model import (
     ServiceKey,
     Stats,
     decode_flags,
+    shared_attrs,
 )
 from director.dataplane.interface import error_message
 
@@ -217,6 +218,18 @@ def _address(data: bytes, offset: int, family: int) -> str:
     return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
 
 
+def counters_length(data: Wire, start: int, end: int) -> int:
+    """Bytes taken by the trailing STATS and STATS64 attributes of a service (0: not last)."""
+    attrs = parse_attrs(data, start, end)
+    if SVC_STATS not in attrs or SVC_STATS64 not in attrs:
+        return 0
+    stats_header = attrs[SVC_STATS][0] - 4
+    stats64_end = attrs[SVC_STATS64][0] + attrs[SVC_STATS64][1]
+    if (stats64_end + 3) & ~3 != end or attrs[SVC_STATS64][0] < attrs[SVC_STATS][0]:
+        return 0
+    return end - stats_header
+
+
 def decode_service(
     data: bytes, start: int, end: int
 ) -> tuple[ServiceKey, ServiceConfig, tuple[int, int] | None]:
@@ -239,8 +252,14 @@ def decode_service(
         netmask = _U32.unpack_from(data, off)[0]
     else:
         netmask = int.from_bytes(data[off : off + 4], "big").bit_count()
-    config = ServiceConfig(scheduler, decode_flags(scheduler, bits), persistence, netmask)
-    return key, config, a.get(SVC_STATS64)
+    return key, _service_config(scheduler, bits, persistence, netmask), a.get(SVC_STATS64)
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: the kernel may hold what others wrote
+def _service_config(scheduler: str, bits: int, persistence: int, netmask: int) -> ServiceConfig:
+    """One configuration object for every service configured alike (10,000 services read
+    back held 10,000 equal ones, each with its own scheduler name)."""
+    return ServiceConfig(scheduler, decode_flags(scheduler, bits), persistence, netmask)
 
 
 _FORWARDING = (*Forwarding, Forwarding.BYPASS, Forwarding.BYPASS, Forwarding.BYPASS)
@@ -292,8 +311,8 @@ class DestLayout(NamedTuple):
     of decoded replies was 57 MiB at 100,000 real servers)."""
 
     length: int  # of the whole message
-    fields: struct.Struct  # each field's attribute header (length, type), then its payload
-    headers: tuple[int, ...]  # the attribute headers expected: every length, then every type
+    fields: struct.Struct  # each field's attribute header (one word), then its payload
+    headers: tuple[int, ...]  # the header words expected, in the message's order
     at: tuple[int, ...]  # where each of _DEST_FIELDS' payloads is in the unpacked values
 
 
@@ -311,33 +330,31 @@ def dest_layout(data: Wire, offset: int, end: int) -> DestLayout | None:
             return None
         places.append((where[0] - 4 - offset, rank, fmt))
     places.sort()
-    layout, lengths, kinds, at, pos = "=", [], [], [0] * len(_DEST_FIELDS), 0
+    layout, headers, at, pos = "=", [], [0] * len(_DEST_FIELDS), 0
     for value, (header, rank, fmt) in enumerate(places):
-        layout += f"{header - pos}xHH{fmt}"
+        layout += f"{header - pos}xI{fmt}"
         pos = header + 4 + struct.calcsize(fmt)
-        size, kind = NLA.unpack_from(data, offset + header)
-        lengths.append(size)
-        kinds.append(kind)
-        at[rank] = 3 * value + 2
-    return DestLayout(end - offset, struct.Struct(layout), (*lengths, *kinds), tuple(at))
+        headers.append(_U32.unpack_from(data, offset + header)[0])
+        at[rank] = 2 * value + 1
+    return DestLayout(end - offset, struct.Struct(layout), tuple(headers), tuple(at))
 
 
-def decode_dest_laid_out(data: bytes, offset: int, layout: DestLayout) -> RealServer | None:
-    """The real server of the message at ``offset``, if it is laid out as ``layout`` says."""
+def decode_dest_row(data: bytes, offset: int, layout: DestLayout) -> tuple[Any, ...] | None:
+    """The real server of the message at ``offset`` as a ``Dests`` row (address, port,
+    shared attributes), if the message is laid out as ``layout`` says."""
     values = layout.fields.unpack_from(data, offset)
-    if values[0::3] + values[1::3] != layout.headers:
+    if values[0::2] != layout.headers:
         return None
     at = layout.at
     raw = values[at[0]]
-    return RealServer(
+    return (
         socket.inet_ntop(socket.AF_INET6, raw)
         if values[at[6]] == socket.AF_INET6
         else socket.inet_ntop(socket.AF_INET, raw[:4]),
         socket.ntohs(values[at[1]]),
-        values[at[3]],
-        _FORWARDING[values[at[2]] & 0x7],
-        values[at[4]],
-        values[at[5]],
+        shared_attrs(
+            (values[at[3]], _FORWARDING[values[at[2]] & 0x7], values[at[4]], values[at[5]])
+        ),
     )
 
 
