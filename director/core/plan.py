@@ -87,8 +87,10 @@ def plan_service(
             return []
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
     hashing = desired.config.scheduler in HASHING_SCHEDULERS
-    if actual == desired and not (hashing and _out_of_order(actual.real_servers)):
-        return []  # the common case of a resync: compared in C, nothing to do
+    if (actual is desired or actual == desired) and not (
+        hashing and _out_of_order(actual.real_servers)
+    ):
+        return []  # the common case of a resync (the very object, once read back as cached)
     origin = desired.origin
     ops: list[Op] = []
     actual_dests: Mapping[DestKey, RealServer]
