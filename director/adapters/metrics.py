@@ -47,7 +47,6 @@ SERVICE_LABELS = [
     "service",
     "port_name",
 ]
-BACKEND_LABELS = [*SERVICE_LABELS, "remote_address", "remote_port"]
 VRRP_STATES = ("MASTER", "BACKUP", "FAULT")
 
 
@@ -194,7 +193,7 @@ class IpvsExposition:
             lines.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
             for label, key in services:
                 checked = checks.get(key)
-                head = f"{name}{label[:-1]}"
+                head = f"{name}{label[:-1]}"  # SERVICE_LABELS, then remote_address and _port
                 for dkey, rs in table.services[key].real_servers.items():
                     up = (
                         None

@@ -62,7 +62,6 @@ from director.dataplane.codec import (
     OP_CMD,
     SOL_NETLINK,
     SVC_STATS,
-    SVC_STATS64,
     U16,
     DestLayout,
     counters_length,
@@ -317,7 +316,7 @@ class KernelIpvs:
         10,000 services afresh is a second of a resync under emulation). The services are
         read before any real server, so what the cache keeps is made before a read's
         garbage, not among it (made among it, it held the heap around it)."""
-        out = []
+        out: list[tuple[ServiceKey, ServiceConfig, tuple[int, int] | None, bytes]] = []
         cache = self._service_cache
         if len(cache) > 100_000:
             cache.clear()
@@ -331,23 +330,26 @@ class KernelIpvs:
             nested_end = off + size
             # A service's attributes are its configuration, then its counters (STATS and
             # STATS64, always last): unchanged configuration bytes decode to what they did.
+            # Only a resync's read uses the cache: a scrape's (every 15 s, on the API's
+            # socket as often as not) decodes afresh and fills no second cache.
             tail = self._service_tail
             if tail is None:
                 tail = self._service_tail = counters_length(data, off, nested_end)
             stats_at = nested_end - tail if tail else 0
-            if tail and NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS:
+            if (
+                not stats
+                and tail
+                and NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS
+            ):
                 config_bytes = data[off:stats_at]
                 hit = cache.get(config_bytes)
                 if hit is None:
                     key, config, _ = decode_service(data, off, nested_end)
                     hit = cache[config_bytes] = (key, config)
-                stats64 = (
-                    parse_attrs(data, stats_at, nested_end).get(SVC_STATS64) if stats else None
-                )
-                out.append((hit[0], hit[1], stats64, data))
+                out.append((hit[0], hit[1], None, data))
                 continue
             key, config, where = decode_service(data, off, nested_end)
-            out.append((key, config, where, data))
+            out.append((key, config, where if stats else None, data))
         return out
 
     def _dests(
