@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from director.core.announce import PeerState
 from director.core.firewall import FirewallError
-from director.core.model import DestState, RealServer, ServiceKey
+from director.core.model import DestState, ServiceKey
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.engine.programming import give_back_free_memory
@@ -133,15 +133,8 @@ def _label_text(names: list[str], values: list[str]) -> str:
     return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, escaped, strict=True)) + "}"
 
 
-def _backend_value(
-    field: str, rs: RealServer, state: DestState | None, up: bool | None
-) -> int | None:
-    """One backend family's value (None: no sample, as for a real server without counters
-    or without checks)."""
-    if field == "weight":
-        return rs.weight
-    if field == "up":
-        return None if up is None else int(up)
+def _counter(field: str, state: DestState | None) -> int | None:
+    """A real server's kernel counter (None: no sample, as for one without counters)."""
     if state is None:
         return None
     if field == "active":
@@ -195,12 +188,15 @@ class IpvsExposition:
                 checked = checks.get(key)
                 head = f"{name}{label[:-1]}"  # SERVICE_LABELS, then remote_address and _port
                 for dkey, rs in table.services[key].real_servers.items():
-                    up = (
-                        None
-                        if checked is None or dkey not in checked
-                        else (not unhealthy(key, dkey))
-                    )
-                    value = _backend_value(field, rs, dest_state.get((key, dkey)), up)
+                    value: int | None
+                    if field == "weight":
+                        value = rs.weight
+                    elif field == "up":  # only a checked real server is up or down
+                        if checked is None or dkey not in checked:
+                            continue
+                        value = int(not unhealthy(key, dkey))
+                    else:
+                        value = _counter(field, dest_state.get((key, dkey)))
                     if value is None:
                         continue
                     lines.append(

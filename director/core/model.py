@@ -294,10 +294,15 @@ class Dests(Mapping[DestKey, RealServer]):
         self._next = 0
 
     @staticmethod
+    def row(rs: RealServer) -> tuple[Any, ...]:
+        """A real server's row: (address, port, its ``shared_attrs`` tuple)."""
+        return (rs[0], rs[1], shared_attrs(rs[2:]))
+
+    @staticmethod
     def _flat(servers: Iterable[RealServer]) -> tuple[Any, ...]:
         rows: list[Any] = []
         for rs in servers:
-            rows += (rs[0], rs[1], shared_attrs(rs[2:]))
+            rows += Dests.row(rs)
         return tuple(rows)
 
     @classmethod

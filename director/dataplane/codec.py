@@ -346,11 +346,8 @@ def decode_dest_row(data: bytes, offset: int, layout: DestLayout) -> tuple[Any, 
     if values[0::2] != layout.headers:
         return None
     at = layout.at
-    raw = values[at[0]]
     return (
-        socket.inet_ntop(socket.AF_INET6, raw)
-        if values[at[6]] == socket.AF_INET6
-        else socket.inet_ntop(socket.AF_INET, raw[:4]),
+        _address(values[at[0]], 0, values[at[6]]),
         socket.ntohs(values[at[1]]),
         shared_attrs(
             (values[at[3]], _FORWARDING[values[at[2]] & 0x7], values[at[4]], values[at[5]])

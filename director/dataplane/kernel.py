@@ -35,7 +35,6 @@ from director.core.model import (
     ServiceConfig,
     ServiceKey,
     VirtualService,
-    shared_attrs,
 )
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
@@ -265,7 +264,7 @@ class KernelIpvs:
 
     def _recv(self) -> bytes:
         size = _received(self._sock.recv_into(self._buf, 0, socket.MSG_TRUNC), self._buf)
-        return bytes(self._buf[:size])
+        return bytes(memoryview(self._buf)[:size])
 
     def _request(self, cmd: int, payload: bytes) -> list[tuple[bytes, int, int]]:
         """One acknowledged request; its replies as (datagram, attrs start, attrs end).
@@ -379,17 +378,16 @@ class KernelIpvs:
         otherwise is decoded in full), straight into the rows of a ``Dests``, with no
         RealServer made. Nothing decoded is kept between reads.
         (Measured: reading on two or three sockets from as many threads is slower.)"""
-        sock, buf = self._sock, self._buf
         seq = self._next_seq()
         request = self._dest_request(key)
-        sock.send(self._message(CMD_GET_DEST, NLM_F_REQUEST | NLM_F_DUMP, seq, request))
+        self._sock.send(self._message(CMD_GET_DEST, NLM_F_REQUEST | NLM_F_DUMP, seq, request))
         rows: list[Any] = []
         family, genl = key.family, self.family
         header = NLMSGHDR.unpack_from
         layout = self._dest_layout
         while True:
-            size = _received(sock.recv_into(buf, 0, socket.MSG_TRUNC), buf)
-            data = bytes(memoryview(buf)[:size])
+            data = self._recv()
+            size = len(data)
             offset = 0
             while offset + 16 <= size:
                 length, kind, flags, mseq, _pid = header(data, offset)
@@ -408,7 +406,7 @@ class KernelIpvs:
                         if row is None:
                             nested, alen = parse_attrs(data, offset + 20, end)[CMD_ATTR_DEST]
                             rs = decode_dest(data, nested, nested + alen, family, False)[0]
-                            row = (rs.address, rs.port, shared_attrs(rs[2:]))
+                            row = Dests.row(rs)
                         rows += row
                     elif kind == NLMSG_DONE:
                         return Dests.from_rows(rows)
