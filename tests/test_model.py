@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+import socket
+
 import pytest
 from hypothesis import given, strategies as st
 
 from director.core.model import (
+    DEST_COUNTERS,
+    SERVICE_COUNTERS,
     SVC_F_ONEPACKET,
     SVC_F_PERSISTENT,
     SVC_F_SCHED1,
     SVC_F_SCHED2,
+    Counters,
     DestEdit,
     Dests,
     Family,
@@ -129,3 +134,51 @@ def test_an_edit_of_real_servers_keeps_the_kernels_list_order(
             edit.remove(rs.key)
         assert edit.get(rs.key) == next((m for m in model if m.key == rs.key), None)
     assert list(edit.done().values()) == model
+
+
+_U64 = st.integers(0, 2**64 - 1)
+_COUNTED = st.tuples(
+    st.sampled_from(["10.0.0.1", "192.0.2.255", "2001:db8::1", "::ffff:10.0.0.1", "::"]),
+    st.integers(0, 65535),
+    st.lists(_U64, min_size=9, max_size=9),  # weight, conns, and the five totals
+)
+
+
+@given(st.lists(st.tuples(_U64.map(lambda n: n % 65536), st.lists(_COUNTED, max_size=5),
+                          st.lists(_U64, min_size=5, max_size=5), st.booleans()),
+                max_size=6))  # fmt: skip
+def test_counters_in_columns_read_back_what_was_added(
+    services: list[tuple[int, list[tuple[str, int, list[int]]], list[int], bool]],
+) -> None:
+    """What a scrape reads: each service's real servers, and no other's, with every figure
+    to 64 bits; a service whose read failed leaves nothing behind."""
+    counters, expected = Counters(), {}
+    for port, dests, totals, fails in services:
+        key = ServiceKey.inet(Protocol.TCP, "198.51.100.1", port)
+        rows = {}
+        for address, dport, figures in dests:
+            family = Family.of(address)
+            values = [dport, *figures, family]
+            counters.add_dest(socket.inet_pton(family, address), values)
+            figured = dict(zip(DEST_COUNTERS, values, strict=True))
+            rows[(canonical_address(address), dport)] = figured
+        if fails or key in expected:
+            counters.drop_open()
+            continue
+        counters.add_service(key, totals)
+        expected[key] = (dict(zip(SERVICE_COUNTERS, totals, strict=True)), rows)
+    assert counters.table() == expected
+    assert len(counters) == len(expected)
+
+
+def test_counters_refuse_a_row_of_the_wrong_width_and_keep_the_rest() -> None:
+    counters = Counters()
+    counters.add_dest(socket.inet_pton(socket.AF_INET, "10.0.0.1"), [80, *[1] * 9, 2])
+    with pytest.raises(ValueError, match="11 figures"):
+        counters.add_dest(b"\0" * 16, [80, 1])
+    with pytest.raises(ValueError, match="5 figures"):
+        counters.add_service(ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80), [1])
+    counters.add_service(ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80), [1] * 5)
+    assert next(iter(counters.table().values()))[1] == {
+        ("10.0.0.1", 80): dict(zip(DEST_COUNTERS, [80, *[1] * 9, 2], strict=True))
+    }

@@ -13,6 +13,7 @@ from pyroute2.netlink import ctrlmsg
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
 from director.core.model import (
+    Counters,
     Family,
     Forwarding,
     IpProtocol as Protocol,
@@ -127,6 +128,11 @@ def test_we_decode_a_service_that_pyroute2_encoded() -> None:
     assert config == ServiceConfig("wrr", frozenset(), persistence=60, netmask=24)
 
 
+# A real server's counters in the replies below: connections (over 32 bits: STATS carries
+# them cut to 32, STATS64 whole), packets in and out, bytes in and out.
+COUNTS = (2**33 + 7, 70, 60, 2**40 + 1, 2**64 - 1)
+
+
 def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
     """IPVS_CMD_ATTR_DEST as ip_vs_genl_fill_dest() writes it (Linux 6.1 order)."""
 
@@ -135,7 +141,12 @@ def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
         return struct.pack("=HH", size, kind) + payload + b"\0" * (-size & 3)
 
     packed = socket.inet_pton(family, rs.address).ljust(16, b"\0")
-    stats = nla(1, struct.pack("=I", 7))
+    rates = (5, 4, 3, 2, 1)  # cps, pps in and out, bps in and out
+    stats = b"".join(  # ip_vs_genl_fill_stats: 32 bits but for the bytes
+        nla(i + 1, struct.pack("=Q", v) if i in (3, 4) else struct.pack("=I", v & 0xFFFFFFFF))
+        for i, v in enumerate((*COUNTS, *rates))
+    )
+    stats64 = b"".join(nla(i + 1, struct.pack("=Q", v)) for i, v in enumerate((*COUNTS, *rates)))
     body = (
         nla(1, packed)
         + nla(2, struct.pack(">H", rs.port))
@@ -152,7 +163,7 @@ def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
         + nla(11, struct.pack("=H", family))
         + extra
         + nla(10 | 0x8000, stats)
-        + nla(12 | 0x8000, stats)
+        + nla(12 | 0x8000, stats64)
     )
     return nla(CMD_ATTR_DEST | 0x8000, body)
 
@@ -186,7 +197,7 @@ def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel = object.__new__(KernelIpvs)
     sock = ScriptedSocket()
     kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(RECV_BYTES)  # type: ignore[assignment]
-    kernel._dest_layout, kernel._dest_requests = None, {}
+    kernel._dest_layout, kernel._counter_layout = None, None
     return kernel, sock
 
 
@@ -230,6 +241,54 @@ def test_dest_replies_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     message[weight_at : weight_at + 8] = port_nla
     sock.datagrams = [bytes(message) + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
+
+
+def test_dest_counters_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
+    """A scrape's read: each real server's counters from STATS64 (64 bits whole), its
+    connection counts and weight, the same whether the learnt layout or a full walk of the
+    attributes decodes them."""
+    kernel, sock = scripted_kernel()
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    a = RealServer("192.0.2.11", 8080, 3, Forwarding.NAT)
+    mixed = RealServer("2001:db8::9", 65535, 2**31 - 1, Forwarding.TUN)
+
+    def figures(rs: RealServer, family: int) -> dict[str, int]:
+        names = ("connections", "packets_in", "packets_out", "bytes_in", "bytes_out")
+        counts = dict(zip(names, COUNTS, strict=True))
+        head = {"port": rs.port, "weight": rs.weight, "active": 3, "inactive": 1, "persistent": 0}
+        return {**head, **counts, "family": family}
+
+    def read() -> dict[tuple[str, int], dict[str, int]]:
+        counters = Counters()
+        kernel._dest_counters(key, counters)
+        counters.add_service(key, (0,) * 5)
+        return counters.table()[key][1]
+
+    expected = {a.key: figures(a, socket.AF_INET), mixed.key: figures(mixed, socket.AF_INET6)}
+    for _ in range(2):  # the second read decodes with the layout the first learnt
+        seq = kernel._seq + 1
+        sock.datagrams = [
+            dest_message(a, socket.AF_INET, seq) + dest_message(mixed, socket.AF_INET6, seq),
+            done(seq),
+        ]
+        assert read() == expected
+    assert kernel._counter_layout is not None
+    seq = kernel._seq + 1  # an unknown attribute first: every field elsewhere
+    body = kernel_dest_reply(a, socket.AF_INET)
+    extra = struct.pack("=HHI", 8, 99, 0)
+    odd = struct.pack("=HH", len(body) + 8, CMD_ATTR_DEST | 0x8000) + extra + body[4:]
+    header = struct.pack("=IHHII", 20 + len(odd), 0x21, 2, seq, 0) + b"\x08\x01\0\0"
+    sock.datagrams = [header + odd + done(seq)]
+    assert read() == {a.key: figures(a, socket.AF_INET)}
+    seq = kernel._seq + 1  # the active and inactive counts swap places: same length
+    message = bytearray(dest_message(a, socket.AF_INET, seq))
+    attrs = _attrs(bytes(message), 24, len(message))
+    active_at, inactive_at = attrs[7][0] - 4, attrs[8][0] - 4
+    active_nla = bytes(message[active_at : active_at + 8])
+    message[active_at : active_at + 8] = message[inactive_at : inactive_at + 8]
+    message[inactive_at : inactive_at + 8] = active_nla
+    sock.datagrams = [bytes(message) + done(seq)]
+    assert read() == {a.key: figures(a, socket.AF_INET)}
 
 
 def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() -> None:

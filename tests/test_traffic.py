@@ -118,6 +118,11 @@ def test_client_reaches_every_backend_through_the_vip(
     state = ipvs.read(stats=True)
     assert state.service_stats[vs.key].connections == 6
     assert sum(state.dest_state[(vs.key, d)].stats.connections for d in vs.real_servers) == 6
+    # A scrape reads the same counters in columns, laid out as the kernel wrote them.
+    totals, dests = ipvs.read_counters().table()[vs.key]
+    assert totals["connections"] == 6 and totals["bytes_in"] > 0
+    assert {d: f["connections"] for d, f in dests.items()} == {d: 2 for d in vs.real_servers}
+    assert all(f["bytes_in"] > 0 and f["packets_in"] > 0 for f in dests.values())
 
 
 def test_scheduler_change_in_place_keeps_an_open_connection(lab: Lab, ipvs: KernelIpvs) -> None:

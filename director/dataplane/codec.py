@@ -293,50 +293,84 @@ def decode_dest(
 
 # A real server's configuration in a GET_DEST reply: (attribute, payload format). The
 # kernel writes the same attributes, in the same order and sizes, for every real server.
-_DEST_FIELDS = (
-    (DEST_ADDR, "16s"),
-    (DEST_PORT, "H"),  # network order
-    (DEST_FWD_METHOD, "I"),
-    (DEST_WEIGHT, "i"),
-    (DEST_U_THRESH, "I"),
-    (DEST_L_THRESH, "I"),
-    (DEST_ADDR_FAMILY, "H"),
+_DEST_FIELDS: tuple[tuple[tuple[int, ...], str], ...] = (
+    ((DEST_ADDR,), "16s"),
+    ((DEST_PORT,), "H"),  # network order
+    ((DEST_FWD_METHOD,), "I"),
+    ((DEST_WEIGHT,), "i"),
+    ((DEST_U_THRESH,), "I"),
+    ((DEST_L_THRESH,), "I"),
+    ((DEST_ADDR_FAMILY,), "H"),
+)
+# Its counters, for a scrape: model.DEST_COUNTERS' order, after the address. A counter
+# inside STATS64 is a path of two attributes.
+_COUNTER_FIELDS: tuple[tuple[tuple[int, ...], str], ...] = (
+    ((DEST_ADDR,), "16s"),
+    ((DEST_PORT,), "H"),
+    ((DEST_WEIGHT,), "i"),
+    ((DEST_ACTIVE_CONNS,), "I"),
+    ((DEST_INACT_CONNS,), "I"),
+    ((DEST_PERSIST_CONNS,), "I"),
+    *(((DEST_STATS64, kind), "Q") for kind in range(1, 6)),  # connections .. bytes out
+    ((DEST_ADDR_FAMILY,), "H"),
 )
 
 
 class DestLayout(NamedTuple):
-    """Where one kernel's GET_DEST reply messages keep a real server's configuration, learnt
-    from the first: a message of the same length with the same attribute headers at those
-    places decodes with one struct call (no walk of its attributes, nothing cached: a cache
-    of decoded replies was 57 MiB at 100,000 real servers)."""
+    """Where one kernel's GET_DEST reply messages keep a real server's fields, learnt from
+    the first: a message of the same length with the same attribute headers at those places
+    decodes with one struct call (no walk of its attributes, nothing cached: a cache of
+    decoded replies was 57 MiB at 100,000 real servers)."""
 
     length: int  # of the whole message
     fields: struct.Struct  # each field's attribute header (one word), then its payload
     headers: tuple[int, ...]  # the header words expected, in the message's order
-    at: tuple[int, ...]  # where each of _DEST_FIELDS' payloads is in the unpacked values
+    at: tuple[int, ...]  # where each field's payload is in the unpacked values
 
 
-def dest_layout(data: Wire, offset: int, end: int) -> DestLayout | None:
-    """The layout of the GET_DEST reply message at ``offset`` (None: not a plain one)."""
+def _find(
+    data: Wire, attrs: dict[int, tuple[int, int]], path: tuple[int, ...]
+) -> tuple[int, int] | None:
+    where = attrs.get(path[0])
+    for kind in path[1:]:
+        if where is None:
+            return None
+        where = parse_attrs(data, where[0], where[0] + where[1]).get(kind)
+    return where
+
+
+def dest_layout(
+    data: Wire,
+    offset: int,
+    end: int,
+    fields: tuple[tuple[tuple[int, ...], str], ...] = _DEST_FIELDS,
+) -> DestLayout | None:
+    """The layout of ``fields`` in the GET_DEST reply message at ``offset`` (None: not a
+    plain one)."""
     start = offset + 20  # nlmsghdr + genlmsghdr
     alen, akind = NLA.unpack_from(data, start)
     if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or start + alen > end:
         return None
     attrs = parse_attrs(data, start + 4, start + alen)
     places = []
-    for rank, (kind, fmt) in enumerate(_DEST_FIELDS):
-        where = attrs.get(kind)
+    for rank, (path, fmt) in enumerate(fields):
+        where = _find(data, attrs, path)
         if where is None or where[1] != struct.calcsize(fmt):
             return None
         places.append((where[0] - 4 - offset, rank, fmt))
     places.sort()
-    layout, headers, at, pos = "=", [], [0] * len(_DEST_FIELDS), 0
+    layout, headers, at, pos = "=", [], [0] * len(fields), 0
     for value, (header, rank, fmt) in enumerate(places):
         layout += f"{header - pos}xI{fmt}"
         pos = header + 4 + struct.calcsize(fmt)
         headers.append(_U32.unpack_from(data, offset + header)[0])
         at[rank] = 2 * value + 1
     return DestLayout(end - offset, struct.Struct(layout), tuple(headers), tuple(at))
+
+
+def counter_layout(data: Wire, offset: int, end: int) -> DestLayout | None:
+    """The layout of a real server's counters in the GET_DEST reply message at ``offset``."""
+    return dest_layout(data, offset, end, _COUNTER_FIELDS)
 
 
 def decode_dest_row(data: bytes, offset: int, layout: DestLayout) -> tuple[Any, ...] | None:
@@ -353,6 +387,44 @@ def decode_dest_row(data: bytes, offset: int, layout: DestLayout) -> tuple[Any, 
             (values[at[3]], _FORWARDING[values[at[2]] & 0x7], values[at[4]], values[at[5]])
         ),
     )
+
+
+def decode_dest_counters(
+    data: bytes, offset: int, layout: DestLayout
+) -> tuple[bytes, list[int]] | None:
+    """A real server's packed address and ``model.DEST_COUNTERS``, if the message at
+    ``offset`` is laid out as ``layout`` (from ``counter_layout``) says."""
+    values = layout.fields.unpack_from(data, offset)
+    if values[0::2] != layout.headers:
+        return None
+    figures = [values[i] for i in layout.at[1:]]
+    figures[0] = socket.ntohs(figures[0])
+    return values[layout.at[0]], figures
+
+
+def dest_counters(data: bytes, offset: int, end: int, family: int) -> tuple[bytes, list[int]]:
+    """The same, from a message of any layout (its attributes walked)."""
+    start = offset + 20
+    nested, size = parse_attrs(data, start, end)[CMD_ATTR_DEST]
+    a = parse_attrs(data, nested, nested + size)
+    where = a.get(DEST_ADDR_FAMILY)
+    if where is not None:
+        family = U16.unpack_from(data, where[0])[0]
+    stats = decode_stats64(data, a.get(DEST_STATS64))
+    off = a[DEST_ADDR][0]
+    return data[off : off + 16], [
+        _BE16.unpack_from(data, a[DEST_PORT][0])[0],
+        I32.unpack_from(data, a[DEST_WEIGHT][0])[0],
+        _u32(data, a, DEST_ACTIVE_CONNS),
+        _u32(data, a, DEST_INACT_CONNS),
+        _u32(data, a, DEST_PERSIST_CONNS),
+        stats.connections,
+        stats.packets_in,
+        stats.packets_out,
+        stats.bytes_in,
+        stats.bytes_out,
+        family,
+    ]
 
 
 # The generic netlink controller: which family id IPVS has on this kernel.

@@ -8,11 +8,13 @@ real kernel's behaviour in the lab VM.
 from __future__ import annotations
 
 import errno as _errno
+import socket
 import threading
 from collections.abc import Iterable, Sequence
 
 from director.core.model import (
     KNOWN_SCHEDULERS,
+    Counters,
     DestEdit,
     DestKey,
     DestState,
@@ -69,6 +71,25 @@ class FakeIpvs:
                     active, inactive = self._conns.get((key, dkey), (0, 0))
                     out.dest_state[(key, dkey)] = DestState(active, inactive)
         return out
+
+    def read_counters(self) -> Counters:
+        """As the kernel packs them: real servers newest first, as ``read`` lists them; a
+        real server's traffic counters are 0 (the fake carries no traffic)."""
+        counters = Counters()
+        with self._lock:
+            for key, vs in self._table.items():
+                for rs in vs.real_servers.values():
+                    family = Family.of(rs.address)
+                    active, inactive = self._conns.get((key, rs.key), (0, 0))
+                    counters.add_dest(
+                        socket.inet_pton(family, rs.address),
+                        (rs.port, rs.weight, active, inactive, 0, 0, 0, 0, 0, 0, family),
+                    )
+                s = self._stats.get(key, Stats())
+                counters.add_service(
+                    key, (s.connections, s.packets_in, s.packets_out, s.bytes_in, s.bytes_out)
+                )
+        return counters
 
     def read_service(self, key: ServiceKey) -> VirtualService | None:
         return self._table.get(key)

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from director.core.errors import DirectorError
 from director.core.model import (
+    Counters,
     DestKey,
     DestState,
     KernelTable,
@@ -62,6 +63,10 @@ class Ipvs(Protocol):
 
     def read(self, *, stats: bool = False) -> KernelTable:
         """The whole table; counters too when ``stats``."""
+        ...
+
+    def read_counters(self) -> Counters:
+        """Every service's counters and its real servers', in columns (a scrape's read)."""
         ...
 
     def read_service(self, key: ServiceKey) -> VirtualService | None:
