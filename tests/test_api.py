@@ -412,6 +412,49 @@ def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
     assert sample.labels == {"a": 'say "hi"', "b": "back\\slash\nnew"}
 
 
+def test_each_real_server_is_scraped_with_its_own_figures_and_health() -> None:
+    """Per real server: its address (a tunnelled IPv6 one of an IPv4 service too), its
+    weight and connection counts; ``director_backend_up`` only for the checked ones, 0 for
+    the one failing its checks; a service with no real servers still has its totals."""
+    from types import SimpleNamespace
+
+    from director.core.model import Forwarding, Op, OpKind, RealServer, ServiceConfig, Stats
+
+    web, empty = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ServiceKey.mark(4, 9)
+    a, b = RealServer("192.0.2.11", 8080, 2), RealServer("2001:db8::7", 8080, 5, Forwarding.TUN)
+    ipvs = FakeIpvs()
+    assert ipvs.apply([
+        Op(OpKind.ADD_SERVICE, web, config=ServiceConfig("rr")),
+        Op(OpKind.ADD_DEST, web, dest=a), Op(OpKind.ADD_DEST, web, dest=b),
+        Op(OpKind.ADD_SERVICE, empty, config=ServiceConfig("rr")),
+    ]).ok  # fmt: skip
+    ipvs.set_connections(web, b.key, active=4, inactive=1)
+    ipvs.set_stats(web, Stats(connections=12, bytes_in=3000))
+    view = SimpleNamespace(
+        desired={web: SimpleNamespace(origin="shop/web:http")},
+        checks={web: {a.key: object(), b.key: object()}},
+        unhealthy_dest=lambda key, dkey: dkey == b.key,
+    )
+    exposition = IpvsExposition(SimpleNamespace(view=view, ipvs=ipvs))  # type: ignore[arg-type]
+    text = b"".join(exposition.chunks()).decode()
+    samples = {
+        (s.name, s.labels.get("remote_address", s.labels["local_mark"])): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("director_ipvs_backend_weight", "192.0.2.11")] == 2
+    assert samples[("director_ipvs_backend_weight", "2001:db8::7")] == 5
+    assert samples[("director_ipvs_backend_connections_active", "2001:db8::7")] == 4
+    assert samples[("director_ipvs_backend_connections_inactive", "2001:db8::7")] == 1
+    assert samples[("director_backend_up", "192.0.2.11")] == 1
+    assert samples[("director_backend_up", "2001:db8::7")] == 0
+    assert samples[("director_ipvs_service_connections_total", "")] == 12
+    assert samples[("director_ipvs_service_incoming_bytes_total", "")] == 3000
+    assert samples[("director_ipvs_service_connections_total", "9")] == 0  # the empty one
+    assert 'namespace="shop",service="web",port_name="http",remote_address="192.0.2.11"' in text
+    assert sum(name == "director_backend_up" for name, _ in samples) == 2
+
+
 def test_a_scrape_of_a_big_table_leaves_the_director_the_size_it_was() -> None:
     """20,000 real servers are 28 MB of text. The director once kept the whole text (and its
     gzip) between scrapes, and the heap it was built in: a director of 10,000 Services grew

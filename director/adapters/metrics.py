@@ -170,7 +170,6 @@ class IpvsExposition:
                     yield "".join(lines).encode()
                     lines.clear()
         checks, unhealthy = view.checks, view.unhealthy_dest
-        value, address = counters.value, counters.address
         for name, text, kind, field in BACKEND_FAMILIES:
             lines.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
             column = DEST_COUNTERS.index(field) if field != "up" else -1
@@ -179,21 +178,26 @@ class IpvsExposition:
                 checked = checks.get(key) if column < 0 else None
                 if column < 0 and checked is None:
                     continue  # only a checked real server is up or down
-                head = f"{name}{label[:-1]}"  # SERVICE_LABELS, then remote_address and _port
-                for dest in counters.dests(index):
-                    host, port = address(dest), value(dest, 0)
-                    if checked is not None:
-                        if (host, port) not in checked:
-                            continue
-                        figure = int(not unhealthy(key, (host, port)))
-                    else:
-                        figure = value(dest, column)
-                    lines.append(
-                        f'{head},remote_address="{host}",remote_port="{port}"}} {figure}\n'
-                    )
-                    if len(lines) >= CHUNK_LINES:
-                        yield "".join(lines).encode()
-                        lines.clear()
+                # SERVICE_LABELS, then remote_address and remote_port
+                head = f'{name}{label[:-1]},remote_address="'
+                hosts, ports = counters.hosts(index), counters.column(index, 0)
+                if checked is None:
+                    lines += [
+                        f'{head}{host}",remote_port="{port}"}} {figure}\n'
+                        for host, port, figure in zip(
+                            hosts, ports, counters.column(index, column), strict=True
+                        )
+                    ]
+                else:
+                    lines += [
+                        f'{head}{host}",remote_port="{port}"}} '
+                        f"{int(not unhealthy(key, (host, port)))}\n"
+                        for host, port in zip(hosts, ports, strict=True)
+                        if (host, port) in checked
+                    ]
+                if len(lines) >= CHUNK_LINES:
+                    yield "".join(lines).encode()
+                    lines.clear()
         yield "".join(lines).encode()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 from array import array
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from functools import lru_cache
@@ -614,6 +614,25 @@ class Counters:
     def dests(self, index: int) -> range:
         """The real servers of the service at ``index``, as positions."""
         return range(self._ends[index - 1] if index else 0, self._ends[index])
+
+    def column(self, index: int, column: int) -> Sequence[int]:
+        """Column ``column`` of DEST_COUNTERS for each real server of the service at
+        ``index``, in order."""
+        width, found = len(DEST_COUNTERS), self.dests(index)
+        return self._values[found.start * width + column : found.stop * width : width]
+
+    def hosts(self, index: int) -> list[str]:
+        """The address of each real server of the service at ``index``, in order."""
+        found, addresses = self.dests(index), self._addresses
+        families = self.column(index, len(DEST_COUNTERS) - 1)
+        return [
+            socket.inet_ntop(family, addresses[at : at + (16 if family == socket.AF_INET6 else 4)])
+            for at, family in zip(
+                range(found.start * _ADDRESS_BYTES, found.stop * _ADDRESS_BYTES, _ADDRESS_BYTES),
+                families,
+                strict=True,
+            )
+        ]
 
     def value(self, dest: int, column: int) -> int:
         """Column ``column`` of DEST_COUNTERS of the real server at position ``dest``."""
