@@ -26,7 +26,6 @@ from director.core.model import (
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
-    counters_length as _counters_length,
     decode_dest,
     decode_service,
     encode_op,
@@ -198,6 +197,7 @@ def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     sock = ScriptedSocket()
     kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(RECV_BYTES)  # type: ignore[assignment]
     kernel._dest_layout, kernel._counter_layout = None, None
+    kernel._service_layouts = {}
     return kernel, sock
 
 
@@ -319,14 +319,87 @@ def test_an_error_reply_raises_with_the_errno() -> None:
     assert caught.value.errno == 3
 
 
-def test_service_counters_are_found_at_the_end_of_a_service() -> None:
-    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
-    config = encode_service_key(key) + encode_service_config(key, ServiceConfig("wlc"))
-    stats = struct.pack("=HHI", 8, 1, 5)
-    tail = struct.pack("=HH", 12, 10 | 0x8000) + stats + struct.pack("=HH", 12, 12 | 0x8000) + stats
-    data = config + tail
-    assert _counters_length(data, 0, len(data)) == len(tail)
-    assert _counters_length(config, 0, len(config)) == 0, "no counters: no fast path"
+def service_message(
+    key: ServiceKey, config: ServiceConfig, seq: int, pe: bytes = b"", hashed: int = 0x2
+) -> bytes:
+    """A GET_SERVICE reply message as ip_vs_genl_fill_service() writes it: the key, the
+    scheduler, a persistence engine if any, flags (with IP_VS_SVC_F_HASHED), timeout,
+    netmask, then STATS and STATS64 (Linux 6.1 order)."""
+
+    def nla(kind: int, payload: bytes) -> bytes:
+        size = 4 + len(payload)
+        return struct.pack("=HH", size, kind) + payload + b"\0" * (-size & 3)
+
+    sched, flags, timeout, netmask = (
+        nla(kind, payload) for kind, payload in _attrs_list(encode_service_config(key, config))
+    )
+    bits = struct.unpack("=II", _payload(flags))[0] | hashed
+    stats64 = b"".join(
+        nla(i + 1, struct.pack("=Q", v)) for i, v in enumerate((*COUNTS, 1, 2, 3, 4, 5))
+    )
+    stats = b"".join(nla(i + 1, struct.pack("=I", v & 0xFFFFFFFF)) for i, v in enumerate(COUNTS))
+    body = (
+        encode_service_key(key)
+        + sched
+        + (nla(11, pe) if pe else b"")
+        + nla(7, struct.pack("=II", bits, 0xFFFFFFFF))
+        + timeout
+        + netmask
+        + nla(10 | 0x8000, stats)
+        + nla(12 | 0x8000, stats64)
+    )
+    nested = nla(CMD_ATTR_SERVICE | 0x8000, body)
+    return struct.pack("=IHHII", 20 + len(nested), 0x21, 2, seq, 0) + b"\x01\x01\0\0" + nested
+
+
+def _attrs_list(data: bytes) -> list[tuple[int, bytes]]:
+    out, at = [], 0
+    while at < len(data):
+        size, kind = struct.unpack_from("=HH", data, at)
+        out.append((kind, data[at + 4 : at + size]))
+        at += (size + 3) & ~3
+    return out
+
+
+def _payload(attr: bytes) -> bytes:
+    return attr[4 : struct.unpack_from("=H", attr)[0]]
+
+
+def test_services_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
+    """A resync's and a scrape's service read: each service's key, configuration (the
+    kernel's hashed bit dropped) and counters, whether a learnt layout decodes it (one per
+    length: a scheduler's name sets it) or a walk of its attributes does."""
+    kernel, sock = scripted_kernel()
+    kernel._service_layouts = {}
+    services = [
+        (ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ServiceConfig("rr", netmask=32)),
+        (V6, ServiceConfig("sh", frozenset({"sh-port"}), persistence=300, netmask=64)),
+        (ServiceKey.mark(Family.INET, 7), ServiceConfig("wlc", netmask=24)),
+        (ServiceKey.inet(Protocol.SCTP, "198.51.100.11", 3868), ServiceConfig("lblcr", netmask=32)),
+        (ServiceKey.inet(Protocol.UDP, "198.51.100.12", 53), ServiceConfig("rr", netmask=32)),
+    ]
+    expected = [(key, config, COUNTS) for key, config in services]
+    for _ in range(2):  # the second read decodes with the layouts the first learnt
+        seq = kernel._seq + 1
+        sock.datagrams = [b"".join(service_message(k, c, seq) for k, c in services) + done(seq)]
+        assert kernel._services() == expected
+    # One per length: "rr" and "sh" are as long, and an IPv6 address takes IPv4's 16 bytes.
+    assert sorted(kernel._service_layouts) == [244, 272, 276]
+    # A persistence engine's name: another shape of another length, decoded in full.
+    seq = kernel._seq + 1
+    key, config = services[0]
+    sock.datagrams = [service_message(key, config, seq, pe=b"sip\0") + done(seq)]
+    assert kernel._services() == [expected[0]]
+    # The same length, the protocol's and the port's attributes swapped: decoded in full.
+    seq = kernel._seq + 1
+    message = bytearray(service_message(key, config, seq))
+    attrs = _attrs(bytes(message), 24, len(message))
+    proto_at, port_at = attrs[2][0] - 4, attrs[4][0] - 4
+    proto_nla = bytes(message[proto_at : proto_at + 8])
+    message[proto_at : proto_at + 8] = message[port_at : port_at + 8]
+    message[port_at : port_at + 8] = proto_nla
+    sock.datagrams = [bytes(message) + done(seq)]
+    assert kernel._services() == [expected[0]]
 
 
 def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(

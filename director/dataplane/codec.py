@@ -218,18 +218,6 @@ def _address(data: bytes, offset: int, family: int) -> str:
     return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
 
 
-def counters_length(data: Wire, start: int, end: int) -> int:
-    """Bytes taken by the trailing STATS and STATS64 attributes of a service (0: not last)."""
-    attrs = parse_attrs(data, start, end)
-    if SVC_STATS not in attrs or SVC_STATS64 not in attrs:
-        return 0
-    stats_header = attrs[SVC_STATS][0] - 4
-    stats64_end = attrs[SVC_STATS64][0] + attrs[SVC_STATS64][1]
-    if (stats64_end + 3) & ~3 != end or attrs[SVC_STATS64][0] < attrs[SVC_STATS][0]:
-        return 0
-    return end - stats_header
-
-
 def decode_service(
     data: bytes, start: int, end: int
 ) -> tuple[ServiceKey, ServiceConfig, tuple[int, int] | None]:
@@ -316,11 +304,12 @@ _COUNTER_FIELDS: tuple[tuple[tuple[int, ...], str], ...] = (
 )
 
 
-class DestLayout(NamedTuple):
-    """Where one kernel's GET_DEST reply messages keep a real server's fields, learnt from
-    the first: a message of the same length with the same attribute headers at those places
-    decodes with one struct call (no walk of its attributes, nothing cached: a cache of
-    decoded replies was 57 MiB at 100,000 real servers)."""
+class Layout(NamedTuple):
+    """Where one kernel's GET_DEST (or GET_SERVICE) reply messages keep a real server's (or
+    a service's) fields, learnt from the first: a message of the same length with the same
+    attribute headers at those places decodes with one struct call (no walk of its
+    attributes, nothing cached: a cache of decoded replies was 57 MiB at 100,000 real
+    servers)."""
 
     length: int  # of the whole message
     fields: struct.Struct  # each field's attribute header (one word), then its payload
@@ -344,17 +333,20 @@ def dest_layout(
     offset: int,
     end: int,
     fields: tuple[tuple[tuple[int, ...], str], ...] = _DEST_FIELDS,
-) -> DestLayout | None:
-    """The layout of ``fields`` in the GET_DEST reply message at ``offset`` (None: not a
-    plain one)."""
+    nest: int = CMD_ATTR_DEST,
+) -> Layout | None:
+    """The layout of ``fields`` in the reply message at ``offset`` whose attributes are
+    nested in ``nest`` (None: not a plain one). A field of format "" is a string of the size
+    this message gives it."""
     start = offset + 20  # nlmsghdr + genlmsghdr
     alen, akind = NLA.unpack_from(data, start)
-    if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or start + alen > end:
+    if akind & NLA_TYPE_MASK != nest or start + alen > end:
         return None
     attrs = parse_attrs(data, start + 4, start + alen)
     places = []
-    for rank, (path, fmt) in enumerate(fields):
+    for rank, (path, wanted) in enumerate(fields):
         where = _find(data, attrs, path)
+        fmt = wanted or f"{where[1] if where else 0}s"
         if where is None or where[1] != struct.calcsize(fmt):
             return None
         places.append((where[0] - 4 - offset, rank, fmt))
@@ -365,15 +357,85 @@ def dest_layout(
         pos = header + 4 + struct.calcsize(fmt)
         headers.append(_U32.unpack_from(data, offset + header)[0])
         at[rank] = 2 * value + 1
-    return DestLayout(end - offset, struct.Struct(layout), tuple(headers), tuple(at))
+    return Layout(end - offset, struct.Struct(layout), tuple(headers), tuple(at))
 
 
-def counter_layout(data: Wire, offset: int, end: int) -> DestLayout | None:
+def counter_layout(data: Wire, offset: int, end: int) -> Layout | None:
     """The layout of a real server's counters in the GET_DEST reply message at ``offset``."""
     return dest_layout(data, offset, end, _COUNTER_FIELDS)
 
 
-def decode_dest_row(data: bytes, offset: int, layout: DestLayout) -> tuple[Any, ...] | None:
+# A service's fields in a GET_SERVICE reply (ip_vs_genl_fill_service): its key, either an
+# address (protocol, address, port) or a firewall mark, then its configuration and, in
+# STATS64, its counters (model.SERVICE_COUNTERS' order).
+_SERVICE_TAIL: tuple[tuple[tuple[int, ...], str], ...] = (
+    ((SVC_SCHED_NAME,), ""),
+    ((SVC_FLAGS,), "I4x"),  # struct ip_vs_flags: the flags, then a mask
+    ((SVC_TIMEOUT,), "I"),
+    ((SVC_NETMASK,), "4s"),  # IPv4: a mask, in network order; IPv6: a prefix length
+    *(((SVC_STATS64, kind), "Q") for kind in range(1, 6)),
+)
+_SERVICE_FIELDS = (
+    ((SVC_AF,), "H"), ((SVC_PROTOCOL,), "H"), ((SVC_ADDR,), "16s"), ((SVC_PORT,), "H"),
+    *_SERVICE_TAIL,
+)  # fmt: skip
+_MARK_FIELDS = (((SVC_AF,), "H"), ((SVC_FWMARK,), "I"), *_SERVICE_TAIL)
+_FAMILIES = {int(f): f for f in Family}
+_PROTOCOLS = {int(p): p for p in IpProtocol}
+
+
+def service_layout(data: Wire, offset: int, end: int) -> Layout | None:
+    """The layout of the GET_SERVICE reply message at ``offset``: a service of an address
+    or of a firewall mark (None: neither, plainly)."""
+    return dest_layout(data, offset, end, _SERVICE_FIELDS, CMD_ATTR_SERVICE) or dest_layout(
+        data, offset, end, _MARK_FIELDS, CMD_ATTR_SERVICE
+    )
+
+
+def decode_service_row(
+    data: bytes, offset: int, layout: Layout
+) -> tuple[ServiceKey, ServiceConfig, tuple[int, ...]] | None:
+    """A service's key, configuration and counters, if the message at ``offset`` is laid
+    out as ``layout`` (from ``service_layout``) says."""
+    values = layout.fields.unpack_from(data, offset)
+    if values[0::2] != layout.headers:
+        return None
+    at = layout.at
+    family = _FAMILIES.get(values[at[0]])
+    if family is None:
+        return None
+    if len(at) == len(_SERVICE_FIELDS):  # a service of an address, not of a mark
+        protocol = _PROTOCOLS.get(values[at[1]])
+        if protocol is None:
+            return None
+        key = ServiceKey(
+            family, protocol, _address(values[at[2]], 0, family), socket.ntohs(values[at[3]])
+        )
+    else:
+        key = ServiceKey.mark(family, values[at[1]])
+    sched, flags, timeout, mask, c0, c1, c2, c3, c4 = at[-len(_SERVICE_TAIL) :]
+    config = _wire_service_config(
+        family, values[sched], values[flags], values[timeout], values[mask]
+    )
+    return key, config, (values[c0], values[c1], values[c2], values[c3], values[c4])
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: the kernel may hold what others wrote
+def _wire_service_config(
+    family: Family, sched: bytes, flags: int, timeout: int, mask: bytes
+) -> ServiceConfig:
+    """A configuration from its attributes' payloads as the kernel writes them (the mask:
+    IPv4's in network order, an IPv6 prefix length as a number)."""
+    bits = flags & ~SVC_F_HASHED
+    if family is Family.INET6:
+        netmask = _U32.unpack(mask)[0]
+    else:
+        netmask = int.from_bytes(mask, "big").bit_count()
+    persistence = timeout if bits & SVC_F_PERSISTENT else 0
+    return _service_config(sched.split(b"\0", 1)[0].decode(), bits, persistence, netmask)
+
+
+def decode_dest_row(data: bytes, offset: int, layout: Layout) -> tuple[Any, ...] | None:
     """The real server of the message at ``offset`` as a ``Dests`` row (address, port,
     shared attributes), if the message is laid out as ``layout`` says."""
     values = layout.fields.unpack_from(data, offset)
@@ -390,7 +452,7 @@ def decode_dest_row(data: bytes, offset: int, layout: DestLayout) -> tuple[Any, 
 
 
 def decode_dest_counters(
-    data: bytes, offset: int, layout: DestLayout
+    data: bytes, offset: int, layout: Layout
 ) -> tuple[bytes, list[int]] | None:
     """A real server's packed address and ``model.DEST_COUNTERS``, if the message at
     ``offset`` is laid out as ``layout`` (from ``counter_layout``) says."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from director.core.model import (
+    SERVICE_COUNTERS,
     Counters,
     DestKey,
     Dests,
@@ -61,15 +62,14 @@ from director.dataplane.codec import (
     NLMSGHDR,
     OP_CMD,
     SOL_NETLINK,
-    SVC_STATS,
     U16,
-    DestLayout,
+    Layout,
     counter_layout,
-    counters_length,
     decode_dest,
     decode_dest_counters,
     decode_dest_row,
     decode_service,
+    decode_service_row,
     decode_stats64,
     dest_counters,
     dest_layout,
@@ -82,6 +82,7 @@ from director.dataplane.codec import (
     pack_dest_message,
     pack_nla,
     parse_attrs,
+    service_layout,
     split_messages,
 )
 from director.dataplane.interface import (
@@ -214,10 +215,9 @@ class KernelIpvs:
         self._sock = in_netns(netns, self._open)
         self._buf = bytearray(RECV_BYTES)
         self._schedulers: frozenset[str] | None = None
-        self._dest_layout: DestLayout | None = None  # see _dest_configs
-        self._counter_layout: DestLayout | None = None  # see _dest_counters
-        self._service_cache: dict[bytes, tuple[ServiceKey, ServiceConfig]] = {}
-        self._service_tail: int | None = None  # bytes of STATS + STATS64 at a service's end
+        self._dest_layout: Layout | None = None  # see _dest_configs
+        self._counter_layout: Layout | None = None  # see _dest_counters
+        self._service_layouts: dict[int, Layout] = {}  # by length; see _services
         try:
             self._request(CMD_GET_INFO, b"")
         except OSError as exc:
@@ -325,48 +325,27 @@ class KernelIpvs:
                 offset += (length + 3) & ~3
 
     # -- reading -----------------------------------------------------------------------
-    def _services(
-        self, stats: bool
-    ) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, int] | None, bytes]]:
-        """Every service: its key, configuration, where its STATS64 is, and its datagram.
-        A service's configuration bytes decode to what they did before (cached: decoding
-        10,000 services afresh is a second of a resync under emulation). The services are
-        read before any real server, so what the cache keeps is made before a read's
-        garbage, not among it (made among it, it held the heap around it)."""
-        out: list[tuple[ServiceKey, ServiceConfig, tuple[int, int] | None, bytes]] = []
-        cache = self._service_cache
-        if len(cache) > 100_000:
-            cache.clear()
-        for data, start, end in self._dump(CMD_GET_SERVICE, b""):
-            size, kind = NLA.unpack_from(data, start)
-            off = start + 4
-            if kind & NLA_TYPE_MASK != CMD_ATTR_SERVICE:
-                off, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
-            else:
-                size -= 4
-            nested_end = off + size
-            # A service's attributes are its configuration, then its counters (STATS and
-            # STATS64, always last): unchanged configuration bytes decode to what they did.
-            # Only a resync's read uses the cache: a scrape's (every 15 s, on the API's
-            # socket as often as not) decodes afresh and fills no second cache.
-            tail = self._service_tail
-            if tail is None:
-                tail = self._service_tail = counters_length(data, off, nested_end)
-            stats_at = nested_end - tail if tail else 0
-            if (
-                not stats
-                and tail
-                and NLA.unpack_from(data, stats_at)[1] & NLA_TYPE_MASK == SVC_STATS
-            ):
-                config_bytes = data[off:stats_at]
-                hit = cache.get(config_bytes)
-                if hit is None:
-                    key, config, _ = decode_service(data, off, nested_end)
-                    hit = cache[config_bytes] = (key, config)
-                out.append((hit[0], hit[1], None, data))
-                continue
-            key, config, where = decode_service(data, off, nested_end)
-            out.append((key, config, where if stats else None, data))
+    def _services(self) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]]:
+        """Every service: its key, configuration and counters (model.SERVICE_COUNTERS).
+
+        Decoded as real servers are, by the layout of the first message of each length (a
+        service's length follows its scheduler's name), one struct call each; a message laid
+        out otherwise is decoded in full. Nothing decoded is kept between reads (a cache of
+        decoded services held ~4 MiB at 10,000, made a resync's read no faster than this)."""
+        out: list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]] = []
+        layouts = self._service_layouts
+        for data, offset, end in self._messages(CMD_GET_SERVICE, b""):
+            layout = layouts.get(end - offset)
+            found = decode_service_row(data, offset, layout) if layout is not None else None
+            if found is None:
+                nested, size = parse_attrs(data, offset + 20, end)[CMD_ATTR_SERVICE]
+                key, config, where = decode_service(data, nested, nested + size)
+                stats = decode_stats64(data, where)
+                found = key, config, tuple(getattr(stats, n) for n in SERVICE_COUNTERS)
+                learnt = service_layout(data, offset, end)
+                if learnt is not None and len(layouts) < 64:  # bounded: shapes, not services
+                    layouts[end - offset] = learnt
+            out.append(found)
         return out
 
     def _dests(
@@ -433,9 +412,8 @@ class KernelIpvs:
     @_serialised
     def read(self, *, stats: bool = False) -> KernelTable:
         table = KernelTable()
-        services = self._services(stats)
         if not stats:
-            for key, config, _at, _data in services:
+            for key, config, _counts in self._services():
                 try:
                     dests = self._dest_configs(key)
                 except OSError as exc:
@@ -444,7 +422,9 @@ class KernelIpvs:
                     raise
                 table.services[key] = VirtualService(key, config, dests)
             return table
-        for key, config, stats_at, data in services:
+        for data, start, end in self._dump(CMD_GET_SERVICE, b""):  # rates too: in full
+            nested, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
+            key, config, where = decode_service(data, nested, nested + size)
             try:
                 with_counters = self._dests(key, True)
             except OSError as exc:
@@ -457,13 +437,13 @@ class KernelIpvs:
                 if state is not None:
                     table.dest_state[(key, rs.key)] = state
             table.services[key] = VirtualService(key, config, servers)
-            table.service_stats[key] = decode_stats64(data, stats_at)
+            table.service_stats[key] = decode_stats64(data, where)
         return table
 
     @_serialised
     def read_counters(self) -> Counters:
         counters = Counters()
-        for key, _config, stats_at, data in self._services(True):
+        for key, _config, counts in self._services():
             try:
                 self._dest_counters(key, counters)
             except OSError as exc:
@@ -471,12 +451,7 @@ class KernelIpvs:
                 if exc.errno in (errno.ESRCH, errno.ENOENT):
                     continue  # deleted by someone else between the two dumps
                 raise
-            stats = decode_stats64(data, stats_at)
-            counters.add_service(
-                key,
-                (stats.connections, stats.packets_in, stats.packets_out, stats.bytes_in,
-                 stats.bytes_out),
-            )  # fmt: skip
+            counters.add_service(key, counts)
         return counters
 
     @_serialised
