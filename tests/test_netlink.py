@@ -205,6 +205,23 @@ def done(seq: int) -> bytes:
     return struct.pack("=IHHIIi", 20, 3, 2, seq, 0, 0)
 
 
+def odd_dest_message(rs: RealServer, seq: int) -> bytes:
+    """A real server's reply with an unknown attribute first: every field elsewhere."""
+    body = kernel_dest_reply(rs, socket.AF_INET)
+    extra = struct.pack("=HHI", 8, 99, 0)
+    odd = struct.pack("=HH", len(body) + 8, CMD_ATTR_DEST | 0x8000) + extra + body[4:]
+    return struct.pack("=IHHII", 20 + len(odd), 0x21, 2, seq, 0) + b"\x08\x01\0\0" + odd
+
+
+def swapped(message: bytes, first: int, second: int) -> bytes:
+    """``message`` with two of its (8-byte) attributes in each other's place: same length."""
+    out = bytearray(message)
+    attrs = _attrs(message, 24, len(message))
+    one, other = attrs[first][0] - 4, attrs[second][0] - 4
+    out[one : one + 8], out[other : other + 8] = message[other : other + 8], message[one : one + 8]
+    return bytes(out)
+
+
 def test_dest_replies_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     kernel, sock = scripted_kernel()
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
@@ -225,21 +242,10 @@ def test_dest_replies_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     # A reply of another shape (an unknown attribute first, so every field elsewhere) is
     # decoded in full; so is one of the same length with another attribute in a field's place.
     seq = kernel._seq + 1
-    body = kernel_dest_reply(a, socket.AF_INET)
-    extra = struct.pack("=HHI", 8, 99, 0)
-    odd = struct.pack("=HH", len(body) + 8, CMD_ATTR_DEST | 0x8000) + extra + body[4:]
-    header = struct.pack("=IHHII", 20 + len(odd), 0x21, 2, seq, 0) + b"\x08\x01\0\0"
-    sock.datagrams = [header + odd + done(seq)]
+    sock.datagrams = [odd_dest_message(a, seq) + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
-    seq = kernel._seq + 1
-    message = bytearray(dest_message(a, socket.AF_INET, seq))
-    attrs = _attrs(bytes(message), 24, len(message))
-    weight_at, port_at = attrs[4][0] - 4, attrs[2][0] - 4
-    # The port's and the weight's attributes swap places (types and payloads): same length.
-    port_nla = bytes(message[port_at : port_at + 8])
-    message[port_at : port_at + 8] = message[weight_at : weight_at + 8]
-    message[weight_at : weight_at + 8] = port_nla
-    sock.datagrams = [bytes(message) + done(seq)]
+    seq = kernel._seq + 1  # the port's and the weight's attributes swap places
+    sock.datagrams = [swapped(dest_message(a, socket.AF_INET, seq), 2, 4) + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
 
 
@@ -274,20 +280,10 @@ def test_dest_counters_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
         assert read() == expected
     assert kernel._counter_layout is not None
     seq = kernel._seq + 1  # an unknown attribute first: every field elsewhere
-    body = kernel_dest_reply(a, socket.AF_INET)
-    extra = struct.pack("=HHI", 8, 99, 0)
-    odd = struct.pack("=HH", len(body) + 8, CMD_ATTR_DEST | 0x8000) + extra + body[4:]
-    header = struct.pack("=IHHII", 20 + len(odd), 0x21, 2, seq, 0) + b"\x08\x01\0\0"
-    sock.datagrams = [header + odd + done(seq)]
+    sock.datagrams = [odd_dest_message(a, seq) + done(seq)]
     assert read() == {a.key: figures(a, socket.AF_INET)}
-    seq = kernel._seq + 1  # the active and inactive counts swap places: same length
-    message = bytearray(dest_message(a, socket.AF_INET, seq))
-    attrs = _attrs(bytes(message), 24, len(message))
-    active_at, inactive_at = attrs[7][0] - 4, attrs[8][0] - 4
-    active_nla = bytes(message[active_at : active_at + 8])
-    message[active_at : active_at + 8] = message[inactive_at : inactive_at + 8]
-    message[inactive_at : inactive_at + 8] = active_nla
-    sock.datagrams = [bytes(message) + done(seq)]
+    seq = kernel._seq + 1  # the active and inactive counts swap places
+    sock.datagrams = [swapped(dest_message(a, socket.AF_INET, seq), 7, 8) + done(seq)]
     assert read() == {a.key: figures(a, socket.AF_INET)}
 
 
@@ -390,15 +386,9 @@ def test_services_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     key, config = services[0]
     sock.datagrams = [service_message(key, config, seq, pe=b"sip\0") + done(seq)]
     assert kernel._services() == [expected[0]]
-    # The same length, the protocol's and the port's attributes swapped: decoded in full.
+    # The same length, the timeout's and the netmask's attributes swapped: decoded in full.
     seq = kernel._seq + 1
-    message = bytearray(service_message(key, config, seq))
-    attrs = _attrs(bytes(message), 24, len(message))
-    proto_at, port_at = attrs[2][0] - 4, attrs[4][0] - 4
-    proto_nla = bytes(message[proto_at : proto_at + 8])
-    message[proto_at : proto_at + 8] = message[port_at : port_at + 8]
-    message[port_at : port_at + 8] = proto_nla
-    sock.datagrams = [bytes(message) + done(seq)]
+    sock.datagrams = [swapped(service_message(key, config, seq), 8, 9) + done(seq)]
     assert kernel._services() == [expected[0]]
 
 
