@@ -251,8 +251,8 @@ def test_resyncs_and_counter_reads_leave_the_process_the_size_it_was(netns: str)
         f"2,000 services x 10: +{resynced} KiB after two resyncs, +{scraped} KiB after two "
         f"reads in columns, +{read} KiB after two reads as objects"
     )
-    # The services read back are cached (~1 MiB at 2,000); the old cache of every real
-    # server read back was ~11 MiB at this size. Columns are freed whole: what stays is at
+    # The old cache of every real server read back was ~11 MiB at this size, and a cache of
+    # the services read back ~1 MiB (both gone). Columns are freed whole: what stays is at
     # most an allocator arena around the layout learnt once (at 10,000 services, measured:
     # +0.8 MiB after the first read in columns, +0.3 after three more; +2 MiB a read as
     # objects).
