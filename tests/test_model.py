@@ -176,6 +176,8 @@ def test_counters_refuse_a_row_of_the_wrong_width_and_keep_the_rest() -> None:
     counters.add_dest(socket.inet_pton(socket.AF_INET, "10.0.0.1"), [80, *[1] * 9, 2])
     with pytest.raises(ValueError, match="11 figures"):
         counters.add_dest(b"\0" * 16, [80, 1])
+    with pytest.raises(OverflowError):  # a negative figure, late in the row
+        counters.add_dest(b"\0" * 16, [80, 1, 1, 1, 1, 1, 1, 1, 1, -1, 2])
     with pytest.raises(ValueError, match="5 figures"):
         counters.add_service(ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80), [1])
     counters.add_service(ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80), [1] * 5)

@@ -554,6 +554,19 @@ DEST_COUNTERS = (
 _ADDRESS_BYTES = 16  # as IPVS carries one: an IPv4 address in the first 4
 
 
+def _extend_whole(column: array[int], values: Iterable[int], width: int, what: str) -> None:
+    """``values`` appended to ``column``, all ``width`` of them or none (a figure that is
+    not a 64-bit unsigned integer, or one too many or too few, leaves it as it was)."""
+    size = len(column)
+    try:
+        column.extend(values)
+        if len(column) != size + width:
+            raise ValueError(f"{what} has {width} figures")
+    except (OverflowError, TypeError, ValueError):
+        del column[size:]
+        raise
+
+
 class Counters:
     """The kernel's counters of a whole table, in columns: what a scrape formats.
 
@@ -577,23 +590,12 @@ class Counters:
     def add_dest(self, address: bytes, values: Iterable[int]) -> None:
         """One real server of the service being read: its address as IPVS packs it, and
         ``DEST_COUNTERS`` in order."""
-        if len(address) != _ADDRESS_BYTES:
-            address = address.ljust(_ADDRESS_BYTES, b"\0")[:_ADDRESS_BYTES]
-        self._addresses += address
-        size = len(self._values)
-        self._values.extend(values)
-        if len(self._values) != size + len(DEST_COUNTERS):
-            del self._values[size:]
-            del self._addresses[-_ADDRESS_BYTES:]
-            raise ValueError(f"a real server has {len(DEST_COUNTERS)} figures")
+        _extend_whole(self._values, values, len(DEST_COUNTERS), "a real server")
+        self._addresses += address.ljust(_ADDRESS_BYTES, b"\0")[:_ADDRESS_BYTES]
 
     def add_service(self, key: ServiceKey, values: Iterable[int]) -> None:
         """Closes a service: the real servers added since the last one are its own."""
-        size = len(self._service_values)
-        self._service_values.extend(values)
-        if len(self._service_values) != size + len(SERVICE_COUNTERS):
-            del self._service_values[size:]
-            raise ValueError(f"a service has {len(SERVICE_COUNTERS)} figures")
+        _extend_whole(self._service_values, values, len(SERVICE_COUNTERS), "a service")
         self.services.append(key)
         self._ends.append(len(self._addresses) // _ADDRESS_BYTES)
 
