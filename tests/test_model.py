@@ -63,8 +63,12 @@ def test_keys_and_ops_read_like_ipvsadm() -> None:
     )
 
 
-# A few addresses and ports, so that real servers collide on a key and share attributes.
-_ADDRESSES = st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.10", "2001:db8::1", "80"])
+# A few addresses and ports, so that real servers collide on a key and share attributes,
+# and packed keys whose bytes recur across two keys' boundary (0.0.0.80 and :: hold zeros
+# and a port's bytes).
+_ADDRESSES = st.sampled_from(
+    ["10.0.0.1", "10.0.0.2", "10.0.0.10", "2001:db8::1", "0.0.0.80", "::", "::1f90"]
+)
 _PORTS = st.sampled_from([80, 8080, 443])
 _SERVERS = st.builds(
     RealServer, _ADDRESSES, _PORTS, st.integers(0, 3), st.sampled_from(list(Forwarding)),
@@ -76,9 +80,9 @@ _SERVERS = st.builds(
 def test_real_servers_kept_compact_read_back_as_a_dict_of_them_would(
     servers: list[RealServer], probes: list[tuple[str, int]]
 ) -> None:
-    """A service's real servers are kept as one flat tuple (Dests), not a dict of objects:
-    every read gives what the dict would have (order, lookups, equality), whatever the
-    order of the lookups (the one after the last found is tried first)."""
+    """A service's real servers are kept packed (Dests), not a dict of objects: every read
+    gives what the dict would have (order, lookups, equality), whatever the order of the
+    lookups (the one after the last found is tried first)."""
     reference = {rs.key: rs for rs in servers}
     dests = Dests(servers)
     assert list(dests.items()) == list(reference.items())
@@ -96,6 +100,8 @@ def test_real_servers_kept_compact_read_back_as_a_dict_of_them_would(
                 dests[key]
     assert ("10.0.0.1", 80, 1) not in dests and 80 not in dests
     assert (80, 80) not in dests and (80, 443) not in dests  # a port is not an address
+    assert ("80", 80) not in dests and ("10.0.0.1", 65536) not in dests
+    assert ("10.0.0.1", -1) not in dests
     # Equal in any order, as a dict is; unequal when any real server differs.
     assert Dests(reversed(list(reference.values()))) == dests
     if reference:
@@ -103,6 +109,13 @@ def test_real_servers_kept_compact_read_back_as_a_dict_of_them_would(
         changed = Dests.of({**reference, first.key: first._replace(weight=first.weight + 1)})
         assert changed != dests
         assert changed != reference
+
+
+def test_real_servers_of_no_address_are_refused_with_a_reason() -> None:
+    with pytest.raises(ValueError, match="'80' is not an IPv4 or IPv6 address"):
+        Dests([RealServer("80", 80)])
+    with pytest.raises(ValueError, match="not an IPv4"):
+        Dests.of({("backend-1", 80): RealServer("backend-1", 80)})
 
 
 @given(st.lists(st.tuples(st.sampled_from(["add", "set", "remove"]), _SERVERS), max_size=20),

@@ -253,3 +253,45 @@ def test_a_full_sync_logs_a_summary_and_a_single_change_logs_itself(
         " origin=static/web",
         "event=ipvs.applied ops=1 failed=0 sends=0",
     ]
+
+
+def test_the_daemons_full_sync_sends_bounded_chunks_and_ends_where_one_plan_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full sync that keeps no plan (the daemon's: a first sync of 10,000 Services is
+    110,000 operations) sends them a few services at a time, never all held at once, and
+    leaves the kernel, the cache and the report as the one-plan sync would: removals,
+    changes and refusals alike, and an operation the kernel refuses counted, its service
+    left as the kernel has it."""
+    monkeypatch.setattr("director.engine.reconcile.CHUNK_OPS", 5)
+    keys = [ServiceKey.inet(Protocol.TCP, f"198.51.100.{i}", 80) for i in range(20, 32)]
+    old = ServiceKey.inet(Protocol.TCP, "198.51.100.99", 80)  # owned, no longer desired
+    desired = {key: vs(key, A, B, C) for key in keys}
+    desired[keys[3]] = vs(keys[3], A, scheduler="no-such")  # the kernel refuses it
+    desired[FOREIGN] = vs(FOREIGN, A)  # not owned: refused, left alone
+
+    def kernel() -> FakeIpvs:
+        fake = FakeIpvs(schedulers=("rr", "wlc"))
+        fake.apply([Op(OpKind.ADD_SERVICE, old, config=ServiceConfig("rr")),
+                    Op(OpKind.ADD_SERVICE, keys[0], config=ServiceConfig("rr")),
+                    Op(OpKind.ADD_DEST, keys[0], dest=A)])  # fmt: skip
+        return fake
+
+    whole, chunked = kernel(), kernel()
+    sent: list[int] = []
+    apply = chunked.apply
+    chunked.apply = lambda ops: (sent.append(len(ops)), apply(ops))[1]  # type: ignore[method-assign]
+    one = Reconciler(whole, OWN).full_sync(desired)
+    reconciler = Reconciler(chunked, OWN)
+    report = reconciler.full_sync(desired, keep_plan=False)
+    assert len(sent) > 3 and max(sent) <= 5 + 4  # a chunk ends at a whole service
+    assert sum(sent) == report.result.requested == len(one.plan.ops) == 45
+    assert report.plan.ops == () and report.plan.refused == one.plan.refused
+    assert report.result.applied == one.result.applied
+    assert [e.describe() for e in report.result.errors] == [
+        e.describe() for e in one.result.errors
+    ]
+    assert chunked.read().services == whole.read().services
+    assert old not in chunked.read().services and keys[3] not in chunked.read().services
+    assert reconciler.actual == chunked.read().services  # the cache follows the kernel
+    assert reconciler.full_sync(desired, keep_plan=False).result.requested == 2  # retried

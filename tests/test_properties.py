@@ -301,6 +301,19 @@ def test_a_slices_endpoints_read_back_as_the_api_gave_them(raw: list[dict[str, A
     assert [tuple(e) for e in info.endpoints] == expected
 
 
+def test_an_ipv6_slice_keeps_its_addresses_canonical_and_of_its_family() -> None:
+    """Kept packed, an IPv6 slice's addresses read back as canonical text, in order; one
+    of the other family is dropped with a reason."""
+    endpoints = [{"addresses": ["2001:DB8::0001", "10.0.0.1"]},
+                 {"addresses": ["::ffff:10.0.0.2", "fd00::2"]}]  # fmt: skip
+    info = slice_from_json({"metadata": {"name": "s", "namespace": "ns"},
+                            "addressType": "IPv6", "endpoints": endpoints})  # fmt: skip
+    assert info.addresses == ("2001:db8::1", "::ffff:10.0.0.2", "fd00::2")
+    assert [ep.address for ep in info.endpoints] == list(info.addresses)
+    assert info.problems == ("EndpointSlice s: endpoints[0]: '10.0.0.1' is not an IPv6 address; "
+                             "ignored",)  # fmt: skip
+
+
 def canonical_sloppy_v4(raw: object) -> str | None:
     if not isinstance(raw, str) or ":" in raw:
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -93,15 +94,16 @@ READY, SERVING, TERMINATING = 1, 2, 4  # an endpoint's conditions, as bits of on
 
 @dataclass(frozen=True, slots=True)
 class SliceInfo:
-    """An EndpointSlice, its endpoints kept as columns (an address, a byte of conditions and
-    a node each): 100,000 endpoints cost ~2 MB beside their addresses, not ~18 MB as objects."""
+    """An EndpointSlice, its endpoints kept as columns (a packed address, a byte of
+    conditions and a node each): 100,000 endpoints cost ~2 MB, where as objects they cost
+    ~18 MB and their addresses as text ~7 MB more."""
 
     namespace: str
     name: str
     service: str  # namespace/name of the owning Service ("" when unlabelled)
     address_type: str  # IPv4 | IPv6 | FQDN
     ports: tuple[tuple[str, str, int], ...]  # (name, protocol, port)
-    addresses: tuple[str, ...] = ()
+    packed: bytes = b""  # the addresses, 4 bytes each (IPv4) or 16 (IPv6), canonical
     conditions: bytes = b""  # READY | SERVING | TERMINATING, one per address
     nodes: tuple[str | None, ...] = ()  # one per address; () when no endpoint names one
     # endpoints.kubernetes.io/last-change-trigger-time: when the change that made this
@@ -114,9 +116,22 @@ class SliceInfo:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def addresses(self) -> tuple[str, ...]:
+        """The addresses' text, in order."""
+        if self.address_type == "IPv6":
+            family, size = socket.AF_INET6, 16
+        else:
+            family, size = socket.AF_INET, 4
+        raw = self.packed
+        return tuple(
+            socket.inet_ntop(family, raw[at : at + size]) for at in range(0, len(raw), size)
+        )
+
+    @property
     def endpoints(self) -> Iterator[Endpoint]:
-        nodes = self.nodes or (None,) * len(self.addresses)
-        for address, bits, node in zip(self.addresses, self.conditions, nodes, strict=True):
+        addresses = self.addresses
+        nodes = self.nodes or (None,) * len(addresses)
+        for address, bits, node in zip(addresses, self.conditions, nodes, strict=True):
             yield Endpoint(address, bool(bits & READY), bool(bits & SERVING),
                            bool(bits & TERMINATING), node)  # fmt: skip
 
@@ -380,6 +395,12 @@ def _endpoint(
     return addresses, bits, _short(node) if isinstance(node, str) and node else None
 
 
+def _packed(addresses: list[str], family: str) -> bytes:
+    """Canonical addresses of one family, packed (4 or 16 bytes each)."""
+    kind = socket.AF_INET6 if family == "IPv6" else socket.AF_INET
+    return b"".join(socket.inet_pton(kind, a) for a in addresses)
+
+
 def slice_from_json(obj: Json) -> SliceInfo:
     meta = _meta(obj)
     namespace = _short(_text(meta.get("namespace")))
@@ -415,7 +436,7 @@ def slice_from_json(obj: Json) -> SliceInfo:
         else "",
         address_type=family,
         ports=_shared(tuple(ports)),
-        addresses=tuple(addresses),
+        packed=_packed(addresses, family),
         conditions=bytes(conditions),
         nodes=tuple(nodes) if any(nodes) else (),
         trigger_time=_short(trigger) if isinstance(trigger, str) else None,

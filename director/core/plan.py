@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from director.core.model import (
@@ -87,9 +87,7 @@ def plan_service(
             return []
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
     hashing = desired.config.scheduler in HASHING_SCHEDULERS
-    if (actual is desired or actual == desired) and not (
-        hashing and _out_of_order(actual.real_servers)
-    ):
+    if in_step(desired, actual):
         return []  # the common case of a resync (the very object, once read back as cached)
     origin = desired.origin
     ops: list[Op] = []
@@ -120,6 +118,15 @@ def plan_service(
     added.sort(reverse=True)
     ops.extend(Op(OpKind.ADD_DEST, key, dest=wanted[dkey], origin=origin) for dkey in added)
     return ops
+
+
+def in_step(desired: VirtualService, actual: VirtualService | None) -> bool:
+    """Nothing to do: ``actual`` is ``desired`` (a hashing service's list in hash_order)."""
+    return (actual is desired or actual == desired) and not (
+        desired.config.scheduler in HASHING_SCHEDULERS
+        and actual is not None
+        and _out_of_order(actual.real_servers)
+    )
 
 
 def _out_of_order(dests: Mapping[DestKey, RealServer]) -> bool:
@@ -198,31 +205,52 @@ def _in_hash_order(
     return ops
 
 
-def build_plan(desired: Table, actual: Table, ownership: Ownership) -> Plan:
-    """The full diff: every owned service in either table, in a stable order.
+@dataclass(frozen=True, slots=True)
+class Outline:
+    """Which services a full diff touches, in the order their operations go, without the
+    operations (a first sync's 110,000 need not all be held at once: see ``outlined_ops``)."""
 
-    Only the services that need operations are sorted: a resync that finds nothing to do
-    (the common case, 10,000 services) pays for comparisons, not for a sort."""
+    removals: tuple[ServiceKey, ...] = ()  # owned, in the kernel, not desired
+    changes: tuple[ServiceKey, ...] = ()  # desired and not in step with the kernel
+    foreign: tuple[ServiceKey, ...] = ()
+    refused: tuple[tuple[ServiceKey, str], ...] = ()
+
+
+def outline(desired: Table, actual: Table, ownership: Ownership) -> Outline:
+    """Removals first (they free kernel memory before anything new is added), then
+    changes, each in key order. Only the services out of step are sorted: a resync that
+    finds nothing to do (the common case, 10,000 services) pays for comparisons, not for
+    a sort."""
     refused: list[tuple[ServiceKey, str]] = []
     foreign = sorted(key for key in actual if key not in desired and not ownership.owns(key))
     foreign_set = set(foreign)
     removals = [key for key in actual.keys() - desired.keys() if key not in foreign_set]
-    changes: list[tuple[ServiceKey, list[Op]]] = []
+    changes: list[ServiceKey] = []
     for key, vs in desired.items():
         if not ownership.owns(key):
             refused.append((key, f"outside the owned ranges ({ownership.describe()}); left alone"))
-            continue
-        ops = plan_service(key, vs, actual.get(key))
-        if ops:
-            changes.append((key, ops))
-    # Deletions first: they free kernel memory before anything new is added.
-    ordered: list[Op] = []
-    for key in sorted(removals):
-        ordered.extend(plan_service(key, None, actual[key]))
-    for _key, ops in sorted(changes, key=lambda item: item[0]):
-        ordered.extend(ops)
+        elif not in_step(vs, actual.get(key)):
+            changes.append(key)
     refused.sort(key=lambda item: item[0])
-    return Plan(tuple(ordered), tuple(foreign), tuple(refused))
+    return Outline(tuple(sorted(removals)), tuple(sorted(changes)), tuple(foreign), tuple(refused))
+
+
+def outlined_ops(
+    shape: Outline, desired: Table, actual: Table
+) -> Iterator[tuple[ServiceKey, list[Op]]]:
+    """Each outlined service's operations, planned when asked for against ``actual`` as it
+    is then (a caller applying them service by service may update it between two)."""
+    for key in shape.removals:
+        yield key, plan_service(key, None, actual.get(key))
+    for key in shape.changes:
+        yield key, plan_service(key, desired[key], actual.get(key))
+
+
+def build_plan(desired: Table, actual: Table, ownership: Ownership) -> Plan:
+    """The full diff: every owned service in either table, in a stable order."""
+    shape = outline(desired, actual, ownership)
+    ops = [op for _key, service_ops in outlined_ops(shape, desired, actual) for op in service_ops]
+    return Plan(tuple(ops), shape.foreign, shape.refused)
 
 
 def apply_ops_to_table(table: Table, ops: Iterable[Op], failed: set[int] | None = None) -> None:

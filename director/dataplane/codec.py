@@ -29,6 +29,7 @@ from director.core.model import (
     Stats,
     decode_flags,
     shared_attrs,
+    wire_key,
 )
 from director.dataplane.interface import error_message
 
@@ -283,7 +284,7 @@ def decode_dest(
 # kernel writes the same attributes, in the same order and sizes, for every real server.
 _DEST_FIELDS: tuple[tuple[tuple[int, ...], str], ...] = (
     ((DEST_ADDR,), "16s"),
-    ((DEST_PORT,), "H"),  # network order
+    ((DEST_PORT,), "2s"),  # network order, as a Dests key holds it
     ((DEST_FWD_METHOD,), "I"),
     ((DEST_WEIGHT,), "i"),
     ((DEST_U_THRESH,), "I"),
@@ -435,16 +436,15 @@ def _wire_service_config(
     return _service_config(sched.split(b"\0", 1)[0].decode(), bits, persistence, netmask)
 
 
-def decode_dest_row(data: bytes, offset: int, layout: Layout) -> tuple[Any, ...] | None:
-    """The real server of the message at ``offset`` as a ``Dests`` row (address, port,
-    shared attributes), if the message is laid out as ``layout`` says."""
+def decode_dest_row(data: bytes, offset: int, layout: Layout) -> tuple[bytes, Any] | None:
+    """The real server of the message at ``offset`` as a ``Dests`` row (packed key, shared
+    attributes: no text made), if the message is laid out as ``layout`` says."""
     values = layout.fields.unpack_from(data, offset)
     if values[0::2] != layout.headers:
         return None
     at = layout.at
     return (
-        _address(values[at[0]], 0, values[at[6]]),
-        socket.ntohs(values[at[1]]),
+        wire_key(values[at[0]], values[at[1]], values[at[6]]),
         shared_attrs(
             (values[at[3]], _FORWARDING[values[at[2]] & 0x7], values[at[4]], values[at[5]])
         ),

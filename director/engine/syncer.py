@@ -34,16 +34,19 @@ class Syncer:
 
     def full(self, desired: Table, *, reread: bool = True) -> None:
         started = time.perf_counter()
-        report = self.reconciler.full_sync(desired, reread=reread)
+        # Planned and sent a chunk at a time, kept by nobody: a first sync's operations
+        # never all live at once.
+        report = self.reconciler.full_sync(desired, reread=reread, keep_plan=False)
         if self.recorder is not None:
             self.recorder.observe_sync("full", report.seconds)
         self._after(report, "full-resync")
         self.status.last_sync = time.time()
         self.status.last_sync_seconds = time.perf_counter() - started
+        ops = report.result.requested
         if reread:  # the first sync's operations are the table being built, not drift
-            self.status.drift_ops += len(report.plan.ops)
-        if report.plan.ops:  # at start the table being built; later, drift repaired
-            event(log, "resync.repaired" if reread else "sync.first", ops=len(report.plan.ops),
+            self.status.drift_ops += ops
+        if ops:  # at start the table being built; later, drift repaired
+            event(log, "resync.repaired" if reread else "sync.first", ops=ops,
                   failed=len(report.result.errors))  # fmt: skip
 
     def one(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
@@ -65,5 +68,5 @@ class Syncer:
         if report.result.errors:
             self.status.failed_ops += len(report.result.errors)
             self.status.last_error = report.result.errors[0].describe()
-        if self.observer is not None and (report.plan.ops or report.plan.refused):
+        if self.observer is not None and (report.result.requested or report.plan.refused):
             self.observer(ref, report)
