@@ -1,8 +1,9 @@
 """Value types for IPVS state: virtual services, real servers, counters.
 
-Pure data, no I/O. Addresses are kept as canonical text (``socket.inet_ntop`` form) so
-keys compare and hash cheaply at 100,000+ real servers; the config loader and the
-kernel reader both produce canonical text. Equality of a virtual service or real server
+Pure data, no I/O. Addresses are canonical text (``socket.inet_ntop`` form) wherever
+they are read, so keys compare and hash alike; the config loader and the kernel reader
+both produce canonical text. A service's real servers (``Dests``) keep theirs packed, and
+make the text when asked. Equality of a virtual service or real server
 means "same configuration": counters live in separate types.
 """
 
@@ -315,6 +316,12 @@ def _key_port(key: bytes, at: int) -> int:
     return (key[at + 16] << 8) | key[at + 17]
 
 
+@lru_cache(maxsize=4096)
+def _for_all(attrs: _Attrs) -> tuple[_Attrs]:
+    """The one tuple every Dests whose real servers all share ``attrs`` holds."""
+    return (attrs,)
+
+
 class Dests(Mapping[DestKey, RealServer]):
     """A virtual service's real servers, in order: an immutable mapping by (address, port).
 
@@ -355,7 +362,7 @@ class Dests(Mapping[DestKey, RealServer]):
     @staticmethod
     def _one_or_each(attrs: Sequence[_Attrs]) -> tuple[_Attrs, ...]:
         if attrs and attrs.count(attrs[0]) == len(attrs):
-            return (attrs[0],)
+            return _for_all(attrs[0])
         return tuple(attrs)
 
     @classmethod
