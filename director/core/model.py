@@ -354,10 +354,20 @@ class Dests(Mapping[DestKey, RealServer]):
 
     @staticmethod
     def _packed(servers: Iterable[RealServer]) -> tuple[bytes, tuple[_Attrs, ...]]:
-        rows: list[Any] = []
+        keys: list[bytes] = []
+        attrs: list[_Attrs] = []
+        pton, share = socket.inet_pton, shared_attrs  # packed_key, inline: the hot path
         for rs in servers:
-            rows += Dests.row(rs)
-        return b"".join(rows[0::2]), Dests._one_or_each(rows[1::2])
+            address, port = rs[0], rs[1]
+            try:
+                if ":" in address:
+                    keys.append(pton(_V6, address) + port.to_bytes(2, "big") + _V6_BYTE)
+                else:
+                    keys.append(pton(_V4, address) + _ZEROS + port.to_bytes(2, "big") + _V4_BYTE)
+            except (OSError, OverflowError, ValueError):
+                keys.append(packed_key(address, port))  # raises, saying what is wrong
+            attrs.append(share(rs[2:]))
+        return b"".join(keys), Dests._one_or_each(attrs)
 
     @staticmethod
     def _one_or_each(attrs: Sequence[_Attrs]) -> tuple[_Attrs, ...]:
@@ -432,13 +442,22 @@ class Dests(Mapping[DestKey, RealServer]):
         return len(self._keys) // _KEY
 
     def __iter__(self) -> Iterator[DestKey]:
-        keys = self._keys
+        keys, ntop = self._keys, socket.inet_ntop  # _key_text and _key_port, inline
         for at in range(0, len(keys), _KEY):
-            yield (_key_text(keys, at), _key_port(keys, at))
+            if keys[at + 18] == _V4:
+                yield ntop(_V4, keys[at : at + 4]), (keys[at + 16] << 8) | keys[at + 17]
+            else:
+                yield ntop(_V6, keys[at : at + 16]), (keys[at + 16] << 8) | keys[at + 17]
 
     def servers(self) -> Iterator[RealServer]:
-        for at in range(0, len(self._keys), _KEY):
-            yield self._server(at)
+        attrs, make = self._attrs, tuple.__new__  # RealServer's own __new__ costs as much
+        if len(attrs) == 1:
+            one = attrs[0]
+            for address, port in self:
+                yield make(RealServer, (address, port, *one))
+        else:
+            for (address, port), each in zip(self, attrs, strict=True):
+                yield make(RealServer, (address, port, *each))
 
     def items(self) -> ItemsView[DestKey, RealServer]:
         return _DestItems(self)
