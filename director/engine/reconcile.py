@@ -25,7 +25,7 @@ from director.core.plan import (
     outlined_ops,
     plan_service,
 )
-from director.dataplane.interface import ApplyResult, Ipvs, OpError
+from director.dataplane.interface import ApplyResult, Ipvs
 from director.logs import event
 
 log = logging.getLogger("director.reconcile")
@@ -112,29 +112,18 @@ class Reconciler:
     def _full_in_chunks(self, desired: Table, started: float) -> SyncReport:
         shape = outline(desired, self.actual, self.ownership)
         self._log_left_alone(shape.foreign, shape.refused)
-        requested, sends = 0, 0
-        errors: list[OpError] = []
-        failed: set[int] = set()
+        results: list[ApplyResult] = []
         ops: list[Op] = []
         keys: list[ServiceKey] = []
         for key, service_ops in outlined_ops(shape, desired, self.actual):
             ops += service_ops
             keys.append(key)
-            if len(ops) < CHUNK_OPS:
-                continue
-            result = self._apply_chunk(desired, ops, keys)
-            failed.update(requested + i for i in result.failed)
-            requested, sends = requested + result.requested, sends + result.sends
-            errors += result.errors
-            ops, keys = [], []
-        result = self._apply_chunk(desired, ops, keys)
-        failed.update(requested + i for i in result.failed)
-        total = ApplyResult(
-            requested + result.requested, (*errors, *result.errors), sends + result.sends,
-            frozenset(failed),
-        )  # fmt: skip
+            if len(ops) >= CHUNK_OPS:
+                results.append(self._apply_chunk(desired, ops, keys))
+                ops, keys = [], []
+        results.append(self._apply_chunk(desired, ops, keys))
         plan = Plan(foreign=shape.foreign, refused=shape.refused)
-        return SyncReport(plan, total, time.perf_counter() - started)
+        return SyncReport(plan, _merged(results), time.perf_counter() - started)
 
     def _apply_chunk(self, desired: Table, ops: list[Op], keys: list[ServiceKey]) -> ApplyResult:
         """Send whole services' operations; the cache follows what the kernel accepted."""
@@ -188,3 +177,15 @@ class Reconciler:
         event(log, "ipvs.applied", ops=len(ops), failed=len(result.errors), sends=result.sends,
               **counts)  # fmt: skip
         return result
+
+
+def _merged(results: list[ApplyResult]) -> ApplyResult:
+    """The chunks' results as one: a failure's position counts from the first chunk's
+    first operation."""
+    failed: set[int] = set()
+    requested = 0
+    for result in results:
+        failed.update(requested + i for i in result.failed)
+        requested += result.requested
+    errors = tuple(error for result in results for error in result.errors)
+    return ApplyResult(requested, errors, sum(r.sends for r in results), frozenset(failed))
