@@ -15,6 +15,7 @@ from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, Va
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from functools import lru_cache
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from director.core.errors import DirectorError
@@ -285,16 +286,14 @@ _V4_BYTE, _V6_BYTE = bytes((_V4,)), bytes((_V6,))
 def packed_key(address: str, port: int) -> bytes:
     """A real server's (address, port) packed as ``Dests`` holds it. Raises ValueError if
     the address is not canonical-able text or the port is not 0-65535."""
-    family = _V6 if ":" in address else _V4
     try:
-        raw = socket.inet_pton(family, address)
-    except (OSError, ValueError):
+        if ":" in address:
+            return socket.inet_pton(_V6, address) + port.to_bytes(2, "big") + _V6_BYTE
+        return socket.inet_pton(_V4, address) + _ZEROS + port.to_bytes(2, "big") + _V4_BYTE
+    except OverflowError:
+        raise ValueError(f"port {shown(port)} is not 0-65535") from None
+    except (OSError, ValueError):  # ValueError: NUL bytes, lone surrogates
         raise ValueError(f"{shown(address)} is not an IPv4 or IPv6 address") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {shown(port)} is not 0-65535")
-    if family == _V4:
-        return raw + _ZEROS + port.to_bytes(2, "big") + _V4_BYTE
-    return raw + port.to_bytes(2, "big") + _V6_BYTE
 
 
 def wire_key(address: bytes, port: bytes, family: int) -> bytes:
@@ -306,14 +305,12 @@ def wire_key(address: bytes, port: bytes, family: int) -> bytes:
     return address + port + _V6_BYTE
 
 
-def _key_text(key: bytes, at: int) -> str:
-    if key[at + 18] == _V4:
-        return socket.inet_ntop(_V4, key[at : at + 4])
-    return socket.inet_ntop(_V6, key[at : at + 16])
-
-
-def _key_port(key: bytes, at: int) -> int:
-    return (key[at + 16] << 8) | key[at + 17]
+def _key_at(keys: bytes, at: int) -> DestKey:
+    """The (address, port) of the packed key at ``at``."""
+    port = (keys[at + 16] << 8) | keys[at + 17]
+    if keys[at + 18] == _V4:
+        return socket.inet_ntop(_V4, keys[at : at + 4]), port
+    return socket.inet_ntop(_V6, keys[at : at + 16]), port
 
 
 @lru_cache(maxsize=4096)
@@ -356,17 +353,9 @@ class Dests(Mapping[DestKey, RealServer]):
     def _packed(servers: Iterable[RealServer]) -> tuple[bytes, tuple[_Attrs, ...]]:
         keys: list[bytes] = []
         attrs: list[_Attrs] = []
-        pton, share = socket.inet_pton, shared_attrs  # packed_key, inline: the hot path
         for rs in servers:
-            address, port = rs[0], rs[1]
-            try:
-                if ":" in address:
-                    keys.append(pton(_V6, address) + port.to_bytes(2, "big") + _V6_BYTE)
-                else:
-                    keys.append(pton(_V4, address) + _ZEROS + port.to_bytes(2, "big") + _V4_BYTE)
-            except (OSError, OverflowError, ValueError):
-                keys.append(packed_key(address, port))  # raises, saying what is wrong
-            attrs.append(share(rs[2:]))
+            keys.append(packed_key(rs[0], rs[1]))
+            attrs.append(shared_attrs(rs[2:]))
         return b"".join(keys), Dests._one_or_each(attrs)
 
     @staticmethod
@@ -400,7 +389,7 @@ class Dests(Mapping[DestKey, RealServer]):
         if not isinstance(key, tuple) or len(key) != 2:
             return -1
         address, port = key
-        if not isinstance(address, str) or not isinstance(port, int) or not 0 <= port <= 65535:
+        if not isinstance(address, str) or not isinstance(port, int):
             return -1
         try:
             needle = packed_key(address, port)
@@ -421,8 +410,8 @@ class Dests(Mapping[DestKey, RealServer]):
         return attrs[0] if len(attrs) == 1 else attrs[at // _KEY]
 
     def _server(self, at: int) -> RealServer:
-        keys = self._keys
-        return RealServer(_key_text(keys, at), _key_port(keys, at), *self._attr(at))
+        address, port = _key_at(self._keys, at)
+        return RealServer(address, port, *self._attr(at))
 
     def __getitem__(self, key: DestKey) -> RealServer:
         at = self._find(key)
@@ -442,12 +431,8 @@ class Dests(Mapping[DestKey, RealServer]):
         return len(self._keys) // _KEY
 
     def __iter__(self) -> Iterator[DestKey]:
-        keys, ntop = self._keys, socket.inet_ntop  # _key_text and _key_port, inline
-        for at in range(0, len(keys), _KEY):
-            if keys[at + 18] == _V4:
-                yield ntop(_V4, keys[at : at + 4]), (keys[at + 16] << 8) | keys[at + 17]
-            else:
-                yield ntop(_V6, keys[at : at + 16]), (keys[at + 16] << 8) | keys[at + 17]
+        keys = self._keys
+        return map(_key_at, repeat(keys), range(0, len(keys), _KEY))
 
     def servers(self) -> Iterator[RealServer]:
         attrs, make = self._attrs, tuple.__new__  # RealServer's own __new__ costs as much

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,20 +85,8 @@ class Reconciler:
             return self._full_in_chunks(desired, started)
         plan = build_plan(desired, self.actual, self.ownership)
         self._log_left_alone(plan.foreign, plan.refused)
-        result = self._apply(plan.ops, update_cache=False, bulk=True)
-        if result.ok and plan.ops and not self.dry_run:
-            # Everything applied: the owned part of the kernel now is the desired table.
-            refused = {key for key, _ in plan.refused}
-            touched = {op.key for op in plan.ops}
-            before, foreign = self.actual, set(plan.foreign)
-            self.actual = {k: v for k, v in before.items() if k in foreign}
-            for key, vs in desired.items():
-                if key in touched:
-                    self.actual[key] = as_applied(vs, before.get(key))
-                elif key not in refused:
-                    self.actual[key] = before.get(key, vs)  # equal, in the kernel's order
-        elif not self.dry_run:
-            apply_ops_to_table(self.actual, plan.ops, set(result.failed))
+        touched = list(dict.fromkeys(op.key for op in plan.ops))
+        result = self._apply_chunk(desired, plan.ops, touched)  # the whole plan, one chunk
         return SyncReport(plan, result, time.perf_counter() - started)
 
     @staticmethod
@@ -125,8 +114,11 @@ class Reconciler:
         plan = Plan(foreign=shape.foreign, refused=shape.refused)
         return SyncReport(plan, _merged(results), time.perf_counter() - started)
 
-    def _apply_chunk(self, desired: Table, ops: list[Op], keys: list[ServiceKey]) -> ApplyResult:
-        """Send whole services' operations; the cache follows what the kernel accepted."""
+    def _apply_chunk(
+        self, desired: Table, ops: Sequence[Op], keys: list[ServiceKey]
+    ) -> ApplyResult:
+        """Send whole services' operations (``keys``: those services); the cache follows
+        what the kernel accepted."""
         chunk = tuple(ops)
         result = self._apply(chunk, update_cache=False, bulk=True)
         if self.dry_run or not chunk:
