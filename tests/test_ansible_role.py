@@ -154,6 +154,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
         "director_sync_interface": "edge0",
         "director_nat_gateways": [{"address": "10.1.0.1/24", "interface": "edge0"}],
         "director_forwarding_modes": ["nat", "dr"],
+        "director_ipvs_rate_estimation": False,
         "director_api_token": TOKEN,
         "director_kubeconfig": yaml.safe_dump(KUBECONFIG),
     }
@@ -327,6 +328,7 @@ EXPECTED_SYSCTLS = {
     "net.ipv4.vs.expire_nodest_conn": "1",
     "net.ipv4.vs.expire_quiescent_template": "1",
     "net.ipv4.vs.sync_threshold": "3 10",
+    "net.ipv4.vs.run_estimation": "0",  # director_ipvs_rate_estimation: false
     "net.ipv4.conf.all.arp_ignore": "1",  # dr is among the forwarding modes
     "net.ipv4.conf.edge0.arp_announce": "2",
 }

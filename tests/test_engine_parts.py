@@ -5,11 +5,13 @@ and the read model the API serves from without the loop's lock."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import threading
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from director.core.checks import CheckSpec, Target
 from director.core.cluster import service_from_json
@@ -46,7 +48,8 @@ from director.engine.outbox import Outbox
 from director.engine.programming import give_back_free_memory
 from director.engine.reporter import Reporter
 from director.engine.source_filter import SourceFilter
-from director.engine.view import LoopStatus
+from director.engine.table import Programmed
+from director.engine.view import Layered, LoopStatus
 from director.schema.config import HealthSettings, parse_config
 from director.web.app import create_app
 from lab.kubeapi import service
@@ -337,6 +340,107 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
     finally:
         stop.set()
         loop.join(5)
+
+
+KEYS = [ServiceKey.inet(IpProtocol.TCP, "198.51.100.10", port) for port in range(1, 301)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    start=st.integers(0, 300),
+    steps=st.lists(
+        st.lists(st.tuples(st.integers(0, 299), st.booleans(), st.integers(1, 3)), max_size=40),
+        max_size=30,
+    ),
+)
+def test_every_published_view_of_the_desired_table_stays_what_the_table_was(
+    start: int, steps: list[list[tuple[int, bool, int]]]
+) -> None:
+    """The view shares one copy of the table between steps and carries each step's
+    changes: whatever is put, replaced or dropped, every view reads as the table did when
+    it was published, and keeps doing so after later steps."""
+    table = Programmed(())
+    for key in KEYS[:start]:
+        table.put(key, vs(key, A), "default/web")
+    view = Layered(dict(table.desired))
+    table.changed.clear()
+    published: list[tuple[Layered[ServiceKey, VirtualService], dict[Any, Any]]] = []
+    for changes in steps:
+        for index, keep, weight in changes:
+            key = KEYS[index]
+            if keep:
+                table.put(key, vs(key, A, weight=weight), "default/web")
+            else:
+                table.drop(key)
+        view = view.then(table.desired, table.changed)
+        table.changed.clear()
+        published.append((view, dict(table.desired)))
+    for view, then in published:
+        assert len(view) == len(then)
+        assert sorted(view) == sorted(then) and len(set(view)) == len(then)
+        assert dict(view.items()) == then
+        for key in KEYS:
+            assert (key in view) == (key in then)
+            assert view.get(key) == then.get(key)
+    if all(keep for changes in steps for _, keep, _ in changes):  # nothing dropped:
+        assert list(view) == list(table.desired)  # the table's own order
+
+
+def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:
+    settings = parse_config(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "health: {check: tcp}\n"
+        "services: [{name: web, address: 198.51.100.10, port: 80, health_check: tcp,"
+        " real_servers: [192.0.2.1:8080, 192.0.2.2:8080]}]\n",
+        "static.yaml",
+    )
+    controller = Controller(FakeIpvs(), settings)
+    for _ in range(3):
+        controller.step(0.01)
+    assert controller.view.status.synced and controller.view.unhealthy == {}
+    before = controller.view
+    (target,) = controller.gate.checks[TCP][A]
+    controller.post(TargetChecked(target, up=False))
+    controller.step(0.01)
+    assert controller.view.unhealthy == {TCP: frozenset({A})}
+    assert controller.view.desired[TCP].real_servers[A].weight == 0  # quiesced
+    assert before.desired[TCP].real_servers[A].weight == 1  # an older view is unchanged
+    controller.post(TargetChecked(target, up=True))
+    controller.step(0.01)
+    assert controller.view.unhealthy == {}
+    assert controller.view.desired[TCP].real_servers[A].weight == 1
+
+
+def test_the_state_file_follows_the_table_at_most_once_a_second(tmp_path: Any) -> None:
+    settings = parse_config(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "health: {check: tcp}\n"
+        "services: [{name: web, address: 198.51.100.10, port: 80, health_check: tcp,"
+        " real_servers: [192.0.2.1:8080, 192.0.2.2:8080]}]\n",
+        "static.yaml",
+    )
+    state, clock = tmp_path / "state.json", Clock()
+    controller = Controller(FakeIpvs(), settings, state_file=state, clock=clock)
+
+    def weights() -> list[int]:
+        (svc,) = json.loads(state.read_text())["services"]
+        return [rs["weight"] for rs in svc["real_servers"]]
+
+    for _ in range(3):
+        controller.step(0.01)
+    assert weights() == [1, 1]
+    (target,) = controller.gate.checks[TCP][A]
+    controller.post(TargetChecked(target, up=False))
+    controller.step(0.01)
+    assert controller.view.desired[TCP].real_servers[A].weight == 0
+    assert weights() == [1, 1]  # written less than a second ago: not yet
+    clock.now += 1.0
+    controller.step(0.01)
+    assert weights() == [0, 1]  # the loop's next step writes it
+    written = state.stat().st_mtime_ns
+    clock.now += 5.0
+    controller.step(0.01)
+    assert state.stat().st_mtime_ns == written  # nothing changed: not written again
 
 
 def test_an_intent_is_refused_on_its_own() -> None:

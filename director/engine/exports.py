@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, TypeVar
 from director.core.ipam import Pool
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
-from director.engine.view import Addressing, LoopView, PoolUse
+from director.engine.view import Addressing, Layered, LoopView, PoolUse
 
 if TYPE_CHECKING:
     from director.engine.loop import Controller
 
 K = TypeVar("K")
 V = TypeVar("V")
+STATE_FILE_SECONDS = 1.0
 
 
 class Exports:
@@ -31,32 +32,41 @@ class Exports:
         self.state_file = state_file
         self.due = True  # the view is behind: publish it at the end of this step
         self.state_due = False
-        self._seen = (-1, -1)  # the snapshot's and the gate's versions last published
+        self._state_next = float("-inf")  # when the state file may be written again
+        self._seen = (-1, -1, -1)  # snapshot, checks and verdicts versions last published
 
     def publish(self, loop: Controller) -> None:
         """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock).
-        The desired table is copied every time; the rest only when it changed."""
+        Of the desired table, what changed since the last view; the rest only when it
+        changed."""
         self.due = False
         prev, table, gate = self.view, loop.table, loop.gate
         stale, snapshot = table.stale, loop.snapshot
-        seen = (snapshot.services_version, gate.version)
+        seen = (snapshot.services_version, gate.version, gate.verdicts)
         if seen[0] != self._seen[0]:
             stale.add("services")
         if seen[1] != self._seen[1]:
             stale.add("checks")
+        if seen[1:] != self._seen[1:]:
+            stale.add("verdicts")
         self._seen = seen
         allocator = loop.addresses.allocator
+        desired = (
+            prev.desired.then(table.desired, table.changed)
+            if isinstance(prev.desired, Layered)
+            else Layered(dict(table.desired))
+        )
         self.view = LoopView(
             version=prev.version + 1,
             status=loop.health.copy(synced=loop.ready),
-            desired=_frozen(table.desired),
+            desired=desired,
             owner=_frozen(table.owner) if "keys" in stale else prev.owner,
             options=_frozen(table.options) if "options" in stale else prev.options,
             produced=_frozen(table.produced) if "keys" in stale else prev.produced,
             services=_frozen(snapshot.services) if "services" in stale else prev.services,
             draining=_frozen({k: frozenset(v) for k, v in loop.drains.waiting.items()}),
             checks=_frozen(gate.checks) if "checks" in stale else prev.checks,
-            unhealthy=_frozen(gate.failing()),
+            unhealthy=_frozen(gate.failing()) if "verdicts" in stale else prev.unhealthy,
             intents=loop.intents,
             addressing=Addressing(
                 tuple(PoolUse(p.name, p.size(), allocator.in_use_in(p))
@@ -70,13 +80,25 @@ class Exports:
             lease_refused=loop.reporter.lease_refused,
         )
         stale.clear()
+        table.changed.clear()
 
     def write_state(self, loop: Controller) -> None:
+        """Rewrite the state file if the table changed: at most once every
+        ``STATE_FILE_SECONDS``, and spending at most a tenth of the loop's time on it. Each
+        write is the whole table (12.7 MB and 0.8 s natively at 10,000 Services) where a
+        change is one virtual service. The loop steps at least twice a second, so the last
+        change is always written, that much later."""
         if self.state_file is None or not self.state_due:
+            return
+        clock = loop.pace.clock
+        started = clock()
+        if started < self._state_next:
             return
         self.state_due = False
         held = {ref: loop.addresses.held(ref) for ref in sorted(loop.table.produced)}
         write_state(self.state_file, loop.table.desired, held)
+        took = clock() - started
+        self._state_next = started + max(STATE_FILE_SECONDS, 10 * took)
 
     def ready(self, message: str) -> None:
         if self.on_ready is not None:

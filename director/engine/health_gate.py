@@ -25,6 +25,7 @@ class HealthGate:
         self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
         self.on_targets: Callable[[set[Target], set[Target]], None] | None = None
         self.version = 0  # bumped when ``checks`` changes (readers copy it then)
+        self.verdicts = 0  # bumped when ``down`` changes
 
     def set_checks(self, key: ServiceKey, checks: Checks) -> None:
         if checks == self.checks.get(key, {}):
@@ -58,6 +59,8 @@ class HealthGate:
 
     def observe(self, target: Target, up: bool) -> set[ServiceKey]:
         """A target's new state; the virtual services that use it."""
+        if up != (target not in self.down):
+            self.verdicts += 1
         if up:
             self.down.discard(target)
         else:
@@ -70,11 +73,11 @@ class HealthGate:
     def failing(self) -> dict[ServiceKey, frozenset[DestKey]]:
         """Every virtual service's failing real servers (for the view)."""
         out: dict[ServiceKey, frozenset[DestKey]] = {}
-        if self.down:
-            for key, dests in self.checks.items():
-                sick = frozenset(d for d in dests if self.unhealthy(key, d))
-                if sick:
-                    out[key] = sick
+        users = self.users
+        for key in {key for target in self.down for key in users.get(target, ())}:
+            sick = frozenset(d for d in self.checks.get(key, {}) if self.unhealthy(key, d))
+            if sick:
+                out[key] = sick
         return out
 
     def apply(self, key: ServiceKey, vs: VirtualService) -> tuple[VirtualService, bool]:

@@ -119,9 +119,10 @@ class Programmer:
     def sync_static(self, keys: Iterable[ServiceKey] | None = None) -> None:
         """Recompute and program the configuration's services (``keys``: these only)."""
         for key, vs in self.translator.static(keys).items():
-            self.table.desired[key] = vs
+            self.table.put(key, vs, STATIC)
             self.syncer.one(key, vs, STATIC)
             self.exports.vips.touched((key,))
+        self.exports.state_due = True
 
     def _program(
         self,

@@ -1,7 +1,7 @@
 """What is programmed, and for whom: the desired table (static services too), the virtual
 services each Kubernetes Service produced, the owner of each virtual service, each
 Service's translated options. It remembers what changed since the view was published, so
-the view copies only that (an EndpointSlice change copies one table, not five)."""
+the view copies only that (an EndpointSlice change copies one virtual service, not a table)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from director.engine.view import STATIC
 
 class Programmed:
     def __init__(self, static: Iterable[ServiceKey]) -> None:
-        self.desired: Table = {}
+        self.desired: Table = {}  # changed through put and drop only: they keep ``changed``
+        self.changed: set[ServiceKey] = set()  # desired keys put or dropped since the view
         # A tuple each: a frozenset costs 216 bytes however few keys it holds.
         self.produced: dict[str, tuple[ServiceKey, ...]] = {}
         self.owner: dict[ServiceKey, str] = {key: STATIC for key in static}
@@ -25,10 +26,12 @@ class Programmed:
     def put(self, key: ServiceKey, vs: VirtualService, ref: str) -> None:
         self.desired[key] = vs
         self.owner[key] = ref
+        self.changed.add(key)
 
     def drop(self, key: ServiceKey) -> None:
         self.desired.pop(key, None)
         self.owner.pop(key, None)
+        self.changed.add(key)
 
     def refs(self, keys: Iterable[ServiceKey]) -> set[str]:
         """The Services that own ``keys`` (static included)."""

@@ -9,10 +9,11 @@ engine publishes snapshots to its RPC surface the same way).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from math import isqrt
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from director.core.announce import Route
 from director.core.checks import Target
@@ -25,8 +26,90 @@ STATIC = "static"  # the owner of the configuration's own services
 Checks = Mapping[DestKey, tuple[Target, ...]]  # a virtual service's checked real servers
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
 def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
+
+
+class Layered(Mapping[K, V]):
+    """A read-only copy of a table that changes a few keys at a time: a base copy, shared
+    by the views that follow, and the changes made since (``None``: removed). Publishing a
+    step that changed one virtual service copies the changes so far, not 10,000 entries;
+    a copy that large made every step's garbage a young 10,000-entry dict, and the next
+    young-generation collection walked it (1.2 ms at 10,000 Services against 0.3 ms at
+    1,000, natively). The base is copied afresh once the changes outgrow ~sqrt(2n), which
+    keeps the cost per change at about that."""
+
+    __slots__ = ("_base", "_changes", "_len")
+
+    def __init__(
+        self, base: dict[K, V], changes: dict[K, V | None] | None = None, length: int = -1
+    ) -> None:
+        self._base = base  # never changed once shared
+        self._changes = changes or {}
+        self._len = len(base) if length < 0 else length
+
+    def then(self, table: Mapping[K, V], changed: Collection[K]) -> Layered[K, V]:
+        """``table`` as it is now, given that it was this mapping but for ``changed``."""
+        if not changed:
+            return self
+        if len(self._changes) + len(changed) > max(64, isqrt(2 * len(self._base))):
+            return Layered(dict(table))
+        changes = dict(self._changes)
+        for key in changed:
+            changes[key] = table.get(key)
+        return Layered(self._base, changes, len(table))
+
+    def __getitem__(self, key: K) -> V:
+        changes = self._changes
+        if key in changes:
+            value = changes[key]
+            if value is None:
+                raise KeyError(key)
+            return value
+        return self._base[key]
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+    @overload
+    def get(self, key: K, /, default: V) -> V: ...
+    @overload
+    def get(self, key: K, /, default: Any) -> Any: ...
+    def get(self, key: K, /, default: Any = None) -> Any:
+        changes = self._changes
+        if key in changes:
+            value = changes[key]
+            return default if value is None else value
+        return self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        changes = self._changes
+        if key in changes:
+            return changes[key] is not None
+        return key in self._base
+
+    def __iter__(self) -> Iterator[K]:
+        # In the order of a dict that had the same changes made to it (a key removed and
+        # put back keeps its first place).
+        changes, base = self._changes, self._base
+        if not changes:
+            return iter(base)
+        return self._merged(changes, base)
+
+    @staticmethod
+    def _merged(changes: dict[K, V | None], base: dict[K, V]) -> Iterator[K]:
+        for key in base:
+            if key not in changes or changes[key] is not None:
+                yield key
+        for key, value in changes.items():
+            if value is not None and key not in base:
+                yield key
+
+    def __len__(self) -> int:
+        return self._len
 
 
 @dataclass
