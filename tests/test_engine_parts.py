@@ -386,15 +386,17 @@ def test_every_published_view_of_the_desired_table_stays_what_the_table_was(
         assert list(view) == list(table.desired)  # the table's own order
 
 
+# A static service of two real servers, each checked.
+CHECKED = (
+    "ownership: {networks: [198.51.100.0/24]}\n"
+    "health: {check: tcp}\n"
+    "services: [{name: web, address: 198.51.100.10, port: 80, health_check: tcp,"
+    " real_servers: [192.0.2.1:8080, 192.0.2.2:8080]}]\n"
+)
+
+
 def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:
-    settings = parse_config(
-        "ownership: {networks: [198.51.100.0/24]}\n"
-        "health: {check: tcp}\n"
-        "services: [{name: web, address: 198.51.100.10, port: 80, health_check: tcp,"
-        " real_servers: [192.0.2.1:8080, 192.0.2.2:8080]}]\n",
-        "static.yaml",
-    )
-    controller = Controller(FakeIpvs(), settings)
+    controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"))
     for _ in range(3):
         controller.step(0.01)
     assert controller.view.status.synced and controller.view.unhealthy == {}
@@ -412,14 +414,8 @@ def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:
 
 
 def test_the_state_file_follows_the_table_at_most_once_a_second(tmp_path: Any) -> None:
-    settings = parse_config(
-        "ownership: {networks: [198.51.100.0/24]}\n"
-        "health: {check: tcp}\n"
-        "services: [{name: web, address: 198.51.100.10, port: 80, health_check: tcp,"
-        " real_servers: [192.0.2.1:8080, 192.0.2.2:8080]}]\n",
-        "static.yaml",
-    )
     state, clock = tmp_path / "state.json", Clock()
+    settings = parse_config(CHECKED, "static.yaml")
     controller = Controller(FakeIpvs(), settings, state_file=state, clock=clock)
 
     def weights() -> list[int]:
