@@ -351,12 +351,8 @@ class Dests(Mapping[DestKey, RealServer]):
 
     @staticmethod
     def _packed(servers: Iterable[RealServer]) -> tuple[bytes, tuple[_Attrs, ...]]:
-        keys: list[bytes] = []
-        attrs: list[_Attrs] = []
-        for rs in servers:
-            keys.append(packed_key(rs[0], rs[1]))
-            attrs.append(shared_attrs(rs[2:]))
-        return b"".join(keys), Dests._one_or_each(attrs)
+        rows = [Dests.row(rs) for rs in servers]
+        return b"".join(key for key, _ in rows), Dests._one_or_each([a for _, a in rows])
 
     @staticmethod
     def _one_or_each(attrs: Sequence[_Attrs]) -> tuple[_Attrs, ...]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 from director.core.ipam import Pool
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
-from director.engine.view import Addressing, Layered, LoopView, PoolUse
+from director.engine.view import Addressing, LoopView, PoolUse
 
 if TYPE_CHECKING:
     from director.engine.loop import Controller
@@ -51,15 +51,10 @@ class Exports:
             stale.add("verdicts")
         self._seen = seen
         allocator = loop.addresses.allocator
-        desired = (
-            prev.desired.then(table.desired, table.changed)
-            if isinstance(prev.desired, Layered)
-            else Layered(dict(table.desired))
-        )
         self.view = LoopView(
             version=prev.version + 1,
             status=loop.health.copy(synced=loop.ready),
-            desired=desired,
+            desired=prev.desired.then(table.desired, table.changed),
             owner=_frozen(table.owner) if "keys" in stale else prev.owner,
             options=_frozen(table.options) if "options" in stale else prev.options,
             produced=_frozen(table.produced) if "keys" in stale else prev.produced,

@@ -168,7 +168,7 @@ class LoopView:
 
     version: int = 0
     status: LoopStatus = field(default_factory=LoopStatus)
-    desired: Mapping[ServiceKey, VirtualService] = field(default_factory=_empty)
+    desired: Layered[ServiceKey, VirtualService] = field(default_factory=lambda: Layered({}))
     owner: Mapping[ServiceKey, str] = field(default_factory=_empty)
     options: Mapping[str, Options] = field(default_factory=_empty)
     produced: Mapping[str, tuple[ServiceKey, ...]] = field(default_factory=_empty)

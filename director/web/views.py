@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from director.core.intents import Drain
@@ -30,7 +31,7 @@ def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[shap
     """Every virtual service (or those of ``keys``) as programmed, with its counters."""
     kernel = ctx.counters() if keys is None else ctx.read_some(keys)
     view = ctx.loop.view
-    desired = view.desired
+    desired: Mapping[ServiceKey, VirtualService] = view.desired
     if keys is not None:
         desired = {k: desired[k] for k in keys if k in desired}
     drains = tuple(view.intents.drains.values())
