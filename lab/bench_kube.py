@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,12 @@ def rss_mb() -> float:
     return 0.0
 
 
-def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
+def run(
+    ipvs: Ipvs,
+    services: int,
+    rounds: int = 500,
+    estimation: Callable[[bool], None] | None = None,
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-kube-"))
     port_file = workdir / "port"
     child = subprocess.Popen(
@@ -262,33 +268,59 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
 
         inbox.put = arrived  # type: ignore[method-assign]
         rng = random.Random(11)
-        times, ops, own = [], [], []
-        for generation in range(1, rounds + 1):
-            i = rng.randrange(services)
-            ref = f"default/{_name(i)}"
-            body = json.dumps({"endpoints": _endpoints(i, generation)}).encode()
-            request = urllib.request.Request(
-                f"{url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/{_name(i)}-x"
-                "?fieldManager=kube-controller-manager",
-                data=body,
-                method="PATCH",
-                headers={"Content-Type": "application/merge-patch+json",
-                         "Authorization": f"Bearer {TOKEN}"},
-            )  # fmt: skip
-            with cv:
-                applied.pop(ref, None)
-                applied_ops.pop(ref, None)
-                received.pop(ref, None)
-            t0 = time.perf_counter()
-            urllib.request.urlopen(request).read()
-            with cv:
-                if not cv.wait_for(lambda ref=ref: ref in applied, timeout=60):  # type: ignore[misc]
-                    raise RuntimeError(f"no kernel change for {ref}")
-                times.append((applied[ref] - t0) * 1000)
-                own.append((applied[ref] - received.get(ref, t0)) * 1000)
-            time.sleep(0.05)  # let a trailing sync of the same event land in applied_ops
-            with cv:
-                ops.append(applied_ops.get(ref, 0))
+        ops: list[int] = []
+
+        def events(generations: range) -> dict[str, float]:
+            """One EndpointSlice change at a time, each waited for in the kernel."""
+            times, own = [], []
+            for generation in generations:
+                i = rng.randrange(services)
+                ref = f"default/{_name(i)}"
+                body = json.dumps({"endpoints": _endpoints(i, generation)}).encode()
+                request = urllib.request.Request(
+                    f"{url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/"
+                    f"{_name(i)}-x?fieldManager=kube-controller-manager",
+                    data=body,
+                    method="PATCH",
+                    headers={"Content-Type": "application/merge-patch+json",
+                             "Authorization": f"Bearer {TOKEN}"},
+                )  # fmt: skip
+                with cv:
+                    applied.pop(ref, None)
+                    applied_ops.pop(ref, None)
+                    received.pop(ref, None)
+                t0 = time.perf_counter()
+                urllib.request.urlopen(request).read()
+                with cv:
+                    if not cv.wait_for(lambda ref=ref: ref in applied, timeout=60):  # type: ignore[misc]
+                        raise RuntimeError(f"no kernel change for {ref}")
+                    times.append((applied[ref] - t0) * 1000)
+                    own.append((applied[ref] - received.get(ref, t0)) * 1000)
+                time.sleep(0.05)  # let a trailing sync of the same event land in applied_ops
+                with cv:
+                    ops.append(applied_ops.get(ref, 0))
+            # p99: of 500 events (the default), the fifth-slowest.
+            times.sort()
+            own.sort()
+            return {
+                "event_to_kernel_ms_p50": round(statistics.median(times), 2),
+                "event_to_kernel_ms_p99": round(times[max(0, int(len(times) * 0.99) - 1)], 2),
+                # From the watch event's arrival at the director to the kernel.
+                "director_ms_p50": round(statistics.median(own), 2),
+                "director_ms_p99": round(own[max(0, int(len(own) * 0.99) - 1)], 2),
+            }
+
+        latency = events(range(1, rounds + 1))
+        if estimation is not None:
+            # The same, with the kernel's rate estimator off (what the role's
+            # director_ipvs_rate_estimation: false does): before 6.2 its timer walks every
+            # estimator under the lock that adding a real server takes.
+            estimation(False)
+            try:
+                off = events(range(rounds + 1, 2 * rounds + 1))
+            finally:
+                estimation(True)
+            latency |= {f"{name}_estimation_off": value for name, value in off.items()}
         memory = rss_mb()
         # What every director then does once a minute (resync_seconds, 86400 here so that
         # none fell among the events): read the whole kernel table back and diff it.
@@ -311,18 +343,13 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
         # The floor, measured after the director (so its garbage is not the director's
         # memory), twice: the faster is taken, which makes the ratio the harder one.
         floor = min(list_and_parse(kubeconfig) for _ in range(2))
-        times.sort()
-        own.sort()
         return {
             "services": services,
             "first_sync_s": round(first_sync, 2),
             "list_and_parse_s": round(floor, 2),
             "first_sync_over_list": round(first_sync / floor, 2),
-            "event_to_kernel_ms_p50": round(statistics.median(times), 2),
-            "event_to_kernel_ms_p99": round(times[max(0, int(len(times) * 0.99) - 1)], 2),
-            # From the watch event's arrival at the director to the kernel.
-            "director_ms_p50": round(statistics.median(own), 2),
-            "director_ms_p99": round(own[max(0, int(len(own) * 0.99) - 1)], 2),
+            "events": rounds,
+            **latency,
             "ops_per_event_max": max(ops),
             "ops_per_event_min": min(ops),
             "rss_mb": round(memory, 1),
@@ -339,7 +366,7 @@ def run(ipvs: Ipvs, services: int, rounds: int = 200) -> dict[str, Any]:
         child.wait(timeout=30)
 
 
-def one(adapter: str, count: int, rounds: int = 200) -> dict[str, Any]:
+def one(adapter: str, count: int, rounds: int = 500) -> dict[str, Any]:
     """One size, in this process: the fake (host), or the kernel in a fresh namespace (VM)."""
     if adapter == "fake":
         from director.dataplane.fake import FakeIpvs
@@ -350,7 +377,9 @@ def one(adapter: str, count: int, rounds: int = 200) -> dict[str, Any]:
 
         ns, ipvs = fresh_namespace(f"bench-kube-{count}")
         try:
-            result = run(ipvs, count, rounds)
+            result = run(
+                ipvs, count, rounds, lambda on: ns.sysctls({"net.ipv4.vs.run_estimation": int(on)})
+            )
         finally:
             ipvs.close()
             ns.close()

@@ -4,6 +4,7 @@ and the read model the API serves from without the loop's lock."""
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 import os
@@ -328,7 +329,8 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
         answers: list[Any] = []
         with controller.lock:  # the loop is busy: it cannot step
             reader = threading.Thread(
-                target=lambda: answers.append(client.get("/api/v1/status", headers=auth)))
+                target=lambda: answers.append(client.get("/api/v1/status", headers=auth))
+            )
             reader.start()
             reader.join(5)
             assert answers, "the API waited for the loop's lock"
@@ -411,6 +413,34 @@ def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:
     controller.step(0.01)
     assert controller.view.unhealthy == {}
     assert controller.view.desired[TCP].real_servers[A].weight == 1
+
+
+def test_the_views_fresh_copy_of_the_table_is_out_of_the_young_generation_after_its_step() -> None:
+    """Once a step changes more than ~sqrt(2n) virtual services, the view copies the whole
+    desired table. The loop moves that copy to the old generation right after the step, so
+    no later event's young collection has to walk it (a 10,000-entry dict at 10,000
+    Services)."""
+    services = ", ".join(
+        f"{{name: web{port}, address: 198.51.100.10, port: {port}, health_check: tcp,"
+        " real_servers: [192.0.2.1:8080, 192.0.2.2:8080]}"
+        for port in range(1, 101)
+    )
+    config = CHECKED.split("services:", maxsplit=1)[0] + f"services: [{services}]\n"
+    controller = Controller(FakeIpvs(), parse_config(config, "static.yaml"))
+    for _ in range(3):
+        controller.step(0.01)
+    assert len(controller.view.desired) == 100
+    target = controller.gate.checks[TCP][A][0]  # checks 192.0.2.1:8080, for all 100
+    for up in (False, True, False):
+        before = controller.view.desired
+        controller.post(TargetChecked(target, up))
+        controller.step(0.01)
+        desired = controller.view.desired
+        assert desired.rebased(before)  # 100 virtual services changed: a fresh copy
+        assert {vs.real_servers[A].weight for vs in desired.values()} == {int(up)}
+        base = gc.get_referents(desired)[0]
+        assert base == dict(controller.table.desired)
+        assert any(obj is base for obj in gc.get_objects(generation=2))
 
 
 def test_the_state_file_follows_the_table_at_most_once_a_second(tmp_path: Any) -> None:

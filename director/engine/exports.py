@@ -5,6 +5,7 @@ then."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -32,6 +33,7 @@ class Exports:
         self.state_file = state_file
         self.due = True  # the view is behind: publish it at the end of this step
         self.state_due = False
+        self.settle_due = False  # the view copied its base afresh: see settle
         self._state_next = float("-inf")  # when the state file may be written again
         self._seen = (-1, -1, -1)  # snapshot, checks and verdicts versions last published
 
@@ -51,10 +53,12 @@ class Exports:
             stale.add("verdicts")
         self._seen = seen
         allocator = loop.addresses.allocator
+        desired = prev.desired.then(table.desired, table.changed)
+        self.settle_due |= desired.rebased(prev.desired)
         self.view = LoopView(
             version=prev.version + 1,
             status=loop.health.copy(synced=loop.ready),
-            desired=prev.desired.then(table.desired, table.changed),
+            desired=desired,
             owner=_frozen(table.owner) if "keys" in stale else prev.owner,
             options=_frozen(table.options) if "options" in stale else prev.options,
             produced=_frozen(table.produced) if "keys" in stale else prev.produced,
@@ -76,6 +80,16 @@ class Exports:
         )
         stale.clear()
         table.changed.clear()
+
+    def settle(self) -> None:
+        """After a step whose view copied the desired table afresh (one dict as big as the
+        table, about once per sqrt(2n) changes): collect the young generations now, out of
+        the lock and after the kernel has the step's changes, so the copy moves to the old
+        generation here and not during a later event. Left to itself, the next event's
+        young collection walked it: 1.6 ms natively at 10,000 Services, 8-14 ms under
+        emulation, against 0.3-0.4 ms for any other young collection."""
+        self.settle_due = False
+        gc.collect(1)
 
     def write_state(self, loop: Controller) -> None:
         """Rewrite the state file if the table changed: at most once every

@@ -201,6 +201,8 @@ class Controller:
                 for reply in replies:  # stored: the change is in force as far as it could be
                     reply.resolve(200)
                 self.pace.beat()
+        if self.exports.settle_due:
+            self._guarded("settle", self.exports.settle)
         self.pace.after_step()
 
     def loop_error(self, where: str, exc: BaseException) -> None:

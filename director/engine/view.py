@@ -63,6 +63,11 @@ class Layered(Mapping[K, V]):
             changes[key] = table.get(key)
         return Layered(self._base, changes, len(table))
 
+    def rebased(self, before: Layered[K, V]) -> bool:
+        """Whether this mapping made its own copy of the table instead of sharing
+        ``before``'s."""
+        return self._base is not before._base
+
     def __getitem__(self, key: K) -> V:
         changes = self._changes
         if key in changes:
