@@ -78,7 +78,7 @@ bench: setup
 	cp .lab/lab.bench_bgp/results.json bench/bgp.json
 	$(PY) -m lab.vm run lab.bench_reload --memory 4G
 	cp .lab/lab.bench_reload/results.json bench/reload.json
-	$(PY) -m lab.vm run lab.bench_kube --memory 4G -- --adapter kernel
+	$(PY) -m lab.vm run lab.bench_kube --memory 6G -- --adapter kernel
 	cp .lab/lab.bench_kube/results.json bench/kube-vm.json
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):

@@ -8,10 +8,11 @@ figure is the time from sending that change to the API server to the moment the 
 the fake) has applied the resulting operations, and the director's share of it (from the
 watch event's arrival). The objects are as a cluster stores them (managedFields, kubectl's
 last-applied annotation, Pod references), and the cold start is printed beside the time it
-takes merely to list and parse the same objects.
+takes merely to list and parse the same objects. With several sizes, their events take turns
+(``interleaved``); against the kernel, 500 more events a size run with its rate estimator off.
 
     python -m lab.bench_kube --services 1000 10000                # host, the fake
-    python -m lab.vm run lab.bench_kube --memory 4G -- --adapter kernel   # VM, real IPVS
+    python -m lab.vm run lab.bench_kube --memory 6G -- --adapter kernel   # VM, real IPVS
     (lab.bench also calls run() with the kernel adapter, after its dataplane figures)
 """
 
@@ -204,7 +205,10 @@ def run(
     services: int,
     rounds: int = 500,
     estimation: Callable[[bool], None] | None = None,
+    turn: Callable[[str], None] = lambda stage: None,
 ) -> dict[str, Any]:
+    """One size. ``turn`` is called before each event and once before the rest (resync,
+    scrape, floor): where an interleaved run waits for its turn."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-kube-"))
     port_file = workdir / "port"
     child = subprocess.Popen(
@@ -274,6 +278,7 @@ def run(
             """One EndpointSlice change at a time, each waited for in the kernel."""
             times, own = [], []
             for generation in generations:
+                turn("events")
                 i = rng.randrange(services)
                 ref = f"default/{_name(i)}"
                 body = json.dumps({"endpoints": _endpoints(i, generation)}).encode()
@@ -321,6 +326,7 @@ def run(
             finally:
                 estimation(True)
             latency |= {f"{name}_estimation_off": value for name, value in off.items()}
+        turn("finish")
         memory = rss_mb()
         # What every director then does once a minute (resync_seconds, 86400 here so that
         # none fell among the events): read the whole kernel table back and diff it.
@@ -366,19 +372,28 @@ def run(
         child.wait(timeout=30)
 
 
-def one(adapter: str, count: int, rounds: int = 500) -> dict[str, Any]:
+def one(
+    adapter: str,
+    count: int,
+    rounds: int = 500,
+    turn: Callable[[str], None] = lambda stage: None,
+) -> dict[str, Any]:
     """One size, in this process: the fake (host), or the kernel in a fresh namespace (VM)."""
     if adapter == "fake":
         from director.dataplane.fake import FakeIpvs
 
-        result = run(FakeIpvs(record=False), count, rounds)
+        result = run(FakeIpvs(record=False), count, rounds, turn=turn)
     else:
         from lab.bench import fresh_namespace
 
         ns, ipvs = fresh_namespace(f"bench-kube-{count}")
         try:
             result = run(
-                ipvs, count, rounds, lambda on: ns.sysctls({"net.ipv4.vs.run_estimation": int(on)})
+                ipvs,
+                count,
+                rounds,
+                lambda on: ns.sysctls({"net.ipv4.vs.run_estimation": int(on)}),
+                turn,
             )
         finally:
             ipvs.close()
@@ -387,12 +402,75 @@ def one(adapter: str, count: int, rounds: int = 500) -> dict[str, Any]:
     return result
 
 
+TURN = "bench-kube-turn"
+
+
+def _take_turns(stage: str) -> None:
+    """A child of an interleaved run: say it waits, and wait for its parent's go."""
+    print(f"{TURN} {stage}", flush=True)
+    if not sys.stdin.readline():
+        raise SystemExit("the bench's parent is gone")
+
+
+def _until_turn(child: subprocess.Popen[str]) -> str:
+    """What the child waits to do next ("events" or "finish"), or its result line."""
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.startswith(TURN):
+            return line.split()[1]
+        if line.startswith("bench-kube ("):
+            return line.strip()
+    raise RuntimeError(f"a bench child exited ({child.wait()})")
+
+
+def _go(child: subprocess.Popen[str]) -> str:
+    assert child.stdin is not None
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    return _until_turn(child)
+
+
+def interleaved(adapter: str, sizes: list[int]) -> dict[str, Any]:
+    """Each size in a process of its own (memory is a figure), with the allocator setting
+    the systemd unit gives the director. Cold starts, and what follows the events, run one
+    size at a time; the events take turns (one of each size in turn), so that a machine
+    that slows down mid-run does so for every size alike: these machines do (a run's
+    1,000-Service p50 has moved from 3.2 to 4.5 ms between runs)."""
+    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "1"))
+    children: dict[int, subprocess.Popen[str]] = {}
+    stage: dict[int, str] = {}
+    results: dict[str, Any] = {}
+    try:
+        for count in sizes:
+            children[count] = subprocess.Popen(
+                [sys.executable, "-m", "lab.bench_kube", "--adapter", adapter,
+                 "--services", str(count), "--turns"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+            )  # fmt: skip
+            stage[count] = _until_turn(children[count])  # its cold start, alone
+        while any(stage[count] == "events" for count in sizes):
+            for count in sizes:
+                if stage[count] == "events":
+                    stage[count] = _go(children[count])
+        for count in sizes:  # resync, scrape and the floor: alone
+            line = _go(children[count])
+            print(line, flush=True)
+            results[str(count)] = json.loads(line.partition(": ")[2])
+            children[count].wait(timeout=60)
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve", type=int)
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--adapter", choices=("fake", "kernel"), default="fake")
     parser.add_argument("--services", type=int, nargs="*", default=[1000, 10000])
+    parser.add_argument("--turns", action="store_true", help="a child of an interleaved run")
     parser.add_argument("--out", type=Path, help="a file, or (lab.vm run) a directory")
     args = parser.parse_args()
     if args.serve is not None:
@@ -400,22 +478,11 @@ def main() -> None:
         return
     where = "fake, native" if args.adapter == "fake" else "kernel"
     if len(args.services) == 1:
-        result = one(args.adapter, args.services[0])
+        turn = _take_turns if args.turns else (lambda stage: None)
+        result = one(args.adapter, args.services[0], turn=turn)
         print(f"bench-kube ({where}): {json.dumps(result)}", flush=True)
         return
-    results = {}
-    # Each size in a process of its own (memory is a figure), with the allocator setting
-    # the systemd unit gives the director.
-    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "1"))
-    for count in args.services:
-        out = subprocess.run(
-            [sys.executable, "-m", "lab.bench_kube", "--adapter", args.adapter,
-             "--services", str(count)],
-            check=True, stdout=subprocess.PIPE, text=True, env=env,
-        ).stdout  # fmt: skip
-        line = [x for x in out.splitlines() if x.startswith("bench-kube")][-1]
-        print(line, flush=True)
-        results[str(count)] = json.loads(line.partition(": ")[2])
+    results = interleaved(args.adapter, args.services)
     if args.out:
         path = args.out / "results.json" if args.out.is_dir() else args.out
         path.write_text(json.dumps(results, indent=2) + "\n")
