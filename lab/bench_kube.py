@@ -200,12 +200,16 @@ def rss_mb() -> float:
     return 0.0
 
 
+def alone(stage: str) -> None:
+    """A size run on its own: it never waits for a turn."""
+
+
 def run(
     ipvs: Ipvs,
     services: int,
     rounds: int = 500,
     estimation: Callable[[bool], None] | None = None,
-    turn: Callable[[str], None] = lambda stage: None,
+    turn: Callable[[str], None] = alone,
 ) -> dict[str, Any]:
     """One size. ``turn`` is called before each event and once before the rest (resync,
     scrape, floor): where an interleaved run waits for its turn."""
@@ -376,7 +380,7 @@ def one(
     adapter: str,
     count: int,
     rounds: int = 500,
-    turn: Callable[[str], None] = lambda stage: None,
+    turn: Callable[[str], None] = alone,
 ) -> dict[str, Any]:
     """One size, in this process: the fake (host), or the kernel in a fresh namespace (VM)."""
     if adapter == "fake":
@@ -478,8 +482,7 @@ def main() -> None:
         return
     where = "fake, native" if args.adapter == "fake" else "kernel"
     if len(args.services) == 1:
-        turn = _take_turns if args.turns else (lambda stage: None)
-        result = one(args.adapter, args.services[0], turn=turn)
+        result = one(args.adapter, args.services[0], turn=_take_turns if args.turns else alone)
         print(f"bench-kube ({where}): {json.dumps(result)}", flush=True)
         return
     results = interleaved(args.adapter, args.services)
