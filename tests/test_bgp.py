@@ -205,7 +205,7 @@ def test_a_configuration_frr_rejects_never_goes_live(
         frr.install("router bgp 64512\n neighbor 198.18.0.1 remote-az 1\n")
     assert frr.path.read_text() == "! the live one\n"
     assert frr.rejected == 1 and "event=frr.config_rejected" in caplog.text
-    frr.synced = True  # as after the first install since the director started
+    frr.applied = "! the live one\n"  # as after the first install since the director started
     assert frr.install("! the live one\n") is False  # unchanged: FRR is not touched
 
 
@@ -239,6 +239,31 @@ def test_nat_is_refused_and_other_schedulers_warned_for_a_service_announced_over
     assert [p.reason for p in out.problems] == ["SchedulerNotHashing"]
     sh = svc(annotations={"lvs-director.io/scheduler": "sh:sh-port"})
     assert not translate(sh, [VIP], [], NODES, POLICY, bgp=True).problems
+
+
+def test_a_static_service_announced_over_bgp_gets_maglev_hashing_unless_it_names_one() -> None:
+    """As a Service does: a static service in a bgp pool with no scheduler of its own gets
+    mh with mh-port (the default scheduler, wlc, breaks connections on every ECMP change);
+    one that names another scheduler keeps it, and check and run say what it costs."""
+    from director.cli.preflight import preflight
+    from director.schema.config import bgp_notes
+
+    text = BASE + """
+services:
+  - {name: web, address: 198.51.100.10, port: 80, forwarding: tun, real_servers: ["192.0.2.11:80"]}
+  - {name: rr, address: 198.51.100.11, port: 80, scheduler: rr, forwarding: tun,
+     real_servers: ["192.0.2.11:80"]}
+  - {name: pair, address: 203.0.113.5, port: 80, real_servers: ["192.0.2.11:80"]}
+"""
+    settings = config(text)
+    by_name = {vs.origin: vs.config for vs in settings.services.values()}
+    assert (by_name["static/web"].scheduler, by_name["static/web"].flags) == (
+        "mh", frozenset({"mh-port"}))  # fmt: skip
+    assert by_name["static/rr"].scheduler == "rr"
+    assert by_name["static/pair"].scheduler == "wlc"  # vrrp: one director serves it
+    notes = bgp_notes(settings)
+    assert len(notes) == 1 and notes[0].startswith("static/rr: scheduler rr")
+    assert notes[0] in preflight(settings, host=False)[1]
 
 
 # -- the loop ---------------------------------------------------------------------------------
@@ -331,9 +356,11 @@ def test_a_change_of_announced_prefixes_alone_is_a_few_vtysh_commands() -> None:
 def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """FRR not running yet (at boot, frr-reload.py fails): the routes are applied once it
-    is; a file vtysh refuses is refused once, not every poll."""
+    """FRR not running yet (at boot, frr-reload.py fails): a transient failure, kept pending
+    and tried again with a backoff until FRR takes it; a file vtysh refuses is refused
+    once, not every poll. The file FRR boots from never holds the routes."""
     from director.adapters.frr import FrrSync
+    from lab.wait import eventually
 
     answer = tmp_path / "answer"
     answer.write_text("1")
@@ -341,21 +368,26 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     reload.write_text(f"#!/bin/sh\nexit $(cat {answer})\n")
     reload.chmod(0o755)
     text = BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"
-                        f"  reload: {reload}\n  poll_seconds: 1\n")  # fmt: skip
+                        f"  reload: {reload}\n  poll_seconds: 0\n")  # fmt: skip
     settings = parse_config(text)
     assert settings.bgp is not None
     sync = FrrSync(settings.bgp, settings.pools, "d.yaml")
     sync.frr.peers = lambda: []  # type: ignore[method-assign]  # no vtysh daemons here
-    sync.frr.hold = lambda vips: None  # type: ignore[method-assign]  # no lo to change
+    sync.frr.hold = lambda vips, missing=None: None  # type: ignore[method-assign]  # no lo
     sync.start()
     try:
         sync.submit(dict(ROUTES))
-        assert sync.settle(10) and sync.installed is None  # refused: FRR is not up
+        eventually(lambda: sync.attempts >= 2, what="a second try after FRR failed")
+        state = sync.ledger.get("frr")
+        assert sync.installed is None and sync.pending is not None, "kept, not dropped"
+        assert state is not None and not state.in_sync and state.kind == "transient"
+        assert not sync.settle(0.1)
         answer.write_text("0")  # FRR is up
-        from lab.wait import eventually
-
         eventually(lambda: sync.installed is not None, what="the routes applied on a retry")
-        assert "network 198.51.100.10/32" in (tmp_path / "frr.conf").read_text()
+        assert sync.settle(1) and sync.ledger.get("frr").in_sync  # type: ignore[union-attr]
+        assert "network 198.51.100.10/32" in (sync.frr.applied or "")
+        boot = (tmp_path / "frr.conf").read_text()
+        assert "router bgp 64512" in boot and "\n  network " not in boot
     finally:
         sync.stop()
     frr = sync.frr
@@ -407,9 +439,12 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
     bad = good.replace("remote-as 64500", "remote-as 64999", 1)
     with pytest.raises(FrrRejected, match=r"^% Can not configure the local system as neighbor$"):
         frr.install(bad)
-    assert (tmp_path / "frr.conf").read_text() == good  # the live file is the old one
+    from director.adapters.frr import boot_text
+
+    assert (tmp_path / "frr.conf").read_text() == boot_text(good)  # the live file: the old one
+    assert frr.applied == good
     applied = calls.read_text().split()
-    assert applied[-1] == str(tmp_path / "frr.conf"), "the daemons were put back on it"
+    assert applied[-1] == str(tmp_path / "frr.conf.restore"), "the daemons were put back"
     assert frr.rejected == 1
     assert frr.install(bad) is False  # the same routes: nothing to send, nothing reloaded
     bad_fewer = render_frr(settings.bgp, {**ROUTES, **fewer}, settings.pools).replace(

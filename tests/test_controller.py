@@ -400,3 +400,26 @@ def test_a_server_older_than_1_29_drops_ip_mode_and_nothing_loops(tmp_path: Path
             time.sleep(1.0)
             status = "PATCH /api/v1/namespaces/default/services/web/status"
             assert api.store.writes.count(status) == 1, "written once, never again"
+
+
+def test_a_deleted_service_leaves_nothing_behind_and_a_zoneless_trigger_time_is_no_error(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    """Anyone can write an EndpointSlice's last-change-trigger-time: one with no zone is not
+    a point in time, and is ignored (it was a TypeError in the loop). The latency figure
+    keeps one entry per Service that exists, not per Service ever seen."""
+    trigger = "endpoints.kubernetes.io/last-change-trigger-time"
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs) as runtime:
+        for name, when in (("naive", "2026-11-26T10:00:00"), ("web", "2026-11-26T10:00:00Z")):
+            api.create("services", service(name, PORTS))
+            piece = endpoint_slice(name, [("10.1.0.1", "n1", True, False)], SLICE_PORTS)
+            piece["metadata"]["annotations"] = {trigger: when}  # type: ignore[index]
+            api.create("endpointslices", piece)
+        syncer = runtime.controller.syncer
+        eventually(lambda: "default/web" in syncer._triggers, what="the trigger time observed")
+        assert "default/naive" not in syncer._triggers
+        assert runtime.controller.health.loop_errors == 0
+        api.delete("services", "web")
+        eventually(lambda: "default/web" not in syncer._triggers, what="the entry forgotten")
+        assert runtime.controller.health.loop_errors == 0

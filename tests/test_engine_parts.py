@@ -9,6 +9,7 @@ import ipaddress
 import json
 import os
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -158,7 +159,9 @@ def test_a_refused_ruleset_holds_back_and_is_tried_again_after_five_seconds() ->
     sf.want("default/web", {TCP: ("203.0.113.0/24",)})
     firewall.fail = "Could not process rule"
     assert sf.enforce() == {TCP}  # not in force: closed, not open
-    assert status.firewall_errors == 1 and "Could not process rule" in (status.last_error or "")
+    failed = sf.ledger.get("nftables")
+    assert failed is not None and failed.failures == 1 and failed.kind == "refused"
+    assert "Could not process rule" in (status.last_error or "")
     firewall.fail = None
     assert sf.enforce() == {TCP} and firewall.applies == 0  # not yet due
     clock.now += 5
@@ -288,6 +291,64 @@ def test_status_goes_before_events() -> None:
         writer.release.set()
         eventually(outbox.idle, timeout=5, what="every write done")
         assert writer.attempts == ["status first", "status second", "event e1", "event e2"]
+    finally:
+        outbox.close()
+
+
+def test_a_server_answering_429_is_asked_once_per_backoff_step_not_once_per_event() -> None:
+    """5,000 distinct Events (a tenant value in each message) against a server answering
+    429: the Events queue waits as a whole, so the attempts are a handful, not thousands;
+    no more than MAX_EVENTS wait, the oldest giving way; the status queue goes on."""
+    from director.adapters.kube import KubeError
+    from director.engine.outbox import MAX_EVENTS
+
+    attempts: list[str] = []
+
+    class Busy(Writer):
+        def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
+                  message: str) -> None:  # fmt: skip
+            attempts.append(message)
+            raise KubeError(429, "TooManyRequests", "slow down")
+
+    writer, failures = Busy(), []
+    outbox = Outbox(writer, failures.append)
+    try:
+        for i in range(5000):
+            outbox.put(("event", f"default/s{i}", "Bad", f"tenant value {i}"),
+                       lambda i=i: writer.event("default", f"s{i}", "u", kind="Warning",
+                                                reason="Bad", message=f"tenant value {i}"))
+        outbox.put(("status", "default/web"), lambda: writer.patch_status("default", "web", ()))
+        eventually(lambda: writer.status, timeout=5, what="the status written all the same")
+        time.sleep(3)
+        assert 1 <= len(attempts) <= 12, f"{len(attempts)} attempts in 3 s"
+        overflowed = [f for f in failures if f.code == "overflow"]
+        assert len(overflowed) == 5000 - MAX_EVENTS and outbox.dropped == len(overflowed)
+        assert len(outbox._events) == MAX_EVENTS
+    finally:
+        outbox.close()
+
+
+def test_an_event_not_written_in_time_is_dropped_as_stale() -> None:
+    from director.engine.outbox import EVENT_MAX_AGE
+
+    now = [1000.0]
+
+    class Down(Writer):
+        def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
+                  message: str) -> None:  # fmt: skip
+            raise ConnectionRefusedError("no API server")
+
+    writer, failures = Down(), []
+    outbox = Outbox(writer, failures.append, clock=lambda: now[0])
+    try:
+        outbox.put(("event", "default/web", "R", "m"), lambda: writer.event(
+            "default", "web", "u", kind="Normal", reason="R", message="m"))  # fmt: skip
+        eventually(lambda: failures, timeout=5, what="the first failure")
+        now[0] += EVENT_MAX_AGE + 1  # the API server is back hours later: nothing stale sent
+        with outbox._cv:
+            outbox._cv.notify()
+        eventually(outbox.idle, timeout=5, what="the stale Event dropped")
+        assert failures[-1] == WriteFailed("create", "events", "stale", dropped=True)
     finally:
         outbox.close()
 

@@ -5,6 +5,9 @@ fake filter on the host, and real nftables with real traffic in the lab VM."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from director.cli.runtime import Runtime
 from director.core.firewall import FakeFirewall, render_nft
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs
+from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
 from tests.kubelab import settings
@@ -29,8 +34,10 @@ def test_the_ruleset_names_each_service_and_only_the_directors_table() -> None:
     text = render_nft({WEB: ("10.0.0.0/8", "192.168.1.0/24"), DNS6: ()}, existing=gone)
     lines = text.splitlines()
     assert all(" inet director" in line for line in lines), "no other table is named"
-    assert "add rule inet director svc4_tcp_198_51_100_1_80 ip saddr { 10.0.0.0/8, " \
-        "192.168.1.0/24 } accept" in lines  # fmt: skip
+    sets = [line.split()[4] for line in lines if line.startswith("add set ")]
+    assert len(sets) == 1 and sets[0].startswith("src4_")
+    assert f"add element inet director {sets[0]} {{ 10.0.0.0/8, 192.168.1.0/24 }}" in lines
+    assert f"add rule inet director svc4_tcp_198_51_100_1_80 ip saddr @{sets[0]} accept" in lines
     assert 'add rule inet director svc4_tcp_198_51_100_1_80 counter name ' \
         '"drop4_tcp_198_51_100_1_80" drop' in lines  # fmt: skip
     assert "add element inet director services4 { 198.51.100.1 . tcp . 80 : goto " \
@@ -42,6 +49,25 @@ def test_the_ruleset_names_each_service_and_only_the_directors_table() -> None:
     # What a removed Service left is deleted in the same transaction.
     assert lines[-2:] == ["delete chain inet director svc4_tcp_198_51_100_9_80",
                           "delete counter inet director drop4_tcp_198_51_100_9_80"]  # fmt: skip
+
+
+def test_services_allowing_the_same_sources_share_one_set_and_overlaps_merge() -> None:
+    other = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 443)
+    ranges = ("10.0.0.0/8", "10.1.0.0/16", "192.168.1.0/25", "192.168.1.128/25")
+    text = render_nft({WEB: ranges, other: ranges[::-1]})
+    sets = [line for line in text.splitlines() if line.startswith("add element inet director src")]
+    assert sets == [f"add element inet director {sets[0].split()[4]} {{ 10.0.0.0/8, "
+                    "192.168.1.0/24 }"]  # fmt: skip
+    assert text.count(f"@{sets[0].split()[4]} accept") == 2
+    # Dropping one of them deletes its chain; the set goes with the last user.
+    names = [line.split()[4] for line in text.splitlines() if line.startswith("add ")
+             and line.split()[1] in ("set", "chain", "counter")]  # fmt: skip
+    alone = render_nft({WEB: ranges}, existing=names)
+    assert "delete set" not in alone
+    assert "delete chain inet director svc4_tcp_198_51_100_1_443" in alone
+    none = render_nft({}, existing=names)
+    assert f"delete set inet director {sets[0].split()[4]}" in none
+    assert none.index("delete chain") < none.index("delete set")  # rules first, then their set
 
 
 def test_nothing_but_canonical_networks_of_the_services_family_reaches_nft() -> None:
@@ -105,7 +131,7 @@ def test_a_filter_nft_refuses_holds_the_restricted_service_back_and_nothing_else
         api.create("services", restricted("private", ["203.0.113.0/24"]))
         api.create("services", service("public", [("http", "TCP", 80)]))
         eventually(lambda: len(ipvs.read().services) == 1, what="the open Service served")
-        eventually(lambda: runtime.controller.health.firewall_errors >= 1)
+        eventually(lambda: getattr(runtime.controller.health.owned.get("nftables"), "failures", 0))
         (served,) = ipvs.read().services
         assert runtime.controller.owner[served] == "default/public"
         assert "Could not process rule" in (runtime.controller.health.last_error or "")
@@ -181,15 +207,27 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
         lab.close()
 
 
-@pytest.fixture(params=["fake", pytest.param("kernel", marks=pytest.mark.kernel)])
+@pytest.fixture(params=["fake", "nft"])
 def firewall(request: pytest.FixtureRequest) -> Iterator[object]:
-    """The conformance subject: the fake on the host, nftables in a namespace in the VM."""
+    """The conformance subject: the fake, and real nftables in a fresh network namespace
+    (nftables works on this host's kernel; IPVS does not, so nothing else is needed)."""
     if request.param == "fake":
         yield FakeFirewall()
         return
+    if os.geteuid() != 0 or shutil.which("nft") is None:
+        pytest.skip("nftables needs root and nft")
     from director.dataplane.nft import NftFirewall
 
     yield NftFirewall(request.getfixturevalue("netns"))
+
+
+def flush_ruleset(firewall: object) -> None:
+    """``nft flush ruleset``, as ``systemctl reload nftables`` runs it."""
+    if isinstance(firewall, FakeFirewall):
+        firewall.flush()
+        return
+    subprocess.run(["ip", "netns", "exec", firewall.netns, "nft", "flush", "ruleset"],  # type: ignore[attr-defined]
+                   check=True)  # fmt: skip
 
 
 def test_the_filter_holds_exactly_what_it_was_given(firewall) -> None:  # type: ignore[no-untyped-def]
@@ -203,3 +241,124 @@ def test_the_filter_holds_exactly_what_it_was_given(firewall) -> None:  # type: 
     assert firewall.dropped() == {WEB: 0}
     firewall.apply({})
     assert firewall.in_use() is False and firewall.dropped() == {}
+
+
+def test_the_tables_fingerprint_changes_with_the_table_and_only_then(firewall) -> None:  # type: ignore[no-untyped-def]
+    """What the loop's read-back relies on, on both subjects: no table reads "", a table
+    reads the same until someone changes it, a flush shows, and so does a change of the
+    allowed ranges; the fake is never kinder than nft."""
+    assert firewall.fingerprint() == ""
+    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
+    first = firewall.fingerprint()
+    assert first and firewall.fingerprint() == first
+    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
+    assert firewall.fingerprint() == first, "the same rules written again read the same"
+    firewall.apply({WEB: ("10.0.0.0/8", "192.168.0.0/16"), DNS6: ()})
+    second = firewall.fingerprint()
+    assert second not in ("", first)
+    flush_ruleset(firewall)
+    assert firewall.fingerprint() == "" and firewall.in_use() is False
+    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
+    assert firewall.fingerprint() not in ("", second)
+
+
+# -- hostile lists of ranges ----------------------------------------------------------------
+def test_a_service_listing_more_ranges_than_the_cap_is_closed_with_one_warning() -> None:
+    """20,000 ranges (0.35 MB, well under the API's object limit): refused as a whole
+    before any is read, in one problem; the Service's addresses then refuse every source
+    (closed, not open), and the ruleset stays one set of nothing."""
+    from director.core.cluster import MAX_SOURCE_RANGES, service_from_json
+
+    obj = restricted("huge", [f"10.{i // 256 % 256}.{i % 256}.0/24" for i in range(20_000)])
+    info = service_from_json(obj)
+    assert info.source_ranges == ()
+    assert len(info.problems) == 1 and f"more than the {MAX_SOURCE_RANGES}" in info.problems[0]
+    text = render_nft({WEB: info.source_ranges})
+    assert "@src" not in text and "counter name" in text  # drop everything
+
+
+def test_thousands_of_bad_ranges_are_three_problems_and_a_count() -> None:
+    from director.core.cluster import service_from_json
+
+    obj = restricted("bad", [f"bogus-{i}" for i in range(900)] + ["203.0.113.0/24"])
+    info = service_from_json(obj)
+    assert info.source_ranges == ("203.0.113.0/24",)
+    assert len(info.problems) == 4 and info.problems[-1].startswith("897 more entries")
+
+
+def test_a_service_with_thousands_of_problems_is_one_event() -> None:
+    """8,000 distinct problems on one Service (bad endpoints, say): one Warning Event that
+    counts them, one count each in the metric, linear work; fixed, they are forgotten."""
+    from director.core.cluster import service_from_json
+    from director.engine.reporter import Reporter
+    from director.engine.view import LoopStatus
+
+    class Box:
+        writer = None
+
+        def __init__(self) -> None:
+            self.puts: list[tuple[str, ...]] = []
+
+        def put(self, target: tuple[str, ...], write: object) -> None:
+            self.puts.append(target)
+
+    box, status = Box(), LoopStatus()
+    reporter = Reporter(box, status, dry_run=False)  # type: ignore[arg-type]
+    reporter.lead(True)
+    svc = service_from_json(service("web", [("http", "TCP", 80)]))
+    many = [Problem("endpointslice", f"10.0.{i // 256}.{i % 256}: bad", "InvalidEndpoint")
+            for i in range(8000)]  # fmt: skip
+    reporter.report_problems(svc, many)
+    assert len(box.puts) == 1 and "8000 problems" in box.puts[0][3]
+    assert status.refused == {"endpointslices": 8000}
+    reporter.report_problems(svc, many)  # the same: nothing new
+    assert len(box.puts) == 1
+    reporter.report_problems(svc, many[:2])  # most fixed; two remain, already said
+    assert len(box.puts) == 1
+    reporter.report_problems(svc, [])
+    assert reporter.topics(svc.ref) == []
+
+
+def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot_be(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """``systemctl reload nftables`` runs ``flush ruleset``: the director's table is gone and
+    a restricted VIP is open to everyone. The loop reads the table back, finds it gone and
+    writes it again (a repair, counted); while nft refuses to write it again, the restricted
+    virtual service leaves IPVS (closed, not open), /readyz names the filter, and it comes
+    back filtered once nft takes it. nft that cannot be run (mid-upgrade) with the table in
+    place changes nothing in IPVS, and is shown until nft runs again."""
+    firewall = FakeFirewall()
+    ipvs = FakeIpvs()
+    runtime = Runtime(settings(api.kubeconfig(tmp_path / "kc")), ipvs, firewall=firewall)
+    with runtime.start():
+        assert runtime.wait_ready(20)
+        api.create("services", restricted("web", ["203.0.113.2/32"]))
+        key = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
+        eventually(lambda: key in ipvs.read().services, what="the virtual service")
+        owned = runtime.controller.health.owned
+        flush_ruleset(firewall)
+        assert firewall.admits(key, "203.0.113.3"), "open to everyone now"
+        eventually(lambda: firewall.rules == {key: ("203.0.113.2/32",)}, timeout=10,
+                   what="the filter written again")  # fmt: skip
+        state = eventually(lambda: (s := owned.get("nftables")) and s.in_sync and s.repairs and s)
+        assert state.repairs == 1 and key in runtime.controller.view.filtered
+        assert not firewall.admits(key, "203.0.113.3")
+        # Flushed again, and nft now refuses the table: closed until it takes it.
+        firewall.fail = "Error: Could not process rule: Operation not supported"
+        flush_ruleset(firewall)
+        eventually(lambda: key not in ipvs.read().services, timeout=10, what="held back")
+        client = create_app(runtime.controller, "t").test_client()
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and "nftables" in ready.get_json()["detail"]
+        assert key not in runtime.controller.view.filtered
+        firewall.fail = None
+        eventually(lambda: key in ipvs.read().services, timeout=15, what="served, filtered")
+        assert firewall.rules == {key: ("203.0.113.2/32",)}
+        eventually(lambda: client.get("/readyz").status_code == 200, what="ready again")
+        # nft cannot be run at all; the table is intact: served, and shown as unverified.
+        firewall.unrunnable = "No such file or directory: 'nft'"
+        eventually(lambda: client.get("/readyz").status_code == 503, what="shown")
+        assert key in ipvs.read().services and owned.get("nftables").kind == "transient"  # type: ignore[union-attr]
+        firewall.unrunnable = None
+        eventually(lambda: client.get("/readyz").status_code == 200, what="verified again")

@@ -101,7 +101,7 @@ def test_a_rejected_config_never_goes_live_and_an_unchanged_one_is_not_reloaded(
     manager = Keepalived(settings)
     good = render_keepalived(settings, ["203.0.113.100"])
     pid_file = Path(settings.pid_file)
-    sleeper = subprocess.Popen(["sleep", "30"])  # stands in for keepalived's parent
+    sleeper = subprocess.Popen([stand_in(tmp_path), "30"])  # stands in for keepalived's parent
     pid_file.write_text(f"{sleeper.pid}\n")
     try:
         hangups: list[int] = []
@@ -119,6 +119,33 @@ def test_a_rejected_config_never_goes_live_and_an_unchanged_one_is_not_reloaded(
     finally:
         sleeper.kill()
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def stand_in(folder: Path) -> str:
+    """A program the kernel calls keepalived (sleep, copied under that name)."""
+    path = folder / "keepalived"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", path)
+    return str(path)
+
+
+def test_a_reload_never_signals_a_process_that_is_not_keepalived(
+    tmp_path: Path, netns: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """keepalived died and its pid was reused: the pid file names another program, which a
+    SIGHUP would kill (or make reload its own configuration). It is left alone; the new
+    file is in place for keepalived's next start."""
+    settings = ha(tmp_path, netns=netns)
+    manager = Keepalived(settings)
+    other = subprocess.Popen(["sleep", "30"])  # holds the number keepalived once had
+    Path(settings.pid_file).write_text(f"{other.pid}\n")
+    try:
+        assert manager.install(render_keepalived(settings, ["203.0.113.100"])) is True
+        time.sleep(0.2)
+        assert other.poll() is None, "the other process was not signalled"
+        assert manager.reloads == 0 and "names no running keepalived" in caplog.text
+        assert "203.0.113.100" in Path(settings.config_file).read_text()
+    finally:
+        other.kill()
 
 
 def test_the_notify_fifo_reports_state(tmp_path: Path) -> None:

@@ -147,3 +147,25 @@ def test_files_it_cannot_cut_are_read_whole(text: str) -> None:
     reader = Reparser()
     assert again(reader, text) == read(text)
     assert again(reader, text) == read(text)
+
+
+def test_an_alias_to_another_items_anchor_is_read_as_a_full_read_reads_it() -> None:
+    """An anchor in one item, used by an alias in another: editing the anchor changes both,
+    though the second item's text did not change. Such a file is read whole."""
+    first = HEAD + """services:
+  - name: a
+    address: 198.51.100.1
+    port: 80
+    real_servers: [{address: 192.0.2.1, port: 80, weight: &w 9}]
+  - name: b
+    address: 198.51.100.2
+    port: 80
+    real_servers: [{address: 192.0.2.1, port: 80, weight: *w}]
+"""
+    reader = Reparser()
+    reader.parse(first, "director.yaml")
+    edited = reader.parse(first.replace("&w 9", "&w 5"), "director.yaml")
+    weights = {vs.origin: [rs.weight for rs in vs.real_servers.values()]
+               for vs in edited.services.values()}  # fmt: skip
+    assert weights == {"static/a": [5], "static/b": [5]}
+    assert reader.reused == 0

@@ -22,7 +22,6 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import re
 import subprocess
 import tempfile
@@ -34,10 +33,19 @@ from typing import Any
 import jinja2
 
 from director.adapters.keepalived import TEMPLATES
-from director.adapters.worker import LatestWins
+from director.adapters.worker import Keeper
 from director.core.announce import PeerState, Route, pool_of
-from director.core.errors import DirectorError
 from director.core.ipam import Pool
+from director.core.owned import (
+    REFUSED_RETRY,
+    Failure,
+    Ledger,
+    Refused,
+    Transient,
+    classify,
+    run_failure,
+    write_atomic,
+)
 from director.logs import event
 from director.schema.config import BgpSettings
 
@@ -165,8 +173,16 @@ def render_frr(
     return env.get_template("frr.conf.j2").render(**variables)
 
 
-class FrrRejected(DirectorError):
-    """FRR refused a rendered configuration, or could not apply it (its words inside)."""
+class FrrRejected(Refused):
+    """FRR refused a rendered configuration (its words inside)."""
+
+
+def boot_text(text: str) -> str:
+    """``text`` without its ``network`` lines: the file FRR boots from. FRR started from it
+    (a reboot, a restart of the daemons with no director running) announces nothing the
+    director has not confirmed; the director sends the prefixes once IPVS serves them."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.lstrip().startswith("network "))  # fmt: skip
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -182,41 +198,52 @@ def _words(done: subprocess.CompletedProcess[str]) -> str:
 
 
 class Frr:
-    """The live frr.conf, the daemons that run it, and the VIPs held on ``lo``."""
+    """What FRR runs (its announcements), the file it boots from, and the VIPs held on
+    ``lo``."""
 
     def __init__(self, bgp: BgpSettings, netns: str | None = None) -> None:
         self.bgp, self.netns = bgp, netns
-        self.path = Path(bgp.config_file)
+        self.path = Path(bgp.config_file)  # the file FRR boots from (no network lines)
         self.rejected = 0  # configurations FRR refused (a metric)
         self.reloads = 0
         self.last_error: str | None = None
         self.held: set[str] = set()  # VIPs this director put on lo
-        self.synced = False  # the running daemons were brought to the file once
-        self.invalid: str | None = None  # the last text FRR refused
-        # After a refusal the daemons run the live file again; the director's routes are
-        # still sent on top of it (these are the networks they run), so that a refused
-        # configuration never leaves a VIP announced that should not be.
+        self.applied: str | None = None  # the whole text FRR last took (network lines too)
+        # The last text FRR refused, and when: the same text is not sent again until it
+        # changes or REFUSED_RETRY has passed (an upgrade may have fixed FRR).
+        self.invalid: tuple[str, float] | None = None
+        # After a refusal the daemons run the last accepted text again; the director's
+        # routes are still sent on top of it (these are the networks they run), so that a
+        # refused configuration never leaves a VIP announced that should not be.
         self.held_back: Networks | None = None
 
     def _run(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run one of FRR's programs; one that cannot be run or does not finish is a
+        transient failure, never FRR's verdict."""
         try:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   check=False)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise FrrRejected(f"cannot run {cmd[0]}: {exc}") from None
+            raise run_failure(cmd[0], exc) from None
 
     def _vtysh(self) -> list[str]:
         return [self.bgp.vtysh, *(["-N", self.bgp.pathspace] if self.bgp.pathspace else [])]
 
+    def _ip(self) -> list[str]:
+        return ["ip", *(["-n", self.netns] if self.netns else [])]
+
     def validate(self, candidate: Path) -> None:
         done = self._run([self.bgp.vtysh, "--dryrun", "-f", str(candidate)])
+        if done.returncode < 0:
+            raise Transient(f"vtysh --dryrun ended by signal {-done.returncode}")
         if done.returncode != 0:
             raise FrrRejected(_words(done))
 
     def apply(self, candidate: Path) -> None:
         """The difference between what the daemons run and ``candidate``, applied by FRR.
         Its work file goes to a folder of the director's own (not FRR's ``/run/frr``, which
-        a sandboxed director may not write)."""
+        a sandboxed director may not write). Raises FrrRejected with FRR's words (whether
+        the daemons or the text were at fault is for the caller to find out)."""
         space = ["--pathspace", self.bgp.pathspace] if self.bgp.pathspace else []
         with tempfile.TemporaryDirectory(prefix="director-frr-") as rundir:
             done = self._run([self.bgp.reload, "--reload", *space, "--stdout", "--rundir",
@@ -225,81 +252,100 @@ class Frr:
             raise FrrRejected(_words(done))
 
     def install(self, text: str) -> bool:
-        """Make ``text`` the live configuration; True when it changed (and FRR applied it).
-        Raises FrrRejected (the live file untouched, the daemons put back on it) when FRR
-        refuses it.
+        """Make ``text`` what FRR runs, and its network-less form the file FRR boots from;
+        True when something was sent. Raises FrrRejected (FRR put back on the last text it
+        took) when FRR refuses it, Transient when FRR could not be asked (not running,
+        vtysh missing mid-upgrade, a timeout, a full disk).
 
-        The first install after the director starts goes through frr-reload.py whatever the
-        file holds (FRR may run something else). After that, a change of announced
-        prefixes alone is sent as those few commands in one vtysh call (frr-reload.py
-        starts Python and reads back the whole running configuration: seconds on a slow
-        box); anything else, or a failed vtysh call, goes through frr-reload.py."""
-        live = None
-        with contextlib.suppress(FileNotFoundError):
-            live = self.path.read_text()
-        if live == text and self.synced and self.held_back is None:
-            return False
-        candidate = self.path.with_name(self.path.name + ".new")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        candidate.write_text(text)
+        The first install after the director starts goes through frr-reload.py (FRR may
+        run anything). After that, a change of announced prefixes alone is sent as those
+        few commands in one vtysh call (frr-reload.py starts Python and reads back the
+        whole running configuration: seconds on a slow box); anything else, or a failed
+        vtysh call, goes through frr-reload.py."""
+        if text == self.applied and self.held_back is None:
+            return self.write_boot_file()
+        refused = self.invalid
+        if refused is not None and time.monotonic() - refused[1] >= REFUSED_RETRY:
+            refused = self.invalid = None  # tried again: FRR may have been upgraded
+        if refused is not None and _same_but_routes(text, refused[0]):
+            if self.held_back is not None:
+                return self._routes_only(text)
+            raise FrrRejected("refused before by FRR; tried again when it changes")
         started = time.monotonic()
-        if self.invalid is not None and _same_but_routes(text, self.invalid):
-            if self.held_back is not None and live is not None:
-                return self._routes_only(live, text)
-            raise FrrRejected("refused before by FRR; not tried again")
+        candidate = self.path.with_name(self.path.name + ".new")
         try:
-            # A change of announced prefixes alone, on the file FRR runs: the few commands,
-            # without parsing the whole file again (vtysh --dryrun costs O(VIPs); the lines
-            # are made from checked addresses). After routes sent on top of a refused file's
-            # predecessor, only frr-reload.py (it reads back what the daemons run) knows the
-            # way to ``text``.
-            quick = self.synced and self.held_back is None and self._announce(live, text)
-            how = "vtysh" if quick else "frr-reload"
-            if not quick:
-                try:
-                    self.validate(candidate)
-                except FrrRejected:
-                    self.invalid = text  # the same text is refused again: do not retry it
-                    raise
-            if how == "frr-reload":
-                try:
-                    self.apply(candidate)
-                except FrrRejected:
-                    # vtysh --dryrun checks the syntax, not what the daemons accept: they
-                    # may have taken part of it. Put them back on the live file; if FRR
-                    # takes that, the new text was at fault (not FRR being down): keep it out.
-                    if live is not None and self._restore(live):
-                        self.invalid, self.held_back = text, _split_networks(live)[1]
-                    raise
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            candidate.write_text(text)
+        except OSError as exc:
+            raise classify(exc) from None
+        try:
+            how = self._send(text, candidate)
         except FrrRejected as exc:
             self.rejected += 1
             self.last_error = str(exc)
             event(log, "frr.config_rejected", level=logging.ERROR, file=str(candidate),
                   frr=str(exc))  # fmt: skip
             raise
-        os.replace(candidate, self.path)
-        self.synced, self.invalid, self.held_back = True, None, None
+        finally:
+            with contextlib.suppress(OSError):
+                candidate.unlink()
+        self.applied, self.invalid, self.held_back = text, None, None
         self.reloads += 1
         self.last_error = None
+        self.write_boot_file()
         event(log, "frr.reloaded", file=str(self.path), by=how,
               seconds=round(time.monotonic() - started, 3))  # fmt: skip
         return True
 
-    def _routes_only(self, live: str, text: str) -> bool:
-        """``text``'s routes on the configuration FRR last accepted (``live``), by one vtysh
-        call: the refused settings stay out, the announcements still follow the director."""
-        asn = re.search(r"^router bgp (\d+)", live, re.M)
-        if asn is None or self.held_back is None:
-            raise FrrRejected("refused before by FRR, and the live file has no router bgp")
+    def _send(self, text: str, candidate: Path) -> str:
+        """Send ``text`` (written to ``candidate``) to the daemons; how it went."""
+        # A change of announced prefixes alone, on the text FRR runs: the few commands,
+        # without parsing the whole file again (vtysh --dryrun costs O(VIPs); the lines are
+        # made from checked addresses).
+        if self.applied is not None and self.held_back is None and self._announce(text):
+            return "vtysh"
+        try:
+            self.validate(candidate)
+        except FrrRejected:
+            self.invalid = (text, time.monotonic())  # not sent again until it changes
+            raise
+        try:
+            self.apply(candidate)
+        except FrrRejected as exc:
+            # vtysh --dryrun checks the syntax, not what the daemons accept: they may have
+            # taken part of it. Put them back on the last text they took; if FRR takes
+            # that, the new text was at fault (not FRR being down): keep it out.
+            if not self._restore():
+                raise Transient(f"FRR did not apply the configuration ({exc}), and could "
+                                "not be put back on the last one: is it running?") from None
+            self.invalid = (text, time.monotonic())
+            self.held_back = _split_networks(self.applied or "")[1]
+            raise
+        return "frr-reload"
+
+    def write_boot_file(self) -> bool:
+        """The file FRR boots from, if it is not what it should be; True when written."""
+        if self.applied is None:
+            return False
+        boot = boot_text(self.applied)
+        with contextlib.suppress(OSError):
+            if self.path.read_text() == boot:
+                return False
+        try:  # it holds the peers' passwords: the director's and FRR's group only
+            write_atomic(self.path, boot, mode=0o640)
+        except OSError as exc:
+            raise classify(exc) from None
+        return True
+
+    def _routes_only(self, text: str) -> bool:
+        """``text``'s routes on the configuration FRR last accepted, by one vtysh call: the
+        refused settings stay out, the announcements still follow the director."""
+        if self.held_back is None:
+            raise FrrRejected("refused before by FRR")
         wanted = _split_networks(text)[1]
-        commands = _net_commands(self.held_back, wanted, int(asn.group(1)))
-        if commands:
-            args = [arg for command in commands for arg in ("-c", command)]
-            done = self._run([*self._vtysh(), *args], timeout=60)
-            if done.returncode != 0:
-                raise FrrRejected(f"routes on the last accepted configuration: {_words(done)}")
+        sent = self.send_networks(self.held_back, wanted)
         self.held_back = wanted
-        if not commands:
+        if not sent:
             return False
         event(log, "frr.routes_only", level=logging.WARNING, file=str(self.path),
               announced=sum(len(nets) for nets in wanted.values()),
@@ -307,26 +353,47 @@ class Frr:
                      "director's routes")  # fmt: skip
         return True
 
-    def _restore(self, live: str) -> bool:
-        """The daemons back on the live file after they refused a new one; True if they were.
-        (frr-reload.py may save what the daemons run over the file it applied: a pathspace's
-        file is not its target; the director's text is put back.)"""
+    def send_networks(self, before: Networks, after: Networks) -> bool:
+        """The vtysh commands that take the daemons from announcing ``before`` to ``after``;
+        True when there were any. Raises Transient when vtysh fails."""
+        commands = _net_commands(before, after, self.bgp.asn)
+        if not commands:
+            return False
+        args = [arg for command in commands for arg in ("-c", command)]
+        done = self._run([*self._vtysh(), *args], timeout=60)
+        if done.returncode != 0:
+            raise Transient(f"vtysh could not change the announcements: {_words(done)}")
+        return True
+
+    def _restore(self) -> bool:
+        """The daemons back on the last text they took (else the file they boot from) after
+        they refused a new one; True if they were."""
+        last = self.applied
+        if last is None:
+            try:
+                last = self.path.read_text()
+            except OSError:
+                return False
+        again = self.path.with_name(self.path.name + ".restore")
         try:
-            self.apply(self.path)
-            again = self.path.with_name(self.path.name + ".restored")
-            again.write_text(live)
-            os.replace(again, self.path)
-        except (FrrRejected, OSError) as exc:
+            again.write_text(last)
+            self.apply(again)
+        except (Failure, OSError) as exc:
             event(log, "frr.restore_failed", level=logging.ERROR, file=str(self.path),
                   frr=str(exc))  # fmt: skip
             return False
+        finally:
+            with contextlib.suppress(OSError):
+                again.unlink()
+        if self.applied is None:
+            self.applied = last
         event(log, "frr.restored", level=logging.WARNING, file=str(self.path))
         return True
 
-    def _announce(self, live: str | None, text: str) -> bool:
+    def _announce(self, text: str) -> bool:
         """Apply a change of ``network`` lines alone with one vtysh call; False when the
-        change is more than that (or vtysh failed): frr-reload.py then applies it."""
-        commands = network_delta(live, text, self.bgp.asn)
+        change is more than that (or vtysh refused): frr-reload.py then applies it."""
+        commands = network_delta(self.applied, text, self.bgp.asn)
         if commands is None:
             return False
         if not commands:
@@ -339,30 +406,55 @@ class Frr:
             return False
         return True
 
-    def adopt(self, pools: tuple[Pool, ...]) -> None:
-        """Count as held the addresses of ``pools`` already on ``lo`` (a previous run's): the
-        pools are this director's own, so those it no longer serves are released."""
-        ip = ["ip", *(["-n", self.netns] if self.netns else [])]
-        done = self._run([*ip, "-o", "addr", "show", "dev", VIP_DEVICE])
+    def running(self) -> Networks | None:
+        """The prefixes bgpd announces now, read back from what it runs; None when it runs
+        no ``router bgp`` of this ASN (restarted from another file, say). Raises Transient
+        when FRR cannot be asked."""
+        done = self._run([*self._vtysh(), "-c", "show running-config"], timeout=30)
+        if done.returncode != 0:
+            raise Transient(f"vtysh cannot read what FRR runs: {_words(done)}")
+        text = _ANSI.sub("", done.stdout)
+        if not re.search(rf"^router bgp {self.bgp.asn}\s*$", text, re.M):
+            return None
+        return _split_networks(text)[1]
+
+    def wanted_networks(self) -> Networks:
+        """The prefixes FRR should announce: those of the last text it took, or, after a
+        refusal, the director's routes sent on top of the text before."""
+        if self.held_back is not None:
+            return self.held_back
+        return _split_networks(self.applied or "")[1]
+
+    def on_lo(self) -> set[str]:
+        """The addresses on ``lo`` now."""
+        done = self._run([*self._ip(), "-o", "addr", "show", "dev", VIP_DEVICE])
+        if done.returncode != 0:
+            raise Transient(f"cannot read the addresses of {VIP_DEVICE}: {_words(done)}")
+        out = set()
         for line in done.stdout.splitlines():
             words = line.split()
             if len(words) > 3 and words[2] in ("inet", "inet6"):
-                address = words[3].split("/")[0]
-                if pool_of(address, pools) is not None:
-                    self.held.add(address)
+                out.add(words[3].split("/")[0])
+        return out
 
-    def hold(self, vips: set[str]) -> None:
-        """Exactly ``vips`` of the ones this director holds are on ``lo`` (others' untouched)."""
-        ip = ["ip", *(["-n", self.netns] if self.netns else [])]
-        for vip in sorted(vips - self.held):
+    def adopt(self, pools: tuple[Pool, ...]) -> None:
+        """Count as held the addresses of ``pools`` already on ``lo`` (a previous run's): the
+        pools are this director's own, so those it no longer serves are released."""
+        self.held |= {address for address in self.on_lo() if pool_of(address, pools)}
+
+    def hold(self, vips: set[str], *, missing: set[str] | None = None) -> None:
+        """Exactly ``vips`` of the ones this director holds are on ``lo`` (others'
+        untouched); ``missing``: held ones found gone from ``lo``, added back."""
+        for vip in sorted((vips - self.held) | (missing or set())):
             prefix = 128 if ":" in vip else 32
-            done = self._run([*ip, "addr", "replace", f"{vip}/{prefix}", "dev", VIP_DEVICE])
+            done = self._run([*self._ip(), "addr", "replace", f"{vip}/{prefix}", "dev",
+                              VIP_DEVICE])  # fmt: skip
             if done.returncode != 0:
-                raise FrrRejected(f"cannot hold {vip} on {VIP_DEVICE}: {_words(done)}")
+                raise Transient(f"cannot hold {vip} on {VIP_DEVICE}: {_words(done)}")
             self.held.add(vip)
         for vip in sorted(self.held - vips):
             prefix = 128 if ":" in vip else 32
-            self._run([*ip, "addr", "del", f"{vip}/{prefix}", "dev", VIP_DEVICE])
+            self._run([*self._ip(), "addr", "del", f"{vip}/{prefix}", "dev", VIP_DEVICE])
             self.held.discard(vip)
 
     def peers(self) -> list[PeerState]:
@@ -403,48 +495,111 @@ class Frr:
             return None
 
 
-class FrrSync(LatestWins[Mapping[str, Route]]):
+class FrrSync(Keeper[Mapping[str, Route]]):
     """Renders and applies FRR's configuration on a thread of its own (the latest route
-    table wins; the loop never waits), and asks FRR how its sessions are in between."""
+    table wins; the loop never waits), and keeps it true: every ``poll_seconds`` it reads
+    back what bgpd announces, the file FRR boots from and the VIPs on ``lo``, and repairs
+    whatever someone else changed (FRR restarted from its boot file, ``ip addr flush dev
+    lo``); in between it asks FRR how its sessions are."""
 
     name = "frr"
+    resource = "frr"
 
-    def __init__(self, bgp: BgpSettings, pools: tuple[Pool, ...], source_config: str,
-                 frr: Frr | None = None, netns: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bgp: BgpSettings,
+        pools: tuple[Pool, ...],
+        source_config: str,
+        frr: Frr | None = None,
+        *,
+        netns: str | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
         self.bgp, self.pools, self.source_config = bgp, pools, source_config
         self.frr = frr or Frr(bgp, netns)
-        self.idle_seconds = float(bgp.poll_seconds) or None
+        self.idle_seconds = self.verify_seconds = float(bgp.poll_seconds) or None
         self.sessions: tuple[PeerState, ...] = tuple(
             PeerState(p.address, p.asn, "unknown") for p in bgp.peers
         )
         self.polled = 0.0
-        self.wanted: Mapping[str, Route] | None = None  # the latest route table handed in
-        super().__init__()
+        self._observed: Networks | None = None  # what verify found bgpd announcing
+        super().__init__(ledger)
 
-    def install(self, value: Mapping[str, Route]) -> bool:
-        if not self.frr.synced and not self.frr.held:
+    def start(self) -> None:
+        self.ledger.track("addresses")
+        super().start()
+
+    def install(self, value: Mapping[str, Route]) -> None:
+        if self.frr.applied is None and not self.frr.held:
             self.frr.adopt(tuple(p for p in self.pools if p.announce.bgp))
         announced = {vip for vip, route in value.items() if route.announced}
         # Held before it is announced, released only once it is withdrawn.
         self.frr.hold(self.frr.held | set(value))
-        try:
-            self.frr.install(render_frr(self.bgp, value, self.pools, self.source_config))
-        except FrrRejected:
-            return False  # logged and counted; the old configuration stays live
+        self.frr.install(render_frr(self.bgp, value, self.pools, self.source_config))
         self.frr.hold(set(value))
         event(log, "frr.routes", announced=len(announced), withdrawn=len(value) - len(announced))
-        return True  # the sessions are asked about when idle: the next change does not wait
 
-    def submit(self, value: Mapping[str, Route]) -> None:
-        self.wanted = value
-        super().submit(value)
+    def verify(self, value: Mapping[str, Route]) -> str | None:
+        self._keep_addresses()
+        drift = []
+        running = self.frr.running()
+        self._observed = running
+        wanted = self.frr.wanted_networks()
+        if running is None:
+            drift.append(f"bgpd runs no router bgp {self.bgp.asn}")
+        elif _prefixes(running) != _prefixes(wanted):
+            extra = sorted(p.split()[2] for p in _prefixes(running) - _prefixes(wanted))
+            lost = sorted(p.split()[2] for p in _prefixes(wanted) - _prefixes(running))
+            drift.append(f"bgpd announces {len(extra)} prefixes it should not "
+                         f"({', '.join(extra[:3]) or '-'}) and misses {len(lost)} "
+                         f"({', '.join(lost[:3]) or '-'})")  # fmt: skip
+        if self.frr.applied is not None:
+            try:
+                boot = self.frr.path.read_text()
+            except FileNotFoundError:
+                boot = None
+            except OSError as exc:
+                raise classify(exc) from None
+            if boot != boot_text(self.frr.applied):
+                drift.append(f"{self.frr.path} is not the file the director wrote")
+        return "; ".join(drift) or None
 
-    def idle(self) -> None:
-        """Between changes: try again what FRR could not take (it was not running yet, a
-        full disk), then ask FRR how its sessions are."""
-        wanted = self.wanted
-        if wanted is not None and self.installed is not wanted and self.install(wanted):
-            self.installed = wanted
+    def repair(self, value: Mapping[str, Route], drift: str) -> None:
+        running = self._observed
+        if running is None:
+            # FRR runs something else: frr-reload.py brings it back to the whole text.
+            self.frr.applied = None
+            self.install(value)
+            return
+        self.frr.send_networks(running, self.frr.wanted_networks())
+        self.frr.write_boot_file()
+
+    def _keep_addresses(self) -> None:
+        """The VIPs this director holds on ``lo``, put back if someone removed them (IPVS
+        takes a packet only when its address is local: a VIP announced without it on ``lo``
+        black-holes its traffic)."""
+        if not self.frr.held:
+            self.ledger.ok("addresses")
+            return
+        try:
+            missing = self.frr.held - self.frr.on_lo()
+            if not missing:
+                self.ledger.ok("addresses")
+                return
+            what = f"{len(missing)} VIPs gone from {VIP_DEVICE} ({', '.join(sorted(missing)[:3])})"
+            self.ledger.drift("addresses", what)
+            event(log, "owned.drift", level=logging.WARNING, resource="addresses", drift=what,
+                  action="repairing")  # fmt: skip
+            self.frr.hold(set(self.frr.held), missing=missing)
+        except Failure as exc:
+            self.ledger.failed("addresses", exc)
+            event(log, "frr.addresses_failed", level=logging.ERROR, reason=exc.reason)
+            return
+        self.ledger.ok("addresses", repaired=True)
+        event(log, "owned.repaired", resource="addresses", drift=what)
+
+    def poll(self) -> None:
+        """Between changes: ask FRR how its sessions are."""
         self._poll()
 
     def withdrawn(self, timeout: float) -> bool:
@@ -467,3 +622,8 @@ class FrrSync(LatestWins[Mapping[str, Route]]):
             if previous.get(peer.address) != peer.state:
                 event(log, "bgp.session", peer=peer.address, state=peer.state, bfd=peer.bfd,
                       level=logging.INFO if peer.up else logging.WARNING)  # fmt: skip
+
+
+def _prefixes(networks: Networks) -> set[str]:
+    """Each announced prefix with its family and its route-map: what bgpd sends."""
+    return {f"{family} {line}" for family, nets in networks.items() for line in nets.values()}

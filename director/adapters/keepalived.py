@@ -29,9 +29,9 @@ from typing import Any
 
 import jinja2
 
-from director.adapters.worker import LatestWins
-from director.core.errors import DirectorError
+from director.adapters.worker import Keeper
 from director.core.model import Family, canonical_address
+from director.core.owned import Ledger, Refused, Transient, classify, run_failure, write_atomic
 from director.logs import event
 from director.schema.config import HaSettings
 
@@ -183,8 +183,18 @@ def render_keepalived(
     return env.get_template("keepalived.conf.j2").render(**template_vars(ha, vips, source_config))
 
 
-class ConfigRejected(DirectorError):
+class ConfigRejected(Refused):
     """keepalived refused a rendered configuration (its own words in the message)."""
+
+
+def is_process(pid: int, program: str) -> bool:
+    """Whether process ``pid`` runs ``program`` (by its name, as the kernel keeps it): a
+    pid file outlives its daemon, and the number may be another process's by now."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return False
+    return comm == Path(program).name[:15]
 
 
 class Keepalived:
@@ -205,7 +215,9 @@ class Keepalived:
                 capture_output=True, text=True, timeout=30, check=False,
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigRejected(f"cannot run {self.ha.keepalived}: {exc}") from None
+            raise run_failure(self.ha.keepalived, exc) from None
+        if done.returncode < 0:  # killed (the OOM killer, a timeout of systemd's): not a verdict
+            raise Transient(f"{self.ha.keepalived} -t ended by signal {-done.returncode}")
         if done.returncode != 0:
             words = " | ".join(
                 line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()
@@ -214,13 +226,18 @@ class Keepalived:
 
     def install(self, text: str) -> bool:
         """Make ``text`` the live configuration; True when it changed (and keepalived was
-        told). Raises ConfigRejected (the live file untouched) when keepalived refuses it."""
+        told). Raises ConfigRejected (the live file untouched) when keepalived refuses it,
+        Transient when it could not be checked or written (a full disk, keepalived missing
+        mid-upgrade)."""
         with contextlib.suppress(FileNotFoundError):
             if self.path.read_text() == text:
                 return False
         candidate = self.path.with_name(self.path.name + ".new")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        candidate.write_text(text)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            candidate.write_text(text)
+        except OSError as exc:
+            raise classify(exc) from None
         try:
             self.validate(candidate)
         except ConfigRejected as exc:
@@ -229,35 +246,64 @@ class Keepalived:
             event(log, "keepalived.config_rejected", level=logging.ERROR, file=str(candidate),
                   keepalived=str(exc))  # fmt: skip
             raise
-        os.replace(candidate, self.path)
+        try:
+            write_atomic(self.path, text, mode=0o600)  # fsync'd: a crash leaves one or the other
+        except OSError as exc:
+            raise classify(exc) from None
+        finally:
+            with contextlib.suppress(OSError):
+                candidate.unlink()
         self.reload()
         return True
 
     def reload(self) -> None:
-        """SIGHUP keepalived (it rereads its configuration, keeping its VRRP state)."""
+        """SIGHUP keepalived (it rereads its configuration, keeping its VRRP state), if the
+        pid file names a running keepalived: never whatever process now holds the number."""
         try:
             pid = int(Path(self.ha.pid_file).read_text().split()[0])
-            os.kill(pid, signal.SIGHUP)
         except (OSError, ValueError, IndexError) as exc:
             event(log, "keepalived.not_reloaded", level=logging.WARNING, reason=str(exc),
                   pid_file=self.ha.pid_file)  # fmt: skip
+            return
+        if not is_process(pid, self.ha.keepalived):
+            event(log, "keepalived.not_reloaded", level=logging.WARNING, pid=pid,
+                  pid_file=self.ha.pid_file,
+                  reason="the pid file names no running keepalived (it reads the file when it "
+                         "starts)")  # fmt: skip
+            return
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except OSError as exc:
+            event(log, "keepalived.not_reloaded", level=logging.WARNING, reason=str(exc),
+                  pid=pid)  # fmt: skip
             return
         self.reloads += 1
         event(log, "keepalived.reloaded", pid=pid, file=str(self.path))
 
 
-class KeepalivedSync(LatestWins[frozenset[str]]):
+class KeepalivedSync(Keeper[frozenset[str]]):
     """Renders and installs on a thread of its own (keepalived -t takes a while): the latest
-    VIP set wins, the control loop never waits."""
+    VIP set wins, the control loop never waits. The live file is read back every
+    ``VERIFY_SECONDS``: one changed or removed behind the director's back is put back (and
+    keepalived told)."""
 
     name = "keepalived"
+    resource = "keepalived"
+    verify_seconds = 5.0
 
-    def __init__(self, ha: HaSettings, source_config: str, keepalived: Keepalived | None = None):
+    def __init__(
+        self,
+        ha: HaSettings,
+        source_config: str,
+        keepalived: Keepalived | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
         self.ha, self.source_config = ha, source_config
         self.keepalived = keepalived or Keepalived(ha)
         heartbeat = heartbeat_path(ha)
         self.heartbeat = None if heartbeat is None else Heartbeat(heartbeat)
-        super().__init__()
+        self.text: str | None = None  # the configuration installed last
+        super().__init__(ledger)
 
     def start(self) -> None:
         if self.heartbeat is not None:
@@ -275,12 +321,21 @@ class KeepalivedSync(LatestWins[frozenset[str]]):
             event(log, "keepalived.alive_off", level=logging.WARNING, reason=reason)
         super().start()
 
-    def install(self, value: frozenset[str]) -> bool:
+    def install(self, value: frozenset[str]) -> None:
+        text = render_keepalived(self.ha, value, self.source_config)
+        self.keepalived.install(text)  # refused: logged and counted, the old file stays live
+        self.text = text
+
+    def verify(self, value: frozenset[str]) -> str | None:
         try:
-            self.keepalived.install(render_keepalived(self.ha, value, self.source_config))
-        except ConfigRejected:
-            return False  # logged and counted; the old configuration stays live
-        return True
+            live = self.keepalived.path.read_text()
+        except FileNotFoundError:
+            return f"{self.keepalived.path} is gone"
+        except OSError as exc:
+            raise classify(exc) from None
+        if live != self.text:
+            return f"{self.keepalived.path} was changed by someone else"
+        return None
 
 
 class VrrpFifo:

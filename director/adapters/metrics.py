@@ -28,8 +28,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from director.core.announce import PeerState
-from director.core.firewall import FirewallError
 from director.core.model import DEST_COUNTERS, SERVICE_COUNTERS, ServiceKey
+from director.core.owned import Failure
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.engine.programming import give_back_free_memory
@@ -97,6 +97,8 @@ class Recorder:
         try:
             when = dt.datetime.fromisoformat(trigger.replace("Z", "+00:00"))
         except ValueError:
+            return
+        if when.tzinfo is None:  # no point in time (the parser keeps none such)
             return
         seconds = (now - when).total_seconds()
         if seconds >= 0:
@@ -219,6 +221,36 @@ class DirectorCollector(Collector):
         yield from self._loop(view)
         yield self._dropped(view)
         yield from self._state(view)
+        yield from self._owned()
+
+    def _owned(self) -> Iterator[Metric]:
+        """Each owned resource (read from the ledger: its keepers run on other threads)."""
+        states = self.loop.view.status.owned.snapshot()
+        in_sync = GaugeMetricFamily(
+            "director_owned_in_sync",
+            "1 when what the director wrote (the resource) reads back as it should; 0 while "
+            "it is out of sync: drift found, or a write or read-back failing (retried).",
+            labels=["resource"],
+        )
+        repairs = CounterMetricFamily(
+            "director_owned_repairs",
+            "Drift found and put right: the resource held something other than what the "
+            "director wrote (flushed, removed, edited, a daemon restarted under it).",
+            labels=["resource"],
+        )
+        failures = CounterMetricFamily(
+            "director_owned_failures",
+            "Writes and read-backs of the resource that failed (each retried: a transient "
+            "failure with backoff, a refused input when it changes).",
+            labels=["resource"],
+        )
+        for name, state in states.items():
+            in_sync.add_metric([name], 1 if state.in_sync else 0)
+            repairs.add_metric([name], state.repairs)
+            failures.add_metric([name], state.failures)
+        yield in_sync
+        yield repairs
+        yield failures
 
     @staticmethod
     def _loop(view: LoopView) -> Iterator[Metric]:
@@ -263,10 +295,13 @@ class DirectorCollector(Collector):
         for resource in ("services", "endpointslices", "nodes"):
             rejected.add_metric([resource], health.refused.get(resource, 0))
         yield rejected
+        nft = health.owned.get("nftables")
         yield CounterMetricFamily(
             "director_firewall_errors",
-            "Source-filter rulesets nft refused (the previous rules stayed in force).",
-            value=health.firewall_errors,
+            "Source-filter writes and read-backs that failed: nft refused a ruleset, or could "
+            "not be run (the previous rules stayed in force; also counted in "
+            "director_owned_failures{resource=\"nftables\"}).",
+            value=nft.failures if nft is not None else 0,
         )
         writes = CounterMetricFamily(
             "director_cluster_write_errors",
@@ -290,7 +325,7 @@ class DirectorCollector(Collector):
         if view.filtered and firewall is not None:
             try:
                 counts = firewall.dropped()
-            except FirewallError:  # nft failing: logged where it is applied; no figures
+            except Failure:  # nft failing: logged where it is applied; no figures
                 counts = {}
             for key, packets in counts.items():
                 origin = view.desired[key].origin if key in view.desired else ""

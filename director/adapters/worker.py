@@ -1,44 +1,71 @@
-"""A thread that installs the latest of something (a VIP set, a route table), off the loop.
+"""A thread that keeps one owned resource at the latest value handed in (a VIP set, a route
+table), off the loop: installs it, reads back what is really there on a schedule, repairs
+drift, and tries again after failures (``director.core.owned``).
 
 Installing can take a while (a daemon validating its configuration), and only the newest
 value matters: the control loop hands values in and never waits; a value handed in while
-another is being installed replaces whatever was still pending.
+another is being installed replaces whatever was still pending. A value that fails is
+never dropped: it stays pending until it is installed or a newer one replaces it. A
+transient failure (could not run, timed out, a full disk) is tried again with a jittered
+backoff; a refusal (the daemon said no) when a new value comes, or after a long while.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from director.core.owned import Failure, Ledger, Retry, Transient, classify
 from director.logs import event
 
 T = TypeVar("T")
 log = logging.getLogger("director.worker")
 
 
-class LatestWins(Generic[T]):
-    name = "worker"
+class Keeper(Generic[T]):
+    name = "worker"  # the thread's name and the log events' prefix
+    resource = "worker"  # the owned resource, as the ledger, /readyz and the metrics name it
+    verify_seconds: float | None = None  # read back what is there this often (None: never)
+    idle_seconds: float | None = None  # ``poll`` this often (None: never)
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: Ledger | None = None, clock: Callable[[], float] = time.monotonic):
+        self.ledger = ledger or Ledger()
+        self.clock = clock
+        self.retry = Retry(clock)
         self._pending: T | None = None
         self._cv = threading.Condition()
         self._stop = False
         self.installed: T | None = None  # the last value installed
+        self.attempts = 0  # installs tried (a figure for tests and the lab)
+        self._next_verify = float("inf")
+        self._next_poll = 0.0
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def install(self, value: T) -> bool:
-        """Make ``value`` live (on the worker's thread); False when it was refused (and the
-        refusal logged). An exception is logged too; either way the old value stays live."""
+    # -- what a keeper does -----------------------------------------------------------
+    def install(self, value: T) -> None:
+        """Make ``value`` live (on the keeper's thread). Raises a ``Failure`` (Transient,
+        Refused) or any exception (classified): the old value stays live either way."""
         raise NotImplementedError
 
-    def idle(self) -> None:
-        """Called on the worker's thread when nothing was handed in for ``idle_seconds``."""
+    def verify(self, value: T) -> str | None:
+        """Read back what is there: None when it is ``value`` as installed, else what
+        drifted (it is then repaired). Raises a ``Failure`` when it cannot be read."""
+        return None
 
-    idle_seconds: float | None = None
+    def repair(self, value: T, drift: str) -> None:
+        """Put drift right (by default: install ``value`` again)."""
+        self.install(value)
 
+    def poll(self) -> None:
+        """Called on the keeper's thread every ``idle_seconds`` (FRR's sessions)."""
+
+    # -- the thread ---------------------------------------------------------------------
     def start(self) -> None:
+        if self.ledger is not None:
+            self.ledger.track(self.resource)
         self._thread.start()
 
     def stop(self) -> None:
@@ -51,35 +78,105 @@ class LatestWins(Generic[T]):
     def submit(self, value: T) -> None:
         with self._cv:
             self._pending = value
+            self.retry.changed()  # a refusal was of the old value
             self._cv.notify()
 
     def settle(self, timeout: float = 30.0) -> bool:
-        """Wait until the latest value is installed (tests, the demo)."""
+        """Wait until the latest value is installed (tests, the demo, a leave); False after
+        ``timeout`` (it is still failing, and still tried)."""
         with self._cv:
             return self._cv.wait_for(lambda: self._pending is None, timeout)
+
+    @property
+    def pending(self) -> T | None:
+        return self._pending
+
+    def _wake_in(self, now: float) -> float:
+        times = [self._next_verify, self._next_poll if self.idle_seconds else float("inf")]
+        if self._pending is not None:
+            times.append(self.retry.next_at)
+        return max(0.0, min(min(times) - now, 3600.0))
 
     def _run(self) -> None:
         while True:
             with self._cv:
-                woke = self._cv.wait_for(
-                    lambda: self._pending is not None or self._stop, self.idle_seconds
-                )
+                while not self._stop:
+                    now = self.clock()
+                    if self._pending is not None and self.retry.due(now):
+                        break
+                    if now >= self._next_verify or (self.idle_seconds and now >= self._next_poll):
+                        break
+                    self._cv.wait(self._wake_in(now))
                 if self._stop:
                     return
                 value = self._pending
-            if not woke or value is None:
-                self._guard(self.idle)
-                continue
-            if self._guard(self.install, value) is True:
-                self.installed = value
-            with self._cv:
-                if self._pending is value:
-                    self._pending = None
-                self._cv.notify_all()
+            now = self.clock()
+            if value is not None and self.retry.due(now):
+                self._guard(self._attempt, value)
+            elif now >= self._next_verify and self.installed is not None:
+                self._guard(self._check, self.installed)
+            else:
+                self._next_verify = self._verify_after(now)
+            if self.idle_seconds and self.clock() >= self._next_poll:
+                self._next_poll = self.clock() + self.idle_seconds
+                self._guard(self.poll)
 
-    def _guard(self, action: Callable[..., object], *args: object) -> object:
+    def _verify_after(self, now: float) -> float:
+        return now + self.verify_seconds if self.verify_seconds else float("inf")
+
+    def _attempt(self, value: T, drift: str | None = None) -> None:
+        self.attempts += 1
         try:
-            return action(*args)
-        except Exception as exc:  # a full disk must not stop the thread
-            event(log, f"{self.name}.install_failed", level=logging.ERROR, reason=repr(exc))
-            return False
+            if drift is None:
+                self.install(value)
+            else:
+                self.repair(value, drift)
+        except Exception as exc:
+            self._failed(classify(exc), "repair" if drift else "install")
+            with self._cv:
+                if self._pending is None:  # a failed repair is tried again like a new value
+                    self._pending = value
+            return
+        self.retry.succeeded()
+        self.ledger.ok(self.resource, repaired=drift is not None)
+        if drift is not None:
+            event(log, "owned.repaired", resource=self.resource, drift=drift)
+        self.installed = value
+        self._next_verify = self._verify_after(self.clock())
+        with self._cv:
+            if self._pending is value:
+                self._pending = None
+            self._cv.notify_all()
+
+    def _check(self, value: T) -> None:
+        try:
+            drift = self.verify(value)
+        except Exception as exc:  # could not read back: not drift, not in sync either
+            failure = classify(exc)
+            self._failed(failure if failure.kind == "transient" else Transient(failure.reason),
+                         "verify")  # fmt: skip
+            self._next_verify = self.retry.next_at
+            return
+        if drift is None:
+            if self.retry.kind is not None:
+                self.retry.succeeded()
+            self.ledger.ok(self.resource)
+            self._next_verify = self._verify_after(self.clock())
+            return
+        self.ledger.drift(self.resource, drift)
+        event(log, "owned.drift", level=logging.WARNING, resource=self.resource, drift=drift,
+              action="repairing")  # fmt: skip
+        self._attempt(value, drift)
+
+    def _failed(self, failure: Failure, what: str) -> None:
+        wait = self.retry.failed(failure.kind)
+        self.ledger.failed(self.resource, failure)
+        event(log, f"{self.name}.{what}_failed", level=logging.ERROR, resource=self.resource,
+              kind=failure.kind, reason=failure.reason[:500], retry_in=f"{wait:.1f}s")  # fmt: skip
+
+    def _guard(self, action: Callable[..., object], *args: object) -> None:
+        try:
+            action(*args)
+        except Exception as exc:  # a bug in a keeper must not end its thread
+            event(log, f"{self.name}.error", level=logging.ERROR, reason=repr(exc)[:500],
+                  exc_info=exc)  # fmt: skip

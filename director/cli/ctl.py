@@ -170,8 +170,25 @@ def _status(args: argparse.Namespace) -> str:
             f"programmed:  {counts['virtual_services']} virtual services, "
             f"{counts['real_servers']} real servers, {counts['drains']} drains",
             *bgp,
+            *_owned_lines(status.get("owned", [])),
         ]
     )
+
+
+def _owned_lines(owned: list[dict[str, Any]]) -> list[str]:
+    """What the director writes, as it reads back: one line when all is in sync, a line per
+    resource that is not."""
+    if not owned:
+        return []
+    repairs = sum(o["repairs"] for o in owned)
+    out = [o for o in owned if not o["in_sync"]]
+    head = (f"owned:       {len(owned) - len(out)}/{len(owned)} in sync "
+            f"({', '.join(o['resource'] for o in owned)}); {repairs} repairs")  # fmt: skip
+    return [head] + [
+        f"  OUT OF SYNC {o['resource']} since {o['since'] or '-'} ({o['kind'] or 'drift'}): "
+        f"{o['last_error'] or '-'}"
+        for o in out
+    ]
 
 
 def _bgp_line(bgp: dict[str, Any]) -> str:
@@ -209,6 +226,9 @@ def _ready(status: dict[str, Any]) -> str:
         return "no (first sync pending)"
     if status.get("lease_refused"):
         return "no (the status Lease is refused: see kubernetes)"
+    out = [o["resource"] for o in status.get("owned", []) if not o["in_sync"]]
+    if out:
+        return f"no (out of sync, being repaired: {', '.join(out)})"
     return "yes"
 
 

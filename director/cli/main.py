@@ -21,6 +21,7 @@ from director.schema.config import (
     ConfigError,
     KubeSettings,
     Settings,
+    bgp_notes,
     json_schema_text,
     load_config,
 )
@@ -122,6 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
     settings = config_reader.load(args.config)
+    for note in bgp_notes(settings):
+        logs.event(_log, "config.note", level=logging.WARNING, note=note)
     try:
         ipvs = open_ipvs(args.netns)
     except IpvsUnavailable as exc:

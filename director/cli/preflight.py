@@ -9,7 +9,7 @@ import socket
 import string
 from pathlib import Path
 
-from director.schema.config import Settings
+from director.schema.config import Settings, bgp_notes
 
 TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
 
@@ -82,6 +82,7 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list
                         else:
                             problems.append(f"{where}: {exc.strerror or exc}")
                         break
+    notes += bgp_notes(settings)
     if settings.ha is not None:
         fifo = Path(settings.ha.fifo)
         if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):

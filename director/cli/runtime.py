@@ -32,6 +32,7 @@ from director.core.announce import PeerState
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
+from director.core.owned import Ledger, Refused, Transient
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.dataplane.netns import write_sysctls
@@ -70,9 +71,11 @@ class Elector:
         on_change: Callable[[bool], None],
         *,
         on_refused: Callable[[str | None], None] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.writer, self.namespace, self.name, self.seconds = writer, namespace, name, seconds
         self.on_change, self.on_refused = on_change, on_refused
+        self.ledger = ledger or Ledger()
         self.refused: str | None = None
         self.leader = False
         self._last_renewal = 0.0
@@ -80,6 +83,7 @@ class Elector:
         self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
 
     def start(self) -> None:
+        self.ledger.track("lease")
         self._thread.start()
 
     def stop(self) -> None:
@@ -92,11 +96,16 @@ class Elector:
                 if held:
                     self._last_renewal = time.monotonic()
                 self._refused(None)
+                self.ledger.ok("lease")
             except Exception as exc:
                 event(log, "lease.renew_failed", level=logging.WARNING, reason=str(exc)[:200])
+                reason = f"the Lease {self.namespace}/{self.name}: {str(exc)[:200]}"
                 if lease_refusal(exc):  # a refusal, not an outage: it stays until fixed
+                    self.ledger.failed("lease", Refused(reason))
                     self._refused(f"the API server refuses the Lease {self.namespace}/"
                                   f"{self.name}: {str(exc)[:200]}")  # fmt: skip
+                else:
+                    self.ledger.failed("lease", Transient(reason))
                 # Leadership lapses when the lease would have expired for the others too.
                 held = self.leader and time.monotonic() - self._last_renewal < self.seconds
             if held != self.leader:
@@ -319,7 +328,8 @@ class Runtime:
         self.elector = (
             Elector(writer, kube.lease_namespace, kube.lease_name, kube.lease_seconds,
                     self.controller.set_leader,
-                    on_refused=lambda reason: self.controller.post(LeaseRefused(reason)))
+                    on_refused=lambda reason: self.controller.post(LeaseRefused(reason)),
+                    ledger=self.controller.health.owned)
             if writer is not None and kube is not None and not dry_run
             else None
         )  # fmt: skip
@@ -403,7 +413,7 @@ class Runtime:
     ) -> tuple[KeepalivedSync, VrrpFifo] | None:
         if settings.ha is None or dry_run:
             return None
-        sync = KeepalivedSync(settings.ha, settings.source)
+        sync = KeepalivedSync(settings.ha, settings.source, ledger=self.controller.health.owned)
         self.controller.on_vips = sync.submit
         fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
         return sync, fifo
@@ -422,7 +432,8 @@ class Runtime:
         for name, why in failed.items():
             event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name, value=SLOPPY[name],
                   reason=why, effect="connections break when directors join or leave")  # fmt: skip
-        sync = FrrSync(settings.bgp, settings.pools, settings.source, netns=netns)
+        sync = FrrSync(settings.bgp, settings.pools, settings.source, netns=netns,
+                       ledger=self.controller.health.owned)  # fmt: skip
         self.controller.on_routes = sync.submit
         return sync
 

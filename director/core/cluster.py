@@ -13,6 +13,7 @@ the controller can say so (a Warning Event, a log line, a metric) and serve the 
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import re
 import socket
@@ -31,6 +32,11 @@ PREFIX = "lvs-director.io/"
 METALLB_PREFIXES = ("metallb.io/", "metallb.universe.tf/")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 TRIGGER_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+# Source ranges one Service may list (cloud providers allow a few hundred: AWS 60 rules a
+# security group by default, Azure 1,000 a Service). More is refused as a whole: each is a
+# set element the filter holds, and a 1.5 MB Service can list 40,000.
+MAX_SOURCE_RANGES = 1000
+SAID = 3  # refused entries of one field named one by one; the rest are counted
 # The legacy way to give loadBalancerSourceRanges (kube honours it when the field is empty).
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -210,14 +216,19 @@ def _canonical(
     refused: Callable[[object], str],
     problems: list[str],
 ) -> tuple[str, ...]:
-    """Each item's canonical text, once; an item with none is named in ``problems``."""
-    kept: list[str] = []
+    """Each item's canonical text, once (linear: a Service may list thousands); the items
+    with none are named in ``problems``, the first ``SAID`` each, the rest counted."""
+    kept: dict[str, None] = {}
+    bad: list[object] = []
     for item in items:
         text = canonical(item)
         if text is None:
-            problems.append(refused(item))
-        elif text not in kept:
-            kept.append(text)
+            bad.append(item)
+        else:
+            kept[text] = None
+    problems.extend(refused(item) for item in bad[:SAID])
+    if len(bad) > SAID:
+        problems.append(f"{len(bad) - SAID} more entries refused like the ones before")
     return tuple(kept)
 
 
@@ -238,6 +249,19 @@ def canonical_cidr(text: object) -> str | None:
         return None
 
 
+def trigger_time(value: object) -> str | None:
+    """An EndpointSlice's last-change-trigger-time as kube writes it (RFC 3339 with its
+    zone), or None: anyone can write the annotation, and a time with no zone is no point in
+    time (it would be compared with the clock's)."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if when.tzinfo is not None else None
+
+
 def _source_ranges(spec: Json, annotations: Json, problems: list[str]) -> tuple[str, ...] | None:
     raw: Iterable[object] = _list(spec.get("loadBalancerSourceRanges"))
     where = "spec.loadBalancerSourceRanges"
@@ -247,6 +271,13 @@ def _source_ranges(spec: Json, annotations: Json, problems: list[str]) -> tuple[
     raw = list(raw)
     if not raw:
         return None
+    if len(raw) > MAX_SOURCE_RANGES:  # refused before any is read: closed, not open
+        problems.append(
+            f"{where}: {len(raw)} ranges, more than the {MAX_SOURCE_RANGES} a Service may "
+            "list here; its addresses refuse every source until it lists fewer (merge "
+            "neighbouring ranges into wider ones)"
+        )
+        return ()
     return _canonical(
         raw,
         canonical_cidr,
@@ -439,7 +470,7 @@ def slice_from_json(obj: Json) -> SliceInfo:
         packed=_packed(addresses, family),
         conditions=bytes(conditions),
         nodes=tuple(nodes) if any(nodes) else (),
-        trigger_time=_short(trigger) if isinstance(trigger, str) else None,
+        trigger_time=trigger_time(trigger),
         problems=tuple(f"EndpointSlice {name}: {p}" for p in problems),
     )
 

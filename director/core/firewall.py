@@ -10,29 +10,38 @@ dr, tun) is covered, and the nodes' kube-proxy never has to see the client at al
 The whole table is brought to the desired state in one ``nft -f`` transaction (all or
 nothing: a ruleset nft refuses leaves the old one in force). No other table is ever touched.
 Each service's drop counter is a named counter object that outlives rule changes, so the
-dropped-packets metric does not reset when an allowed range changes.
+dropped-packets metric does not reset when an allowed range changes. Each distinct list of
+allowed ranges is one named interval set, shared by the services that allow the same
+sources: the script grows with the number of ranges once, not once per port.
+
+The table is owned state: ``fingerprint`` reads back what it holds (counters aside), and
+the loop compares that with what it held right after the director's last write, so a
+``flush ruleset`` (``systemctl reload nftables``) is found and repaired.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from director.core.errors import DirectorError
 from director.core.model import Family, ServiceKey
+from director.core.owned import Refused, Transient
 
 TABLE = "director"
 FAMILY = "inet"
 CHAIN_PREFIX = "svc"
 COUNTER_PREFIX = "drop"
+SET_PREFIX = "src"
 
 Restrictions = Mapping[ServiceKey, tuple[str, ...]]
 
 
-class FirewallError(DirectorError):
-    """nft refused a ruleset or could not be run (its own words in the message)."""
+class FirewallError(Refused):
+    """nft refused a ruleset (its own words in the message). One that could not be run at
+    all raises ``Transient``."""
 
     status = 503
 
@@ -53,6 +62,12 @@ class Firewall(Protocol):
         """Does the director's table hold filters (a previous run's, say)?"""
         ...
 
+    def fingerprint(self) -> str:
+        """A digest of everything the director's table holds but its counters' values ("":
+        no table): it changes whenever anyone changes the table. Raises Transient when
+        the table cannot be read."""
+        ...
+
 
 def object_name(prefix: str, key: ServiceKey) -> str:
     """A stable nft identifier for ``key``'s chain or counter (letters, digits, _)."""
@@ -63,22 +78,31 @@ def object_name(prefix: str, key: ServiceKey) -> str:
 
 
 def clean_ranges(key: ServiceKey, ranges: Iterable[str]) -> list[str]:
-    """The ranges of ``key``'s family, as canonical networks (anything else is dropped)."""
-    out: list[str] = []
-    for text in ranges:
+    """The ranges of ``key``'s family as canonical networks, overlaps and neighbours merged
+    (what an interval set holds); anything else is dropped. O(n log n)."""
+    want = 6 if key.family is Family.INET6 else 4
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for text in dict.fromkeys(ranges):
         try:
             net = ipaddress.ip_network(text, strict=False)
         except ValueError:
             continue
-        if (net.version == 6) == (key.family is Family.INET6) and str(net) not in out:
-            out.append(str(net))
-    return out
+        if net.version == want:
+            nets.append(net)
+    return [str(net) for net in ipaddress.collapse_addresses(nets)]  # type: ignore[type-var]
+
+
+def set_name(family: Family, ranges: list[str]) -> str:
+    """The named set that holds ``ranges`` (one per distinct list and family)."""
+    digest = hashlib.sha256(" ".join(ranges).encode()).hexdigest()[:16]
+    return f"{SET_PREFIX}{'4' if family is Family.INET else '6'}_{digest}"
 
 
 def render_nft(restrictions: Restrictions, existing: Iterable[str] = ()) -> str:
     """The ``nft -f`` script that makes table ``inet director`` hold exactly
-    ``restrictions``; ``existing``: names of chains and counters the table holds now (the
-    obsolete ones are deleted in the same transaction)."""
+    ``restrictions``; ``existing``: names of chains, sets and counters the table holds now
+    (the obsolete ones are deleted in the same transaction). Linear in the number of
+    services and ranges."""
     t = f"{FAMILY} {TABLE}"
     lines = [
         f"add table {t}",
@@ -92,49 +116,69 @@ def render_nft(restrictions: Restrictions, existing: Iterable[str] = ()) -> str:
         f"flush map {t} services6",
     ]
     wanted: set[str] = set()
+    sets: dict[str, list[str]] = {}
     for key in sorted(k for k in restrictions if not k.fwmark and k.protocol is not None):
         assert key.protocol is not None
         chain, counter = object_name(CHAIN_PREFIX, key), object_name(COUNTER_PREFIX, key)
         wanted |= {chain, counter}
-        match = "ip saddr" if key.family is Family.INET else "ip6 saddr"
+        v4 = key.family is Family.INET
+        ranges = clean_ranges(key, restrictions[key])
+        name = set_name(key.family, ranges) if ranges else None
+        if name is not None and name not in sets:
+            sets[name] = ranges
+            kind = "ipv4_addr" if v4 else "ipv6_addr"
+            lines += [
+                f"add set {t} {name} {{ type {kind} ; flags interval ; }}",
+                f"flush set {t} {name}",
+                f"add element {t} {name} {{ {', '.join(ranges)} }}",
+            ]
         lines += [
             f"add counter {t} {counter}",
             f"add chain {t} {chain}",
             f"flush chain {t} {chain}",
         ]
-        ranges = clean_ranges(key, restrictions[key])
-        if ranges:
-            lines.append(f"add rule {t} {chain} {match} {{ {', '.join(ranges)} }} accept")
+        if name is not None:
+            wanted.add(name)
+            match = "ip saddr" if v4 else "ip6 saddr"
+            lines.append(f"add rule {t} {chain} {match} @{name} accept")
         lines.append(f'add rule {t} {chain} counter name "{counter}" drop')
-        where = "services4" if key.family is Family.INET else "services6"
+        where = "services4" if v4 else "services6"
         lines.append(
             f"add element {t} {where} {{ {key.address} . {key.protocol.label} . {key.port} : "
             f"goto {chain} }}"
         )
-    for name in sorted(set(existing) - wanted):
-        if name.startswith(CHAIN_PREFIX):
-            lines.append(f"delete chain {t} {name}")
-    for name in sorted(set(existing) - wanted):
-        if name.startswith(COUNTER_PREFIX):
-            lines.append(f"delete counter {t} {name}")
+    gone = sorted(set(existing) - wanted)
+    # Chains first (their rules name the sets), then the sets and counters.
+    for prefix, kind in ((CHAIN_PREFIX, "chain"), (SET_PREFIX, "set"), (COUNTER_PREFIX, "counter")):
+        lines += [f"delete {kind} {t} {name}" for name in gone if name.startswith(prefix)]
     return "\n".join(lines) + "\n"
 
 
 class FakeFirewall:
-    """The filter as data, with nft's rule that a service needs an address and a port."""
+    """The filter as data, with nft's rule that a service needs an address and a port, and
+    the faults a test injects: nft refusing (``fail``), nft not runnable (``unrunnable``),
+    and the table flushed by someone else (``flush``)."""
 
     def __init__(self) -> None:
         self.rules: dict[ServiceKey, tuple[str, ...]] = {}
         self.counts: dict[ServiceKey, int] = {}
         self.applies = 0
         self.fail: str | None = None  # set by a test: the next applies are refused
+        self.unrunnable: str | None = None  # set by a test: nft cannot be run at all
+        self.table = False  # the table exists
         self._lock = threading.Lock()
+
+    def _runnable(self) -> None:
+        if self.unrunnable is not None:
+            raise Transient(f"cannot run nft: {self.unrunnable}")
 
     def apply(self, restrictions: Restrictions) -> None:
         with self._lock:
+            self._runnable()
             if self.fail is not None:
                 raise FirewallError(self.fail)
             self.applies += 1
+            self.table = True
             self.rules = {
                 key: tuple(clean_ranges(key, ranges))
                 for key, ranges in restrictions.items()
@@ -142,13 +186,27 @@ class FakeFirewall:
             }
             self.counts = {k: v for k, v in self.counts.items() if k in self.rules}
 
+    def flush(self) -> None:
+        """``nft flush ruleset``, run by someone else: the table is gone."""
+        with self._lock:
+            self.rules, self.counts, self.table = {}, {}, False
+
     def dropped(self) -> dict[ServiceKey, int]:
         with self._lock:
+            self._runnable()
             return {key: self.counts.get(key, 0) for key in self.rules}
 
     def in_use(self) -> bool:
         with self._lock:
             return bool(self.rules)
+
+    def fingerprint(self) -> str:
+        with self._lock:
+            self._runnable()
+            if not self.table:
+                return ""
+            text = repr(sorted((str(k), v) for k, v in self.rules.items()))
+            return hashlib.sha256(text.encode()).hexdigest()
 
     def admits(self, key: ServiceKey, source: str) -> bool:
         """Would a packet from ``source`` to ``key`` pass? (Counts a drop when not.)"""

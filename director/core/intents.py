@@ -10,10 +10,8 @@ apart from ``load``/``save`` (one small JSON file, replaced atomically).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from director.core.model import (
     VirtualService,
     canonical_address,
 )
+from director.core.owned import write_atomic
 
 MAX_DRAINS = 1000  # each is matched against every real server on every sync
 
@@ -138,7 +137,7 @@ class Intents:
             "drains": [d.as_json() for d in self.drains.values()],
             "maintenance": self.maintenance,
         }
-        write_durably(path, json.dumps(body, indent=1) + "\n")
+        write_atomic(path, json.dumps(body, indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> Intents:
@@ -204,25 +203,3 @@ class SetMaintenance:
 
 
 Intent = SetScheduler | AddDrain | RemoveDrain | SetMaintenance
-
-
-def write_durably(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically and durably (written, synced, renamed, the
-    folder synced): an acknowledged change survives a crash or a power cut. Raises OSError."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)

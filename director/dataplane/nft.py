@@ -1,11 +1,15 @@
 """The nftables adapter: the only module that runs ``nft``.
 
-Applies ``director.core.firewall.render_nft`` scripts in one transaction and reads the per-service
-drop counters back (``nft -j``), in the director's network namespace when it has one.
+Applies ``director.core.firewall.render_nft`` scripts in one transaction, reads the per-service
+drop counters back (``nft -j``), and reads the whole table back as a fingerprint (the loop
+compares it with the one taken after its last write: drift), in the director's network
+namespace when it has one. nft that cannot be run, or is killed, is a transient failure;
+nft refusing a script is a refusal (``FirewallError``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -23,6 +27,11 @@ from director.core.firewall import (
     render_nft,
 )
 from director.core.model import ServiceKey
+from director.core.owned import Transient, run_failure
+
+# What changes in a table whose rules did not: the counters' figures, and the handles (the
+# director's own rewrite of the same rules makes new ones).
+_VOLATILE = frozenset({"packets", "bytes", "handle"})
 
 
 class NftFirewall:
@@ -39,7 +48,9 @@ class NftFirewall:
                 command, input=stdin, capture_output=True, text=True, timeout=30, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise FirewallError(f"cannot run {self.nft}: {exc}") from None
+            raise run_failure(self.nft, exc) from None
+        if done.returncode < 0:
+            raise Transient(f"{self.nft} ended by signal {-done.returncode}")
         if done.returncode != 0:
             words = " | ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
             raise FirewallError(words[-2000:] or f"nft exited {done.returncode}")
@@ -55,13 +66,13 @@ class NftFirewall:
         try:
             return list(json.loads(text).get("nftables", ()))
         except (ValueError, AttributeError) as exc:
-            raise FirewallError(f"nft -j printed something unexpected: {exc}") from None
+            raise Transient(f"nft -j printed something unexpected: {exc}") from None
 
     def apply(self, restrictions: Restrictions) -> None:
         with self._lock:
             existing = []
             for item in self._objects():
-                for kind in ("chain", "counter"):
+                for kind in ("chain", "counter", "set"):
                     if kind in item and isinstance(item[kind], dict):
                         existing.append(str(item[kind].get("name", "")))
             self._run(["-f", "-"], render_nft(restrictions, existing))
@@ -75,8 +86,16 @@ class NftFirewall:
                     for item in self._objects()
                     if isinstance(item.get("chain"), dict)
                 )
-            except FirewallError:  # no nft here: nothing of ours can be in force
+            except (FirewallError, Transient):  # no nft here: nothing of ours can be in force
                 return False
+
+    def fingerprint(self) -> str:
+        with self._lock:
+            items = [item for item in self._objects() if "metainfo" not in item]
+        if not items:
+            return ""
+        text = json.dumps(_steady(items), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def dropped(self) -> dict[ServiceKey, int]:
         with self._lock:
@@ -89,3 +108,12 @@ class NftFirewall:
                 if key is not None:
                     out[key] = int(counter.get("packets") or 0)
             return out
+
+
+def _steady(value: object) -> object:
+    """``value`` (nft's JSON) without the counters' figures and the handles."""
+    if isinstance(value, dict):
+        return {k: _steady(v) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    return value

@@ -6,15 +6,19 @@ then."""
 from __future__ import annotations
 
 import gc
+import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
 from director.core.ipam import Pool
+from director.core.owned import Ledger, Retry, classify, file_mark
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
 from director.engine.view import Addressing, LoopView, PoolUse
+from director.logs import event
 
 if TYPE_CHECKING:
     from director.engine.loop import Controller
@@ -22,10 +26,19 @@ if TYPE_CHECKING:
 K = TypeVar("K")
 V = TypeVar("V")
 STATE_FILE_SECONDS = 1.0
+VERIFY_SECONDS = 5.0  # the state file is looked at (stat) this often
+log = logging.getLogger("director.controller")
 
 
 class Exports:
-    def __init__(self, state_file: Path | None, bgp_pools: Iterable[Pool] = ()) -> None:
+    def __init__(
+        self,
+        state_file: Path | None,
+        bgp_pools: Iterable[Pool] = (),
+        *,
+        ledger: Ledger | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.view = LoopView()  # published after each step that changed something
         # the VIP set to keepalived, the bgp pools' routes to FRR, whenever they change
         self.vips = VipAnnouncer(bgp_pools)
@@ -35,6 +48,13 @@ class Exports:
         self.state_due = False
         self.settle_due = False  # the view copied its base afresh: see settle
         self._state_next = float("-inf")  # when the state file may be written again
+        self.ledger = ledger or Ledger()
+        self._state_retry = Retry(clock)
+        self._state_mark: tuple[int, int, int] | None = None  # the file as last written
+        self._state_verify = float("-inf")
+        self._state_drift: str | None = None
+        if state_file is not None:
+            self.ledger.track("state-file")
         self._seen = (-1, -1, -1)  # snapshot, checks and verdicts versions last published
 
     def publish(self, loop: Controller) -> None:
@@ -96,16 +116,42 @@ class Exports:
         ``STATE_FILE_SECONDS``, and spending at most a tenth of the loop's time on it. Each
         write is the whole table (12.7 MB and 0.8 s natively at 10,000 Services) where a
         change is one virtual service. The loop steps at least twice a second, so the last
-        change is always written, that much later."""
-        if self.state_file is None or not self.state_due:
+        change is always written, that much later. The file is owned state: looked at every
+        ``VERIFY_SECONDS`` and written again if someone removed or replaced it; a write
+        that fails (a full disk, the folder gone) is tried again with a backoff, and never
+        stops the step."""
+        if self.state_file is None:
             return
         clock = loop.pace.clock
         started = clock()
-        if started < self._state_next:
+        if not self.state_due and started >= self._state_verify:
+            self._state_verify = started + VERIFY_SECONDS
+            if self._state_mark is not None and file_mark(self.state_file) != self._state_mark:
+                self._state_drift = f"{self.state_file} was removed or replaced"
+                self.ledger.drift("state-file", self._state_drift)
+                event(log, "owned.drift", level=logging.WARNING, resource="state-file",
+                      drift=self._state_drift, action="writing it again")  # fmt: skip
+                self.state_due = True
+        if not self.state_due or started < self._state_next:
+            return
+        held = {ref: loop.addresses.held(ref) for ref in sorted(loop.table.produced)}
+        try:
+            write_state(self.state_file, loop.table.desired, held)
+            self._state_mark = file_mark(self.state_file)
+        except OSError as exc:
+            failure = classify(exc)
+            wait = self._state_retry.failed(failure.kind)
+            self._state_next = started + wait
+            self.ledger.failed("state-file", failure)
+            event(log, "state_file.write_failed", level=logging.ERROR, file=str(self.state_file),
+                  kind=failure.kind, reason=failure.reason, retry_in=f"{wait:.1f}s")  # fmt: skip
             return
         self.state_due = False
-        held = {ref: loop.addresses.held(ref) for ref in sorted(loop.table.produced)}
-        write_state(self.state_file, loop.table.desired, held)
+        self._state_retry.succeeded()
+        self.ledger.ok("state-file", repaired=self._state_drift is not None)
+        if self._state_drift is not None:
+            event(log, "owned.repaired", resource="state-file", drift=self._state_drift)
+            self._state_drift = None
         took = clock() - started
         self._state_next = started + max(STATE_FILE_SECONDS, 10 * took)
 

@@ -1,7 +1,9 @@
 """The admin API's intents (static schedulers, drains), kept in one small JSON file.
 
 A burst of intents is applied to a copy, stored once, then made current; a change that
-cannot be stored (disk full) is answered 503 and changes nothing."""
+cannot be stored (disk full) is answered 503 and changes nothing. The file is owned state:
+looked at every ``VERIFY_SECONDS``, and written again from what is in force should anyone
+remove or replace it (a restart then reads the operator's intents back, not nothing)."""
 
 from __future__ import annotations
 
@@ -9,18 +11,56 @@ import logging
 from pathlib import Path
 
 from director.core.intents import IntentRefused, Intents, SetMaintenance, SetScheduler
+from director.core.owned import Ledger, classify, file_mark
 from director.core.snapshot import ALL
 from director.engine.events import IntentPosted, Reply
 from director.engine.view import STATIC, LoopStatus
 from director.logs import event
 
 log = logging.getLogger("director.controller")
+VERIFY_SECONDS = 5.0
+RESOURCE = "intents-file"
 
 
 class IntentStore:
-    def __init__(self, path: Path | None, status: LoopStatus, *, dry_run: bool) -> None:
+    def __init__(
+        self, path: Path | None, status: LoopStatus, *, dry_run: bool, ledger: Ledger | None = None
+    ) -> None:
         self.path, self.status, self.dry_run = path, status, dry_run
+        self.ledger = ledger or Ledger()
         self.current = Intents.load(path) if path else Intents()
+        self._mark = file_mark(path) if path else None  # the file as last read or written
+        self._next_verify = 0.0
+        if path is not None and not dry_run:
+            self.ledger.track(RESOURCE)
+
+    def verify(self, now: float) -> None:
+        """Write the file again if it is not the one last written (removed, replaced);
+        also after a write failed (the intents in force were answered 503: not stored,
+        not changed; what is in force is stored again)."""
+        if self.path is None or self.dry_run or now < self._next_verify:
+            return
+        self._next_verify = now + VERIFY_SECONDS
+        found = file_mark(self.path)
+        if found == self._mark:
+            state = self.ledger.get(RESOURCE)
+            if state is not None and not state.in_sync:  # a change refused: the file holds
+                self.ledger.ok(RESOURCE)  # what is in force all the same
+            return
+        if found is None and self._mark is None and self.current == Intents():
+            return  # nothing stored, nothing to store
+        drift = f"{self.path} was removed or replaced"
+        self.ledger.drift(RESOURCE, drift)
+        event(log, "owned.drift", level=logging.WARNING, resource=RESOURCE, drift=drift,
+              action="writing the intents in force again")  # fmt: skip
+        try:
+            self.current.save(self.path)
+        except OSError as exc:
+            self.ledger.failed(RESOURCE, classify(exc))
+            return
+        self._mark = file_mark(self.path)
+        self.ledger.ok(RESOURCE, repaired=True)
+        event(log, "owned.repaired", resource=RESOURCE, drift=drift)
 
     def take(self, items: list[IntentPosted], replies: list[Reply]) -> set[str]:
         """Apply the burst; the stored changes' replies join ``replies`` (answered once the
@@ -49,12 +89,15 @@ class IntentStore:
             return True
         try:
             new.save(self.path)
+            self._mark = file_mark(self.path)
         except OSError as exc:
             reason = f"{self.path}: {exc.strerror or exc}"
+            self.ledger.failed(RESOURCE, classify(exc))
             self.status.last_error = f"intents not stored: {reason}"
             event(log, "api.intent_not_stored", level=logging.ERROR, reason=reason)
             for reply in accepted:
                 reply.resolve(503, f"the change could not be stored ({reason}); "
                               "nothing was changed")  # fmt: skip
             return False
+        self.ledger.ok(RESOURCE)
         return True

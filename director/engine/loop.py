@@ -94,20 +94,23 @@ class Controller:
         self.settings = settings
         self.lock = threading.RLock()  # the loop holds it while it changes state
         self.health = LoopStatus()
+        owned = self.health.owned  # each owned resource's state, as its keeper finds it
         self.pace = Pace(clock)
         self.intake = Intake(self.health, set(RESOURCES) if settings.kubernetes else set())
-        self.store = IntentStore(intents_file, self.health, dry_run=dry_run)
+        self.store = IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned)
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
-        self.syncer = Syncer(reconciler, self.health, recorder=recorder, observer=observer)
+        self.syncer = Syncer(reconciler, self.health, recorder=recorder, observer=observer,
+                             ledger=owned)  # fmt: skip
         outbox = Outbox(writer, self.post) if writer is not None and not dry_run else None
         self.reporter = Reporter(outbox, self.health, dry_run=dry_run)
         allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.addresses = Addresses(allocator, self.reporter)
         self.gate = HealthGate(settings.health)
         self.drains = Draining(ipvs, clock, kube.drain_timeout_seconds)
-        self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run)
+        self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run,
+                                   ledger=owned)  # fmt: skip
         self.table = Programmed(settings.services)
-        self.exports = Exports(state_file, settings.bgp_pools)
+        self.exports = Exports(state_file, settings.bgp_pools, ledger=owned, clock=clock)
         translator = Translator(
             settings, build_policy(settings, ipvs.schedulers()), intake=self.intake,
             table=self.table, addresses=self.addresses, reporter=self.reporter, gate=self.gate,
@@ -192,9 +195,8 @@ class Controller:
                 self.pace.stepped(ok=False)
                 self.loop_error("step", exc)
             finally:
-                # Publishing is a unit of work like any other: should it fail, the loop goes
-                # on and tries again next step. Ready only once the view says so: /readyz
-                # never lags the flag.
+                # Publishing is a unit of work (a failure is tried again next step). Ready
+                # only once the view says so: /readyz never lags the flag.
                 due = batch or self.exports.due
                 if due and self._guarded("publish", self.exports.publish, self):
                     self.health.synced = self.ready
@@ -244,21 +246,20 @@ class Controller:
             self.programmer.sync(dirty)
         if self.pace.resync_due(now):
             self.programmer.full_resync()
-        self.exports.write_state(self)
-        self.exports.vips.update(self.table.desired, self.reconciler.actual, self.ready,
-                                 self.gate.all_down, self.intents.maintenance)  # fmt: skip
+        self._guarded("state file", self.exports.write_state, self)
+        self._guarded("announce", self.exports.vips.update, self.table.desired,
+                      self.reconciler.actual, self.ready, self.gate.all_down,
+                      self.intents.maintenance)  # fmt: skip
 
     def _timed(self, now: float) -> set[str]:
-        """What timers make due: drains to check, a held-back filter to try again."""
-        dirty: set[str] = set()
+        """What timers make due: drains to check, a held-back filter to try again, owned
+        files and the packet filter to read back."""
+        self.store.verify(now)
+        dirty, changed = self.filter.timed(now)
         if self.drains.waiting and self.pace.drain_check_due(now):
-            self.exports.due = True
+            changed = True
             dirty |= self.table.refs(self.drains.waiting)
-        if self.filter.held_back and now >= self.filter.next_retry:
-            dirty |= set(self.filter.held_back.values()) - {""}  # recomputed and programmed
-        elif not self.filter.synced:
-            self.exports.due = True
-            self.filter.enforce()
+        self.exports.due |= changed
         return dirty
 
     def _absorb(self, ev: Event) -> set[str]:

@@ -4,7 +4,14 @@ the API server.
 The latest write per target wins. Writes never wait on each other: each target that fails
 is retried on its own, with its own backoff, while the others go ahead; status goes before
 Events. A refusal that will not change on retry (403 in a namespace being deleted, 422, 404
-for a Service that is gone) drops that write, with a log line and a count."""
+for a Service that is gone) drops that write, with a log line and a count.
+
+An answer that speaks for the whole server (429 Too Many Requests, 503, no answer at all)
+pauses that whole queue, with one backoff that doubles while the server keeps answering so:
+5,000 distinct Events against a server answering 429 are one attempt per backoff step, not
+5,000. Events are news, not state: at most ``MAX_EVENTS`` wait (the oldest gives way), and
+one not written within ``EVENT_MAX_AGE`` seconds is dropped as stale. Status writes are the
+Services' state: never dropped but for a refusal, at most one per Service."""
 
 from __future__ import annotations
 
@@ -28,13 +35,18 @@ KINDS = {"status": ("patch", "services/status"), "event": ("create", "events")}
 # Answers a retry cannot change: the write is dropped. 401, 408, 409, 429 and 5xx are
 # retried, as is a connection that failed.
 PERMANENT = frozenset({400, 403, 404, 405, 410, 422})
+# Answers about the server, not the write: the whole queue waits.
+SERVER_BUSY = frozenset({429, 502, 503, 504})
 FIRST_RETRY, LAST_RETRY = 0.5, 30.0  # seconds; doubled per failure of one target, jittered
+MAX_EVENTS = 1000  # Event writes waiting, at most (the oldest is dropped for a new one)
+EVENT_MAX_AGE = 300.0  # seconds: an Event not written by then is stale, and dropped
 
 
 @dataclass(slots=True)
 class _Write:
     write: Callable[[], None]
     seq: int
+    born: float = 0.0  # monotonic time the target was first put (an Event's age)
     failures: int = 0
     due: float = 0.0  # monotonic time of the next attempt (0: now)
 
@@ -52,6 +64,12 @@ class Outbox:
         # a later write stay in the heap and are skipped when they come up (their seq).
         self._queues: tuple[list[tuple[float, int, tuple[str, ...]]], ...] = ([], [])
         self._seq = itertools.count()
+        self._events: dict[tuple[str, ...], None] = {}  # pending Event targets, oldest first
+        # Per queue: no write before this (the server answered for itself), and how many
+        # such answers in a row.
+        self._paused = [0.0, 0.0]
+        self._busy = [0, 0]
+        self.dropped = 0  # Events dropped: stale or overflowing (a figure for tests)
         self._random = random.Random()
         self._cv = threading.Condition()
         self._stop = False
@@ -59,14 +77,37 @@ class Outbox:
         self._thread.start()
 
     def put(self, target: tuple[str, ...], write: Callable[[], None]) -> None:
+        overflow: tuple[str, ...] | None = None
         with self._cv:
             before = self._pending.get(target)
-            entry = _Write(write, next(self._seq))
-            if before is not None and before.failures:  # the target's backoff still holds
-                entry.failures, entry.due = before.failures, before.due
+            entry = _Write(write, next(self._seq), self._clock())
+            if before is not None:
+                entry.born = before.born
+                if before.failures:  # the target's backoff still holds
+                    entry.failures, entry.due = before.failures, before.due
+            elif _queue(target) == 1:
+                self._events[target] = None
+                if len(self._events) > MAX_EVENTS:
+                    overflow = next(iter(self._events))
+                    self._forget(overflow)
             self._pending[target] = entry
             self._push(target, entry)
             self._cv.notify()
+        if overflow is not None:
+            self._drop(overflow, "overflow", f"more than {MAX_EVENTS} Events wait")
+
+    def _forget(self, target: tuple[str, ...]) -> None:
+        """(Under the lock.) The target's write is done with, written or not."""
+        self._pending.pop(target, None)
+        self._events.pop(target, None)
+
+    def _drop(self, target: tuple[str, ...], code: str, reason: str) -> None:
+        self.dropped += 1
+        event(log, "kube.write_dropped", level=logging.WARNING, target="/".join(target),
+              code=code, reason=reason)  # fmt: skip
+        if self.on_error is not None:
+            verb, resource = KINDS.get(target[0], ("write", target[0]))
+            self.on_error(WriteFailed(verb, resource, code, True))
 
     def close(self) -> None:
         with self._cv:
@@ -78,19 +119,26 @@ class Outbox:
             return not self._pending
 
     def _push(self, target: tuple[str, ...], entry: _Write) -> None:
-        queue = self._queues[0 if target[0] == "status" else 1]
-        heapq.heappush(queue, (entry.due, entry.seq, target))
+        heapq.heappush(self._queues[_queue(target)], (entry.due, entry.seq, target))
 
-    def _next(self) -> tuple[tuple[str, ...], _Write] | float | None:
+    def _next(self) -> tuple[tuple[str, ...], _Write | None] | float | None:
         """The write to make now; else the seconds until one is due (None: nothing)."""
         now, soonest = self._clock(), None
-        for queue in self._queues:
+        for index, queue in enumerate(self._queues):
+            if now < self._paused[index]:  # the server asked for a pause
+                wait = self._paused[index] - now
+                soonest = wait if soonest is None else min(soonest, wait)
+                continue
             while queue:
                 due, seq, target = queue[0]
                 entry = self._pending.get(target)
                 if entry is None or entry.seq != seq:
                     heapq.heappop(queue)  # replaced or done
                     continue
+                if index == 1 and now - entry.born > EVENT_MAX_AGE:
+                    heapq.heappop(queue)
+                    self._forget(target)
+                    return target, None  # stale: dropped (said outside the lock)
                 if due <= now:
                     heapq.heappop(queue)
                     return target, entry
@@ -109,14 +157,18 @@ class Outbox:
                         break
                     self._cv.wait(picked)
             target, entry = picked
+            if entry is None:
+                self._drop(target, "stale", f"not written within {EVENT_MAX_AGE:.0f} s")
+                continue
             try:
                 entry.write()
             except Exception as exc:  # the API may be down, or refuse this one write
                 self._failed(target, entry, exc)
                 continue
             with self._cv:
+                self._busy[_queue(target)] = 0
                 if self._pending.get(target) is entry:
-                    del self._pending[target]
+                    self._forget(target)
 
     def _failed(self, target: tuple[str, ...], entry: _Write, exc: Exception) -> None:
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
@@ -124,16 +176,24 @@ class Outbox:
         code = str(status) if isinstance(status, int) else "unreachable"
         verb, resource = KINDS.get(target[0], ("write", target[0]))
         dropped = isinstance(status, int) and status in PERMANENT
+        server = status is None or status in SERVER_BUSY  # the whole queue waits
         wait = 0.0
         with self._cv:
             current = self._pending.get(target) is entry
             if dropped and current:
-                del self._pending[target]
+                self._forget(target)
             elif current:
                 entry.failures += 1
-                delay = min(FIRST_RETRY * 2 ** (entry.failures - 1), LAST_RETRY)
+                index = _queue(target)
+                tries = entry.failures
+                if server:
+                    self._busy[index] += 1
+                    tries = self._busy[index]
+                delay = min(FIRST_RETRY * 2 ** (tries - 1), LAST_RETRY)
                 wait = self._random.uniform(delay / 2, delay)
                 entry.due = self._clock() + wait
+                if server:
+                    self._paused[index] = entry.due
                 self._push(target, entry)
         where = "/".join(target)
         if dropped:  # a Service deleted meanwhile (404, 410) is no news
@@ -144,3 +204,8 @@ class Outbox:
                   reason=reason, retry_in=f"{wait:.1f}s" if current else "-")  # fmt: skip
         if self.on_error is not None:
             self.on_error(WriteFailed(verb, resource, code, dropped))
+
+
+def _queue(target: tuple[str, ...]) -> int:
+    """Status writes' queue (0), or Events' (1)."""
+    return 0 if target[0] == "status" else 1

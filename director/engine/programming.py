@@ -153,3 +153,5 @@ class Programmer:
         self.exports.state_due = True
         triggers = (s.trigger_time for s in self.intake.snapshot.slices_for(ref))
         self.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)
+        if not fresh and ref not in self.intake.snapshot.services:
+            self.syncer.forget(ref)  # nothing kept for a Service that is gone

@@ -19,6 +19,12 @@ from director.logs import event
 
 log = logging.getLogger("director.controller")
 Pending = tuple[ServiceInfo, str, str, str]  # the Service, kind, reason, message
+PROBLEM_EVENTS = 10  # new problems of one Service at once sent as Events each; more: one
+MANY = "problem:*"  # the topic of that one Event
+
+
+def _pairs(told: tuple[str, ...]) -> Iterable[tuple[str, str]]:
+    return zip(told[::2], told[1::2], strict=True)
 
 
 class Reporter:
@@ -92,6 +98,9 @@ class Reporter:
         self._set(svc.ref, topic, message)
         level = logging.WARNING if kind == "Warning" else logging.INFO
         event(log, "service." + reason, level=level, service=svc.ref, message=message)
+        self._tell(svc, kind, reason, message, topic)
+
+    def _tell(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
         if self.outbox is None:
             return
         if not self.leader:  # the leader writes Events; kept for when this box leads
@@ -101,23 +110,49 @@ class Reporter:
 
     def report_problems(self, svc: ServiceInfo, problems: Iterable[Problem]) -> None:
         """Refused parts of the Service (annotations, fields, endpoints): a Warning Event, a
-        log line and a count each, once per distinct problem while it lasts."""
-        current: set[str] = set()
+        log line and a count each, once per distinct problem while it lasts. More than
+        ``PROBLEM_EVENTS`` new ones at once are one Event that counts them (a Service with
+        thousands of bad entries is one Event, and linear work, not thousands)."""
+        told = dict(_pairs(self.reported.get(svc.ref, ())))
+        current: dict[str, tuple[Problem, str]] = {}
         for problem in problems:
             topic = f"problem:{problem.annotation}:{problem.message}"
-            current.add(topic)
-            if self.said(svc.ref, topic) is None:
-                resource = "endpointslices" if problem.reason == "InvalidEndpoint" else "services"
-                self.status.refused[resource] = self.status.refused.get(resource, 0) + 1
-            text = (
-                f"{problem.annotation}: {problem.message}"
-                if problem.reason == "InvalidAnnotation"
-                else problem.message
-            )
-            self.report(svc, "Warning", problem.reason, text, topic)
-        for topic in self.topics(svc.ref):
-            if topic.startswith("problem:") and topic not in current:
-                self._set(svc.ref, topic, None)  # fixed: the same problem again is reported again
+            if topic not in current:
+                text = (
+                    f"{problem.annotation}: {problem.message}"
+                    if problem.reason == "InvalidAnnotation"
+                    else problem.message
+                )
+                current[topic] = (problem, text)
+        fresh = [topic for topic in current if topic not in told]
+        refused = self.status.refused
+        for topic in fresh:
+            problem = current[topic][0]
+            resource = "endpointslices" if problem.reason == "InvalidEndpoint" else "services"
+            refused[resource] = refused.get(resource, 0) + 1
+        for topic in [t for t in told if t.startswith("problem:") and t not in current]:
+            del told[topic]  # fixed: the same problem again is reported again
+        if len(fresh) <= PROBLEM_EVENTS:
+            self._keep(svc.ref, told)
+            for topic in fresh:
+                problem, text = current[topic]
+                self.report(svc, "Warning", problem.reason, text, topic)
+            return
+        first, text = current[fresh[0]]
+        message = f"{len(fresh)} problems; the first: {text}"[:1000]
+        for topic in fresh:
+            told[topic] = current[topic][1]
+        told[MANY] = message
+        self._keep(svc.ref, told)
+        event(log, "service." + first.reason, level=logging.WARNING, service=svc.ref,
+              problems=len(fresh), message=message)  # fmt: skip
+        self._tell(svc, "Warning", first.reason, message, MANY)
+
+    def _keep(self, ref: str, told: dict[str, str]) -> None:
+        if told:
+            self.reported[ref] = tuple(item for pair in told.items() for item in pair)
+        else:
+            self.reported.pop(ref, None)
 
     def write_status(self, svc: ServiceInfo, ips: tuple[str, ...]) -> None:
         if self.dry_run:

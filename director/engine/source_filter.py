@@ -2,8 +2,15 @@
 keeps it: what each Service asks for, what the firewall holds, and what is held back.
 
 A restricted virtual service whose filter is not in force is not programmed (closed, not
-open) and is tried again with its Service. A refused ruleset is tried again every 5 s, or at
-once when the wanted rules change; the old rules stay in force meanwhile.
+open) and is tried again with its Service. The filter is owned state: after each write the
+loop takes the table's fingerprint, and reads it back every ``VERIFY_SECONDS`` (longer when
+the table is big: at most a twentieth of the loop's time goes to it). A table that changed
+behind the director's back (``nft flush ruleset``) counts as holding nothing: every
+restricted Service is recomputed, the filter written again (a repair), and should that
+fail, the restricted virtual services are taken out of IPVS until it succeeds. A failure
+to run nft is retried with a backoff of up to ``RETRY_SECONDS``; a ruleset nft refuses
+when the wanted rules change, or every ``REFUSED_SECONDS``; the old rules stay in force
+meanwhile.
 """
 
 from __future__ import annotations
@@ -13,11 +20,15 @@ from collections.abc import Callable
 
 from director.core.firewall import Firewall, FirewallError
 from director.core.model import ServiceKey, VirtualService
+from director.core.owned import Failure, Ledger, Retry
 from director.engine.view import LoopStatus
 from director.logs import event
 
 log = logging.getLogger("director.controller")
-RETRY_SECONDS = 5.0
+RESOURCE = "nftables"
+RETRY_SECONDS = 5.0  # the longest wait after a failure to run nft
+REFUSED_SECONDS = 5.0  # a refused ruleset is tried again this often, unchanged (as before)
+VERIFY_SECONDS = 2.0  # the table is read back this often, at least
 
 
 class SourceFilter:
@@ -28,14 +39,23 @@ class SourceFilter:
         clock: Callable[[], float],
         *,
         dry_run: bool,
+        ledger: Ledger | None = None,
     ) -> None:
         self.firewall, self.status, self.clock, self.dry_run = firewall, status, clock, dry_run
+        self.ledger = ledger or Ledger()
         self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
         self.enforced: dict[ServiceKey, tuple[str, ...]] = {}  # in force, as far as known
         self.synced = False  # the firewall holds exactly ``enforced``
         self._attempted: dict[ServiceKey, tuple[str, ...]] | None = None
-        self.next_retry = 0.0
+        self.retry = Retry(clock, cap=RETRY_SECONDS, refused_after=REFUSED_SECONDS)
         self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
+        self._print: str | None = None  # the table's fingerprint after our last write
+        self._next_verify = 0.0
+        self._drift: str | None = None  # found, not yet repaired
+
+    @property
+    def next_retry(self) -> float:
+        return self.retry.next_at
 
     def want(self, ref: str, restrictions: dict[ServiceKey, tuple[str, ...]]) -> None:
         """What a Service asks for now (only restricted Services are kept: ``enforce``
@@ -51,15 +71,60 @@ class SourceFilter:
         wanted: dict[ServiceKey, tuple[str, ...]] = {}
         for by_key in self.restrictions.values():
             wanted.update(by_key)
-        now = self.clock()
-        due = wanted != self._attempted or now >= self.next_retry
-        if due and (wanted != self.enforced or not self.synced):
+        if wanted != self._attempted:
+            self.retry.changed()
+        if self.retry.due() and (wanted != self.enforced or not self.synced):
             self._attempted = dict(wanted)
             if not (wanted or self.enforced or self._in_use()):
                 self.synced = True  # nothing wanted, nothing of ours in force
             else:
                 self._apply(wanted)
         return {key for key in wanted if key not in self.enforced}
+
+    def timed(self, now: float) -> tuple[set[str], bool]:
+        """What the filter's timers make due: the Services to recompute (all the restricted
+        ones after drift, the held-back ones when a retry is due), and whether the view is
+        behind."""
+        drifted = self.verify(now)
+        if drifted:
+            return drifted, True
+        if self.held_back and self.retry.due(now):
+            return set(self.held_back.values()) - {""}, False  # recomputed and programmed
+        if not self.synced:
+            self.enforce()
+            return set(), True
+        return set(), False
+
+    def verify(self, now: float) -> set[str]:
+        """Read the table back when due; on drift, the Services to recompute (every
+        restricted one: their filters are written again, or they are held back)."""
+        if now < self._next_verify or self._print is None or not self.synced:
+            return set()
+        assert self.firewall is not None  # _print is only taken from one
+        started = self.clock()
+        try:
+            found = self.firewall.fingerprint()
+        except Failure as exc:
+            self._next_verify = self.clock() + VERIFY_SECONDS
+            self.ledger.failed(RESOURCE, exc)
+            event(log, "firewall.verify_failed", level=logging.ERROR, reason=exc.reason)
+            return set()
+        self._next_verify = self.clock() + max(VERIFY_SECONDS, 20 * (self.clock() - started))
+        if found == self._print:
+            self.ledger.ok(RESOURCE)
+            return set()
+        self._drift = (
+            "the table is gone (flushed by someone else)" if not found
+            else "the table differs from what the director wrote"
+        )  # fmt: skip
+        self.ledger.drift(RESOURCE, self._drift)
+        event(log, "owned.drift", level=logging.ERROR, resource=RESOURCE, drift=self._drift,
+              restricted=len(self.enforced), action="writing the filter again; the "
+              "restricted virtual services leave IPVS should that fail")  # fmt: skip
+        # Nothing is known to be in force: what cannot be written again is held back.
+        self.enforced, self.synced, self._print = {}, False, None
+        self.retry.succeeded()  # try at once
+        return set(self.restrictions)
 
     def hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Not programmed until its filter is in force. ``vs``: say so (None: said before)."""
@@ -86,14 +151,23 @@ class SourceFilter:
                 if self.firewall is None:
                     raise FirewallError("no packet filter is configured on this director")
                 self.firewall.apply(wanted)
-            except FirewallError as exc:
-                self.status.firewall_errors += 1
+                self._print = self.firewall.fingerprint()
+            except Failure as exc:
                 self.status.last_error = f"firewall: {exc}"[:300]
                 self.synced = False
-                self.next_retry = self.clock() + RETRY_SECONDS
+                wait = self.retry.failed(exc.kind)
+                self.ledger.failed(RESOURCE, exc)
                 event(log, "firewall.rejected", level=logging.ERROR, services=len(wanted),
-                      nft=str(exc)[:500], action="old rules kept, new ones held back")  # fmt: skip
+                      kind=exc.kind, nft=str(exc)[:500], retry_in=f"{wait:.1f}s",
+                      action="old rules kept, new ones held back")  # fmt: skip
                 return
+            self.ledger.ok(RESOURCE, repaired=self._drift is not None)
+            if self._drift is not None:
+                event(log, "owned.repaired", resource=RESOURCE, drift=self._drift,
+                      services=len(wanted))  # fmt: skip
+                self._drift = None
             event(log, "firewall.applied", services=len(wanted))
+        self.retry.succeeded()
         self.enforced = dict(wanted)
         self.synced = True
+        self._next_verify = self.clock() + VERIFY_SECONDS

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from director.core.model import Table
+from director.core.owned import write_atomic
 
 
 def table_json(table: Table) -> list[dict[str, Any]]:
@@ -37,8 +37,7 @@ def table_json(table: Table) -> list[dict[str, Any]]:
 
 
 def write_state(path: Path, table: Table, addresses: dict[str, list[str]]) -> None:
-    """The desired table as JSON, replaced atomically (readers never see half a file)."""
+    """The desired table as JSON, replaced atomically and durably (readers never see half a
+    file, a crash leaves the old one). Raises OSError."""
     body = {"generated": time.time(), "addresses": addresses, "services": table_json(table)}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(body, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(body, indent=1) + "\n")

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from director.core.model import ServiceKey, Table, VirtualService
+from director.core.owned import Ledger, Refused
 from director.engine.ports import LoopMetrics
 from director.engine.reconcile import Reconciler, SyncReport
 from director.engine.view import LoopStatus
@@ -27,10 +28,13 @@ class Syncer:
         *,
         recorder: LoopMetrics | None,
         observer: Observer | None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.reconciler, self.status = reconciler, status
         self.recorder, self.observer = recorder, observer
-        self._triggers: dict[str, str] = {}  # service -> last trigger time observed
+        self.ledger = ledger or Ledger()
+        # service -> last trigger time observed (forgotten with the Service)
+        self._triggers: dict[str, str] = {}
 
     def full(self, desired: Table, *, reread: bool = True) -> None:
         started = time.perf_counter()
@@ -48,6 +52,12 @@ class Syncer:
         if ops:  # at start the table being built; later, drift repaired
             event(log, "resync.repaired" if reread else "sync.first", ops=ops,
                   failed=len(report.result.errors))  # fmt: skip
+        if not report.result.errors:
+            self.ledger.ok("ipvs", repaired=reread and ops > 0)
+
+    def forget(self, ref: str) -> None:
+        """The Service is gone: nothing is kept for it."""
+        self._triggers.pop(ref, None)
 
     def one(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Bring one virtual service to ``vs`` (None: remove it)."""
@@ -68,5 +78,8 @@ class Syncer:
         if report.result.errors:
             self.status.failed_ops += len(report.result.errors)
             self.status.last_error = report.result.errors[0].describe()
+            # Tried again by the next full resync (a refusal by the kernel, most often).
+            self.ledger.failed("ipvs", Refused(f"the kernel refused {len(report.result.errors)} "
+                                               f"operations: {self.status.last_error}"))
         if self.observer is not None and (report.result.requested or report.plan.refused):
             self.observer(ref, report)

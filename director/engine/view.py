@@ -20,6 +20,7 @@ from director.core.checks import Target
 from director.core.cluster import ServiceInfo
 from director.core.intents import Intents
 from director.core.model import DestKey, ServiceKey, VirtualService
+from director.core.owned import Ledger
 from director.core.translate import Options
 
 STATIC = "static"  # the owner of the configuration's own services
@@ -135,9 +136,11 @@ class LoopStatus:
     drift_ops: int = 0  # operations a periodic full resync had to apply (the kernel drifted)
     loop_errors: int = 0  # unexpected exceptions in a step, survived
     refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
-    firewall_errors: int = 0  # source-range rulesets nft refused
     # (verb, resource, code) -> cluster writes that failed (retried or dropped)
     write_errors: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # Every owned resource's state: one live ledger, shared by the copies (its keepers run
+    # on their own threads and write to it as they go).
+    owned: Ledger = field(default_factory=Ledger)
 
     @property
     def kubernetes_connected(self) -> bool:

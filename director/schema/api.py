@@ -287,6 +287,20 @@ class Status(TypedDict):
     failed_operations: NotRequired[int]
     counts: dict[str, int]
     bgp: NotRequired[Bgp]
+    owned: NotRequired[list[Owned]]  # every resource the director writes, read back
+
+
+class Owned(TypedDict):
+    """One resource the director writes outside its process, as its keeper last read it
+    back."""
+
+    resource: str
+    in_sync: bool
+    repairs: int  # drift found and put right
+    failures: int  # writes and read-backs that failed (retried)
+    last_error: str | None  # while out of sync: why
+    kind: str | None  # of the last failure: transient (retried with backoff) or refused
+    since: str | None  # out of sync since (ISO 8601)
 
 
 class BgpRoute(TypedDict):

@@ -12,6 +12,7 @@ and the reason; nothing partially valid is ever returned.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import ipaddress
 import json
@@ -28,9 +29,9 @@ from pydantic_core import PydanticCustomError
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.ipam import Pool
-from director.core.model import Forwarding, ServiceKey, Table
+from director.core.model import Forwarding, ServiceKey, Table, check_flags
 from director.core.plan import Network, Ownership
-from director.core.translate import NAT_OVER_BGP
+from director.core.translate import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.schema import yamldoc
 from director.schema.bgp import BgpSettings, PeerEntry
 from director.schema.fields import Listen, Path
@@ -306,18 +307,48 @@ def services_unique_and_owned(c: _Compiling) -> None:
 
 def bgp_pools_have_peers(c: _Compiling) -> None:
     """A pool announced over BGP needs the speaker (``bgp:``), and its static services a
-    forwarding method that lets any director serve the middle of a connection."""
+    forwarding method that lets any director serve the middle of a connection, and, unless
+    the entry names its scheduler, Maglev hashing (``mh`` with ``mh-port``): every director
+    then sends a flow to the same real server, as for Kubernetes Services."""
     index = next((i for i, pool in enumerate(c.pools) if pool.announce.bgp), None)
     if index is not None and c.doc.bgp is None:
         raise Refusal(("pools", index, "announce"), f"pool {c.pools[index].name!r} is announced "
                       "over BGP: add a bgp: section with its peers")  # fmt: skip
     bgp_pools = [pool for pool in c.pools if pool.announce.bgp]
-    for index, (key, vs) in enumerate(c.services.items()):
+    defaults = c.doc.defaults or Defaults()
+    for index, (key, vs) in enumerate(list(c.services.items())):
         if key.fwmark or not any(p.contains(ipaddress.ip_address(key.address)) for p in bgp_pools):
             continue
         for rs_index, rs in enumerate(vs.real_servers.values()):
             if rs.forwarding is Forwarding.NAT:
                 raise Refusal(("services", index, "real_servers", rs_index), NAT_OVER_BGP)
+        entry = c.doc.services[index]
+        if entry.scheduler is None and defaults.scheduler not in HASHING:
+            scheduler, flags = BGP_SCHEDULER
+            try:
+                chosen = check_flags(scheduler, flags | frozenset(entry.flags), key.protocol)
+            except ValueError as exc:
+                raise Refusal(("services", index, "flags"), str(exc)) from None
+            config = dataclasses.replace(vs.config, scheduler=scheduler, flags=chosen)
+            c.services[key] = dataclasses.replace(vs, config=config)
+
+
+def bgp_notes(settings: Settings) -> list[str]:
+    """What ``director check`` and ``director run`` say about static services announced
+    over BGP that name a scheduler which does not hash: a flow moved by ECMP to another
+    director meets another choice of real server there, and breaks."""
+    pools = settings.bgp_pools
+    out = []
+    for key, vs in settings.services.items():
+        if key.fwmark or vs.config.scheduler in HASHING:
+            continue
+        if any(p.contains(ipaddress.ip_address(key.address)) for p in pools):
+            out.append(
+                f"{vs.origin or key}: scheduler {vs.config.scheduler} on an address announced "
+                "over BGP: connections break whenever the routers' ECMP moves a flow to another "
+                "director (mh, the default there, keeps them)"
+            )
+    return out
 
 
 def static_checks_parse(c: _Compiling) -> None:

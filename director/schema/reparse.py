@@ -8,7 +8,9 @@ as a small document made of everything else and those items, so that they are va
 against the same ownership, defaults, pools and health settings - and the others keep what
 they parsed to. Any doubt (a different outside, a new item that does not parse on its own, a
 name or address declared twice) and the whole file is parsed as at start, so a fault is
-reported exactly as ``director check`` reports it, with its line.
+reported exactly as ``director check`` reports it, with its line. So is a file that is not
+plain YAML: an anchor in one item used by an alias in another (or a tag, a merge key) ties
+items together, and an item whose text did not change may still mean something new.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from director.schema.config import ConfigError, Settings, parse_config, read_con
 _SECTION = re.compile(r"services:[ \t]*(?:#[^\n]*)?\r?(?:\n|$)")
 _CONTENT = re.compile(r"\n( *)(?=[^ \t\r\n#])")  # the next line with a value
 _ITEM_MARK = "\0items\0"
+# What ties one part of a YAML file to another, or changes how a value reads: an anchor
+# (&name), an alias (*name), a tag (!tag) or a merge key (<<), where YAML would see one (at
+# the start of a value or a flow item). Also found inside quoted strings and comments:
+# such a file is only parsed whole, never wrongly.
+_NOT_PLAIN = re.compile(r"(?:^|[\s\[{,:?-])[&*!]\S|<<")
 _UNCHECKED = object()  # a service without a health_check line: the section's default
 
 Parsed = tuple[VirtualService, object]  # a service, and its check (or _UNCHECKED)
@@ -98,7 +105,7 @@ class Reparser:
         return self.parse(text, source)
 
     def parse(self, text: str, source: str) -> Settings:
-        parts = split(text)
+        parts = split(text) if not _NOT_PLAIN.search(text) else None
         self.reused = 0
         if parts is not None and parts.outside == self._outside:
             quick = self._incremental(parts, source)

@@ -52,6 +52,10 @@ def readyz() -> Response:
         return problem(503, "the first sync is not applied yet")
     if view.lease_refused:  # no box of the pair can write Service status
         return problem(503, view.lease_refused)
+    out = api().loop.view.status.owned.out_of_sync()
+    if out:  # what the director writes does not read back as it should (being repaired)
+        names = "; ".join(f"{o.resource}: {o.last_error}" for o in out)
+        return problem(503, f"owned state out of sync: {names}"[:1000])
     return _stalled(10) or jsonify({"status": "ready"})
 
 

@@ -167,6 +167,12 @@ def status(ctx: ApiContext) -> shapes.Status:
         "last_error": h.last_error,
         "failed_operations": h.failed_ops,
         "counts": counts,
+        "owned": [
+            {"resource": o.resource, "in_sync": o.in_sync, "repairs": o.repairs,
+             "failures": o.failures, "last_error": o.last_error, "kind": o.kind,
+             "since": iso(o.since)}
+            for o in ctx.loop.view.status.owned.snapshot().values()
+        ],
     }
     if ctx.loop.settings.bgp is not None:
         out["bgp"] = bgp(ctx)
