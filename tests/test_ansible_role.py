@@ -284,6 +284,7 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run, Run]) -> No
     text = unit.read_text()
     assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE CAP_KILL" in text
     assert "ProtectSystem=strict" in text and "StateDirectory=director" in text
+    assert "LimitNOFILE=65536" in text  # not the default soft limit of 1,024
     verify = chroot("systemd-analyze", "verify", "/etc/systemd/system/director.service",
                     check=False)  # fmt: skip
     assert verify.returncode == 0, verify.stderr

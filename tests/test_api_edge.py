@@ -1,6 +1,7 @@
-"""The admin API on its production server (cheroot) against clients that misbehave or crowd
-it (issue 13, items 7, 10, 26): bodies and headers too big, clients too slow, too many
-scrapes, and 50 clients writing at once. Loopback only."""
+"""The admin API on its production server against clients that misbehave or crowd it (issue
+13, items 7, 10, 26; issue 34, items 12, 13): bodies and headers too big, clients too slow,
+bodies a byte at a time, clients that send nothing, too many scrapes, 50 clients writing at
+once, and more connections than the process has descriptors. Loopback only."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def config(tmp_path: Path, services: int = 1) -> str:
 @pytest.fixture
 def director(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Runtime]]:
     monkeypatch.setattr(ApiServer, "HEADER_SECONDS", 1.0)
+    monkeypatch.setattr(ApiServer, "BODY_SECONDS", 2.0)
     runtime = Runtime(parse_config(config(tmp_path, CLIENTS), "director.yaml"), FakeIpvs())
     with runtime.start():
         assert runtime.wait_ready(20) and runtime.api is not None
@@ -250,3 +252,126 @@ def test_fifty_clients_writing_at_once_lose_nothing(director: tuple[str, Runtime
     with urllib.request.urlopen(f"http://{where}/readyz", timeout=10) as reply:
         assert reply.status == 200
 
+
+
+def dribbling(where: str, count: int, token: bool) -> list[socket.socket]:
+    """``count`` connections that send a PUT's headers, declare a 1,000-byte body, and then
+    send it a byte at a time (the caller dribbles)."""
+    host, port = where.split(":")
+    auth = f"Authorization: Bearer {TOKEN}\r\n" if token else ""
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(f"PUT /api/v1/static/s0/scheduler HTTP/1.1\r\nHost: x\r\n{auth}"
+                     "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode())
+        socks.append(sock)
+    return socks
+
+
+def test_bodies_sent_a_byte_at_a_time_never_hold_the_api(director: tuple[str, Runtime]) -> None:
+    """More slow-body clients than the server has workers. Without the token: answered 401
+    at once, the body never read, the connection closed. With it: each holds a descriptor
+    and no worker while its body arrives, and is cut off (408) once BODY_SECONDS have
+    passed. /healthz, /readyz, /metrics and the API answer all along."""
+    where, _ = director
+    anonymous = dribbling(where, 20, token=False)
+    for sock in anonymous:
+        head = sock.recv(200)
+        assert head.startswith(b"HTTP/1.1 401"), head
+        assert b"Connection: close" in head + sock.recv(4096)
+    slow = dribbling(where, 20, token=True)
+    stop = threading.Event()
+
+    def dribble() -> None:
+        while not stop.wait(0.3):
+            for sock in slow:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b" ")
+
+    feeder = threading.Thread(target=dribble)
+    feeder.start()
+    try:
+        for path, token in (("/healthz", False), ("/readyz", False), ("/metrics", False),
+                            ("/api/v1/status", True)):  # fmt: skip
+            assert request(where, "GET", path, token=token)[0] == 200, path
+        for sock in slow:
+            answer = sock.recv(200)
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+    finally:
+        stop.set()
+        feeder.join()
+        for sock in anonymous + slow:
+            sock.close()
+
+
+def test_clients_that_send_nothing_hold_no_worker(director: tuple[str, Runtime]) -> None:
+    """200 connections that never send a byte (16 workers): the API answers while every one
+    of them is still open, and each is closed once IDLE_SECONDS pass."""
+    where, _ = director
+    host, port = where.split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(200)]
+    try:
+        for _ in range(5):
+            assert request(where, "GET", "/api/v1/status")[0] == 200
+        status, _ = request(where, "PUT", "/api/v1/static/s1/scheduler", {"scheduler": "rr"})
+        assert status == 200
+        idle[0].settimeout(0.01)
+        with pytest.raises(TimeoutError):  # still open: nobody had to cut it to serve us
+            idle[0].recv(1)
+        idle[0].settimeout(30)
+        assert idle[0].recv(1) == b"", "closed once idle too long"
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_more_connections_than_descriptors_leave_the_director_working(tmp_path: Path) -> None:
+    """A director with 400 descriptors in all, and 1,100 connections to its API that send
+    nothing: they are refused or closed oldest first, and the director keeps its reserve:
+    a scheduler write (the intents file, the loop) is answered 200 and stored."""
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    text = config(tmp_path, 2).replace("127.0.0.1:0", f"127.0.0.1:{port}")
+    (tmp_path / "d.yaml").write_text(text)
+    script = (
+        "import resource, threading\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))\n"
+        "from director.cli.runtime import Runtime\n"
+        "from director.dataplane.fake import FakeIpvs\n"
+        "from director.schema.config import load_config\n"
+        f"Runtime(load_config({str(tmp_path / 'd.yaml')!r}), FakeIpvs()).start()\n"
+        "threading.Event().wait()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    where = f"127.0.0.1:{port}"
+    crowd: list[socket.socket] = []
+    try:
+        eventually(lambda: _answers(proc, where), timeout=60, what="the API up")
+        for _ in range(1100):
+            with contextlib.suppress(OSError):
+                crowd.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        status, body = request(where, "PUT", "/api/v1/static/s1/scheduler", {"scheduler": "sh"})
+        assert status == 200, body
+        assert request(where, "GET", "/readyz", token=False)[0] == 200
+        stored = json.loads((tmp_path / "i.json").read_text())
+        assert stored["schedulers"]["s1"]["scheduler"] == "sh"
+    finally:
+        for sock in crowd:
+            sock.close()
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0]
+    assert "Too many open files" not in output, output[-3000:]
+
+
+def _answers(proc: Any, where: str) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(proc.stdout.read())
+    try:
+        return request(where, "GET", "/healthz", token=False)[0] == 200
+    except OSError:
+        return False

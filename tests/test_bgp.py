@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from director.engine.announcer import VipAnnouncer
 from director.engine.events import IntentPosted, Reply
 from director.engine.loop import Controller
 from director.schema.config import ConfigError, Settings, parse_config
+from lab.netns import Netns
 from tests.test_translate import NODES, POLICY, svc
 
 VIP = "198.51.100.10"
@@ -576,3 +577,106 @@ def test_the_node_script_says_why_when_the_kernel_cannot_decapsulate(netns: str)
         pytest.skip("this kernel has ipip: the lab VM's test covers --tun")
     code, out = node(netns, "--tun")
     assert code == 3 and "no tunl0: the kernel has no ipip module" in out, out
+
+
+# -- FRR for real, in a namespace of the host's own ---------------------------------------------
+@pytest.fixture
+def frr_ns() -> Iterator[tuple[Netns, Path]]:
+    """A namespace for FRR's zebra, bfdd and bgpd (FRR works on this host's kernel; IPVS
+    does not): the tests start them, this stops them."""
+    import os
+
+    from lab.bgp import kill_frr
+
+    if shutil.which("vtysh") is None or not Path("/usr/lib/frr/bgpd").exists():
+        pytest.skip("FRR is not installed (make setup installs it)")
+    ns = Netns(f"frr{os.getpid()}")
+    ns.ip("link set lo up")
+    try:
+        yield ns, Path("/etc/frr") / ns.name / "frr.conf"
+    finally:
+        kill_frr(ns)
+        ns.close()
+
+
+def frr_settings(netns: str, conf: Path, vtysh: str = "/usr/bin/vtysh") -> Settings:
+    extra = f"  config_file: {conf}\n  pathspace: {netns}\n  poll_seconds: 1\n  vtysh: {vtysh}\n"
+    return parse_config(BASE.replace("bgp:\n", "bgp:\n" + extra))
+
+
+def test_frr_restarted_from_its_boot_file_announces_nothing_until_the_director_sends_it_again(
+    frr_ns: tuple[Netns, Path], tmp_path: Path
+) -> None:
+    """The file FRR boots from holds no route: FRR started alone (a reboot, a crash, no
+    director) announces nothing the director has not confirmed. The director reads back what
+    bgpd runs every poll and sends its routes again (a repair, counted); the VIPs removed
+    from lo (ip addr flush dev lo) are put back."""
+    from director.adapters.frr import FrrSync
+    from lab.bgp import kill_frr, start_frr
+    from lab.wait import eventually
+
+    ns, conf = frr_ns
+    start_frr(ns)
+    settings = frr_settings(ns.name, conf)
+    assert settings.bgp is not None
+    sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)
+    sync.start()
+    try:
+        sync.submit(dict(ROUTES))
+        announced = f"{VIP}/32"
+        eventually(lambda: announced in (sync.frr.running() or {}).get("ipv4", {}), timeout=30,
+                   what="the route sent")  # fmt: skip
+        assert sync.settle(30)
+        assert "\n  network " not in conf.read_text() and "router bgp 64512" in conf.read_text()
+        kill_frr(ns)  # FRR dies, and starts again from its file: no route
+        start_frr(ns)
+        assert announced not in (sync.frr.running() or {}).get("ipv4", {}), "the boot file"
+        eventually(lambda: announced in (sync.frr.running() or {}).get("ipv4", {}), timeout=30,
+                   what="the route sent again")  # fmt: skip
+        frr_state = eventually(lambda: (s := sync.ledger.get("frr")) and s.repairs and s)
+        assert frr_state.in_sync and frr_state.repairs >= 1
+        ns.exec(["ip", "addr", "flush", "dev", "lo"])  # networkd re-applying lo, say
+        eventually(lambda: VIP in sync.frr.on_lo(), timeout=15, what="the VIP put back on lo")
+        state = eventually(lambda: (s := sync.ledger.get("addresses")) and s.repairs and s)
+        assert state.in_sync
+    finally:
+        sync.stop()
+
+
+def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
+    frr_ns: tuple[Netns, Path], tmp_path: Path
+) -> None:
+    """vtysh missing mid-upgrade (or timing out) is a failure to run, tried again with a
+    backoff: once it is back the routes changed meanwhile go out. Stored as "FRR refused
+    this text", every later change was refused without being tried."""
+    from director.adapters.frr import FrrSync
+    from lab.bgp import start_frr
+    from lab.wait import eventually
+
+    ns, conf = frr_ns
+    start_frr(ns)
+    gone = tmp_path / "upgrading"
+    vtysh = tmp_path / "vtysh"  # vtysh while the package is being replaced: not there
+    vtysh.write_text(f'#!/bin/sh\nif [ -e {gone} ]; then echo "vtysh: not found" >&2; '
+                     f'exit 127; fi\nexec {shutil.which("vtysh")} "$@"\n')  # fmt: skip
+    vtysh.chmod(0o755)
+    settings = frr_settings(ns.name, conf, str(vtysh))
+    assert settings.bgp is not None
+    sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)
+    sync.start()
+    try:
+        sync.submit({VIP: ROUTES[VIP]})
+        eventually(lambda: sync.installed is not None, timeout=30, what="the first routes")
+        gone.touch()
+        sync.submit(dict(ROUTES))  # a second VIP while vtysh cannot run
+        eventually(lambda: sync.attempts >= 3, timeout=30, what="tried again")
+        state = sync.ledger.get("frr")
+        assert state is not None and not state.in_sync and state.kind == "transient"
+        assert sync.frr.rejected == 0 and sync.frr.invalid is None, "not a refusal"
+        gone.unlink()
+        v6 = "2001:db8:100::5/128"
+        eventually(lambda: v6 in (sync.frr.running() or {}).get("ipv6", {}), timeout=60,
+                   what="the second VIP announced once vtysh is back")  # fmt: skip
+        assert sync.ledger.get("frr").in_sync  # type: ignore[union-attr]
+    finally:
+        sync.stop()

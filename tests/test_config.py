@@ -308,3 +308,59 @@ def test_a_cidr_pool_keeps_its_network_and_broadcast_addresses_back_unless_asked
     assert first_and_count("{name: p, addresses: [198.51.100.64-198.51.100.79]}") == (
         "198.51.100.64", 16
     )  # fmt: skip
+
+
+# -- what run would break on, refused by check (issue 34, item 15) ----------------------------
+HA = ("ha: {interface: eth0, router_id: d1, priority: 100, unicast_source: 203.0.113.2,\n"
+      "     peers: [203.0.113.3], gateways: [{address: 192.0.2.1/24, interface: eth1}]}\n")  # fmt: skip
+BGP = ("bgp:\n  asn: 64512\n  router_id: 198.18.0.11\n  peers:\n"
+       "    - {address: 198.18.0.1, asn: 64500, source: 198.18.0.11}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "reason"),
+    [
+        ("pools:\n  - {name: p, addresses: [203.0.113.0/28]}\n" + HA,
+         "pools[0].addresses", "holds 203.0.113.2, this box's own address (ha.unicast_source)"),
+        ("pools:\n  - {name: p, addresses: [203.0.113.3-203.0.113.9]}\n" + HA,
+         "pools[0].addresses", "holds 203.0.113.3, this box's own address (ha.peers[0])"),
+        ("pools:\n  - {name: p, addresses: [192.0.2.0/28]}\n" + HA,
+         "pools[0].addresses", "holds 192.0.2.1, this box's own address (ha.gateways[0])"),
+        ("pools:\n  - {name: p, addresses: [198.18.0.0/24], announce: bgp}\n" + BGP,
+         "pools[0].addresses", "holds 198.18.0.11, this box's own address (bgp.router_id)"),
+        ("pools:\n  - {name: p, addresses: [198.18.0.0/31], announce: bgp, all_addresses: true}\n"
+         + BGP.replace(", source: 198.18.0.11", "").replace("198.18.0.11", "198.18.1.1"),
+         "pools[0].addresses", "holds 198.18.0.1, this box's own address (bgp.peers[0].address)"),
+        ("ownership: {networks: [198.51.100.0/24]}\napi: {token_file: /t, listen: 198.51.100.1:9180}"
+         "\npools:\n  - {name: p, addresses: [198.51.100.0/28]}\n",
+         "pools[0].addresses", "holds 198.51.100.1, this box's own address (api.listen)"),
+        ("ownership: {networks: [198.51.100.0/24]}\n" + BGP + "  config_file: /etc/d.yaml\n",
+         "bgp.config_file", "/etc/d.yaml is also the configuration file itself"),
+        ("api: {token_file: /etc/director/token}\n" + HA.replace(
+            "}\n", ", config_file: /etc/director/token}\n"),
+         "ha.config_file", "/etc/director/token is also api.token_file"),
+        ("pools:\n  - {name: p, addresses: [198.51.100.0/28], announce: bgp, "
+         "communities: [\"64512:70000\"]}\n" + BGP,
+         "pools[0].communities[0]", "each half 0 to 65535"),
+        ("ownership: {networks: [\"fe80::1%x/128\"]}\n",
+         "ownership.networks[0]", "no zone"),
+    ],
+)  # fmt: skip
+def test_what_run_would_break_on_is_refused_with_its_line(
+    text: str, where: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "/etc/d.yaml")
+    assert caught.value.where == where, caught.value
+    assert reason in caught.value.reason, caught.value
+
+
+def test_a_zone_never_reaches_the_nft_renderer() -> None:
+    """ipaddress takes any text after an IPv6 zone's %, braces and newlines included: the
+    renderer's own guard refuses it, whatever the callers checked."""
+    from director.core.firewall import clean_ranges, render_nft
+
+    key = ServiceKey.inet(Protocol.TCP, "2001:db8::1", 80)
+    hostile = "fe80::1%x } accept\nflush ruleset"
+    assert clean_ranges(key, [hostile, "2001:db8::/32"]) == ["2001:db8::/32"]
+    assert "flush ruleset" not in render_nft({key: (hostile,)})

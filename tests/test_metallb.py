@@ -168,3 +168,36 @@ def test_the_command_converts_a_file_and_refuses_what_is_not_metallb(tmp_path: P
     done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 2 and "not YAML" in done.stderr
+
+
+def pool_doc(name: str, addresses: list[str]) -> str:
+    listed = ", ".join(addresses)
+    return (f"- apiVersion: metallb.io/v1beta1\n  kind: IPAddressPool\n  metadata: {{name: {name}, "
+            f"namespace: metallb-system}}\n  spec: {{addresses: [{listed}]}}\n")  # fmt: skip
+
+
+def test_what_metallb_allows_and_the_director_does_not_is_carried_over_or_said() -> None:
+    """A renamed pool never takes a real one's name; overlapping pools (legal in MetalLB)
+    come out apart; a localPref that is not a number is said and left out, the rest
+    converted. The output is a pools: section director check accepts."""
+    bgp_advert = ("- apiVersion: metallb.io/v1beta1\n  kind: BGPAdvertisement\n  metadata: "
+                  "{{name: {name}}}\n  spec: {{ipAddressPools: [{pool}], localPref: {pref}}}\n")  # fmt: skip
+    text = "items:\n" + pool_doc("P.One", ["198.51.100.0/28"]) + pool_doc(
+        "p-one", ["198.51.100.16/28"]) + pool_doc("wide", ["198.51.100.32/28"]) + pool_doc(
+        "part", ["198.51.100.40-198.51.100.55"]) + pool_doc(
+        "inside", ["198.51.100.36/30"]) + bgp_advert.format(
+        name="a1", pool="p-one", pref="[1, 2]") + bgp_advert.format(
+        name="a2", pool="wide", pref='"high"') + "kind: List\n"  # fmt: skip
+    converted = convert(text)
+    by_name = {p["name"]: p for p in converted.pools}
+    assert by_name["p-one"]["addresses"] == ["198.51.100.16/28"], "the real p-one keeps it"
+    assert by_name["p-one-2"]["addresses"] == ["198.51.100.0/28"]
+    assert by_name["part"]["addresses"] == ["198.51.100.48-198.51.100.55"]
+    assert "inside" not in by_name and "local_preference" not in by_name["wide"]
+    notes = "\n".join(converted.notes)
+    for said in ("P.One is named p-one-2 here", "localPref [1, 2]", "localPref 'high'",
+                 "pool inside: every address is also in a pool before it"):  # fmt: skip
+        assert said in notes, notes
+    bgp = "bgp: {asn: 64512, router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 64500}]}"
+    settings = parse_config(converted.text("m.yaml") + bgp + "\n", "converted.yaml")
+    assert sorted(p.name for p in settings.pools) == ["p-one", "p-one-2", "part", "wide"]

@@ -43,6 +43,7 @@ from director.core.owned import (
     Refused,
     Transient,
     classify,
+    not_run,
     run_failure,
     write_atomic,
 )
@@ -234,8 +235,9 @@ class Frr:
 
     def validate(self, candidate: Path) -> None:
         done = self._run([self.bgp.vtysh, "--dryrun", "-f", str(candidate)])
-        if done.returncode < 0:
-            raise Transient(f"vtysh --dryrun ended by signal {-done.returncode}")
+        failed = not_run(f"{self.bgp.vtysh} --dryrun", done.returncode)
+        if failed is not None:
+            raise failed
         if done.returncode != 0:
             raise FrrRejected(_words(done))
 

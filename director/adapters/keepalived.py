@@ -31,7 +31,7 @@ import jinja2
 
 from director.adapters.worker import Keeper
 from director.core.model import Family, canonical_address
-from director.core.owned import Ledger, Refused, Transient, classify, run_failure, write_atomic
+from director.core.owned import Ledger, Refused, classify, not_run, run_failure, write_atomic
 from director.logs import event
 from director.schema.config import HaSettings
 
@@ -216,8 +216,9 @@ class Keepalived:
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise run_failure(self.ha.keepalived, exc) from None
-        if done.returncode < 0:  # killed (the OOM killer, a timeout of systemd's): not a verdict
-            raise Transient(f"{self.ha.keepalived} -t ended by signal {-done.returncode}")
+        failed = not_run(f"{self.ha.keepalived} -t", done.returncode)
+        if failed is not None:  # killed (the OOM killer), or not there: not a verdict
+            raise failed
         if done.returncode != 0:
             words = " | ".join(
                 line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()

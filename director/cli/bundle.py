@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import platform
 import re
 import socket
@@ -21,22 +22,24 @@ from pathlib import Path
 from director import __version__
 from director.cli import ctl
 from director.schema.config import ConfigError, Settings, load_config
+from director.schema.yamldoc import secret_values
 
 REDACTED = "<redacted>"
-# A key whose value is a secret (not a path to one: token_file and the like stay).
-_SECRET_KEY = r"[\w-]*(?:password|secret|token)(?!_file)[\w-]*"
-_BLOCK = re.compile(rf"^(\s*(?:-\s+)?{_SECRET_KEY}\s*:\s*)(\S.*)$", re.I | re.M)
-_FLOW = re.compile(rf"(\b{_SECRET_KEY}\s*:\s*)([^,}}\]\s][^,}}\]]*)", re.I)
 
 
-def redact(text: str) -> str:
-    """The configuration file as written, every secret's value replaced (block and flow
-    style); comments and layout kept, so line numbers in errors still match."""
-    pattern = (_FLOW, _BLOCK)
-    return "".join(
-        pattern["{" not in line].sub(lambda m: m.group(1) + REDACTED, line)
-        for line in text.splitlines(keepends=True)
-    )
+def redact(text: str) -> str | None:
+    """The configuration file as written, every secret's value replaced wherever it appears
+    (the values are found by reading the file as YAML, so no spelling hides one); comments
+    and layout kept, so line numbers in errors still match. None when the file is not YAML:
+    its secrets cannot be found, and it is left out."""
+    secrets = secret_values(text)
+    if secrets is None:
+        return None
+    for value in sorted(secrets, key=len, reverse=True):
+        before = r"(?<![\w-])" if value[0].isalnum() or value[0] in "_-" else ""
+        after = r"(?![\w-])" if value[-1].isalnum() or value[-1] in "_-" else ""
+        text = re.sub(before + re.escape(value) + after, REDACTED, text)
+    return text
 
 
 def _redact_frr(text: str) -> str:
@@ -88,7 +91,7 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             manifest.append(f"missing {name}: {str(exc)[:300]}")
 
-    part("config/director.yaml", lambda: redact(config.read_text()))
+    part("config/director.yaml", lambda: _redacted(config))
     try:
         settings = load_config(str(config))
         manifest.append("ok      the configuration is valid")
@@ -112,13 +115,24 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
     return parts, manifest
 
 
+def _redacted(config: Path) -> str:
+    text = redact(config.read_text())
+    if text is None:
+        raise ValueError("not YAML: left out, since its secrets cannot be told apart")
+    return text
+
+
 def _journal(unit: str, lines: int) -> Callable[[], str]:
     return lambda: _run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o",
                          "short-iso"])  # fmt: skip
 
 
 def write(path: Path, parts: dict[str, str], manifest: list[str]) -> None:
-    with tarfile.open(path, "w:gz") as tar:
+    """The bundle, readable by its owner alone (an existing file too: its mode is set, not
+    kept; the bundle is for the project, not for every user of the box)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
         for name, text in [("MANIFEST", "\n".join(manifest) + "\n"), *sorted(parts.items())]:
             data = text.encode()
             info = tarfile.TarInfo(f"director-bundle/{name}")
@@ -129,7 +143,6 @@ def write(path: Path, parts: dict[str, str], manifest: list[str]) -> None:
 def cmd_bundle(args: argparse.Namespace) -> int:
     parts, manifest = collect(args)
     out = Path(args.out or f"director-bundle-{socket.gethostname()}-{int(time.time())}.tar.gz")
-    out.touch(mode=0o600)  # the bundle is for the project, not for every user of the box
     write(out, parts, manifest)
     print(out)
     for line in manifest[1:]:

@@ -11,17 +11,14 @@ looks alive but no longer follows the cluster is the one failure we never accept
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
-import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from director.adapters.frr import RELOAD_SECONDS, FrrSync
+from director.adapters.http import HttpServer as ApiServer
 from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 from director.adapters.kube import RESOURCES, KubeApi, KubeError, KubeWriter, Watcher, api_client
 from director.adapters.metrics import FrrFigures, Metrics, Registry, Scrape
@@ -30,7 +27,6 @@ from director.adapters.systemd import Notifier
 from director.cli.preflight import read_token
 from director.core.announce import PeerState
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
-from director.core.errors import DirectorError
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.owned import Ledger, Refused, Transient
 from director.dataplane.fake import FakeIpvs
@@ -50,7 +46,8 @@ from director.engine.reload import restart_only
 from director.logs import event
 from director.schema.config import ConfigError, Settings
 from director.schema.reparse import Reparser
-from director.web.app import create_app
+from director.web.app import create_app, early_gate
+from director.web.bodies import MAX_BODY
 
 log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
@@ -125,129 +122,6 @@ def lease_refusal(exc: BaseException) -> bool:
     """An answer that will not change until someone fixes the cluster: 401, 403 (RBAC), 404
     (the namespace does not exist), 422. Outages, 409 and 429 are passing."""
     return isinstance(exc, KubeError) and exc.status in (401, 403, 404, 422)
-
-
-class ApiError(DirectorError, ValueError):
-    """The admin API cannot start (its address, its certificate): a configuration error."""
-
-
-class ApiServer:
-    """The admin API on a production WSGI server (cheroot), optionally with TLS.
-
-    Bounded against clients that never finish: request headers are at most 32 KiB and must
-    arrive within ``HEADER_SECONDS`` of the first byte (a slow sender is cut off), the listen
-    backlog takes bursts of connections without resets, and idle keep-alive connections wait
-    in cheroot's selector, not in a worker."""
-
-    THREADS = 16
-    HEADER_BYTES = 32 * 1024
-    HEADER_SECONDS = 10.0
-    BACKLOG = 1024
-
-    def __init__(self, app: Any, host: str, port: int, cert: str | None, key: str | None):
-        from cheroot import server as http, wsgi
-
-        deadlines = Deadlines()
-        seconds = self.HEADER_SECONDS
-
-        class Request(http.HTTPRequest):
-            def parse_request(self) -> None:
-                token = deadlines.arm(self.conn.socket, seconds)
-                try:
-                    super().parse_request()
-                finally:
-                    deadlines.disarm(token)
-
-        class Connection(wsgi.Server.ConnectionClass):  # type: ignore[misc]
-            RequestHandlerClass = Request
-
-        self.address = f"{host}:{port}"
-        self.deadlines = deadlines
-        self.server = wsgi.Server(
-            (host, port), app, numthreads=self.THREADS, server_name="director",
-            request_queue_size=self.BACKLOG, timeout=10,
-        )  # fmt: skip
-        self.server.ConnectionClass = Connection
-        self.server.max_request_header_size = self.HEADER_BYTES
-        if cert and key:
-            from cheroot.ssl.builtin import BuiltinSSLAdapter
-
-            try:
-                self.server.ssl_adapter = BuiltinSSLAdapter(cert, key)
-            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-                raise ApiError(f"api.tls_cert/tls_key: cannot load {cert}, {key}: {exc}") from None
-        self._thread = threading.Thread(target=self._serve, name="api", daemon=True)
-
-    def _serve(self) -> None:
-        self.server.serve()
-
-    def start(self) -> None:
-        try:
-            self.server.prepare()  # binds now: a port in use fails at start, not later
-        except OSError as exc:
-            # cheroot folds the errno into its message: "... [Errno 98] Address in use)"
-            found = re.findall(r"\[Errno \d+\] ([^)]*)\)", str(exc))
-            reason = found[-1] if found else exc.strerror or str(exc)
-            raise ApiError(f"api.listen {self.address}: {reason}") from None
-        self.deadlines.start()
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self.server.bind_addr[1])
-
-    def stop(self) -> None:
-        if self._thread.ident is None:  # never started: just let go of the socket
-            sock = getattr(self.server, "socket", None)
-            if sock is not None:
-                sock.close()
-            return
-        self.server.stop()
-        self.deadlines.stop()
-        self._thread.join(timeout=10)
-
-
-class Deadlines:
-    """Cuts off sockets that overrun a deadline (one thread for every connection)."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._armed: dict[int, tuple[float, Any]] = {}
-        self._serial = 0
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="api-deadlines", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
-
-    def arm(self, sock: Any, seconds: float) -> int:
-        with self._cv:
-            self._serial += 1
-            self._armed[self._serial] = (time.monotonic() + seconds, sock)
-            self._cv.notify()
-            return self._serial
-
-    def disarm(self, token: int) -> None:
-        with self._cv:
-            self._armed.pop(token, None)
-
-    def _run(self) -> None:
-        with self._cv:
-            while not self._stop:
-                now = time.monotonic()
-                late = [t for t, (when, _sock) in self._armed.items() if when <= now]
-                for token in late:
-                    _when, sock = self._armed.pop(token)
-                    with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
-                    event(log, "api.client_too_slow", reason="request headers not complete")
-                soonest = min((when for when, _ in self._armed.values()), default=now + 1.0)
-                self._cv.wait(max(0.05, soonest - now))
 
 
 PARSERS = {
@@ -379,9 +253,12 @@ class Runtime:
             public=settings.api.public,
             peers=self._peers,
         )
+        api = settings.api
+        token = read_token(api.token_file)
         return ApiServer(
-            app, settings.api.host, settings.api.port, settings.api.tls_cert, settings.api.tls_key
-        )
+            app, api.host, api.port, body_bytes=MAX_BODY, gate=early_gate(token, api.public),
+            cert=api.tls_cert, key=api.tls_key,
+        )  # fmt: skip
 
     def _peers(self) -> tuple[PeerState, ...]:
         frr = getattr(self, "frr", None)  # the API is made before FRR's part

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from director.core.model import Family, ServiceKey
+from director.core.model import Family, ServiceKey, plain_network
 from director.core.owned import Refused, Transient
 
 TABLE = "director"
@@ -84,7 +84,7 @@ def clean_ranges(key: ServiceKey, ranges: Iterable[str]) -> list[str]:
     nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
     for text in dict.fromkeys(ranges):
         try:
-            net = ipaddress.ip_network(text, strict=False)
+            net = plain_network(text, strict=False)
         except ValueError:
             continue
         if net.version == want:

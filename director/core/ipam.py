@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from director.core.errors import DirectorError
+from director.core.model import plain_address, plain_network
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 PortKey = tuple[str, int]  # (protocol label, port)
@@ -96,14 +97,14 @@ class Pool:
             text = entry.strip()
             try:
                 if "-" in text:
-                    low, high = (ipaddress.ip_address(p.strip()) for p in text.split("-", 1))
+                    low, high = (plain_address(p.strip()) for p in text.split("-", 1))
                     if low.version != high.version:
                         raise PoolError(f"range {text!r} mixes IPv4 and IPv6")
                     if int(low) > int(high):
                         raise PoolError(f"range {text!r} ends before it starts")
                     ranges.append((low.version, int(low), int(high)))
                 else:
-                    net = ipaddress.ip_network(text, strict=True)
+                    net = plain_network(text, strict=True)
                     first, last = int(net[0]), int(net[-1])
                     if net.version == 4 and net.prefixlen <= 30 and not all_addresses:
                         first, last = first + 1, last - 1  # network and broadcast

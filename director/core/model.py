@@ -9,6 +9,7 @@ means "same configuration": counters live in separate types.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from array import array
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
@@ -168,6 +169,26 @@ def shown(text: object, limit: int = 80) -> str:
     """``text`` quoted for an error message: printable, escaped, bounded."""
     out = ascii(text) if isinstance(text, str) else ascii(str(text))
     return out if len(out) <= limit else out[: limit - 4] + "...'"
+
+
+_NETWORK_CHARS = frozenset("0123456789abcdefABCDEF.:/")
+
+
+def plain_network(text: str, *, strict: bool) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """``ipaddress.ip_network``, refusing what it takes that no network is: an IPv6 zone
+    (``fe80::1%eth0``: after the ``%`` it takes any text, newlines and braces included, which
+    the nftables renderer would then write out) or any other character an address never
+    has. Raises ValueError, with a message safe to show."""
+    if not text or not set(text) <= _NETWORK_CHARS:
+        raise ValueError(f"{shown(text)} is not a network in CIDR form (no zone, no spaces)")
+    return ipaddress.ip_network(text, strict=strict)
+
+
+def plain_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """``ipaddress.ip_address`` without zones (see ``plain_network``)."""
+    if not text or not set(text) <= _NETWORK_CHARS or "/" in text:
+        raise ValueError(f"{shown(text)} is not an IP address (no zone, no spaces)")
+    return ipaddress.ip_address(text)
 
 
 def canonical_address(text: str) -> str:

@@ -90,6 +90,17 @@ def run_failure(program: str, exc: BaseException) -> Transient:
     return Transient(f"cannot run {program}: {describe(exc)}")
 
 
+def not_run(program: str, returncode: int) -> Transient | None:
+    """The failure an exit status stands for when it says the program never ran its course
+    (killed by a signal; 126 or 127: the shell or a wrapper could not execute it, as when
+    a package is being replaced), or None: the program's own verdict."""
+    if returncode < 0:
+        return Transient(f"{program} ended by signal {-returncode}")
+    if returncode in (126, 127):
+        return Transient(f"{program} could not be executed (exit status {returncode})")
+    return None
+
+
 def classify(exc: BaseException) -> Failure:
     """The failure an exception stands for: ours as they are; an OSError transient when its
     errno says "not now" (a full disk, no descriptors left), refused otherwise (EACCES, a

@@ -27,7 +27,7 @@ from director.core.firewall import (
     render_nft,
 )
 from director.core.model import ServiceKey
-from director.core.owned import Transient, run_failure
+from director.core.owned import Transient, not_run, run_failure
 
 # What changes in a table whose rules did not: the counters' figures, and the handles (the
 # director's own rewrite of the same rules makes new ones).
@@ -49,8 +49,9 @@ class NftFirewall:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise run_failure(self.nft, exc) from None
-        if done.returncode < 0:
-            raise Transient(f"{self.nft} ended by signal {-done.returncode}")
+        failed = not_run(self.nft, done.returncode)
+        if failed is not None:
+            raise failed
         if done.returncode != 0:
             words = " | ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
             raise FirewallError(words[-2000:] or f"nft exited {done.returncode}")

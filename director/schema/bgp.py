@@ -28,11 +28,15 @@ from director.schema.sections import SECTION, Section
 
 ASN = integer(1, 4294967295)
 # A community as FRR writes it: AA:NN (each 0-65535), or a well-known name.
-COMMUNITY_RE = r"(\d{1,5}:\d{1,5}|no-export|no-advertise|local-AS|blackhole|graceful-shutdown)"
+# 0 to 65535: each half of a community is 16 bits (vtysh --dryrun passes 70000, bgpd not).
+_HALF = r"(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4})"
+COMMUNITY_RE = (
+    rf"({_HALF}:{_HALF}|no-export|no-advertise|local-AS|blackhole|graceful-shutdown)"
+)
 COMMUNITY = matching(
     COMMUNITY_RE,
-    lambda got: f"{got!r} is not a community (AA:NN, or no-export, no-advertise, local-AS, "
-    "blackhole, graceful-shutdown)",
+    lambda got: f"{got!r} is not a community (AA:NN with each half 0 to 65535, or no-export, "
+    "no-advertise, local-AS, blackhole, graceful-shutdown)",
 )
 # FRR reads the password as one word: printable, no spaces, no quotes, no '!' (a comment).
 PASSWORD = matching(

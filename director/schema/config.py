@@ -16,6 +16,7 @@ import dataclasses
 import gc
 import ipaddress
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
@@ -239,6 +240,7 @@ class _Compiling:
     pools: list[Pool] = field(default_factory=list)
     services: Table = field(default_factory=dict)
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
+    source: str = ""  # the file's path, as given
 
 
 def owned_ranges(c: _Compiling) -> None:
@@ -279,6 +281,75 @@ def pools_and_vips_are_owned(c: _Compiling) -> None:
     if extra:
         networks = tuple(dict.fromkeys((*c.ownership.networks, *extra)))
         c.ownership = Ownership(networks, c.ownership.fwmarks)
+
+
+def pools_hold_none_of_the_boxs_addresses(c: _Compiling) -> None:
+    """A pool holding an address of the box itself (its VRRP source, a peer, a gateway, its
+    BGP router id or session source) would give it to a tenant's Service, which could then
+    take the box's own ports (22, the API's)."""
+    own: list[tuple[tuple[str | int, ...], str]] = []
+    doc = c.doc
+    if doc.ha is not None:
+        own.append((("ha", "unicast_source"), doc.ha.unicast_source))
+        own += [(("ha", "peers", i), peer) for i, peer in enumerate(doc.ha.peers)]
+        own += [(("ha", "gateways", i), gw[0]) for i, gw in enumerate(doc.ha.gateways)]
+    if doc.bgp is not None:
+        own.append((("bgp", "router_id"), doc.bgp.router_id))
+        for i, peer in enumerate(doc.bgp.peers):
+            own.append((("bgp", "peers", i, "address"), peer.address))
+            if peer.source is not None:
+                own.append((("bgp", "peers", i, "source"), peer.source))
+    if doc.api is not None:
+        own.append((("api", "listen"), doc.api.host))
+    for index, pool in enumerate(c.pools):
+        for where, text in own:
+            try:
+                address = ipaddress.ip_address(text)
+            except ValueError:
+                continue  # a host name, "::" and the like: not an address a pool can hold
+            if pool.contains(address) and not address.is_unspecified:
+                label = ".".join(str(part) if isinstance(part, str) else f"[{part}]"
+                                 for part in where).replace(".[", "[")  # fmt: skip
+                raise Refusal(("pools", index, "addresses"), f"pool {pool.name!r} holds "
+                              f"{text}, this box's own address ({label}): a Service would be "
+                              "given it, and could take the box's ports")  # fmt: skip
+
+
+def paths_apart(c: _Compiling) -> None:
+    """What the director writes never names what it reads, or another file it writes: a
+    bgp.config_file that is the configuration file itself would be overwritten with FRR's
+    text at the first announcement."""
+    doc = c.doc
+    reads: list[tuple[tuple[str | int, ...], str | None]] = [((), c.source)]
+    writes: list[tuple[tuple[str | int, ...], str | None]] = []
+    if doc.api is not None:
+        reads += [(("api", name), getattr(doc.api, name))
+                  for name in ("token_file", "tls_cert", "tls_key")]  # fmt: skip
+        writes.append((("api", "intents_file"), doc.api.intents_file))
+    if doc.kubernetes is not None:
+        reads.append((("kubernetes", "kubeconfig"), doc.kubernetes.kubeconfig))
+    if doc.ha is not None:
+        reads.append((("ha", "pid_file"), doc.ha.pid_file))
+        writes += [(("ha", "config_file"), doc.ha.config_file), (("ha", "fifo"), doc.ha.fifo)]
+    if doc.bgp is not None:
+        writes.append((("bgp", "config_file"), doc.bgp.config_file))
+    seen: dict[str, tuple[str | int, ...]] = {}
+    for where, path in reads:
+        if path:
+            seen.setdefault(_normal(path), where)
+    for where, path in writes:
+        if not path:
+            continue
+        other = seen.get(_normal(path))
+        if other is not None:
+            named = ".".join(str(p) for p in other) or "the configuration file itself"
+            raise Refusal(where, f"{path} is also {named}: the director writes this file, "
+                          "and would overwrite it")  # fmt: skip
+        seen[_normal(path)] = where
+
+
+def _normal(path: str) -> str:
+    return os.path.normpath(os.path.abspath(path))
 
 
 def services_unique_and_owned(c: _Compiling) -> None:
@@ -370,6 +441,8 @@ RULES: tuple[Rule, ...] = (
     pools_apart,
     kubernetes_has_pools,
     pools_and_vips_are_owned,
+    pools_hold_none_of_the_boxs_addresses,
+    paths_apart,
     services_unique_and_owned,
     bgp_pools_have_peers,
     static_checks_parse,
@@ -377,7 +450,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def _compile(doc: Document, source: str) -> Settings:
-    c = _Compiling(doc)
+    c = _Compiling(doc, source=source)
     for rule in RULES:
         rule(c)
     return Settings(

@@ -5,6 +5,7 @@ dropped silently: the output is checked by the same schema the director applies.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from director.core.ipam import Announce, Pool
 from director.schema.bgp import COMMUNITY_RE
 from director.schema.fields import DNS_LABEL_RE
 from director.schema.static import PoolEntry
@@ -115,13 +117,21 @@ def convert(text: str) -> Converted:
             "no IPAddressPool (apiVersion metallb.io/...) found: give the "
             "output of kubectl get ipaddresspools -n metallb-system -o yaml"
         )
+    taken: list[tuple[int, int, int]] = []  # the addresses of the pools kept so far
+    names = {_name(p) for p in by_kind["IPAddressPool"]}
+    # Pools whose names need no change first: one renamed never takes a real one's place.
+    pools = sorted(by_kind["IPAddressPool"], key=lambda p: _name(p) != _label(_name(p)))
     seen: set[str] = set()
-    for pool in by_kind["IPAddressPool"]:
+    for pool in pools:
         entry = _pool(pool, by_kind, result.notes)
         if entry is None:
             continue
-        if entry["name"] in seen:
-            result.notes.append(f"two pools are named {entry['name']}: the second is left out")
+        name = entry["name"]
+        if name in seen:
+            entry["name"] = _free(name, seen | {_label(n) for n in names})
+            result.notes.append(f"pool {_name(pool)} is named {entry['name']} here: {name} is "
+                                "taken by another pool")  # fmt: skip
+        if not _apart(entry, taken, result.notes):
             continue
         seen.add(entry["name"])
         result.pools.append(entry)
@@ -142,11 +152,58 @@ def convert(text: str) -> Converted:
     return result
 
 
+def _label(name: str) -> str:
+    """A MetalLB pool's name as a pool name here (a DNS label)."""
+    return name.lower().replace(".", "-")
+
+
+def _free(name: str, taken: set[str]) -> str:
+    for n in range(2, 1000):
+        candidate = f"{name[:59]}-{n}"
+        if candidate not in taken:
+            return candidate
+    raise ValueError(f"no free name for pool {name}")  # pragma: no cover
+
+
+def _apart(entry: dict[str, Any], taken: list[tuple[int, int, int]], notes: list[str]) -> bool:
+    """MetalLB lets pools overlap, the director does not: the addresses an earlier pool holds
+    are taken out of this one (said in a note); False when nothing is left."""
+    pool = Pool.parse(entry["name"], entry["addresses"], True, bool(entry.get("all_addresses")),
+                      Announce())
+    kept: list[tuple[int, int, int]] = []
+    for family, first, last in pool.ranges:
+        pieces = [(first, last)]
+        for fam, low, high in taken:
+            if fam != family:
+                continue
+            pieces = [part for a, b in pieces for part in ((a, min(b, low - 1)),
+                      (max(a, high + 1), b)) if part[0] <= part[1]]  # fmt: skip
+        kept += [(family, a, b) for a, b in pieces]
+    if kept == list(pool.ranges):
+        taken.extend(kept)
+        return True
+    if not kept:
+        notes.append(f"pool {entry['name']}: every address is also in a pool before it "
+                     "(MetalLB allows overlapping pools, the director does not); left out")
+        return False
+    entry["addresses"] = [_range(family, a, b) for family, a, b in kept]
+    notes.append(f"pool {entry['name']}: the addresses it shares with a pool before it are "
+                 "left out (MetalLB allows overlapping pools, the director does not); it "
+                 f"holds {', '.join(entry['addresses'])} here")  # fmt: skip
+    taken.extend(kept)
+    return True
+
+
+def _range(family: int, first: int, last: int) -> str:
+    make = ipaddress.IPv4Address if family == 4 else ipaddress.IPv6Address
+    return str(make(first)) if first == last else f"{make(first)}-{make(last)}"
+
+
 def _pool(
     obj: Mapping[str, Any], by_kind: Mapping[str, list[Mapping[str, Any]]], notes: list[str]
 ) -> dict[str, Any] | None:
     original, spec = _name(obj), _spec(obj)
-    name = original.lower().replace(".", "-")
+    name = _label(original)
     if not re.fullmatch(DNS_LABEL_RE, name):
         notes.append(f"pool {original!r}: no DNS label can stand for its name; left out")
         return None
@@ -201,7 +258,17 @@ def _pool(
 
 def _bgp(entry: dict[str, Any], adverts: list[Mapping[str, Any]], notes: list[str]) -> None:
     communities: list[str] = []
-    prefs = {_spec(a).get("localPref") for a in adverts} - {None}
+    prefs: set[int] = set()
+    for advert in adverts:
+        pref = _spec(advert).get("localPref")
+        if pref is None:
+            continue
+        if isinstance(pref, bool) or not isinstance(pref, int) or not 0 <= pref <= 2**32 - 1:
+            notes.append(f"pool {entry['name']}: {advert.get('kind')} {_name(advert)} has "
+                         f"localPref {_comment(repr(pref))}, not a number from 0 to "
+                         "4294967295; not carried over")  # fmt: skip
+            continue
+        prefs.add(pref)
     for advert in adverts:
         for community in _strings(_spec(advert).get("communities")):
             if not re.fullmatch(COMMUNITY_RE, community):
@@ -214,7 +281,7 @@ def _bgp(entry: dict[str, Any], adverts: list[Mapping[str, Any]], notes: list[st
     if communities:
         entry["communities"] = communities
     if len(prefs) == 1:
-        entry["local_preference"] = int(str(prefs.pop()))
+        entry["local_preference"] = prefs.pop()
     elif prefs:
         notes.append(
             f"pool {entry['name']}: advertisements give it different localPref "

@@ -16,7 +16,13 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
 from director.core.checks import CheckSpec, parse_check
-from director.core.model import CONFIGURABLE_FORWARDING, KNOWN_SCHEDULERS, Family, Forwarding
+from director.core.model import (
+    CONFIGURABLE_FORWARDING,
+    KNOWN_SCHEDULERS,
+    Family,
+    Forwarding,
+    plain_network,
+)
 from director.schema.fields import (
     ADDRESS,
     DNS_LABEL,
@@ -161,6 +167,7 @@ def _gateway(value: object) -> tuple[str, int, str]:
     fields = check_keys(value, _GATEWAY_KEYS)
     got = scalar(fields["address"])
     try:
+        plain_network(got, strict=False)  # no zone: ip_interface takes any text after a %
         iface = ipaddress.ip_interface(got)
     except ValueError:
         raise problem(f"{got!r} is not ADDRESS/PREFIX", ("address",)) from None

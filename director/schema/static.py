@@ -23,6 +23,7 @@ from director.core.model import (
     VirtualService,
     canonical_address,
     check_flags,
+    plain_network,
     shown,
 )
 from director.core.plan import Network
@@ -297,7 +298,7 @@ def _network(value: object) -> Network:
     if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
         return value
     try:
-        return ipaddress.ip_network(scalar(value), strict=True)
+        return plain_network(scalar(value), strict=True)
     except ValueError as exc:
         raise problem(f"not a network in CIDR form: {exc}") from None
 

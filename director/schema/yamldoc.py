@@ -210,3 +210,40 @@ def _plain(node: yaml.Node, path: Path, lines: Lines) -> object:
         lines.keys[(*path, key)] = line
         out[key] = _plain(value_node, (*path, key), lines)
     return out
+
+
+# A key whose value is a secret (not a path to one: token_file and the like are not).
+_SECRET_KEY = re.compile(r"(?:password|passwd|secret|token|credential)(?!_?file)", re.I)
+
+
+def secret_values(text: str) -> set[str] | None:
+    """Every value the file holds under a key that names a secret, however it is spelled in
+    YAML (block or flow, quoted keys, a block scalar, the value on the next line, ``? key``,
+    an anchor and its alias), one entry per line of it; None when the text is not YAML (its
+    secrets cannot be found: the caller leaves it out). Each node is walked once: aliases
+    share nodes, and a "billion laughs" file is as small here as it is in the text."""
+    import yaml
+
+    try:
+        with _quiet_stderr():
+            documents = list(yaml.safe_load_all(text))
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return None
+    found: set[str] = set()
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[object, bool]] = [(doc, False) for doc in documents]
+    while stack:
+        node, secret = stack.pop()
+        if isinstance(node, (dict, list)):
+            if (id(node), secret) in seen:
+                continue
+            seen.add((id(node), secret))
+        if isinstance(node, dict):
+            for key, value in node.items():
+                stack.append((key, secret))
+                stack.append((value, secret or bool(_SECRET_KEY.search(str(key)))))
+        elif isinstance(node, list):
+            stack.extend((item, secret) for item in node)
+        elif secret and node is not None and not isinstance(node, bool):
+            found.update(line.strip() for line in str(node).splitlines() if line.strip())
+    return found

@@ -74,14 +74,55 @@ def create_app(
     return app
 
 
+OPEN = (0, "open")  # the verdict on a route open to all
+
+
+def verdict(
+    path: str, authorization: str, expected: bytes, opened: frozenset[str]
+) -> tuple[int, str] | None:
+    """What the token gate says of a request for ``path``: OPEN (open to all), None (the
+    token is right, or the router answers 404/405), or the refusal (401, 403)."""
+    opener = OPEN_PATHS.get(path, "token")
+    if opener != "token" and opener in opened:
+        return OPEN
+    if path not in OPEN_PATHS and not path.startswith("/api/"):
+        return None  # a 404 (or 405) from the router
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return 401, "this endpoint needs 'Authorization: Bearer <token>'"
+    if not hmac.compare_digest(credentials.strip().encode(errors="replace"), expected):
+        return 403, "the bearer token is not valid"
+    return None
+
+
+def early_gate(
+    token: str, public: Iterable[str] = PUBLIC_CHOICES
+) -> Callable[[str, str, dict[str, str]], tuple[int, str] | None]:
+    """The gate the HTTP server applies before it reads a body: a request the token gate
+    refuses is answered at once (its body never read, its connection closed), and the
+    routes open to all take no body at all."""
+    expected, opened = token.encode(), frozenset(public)
+
+    def gate(method: str, path: str, headers: dict[str, str]) -> tuple[int, str] | None:
+        said = verdict(path, headers.get("authorization", ""), expected, opened)
+        if said is OPEN:
+            declared = headers.get("content-length", "0") not in ("", "0")
+            if declared or "transfer-encoding" in headers:
+                return 400, "this endpoint takes no request body"
+            return None
+        return said
+
+    return gate
+
+
 def _gate(app: Flask, expected: bytes, opened: frozenset[str]) -> None:
     """The bearer token, on everything but what ``opened`` opens (a few workers at most)."""
     open_slots = threading.BoundedSemaphore(OPEN_SLOTS)
 
     @app.before_request
     def _auth() -> Response | None:
-        opener = OPEN_PATHS.get(request.path, "token")
-        if opener != "token" and opener in opened:
+        said = verdict(request.path, request.headers.get("Authorization", ""), expected, opened)
+        if said is OPEN:
             # Open to all: a few workers at most, the rest stay for the authenticated API.
             if not open_slots.acquire(blocking=False):
                 response = problem(503, "busy: try again in a second")
@@ -89,14 +130,7 @@ def _gate(app: Flask, expected: bytes, opened: frozenset[str]) -> None:
                 return response
             g.open_slot = True
             return None
-        if request.path not in OPEN_PATHS and not request.path.startswith("/api/"):
-            return None  # a 404 (or 405) from the router
-        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not credentials.strip():
-            return problem(401, "this endpoint needs 'Authorization: Bearer <token>'")
-        if not hmac.compare_digest(credentials.strip().encode(errors="replace"), expected):
-            return problem(403, "the bearer token is not valid")
-        return None
+        return None if said is None else problem(*said)
 
     @app.after_request
     def _audit(response: Response) -> Response:
