@@ -312,7 +312,8 @@ def test_a_cidr_pool_keeps_its_network_and_broadcast_addresses_back_unless_asked
 
 # -- what run would break on, refused by check (issue 34, item 15) ----------------------------
 HA = ("ha: {interface: eth0, router_id: d1, priority: 100, unicast_source: 203.0.113.2,\n"
-      "     peers: [203.0.113.3], gateways: [{address: 192.0.2.1/24, interface: eth1}]}\n")  # fmt: skip
+      "     peers: [203.0.113.3],\n"
+      "     gateways: [{address: 192.0.2.1/24, interface: eth1}]}\n")  # fmt: skip
 BGP = ("bgp:\n  asn: 64512\n  router_id: 198.18.0.11\n  peers:\n"
        "    - {address: 198.18.0.1, asn: 64500, source: 198.18.0.11}\n")  # fmt: skip
 
@@ -331,8 +332,9 @@ BGP = ("bgp:\n  asn: 64512\n  router_id: 198.18.0.11\n  peers:\n"
         ("pools:\n  - {name: p, addresses: [198.18.0.0/31], announce: bgp, all_addresses: true}\n"
          + BGP.replace(", source: 198.18.0.11", "").replace("198.18.0.11", "198.18.1.1"),
          "pools[0].addresses", "holds 198.18.0.1, this box's own address (bgp.peers[0].address)"),
-        ("ownership: {networks: [198.51.100.0/24]}\napi: {token_file: /t, listen: 198.51.100.1:9180}"
-         "\npools:\n  - {name: p, addresses: [198.51.100.0/28]}\n",
+        ("ownership: {networks: [198.51.100.0/24]}\n"
+         "api: {token_file: /t, listen: 198.51.100.1:9180}\n"
+         "pools:\n  - {name: p, addresses: [198.51.100.0/28]}\n",
          "pools[0].addresses", "holds 198.51.100.1, this box's own address (api.listen)"),
         ("ownership: {networks: [198.51.100.0/24]}\n" + BGP + "  config_file: /etc/d.yaml\n",
          "bgp.config_file", "/etc/d.yaml is also the configuration file itself"),

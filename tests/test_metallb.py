@@ -180,8 +180,10 @@ def test_what_metallb_allows_and_the_director_does_not_is_carried_over_or_said()
     """A renamed pool never takes a real one's name; overlapping pools (legal in MetalLB)
     come out apart; a localPref that is not a number is said and left out, the rest
     converted. The output is a pools: section director check accepts."""
-    bgp_advert = ("- apiVersion: metallb.io/v1beta1\n  kind: BGPAdvertisement\n  metadata: "
-                  "{{name: {name}}}\n  spec: {{ipAddressPools: [{pool}], localPref: {pref}}}\n")  # fmt: skip
+    bgp_advert = (
+        "- apiVersion: metallb.io/v1beta1\n  kind: BGPAdvertisement\n  metadata: {{name: {name}}}"
+        "\n  spec: {{ipAddressPools: [{pool}], localPref: {pref}}}\n"
+    )
     text = "items:\n" + pool_doc("P.One", ["198.51.100.0/28"]) + pool_doc(
         "p-one", ["198.51.100.16/28"]) + pool_doc("wide", ["198.51.100.32/28"]) + pool_doc(
         "part", ["198.51.100.40-198.51.100.55"]) + pool_doc(
