@@ -297,3 +297,26 @@ def test_a_box_that_never_gets_ready_stops_the_rollout_before_the_next(tmp_path:
     assert _waits(out) == [["box-a"]], out[-4000:]
     assert "standalone" in out  # why: its VRRP role, in the last answer shown
     assert not re.search(r"^box-b\s*:", out, re.M)  # box-b is not in the recap: untouched
+
+
+@pytest.mark.parametrize("name", ["../../x", "../../x/", "-h", "", ".."])
+def test_director_release_takes_a_release_name_never_a_path(tmp_path: Path, name: str) -> None:
+    """``director-release use`` makes a release current: a path out of releases/ (an
+    executable bin/director anywhere on the box: here ../../x from releases/) is refused,
+    and nothing changes."""
+    tool = ROLE / "files" / "director-release"
+    root = tmp_path / "root"
+    (root / "releases" / "1.0" / "bin").mkdir(parents=True)
+    outside = tmp_path / "x" / "bin"
+    outside.mkdir(parents=True)
+    for place in (outside, root / "releases" / "1.0" / "bin"):
+        (place / "director").write_text("#!/bin/sh\nexit 0\n")
+        (place / "director").chmod(0o755)
+    env = {"DIRECTOR_ROOT": str(root), "PATH": "/usr/bin:/bin", "DIRECTOR_CONFIG": "/nonexistent"}
+    done = subprocess.run(["sh", str(tool), "use", name, "--no-restart"], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert not (root / "current").exists()
+    good = subprocess.run(["sh", str(tool), "use", "1.0", "--no-restart"], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert good.returncode == 0 and (root / "current").resolve().name == "1.0"

@@ -209,12 +209,24 @@ def test_drain_until_connections_end_then_undrain(director: Director, client: Fl
         ({"address": "192.0.2.11", "port": True}, 400, ("port must be an integer",)),
         ({"address": "192.0.2.11", "service": "tcp 203.0.113.1:1"}, 404, ("no virtual service",)),
         ({"port": 80}, 400, ("missing field(s) address",)),
+        ({"address": "::ffff:192.0.2.11"}, 400, ("an IPv4 address written as IPv6",
+                                                 "write 192.0.2.11")),
     ],
 )
 def test_bad_drains_are_refused(
     client: FlaskClient, body: object, status: int, words: tuple[str, ...]
 ) -> None:
     is_problem(client.post("/api/v1/drains", json=body, headers=AUTH), status, *words)
+
+
+def test_a_key_given_twice_in_a_body_is_refused(director: Director, client: FlaskClient) -> None:
+    """{"scheduler": "rr", "scheduler": "sh"}: a proxy and the director could read it two
+    ways (the last key wins in Python, the first in some parsers): refused, not guessed."""
+    reply = client.put("/api/v1/static/web/scheduler", headers=AUTH,
+                       data='{"scheduler": "rr", "scheduler": "sh"}',
+                       content_type="application/json")  # fmt: skip
+    is_problem(reply, 400, "'scheduler' is given twice")
+    assert director.vs().config.scheduler == "rr"
 
 
 def test_status_and_plan(director: Director, client: FlaskClient) -> None:
@@ -380,9 +392,11 @@ def test_open_endpoints_can_require_the_token(tmp_path: Path) -> None:
     app = create_app(d.controller, TOKEN, metrics=d.scrape, public=("health",))
     client = app.test_client()
     assert client.get("/healthz").status_code == 200
-    for path in ("/metrics", "/", "/ui/status"):
+    for path in ("/metrics", "/ui/status"):
         is_problem(client.get(path), 401)
         assert client.get(path, headers=AUTH).status_code in (200, 503), path
+    page = client.get("/")  # the page holds no data: it asks for the token for /ui/status
+    assert page.status_code == 200 and b'id="login"' in page.data
     with pytest.raises(ValueError, match=r"api\.public: unknown everything"):
         create_app(d.controller, TOKEN, public=("everything",))
 

@@ -400,3 +400,22 @@ def test_a_bundle_written_over_an_existing_file_is_its_owners_alone(tmp_path: Pa
     out.chmod(0o644)
     write(out, {"x": "y"}, ["m"])
     assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("given", ["", "kubeconfig: /nonexistent/kc"])
+def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    given: str,
+) -> None:  # fmt: skip
+    """kubernetes: without a kubeconfig, outside a pod (no service account), or with one
+    that is not there: check said valid where run then died with a traceback."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = tmp_path / "director.yaml"
+    config.write_text("pools: [{name: p, addresses: [198.51.100.0/28]}]\n"
+                      f"kubernetes: {{{given}}}\n")  # fmt: skip
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    said = capsys.readouterr().err
+    assert ("not a Kubernetes pod" in said) if not given else ("No such file" in said), said
+    done = run_director(config)
+    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr, done.stderr
+    assert "cannot load the cluster's credentials" in done.stderr

@@ -366,3 +366,23 @@ def test_a_zone_never_reaches_the_nft_renderer() -> None:
     hostile = "fe80::1%x } accept\nflush ruleset"
     assert clean_ranges(key, [hostile, "2001:db8::/32"]) == ["2001:db8::/32"]
     assert "flush ruleset" not in render_nft({key: (hostile,)})
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("services:\n  - {address: 198.51.100.1, port: '8_0', real_servers: [192.0.2.1:80]}\n",
+         "services[0].port"),
+        ("services:\n  - {address: 198.51.100.1, port: '\u0668\u0660', "
+         "real_servers: [192.0.2.1:80]}\n", "services[0].port"),
+        ("services:\n  - {address: 198.51.100.1, port: 80, real_servers: ['192.0.2.1:8_0']}\n",
+         "services[0].real_servers[0]"),
+        ("health: {interval: '1_0'}\n", "health.interval"),
+        ("api: {token_file: /t, listen: '127.0.0.1:9\u0661\u0668\u0660'}\n", "api.listen"),
+    ],
+)  # fmt: skip
+def test_numbers_are_ascii_digits_only(text: str, where: str) -> None:
+    """int() and float() take 8_0 and other scripts' digits; no operator means those."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config("ownership: {networks: [198.51.100.0/24]}\n" + text, "d.yaml")
+    assert caught.value.where == where, caught.value

@@ -121,3 +121,35 @@ def test_the_director_s_writes_are_its_own_in_managed_fields(
     lease = api.get("leases", "lvs-director")
     for obj in (event, lease):
         assert [f["manager"] for f in obj["metadata"]["managedFields"]] == ["lvs-director"]
+
+
+def test_a_watch_the_server_answers_410_is_relisted_not_retried_from_the_same_version(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A watch request answered 410 Gone as an HTTP status (not an ERROR event in the
+    stream, as kube-apiserver does when the version is long compacted away): the version
+    never comes back, so the watcher lists afresh instead of asking for it forever."""
+    from director.adapters.kube import KubeError
+
+    seen = Seen()
+    kube = KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc"))))
+    asked: list[str] = []
+    watch = kube.watch
+
+    def gone_once(resource: Any, version: str, seconds: int) -> Any:
+        asked.append(version)
+        if len(asked) == 1:
+            raise KubeError(410, "Expired", "too old resource version: 1 (99)")
+        return watch(resource, version, seconds)
+
+    kube.watch = gone_once  # type: ignore[method-assign]
+    watcher = Watcher(kube, NODES, seen, lambda obj: obj, watch_seconds=60)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(asked) < 2:
+            time.sleep(0.02)
+        relists = [kind for _, _, kind in seen.calls if kind == "RELIST"]
+        assert len(asked) >= 2 and len(relists) == 2, (asked, seen.calls)
+    finally:
+        watcher.stop()

@@ -277,6 +277,13 @@ class Watcher:
             except Exception as exc:
                 if self._stop.is_set():  # its connection closed because the director stops
                     return
+                if isinstance(exc, KubeError) and exc.status == 410:
+                    # The watch itself answered 410 (not an ERROR event): the version is
+                    # gone for good; retrying it would fail forever. Relist.
+                    event(log, "kube.watch_gone", resource=self.resource.name,
+                          reason=_reason(exc))  # fmt: skip
+                    self.resource_version = None
+                    continue
                 reason = _reason(exc)
                 self._set_connected(False, reason)
                 # Jittered (half to all of the delay): the two boxes of a pair, and their

@@ -125,7 +125,7 @@ def _split_endpoint(text: str) -> tuple[str, int | None]:
         host, _, port = text.partition(":")
     else:
         host, port = text, ""
-    if port and not port.isdigit():
+    if port and not (port.isascii() and port.isdigit()):
         raise CtlError(f"{text!r}: write ADDRESS or ADDRESS:PORT ([v6]:PORT)")
     try:  # the API keeps addresses canonical: 2001:DB8::1 is 2001:db8::1
         host = canonical_address(host)

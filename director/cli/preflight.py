@@ -5,6 +5,7 @@ imports neither the Kubernetes client nor Flask.
 
 from __future__ import annotations
 
+import os
 import socket
 import string
 from pathlib import Path
@@ -83,8 +84,31 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list
                             problems.append(f"{where}: {exc.strerror or exc}")
                         break
     notes += bgp_notes(settings)
+    problems += _kubeconfig(settings)
     if settings.ha is not None:
         fifo = Path(settings.ha.fifo)
         if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
             problems.append(f"ha.fifo {fifo} exists and is not a FIFO (it would not be replaced)")
     return problems, notes
+
+
+IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def _kubeconfig(settings: Settings) -> list[str]:
+    """The cluster's credentials ``run`` will load: the kubeconfig file, readable, or (none
+    given) a pod's service account."""
+    kube = settings.kubernetes
+    if kube is None:
+        return []
+    if kube.kubeconfig is None:
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
+            return []
+        return ["kubernetes.kubeconfig is not set, and this is not a Kubernetes pod (no "
+                "service account to fall back on): set it to the director's kubeconfig"]
+    try:
+        with open(kube.kubeconfig, "rb"):
+            pass
+    except OSError as exc:
+        return [f"kubernetes.kubeconfig {kube.kubeconfig}: {exc.strerror or exc}"]
+    return []

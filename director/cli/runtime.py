@@ -96,13 +96,12 @@ class Elector:
                 self.ledger.ok("lease")
             except Exception as exc:
                 event(log, "lease.renew_failed", level=logging.WARNING, reason=str(exc)[:200])
-                reason = f"the Lease {self.namespace}/{self.name}: {str(exc)[:200]}"
+                lease = f"the Lease {self.namespace}/{self.name}: {str(exc)[:200]}"
                 if lease_refusal(exc):  # a refusal, not an outage: it stays until fixed
-                    self.ledger.failed("lease", Refused(reason))
-                    self._refused(f"the API server refuses the Lease {self.namespace}/"
-                                  f"{self.name}: {str(exc)[:200]}")  # fmt: skip
+                    self.ledger.failed("lease", Refused(f"the API server refuses {lease}"))
+                    self._refused(f"the API server refuses {lease}")
                 else:
-                    self.ledger.failed("lease", Transient(reason))
+                    self.ledger.failed("lease", Transient(f"cannot renew {lease}"))
                 # Leadership lapses when the lease would have expired for the others too.
                 held = self.leader and time.monotonic() - self._last_renewal < self.seconds
             if held != self.leader:
@@ -138,7 +137,12 @@ def _cluster(
     kube = settings.kubernetes
     if kube is None:
         return None, None
-    kube_api = KubeApi(api_client(kubeconfig or kube.kubeconfig))
+    where = kubeconfig or kube.kubeconfig
+    try:
+        kube_api = KubeApi(api_client(where))
+    except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
+        raise ValueError(f"kubernetes: cannot load the cluster's credentials from "
+                         f"{where or 'the pod service account'}: {exc}") from None
     kube_api.api.configuration.retries = False  # the watchers have their own backoff
     return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
 

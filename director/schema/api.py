@@ -96,9 +96,13 @@ def _address(value: object) -> str:
     if not isinstance(value, str):
         raise problem("address must be a string")
     try:
-        return canonical_address(value)
+        address = canonical_address(value)
     except ValueError as exc:
         raise problem(str(exc)) from None
+    if address.startswith("::ffff:") and "." in address:  # no real server is programmed so
+        raise problem(f"{address} is an IPv4 address written as IPv6: write "
+                      f"{address.removeprefix('::ffff:')}")  # fmt: skip
+    return address
 
 
 def _port(value: object) -> int | None:

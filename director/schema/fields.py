@@ -123,18 +123,25 @@ def keys_of(cls: type, data: object) -> object:
     return data if isinstance(data, ArgsKwargs) else check_keys(data, mapping_keys(cls))
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def digits(text: str) -> bool:
+    """Whether ``text`` is written in ASCII digits only (int() and str.isdigit() also take
+    ``8_0`` and other scripts' digits, ``٨٠``: no config file means those)."""
+    return bool(text) and text.isascii() and text.isdigit()
+
+
 def integer(low: int, high: int) -> Rule:
     def check(value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
             text = scalar(value)
-            try:
-                number = int(text, 10)
-            except ValueError:
-                raise problem(
-                    f"must be an integer between {low} and {high} (got {text!r})"
-                ) from None
+            if not _INTEGER.fullmatch(text):
+                raise problem(f"must be an integer between {low} and {high} (got {text!r})")
+            number = int(text, 10)
         if not low <= number <= high:
             raise problem(f"must be an integer between {low} and {high} (got {number})")
         return number
@@ -202,10 +209,9 @@ def seconds(least: float, most: float, example: str, reason: str, digits: int = 
             number = float(value)
         else:
             got = scalar(value)
-            try:
-                number = float(got)
-            except ValueError:
-                raise problem(f"must be seconds{example} (got {got!r})") from None
+            if not _DECIMAL.fullmatch(got):
+                raise problem(f"must be seconds{example} (got {got!r})")
+            number = float(got)
         number = round(number, digits)
         if not least <= number <= most:
             raise problem(reason)
@@ -244,7 +250,7 @@ def _listen(value: object) -> Listen:
         return Listen(str(value[0]), int(value[1]))
     got = scalar(value)
     raw_host, _, port_text = got.rpartition(":")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:  # 0: any free port
+    if not digits(port_text) or not 0 <= int(port_text) <= 65535:  # 0: any free port
         raise problem(f"{got!r} is not ADDRESS:PORT (e.g. 127.0.0.1:9180)")
     return Listen(_address(raw_host.strip("[]")), int(port_text))
 

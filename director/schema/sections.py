@@ -134,11 +134,11 @@ class ApiSettings(Section):
     tls_cert: Annotated[str | None, FILE_PATH] = None
     tls_key: Annotated[str | None, FILE_PATH] = None
     intents_file: Annotated[str, FILE_PATH] = "/var/lib/director/intents.json"
-    # What answers without the token: health (/healthz, /readyz), metrics, status_page.
+    # What answers without the token: health (/healthz, /readyz), metrics, status_page (the
+    # status page's data, which holds the last error; the page itself asks for the token).
     public: Annotated[tuple[str, ...], list_of(one_of("health", "metrics", "status_page"))] = (
         "health",
         "metrics",
-        "status_page",
     )
 
     @model_validator(mode="after")

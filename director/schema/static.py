@@ -39,6 +39,7 @@ from director.schema.fields import (
     Rule,
     below,
     check_keys,
+    digits,
     integer,
     list_of,
     matching,
@@ -76,7 +77,7 @@ def _endpoint(value: str) -> tuple[str, int]:
         port_text = rest[1:] if rest.startswith(":") else ""
     else:
         host, _, port_text = value.rpartition(":")
-    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    if not host or not digits(port_text) or not 0 <= int(port_text) <= 65535:
         raise problem(
             f"{value!r} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT), "
             "or a mapping with address and port"
@@ -307,11 +308,10 @@ def _marks(value: object) -> range:
     if isinstance(value, range):
         return value
     low_text, _, high_text = scalar(value).partition("-")
-    try:
-        low = int(low_text)
-        high = int(high_text) if high_text else low
-    except ValueError:
-        raise problem("must be a mark or a range of marks like 100-199") from None
+    if not digits(low_text) or (high_text and not digits(high_text)):
+        raise problem("must be a mark or a range of marks like 100-199")
+    low = int(low_text)
+    high = int(high_text) if high_text else low
     if not 1 <= low <= high <= 0xFFFFFFFF:
         raise problem("marks must be between 1 and 4294967295, low to high")
     return range(low, high + 1)

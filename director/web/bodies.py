@@ -59,7 +59,9 @@ def parse_body(raw: bytes) -> Any:
     except UnicodeDecodeError:
         raise Problem(400, "the body is not UTF-8 text") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise Problem(400, f"the key {shown(str(exc))} is given twice in one object") from None
     except RecursionError:
         raise Problem(400, f"the body is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
@@ -69,6 +71,23 @@ def parse_body(raw: bytes) -> Any:
     if not _clean_text(data):
         raise Problem(400, "strings must be text without control characters or lone surrogates")
     return data
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (a second one would silently win:
+    a proxy and the director could read one body two ways)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
 
 
 def body(model: type[T]) -> T:

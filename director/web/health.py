@@ -72,7 +72,7 @@ def scrape() -> Response:
     return Response(metrics.plain(), mimetype=metrics.content_type)
 
 
-@public("/", "status_page")
+@public("/", "always")  # the page holds no data: its data (/ui/status) may need the token
 def page() -> Response:
     return Response(PAGE, mimetype="text/html")
 

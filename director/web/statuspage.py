@@ -3,7 +3,12 @@ from ``/ui/status`` every two seconds (no page reload, no external assets, no fr
 
 Per VIP it charts the kernel's own rate estimates (new connections and bytes per second, as
 ``ipvsadm --rate`` shows them) over the last five minutes the page has been open: the browser
-keeps the samples, so the director keeps no history and a page costs it one read."""
+keeps the samples, so the director keeps no history and a page costs it one read.
+
+The page itself holds no data and is open to all; its data (``/ui/status``) needs the token
+unless ``api.public`` opens ``status_page``. Asked for one, the page shows a field for it and
+keeps what is typed in the tab's session storage (never a cookie: no other page of the
+browser sends it), then sends it as ``Authorization: Bearer``."""
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -30,6 +35,7 @@ PAGE = """<!doctype html>
   .pill.MASTER, .pill.ok { background: var(--ok); } .pill.BACKUP { background: #0969da; }
   .pill.FAULT, .pill.bad { background: var(--bad); }
   #empty { color: var(--mute); padding: 1rem; }
+  #login { padding: .8rem 1rem; background: #fff8c5; border-bottom: 1px solid #d4a72c; }
   .rates { display: grid; grid-template-columns: auto 1fr auto 1fr; gap: .2rem .5rem;
            align-items: center; font-size: .8rem; color: var(--mute); margin: .2rem 0 .4rem; }
   .rates b { color: #1f2328; font-variant-numeric: tabular-nums; white-space: nowrap; }
@@ -54,6 +60,10 @@ PAGE = """<!doctype html>
   <span id="drains"></span>
   <span id="error" style="color:#ffb3b3"></span>
 </header>
+<form id="login" hidden>
+  <label>This director's admin API token: <input id="token" type="password"
+    autocomplete="off"></label> <button>Show</button> <span id="refused"></span>
+</form>
 <main id="services"><div id="empty">loading…</div></main>
 <script>
 "use strict";
@@ -182,10 +192,22 @@ function render(data) {
   doc.dataset.fits = String(Math.max(doc.scrollWidth, document.body.scrollWidth) <=
                             window.innerWidth);
 }
+function token() { return sessionStorage.getItem("director-token") || ""; }
+$("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem("director-token", $("token").value.trim());
+  refresh();
+});
 async function refresh() {
   try {
-    const response = await fetch("/ui/status", {cache: "no-store"});
-    if (response.ok) render(await response.json());
+    const headers = token() ? {Authorization: "Bearer " + token()} : {};
+    const response = await fetch("/ui/status", {cache: "no-store", headers});
+    const asked = response.status === 401 || response.status === 403;
+    $("login").hidden = !asked;
+    if (asked) {
+      $("refused").textContent = token() ? "(that token was refused)" : "";
+      $("empty").textContent = "the status needs the token";
+    } else if (response.ok) render(await response.json());
     else $("error").textContent = "status: HTTP " + response.status;
   } catch (e) { $("error").textContent = "director unreachable"; }
 }
