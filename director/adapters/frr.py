@@ -26,7 +26,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ VIP_DEVICE = "lo"
 # configuration: about a second on a real box, a minute under software emulation). A leave
 # waits for one in flight: the withdrawal goes out after it.
 RELOAD_SECONDS = 120
+VERIFY_SECONDS = 10.0  # what FRR announces is read back this often, at least
 
 
 def template_vars(
@@ -233,25 +234,43 @@ class Frr:
     def _ip(self) -> list[str]:
         return ["ip", *(["-n", self.netns] if self.netns else [])]
 
-    def validate(self, candidate: Path) -> None:
-        done = self._run([self.bgp.vtysh, "--dryrun", "-f", str(candidate)])
+    def validate(self, text: str) -> None:
+        """FRR's own parser on ``text`` (``vtysh --dryrun``)."""
+        with self._staged(text) as candidate:
+            done = self._run([self.bgp.vtysh, "--dryrun", "-f", str(candidate)])
         failed = not_run(f"{self.bgp.vtysh} --dryrun", done.returncode)
         if failed is not None:
             raise failed
         if done.returncode != 0:
             raise FrrRejected(_words(done))
 
-    def apply(self, candidate: Path) -> None:
-        """The difference between what the daemons run and ``candidate``, applied by FRR.
-        Its work file goes to a folder of the director's own (not FRR's ``/run/frr``, which
-        a sandboxed director may not write). Raises FrrRejected with FRR's words (whether
-        the daemons or the text were at fault is for the caller to find out)."""
+    def apply(self, text: str) -> None:
+        """The difference between what the daemons run and ``text``, applied by FRR. The
+        text, and frr-reload.py's work files, go to a folder of the director's own (not
+        FRR's ``/run/frr``, which a sandboxed director may not write), named as FRR's
+        configuration folder: frr-reload.py then saves nothing (given a file other than
+        ``<confdir>/frr.conf`` it runs ``write``, and FRR's boot file would hold the routes).
+        Raises FrrRejected with FRR's words (whether the daemons or the text were at fault
+        is for the caller to find out)."""
         space = ["--pathspace", self.bgp.pathspace] if self.bgp.pathspace else []
-        with tempfile.TemporaryDirectory(prefix="director-frr-") as rundir:
+        with self._staged(text) as candidate:
+            folder = str(candidate.parent)
             done = self._run([self.bgp.reload, "--reload", *space, "--stdout", "--rundir",
-                              rundir, str(candidate)], timeout=RELOAD_SECONDS)  # fmt: skip
+                              folder, "--confdir", folder, str(candidate)],
+                             timeout=RELOAD_SECONDS)  # fmt: skip
         if done.returncode != 0:
             raise FrrRejected(_words(done))
+
+    @contextlib.contextmanager
+    def _staged(self, text: str) -> Iterator[Path]:
+        """``text`` as ``frr.conf`` in a folder of its own, for the time of one call."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="director-frr-") as folder:
+                candidate = Path(folder) / "frr.conf"
+                candidate.write_text(text)
+                yield candidate
+        except OSError as exc:  # no room for it (ENOSPC), no /tmp
+            raise classify(exc) from None
 
     def install(self, text: str) -> bool:
         """Make ``text`` what FRR runs, and its network-less form the file FRR boots from;
@@ -274,23 +293,14 @@ class Frr:
                 return self._routes_only(text)
             raise FrrRejected("refused before by FRR; tried again when it changes")
         started = time.monotonic()
-        candidate = self.path.with_name(self.path.name + ".new")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            candidate.write_text(text)
-        except OSError as exc:
-            raise classify(exc) from None
-        try:
-            how = self._send(text, candidate)
+            how = self._send(text)
         except FrrRejected as exc:
             self.rejected += 1
             self.last_error = str(exc)
-            event(log, "frr.config_rejected", level=logging.ERROR, file=str(candidate),
+            event(log, "frr.config_rejected", level=logging.ERROR, file=str(self.path),
                   frr=str(exc))  # fmt: skip
             raise
-        finally:
-            with contextlib.suppress(OSError):
-                candidate.unlink()
         self.applied, self.invalid, self.held_back = text, None, None
         self.reloads += 1
         self.last_error = None
@@ -299,20 +309,20 @@ class Frr:
               seconds=round(time.monotonic() - started, 3))  # fmt: skip
         return True
 
-    def _send(self, text: str, candidate: Path) -> str:
-        """Send ``text`` (written to ``candidate``) to the daemons; how it went."""
+    def _send(self, text: str) -> str:
+        """Send ``text`` to the daemons; how it went."""
         # A change of announced prefixes alone, on the text FRR runs: the few commands,
         # without parsing the whole file again (vtysh --dryrun costs O(VIPs); the lines are
         # made from checked addresses).
         if self.applied is not None and self.held_back is None and self._announce(text):
             return "vtysh"
         try:
-            self.validate(candidate)
+            self.validate(text)
         except FrrRejected:
             self.invalid = (text, time.monotonic())  # not sent again until it changes
             raise
         try:
-            self.apply(candidate)
+            self.apply(text)
         except FrrRejected as exc:
             # vtysh --dryrun checks the syntax, not what the daemons accept: they may have
             # taken part of it. Put them back on the last text they took; if FRR takes
@@ -376,17 +386,12 @@ class Frr:
                 last = self.path.read_text()
             except OSError:
                 return False
-        again = self.path.with_name(self.path.name + ".restore")
         try:
-            again.write_text(last)
-            self.apply(again)
-        except (Failure, OSError) as exc:
+            self.apply(last)
+        except Failure as exc:
             event(log, "frr.restore_failed", level=logging.ERROR, file=str(self.path),
                   frr=str(exc))  # fmt: skip
             return False
-        finally:
-            with contextlib.suppress(OSError):
-                again.unlink()
         if self.applied is None:
             self.applied = last
         event(log, "frr.restored", level=logging.WARNING, file=str(self.path))
@@ -499,10 +504,12 @@ class Frr:
 
 class FrrSync(Keeper[Mapping[str, Route]]):
     """Renders and applies FRR's configuration on a thread of its own (the latest route
-    table wins; the loop never waits), and keeps it true: every ``poll_seconds`` it reads
-    back what bgpd announces, the file FRR boots from and the VIPs on ``lo``, and repairs
-    whatever someone else changed (FRR restarted from its boot file, ``ip addr flush dev
-    lo``); in between it asks FRR how its sessions are."""
+    table wins; the loop never waits), and keeps it true: every ``VERIFY_SECONDS`` (or
+    ``poll_seconds``, if longer) it reads back what bgpd announces, the file FRR boots from
+    and the VIPs on ``lo``, and repairs whatever someone else changed (FRR restarted from
+    its boot file, ``ip addr flush dev lo``); every ``poll_seconds`` it asks FRR how its
+    sessions are. Each read-back starts vtysh once: on a box emulated in software that is
+    most of a second of CPU, so it is not done every second."""
 
     name = "frr"
     resource = "frr"
@@ -519,7 +526,8 @@ class FrrSync(Keeper[Mapping[str, Route]]):
     ) -> None:
         self.bgp, self.pools, self.source_config = bgp, pools, source_config
         self.frr = frr or Frr(bgp, netns)
-        self.idle_seconds = self.verify_seconds = float(bgp.poll_seconds) or None
+        self.idle_seconds = float(bgp.poll_seconds) or None
+        self.verify_seconds = max(VERIFY_SECONDS, float(bgp.poll_seconds))
         self.sessions: tuple[PeerState, ...] = tuple(
             PeerState(p.address, p.asn, "unknown") for p in bgp.peers
         )

@@ -113,10 +113,11 @@ class Keeper(Generic[T]):
             now = self.clock()
             if value is not None and self.retry.due(now):
                 self._guard(self._attempt, value)
-            elif now >= self._next_verify and self.installed is not None:
-                self._guard(self._check, self.installed)
-            else:
-                self._next_verify = self._verify_after(now)
+            elif now >= self._next_verify:
+                if self.installed is not None:
+                    self._guard(self._check, self.installed)
+                else:  # nothing installed yet: nothing to read back
+                    self._next_verify = float("inf")
             if self.idle_seconds and self.clock() >= self._next_poll:
                 self._next_poll = self.clock() + self.idle_seconds
                 self._guard(self.poll)
