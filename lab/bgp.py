@@ -8,9 +8,11 @@
 
 Each director runs ``director.cli.runtime.Runtime`` (two static services in a ``bgp`` pool,
 Maglev hashing: the VIP .10 by tun, .11 by direct routing on the back segment) against the
-IPVS of its namespace, and its own FRR (zebra, bfdd, bgpd, each with ``-N`` so pid files and
-sockets stay per namespace). The director renders frr.conf and applies it with
-``frr-reload.py``; FRR boots from the same file the way frrinit does (``vtysh -b``).
+IPVS of its namespace, with its admin API on loopback, and its own FRR (zebra, bfdd, bgpd,
+each with ``-N`` so pid files and sockets stay per namespace). The director renders
+frr.conf and applies it with ``frr-reload.py``; FRR boots from the same file the way
+frrinit does (``vtysh -b``). Where a test kills the director (kill -9), it runs as a
+process of its own instead (``director run --netns``), as systemd runs it.
 Backends are set up by the ``director_node`` role's ``director-node``, as a node would be:
 they decapsulate IPIP (the tun VIP on ``tunl0``), hold the dr VIP on ``lo`` (ARP quiet),
 and answer the client directly through the router. A probe host on the front
@@ -28,7 +30,9 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +49,9 @@ NODE = Path(__file__).resolve().parent.parent / "ansible/roles/director_node/fil
 ROUTER_ASN, DIRECTOR_ASN = 64500, 64512
 ROUTER_FRONT, ROUTER_BACK = "198.18.0.1", "192.0.2.1"
 PROBE = "198.18.0.50"
-BFD_MS = 200  # both sides: a dead director is noticed within 0.6 s (plus scheduling)
+BFD_MS = 300  # both sides, the director's default: a dead director is noticed within 0.9 s
+TOKEN = "bgp-lab-admin-api-token-0123"
+API_PORTS = {"d1": 9181, "d2": 9182, "d3": 9183}  # a director run as a process listens here
 NOBODY = "198.18.0.99"  # a peer that never answers: the director serves on without it
 FRONT_NET = "198.18.0"
 CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
@@ -62,10 +68,22 @@ class BgpDirector:
     workdir: Path
     runtime: Runtime | None = None
     ipvs: KernelIpvs | None = None
+    process: subprocess.Popen[bytes] | None = None  # run as a process (to be killed)
 
     @property
     def frr_conf(self) -> Path:
         return Path("/etc/frr") / self.ns.name / "frr.conf"
+
+    @property
+    def token_file(self) -> Path:
+        return self.workdir / "token"
+
+    @property
+    def url(self) -> str:
+        """The director's admin API (in-process: its port; as a process: API_PORTS)."""
+        if self.runtime is not None and self.runtime.api is not None:
+            return f"http://127.0.0.1:{self.runtime.api.port}"
+        return f"http://127.0.0.1:{API_PORTS[self.name]}"
 
 
 @dataclass
@@ -260,9 +278,11 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
 
 
 def director_config(
-    d: BgpDirector, backends: list[Backend], poll: int = 1, extra_peer: str | None = None
-) -> str:
+    d: BgpDirector, backends: list[Backend], poll: int = 1, extra_peer: str | None = None,
+    api_port: int = 0,
+) -> str:  # fmt: skip
     real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
+    d.token_file.write_text(TOKEN + "\n")
     # Health checks quick enough for a test: down after 2 failed checks 0.5 s apart.
     return f"""
 pools:
@@ -283,6 +303,10 @@ services:
     forwarding: dr
     real_servers: [{real}]
 health: {{check: tcp, interval: 0.5, timeout: 0.4, rise: 1, fall: 2}}
+api:
+  listen: 127.0.0.1:{api_port}
+  token_file: {d.token_file}
+  intents_file: {d.workdir / "intents.json"}
 bgp:
   asn: {DIRECTOR_ASN}
   router_id: {d.front}
@@ -315,9 +339,51 @@ def start_director(
         raise RuntimeError(f"{d.name}: the director never synced")
 
 
+def start_director_process(lab: BgpLab, d: BgpDirector) -> None:
+    """The director as systemd runs it: a process of its own (``director run --netns``),
+    ready once its API says so."""
+    config = d.workdir / "director.yaml"
+    config.write_text(director_config(d, lab.backends, api_port=API_PORTS[d.name]))
+    log = (d.workdir / "director.log").open("ab")
+    d.process = subprocess.Popen(
+        [sys.executable, "-m", "director", "run", "--config", str(config), "--netns",
+         d.ns.name], stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300  # Python and pyroute2 start slowly under emulation
+    while time.monotonic() < deadline:
+        if d.process.poll() is not None:
+            raise RuntimeError(f"{d.name}: director run exited {d.process.returncode}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{d.url}/readyz",
+                                                                timeout=5) as reply:  # fmt: skip
+            if reply.status == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"{d.name}: the director process never became ready")
+
+
+def kill_director_process(d: BgpDirector) -> None:
+    """kill -9 of the director's process: no goodbye; its IPVS table and VIPs stay."""
+    if d.process is not None:
+        d.process.send_signal(signal.SIGKILL)
+        d.process.wait(timeout=30)
+        d.process = None
+
+
+def ctl(d: BgpDirector, *args: str) -> str:
+    """``director ctl ARGS`` against ``d``'s admin API, as an operator runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "director", "ctl", "--url", d.url, "--token-file",
+         str(d.token_file), *args], capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"director ctl {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
 def stop_director(d: BgpDirector, leave: bool = False) -> None:
     """The director's process ends (its IPVS table and its VIP stay). ``leave``: as
     ``systemctl stop`` does, withdrawing its routes first; otherwise as kill -9."""
+    kill_director_process(d)
     if d.runtime is not None:
         d.runtime.stop(leave=leave)
         d.runtime = None
@@ -370,29 +436,52 @@ def session_down_after(router: Netns, address: str, since: float) -> tuple[float
     return None
 
 
+TRIES = 3  # a probe that times out (a starved emulated machine) is tried again
+
+
 def probe_flows(lab: BgpLab, d: BgpDirector, ports: range, vip: str = VIP) -> dict[int, str]:
-    """Which backend answers each flow (the probe's source port) sent through ``d`` alone."""
+    """Which backend answers each flow (the probe's source port) sent through ``d`` alone;
+    "error: ..." for a flow that got no answer in TRIES tries: a probe that timed out, never
+    a disagreement (see ``agreement``)."""
     lab.probe.ip(f"route replace {vip}/32 via {d.front}")
     out: dict[int, str] = {}
     try:
         for port in ports:
-            sock = lab.probe.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                # RST on close: no TIME_WAIT, so the next director can carry the same flow.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                sock.settimeout(3)
-                sock.bind((PROBE, port))
-                sock.connect((vip, PORT))
-                sock.sendall(b"q\n")
-                out[port] = sock.recv(64).decode().strip()
-            except OSError as exc:
-                out[port] = f"error: {exc}"
-            finally:
-                sock.close()
+            for _ in range(TRIES):
+                out[port] = _probe(lab, vip, port)
+                if not out[port].startswith("error"):
+                    break
     finally:
         lab.probe.ip(f"route del {vip}/32 via {d.front}")
     return out
+
+
+def _probe(lab: BgpLab, vip: str, port: int) -> str:
+    sock = lab.probe.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # RST on close: no TIME_WAIT, so the next director can carry the same flow.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.settimeout(3)
+        sock.bind((PROBE, port))
+        sock.connect((vip, PORT))
+        sock.sendall(b"q\n")
+        return sock.recv(64).decode().strip()
+    except OSError as exc:
+        return f"error: {exc}"
+    finally:
+        sock.close()
+
+
+def agreement(seen: dict[str, dict[int, str]], ports: range) -> tuple[int, int, list[str]]:
+    """(flows every director answered, of those the ones they all sent to the same backend,
+    the flows some director never answered: probes that timed out, told apart)."""
+    errors = [f"{name}:{port}:{got[port]}" for name, got in seen.items() for port in ports
+              if got[port].startswith("error")]  # fmt: skip
+    answered = [port for port in ports
+                if not any(got[port].startswith("error") for got in seen.values())]  # fmt: skip
+    agree = sum(1 for port in answered if len({got[port] for got in seen.values()}) == 1)
+    return len(answered), agree, errors
 
 
 def connections_per_director(lab: BgpLab, vip: str = VIP) -> dict[str, int]:

@@ -35,6 +35,18 @@ def banner(text: str) -> None:
     print(f"\n=== {text} " + "=" * max(0, 70 - len(text)), flush=True)
 
 
+FAILED: list[str] = []  # what the demo showed that is not what it should be
+
+
+def check(ok: bool, what: str) -> bool:
+    """A figure the demo prints, held to what it should be: a miss is said at once and
+    makes the demo fail (exit 1) once it is over."""
+    if not ok:
+        FAILED.append(what)
+        print(f"  ^ FAILED: {what}", flush=True)
+    return ok
+
+
 KUBE_POOL = "198.51.100.128/28"
 
 
@@ -149,13 +161,16 @@ def failover_demo() -> None:
         print("kill -9 keepalived on d1 (the master) ...")
         kill_keepalived(d1)
         held = wait_for(lambda: d2.has(NAT_VIP), 10)
-        ok, tried = new_connections(lab, NAT_VIP, 1.0)
         print(f"d2 holds {NAT_VIP} after {held:.2f}s" if held is not None else "d2 never took over")
-        print(f"new connections right after the kill: {ok}/{tried} succeeded")
+        check(held is not None, "the backup took the VIP")
+        ok, tried = new_connections(lab, NAT_VIP, 2.0, timeout=3.0)
+        print(f"new connections once d2 holds it: {ok}/{tried} succeeded")
+        check(tried > 0 and ok == tried, "every new connection answered after the takeover")
         before = talkers.answered
         wait_for(lambda: talkers.answered >= before + 500, 30)
         print(f"connections alive: {talkers.alive}/50; requests failed: {talkers.failed}; "
               f"answered: {talkers.answered}")  # fmt: skip
+        check(talkers.alive == 50 and talkers.failed == 0, "50/50 connections kept, 0 failed")
         talkers.close()
     finally:
         lab.close()
@@ -170,9 +185,11 @@ def scale_out_demo() -> None:
         VIP,
         bgp_lab,
         connections_per_director,
+        kill_director_process,
         kill_frr,
         start_director,
-        stop_director,
+        start_director_process,
+        start_frr,
         vtysh,
         wait_nexthops,
     )
@@ -180,27 +197,34 @@ def scale_out_demo() -> None:
 
     banner("Scale-out: three active directors behind a router (BGP, ECMP, BFD, Maglev)")
     with bgp_lab("demo-bgp", Path(tempfile.mkdtemp()), backends=6) as lab:
-        for d in lab.directors:
+        victim = lab.directors[0]
+        for d in lab.directors[1:]:
             start_director(lab, d)
+        start_frr(victim.ns)
+        start_director_process(lab, victim)  # a process of its own: the one killed below
         took = wait_nexthops(lab, 3, 90)
         hops = sorted(lab.nexthops())
-        print(f"the router holds {VIP} through {hops} ({took}s after the directors started)")
+        print(f"the router holds {VIP} through {hops}" + (
+            f" ({took:.1f}s after the directors were ready)" if took is not None else ""))
+        check(took is not None, "the router holds the VIP through all three directors")
         print(vtysh(lab.router, f"show ip route {VIP}/32").rstrip())
         talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
         time.sleep(2)
         print(f"60 connections, each asking every 100 ms, spread by the router's hash: "
               f"{connections_per_director(lab)}")  # fmt: skip
-        victim = lab.directors[0]
-        print(f"kill -9 of {victim.name}'s FRR (zebra, bfdd, bgpd) and its director ...")
+        print(f"kill -9 of {victim.name}'s FRR (zebra, bfdd, bgpd) and of its director ...")
         kill_frr(victim.ns)
-        stop_director(victim)
+        kill_director_process(victim)
         dropped = wait_nexthops(lab, 2, 30)
         print(f"the router dropped {victim.name} after {dropped:.2f}s (BFD)" if dropped
               else "the router kept the dead director")  # fmt: skip
+        check(dropped is not None, "the router dropped the dead director")
         time.sleep(3)
-        ok, tried = new_connections(lab, VIP, 1.0)  # type: ignore[arg-type]
+        ok, tried = new_connections(lab, VIP, 3.0, timeout=3.0)  # type: ignore[arg-type]
         print(f"connections alive: {talkers.alive}/60 (requests failed: {talkers.failed}); "
-              f"new connections: {ok}/{tried}")  # fmt: skip
+              f"new connections once it is dropped: {ok}/{tried}")  # fmt: skip
+        check(talkers.alive >= 59, "the connections kept through the death (59 of 60 at least)")
+        check(tried > 0 and ok == tried, "every new connection answered by the other two")
         talkers.close()
 
 
@@ -306,6 +330,11 @@ def main() -> None:
         lab.close()
     failover_demo()
     scale_out_demo()
+    if FAILED:
+        banner(f"the demo showed {len(FAILED)} thing(s) that are not as they should be")
+        for what in FAILED:
+            print(f"  FAILED: {what}")
+        raise SystemExit(1)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "done").write_text(socket.gethostname() + "\n")

