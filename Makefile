@@ -15,7 +15,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static binutils file \
 	ipvsadm keepalived frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench wheelhouse lock fresh boot-test clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench chaos wheelhouse lock fresh boot-test clean
 
 setup: system venv
 
@@ -64,6 +64,12 @@ test: setup lint unit role-test kernel-test boot-test
 
 demo: setup
 	$(PY) -m lab.vm run lab.demo
+
+# Faults injected on purpose into a keepalived pair and a BGP trio carrying traffic (the lab
+# VM): the time until everything the director owns is back in sync, and what clients saw.
+chaos: setup
+	$(PY) -m lab.vm run lab.chaos --memory 4G
+	cp .lab/lab.chaos/results.json bench/chaos.json
 
 bench: setup
 	$(PY) -m lab.bench_config --services 1000 5000 --out bench/config-host.json

@@ -201,6 +201,25 @@ exit
 
 
 # -- the topology ----------------------------------------------------------------------------
+def director_namespace(switch: Netns, prefix: str, index: int) -> Netns:
+    """Director ``index``'s namespace, plugged into both segments: as a box boots, with an
+    empty IPVS table and nothing on ``lo``."""
+    ns = Netns(f"{prefix}-d{index}")
+    for ifname, bridge, port in (("front", "brf", f"p-d{index}f"), ("back", "brb", f"p-d{index}b")):
+        veth(ns, ifname, switch, port)
+        switch.ip(f"link set {port} master {bridge}", f"link set {port} up")
+    front, back = f"{FRONT_NET}.{10 + index}", f"192.0.2.{1 + index}"
+    ns.ip("link set lo up", "link set front up", "link set back up",
+          f"addr add {front}/24 dev front", f"addr add {back}/24 dev back",
+          f"route add default via {ROUTER_FRONT}")  # fmt: skip
+    ns.sysctls({
+        "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
+        "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
+        "net.ipv4.vs.conntrack": 0,
+    })  # fmt: skip
+    return ns
+
+
 def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
     run(["modprobe", "-a", "ip_vs", "ip_vs_mh", "ipip", "veth", "bridge"], check=False)
     made: list[Netns] = []
@@ -239,18 +258,9 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
                  f"route add default via {ROUTER_FRONT}")  # fmt: skip
         directors = []
         for index in range(1, 4):
-            ns = netns(f"d{index}")
-            plug(ns, "front", "brf", f"p-d{index}f")
-            plug(ns, "back", "brb", f"p-d{index}b")
+            ns = director_namespace(switch, prefix, index)
+            made.append(ns)
             front, back = f"{FRONT_NET}.{10 + index}", f"192.0.2.{1 + index}"
-            ns.ip("link set lo up", "link set front up", "link set back up",
-                  f"addr add {front}/24 dev front", f"addr add {back}/24 dev back",
-                  f"route add default via {ROUTER_FRONT}")  # fmt: skip
-            ns.sysctls({
-                "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
-                "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
-                "net.ipv4.vs.conntrack": 0,
-            })  # fmt: skip
             d = BgpDirector(f"d{index}", ns, front, back, workdir / f"d{index}")
             d.workdir.mkdir(parents=True, exist_ok=True)
             directors.append(d)
@@ -279,8 +289,10 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
 
 def director_config(
     d: BgpDirector, backends: list[Backend], poll: int = 1, extra_peer: str | None = None,
-    api_port: int = 0,
+    *, api_port: int = 0, tools: Path | None = None,
 ) -> str:  # fmt: skip
+    """``tools``: a folder with the vtysh and frr-reload.py the director is to run (the
+    chaos suite's stand-ins, which it can take away and put back)."""
     real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
     d.token_file.write_text(TOKEN + "\n")
     # Health checks quick enough for a test: down after 2 failed checks 0.5 s apart.
@@ -315,6 +327,7 @@ bgp:
   config_file: {d.frr_conf}
   poll_seconds: {poll}
   leave_seconds: 2
+{f"  vtysh: {tools}/vtysh{chr(10)}  reload: {tools}/frr-reload{chr(10)}" if tools else ""}\
   peers:
     - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, keepalive: 1, hold: 3, bfd: true,
        bfd_interval_ms: {BFD_MS}}}
@@ -339,11 +352,11 @@ def start_director(
         raise RuntimeError(f"{d.name}: the director never synced")
 
 
-def start_director_process(lab: BgpLab, d: BgpDirector) -> None:
+def start_director_process(lab: BgpLab, d: BgpDirector, tools: Path | None = None) -> None:
     """The director as systemd runs it: a process of its own (``director run --netns``),
     ready once its API says so."""
     config = d.workdir / "director.yaml"
-    config.write_text(director_config(d, lab.backends, api_port=API_PORTS[d.name]))
+    config.write_text(director_config(d, lab.backends, api_port=API_PORTS[d.name], tools=tools))
     log = (d.workdir / "director.log").open("ab")
     d.process = subprocess.Popen(
         [sys.executable, "-m", "director", "run", "--config", str(config), "--netns",

@@ -790,6 +790,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         self.server.requests += 1
+        failing = self.server.fail_with
+        if failing is not None:  # as kube-apiserver under a storm (429) or a broken etcd (500)
+            error = ApiError(failing[0], failing[1], f"the stand-in answers {failing[0]}")
+            self._send_json(failing[0], error.status())
+            return
         if method != "GET":
             self.server.store.writes.append(f"{method} {urlparse(self.path).path}")
         if not self._authorised():
@@ -970,6 +975,7 @@ class _Server(ThreadingHTTPServer):
         self.closing = False
         self.requests = 0
         self.bookmark_seconds = 60.0
+        self.fail_with: tuple[int, str] | None = None  # every request answered so (a fault)
 
 
 class Rbac:
@@ -1085,6 +1091,22 @@ class FakeApiServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @contextlib.contextmanager
+    def failing(self, code: int, reason: str) -> Iterator[None]:
+        """Every request answered ``code`` for the duration (429 TooManyRequests when API
+        priority and fairness sheds load, 500 InternalError from a broken etcd); the open
+        watches are cut, and their clients meet the same answer when they come back."""
+        server = self._server
+        assert server is not None
+        server.fail_with = (code, reason)
+        for conn in list(server.watches):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        try:
+            yield
+        finally:
+            server.fail_with = None
 
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:

@@ -140,3 +140,18 @@ def test_the_keeper_repairs_drift_and_keeps_a_failed_value_until_it_is_installed
         assert thing.ledger.get("thing").in_sync  # type: ignore[union-attr]
     finally:
         thing.stop()
+
+
+def test_a_program_ip_netns_exec_could_not_start_is_a_failure_to_run(tmp_path: Path) -> None:
+    """keepalived and nft run through ``ip netns exec``, which exits 1 (not 127) when the
+    program is not there: its words, not its status, tell it from a verdict."""
+    ns = f"owned-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        done = subprocess.run(["ip", "netns", "exec", ns, str(tmp_path / "keepalived"), "-t"],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    failed = not_run("keepalived -t", done.returncode, done.stderr)
+    assert done.returncode == 1 and failed is not None and failed.kind == TRANSIENT
+    assert not_run("keepalived -t", 1, "VRID '512' not valid") is None

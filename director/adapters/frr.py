@@ -238,7 +238,7 @@ class Frr:
         """FRR's own parser on ``text`` (``vtysh --dryrun``)."""
         with self._staged(text) as candidate:
             done = self._run([self.bgp.vtysh, "--dryrun", "-f", str(candidate)])
-        failed = not_run(f"{self.bgp.vtysh} --dryrun", done.returncode)
+        failed = not_run(f"{self.bgp.vtysh} --dryrun", done.returncode, done.stderr)
         if failed is not None:
             raise failed
         if done.returncode != 0:

@@ -216,7 +216,7 @@ class Keepalived:
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise run_failure(self.ha.keepalived, exc) from None
-        failed = not_run(f"{self.ha.keepalived} -t", done.returncode)
+        failed = not_run(f"{self.ha.keepalived} -t", done.returncode, done.stderr)
         if failed is not None:  # killed (the OOM killer), or not there: not a verdict
             raise failed
         if done.returncode != 0:

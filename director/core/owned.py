@@ -24,6 +24,7 @@ import contextlib
 import errno
 import os
 import random
+import re
 import subprocess
 import tempfile
 import threading
@@ -90,15 +91,23 @@ def run_failure(program: str, exc: BaseException) -> Transient:
     return Transient(f"cannot run {program}: {describe(exc)}")
 
 
-def not_run(program: str, returncode: int) -> Transient | None:
+def not_run(program: str, returncode: int, output: str = "") -> Transient | None:
     """The failure an exit status stands for when it says the program never ran its course
     (killed by a signal; 126 or 127: the shell or a wrapper could not execute it, as when
-    a package is being replaced), or None: the program's own verdict."""
+    a package is being replaced; ``ip netns exec`` saying it could not exec it, with exit
+    status 1), or None: the program's own verdict."""
     if returncode < 0:
         return Transient(f"{program} ended by signal {-returncode}")
     if returncode in (126, 127):
         return Transient(f"{program} could not be executed (exit status {returncode})")
+    said = _EXEC_FAILED.search(output) if returncode else None
+    if said is not None:
+        return Transient(f"{program} could not be executed: {said[0]}")
     return None
+
+
+# ip netns exec (iproute2), when the program it was to run is not there or not runnable.
+_EXEC_FAILED = re.compile(r'exec of "[^"\n]*" failed: [^\n]*')
 
 
 def classify(exc: BaseException) -> Failure:

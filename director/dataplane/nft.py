@@ -49,7 +49,7 @@ class NftFirewall:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise run_failure(self.nft, exc) from None
-        failed = not_run(self.nft, done.returncode)
+        failed = not_run(self.nft, done.returncode, done.stderr)
         if failed is not None:
             raise failed
         if done.returncode != 0:
