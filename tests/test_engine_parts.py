@@ -530,6 +530,62 @@ def test_the_state_file_follows_the_table_at_most_once_a_second(tmp_path: Any) -
     assert state.stat().st_mtime_ns == written  # nothing changed: not written again
 
 
+def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vips(
+    tmp_path: Any,
+) -> None:
+    """The state file's folder removed (or the disk full): the write fails, is tried again
+    with a backoff, the step goes on (no error step, so no 5 s pause of the loop) and the
+    VIP set still reaches keepalived; once the folder is back the file is written. A file
+    removed by someone else is written again."""
+    folder = tmp_path / "state"
+    folder.mkdir()
+    state, clock = folder / "state.json", Clock()
+    controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"), state_file=state,
+                            clock=clock)  # fmt: skip
+    told: list[frozenset[str]] = []
+    controller.on_vips = told.append
+    folder.rename(tmp_path / "elsewhere")
+    (tmp_path / "state").write_text("a file where the folder was")  # ENOTDIR, every try
+    for _ in range(3):
+        controller.step(0.01)
+        clock.now += 1.0
+    owned = controller.health.owned.get("state-file")
+    assert owned is not None and not owned.in_sync and owned.failures >= 1
+    assert controller.health.loop_errors == 0 and controller.pace._failures == 0
+    assert told, "the VIP set was handed on all the same"
+    (tmp_path / "state").unlink()
+    (tmp_path / "elsewhere").rename(folder)
+    clock.now += 60.0  # past the backoff
+    controller.step(0.01)
+    assert json.loads(state.read_text())["services"] and controller.health.owned.get(
+        "state-file").in_sync  # type: ignore[union-attr]
+    state.unlink()  # someone cleans /var/lib up
+    clock.now += 10.0
+    controller.step(0.01)
+    clock.now += 2.0
+    controller.step(0.01)
+    assert state.exists() and controller.health.owned.get("state-file").repairs == 1  # type: ignore[union-attr]
+
+
+def test_an_intents_file_removed_behind_the_directors_back_is_written_again(
+    tmp_path: Any,
+) -> None:
+    from director.core.intents import SetMaintenance
+
+    path, clock = tmp_path / "intents.json", Clock()
+    controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"), intents_file=path,
+                            clock=clock)  # fmt: skip
+    controller.step(0.01)
+    reply = controller.submit_intent(SetMaintenance("kernel upgrade"), timeout=0)
+    controller.step(0.01)
+    assert reply.ok and json.loads(path.read_text())["maintenance"] == "kernel upgrade"
+    path.unlink()
+    clock.now += 10.0
+    controller.step(0.01)
+    assert json.loads(path.read_text())["maintenance"] == "kernel upgrade"
+    assert controller.health.owned.get("intents-file").repairs == 1  # type: ignore[union-attr]
+
+
 def test_an_intent_is_refused_on_its_own() -> None:
     reply = Reply()
     assert not reply.ok

@@ -343,3 +343,42 @@ def test_a_heartbeat_that_cannot_be_written_is_said_once(
     (tmp_path / "gone").mkdir()
     beat.beat()
     assert (tmp_path / "gone" / "alive").exists()
+
+
+def test_a_vip_set_keepalived_could_not_take_is_kept_and_installed_once_it_can(
+    tmp_path: Path, netns: str
+) -> None:
+    """keepalived missing mid-upgrade (or keepalived -t timing out, or the disk full): the
+    install could not run. The VIP set is kept and tried again with a backoff (it was
+    dropped, and a new Service's VIP never reached the pair until another VIP changed);
+    the failure shows as transient; once keepalived is back the set goes live. A file
+    someone else changes is put back."""
+    from director.adapters.keepalived import KeepalivedSync
+
+    binary = tmp_path / "bin" / "keepalived"
+    binary.parent.mkdir()
+    binary.write_text(f'#!/bin/sh\nexec {KEEPALIVED} "$@"\n')
+    binary.chmod(0o755)
+    settings = ha(tmp_path, netns=netns, keepalived=str(binary))
+    sync = KeepalivedSync(settings, "d.yaml")
+    sync.start()
+    try:
+        sync.submit(frozenset({"203.0.113.100"}))
+        assert sync.settle(30)
+        binary.rename(tmp_path / "bin" / "keepalived.upgrading")
+        sync.submit(frozenset({"203.0.113.100", "203.0.113.101"}))
+        eventually(lambda: sync.attempts >= 3, timeout=20, what="tried again")
+        state = sync.ledger.get("keepalived")
+        assert state is not None and not state.in_sync and state.kind == "transient"
+        assert sync.pending is not None and sync.keepalived.rejected == 0
+        assert "203.0.113.101" not in Path(settings.config_file).read_text()
+        (tmp_path / "bin" / "keepalived.upgrading").rename(binary)
+        eventually(lambda: "203.0.113.101" in Path(settings.config_file).read_text(),
+                   timeout=40, what="the set installed once keepalived is back")  # fmt: skip
+        eventually(lambda: sync.ledger.get("keepalived").in_sync)  # type: ignore[union-attr]
+        Path(settings.config_file).write_text("# someone else's\n")
+        eventually(lambda: "203.0.113.101" in Path(settings.config_file).read_text(),
+                   timeout=20, what="the file put back")  # fmt: skip
+        assert sync.ledger.get("keepalived").repairs == 1  # type: ignore[union-attr]
+    finally:
+        sync.stop()

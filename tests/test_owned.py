@@ -39,7 +39,7 @@ def test_a_failure_to_run_is_transient_and_a_verdict_is_a_refusal() -> None:
     assert classify(OSError(errno.ENOSPC, "No space left on device")).kind == TRANSIENT
     assert classify(OSError(errno.EMFILE, "Too many open files")).kind == TRANSIENT
     assert classify(subprocess.TimeoutExpired(["keepalived", "-t"], 30)).kind == TRANSIENT
-    assert classify(PermissionError(errno.EACCES, "Permission denied")).kind == REFUSED
+    assert classify(PermissionError(errno.EACCES, "Permission denied")).kind == TRANSIENT
     assert classify(Refused("VRID 512 not valid")).kind == REFUSED
     assert not_run("vtysh", 127) is not None and not_run("vtysh", -9) is not None
     assert not_run("vtysh", 1) is None  # its own verdict

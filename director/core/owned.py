@@ -21,7 +21,6 @@ and does so again on a schedule and after any failure. What happened is reported
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import random
 import re
@@ -43,14 +42,6 @@ REFUSED_RETRY = 300.0  # seconds before a refused input is tried again as it is
 RESOURCES = (
     "ipvs", "nftables", "addresses", "keepalived", "frr", "state-file", "intents-file", "lease",
 )  # fmt: skip
-# errno values that say "not now", not "not this": the same work may well succeed later.
-TRANSIENT_ERRNOS = frozenset({
-    errno.EAGAIN, errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.ENOMEM, errno.EINTR,
-    errno.ETIMEDOUT, errno.EBUSY, errno.EROFS, errno.EDQUOT, errno.ENOENT, errno.EIO,
-    errno.ENOBUFS, errno.ECONNREFUSED,
-})  # fmt: skip
-
-
 class Failure(DirectorError):
     """Owned state could not be brought to what is wanted; ``kind`` says whether trying the
     same again can help (TRANSIENT) or the input itself was refused (REFUSED)."""
@@ -111,15 +102,14 @@ _EXEC_FAILED = re.compile(r'exec of "[^"\n]*" failed: [^\n]*')
 
 
 def classify(exc: BaseException) -> Failure:
-    """The failure an exception stands for: ours as they are; an OSError transient when its
-    errno says "not now" (a full disk, no descriptors left), refused otherwise (EACCES, a
-    path that is a folder: the same write fails the same way until someone changes it)."""
+    """The failure an exception stands for: ours as they are; anything else (an OSError: a
+    full disk, no descriptor left, a folder removed or made read-only) transient: the world
+    around the director, which someone may put right at any time. Only a daemon's verdict
+    on the input is a refusal."""
     if isinstance(exc, Failure):
         return exc
     if isinstance(exc, subprocess.TimeoutExpired):
         return run_failure(str(exc.cmd[0] if isinstance(exc.cmd, list) else exc.cmd), exc)
-    if isinstance(exc, OSError) and exc.errno not in TRANSIENT_ERRNOS:
-        return Refused(describe(exc))
     return Transient(describe(exc))
 
 
