@@ -76,6 +76,7 @@ bench: setup
 	$(PY) -m lab.bench_kube --services 1000 10000 --out bench/kube-host.json
 	$(PY) -m lab.bench_health --targets 2000 --seconds 20 --out bench/health-host.json
 	$(PY) -m lab.bench_bfd --out bench/bfd-host.json
+	$(PY) -m lab.bench_hostile --out bench/hostile-host.json
 	$(PY) -m lab.vm run lab.bench --memory 4G
 	cp .lab/lab.bench/results.json bench/results.json
 	$(PY) -m lab.vm run lab.bench_ha

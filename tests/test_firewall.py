@@ -260,6 +260,9 @@ def test_the_tables_fingerprint_changes_with_the_table_and_only_then(firewall) -
     assert firewall.fingerprint() == "" and firewall.in_use() is False
     firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
     assert firewall.fingerprint() not in ("", second)
+    flush_ruleset(firewall)  # behind its back, right after a read-back: written all the same
+    firewall.apply({WEB: ("10.0.0.0/8",)})
+    assert firewall.in_use() and firewall.dropped() == {WEB: 0}
 
 
 # -- hostile lists of ranges ----------------------------------------------------------------

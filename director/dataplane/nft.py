@@ -38,6 +38,7 @@ class NftFirewall:
     def __init__(self, netns: str | None = None, nft: str = "nft") -> None:
         self.netns, self.nft = netns, nft
         self._names: dict[str, ServiceKey] = {}  # counter name -> service
+        self._existing: list[str] | None = None  # chains, sets, counters (None: not known)
         self._lock = threading.Lock()
 
     def _run(self, args: list[str], stdin: str | None = None) -> str:
@@ -70,13 +71,21 @@ class NftFirewall:
             raise Transient(f"nft -j printed something unexpected: {exc}") from None
 
     def apply(self, restrictions: Restrictions) -> None:
+        """One transaction. What the table holds (to delete what is no longer wanted) is
+        known from the last read-back (``fingerprint``, taken after every write): read
+        again only when unknown, or when the transaction failed on it (the table changed
+        since: flushed, say)."""
         with self._lock:
-            existing = []
-            for item in self._objects():
-                for kind in ("chain", "counter", "set"):
-                    if kind in item and isinstance(item[kind], dict):
-                        existing.append(str(item[kind].get("name", "")))
-            self._run(["-f", "-"], render_nft(restrictions, existing))
+            known = self._existing
+            try:
+                existing = known if known is not None else _names(self._objects())
+                self._run(["-f", "-"], render_nft(restrictions, existing))
+            except FirewallError:
+                if known is None:
+                    raise
+                self._existing = None
+                self._run(["-f", "-"], render_nft(restrictions, _names(self._objects())))
+            self._existing = None  # changed: read again (fingerprint, or the next apply)
             self._names = {object_name(COUNTER_PREFIX, key): key for key in restrictions}
 
     def in_use(self) -> bool:
@@ -93,6 +102,7 @@ class NftFirewall:
     def fingerprint(self) -> str:
         with self._lock:
             items = [item for item in self._objects() if "metainfo" not in item]
+            self._existing = _names(items)
         if not items:
             return ""
         text = json.dumps(_steady(items), sort_keys=True, separators=(",", ":"))
@@ -118,3 +128,10 @@ def _steady(value: object) -> object:
     if isinstance(value, list):
         return [_steady(v) for v in value]
     return value
+
+
+def _names(items: list[dict[str, Any]]) -> list[str]:
+    """The chains, sets and counters of the director's table, from nft's JSON."""
+    return [str(item[kind].get("name", "")) for item in items
+            for kind in ("chain", "counter", "set")
+            if kind in item and isinstance(item[kind], dict)]  # fmt: skip
