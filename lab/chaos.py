@@ -203,16 +203,19 @@ def pair_config(lab: Any, d: Any, port: int, kubeconfig: Path, *, tools: Path,
     )
 
 
-def restricted_service(api_server: FakeApiServer, lab: Any, allowed: str) -> None:
+def pod_service(api_server: FakeApiServer, lab: Any, name: str, allowed: str = "") -> None:
+    """A LoadBalancer Service whose pods are the lab's backends (``allowed``: the one source
+    its loadBalancerSourceRanges let in)."""
     from lab.ha import NAT_PORT
 
-    obj = service("private", [("http", "TCP", 80)])
-    obj["spec"]["loadBalancerSourceRanges"] = [f"{allowed}/32"]  # type: ignore[index]
+    obj = service(name, [("http", "TCP", 80)])
+    if allowed:
+        obj["spec"]["loadBalancerSourceRanges"] = [f"{allowed}/32"]  # type: ignore[index]
     obj["spec"]["ports"][0]["targetPort"] = NAT_PORT  # type: ignore[index]
     obj["metadata"]["annotations"] = {"lvs-director.io/backends": "pod"}  # type: ignore[index]
     api_server.create("services", obj)
     api_server.create("endpointslices", endpoint_slice(
-        "private", [(be.ipv4, None, True, False) for be in lab.backends],
+        name, [(be.ipv4, None, True, False) for be in lab.backends],
         [("http", "TCP", NAT_PORT)]))  # fmt: skip
 
 
@@ -236,7 +239,7 @@ def pair_suite(workdir: Path, outcomes: list[Outcome]) -> None:
     boxes: list[PairBox] = []
     try:
         allowed, excluded = CLIENTS[0], CLIENTS[1]
-        restricted_service(api_server, lab, allowed)
+        pod_service(api_server, lab, "private", allowed)
         kubeconfig = api_server.kubeconfig(workdir / "kubeconfig")
         for index, d in enumerate(lab.directors):
             tools, state = d.workdir / "tools", d.workdir / "state"
@@ -328,17 +331,9 @@ def keepalived_away(lab: Any, box: PairBox, api_server: FakeApiServer) -> Outcom
     """keepalived taken away for FAULT seconds (mid-upgrade) while a new Service needs its
     VIP in keepalived's file: the install fails to run, is kept and tried again, and goes
     through once keepalived is back."""
-    from lab.ha import NAT_PORT
-
     outcome = Outcome("keepalived unrunnable 20 s (a new VIP meanwhile)", box.name)
     with away(box.tools / "keepalived"):
-        obj = service("late", [("http", "TCP", 80)])
-        obj["spec"]["ports"][0]["targetPort"] = NAT_PORT  # type: ignore[index]
-        obj["metadata"]["annotations"] = {"lvs-director.io/backends": "pod"}  # type: ignore[index]
-        api_server.create("services", obj)
-        api_server.create("endpointslices", endpoint_slice(
-            "late", [(be.ipv4, None, True, False) for be in lab.backends],
-            [("http", "TCP", NAT_PORT)]))  # fmt: skip
+        pod_service(api_server, lab, "late")
         time.sleep(FAULT)
         said = owned(box.url).get("keepalived", {})
         outcome.detail["while_away"] = f"in_sync={said.get('in_sync')} kind={said.get('kind')}"
@@ -390,13 +385,9 @@ def api_server_failing(box: PairBox, api_server: FakeApiServer, lab: Any) -> Out
     """The API server answers 429 for 30 s, then 500 for 30 s; a Service is created behind
     it meanwhile. The directors keep serving; the Service is programmed and its status
     written once the server answers again."""
-    from lab.ha import NAT_PORT
-
     outcome = Outcome("API server 429 then 500, 60 s", box.name)
     with api_server.failing(429, "TooManyRequests"):
-        obj = service("during", [("http", "TCP", 80)])
-        obj["spec"]["ports"][0]["targetPort"] = NAT_PORT  # type: ignore[index]
-        api_server.create("services", obj)  # straight into its store: the HTTP front fails
+        pod_service(api_server, lab, "during")  # into its store: the HTTP front fails
         time.sleep(30)
         outcome.detail["lease_while_429"] = owned(box.url).get("lease", {}).get("kind")
     with api_server.failing(500, "InternalError"):

@@ -5,6 +5,7 @@ in ``tests/test_bgp_lab.py`` (the lab VM)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.frr import Frr, FrrRejected, render_frr
+from director.adapters.frr import Frr, FrrRejected, FrrSync, render_frr
 from director.core.announce import Route
 from director.core.intents import AddDrain, Drain
 from director.core.model import Forwarding, IpProtocol, RealServer, ServiceKey
@@ -578,6 +579,24 @@ def test_the_node_script_says_why_when_the_kernel_cannot_decapsulate(netns: str)
 
 
 # -- FRR for real, in a namespace of the host's own ---------------------------------------------
+@contextlib.contextmanager
+def keeping(frr_ns: tuple[Netns, Path], vtysh: str = "/usr/bin/vtysh") -> Iterator[FrrSync]:
+    """FRR started in the namespace, and a director's FRR keeper (polled every second, so
+    read back every 10 s) running against it."""
+    from lab.bgp import start_frr
+
+    ns, conf = frr_ns
+    start_frr(ns)
+    settings = frr_settings(ns.name, conf, vtysh)
+    assert settings.bgp is not None
+    sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)
+    sync.start()
+    try:
+        yield sync
+    finally:
+        sync.stop()
+
+
 @pytest.fixture
 def frr_ns() -> Iterator[tuple[Netns, Path]]:
     """A namespace for FRR's zebra, bfdd and bgpd (FRR works on this host's kernel; IPVS
@@ -608,17 +627,11 @@ def test_frr_restarted_from_its_boot_file_announces_nothing_until_the_director_s
     """The file FRR boots from holds no route: FRR started alone (a reboot, a crash, no
     director) announces nothing the director has not confirmed. The director reads back what
     bgpd runs and sends its routes again (a repair, counted)."""
-    from director.adapters.frr import FrrSync
     from lab.bgp import kill_frr, start_frr
     from lab.wait import eventually
 
     ns, conf = frr_ns
-    start_frr(ns)
-    settings = frr_settings(ns.name, conf)
-    assert settings.bgp is not None
-    sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)
-    sync.start()
-    try:
+    with keeping(frr_ns) as sync:
         sync.submit(dict(ROUTES))
         announced = f"{VIP}/32"
         eventually(lambda: announced in (sync.frr.running() or {}).get("ipv4", {}), timeout=30,
@@ -632,8 +645,6 @@ def test_frr_restarted_from_its_boot_file_announces_nothing_until_the_director_s
                    what="the route sent again")  # fmt: skip
         frr_state = eventually(lambda: (s := sync.ledger.get("frr")) and s.repairs and s)
         assert frr_state.in_sync and frr_state.repairs >= 1
-    finally:
-        sync.stop()
 
 
 def test_vips_removed_from_lo_by_someone_else_are_put_back(
@@ -642,17 +653,10 @@ def test_vips_removed_from_lo_by_someone_else_are_put_back(
     """``ip addr flush dev lo`` (networkd re-applying lo, say): IPVS takes no packet for a
     VIP that is not local, while FRR announces on. The director finds its VIPs gone on its
     next read-back, puts them back and counts a repair."""
-    from director.adapters.frr import FrrSync
-    from lab.bgp import start_frr
     from lab.wait import eventually
 
-    ns, conf = frr_ns
-    start_frr(ns)
-    settings = frr_settings(ns.name, conf)
-    assert settings.bgp is not None
-    sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)
-    sync.start()
-    try:
+    ns, _conf = frr_ns
+    with keeping(frr_ns) as sync:
         sync.submit(dict(ROUTES))
         assert sync.settle(30) and VIP in sync.frr.on_lo()
         ns.exec(["ip", "addr", "flush", "dev", "lo"])
@@ -660,8 +664,6 @@ def test_vips_removed_from_lo_by_someone_else_are_put_back(
         eventually(lambda: VIP in sync.frr.on_lo(), timeout=30, what="the VIP put back on lo")
         state = eventually(lambda: (s := sync.ledger.get("addresses")) and s.repairs and s)
         assert state.in_sync and state.repairs == 1
-    finally:
-        sync.stop()
 
 
 def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
@@ -670,22 +672,14 @@ def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
     """vtysh missing mid-upgrade (or timing out) is a failure to run, tried again with a
     backoff: once it is back the routes changed meanwhile go out. Stored as "FRR refused
     this text", every later change was refused without being tried."""
-    from director.adapters.frr import FrrSync
-    from lab.bgp import start_frr
     from lab.wait import eventually
 
-    ns, conf = frr_ns
-    start_frr(ns)
     gone = tmp_path / "upgrading"
     vtysh = tmp_path / "vtysh"  # vtysh while the package is being replaced: not there
     vtysh.write_text(f'#!/bin/sh\nif [ -e {gone} ]; then echo "vtysh: not found" >&2; '
                      f'exit 127; fi\nexec {shutil.which("vtysh")} "$@"\n')  # fmt: skip
     vtysh.chmod(0o755)
-    settings = frr_settings(ns.name, conf, str(vtysh))
-    assert settings.bgp is not None
-    sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)
-    sync.start()
-    try:
+    with keeping(frr_ns, str(vtysh)) as sync:
         sync.submit({VIP: ROUTES[VIP]})
         eventually(lambda: sync.installed is not None, timeout=30, what="the first routes")
         gone.touch()
@@ -699,5 +693,3 @@ def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
         eventually(lambda: v6 in (sync.frr.running() or {}).get("ipv6", {}), timeout=60,
                    what="the second VIP announced once vtysh is back")  # fmt: skip
         assert sync.ledger.get("frr").in_sync  # type: ignore[union-attr]
-    finally:
-        sync.stop()
