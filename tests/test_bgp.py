@@ -391,7 +391,7 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     finally:
         sync.stop()
     frr = sync.frr
-    bad = "router bgp 64512\n neighbor 198.18.0.1 remote-az 1\n"
+    bad = (frr.applied or "").replace("remote-as 64500", "remote-az 64500", 1)  # same routes
     before = frr.rejected
     for _ in range(3):
         with pytest.raises(FrrRejected):
@@ -448,10 +448,14 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
     assert all(call.endswith("/frr.conf") and "director-frr-" in call for call in applied), (
         "frr-reload.py is given <its confdir>/frr.conf: it saves nothing over FRR's file")
     assert frr.rejected == 1
-    assert frr.install(bad) is False  # the same routes: nothing to send, nothing reloaded
+    sent = vtysh_calls.read_text()
+    with pytest.raises(FrrRejected, match="refused by FRR"):  # the refusal stands, and shows
+        frr.install(bad)
+    assert vtysh_calls.read_text() == sent  # the same routes: nothing to send, nothing reloaded
     bad_fewer = render_frr(settings.bgp, {**ROUTES, **fewer}, settings.pools).replace(
         "remote-as 64500", "remote-as 64999", 1)  # fmt: skip
-    assert frr.install(bad_fewer) is True
+    with pytest.raises(FrrRejected, match="its routes are sent"):
+        frr.install(bad_fewer)
     assert f"-c no network {VIP}/32" in vtysh_calls.read_text()  # withdrawn all the same
     assert len(calls.read_text().split()) == len(applied)  # no frr-reload.py for it again
     assert frr.rejected == 1

@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -57,6 +58,7 @@ VIP_DEVICE = "lo"
 # waits for one in flight: the withdrawal goes out after it.
 RELOAD_SECONDS = 120
 VERIFY_SECONDS = 10.0  # what FRR announces is read back this often, at least
+FRR_CONFDIR = Path("/etc/frr")  # where FRR's own vtysh.conf is (per pathspace below it)
 
 
 def template_vars(
@@ -263,11 +265,17 @@ class Frr:
 
     @contextlib.contextmanager
     def _staged(self, text: str) -> Iterator[Path]:
-        """``text`` as ``frr.conf`` in a folder of its own, for the time of one call."""
+        """``text`` as ``frr.conf`` in a folder of its own, for the time of one call, beside
+        a copy of FRR's ``vtysh.conf`` (vtysh reads it from the folder it is given)."""
+        space = self.bgp.pathspace or ""
         try:
             with tempfile.TemporaryDirectory(prefix="director-frr-") as folder:
                 candidate = Path(folder) / "frr.conf"
                 candidate.write_text(text)
+                vtysh_conf = Path(folder) / space / "vtysh.conf"
+                vtysh_conf.parent.mkdir(exist_ok=True)
+                with contextlib.suppress(OSError):  # none: vtysh's defaults
+                    shutil.copyfile(FRR_CONFDIR / space / "vtysh.conf", vtysh_conf)
                 yield candidate
         except OSError as exc:  # no room for it (ENOSPC), no /tmp
             raise classify(exc) from None
@@ -283,8 +291,13 @@ class Frr:
         few commands in one vtysh call (frr-reload.py starts Python and reads back the
         whole running configuration: seconds on a slow box); anything else, or a failed
         vtysh call, goes through frr-reload.py."""
-        if text == self.applied and self.held_back is None:
-            return self.write_boot_file()
+        if text == self.applied:
+            if self.held_back is None:
+                return self.write_boot_file()
+            # Back to the text the daemons run: its routes replace those sent on top of it.
+            sent = self.send_networks(self.held_back, _split_networks(text)[1])
+            self.invalid = self.held_back = None
+            return self.write_boot_file() or sent
         refused = self.invalid
         if refused is not None and time.monotonic() - refused[1] >= REFUSED_RETRY:
             refused = self.invalid = None  # tried again: FRR may have been upgraded
@@ -319,7 +332,7 @@ class Frr:
         try:
             self.validate(text)
         except FrrRejected:
-            self.invalid = (text, time.monotonic())  # not sent again until it changes
+            self._keep_routes(text)  # the daemons run what they ran
             raise
         try:
             self.apply(text)
@@ -330,10 +343,20 @@ class Frr:
             if not self._restore():
                 raise Transient(f"FRR did not apply the configuration ({exc}), and could "
                                 "not be put back on the last one: is it running?") from None
-            self.invalid = (text, time.monotonic())
-            self.held_back = _split_networks(self.applied or "")[1]
+            self._keep_routes(text)
             raise
         return "frr-reload"
+
+    def _keep_routes(self, text: str) -> None:
+        """``text`` was refused: not sent again until it changes (or REFUSED_RETRY), and its
+        routes sent at once on top of what the daemons run (the last text they took), so
+        that the announcements follow the director all the same. Raises Transient when
+        vtysh cannot send them (tried again through ``_routes_only``)."""
+        self.invalid = (text, time.monotonic())
+        self.held_back = _split_networks(self.applied or "")[1]
+        wanted = _split_networks(text)[1]
+        self.send_networks(self.held_back, wanted)
+        self.held_back = wanted
 
     def write_boot_file(self) -> bool:
         """The file FRR boots from, if it is not what it should be; True when written."""
@@ -351,19 +374,21 @@ class Frr:
 
     def _routes_only(self, text: str) -> bool:
         """``text``'s routes on the configuration FRR last accepted, by one vtysh call: the
-        refused settings stay out, the announcements still follow the director."""
-        if self.held_back is None:
+        refused settings stay out, the announcements still follow the director. Raises
+        FrrRejected all the same (what FRR runs is not ``text``: the refusal stands, and
+        shows, until the text changes)."""
+        refused = self.invalid
+        if self.held_back is None or refused is None:
             raise FrrRejected("refused before by FRR")
         wanted = _split_networks(text)[1]
-        sent = self.send_networks(self.held_back, wanted)
+        if self.send_networks(self.held_back, wanted):
+            event(log, "frr.routes_only", level=logging.WARNING, file=str(self.path),
+                  announced=sum(len(nets) for nets in wanted.values()),
+                  reason="FRR refused this configuration: its last accepted one runs, with the "
+                         "director's routes")  # fmt: skip
         self.held_back = wanted
-        if not sent:
-            return False
-        event(log, "frr.routes_only", level=logging.WARNING, file=str(self.path),
-              announced=sum(len(nets) for nets in wanted.values()),
-              reason="FRR refused this configuration: its last accepted one runs, with the "
-                     "director's routes")  # fmt: skip
-        return True
+        raise FrrRejected(f"refused by FRR (tried again when it changes; its routes are sent "
+                          f"on the last configuration FRR took): {self.last_error or '-'}")
 
     def send_networks(self, before: Networks, after: Networks) -> bool:
         """The vtysh commands that take the daemons from announcing ``before`` to ``after``;
