@@ -202,7 +202,7 @@ def scale_out_demo() -> None:
             start_director(lab, d)
         start_frr(victim.ns)
         start_director_process(lab, victim)  # a process of its own: the one killed below
-        took = wait_nexthops(lab, 3, 90)
+        took = wait_nexthops(lab, 3, 180)  # the first frr-reload.py: up to a minute here
         hops = sorted(lab.nexthops())
         print(f"the router holds {VIP} through {hops}" + (
             f" ({took:.1f}s after the directors were ready)" if took is not None else ""))

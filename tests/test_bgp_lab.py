@@ -39,7 +39,7 @@ from lab.ha import Talkers, new_connections
 from lab.wait import wait_for
 
 pytestmark = pytest.mark.kernel
-SETTLE = 90.0  # seconds a loaded machine may take for sessions to come up
+SETTLE = 180.0  # seconds a loaded machine may take: the first frr-reload.py alone takes 40-80 s
 
 
 @pytest.fixture(scope="module")
