@@ -570,7 +570,8 @@ class HttpServer:
                 conn.req.version == "HTTP/1.0"
                 and conn.req.headers.get("connection", "").lower() != "keep-alive"
             )
-            chunked = "content-length" not in names and conn.req.method != "HEAD"
+            bodiless = conn.req.method == "HEAD" or status[:3] in ("204", "304")
+            chunked = "content-length" not in names and not bodiless
             if chunked and conn.req.version == "HTTP/1.0":
                 chunked, wants_close = False, True
             if chunked:
@@ -580,7 +581,7 @@ class HttpServer:
                 headers.append(("Date", formatdate(usegmt=True)))
             head = f"{conn.req.version} {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
             self._send(conn, head.encode("latin-1") + b"\r\n", deadline)
-            if conn.req.method != "HEAD":
+            if not bodiless:
                 for piece in _chained(first, iterator):
                     if piece:
                         self._send(conn, b"%x\r\n%s\r\n" % (len(piece), piece) if chunked
