@@ -35,7 +35,7 @@ TARGET_MS = 100.0
 
 def big_service(name: str, ranges: int) -> dict[str, Any]:
     obj = service(name, [("http", "TCP", 80)])
-    obj["spec"]["loadBalancerSourceRanges"] = [  # type: ignore[index]
+    obj["spec"]["loadBalancerSourceRanges"] = [
         f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}/32" for i in range(ranges)
     ]
     return obj
@@ -75,7 +75,7 @@ kubernetes: {{kubeconfig: {api.kubeconfig(workdir / 'kc')}, identity: a, lease_s
             finally:
                 steps.append(1000 * (time.perf_counter() - begun))
 
-        runtime.controller._step = timed  # type: ignore[method-assign]
+        runtime.controller._step = timed  # type: ignore[method-assign, assignment]
         with runtime.start():
             assert runtime.wait_ready(30)
             steps.clear()

@@ -48,6 +48,10 @@ FAULT = 20.0  # seconds a fault that lasts lasts
 TOKEN = "chaos-admin-api-token-0123456789"
 
 
+def say(text: str) -> None:
+    print(f"chaos: {text}", flush=True)
+
+
 @dataclass
 class Outcome:
     fault: str
@@ -59,6 +63,9 @@ class Outcome:
     detail: dict[str, Any] = field(default_factory=dict)
     ok: bool = True
     why: str = ""
+
+    def __post_init__(self) -> None:
+        say(f"{self.where}: {self.fault} ...")
 
     def miss(self, why: str) -> None:
         self.ok = False
@@ -210,9 +217,9 @@ def pod_service(api_server: FakeApiServer, lab: Any, name: str, allowed: str = "
 
     obj = service(name, [("http", "TCP", 80)])
     if allowed:
-        obj["spec"]["loadBalancerSourceRanges"] = [f"{allowed}/32"]  # type: ignore[index]
-    obj["spec"]["ports"][0]["targetPort"] = NAT_PORT  # type: ignore[index]
-    obj["metadata"]["annotations"] = {"lvs-director.io/backends": "pod"}  # type: ignore[index]
+        obj["spec"]["loadBalancerSourceRanges"] = [f"{allowed}/32"]
+    obj["spec"]["ports"][0]["targetPort"] = NAT_PORT
+    obj["metadata"]["annotations"] = {"lvs-director.io/backends": "pod"}
     api_server.create("services", obj)
     api_server.create("endpointslices", endpoint_slice(
         name, [(be.ipv4, None, True, False) for be in lab.backends],
@@ -224,7 +231,7 @@ def vip_of(api_server: FakeApiServer, name: str) -> str | None:
     return ingress[0].get("ip") if ingress else None
 
 
-def pair_suite(workdir: Path, outcomes: list[Outcome]) -> None:
+def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
     from lab.ha import (
         CLIENTS,
         NAT_VIP,
@@ -234,6 +241,7 @@ def pair_suite(workdir: Path, outcomes: list[Outcome]) -> None:
         start_keepalived,
     )
 
+    say("the pair: building the lab")
     lab = build_ha_lab("chaos", workdir)
     api_server = FakeApiServer().start()
     boxes: list[PairBox] = []
@@ -255,13 +263,14 @@ def pair_suite(workdir: Path, outcomes: list[Outcome]) -> None:
                                           state=state))  # fmt: skip
             box = PairBox(d.name, d, url, config, tools, state)
             box.proc = spawn(config, d.ns.name, d.workdir)
-            ready(url, box.proc)
+            say(f"{d.name} ready after {ready(url, box.proc):.0f} s")
             start_keepalived(d)
             boxes.append(box)
             if index == 0:
                 wait_for(lambda d=d: d.has(NAT_VIP), 60)  # type: ignore[misc]
         master = boxes[0]
-        private = wait_for(lambda: vip_of(api_server, "private"), 60, 0.5)
+        wait_for(lambda: vip_of(api_server, "private"), 60, 0.5)
+        private = vip_of(api_server, "private")
         if private is None or not wait_for(lambda: owned(master.url).get("nftables"), 60):
             raise RuntimeError("the restricted Service was never programmed and filtered")
         talkers = Talkers(lab, NAT_VIP, count=50, period=0.1)
@@ -289,6 +298,9 @@ def pair_suite(workdir: Path, outcomes: list[Outcome]) -> None:
                     box.proc.wait(30)
             box.d.runtime = None  # (the processes held the directors, not this one)
             subprocess.run(["umount", "-l", str(box.state)], check=False)
+            log = box.d.workdir / "director.log"
+            if log.exists():  # what the director said, for the record (the VM's /tmp goes)
+                shutil.copy(log, out / f"pair-{box.name}.log")
         api_server.stop()
         lab.close()
 
@@ -449,7 +461,7 @@ def kill_director(box: PairBox, lab: Any) -> Outcome:
 
 
 # -- the BGP trio ---------------------------------------------------------------------------
-def bgp_suite(workdir: Path, outcomes: list[Outcome]) -> None:
+def bgp_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
     from lab.bgp import (
         VIP,
         bgp_lab,
@@ -461,6 +473,7 @@ def bgp_suite(workdir: Path, outcomes: list[Outcome]) -> None:
     )
     from lab.ha import Talkers
 
+    say("the BGP trio: building the lab")
     with bgp_lab("chaosb", workdir, backends=6) as lab:
         tools = workdir / "tools"
         tools.mkdir(exist_ok=True)
@@ -486,6 +499,10 @@ def bgp_suite(workdir: Path, outcomes: list[Outcome]) -> None:
             outcome.alive = f"{alive}/60 (the four faults)"
         outcomes[-1].failed_requests = failed
         outcomes.append(reboot(lab, victim, tools))
+        for d in lab.directors:
+            log = d.workdir / "director.log"
+            if log.exists():
+                shutil.copy(log, out / f"bgp-{d.name}.log")
 
 
 def flush_lo(lab: Any, d: Any) -> Outcome:
@@ -633,6 +650,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", choices=("pair", "bgp"), help="one of the two suites")
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr", "ip_vs_wlc", "ip_vs_mh", "ip_vs_sh",
                     "ip_vs_lc", "nf_tables"], check=False)  # fmt: skip
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
@@ -642,10 +660,12 @@ def main() -> None:
         if args.only not in (None, name):
             continue
         try:
-            suite(Path(tempfile.mkdtemp(prefix=f"chaos-{name}-")), outcomes)
+            suite(Path(tempfile.mkdtemp(prefix=f"chaos-{name}-")), outcomes, args.out)
         except Exception as exc:  # a suite that could not run is a failure, said so
             outcomes.append(Outcome(f"the {name} suite", "-", ok=False, why=repr(exc)[:500]))
     for outcome in outcomes:
+        say(f"{outcome.where}: {outcome.fault}: in sync after {outcome.in_sync_s} s; "
+            f"{outcome.detail}")
         if outcome.in_sync_s is None or outcome.in_sync_s > RESYNC:
             outcome.miss("not back in sync within one resync period")
     text = report(outcomes)
