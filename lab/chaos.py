@@ -40,12 +40,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.bgp import TOKEN
 from lab.kubeapi import FakeApiServer, endpoint_slice, service
 from lab.wait import wait_for
 
 RESYNC = 60.0  # the target: every owned resource back in sync within one resync period
 FAULT = 20.0  # seconds a fault that lasts lasts
-TOKEN = "chaos-admin-api-token-0123456789"
 
 
 def say(text: str) -> None:
@@ -264,10 +264,13 @@ def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
             box = PairBox(d.name, d, url, config, tools, state)
             box.proc = spawn(config, d.ns.name, d.workdir)
             say(f"{d.name} ready after {ready(url, box.proc):.0f} s")
+            if wait_for(d.conf.exists, 60) is None:
+                raise RuntimeError(f"{d.name}: the director wrote no keepalived.conf")
             start_keepalived(d)
             boxes.append(box)
-            if index == 0:
-                wait_for(lambda d=d: d.has(NAT_VIP), 60)  # type: ignore[misc]
+            if index == 0 and wait_for(lambda d=d: d.has(NAT_VIP), 90) is None:  # type: ignore[misc]
+                raise RuntimeError(f"{d.name} never took {NAT_VIP}: its keepalived said "
+                                   f"{(d.workdir / 'keepalived.log').read_text()[-1500:]}")
         master = boxes[0]
         wait_for(lambda: vip_of(api_server, "private"), 60, 0.5)
         private = vip_of(api_server, "private")
@@ -298,9 +301,10 @@ def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
                     box.proc.wait(30)
             box.d.runtime = None  # (the processes held the directors, not this one)
             subprocess.run(["umount", "-l", str(box.state)], check=False)
-            log = box.d.workdir / "director.log"
-            if log.exists():  # what the director said, for the record (the VM's /tmp goes)
-                shutil.copy(log, out / f"pair-{box.name}.log")
+            for name in ("director.log", "keepalived.log"):  # for the record (the VM's /tmp goes)
+                log = box.d.workdir / name
+                if log.exists():
+                    shutil.copy(log, out / f"pair-{box.name}-{name}")
         api_server.stop()
         lab.close()
 
@@ -564,7 +568,7 @@ def kill_frr_outcome(lab: Any, d: Any, kill: Callable[[Any], None],
     wait_nexthops(lab, 2, 30)
     start(d.ns)
     restarted = time.monotonic()
-    announced_alone = "network" in d.frr_conf.read_text().split("router bgp")[-1]
+    announced_alone = "\n  network " in d.frr_conf.read_text()
     back = wait_nexthops(lab, 3, 2 * RESYNC, since=restarted)
     outcome.in_sync_s = in_sync(d.url, restarted)
     outcome.detail = {"boot_file_has_routes": announced_alone, "announced_again_after_s": back,
@@ -606,7 +610,7 @@ def reboot(lab: Any, d: Any, tools: Path) -> Outcome:
         wait_nexthops,
     )
 
-    outcome = Outcome("reboot (namespace rebuilt, FRR first)", d.name)
+    outcome = Outcome("reboot (namespace rebuilt, FRR first; in sync: from ready)", d.name)
     kill_director_process(d)
     kill_frr(d.ns)
     wait_nexthops(lab, 2, 30)
@@ -620,10 +624,11 @@ def reboot(lab: Any, d: Any, tools: Path) -> Outcome:
     start_frr(d.ns)
     early = wait_for(lambda: d.front in lab.nexthops(), 20, 0.2)  # FRR alone, no director
     start_director_process(lab, d, tools)
-    back = wait_nexthops(lab, 3, 2 * RESYNC, since=booted)
+    ready_at = time.monotonic()
+    back = wait_nexthops(lab, 3, 4 * RESYNC, since=booted)
+    outcome.in_sync_s = in_sync(d.url, ready_at)
     time.sleep(5)
     ok, tried = prober.close()
-    outcome.in_sync_s = in_sync(d.url, booted)
     outcome.failed_requests = tried - ok
     outcome.detail = {"announced_by_frr_alone_after_s": early, "back_after_s": back,
                       "new_connections": f"{ok}/{tried}"}  # fmt: skip

@@ -517,7 +517,7 @@ class Frr:
     def _json(self, command: str) -> Any:
         try:
             done = self._run([*self._vtysh(), "-c", command], timeout=10)
-        except FrrRejected:
+        except Failure:  # vtysh could not be run: no answer this time ("unknown")
             return None
         if done.returncode != 0:
             return None
@@ -557,7 +557,7 @@ class FrrSync(Keeper[Mapping[str, Route]]):
             PeerState(p.address, p.asn, "unknown") for p in bgp.peers
         )
         self.polled = 0.0
-        self._observed: Networks | None = None  # what verify found bgpd announcing
+        self._observed: Networks | None = {}  # what verify found bgpd announcing (None: no bgp)
         super().__init__(ledger)
 
     def start(self) -> None:
@@ -578,8 +578,14 @@ class FrrSync(Keeper[Mapping[str, Route]]):
         self._keep_addresses()
         drift = []
         running = self.frr.running()
-        self._observed = running
         wanted = self.frr.wanted_networks()
+        if running is None and self._observed is not None:
+            # bgpd runs no router bgp: FRR restarting (its boot file not loaded yet), most
+            # likely. Repaired (a whole frr-reload.py: a minute under emulation) only if the
+            # next read-back finds it so too.
+            self._observed = None
+            return None
+        self._observed = running
         if running is None:
             drift.append(f"bgpd runs no router bgp {self.bgp.asn}")
         elif _prefixes(running) != _prefixes(wanted):

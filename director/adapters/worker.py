@@ -77,6 +77,10 @@ class Keeper(Generic[T]):
 
     def submit(self, value: T) -> None:
         with self._cv:
+            if self.installed is None and self._pending is None:
+                # Until the first value is live the resource is not what the loop wants:
+                # /readyz waits for it (keepalived's file before keepalived is started).
+                self.ledger.waiting(self.resource, "its first value is being installed")
             self._pending = value
             self.retry.changed()  # a refusal was of the old value
             self._cv.notify()

@@ -203,6 +203,10 @@ class Ledger:
         is about to repair it."""
         return self._out(resource, f"drift: {what}", None, count=False)
 
+    def waiting(self, resource: str, what: str) -> OwnedState:
+        """Nothing is written yet: out of sync until the first write (``what``: of what)."""
+        return self._out(resource, f"not written yet: {what}", None, count=False)
+
     def failed(self, resource: str, failure: Failure) -> OwnedState:
         return self._out(resource, failure.reason, failure.kind, count=True)
 
