@@ -281,7 +281,7 @@ def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
             wait_for(lambda: talkers.answered >= 500, 60)
             outcomes.append(flush_ruleset(lab, master, private, excluded, allowed))
             outcomes.append(keepalived_away(lab, master, api_server))
-            outcomes.append(full_disk(master))
+            outcomes.append(full_disk(master, api_server, lab))
             outcomes.append(api_server_failing(master, api_server, lab))
             outcomes.append(director_stopped(lab, boxes))
             outcomes.append(kill_keepalived_outcome(lab, boxes, kill_keepalived,
@@ -367,12 +367,13 @@ def keepalived_away(lab: Any, box: PairBox, api_server: FakeApiServer) -> Outcom
     return outcome
 
 
-def full_disk(box: PairBox) -> Outcome:
-    """The state and intents folder fills up: a scheduler change is answered 503 (not
-    stored, nothing changed) or 200 (then stored); the state file's writes fail and are
-    tried again; once there is room, the files are the truth again. Intents answered 200
-    are never lost."""
+def full_disk(box: PairBox, api_server: FakeApiServer, lab: Any) -> Outcome:
+    """The state and intents folder fills up: scheduler changes are answered 503 (not
+    stored, nothing changed); a Service created meanwhile is served, and the state file's
+    write of it fails and is tried again; once there is room, the files are the truth
+    again. An intent answered 200 is never lost, one answered 503 never applied."""
     outcome = Outcome("state and intents folder full (tmpfs)", box.name)
+    before, _ = api(box.url, "PUT", "/api/v1/static/web-nat/scheduler", {"scheduler": "wlc"})
     filler = box.state / "filler"
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True,
                    check=False)  # fmt: skip
@@ -381,6 +382,7 @@ def full_disk(box: PairBox) -> Outcome:
         status, _ = api(box.url, "PUT", "/api/v1/static/web-nat/scheduler",
                         {"scheduler": scheduler})  # fmt: skip
         answers.append((scheduler, status))
+    pod_service(api_server, lab, "while-full")
     time.sleep(FAULT)
     shown = owned(box.url)
     filler.unlink()
@@ -388,12 +390,17 @@ def full_disk(box: PairBox) -> Outcome:
     outcome.in_sync_s = in_sync(box.url, freed)
     stored = json.loads((box.state / "intents.json").read_text()).get("schedulers", {})
     accepted = [s for s, status in answers if status == 200]
-    outcome.detail = {"answers": answers, "stored": stored.get("web-nat", {}).get("scheduler"),
-                      "shown_while_full": {k: v["in_sync"] for k, v in shown.items()}}  # fmt: skip
-    if accepted and stored.get("web-nat", {}).get("scheduler") != accepted[-1]:
-        outcome.miss("an intent answered 200 was not stored")
-    if not accepted and "web-nat" in stored:
-        outcome.miss("an intent answered 503 changed the stored intents")
+    now = stored.get("web-nat", {}).get("scheduler")
+    state = json.loads((box.state / "state.json").read_text())
+    outcome.detail = {"answers": answers, "stored": now,
+                      "shown_while_full": {k: v["in_sync"] for k, v in shown.items()},
+                      "state_file_services": len(state["services"])}  # fmt: skip
+    if before != 200:
+        outcome.miss(f"the intent before the fault was answered {before}")
+    if now != (accepted[-1] if accepted else "wlc"):
+        outcome.miss(f"the stored intent is {now}: an answer was not kept to")
+    if shown.get("state-file", {}).get("in_sync", True):
+        outcome.miss("the state file's failing write was not shown")
     return outcome
 
 
@@ -453,14 +460,13 @@ def kill_keepalived_outcome(
 def kill_director(box: PairBox, lab: Any) -> Outcome:
     """kill -9 of the director (then started again, as systemd would): IPVS, keepalived and
     the VIPs carry on meanwhile; the new process reads the kernel back and changes nothing."""
-    outcome = Outcome("kill -9 of the director (then restarted)", box.name)
+    outcome = Outcome("kill -9 of the director (then restarted; in sync: from ready)", box.name)
     assert box.proc is not None
     box.proc.send_signal(signal.SIGKILL)
     box.proc.wait(30)
-    started = time.monotonic()
     box.proc = spawn(box.config, box.d.ns.name, box.d.workdir)
     outcome.detail["ready_after_s"] = round(ready(box.url, box.proc), 1)
-    outcome.in_sync_s = in_sync(box.url, started)
+    outcome.in_sync_s = in_sync(box.url, time.monotonic())  # from ready (Python starts slowly)
     return outcome
 
 
@@ -585,13 +591,14 @@ def kill_bgp_director(lab: Any, d: Any, kill: Callable[[Any], None], tools: Path
     new process reads the kernel and FRR back and changes nothing."""
     from lab.bgp import start_director_process
 
-    outcome = Outcome("kill -9 of the director (then restarted)", d.name)
+    outcome = Outcome("kill -9 of the director (then restarted; in sync: from ready)", d.name)
     kill(d)
     time.sleep(2)
     outcome.detail["still_a_next_hop"] = d.front in lab.nexthops()
     started = time.monotonic()
     start_director_process(lab, d, tools)
-    outcome.in_sync_s = in_sync(d.url, started)
+    outcome.detail["ready_after_s"] = round(time.monotonic() - started, 1)
+    outcome.in_sync_s = in_sync(d.url, time.monotonic())  # from ready (Python starts slowly)
     return outcome
 
 

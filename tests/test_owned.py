@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,24 @@ def test_a_program_ip_netns_exec_could_not_start_is_a_failure_to_run(tmp_path: P
     failed = not_run("keepalived -t", done.returncode, done.stderr)
     assert done.returncode == 1 and failed is not None and failed.kind == TRANSIENT
     assert not_run("keepalived -t", 1, "VRID '512' not valid") is None
+
+
+def test_a_failing_value_backs_off_and_the_old_one_is_not_read_back_meanwhile() -> None:
+    """A new value that cannot be installed backs off (0.5, 1, 2, 4 s ...): reading back the
+    old, installed one every verify period must neither reset that backoff nor call the
+    resource in sync (it is not what the loop wants)."""
+    thing = Thing()
+    thing.verify_seconds = 0.05
+    thing.start()
+    try:
+        thing.submit("a")
+        assert thing.settle(5)
+        thing.fail = Transient("cannot run it")
+        thing.verified.clear()
+        thing.submit("b")
+        time.sleep(3.0)
+        assert thing.attempts <= 1 + 5, f"{thing.attempts} attempts in 3 s: no backoff"
+        assert not thing.verified.is_set(), "the old value was read back while one waited"
+        assert not thing.ledger.get("thing").in_sync  # type: ignore[union-attr]
+    finally:
+        thing.stop()

@@ -96,9 +96,12 @@ class Keeper(Generic[T]):
         return self._pending
 
     def _wake_in(self, now: float) -> float:
-        times = [self._next_verify, self._next_poll if self.idle_seconds else float("inf")]
-        if self._pending is not None:
-            times.append(self.retry.next_at)
+        # While a value waits to be installed, the next attempt replaces the read-back (the
+        # old value's file is not what is wanted anyway; reading it back would count its
+        # being there as "in sync" and reset the backoff).
+        times = [self.retry.next_at if self._pending is not None else self._next_verify]
+        if self.idle_seconds:
+            times.append(self._next_poll)
         return max(0.0, min(min(times) - now, 3600.0))
 
     def _run(self) -> None:
@@ -106,17 +109,16 @@ class Keeper(Generic[T]):
             with self._cv:
                 while not self._stop:
                     now = self.clock()
-                    if self._pending is not None and self.retry.due(now):
-                        break
-                    if now >= self._next_verify or (self.idle_seconds and now >= self._next_poll):
+                    if self._due(now) or (self.idle_seconds and now >= self._next_poll):
                         break
                     self._cv.wait(self._wake_in(now))
                 if self._stop:
                     return
                 value = self._pending
             now = self.clock()
-            if value is not None and self.retry.due(now):
-                self._guard(self._attempt, value)
+            if value is not None:
+                if self.retry.due(now):
+                    self._guard(self._attempt, value)
             elif now >= self._next_verify:
                 if self.installed is not None:
                     self._guard(self._check, self.installed)
@@ -125,6 +127,12 @@ class Keeper(Generic[T]):
             if self.idle_seconds and self.clock() >= self._next_poll:
                 self._next_poll = self.clock() + self.idle_seconds
                 self._guard(self.poll)
+
+    def _due(self, now: float) -> bool:
+        """An attempt (a value waits) or a read-back (none does) is due."""
+        if self._pending is not None:
+            return self.retry.due(now)
+        return now >= self._next_verify
 
     def _verify_after(self, now: float) -> float:
         return now + self.verify_seconds if self.verify_seconds else float("inf")

@@ -4,7 +4,8 @@ keeps it: what each Service asks for, what the firewall holds, and what is held 
 A restricted virtual service whose filter is not in force is not programmed (closed, not
 open) and is tried again with its Service. The filter is owned state: after each write the
 loop takes the table's fingerprint, and reads it back every ``VERIFY_SECONDS`` (longer when
-the table is big: at most a twentieth of the loop's time goes to it). A table that changed
+the table is big: a tenth of the loop's time at most, but never more than ``VERIFY_MAX``
+apart). A table that changed
 behind the director's back (``nft flush ruleset``) counts as holding nothing: every
 restricted Service is recomputed, the filter written again (a repair), and should that
 fail, the restricted virtual services are taken out of IPVS until it succeeds. A failure
@@ -29,6 +30,7 @@ RESOURCE = "nftables"
 RETRY_SECONDS = 5.0  # the longest wait after a failure to run nft
 REFUSED_SECONDS = 5.0  # a refused ruleset is tried again this often, unchanged (as before)
 VERIFY_SECONDS = 2.0  # the table is read back this often, at least
+VERIFY_MAX = 10.0  # and at most this long apart, however long a read-back takes
 
 
 class SourceFilter:
@@ -109,7 +111,8 @@ class SourceFilter:
             self.ledger.failed(RESOURCE, exc)
             event(log, "firewall.verify_failed", level=logging.ERROR, reason=exc.reason)
             return set()
-        self._next_verify = self.clock() + max(VERIFY_SECONDS, 20 * (self.clock() - started))
+        took = self.clock() - started
+        self._next_verify = self.clock() + min(max(VERIFY_SECONDS, 10 * took), VERIFY_MAX)
         if found == self._print:
             self.ledger.ok(RESOURCE)
             return set()
