@@ -29,3 +29,13 @@ def wait_for(probe: Callable[[], object], timeout: float, step: float = 0.01) ->
             return time.monotonic() - started
         time.sleep(step)
     return None
+
+
+class Clock:
+    """A clock the test moves by hand (`clock.now += 5`), for code that takes `clock=`."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

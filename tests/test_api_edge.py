@@ -77,6 +77,26 @@ def request(where: str, method: str, path: str, body: Any = None,
         conn.close()
 
 
+@contextlib.contextmanager
+def trickling(socks: list[socket.socket], byte: bytes, every: float) -> Iterator[None]:
+    """While the block runs, one more byte to each socket every `every` seconds."""
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(every):
+            for sock in socks:
+                with contextlib.suppress(OSError):
+                    sock.sendall(byte)
+
+    feeder = threading.Thread(target=trickle)
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join()
+
+
 def test_a_chunked_body_over_the_limit_is_413(director: tuple[str, Runtime]) -> None:
     where, _ = director
     conn = http.client.HTTPConnection(where, timeout=30)
@@ -139,32 +159,21 @@ def test_slow_clients_are_cut_off_and_never_hold_the_api(director: tuple[str, Ru
         sock = socket.create_connection((host, int(port)), timeout=10)
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         slow.append(sock)
-    stop = threading.Event()
-
-    def dribble() -> None:  # a header byte now and then: slowloris
-        while not stop.wait(0.2):
-            for sock in slow:
-                with contextlib.suppress(OSError):
-                    sock.sendall(b"X")
-
-    feeder = threading.Thread(target=dribble)
-    feeder.start()
     try:
-        started = time.monotonic()
-        for _ in range(5):
-            assert request(where, "GET", "/api/v1/status")[0] == 200
-        assert time.monotonic() - started < 10, "the API waited on the slow clients"
-        closed = 0
-        for sock in slow:
-            try:
-                data = sock.recv(4096)
-                closed += data == b"" or data.startswith(b"HTTP/1.1 408")
-            except OSError:
-                closed += 1
-        assert closed == 20, f"{20 - closed} slow clients still connected after the deadline"
+        with trickling(slow, b"X", every=0.2):  # a header byte now and then: slowloris
+            started = time.monotonic()
+            for _ in range(5):
+                assert request(where, "GET", "/api/v1/status")[0] == 200
+            assert time.monotonic() - started < 10, "the API waited on the slow clients"
+            closed = 0
+            for sock in slow:
+                try:
+                    data = sock.recv(4096)
+                    closed += data == b"" or data.startswith(b"HTTP/1.1 408")
+                except OSError:
+                    closed += 1
+            assert closed == 20, f"{20 - closed} slow clients still connected after the deadline"
     finally:
-        stop.set()
-        feeder.join()
         for sock in slow:
             sock.close()
 
@@ -280,26 +289,15 @@ def test_bodies_sent_a_byte_at_a_time_never_hold_the_api(director: tuple[str, Ru
         assert head.startswith(b"HTTP/1.1 401"), head
         assert b"Connection: close" in head + sock.recv(4096)
     slow = dribbling(where, 20, token=True)
-    stop = threading.Event()
-
-    def dribble() -> None:
-        while not stop.wait(0.3):
-            for sock in slow:
-                with contextlib.suppress(OSError):
-                    sock.sendall(b" ")
-
-    feeder = threading.Thread(target=dribble)
-    feeder.start()
     try:
-        for path, token in (("/healthz", False), ("/readyz", False), ("/metrics", False),
-                            ("/api/v1/status", True)):  # fmt: skip
-            assert request(where, "GET", path, token=token)[0] == 200, path
-        for sock in slow:
-            answer = sock.recv(200)
-            assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+        with trickling(slow, b" ", every=0.3):
+            for path, token in (("/healthz", False), ("/readyz", False), ("/metrics", False),
+                                ("/api/v1/status", True)):  # fmt: skip
+                assert request(where, "GET", path, token=token)[0] == 200, path
+            for sock in slow:
+                answer = sock.recv(200)
+                assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
     finally:
-        stop.set()
-        feeder.join()
         for sock in anonymous + slow:
             sock.close()
 

@@ -55,7 +55,7 @@ from director.engine.view import Layered, LoopStatus
 from director.schema.config import HealthSettings, parse_config
 from director.web.app import create_app
 from lab.kubeapi import service
-from lab.wait import eventually
+from lab.wait import Clock, eventually
 
 TCP = ServiceKey.inet(IpProtocol.TCP, "198.51.100.10", 80)
 UDP = ServiceKey.inet(IpProtocol.UDP, "198.51.100.10", 53)
@@ -66,14 +66,6 @@ A, B = ("192.0.2.1", 8080), ("192.0.2.2", 8080)
 def vs(key: ServiceKey, *dests: tuple[str, int], weight: int = 1) -> VirtualService:
     servers = {d: RealServer(d[0], d[1], weight, Forwarding.NAT) for d in dests}
     return VirtualService(key, ServiceConfig("rr"), servers, "static/web")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- events -----------------------------------------------------------------------------

@@ -12,16 +12,9 @@ import pytest
 
 from director.adapters.kube import KubeApi, KubeWriter, api_client
 from lab.kubeapi import FakeApiServer
+from lab.wait import Clock
 
 NS, NAME = "lvs-director", "lvs-director"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -50,7 +43,7 @@ def hold(api: FakeApiServer, holder: str, renew: str) -> None:
 def test_a_holder_whose_clock_runs_late_keeps_the_lease_while_it_renews(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     b = writer(api, tmp_path, "b", clock)
     assert b.acquire_lease(NS, NAME, 15) is True
     a = writer(api, tmp_path, "a", clock)
@@ -64,7 +57,7 @@ def test_a_holder_whose_clock_runs_late_keeps_the_lease_while_it_renews(
 def test_a_holder_that_stops_is_replaced_after_a_lease_duration_whatever_its_clock_says(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     b = writer(api, tmp_path, "b", clock)
     assert b.acquire_lease(NS, NAME, 15) is True
     hold(api, "b", stamp(+3600))  # b's clock runs an hour ahead, then b dies

@@ -24,15 +24,7 @@ from director.core.owned import (
     not_run,
     write_atomic,
 )
-from lab.wait import eventually
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from lab.wait import Clock, eventually
 
 
 def test_a_failure_to_run_is_transient_and_a_verdict_is_a_refusal() -> None:
