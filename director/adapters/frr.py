@@ -640,7 +640,9 @@ class FrrSync(Keeper[Mapping[str, Route]]):
         event(log, "owned.repaired", resource="addresses", drift=what)
 
     def poll(self) -> None:
-        """Between changes: ask FRR how its sessions are."""
+        """Between changes: ask FRR how its sessions are, and look at ``lo`` (cheap, and a
+        VIP gone from it black-holes its traffic until it is back)."""
+        self._keep_addresses()
         self._poll()
 
     def withdrawn(self, timeout: float) -> bool:
