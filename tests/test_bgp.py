@@ -695,4 +695,53 @@ def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
         v6 = "2001:db8:100::5/128"
         eventually(lambda: v6 in (sync.frr.running() or {}).get("ipv6", {}), timeout=60,
                    what="the second VIP announced once vtysh is back")  # fmt: skip
-        assert sync.ledger.get("frr").in_sync  # type: ignore[union-attr]
+        eventually(lambda: sync.ledger.get("frr").in_sync,  # type: ignore[union-attr]
+                   what="in sync once the routes went out")  # fmt: skip
+
+
+def test_a_director_restarted_while_frr_runs_its_file_sends_only_the_routes(
+    frr_ns: tuple[Netns, Path], tmp_path: Path
+) -> None:
+    """A restart of the director alone (an upgrade, a rolling restart) while FRR runs on the
+    file the director wrote: its first install sends the routes alone (one vtysh call),
+    where frr-reload.py reads and diffs the whole configuration (a minute under emulation).
+    A boot file that is not the director's, or a change of anything but routes, still goes
+    through frr-reload.py."""
+    from lab.bgp import start_frr
+    from lab.wait import eventually
+
+    ns, conf = frr_ns
+    conf.unlink(missing_ok=True)  # (an earlier test's) FRR starts from nothing
+    start_frr(ns)
+    settings = frr_settings(ns.name, conf)
+    assert settings.bgp is not None
+
+    def director(routes: dict[str, Route]) -> FrrSync:
+        sync = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name)  # type: ignore[arg-type]
+        sync.start()
+        sync.submit(routes)
+        assert sync.settle(60), sync.ledger.get("frr")
+        return sync
+
+    def announced() -> set[str]:
+        running = FrrSync(settings.bgp, settings.pools, "d.yaml", netns=ns.name).frr.running()  # type: ignore[arg-type]
+        return {p for nets in (running or {}).values() for p in nets}
+
+    first = director({VIP: ROUTES[VIP]})
+    assert first.frr.applied_by == "frr-reload"
+    first.stop()
+    second = director(dict(ROUTES))  # restarted, and a new VIP meanwhile
+    try:
+        assert second.frr.applied_by == "vtysh-resume"
+        eventually(lambda: announced() == {f"{VIP}/32", "2001:db8:100::5/128"},
+                   what="the routes of the text, sent alone")  # fmt: skip
+        assert "\n  network " not in conf.read_text()
+    finally:
+        second.stop()
+    conf.write_text(conf.read_text() + "! edited by hand\n")
+    third = director(dict(ROUTES))
+    try:
+        assert third.frr.applied_by == "frr-reload", "a file the director did not write"
+        assert announced() == {f"{VIP}/32", "2001:db8:100::5/128"}
+    finally:
+        third.stop()

@@ -210,6 +210,7 @@ class Frr:
         self.path = Path(bgp.config_file)  # the file FRR boots from (no network lines)
         self.rejected = 0  # configurations FRR refused (a metric)
         self.reloads = 0
+        self.applied_by = ""  # how the last text went in: frr-reload, vtysh, vtysh-resume
         self.last_error: str | None = None
         self.held: set[str] = set()  # VIPs this director put on lo
         self.applied: str | None = None  # the whole text FRR last took (network lines too)
@@ -287,10 +288,12 @@ class Frr:
         vtysh missing mid-upgrade, a timeout, a full disk).
 
         The first install after the director starts goes through frr-reload.py (FRR may
-        run anything). After that, a change of announced prefixes alone is sent as those
-        few commands in one vtysh call (frr-reload.py starts Python and reads back the
-        whole running configuration: seconds on a slow box); anything else, or a failed
-        vtysh call, goes through frr-reload.py."""
+        run anything), unless FRR runs on from the file this director wrote for the same
+        text (a restart of the director alone, or FRR booted from that file): then only
+        the routes are sent. After that, a change of announced prefixes alone is sent as
+        those few commands in one vtysh call (frr-reload.py starts Python and reads back
+        the whole running configuration: seconds on a slow box, a minute under emulation);
+        anything else, or a failed vtysh call, goes through frr-reload.py."""
         if text == self.applied:
             if self.held_back is None:
                 return self.write_boot_file()
@@ -316,6 +319,7 @@ class Frr:
             raise
         self.applied, self.invalid, self.held_back = text, None, None
         self.reloads += 1
+        self.applied_by = how
         self.last_error = None
         self.write_boot_file()
         event(log, "frr.reloaded", file=str(self.path), by=how,
@@ -329,6 +333,8 @@ class Frr:
         # made from checked addresses).
         if self.applied is not None and self.held_back is None and self._announce(text):
             return "vtysh"
+        if self.applied is None and self.held_back is None and self._resume(text):
+            return "vtysh-resume"
         try:
             self.validate(text)
         except FrrRejected:
@@ -420,6 +426,24 @@ class Frr:
         if self.applied is None:
             self.applied = last
         event(log, "frr.restored", level=logging.WARNING, file=str(self.path))
+        return True
+
+    def _resume(self, text: str) -> bool:
+        """FRR runs ``text`` but for its routes, and those alone are sent: when the file FRR
+        boots from is ``text``'s (this director wrote it, once FRR had taken ``text``) and
+        bgpd runs this ASN. False (frr-reload.py then applies the whole text) on any doubt:
+        another file, no ``router bgp``, FRR that cannot be asked, a failed vtysh call."""
+        try:
+            if self.path.read_text() != boot_text(text):
+                return False
+            running = self.running()
+            if running is None:
+                return False
+            self.send_networks(running, _split_networks(text)[1])
+        except (OSError, Failure) as exc:
+            event(log, "frr.resume_skipped", reason=str(exc)[:200],
+                  action="applying with frr-reload.py")  # fmt: skip
+            return False
         return True
 
     def _announce(self, text: str) -> bool:
