@@ -169,3 +169,28 @@ def test_a_failing_value_backs_off_and_the_old_one_is_not_read_back_meanwhile() 
         assert not thing.ledger.get("thing").in_sync  # type: ignore[union-attr]
     finally:
         thing.stop()
+
+
+def test_a_stop_waits_for_a_value_in_flight_but_not_for_a_refused_one() -> None:
+    """A stop (BGP's leave) waits until nothing is in flight. A value the daemon refused
+    stays refused until the input changes: waiting for it to be installed ran out the
+    whole stop timeout (150 s, the routes said to be still announced) while FRR had long
+    withdrawn them on the text it runs."""
+    from director.core.owned import Refused
+
+    thing = Thing()
+    thing.start()
+    try:
+        thing.submit("a")
+        assert thing.quiet(5) and thing.there == {"v": "a"}
+        thing.fail = Refused("the daemon says no")
+        thing.submit("b")
+        started = time.monotonic()
+        assert thing.quiet(10), "a refused value is not in flight"
+        assert time.monotonic() - started < 5
+        assert not thing.settle(0.5), "still not installed"
+        thing.fail = Transient("cannot run it")
+        thing.submit("c")
+        assert not thing.quiet(1.0), "a value that could not run yet is tried again soon"
+    finally:
+        thing.stop()

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from director.core.owned import Failure, Ledger, Retry, Transient, classify
+from director.core.owned import REFUSED, Failure, Ledger, Retry, Transient, classify
 from director.logs import event
 
 T = TypeVar("T")
@@ -91,6 +91,13 @@ class Keeper(Generic[T]):
         with self._cv:
             return self._cv.wait_for(lambda: self._pending is None, timeout)
 
+    def quiet(self, timeout: float = 30.0) -> bool:
+        """Wait until no attempt is in flight or coming soon: the latest value installed,
+        or refused (it stands until the input changes); False after ``timeout``."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._pending is None or (
+                self.retry.kind == REFUSED and not self.retry.due()), timeout)
+
     @property
     def pending(self) -> T | None:
         return self._pending
@@ -149,6 +156,7 @@ class Keeper(Generic[T]):
             with self._cv:
                 if self._pending is None:  # a failed repair is tried again like a new value
                     self._pending = value
+                self._cv.notify_all()
             return
         self.retry.succeeded()
         self.ledger.ok(self.resource, repaired=drift is not None)

@@ -447,8 +447,10 @@ class Runtime:
             time.sleep(0.05)
         started = time.monotonic()
         # A reload in flight (the first after a start goes through frr-reload.py) ends
-        # before the withdrawal can go out: wait for it, however slow the box.
-        settled = self.frr.settle(RELOAD_SECONDS + 30) and self.frr.withdrawn(timeout=10)
+        # before the withdrawal can go out: wait for it, however slow the box. A text FRR
+        # refused waits for a change, but its routes went out on what FRR runs: FRR itself
+        # says whether anything is still announced.
+        settled = self.frr.quiet(RELOAD_SECONDS + 30) and self.frr.withdrawn(timeout=10)
         effect = "-" if settled else "FRR may go on announcing the VIPs after the stop"
         event(log, "bgp.left", level=logging.INFO if settled else logging.ERROR,
               reason=reason, withdrawn=settled, seconds=round(time.monotonic() - started, 1),
