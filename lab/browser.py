@@ -93,7 +93,14 @@ class Browser:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        self.profile.cleanup()
+        # Chromium's helpers (crashpad, the zygote) may write into the profile for a moment
+        # after the browser exits: try again, then leave what is left to the tmp cleaner.
+        for _ in range(5):
+            try:
+                self.profile.cleanup()
+                return
+            except OSError:
+                time.sleep(0.5)
 
     def __enter__(self) -> Browser:
         return self
