@@ -599,7 +599,8 @@ class FrrSync(Keeper[Mapping[str, Route]]):
         event(log, "frr.routes", announced=len(announced), withdrawn=len(value) - len(announced))
 
     def verify(self, value: Mapping[str, Route]) -> str | None:
-        self._keep_addresses()
+        if not self.idle_seconds:  # else every poll looks at lo already
+            self._keep_addresses()
         drift = []
         running = self.frr.running()
         wanted = self.frr.wanted_networks()
