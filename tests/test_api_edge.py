@@ -22,7 +22,8 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from director.cli.runtime import ApiServer, Runtime
+from director.adapters.http import HttpServer as ApiServer
+from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config

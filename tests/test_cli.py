@@ -419,3 +419,61 @@ def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_lin
     done = run_director(config)
     assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr, done.stderr
     assert "cannot load the cluster's credentials" in done.stderr
+
+
+# -- a static box loads what its file uses (issue 38) -------------------------------------------
+def modules_loaded_by_run(config: Path) -> set[str]:
+    """The top-level packages a running ``director run`` has imported once it is ready: the
+    real process (fake dataplane), read from ``python -X importtime``."""
+    import signal
+
+    script = (
+        "import sys; import director.cli.main as cli; "
+        "from director.dataplane.fake import FakeIpvs; "
+        "cli.open_ipvs = lambda netns: FakeIpvs(); "
+        f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
+    )
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", script],
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    said: list[str] = []
+    try:
+        for line in proc.stderr:
+            said.append(line)
+            if "event=controller.ready" in line:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+    assert any("event=controller.ready" in line for line in said), "".join(said)[-2000:]
+    assert proc.returncode == 0, rest
+    return {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in said
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+
+
+CLUSTER_ONLY = {"kubernetes", "urllib3", "yaml", "websocket", "oauthlib"}
+API_ONLY = {"flask", "werkzeug"}
+
+
+def test_a_static_box_without_api_loads_neither_the_cluster_client_nor_the_web_server(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services: [{name: web, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}]\n"
+    )
+    loaded = modules_loaded_by_run(config)
+    assert "director" in loaded and "pydantic" in loaded, "the import log was read"
+    assert loaded.isdisjoint(CLUSTER_ONLY | API_ONLY | {"jinja2"}), sorted(loaded)
+
+
+def test_a_static_box_with_the_api_loads_the_web_server_but_not_the_cluster_client(
+    tmp_path: Path,
+) -> None:
+    loaded = modules_loaded_by_run(api_config(tmp_path))
+    assert loaded >= API_ONLY, sorted(loaded)
+    assert loaded.isdisjoint(CLUSTER_ONLY), sorted(loaded & CLUSTER_ONLY)

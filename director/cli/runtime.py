@@ -16,11 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from director.adapters.frr import RELOAD_SECONDS, FrrSync
-from director.adapters.http import HttpServer as ApiServer
-from director.adapters.keepalived import KeepalivedSync, VrrpFifo
-from director.adapters.kube import RESOURCES, KubeApi, KubeError, KubeWriter, Watcher, api_client
 from director.adapters.metrics import FrrFigures, Metrics, Registry, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
@@ -46,8 +43,13 @@ from director.engine.reload import restart_only
 from director.logs import event
 from director.schema.config import ConfigError, Settings
 from director.schema.reparse import Reparser
-from director.web.app import create_app, early_gate
-from director.web.bodies import MAX_BODY
+
+if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
+    # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
+    from director.adapters.frr import FrrSync
+    from director.adapters.http import HttpServer as ApiServer
+    from director.adapters.keepalived import KeepalivedSync, VrrpFifo
+    from director.adapters.kube import Handler, KubeApi, KubeWriter, Watcher
 
 log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
@@ -120,6 +122,8 @@ class Elector:
 def lease_refusal(exc: BaseException) -> bool:
     """An answer that will not change until someone fixes the cluster: 401, 403 (RBAC), 404
     (the namespace does not exist), 422. Outages, 409 and 429 are passing."""
+    from director.adapters.kube import KubeError
+
     return isinstance(exc, KubeError) and exc.status in (401, 403, 404, 422)
 
 
@@ -137,6 +141,8 @@ def _cluster(
     kube = settings.kubernetes
     if kube is None:
         return None, None
+    from director.adapters.kube import KubeApi, KubeWriter, api_client
+
     where = kubeconfig or kube.kubeconfig
     try:
         kube_api = KubeApi(api_client(where))
@@ -145,6 +151,16 @@ def _cluster(
                          f"{where or 'the pod service account'}: {exc}") from None
     kube_api.api.configuration.retries = False  # the watchers have their own backoff
     return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
+
+
+def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> list[Watcher]:
+    """One watcher per resource the director follows (none without a cluster)."""
+    if kube_api is None:
+        return []
+    from director.adapters.kube import RESOURCES, Watcher
+
+    return [Watcher(kube_api, resource, submit, PARSERS[resource.name],
+                    watch_seconds=watch_seconds) for resource in RESOURCES]  # fmt: skip
 
 
 def _firewall(ipvs: Ipvs, netns: str | None) -> Firewall:
@@ -193,15 +209,7 @@ class Runtime:
         )
         scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts,
                                     self._frr_figures)  # fmt: skip
-        self.watchers = (
-            [
-                Watcher(kube_api, resource, self.controller.submit, PARSERS[resource.name],
-                        watch_seconds=watch_seconds)
-                for resource in RESOURCES
-            ]
-            if kube_api is not None
-            else []
-        )  # fmt: skip
+        self.watchers = _watchers(kube_api, self.controller.submit, watch_seconds)
         kube = settings.kubernetes
         self.elector = (
             Elector(writer, kube.lease_namespace, kube.lease_name, kube.lease_seconds,
@@ -248,6 +256,10 @@ class Runtime:
     ) -> ApiServer | None:
         if settings.api is None:
             return None
+        from director.adapters.http import HttpServer as ApiServer
+        from director.web.app import create_app, early_gate
+        from director.web.bodies import MAX_BODY
+
         app = create_app(
             self.controller,
             read_token(settings.api.token_file),
@@ -294,6 +306,8 @@ class Runtime:
     ) -> tuple[KeepalivedSync, VrrpFifo] | None:
         if settings.ha is None or dry_run:
             return None
+        from director.adapters.keepalived import KeepalivedSync, VrrpFifo
+
         sync = KeepalivedSync(settings.ha, settings.source, ledger=self.controller.health.owned)
         self.controller.on_vips = sync.submit
         fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
@@ -313,6 +327,8 @@ class Runtime:
         for name, why in failed.items():
             event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name, value=SLOPPY[name],
                   reason=why, effect="connections break when directors join or leave")  # fmt: skip
+        from director.adapters.frr import FrrSync
+
         sync = FrrSync(settings.bgp, settings.pools, settings.source, netns=netns,
                        ledger=self.controller.health.owned)  # fmt: skip
         self.controller.on_routes = sync.submit
@@ -450,6 +466,8 @@ class Runtime:
         # before the withdrawal can go out: wait for it, however slow the box. A text FRR
         # refused waits for a change, but its routes went out on what FRR runs: FRR itself
         # says whether anything is still announced.
+        from director.adapters.frr import RELOAD_SECONDS
+
         settled = self.frr.quiet(RELOAD_SECONDS + 30) and self.frr.withdrawn(timeout=10)
         effect = "-" if settled else "FRR may go on announcing the VIPs after the stop"
         event(log, "bgp.left", level=logging.INFO if settled else logging.ERROR,
