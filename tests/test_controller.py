@@ -156,6 +156,39 @@ def test_terminating_endpoint_gets_weight_zero_and_comes_back_in_place(
         )
 
 
+def test_a_pod_moving_between_nodes_moves_the_local_weight_in_place(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    """externalTrafficPolicy Local: each node is weighed by its ready pods, and a pod that
+    moves changes two weights in place (no real server removed and added: no connection cut)."""
+    ipvs = FakeIpvs()
+
+    def spread(on_n1: int, on_n2: int) -> dict[str, object]:
+        eps = [(f"10.1.1.{i}", "n1", True, False) for i in range(on_n1)]
+        eps += [(f"10.1.2.{i}", "n2", True, False) for i in range(on_n2)]
+        return endpoint_slice("web", eps, SLICE_PORTS)
+
+    def weights() -> dict[str, int]:
+        vs = vs_of(ipvs, "198.51.100.0")
+        return {k[0]: rs.weight for k, rs in vs.real_servers.items()} if vs else {}
+
+    with start(kubeconfig, ipvs):
+        api.create("services", service("web", PORTS, etp="Local"))
+        api.create("endpointslices", spread(1, 3))
+        eventually(lambda: weights() == {"192.0.2.11": 1, "192.0.2.12": 3}, what="1:3")
+        before = len(ipvs.applied)
+        api.patch("endpointslices", "web-abcde", spread(2, 2))
+        eventually(lambda: weights() == {"192.0.2.11": 2, "192.0.2.12": 2}, what="2:2")
+        assert {op.kind for op in ipvs.applied[before:]} == {OpKind.SET_DEST}
+        api.patch("endpointslices", "web-abcde", spread(0, 4))
+        eventually(lambda: weights().get("192.0.2.12") == 4, what="n2 takes all")
+        # n1 has no pod left: it is no real server any more (kube-proxy there would drop).
+        eventually(lambda: weights() == {"192.0.2.12": 4}, what="n1 gone")
+        api.patch("services", "web", {"metadata": {"annotations": {
+            "lvs-director.io/local-weights": "even"}}})  # fmt: skip
+        eventually(lambda: weights() == {"192.0.2.12": 1}, what="turned off by annotation")
+
+
 def test_restart_against_an_unchanged_cluster_writes_nothing(
     api: FakeApiServer, kubeconfig: Path
 ) -> None:

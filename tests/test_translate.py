@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.translate import Policy, ipam_request, translate
@@ -69,6 +71,71 @@ def test_local_traffic_policy_keeps_only_nodes_with_a_ready_endpoint() -> None:
     eps = slices(("10.1.0.5", "n2", True, False))
     vs = translate(s, ["198.51.100.1"], eps, NODES, POLICY).services[KEY]
     assert list(vs.real_servers) == [("192.0.2.12", 30080)]
+
+
+THREE = {name: node_from_json(node(name, f"192.0.2.2{i}")) for i, name in enumerate("abc", 1)}
+
+
+def pods(spread: dict[str, int], *, terminating: str | None = None):  # type: ignore[no-untyped-def]
+    """Ready pods per node (10.1.<node>.<i>), and one terminating on ``terminating``."""
+    eps = [(f"10.1.{ord(n)}.{i}", n, True, False) for n, count in spread.items()
+           for i in range(count)]  # fmt: skip
+    if terminating is not None:
+        eps.append(("10.1.99.1", terminating, True, True))
+    return slices(*eps)
+
+
+def local_weights(spread: dict[str, int], **kw):  # type: ignore[no-untyped-def]
+    out = translate(svc(etp="Local", **kw), ["198.51.100.1"], pods(spread), THREE, POLICY)
+    return {k[0]: rs.weight for k, rs in out.services[KEY].real_servers.items()}, out
+
+
+def test_local_traffic_policy_weighs_each_node_by_its_ready_pods() -> None:
+    """MetalLB's most asked-for fix: ETP Local with pods spread 1:2:5 over three nodes gets
+    the same 1:2:5 of the traffic, not a third each (a node's kube-proxy serves only its own)."""
+    weights, _ = local_weights({"a": 1, "b": 2, "c": 5})
+    assert weights == {"192.0.2.21": 1, "192.0.2.22": 2, "192.0.2.23": 5}
+    on_vip = replace(POLICY, nodeport_vips=("198.51.100.99",))  # the NodePort VIP alike
+    out = translate(svc(etp="Local"), ["198.51.100.1"], pods({"a": 1, "b": 2}), THREE, on_vip)
+    vip = out.services[ServiceKey.inet(Protocol.TCP, "198.51.100.99", 30080)]
+    assert {k[0]: rs.weight for k, rs in vip.real_servers.items()} == {
+        "192.0.2.21": 1, "192.0.2.22": 2}  # fmt: skip
+    policy = replace(POLICY, weight=10)  # in units of the configured weight
+    out = translate(svc(etp="Local"), ["198.51.100.1"], pods({"a": 1, "c": 3}), THREE, policy)
+    assert {k[0]: rs.weight for k, rs in out.services[KEY].real_servers.items()} == {
+        "192.0.2.21": 10, "192.0.2.23": 30}  # fmt: skip
+
+
+def test_local_weights_count_ready_pods_once_and_terminating_ones_not_at_all() -> None:
+    eps = slices(("10.1.0.1", "a", True, False), ("10.1.0.2", "a", True, False),
+                 ("10.1.0.3", "b", True, True))  # fmt: skip
+    again = slices(("10.1.0.2", "a", True, False), name="web")  # a pod in two slices at once
+    out = translate(svc(etp="Local"), ["198.51.100.1"], [*eps, *again], THREE, POLICY)
+    weights = {k[0]: rs.weight for k, rs in out.services[KEY].real_servers.items()}
+    assert weights == {"192.0.2.21": 2, "192.0.2.22": 0}, "b only drains: its pod is going"
+    assert out.draining == {(KEY, ("192.0.2.22", 30080))}
+
+
+def test_local_weights_are_capped_at_the_highest_weight_ipvs_takes() -> None:
+    policy = replace(POLICY, weight=1000)
+    out = translate(svc(etp="Local"), ["198.51.100.1"], pods({"a": 70}), THREE, policy)
+    assert [rs.weight for rs in out.services[KEY].real_servers.values()] == [65535]
+
+
+def test_local_weights_can_be_turned_off_per_service_and_a_bad_value_is_refused() -> None:
+    even = {"lvs-director.io/local-weights": "even"}
+    weights, _ = local_weights({"a": 1, "b": 2, "c": 5}, annotations=even)
+    assert weights == {"192.0.2.21": 1, "192.0.2.22": 1, "192.0.2.23": 1}
+    weights, out = local_weights({"a": 1, "b": 2}, annotations={
+        "lvs-director.io/local-weights": "pods"})  # fmt: skip
+    assert weights == {"192.0.2.21": 1, "192.0.2.22": 2}, "the default stands"
+    assert [(p.annotation, p.message) for p in out.problems] == [
+        ("lvs-director.io/local-weights", "'pods' is not one of endpoints, even")]  # fmt: skip
+
+
+def test_cluster_traffic_policy_keeps_every_node_at_the_same_weight() -> None:
+    out = translate(svc(), ["198.51.100.1"], pods({"a": 1, "b": 2, "c": 5}), THREE, POLICY)
+    assert {rs.weight for rs in out.services[KEY].real_servers.values()} == {1}
 
 
 def test_pod_mode_uses_ready_endpoints_and_drains_terminating_ones() -> None:

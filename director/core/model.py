@@ -261,6 +261,7 @@ class ServiceKey:
 
 
 DestKey = tuple[str, int]
+MAX_WEIGHT = 65535  # the highest weight ipvsadm and the director's configuration accept
 
 
 class RealServer(NamedTuple):

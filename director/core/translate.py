@@ -4,7 +4,9 @@ One Service becomes one virtual service per (load-balancer address, port), plus 
 node port on the NodePort VIP when one is configured. Real servers are the usable nodes at
 the node port (``nodeport`` mode) or the ready endpoints at their target port (``pod``
 mode). Serving-but-terminating endpoints are kept at weight 0 and reported as draining, so
-their open connections finish while new ones go elsewhere.
+their open connections finish while new ones go elsewhere. With ``externalTrafficPolicy:
+Local`` a node serves only its own pods, so its weight is the number of its ready local
+endpoints (a node with three pods takes three times the share of a node with one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from director.core.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
 from director.core.ipam import Address, Request
 from director.core.model import (
     CONFIGURABLE_FORWARDING,
+    MAX_WEIGHT,
     DestKey,
     Family,
     Forwarding,
@@ -44,7 +47,9 @@ A_IPS = PREFIX + "load-balancer-ips"
 A_POOL = PREFIX + "pool"
 A_SHARED = PREFIX + "allow-shared-ip"
 A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
+A_LOCAL_WEIGHTS = PREFIX + "local-weights"  # endpoints (the default) | even
 BACKEND_MODES = ("nodeport", "pod")
+LOCAL_WEIGHTS = ("endpoints", "even")
 NODE_HEALTHZ = CheckSpec("http", "/healthz", (200, 200), interval=2.0, timeout=1.0, rise=1, fall=1)
 PROTOCOLS = {"TCP": IpProtocol.TCP, "UDP": IpProtocol.UDP, "SCTP": IpProtocol.SCTP}
 
@@ -58,6 +63,8 @@ class Options:
     forwarding: Forwarding
     backends: str
     scheduler_source: str = "default"  # default | annotation
+    # externalTrafficPolicy Local: weigh each node by its ready local endpoints (else evenly)
+    local_weights: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +223,19 @@ def options(
                 Problem(A_BACKENDS, f"{text!r} is not one of {', '.join(BACKEND_MODES)}")
             )
             backends = base.backends
-    return _shared(Options(scheduler, flags, forwarding, backends, source)), problems
+    local_weights = base.local_weights
+    text = svc.annotations.get(A_LOCAL_WEIGHTS)
+    if text is None:
+        local_weights = True
+    elif text in LOCAL_WEIGHTS:
+        local_weights = text == "endpoints"
+    else:
+        problems.append(
+            Problem(A_LOCAL_WEIGHTS, f"{shown(text)} is not one of {', '.join(LOCAL_WEIGHTS)}")
+        )
+    return _shared(
+        Options(scheduler, flags, forwarding, backends, source, local_weights)
+    ), problems
 
 
 def _bgp_problems(scheduler: str, policy: Policy) -> list[Problem]:
@@ -310,7 +329,9 @@ def _target_port(port: Mapping[str, int], svc_port_name: str, target: int | str)
     return target if isinstance(target, int) else 0
 
 
-Backend = tuple[str, int, bool]  # address, port, live (False: draining at weight 0)
+# address, port, share: the real server's weight in units of the configured weight (0:
+# draining; a node under externalTrafficPolicy Local: its ready local endpoints)
+Backend = tuple[str, int, int]
 Endpoint = tuple[str, str | None, bool, Mapping[str, int]]  # address, node, ready, ports
 
 
@@ -348,7 +369,7 @@ def translate(
         else 0
     )
     wants = _lb_wants(svc, addresses, slices, nodes, policy, opts=opts, problems=problems)
-    wants += _nodeport_wants(svc, slices, nodes, policy)
+    wants += _nodeport_wants(svc, slices, nodes, policy, opts.local_weights)
     out: dict[ServiceKey, VirtualService] = {}
     checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
     draining: set[tuple[ServiceKey, DestKey]] = set()
@@ -398,27 +419,45 @@ def _endpoints(slices: Iterable[SliceInfo], family: Family) -> list[Endpoint]:
     return found
 
 
+def _local_shares(
+    slices: Iterable[SliceInfo], family: Family, by_endpoints: bool
+) -> dict[str, int]:
+    """externalTrafficPolicy Local: each node with an endpoint of the family, and its share:
+    its ready endpoints (each address once, however many slices list it), or 1 for every
+    node with one when ``by_endpoints`` is off; 0 for a node whose endpoints are all
+    terminating (its connections finish, new ones go elsewhere)."""
+    ready: dict[str, set[str]] = {}
+    for address, where, is_ready, _ports in _endpoints(slices, family):
+        if where is not None:
+            found = ready.setdefault(where, set())
+            if is_ready:
+                found.add(address)
+    if by_endpoints:
+        return {node: len(addresses) for node, addresses in ready.items()}
+    return {node: 1 if addresses else 0 for node, addresses in ready.items()}
+
+
 def _node_backends(
     svc: ServiceInfo,
     slices: Iterable[SliceInfo],
     nodes: Mapping[str, NodeInfo],
     family: Family,
     port: int,
+    *,
+    by_endpoints: bool = True,
 ) -> list[Backend]:
-    """The usable nodes at ``port`` (with ``Local`` traffic: only nodes with an endpoint)."""
-    local: dict[str, bool] | None = None
+    """The usable nodes at ``port`` (with ``Local`` traffic: only nodes with an endpoint,
+    weighed by their ready endpoints unless ``by_endpoints`` is off)."""
+    local: dict[str, int] | None = None
     if svc.external_traffic_policy == "Local":
-        local = {}
-        for _addr, where, ready, _ports in _endpoints(slices, family):
-            if where is not None:
-                local[where] = local.get(where, False) or ready
+        local = _local_shares(slices, family, by_endpoints)
     out: list[Backend] = []
     for node in nodes.values():
         if not node.usable or (local is not None and node.name not in local):
             continue
         for address in node.internal_ips:
             if Family.of(address) is family:
-                out.append((address, port, True if local is None else local[node.name]))
+                out.append((address, port, 1 if local is None else local[node.name]))
     return out
 
 
@@ -453,14 +492,15 @@ def _lb_wants(
                 continue
             if opts.backends == "pod":
                 backends = [
-                    (a, _target_port(ports, sp.name, sp.target_port), live)
+                    (a, _target_port(ports, sp.name, sp.target_port), 1 if live else 0)
                     for a, _node, live, ports in _endpoints(slices, family)
                 ]
             else:
                 # nat rewrites to the node port; dr and tun cannot change the port, and
                 # kube-proxy on the node accepts the load-balancer address at the port.
                 port = sp.node_port if opts.forwarding is Forwarding.NAT else sp.port
-                backends = _node_backends(svc, slices, nodes, family, port)
+                backends = _node_backends(svc, slices, nodes, family, port,
+                                          by_endpoints=opts.local_weights)  # fmt: skip
             key = ServiceKey(family, protocol, address, sp.port)
             origin = f"{svc.ref}:{sp.name or sp.port}"
             wants.append(_Want(key, backends, origin, opts.backends != "pod", allowed))
@@ -472,6 +512,7 @@ def _nodeport_wants(
     slices: tuple[SliceInfo, ...],
     nodes: Mapping[str, NodeInfo],
     policy: Policy,
+    by_endpoints: bool = True,
 ) -> list[_Want]:
     """One virtual service per node port on each NodePort VIP."""
     if not wants_nodeports(svc, policy):
@@ -484,7 +525,8 @@ def _nodeport_wants(
             if protocol is None or not sp.node_port:
                 continue
             key = ServiceKey(family, protocol, vip, sp.node_port)
-            backends = _node_backends(svc, slices, nodes, family, sp.node_port)
+            backends = _node_backends(svc, slices, nodes, family, sp.node_port,
+                                      by_endpoints=by_endpoints)  # fmt: skip
             wants.append(_Want(key, backends, f"{svc.ref}:nodeport/{sp.node_port}", True))
     return wants
 
@@ -502,11 +544,13 @@ def _virtual_service(
     dests: dict[DestKey, RealServer] = {}
     targets: dict[DestKey, tuple[Target, ...]] = {}
     draining: list[DestKey] = []
-    for address, port, live in want.backends:
+    for address, port, share in want.backends:
         if port <= 0 or (address, port) in dests:
             continue
-        dests[(address, port)] = RealServer(address, port, weight if live else 0, forwarding)
-        if not live:
+        dests[(address, port)] = RealServer(
+            address, port, min(weight * share, MAX_WEIGHT), forwarding
+        )
+        if not share:
             draining.append((address, port))
         found: list[Target] = []
         if check is not None:

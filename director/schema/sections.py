@@ -19,6 +19,7 @@ from director.core.checks import CheckSpec, parse_check
 from director.core.model import (
     CONFIGURABLE_FORWARDING,
     KNOWN_SCHEDULERS,
+    MAX_WEIGHT,
     Family,
     Forwarding,
     plain_network,
@@ -49,7 +50,6 @@ from director.schema.fields import (
 )
 
 DEFAULT_CLASS = "lvs-director.io/ipvs"
-MAX_WEIGHT = 65535
 SECTION = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
 
 

@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from director.core.ipam import Announce, Pool, PoolError
 from director.core.model import (
+    MAX_WEIGHT,
     Family,
     Forwarding,
     IpProtocol,
@@ -49,7 +50,6 @@ from director.schema.fields import (
 )
 from director.schema.sections import (
     FORWARDING,
-    MAX_WEIGHT,
     SCHEDULER,
     SECTION,
     WEIGHT,
