@@ -141,7 +141,8 @@ def test_director_ctl_and_status_drive_the_api(running) -> None:  # type: ignore
     assert bad.returncode == 1 and "HTTP 400: unknown scheduler 'x'; allowed:" in bad.stderr
 
 
-def test_tls_with_the_operators_certificate(tmp_path: Path) -> None:
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1, and its key."""
     openssl = shutil.which("openssl")
     assert openssl, "openssl is needed to make the test certificate"
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -151,6 +152,57 @@ def test_tls_with_the_operators_certificate(tmp_path: Path) -> None:
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )  # fmt: skip
+    return cert, key
+
+
+def test_status_and_ctl_read_the_address_token_and_certificate_from_the_config(
+    tmp_path: Path,
+) -> None:
+    """An operator on the box: `director status --config /etc/director/director.yaml` finds
+    the API (its address, https with its certificate) and the token file on its own."""
+    import socket
+
+    cert, key = certificate(tmp_path)
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    file = tmp_path / "director.yaml"
+    file.write_text(
+        "ownership: {networks: [198.51.100.0/26]}\n"
+        "services: [{name: web, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}]\n"
+        f"api: {{listen: '127.0.0.1:{port}', token_file: {tmp_path / 'token'}, "
+        f"intents_file: {tmp_path / 'intents.json'}, tls_cert: {cert}, tls_key: {key}}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIRECTOR_")}
+
+    def director(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "director", *argv], capture_output=True,
+                              text=True, env=env, timeout=60, check=False)  # fmt: skip
+
+    runtime = Runtime(parse_config(file.read_text(), str(file)), FakeIpvs()).start()
+    try:
+        assert runtime.wait_ready(20)
+        status = director("status", "--config", str(file))
+        assert status.returncode == 0 and "ready:       yes" in status.stdout, status.stderr
+        services = director("ctl", "--config", str(file), "services", "--json")
+        assert json.loads(services.stdout)[0]["origin"]["name"] == "web", services.stderr
+        # An option given wins over the file.
+        elsewhere = director("status", "--config", str(file), "--url", "http://127.0.0.1:1")
+        assert elsewhere.returncode == 5 and "127.0.0.1:1" in elsewhere.stderr
+    finally:
+        runtime.stop()
+    bare = tmp_path / "static.yaml"
+    bare.write_text("ownership: {networks: [198.51.100.0/26]}\n")
+    said = director("status", "--config", str(bare))
+    assert said.returncode == 1
+    assert said.stderr.strip() == (
+        f"director: {bare}: no api: section, so the director serves no admin API"
+    )
+
+
+def test_tls_with_the_operators_certificate(tmp_path: Path) -> None:
+    cert, key = certificate(tmp_path)
     with FakeApiServer() as api:
         text = config(tmp_path, api, f"  tls_cert: {cert}\n  tls_key: {key}\n")
         runtime = Runtime(parse_config(text, "director.yaml"), FakeIpvs()).start()

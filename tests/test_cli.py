@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -364,8 +365,25 @@ def test_shell_completion_follows_the_parser(shell: str) -> None:
     assert "--kubeconfig" in completions(shell, "director", "run", "--")
     files = completions(shell, "director", "run", "--config", EXAMPLE[:-3])
     assert files == (["FILES"] if shell == "zsh" else [EXAMPLE])
+    for option in ("--ca-file", "--config", "--token-file"):  # --ca-file was --cacert here
+        assert completions(shell, "director", "status", option, EXAMPLE[:-3]) == files, option
     if shell == "bash":  # bash filters by what is typed; zsh's compadd does it itself
         assert completions(shell, "director", "ct") == ["ctl"]
+
+
+def test_every_option_completion_treats_as_a_file_is_an_option_of_the_command() -> None:
+    from director.cli.completion import FILE_OPTIONS
+
+    def options(parser: argparse.ArgumentParser) -> set[str]:
+        found: set[str] = set()
+        for action in parser._actions:
+            found.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    found |= options(child)
+        return found
+
+    assert options(cli.build_parser()) >= FILE_OPTIONS
 
 
 @pytest.mark.parametrize(

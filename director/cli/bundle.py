@@ -60,15 +60,9 @@ def _run(argv: list[str], timeout: float = 30) -> str:
 def _api(args: argparse.Namespace, settings: Settings | None, path: str) -> str:
     if settings is None or settings.api is None:
         raise OSError("no api: section in the configuration")
-    listen = settings.api.listen
-    scheme = "https" if settings.api.tls_cert else "http"
-    host = f"[{listen.host}]" if ":" in listen.host else listen.host
-    query = argparse.Namespace(
-        url=args.url or f"{scheme}://{host}:{listen.port}",
-        token_file=args.token_file or settings.api.token_file,
-        ca_file=args.ca_file or settings.api.tls_cert,
-        json=True,
-    )
+    query = argparse.Namespace(url=args.url, token_file=args.token_file, ca_file=args.ca_file,
+                               json=True)  # fmt: skip
+    ctl.from_section(query, settings.api)
     try:
         return json.dumps(ctl.call(query, "GET", path), indent=2) + "\n"
     except ctl.CtlError as exc:

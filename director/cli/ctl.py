@@ -1,7 +1,9 @@
 """``director ctl`` and ``director status``: the admin API from the command line.
 
-The token comes from ``--token-file``, ``$DIRECTOR_TOKEN`` or ``$DIRECTOR_TOKEN_FILE`` (in that
-order), the address from ``--url`` or ``$DIRECTOR_URL`` (default http://127.0.0.1:9180).
+The address, the token and the CA come from the options (``--url``, ``--token-file``,
+``--ca-file``), else from the ``api:`` section of ``--config`` (the director's own file), else
+from ``$DIRECTOR_URL`` (default http://127.0.0.1:9180) and ``$DIRECTOR_TOKEN`` or
+``$DIRECTOR_TOKEN_FILE``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from director.core.errors import DirectorError
@@ -38,10 +40,55 @@ class CtlError(DirectorError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("DIRECTOR_URL", DEFAULT_URL))
-    parser.add_argument("--token-file", help="file holding the API token")
-    parser.add_argument("--ca-file", help="CA bundle for an https URL with a private CA")
+    parser.add_argument("--config", help="the director's configuration file: the API's address, "
+                        "token file and certificate are read from its api: section")  # fmt: skip
+    parser.add_argument("--url", help="the admin API (default: from --config, else $DIRECTOR_URL, "
+                        f"else {DEFAULT_URL})")  # fmt: skip
+    parser.add_argument("--token-file", help="file holding the API token (default: from --config, "
+                        "else $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE)")  # fmt: skip
+    parser.add_argument("--ca-file", help="CA bundle for an https URL with a private CA "
+                        "(default: from --config, api.tls_cert)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
+
+
+class ApiSection(Protocol):
+    """What a client needs of the configuration's ``api:`` section."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def token_file(self) -> str: ...
+    @property
+    def tls_cert(self) -> str | None: ...
+
+
+def from_section(args: argparse.Namespace, api: ApiSection) -> None:
+    """Fill the address, token file and CA the options left out from an ``api:`` section.
+    A director listening on every address (0.0.0.0, ::) is asked on loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(api.host, api.host)
+    host = f"[{host}]" if ":" in host else host
+    scheme = "https" if api.tls_cert else "http"
+    args.url = args.url or f"{scheme}://{host}:{api.port}"
+    args.token_file = args.token_file or api.token_file
+    args.ca_file = args.ca_file or api.tls_cert
+
+
+def resolve(args: argparse.Namespace) -> None:
+    """The options, then ``--config``'s ``api:`` section, then the environment."""
+    config = getattr(args, "config", None)
+    if config:
+        from director.schema.config import ConfigError, load_config
+
+        try:
+            settings = load_config(config)
+        except ConfigError as exc:
+            raise CtlError(f"invalid configuration: {exc}") from None
+        if settings.api is None:
+            raise CtlError(f"{config}: no api: section, so the director serves no admin API")
+        from_section(args, settings.api)
+    args.url = args.url or os.environ.get("DIRECTOR_URL", DEFAULT_URL)
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -390,6 +437,7 @@ def build(sub: Any) -> None:
 
 def main_ctl(args: argparse.Namespace) -> int:
     try:
+        resolve(args)
         return run(args)
     except CtlError as exc:
         print(f"director: {exc}", file=sys.stderr)
