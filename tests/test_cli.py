@@ -153,8 +153,9 @@ def test_keepalived_config_renders_the_static_vips(
     assert vips == ["198.51.100.10/32", "198.51.100.20/32"]  # once per address
     no_ha = tmp_path / "no-ha.yaml"
     no_ha.write_text("defaults: {scheduler: rr}\n")
-    assert cli.main(["keepalived-config", "--config", str(no_ha)]) == 2
-    assert "no ha: section" in capsys.readouterr().err
+    assert cli.main(["keepalived-config", "--config", str(no_ha)]) == 1
+    said = capsys.readouterr().err
+    assert f"{no_ha} is valid but has no ha: section" in said and "invalid" not in said
 
 
 # -- what check says, run does (issue 13, items 12, 14, 17, 29, 30) ---------------------------
@@ -211,9 +212,9 @@ def test_an_api_address_that_is_not_the_boxs_own_fails_check_and_run_in_one_line
 ) -> None:
     config = api_config(tmp_path, listen="192.0.2.254:9180")  # not an address of this host
     assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert "api.listen 192.0.2.254:9180: Cannot assign requested address" in (
+    assert f"{config}:3: api.listen: 192.0.2.254:9180: Cannot assign requested address" in (
         capsys.readouterr().err
-    )
+    )  # the line and the field, as for a fault of the file's own
     assert cli.main(["check", "--offline", "--config", str(config)]) == 0, "an image build"
     done = run_director(config)
     assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
@@ -246,7 +247,7 @@ def test_a_missing_tls_certificate_fails_check_and_run_cleanly(
     config = api_config(tmp_path, tls_cert=str(tmp_path / "no-cert.pem"),
                         tls_key=str(tmp_path / "no-key.pem"))  # fmt: skip
     assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert "api.tls_cert/tls_key: cannot load" in capsys.readouterr().err
+    assert f"{config}:3: api.tls_cert: cannot load it with api.tls_key" in capsys.readouterr().err
     done = run_director(config)
     assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
     assert "api.tls_cert/tls_key: cannot load" in done.stderr
@@ -265,7 +266,7 @@ def test_a_regular_file_at_the_fifo_path_is_never_replaced(
         f"     keepalived: /bin/true}}\n"
     )
     assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert f"ha.fifo {precious} exists and is not a FIFO" in capsys.readouterr().err
+    assert f"{config}:5: ha.fifo: {precious} exists and is not a FIFO" in capsys.readouterr().err
     done = run_director(config)
     assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
     assert f"ha.fifo {precious} exists and is not a FIFO" in done.stderr
@@ -302,6 +303,36 @@ def test_schedulers_say_so_on_a_kernel_without_ipvs_and_answer_json_otherwise(
     assert json.loads(capsys.readouterr().out) == {"schedulers": ["mh", "rr", "wlc"]}
     assert cli.main(["schedulers"]) == 0
     assert capsys.readouterr().out == "mh rr wlc\n"
+
+
+def test_check_names_every_fault_of_a_file_with_its_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """All the faults of one pass, not the first alone; what only the box can tell (the
+    token file) with the line and field of the file that names it, never an empty where."""
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "services:\n"
+        "  - {name: web, address: 198.51.100.10, port: 99999, real_servers: [192.0.2.1:80]}\n"
+        "  - {name: x, address: nope, port: 80, real_servers: []}\n"
+    )
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    assert capsys.readouterr().err.splitlines() == [
+        f"director: invalid configuration: {config}:2: services[0].port: must be an integer "
+        "between 1 and 65535 (got 99999)",
+        f"director: invalid configuration: {config}:3: services[1].address: 'nope' is not an "
+        "IPv4 or IPv6 address",
+    ]
+    assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["line"], e["where"]) for e in report["errors"]] == [
+        (2, "services[0].port"), (3, "services[1].address")]  # fmt: skip
+    assert report["error"] == report["errors"][0]
+    config = api_config(tmp_path, token=None)  # the token file is missing
+    assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert (error["line"], error["where"]) == (3, "api.token_file")
+    assert error["reason"].endswith(": No such file or directory")
 
 
 def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(

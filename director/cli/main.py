@@ -23,12 +23,14 @@ from director.schema.config import (
     Settings,
     bgp_notes,
     json_schema_text,
+    line_of,
     load_config,
 )
 
 _log = logging.getLogger("director.cli")
 EXIT_FAILED_OPS = 1
 EXIT_CONFIG = 2
+SHOWN_FAULTS = 20  # faults of an invalid file printed (check --json lists them all)
 EXIT_NO_IPVS = 3
 EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
@@ -184,20 +186,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """What run would refuse at start. Text (notes on stdout, the refusal on stderr) or, with
-    --json, one object on stdout: {"ok", "config", "kubeconfig", "notes", "error"}."""
+    --json, one object on stdout: {"ok", "config", "kubeconfig", "notes", "error", "errors"}
+    ("error": the first fault in the file, "errors": every fault found, the first included)."""
     report: dict[str, Any] = {"ok": True, "config": None, "kubeconfig": None, "notes": []}
     try:
         code = _check(args, report)
     except ConfigError as exc:
         if not args.json:
             raise
-        report["error"] = {"file": exc.source, "line": exc.line or None, "where": exc.where,
-                           "reason": exc.reason, "message": str(exc)}  # fmt: skip
+        faults = [dict(zip(("file", "line", "where", "reason"), _fields(fault), strict=True),
+                       message=str(fault)) for fault in exc.faults]  # fmt: skip
+        for fault in faults:
+            fault["line"] = fault["line"] or None
+        report["error"], report["errors"] = faults[0], faults
         code = EXIT_CONFIG
     report["ok"] = code == 0
     if args.json:
         print(json.dumps(report, indent=2))
     return code
+
+
+def _fields(fault: ConfigError) -> tuple[str, int, str, str]:
+    return fault.source, fault.line, fault.where, fault.reason
 
 
 def _say(args: argparse.Namespace, report: dict[str, Any], line: str, note: bool = False) -> None:
@@ -224,7 +234,9 @@ def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
 
         problems, notes = preflight(settings, host=not args.offline)
         if problems:
-            raise ConfigError(settings.source, 0, "", problems[0])
+            faults = [ConfigError(settings.source, line_of(settings.source, where), where, why)
+                      for where, why in problems]  # fmt: skip
+            raise ConfigError(*_fields(faults[0]), also=tuple(faults[1:]))
         dests = sum(len(vs.real_servers) for vs in settings.services.values())
         report["config"] = {"file": settings.source, "valid": True,
                             "services": len(settings.services), "real_servers": dests}  # fmt: skip
@@ -279,8 +291,13 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
     from director.adapters.keepalived import render_keepalived
 
     settings = load_config(args.config)
-    if settings.ha is None:
-        raise ConfigError(settings.source, 0, "ha", "no ha: section to render keepalived from")
+    if settings.ha is None:  # a valid file: a box that runs no VRRP pair
+        print(
+            f"director: {settings.source} is valid but has no ha: section: there is no "
+            "keepalived.conf to render for a box that runs no VRRP pair",
+            file=sys.stderr,
+        )
+        return 1
     vips = {key.address for key in settings.services if not key.fwmark}
     sys.stdout.write(render_keepalived(settings.ha, vips, settings.source))
     return 0
@@ -445,7 +462,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return cmd_schedulers(args)
     except ConfigError as exc:
-        print(f"director: invalid configuration: {exc}", file=sys.stderr)
+        for fault in exc.faults[:SHOWN_FAULTS]:
+            print(f"director: invalid configuration: {fault}", file=sys.stderr)
+        if len(exc.faults) > SHOWN_FAULTS:
+            print(f"director: and {len(exc.faults) - SHOWN_FAULTS} more faults in the file "
+                  "(director check --json lists them all)", file=sys.stderr)  # fmt: skip
         return EXIT_CONFIG
     except IpvsUnavailable as exc:
         print(f"director: {exc}.", file=sys.stderr)

@@ -37,7 +37,15 @@ def read_token(path: str) -> str:
     return token
 
 
-def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list[str]]:
+Problem = tuple[str, str]  # the field at fault (api.listen), and what is wrong with it
+
+
+def _problem(where: str, text: str) -> Problem:
+    """(where, the reason): ``text`` without its leading field name."""
+    return where, text.removeprefix(where).lstrip(" :") or text
+
+
+def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], list[str]]:
     """What ``director run`` would refuse at start, found before: (problems, notes).
 
     Files: the token (one line, usable), the TLS pair (loads), the intents file (reads), the
@@ -49,25 +57,25 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list
 
     from director.core.intents import Intents
 
-    problems: list[str] = []
+    problems: list[Problem] = []
     notes: list[str] = []
     api = settings.api
     if api is not None:
         try:
             read_token(api.token_file)
         except ValueError as exc:
-            problems.append(str(exc))
+            problems.append(_problem("api.token_file", str(exc)))
         if api.tls_cert and api.tls_key:
             try:
                 ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
                     api.tls_cert, api.tls_key
                 )
             except (OSError, ValueError) as exc:
-                problems.append(f"api.tls_cert/tls_key: cannot load them: {exc}")
+                problems.append(("api.tls_cert", f"cannot load it with api.tls_key: {exc}"))
         try:
             Intents.load(Path(api.intents_file))
         except ValueError as exc:
-            problems.append(str(exc))
+            problems.append(("api.intents_file", str(exc)))
         if host:
             family = socket.AF_INET6 if ":" in api.host else socket.AF_INET
             for port in (0, api.port) if api.port else (0,):
@@ -81,21 +89,23 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[str], list
                             notes.append(f"{where}: the port is in use now (by a running "
                                          "director, or it will not start)")  # fmt: skip
                         else:
-                            problems.append(f"{where}: {exc.strerror or exc}")
+                            why = f"{where}: {exc.strerror or exc}"
+                            problems.append(_problem("api.listen", why))
                         break
     notes += bgp_notes(settings)
     problems += _kubeconfig(settings)
     if settings.ha is not None:
         fifo = Path(settings.ha.fifo)
         if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
-            problems.append(f"ha.fifo {fifo} exists and is not a FIFO (it would not be replaced)")
+            problems.append(("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be "
+                             "replaced)"))  # fmt: skip
     return problems, notes
 
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
-def _kubeconfig(settings: Settings) -> list[str]:
+def _kubeconfig(settings: Settings) -> list[Problem]:
     """The cluster's credentials ``run`` will load: the kubeconfig file, readable, or (none
     given) a pod's service account."""
     kube = settings.kubernetes
@@ -104,11 +114,11 @@ def _kubeconfig(settings: Settings) -> list[str]:
     if kube.kubeconfig is None:
         if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
             return []
-        return ["kubernetes.kubeconfig is not set, and this is not a Kubernetes pod (no "
-                "service account to fall back on): set it to the director's kubeconfig"]
+        return [("kubernetes.kubeconfig", "not set, and this is not a Kubernetes pod (no "
+                 "service account to fall back on): set it to the director's kubeconfig")]
     try:
         with open(kube.kubeconfig, "rb"):
             pass
     except OSError as exc:
-        return [f"kubernetes.kubeconfig {kube.kubeconfig}: {exc.strerror or exc}"]
+        return [("kubernetes.kubeconfig", f"{kube.kubeconfig}: {exc.strerror or exc}")]
     return []

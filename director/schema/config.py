@@ -69,10 +69,20 @@ __all__ = [
 class ConfigError(DirectorError, ValueError):
     status = 400
 
-    def __init__(self, source: str, line: int, where: str, reason: str) -> None:
+    def __init__(
+        self, source: str, line: int, where: str, reason: str, also: tuple[ConfigError, ...] = ()
+    ) -> None:
+        """``also``: the file's other faults found in the same pass, in file order (the
+        message names the first; ``director check`` lists them all)."""
         self.source, self.line, self.where, self.reason = source, line, where, reason
+        self.also = also
         location = f"{source}:{line}" if line else source
         super().__init__(f"{location}: {where + ': ' if where else ''}{reason}")
+
+    @property
+    def faults(self) -> tuple[ConfigError, ...]:
+        """This fault and the others found with it, in file order."""
+        return (self, *self.also)
 
 
 @schema(frozen=True, slots=True, config=SECTION)
@@ -183,6 +193,18 @@ def _parse(text: str, source: str) -> Settings:
         raise _located(exc, lines, source) from None
 
 
+def line_of(source: str, where: str) -> int:
+    """The line of a field (``api.listen``) in the file ``source``; 0 if it cannot be read
+    or does not name it (a default)."""
+    try:
+        with open(source, encoding="utf-8") as handle:
+            _, lines = yamldoc.precise(handle.read())
+    except (OSError, ValueError, yamldoc.YamlError):
+        return 0
+    path = tuple(where.split("."))
+    return lines.keys.get(path) or lines.values.get(path, 0)
+
+
 def _precise(text: str, source: str) -> tuple[object, yamldoc.Lines]:
     try:
         return yamldoc.precise(text)
@@ -198,7 +220,9 @@ def _where(path: Path) -> str:
 
 
 def _located(exc: Exception, lines: yamldoc.Lines, source: str) -> ConfigError:
-    """The ConfigError of the first fault in the file (by line) that ``exc`` reports."""
+    """The ConfigError of the first fault in the file (by line) that ``exc`` reports, with
+    the others it reports (a field's faults are all found at once; a rule across objects
+    stops at its first)."""
     faults: list[tuple[Path, str, bool]] = []
     if isinstance(exc, ValidationError):
         for error in exc.errors(include_url=False):
@@ -211,8 +235,12 @@ def _located(exc: Exception, lines: yamldoc.Lines, source: str) -> ConfigError:
     elif isinstance(exc, PydanticCustomError):  # a rule refusing a whole section
         ctx = exc.context or {}
         faults.append((tuple(ctx.get("at", ())), str(ctx.get("reason")), bool(ctx.get("key"))))
-    path, reason, key = min(faults, key=lambda f: lines.of(f[0], f[2]))
-    return ConfigError(source, lines.of(path, key), _where(path), reason)
+    found: dict[tuple[int, str], ConfigError] = {}
+    for path, reason, key in faults:
+        line, where = lines.of(path, key), _where(path)
+        found.setdefault((line, where), ConfigError(source, line, where, reason))
+    head, *rest = (found[k] for k in sorted(found))
+    return ConfigError(head.source, head.line, head.where, head.reason, tuple(rest))
 
 
 def _reason(error: Any) -> str:
