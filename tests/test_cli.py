@@ -335,6 +335,35 @@ def test_check_names_every_fault_of_a_file_with_its_line_and_field(
     assert error["reason"].endswith(": No such file or directory")
 
 
+def test_check_says_when_nothing_will_make_a_vip_local_on_this_box(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A single box without ha: never adds its VRRP pools' addresses (keepalived does), nor
+    its static VIPs: IPVS then serves nothing. Said as a note, not refused (the operator may
+    hold the addresses on an interface)."""
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "ownership: {networks: [198.51.100.0/24, 127.0.0.0/8]}\n"
+        "pools: [{name: edge, addresses: [198.51.100.64/28]}]\n"
+        "services:\n"
+        "  - {name: away, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}\n"
+        "  - {name: here, address: 127.0.0.1, port: 80, real_servers: [192.0.2.1:80]}\n"
+    )
+    assert cli.main(["check", "--json", "--config", str(config)]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("pools edge: their addresses are made local by the VRRP pair")
+               for n in notes), notes  # fmt: skip
+    assert any(n.startswith("1 static service address(es) (198.51.100.10) are not this box's")
+               for n in notes), notes  # fmt: skip
+    with_ha = config.read_text() + (
+        "ha: {interface: lo, router_id: a, priority: 100, unicast_source: 192.0.2.250, "
+        "peers: [192.0.2.251]}\n"
+    )
+    config.write_text(with_ha)
+    assert cli.main(["check", "--json", "--offline", "--config", str(config)]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "ha:" in n]
+
+
 def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

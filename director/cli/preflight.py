@@ -5,6 +5,7 @@ imports neither the Kubernetes client nor Flask.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import string
@@ -93,6 +94,7 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
                             problems.append(_problem("api.listen", why))
                         break
     notes += bgp_notes(settings)
+    notes += _unheld(settings, host)
     problems += _kubeconfig(settings)
     if settings.ha is not None:
         fifo = Path(settings.ha.fifo)
@@ -100,6 +102,51 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
             problems.append(("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be "
                              "replaced)"))  # fmt: skip
     return problems, notes
+
+
+def _unheld(settings: Settings, host: bool) -> list[str]:
+    """Addresses nothing will make local on this box. IPVS serves a VIP only where it is one
+    of the box's addresses; keepalived (``ha:``) adds the VRRP pools' and the static services',
+    FRR's part (``bgp:``) the BGP pools'. Without ``ha:`` a VRRP pool's addresses are never
+    added; a static VIP must then be there already (with ``host``: it is looked for)."""
+    if settings.ha is not None:
+        return []
+    notes: list[str] = []
+    vrrp = [pool.name for pool in settings.pools if not pool.announce.bgp]
+    if vrrp:
+        notes.append(
+            f"pools {', '.join(vrrp)}: their addresses are made local by the VRRP pair, and this "
+            "file has no ha: section, so nothing on this box will answer for them; add ha: (the "
+            "pair), or announce them with announce: bgp and a bgp: section"
+        )
+    if host:
+        bgp = settings.bgp_pools
+        missing = [
+            key.address
+            for key in settings.services
+            if not key.fwmark
+            and not any(p.contains(ipaddress.ip_address(key.address)) for p in bgp)
+            and not _local(key.address)
+        ]
+        if missing:
+            shown = ", ".join(sorted(set(missing))[:5]) + (", ..." if len(set(missing)) > 5 else "")
+            notes.append(
+                f"{len(set(missing))} static service address(es) ({shown}) are not this box's, "
+                "and without ha: nothing will add them: IPVS serves an address only where it is "
+                "local (add them to an interface, or add ha:)"
+            )
+    return notes
+
+
+def _local(address: str) -> bool:
+    """Is ``address`` one of this box's (can a socket be bound to it)?"""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
 
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
