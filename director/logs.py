@@ -19,7 +19,11 @@ import traceback
 from types import TracebackType
 from typing import Any
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+# Control characters as logfmt parsers (go-logfmt, the JSON-string rules they follow) read
+# them back: \n, \r, \t and \u00NN, never \xNN; C1 controls and the Unicode line and
+# paragraph separators too, so one event stays one line in every viewer.
+_CONTROL = {c: f"\\u{c:04x}" for c in (*range(32), *range(127, 160), 0x2028, 0x2029)} | {
+    10: "\\n", 13: "\\r", 9: "\\t"}  # fmt: skip
 # syslog priorities (sd-daemon.h), which journald reads from a "<N>" prefix.
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
              logging.CRITICAL: 2}  # fmt: skip

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 SCRIPT = """
 import logging, sys, threading
@@ -104,3 +105,16 @@ def test_every_change_asked_of_the_api_is_audited_with_the_client(
     assert [r.getMessage() for r in caplog.records] == [
         "event=api.audit method=POST path=/api/v1/drains status=403 client=192.0.2.99"
     ]
+
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_any_value_stays_on_one_line_and_reads_back_as_logfmt_parsers_read_it(text: str) -> None:
+    """Cluster text (names, annotations, API errors) holds anything: a quoted value uses the
+    escapes logfmt parsers take (JSON string rules: \\n, \\u001b; never \\x1b), and no
+    character that any viewer reads as a line break."""
+    from director.logs import _value
+
+    out = _value(text)
+    assert len(out.splitlines()) <= 1, out
+    assert (json.loads(out) if out.startswith('"') else out) == text
