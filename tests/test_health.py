@@ -42,6 +42,11 @@ def test_state_changes_after_fall_failures_and_rise_successes() -> None:
         ("tcp", ("tcp", "/")),
         ("http", ("http", "/")),
         ("https:/ready", ("https", "/ready")),
+        ("https://Shop.Example.com/ready", ("https", "/ready", "shop.example.com")),
+        ("http://www.example.com", ("http", "/", "www.example.com")),
+        ("https://192.0.2.1/ready", "the host must be a DNS name"),
+        ("https://www.example.com:8443/", "the host must be a DNS name"),
+        ("https://-bad-.example/", "the host must be a DNS name"),
         ("udp", "the check must be one of"),
         ("tcp:/x", "a tcp check takes no path"),
         ("http:healthz", "must start with /"),
@@ -50,7 +55,8 @@ def test_state_changes_after_fall_failures_and_rise_successes() -> None:
 def test_parse_check(text: str, expected: object) -> None:
     parsed = parse_check(text, CheckSpec())
     if isinstance(expected, tuple):
-        assert not isinstance(parsed, str) and (parsed.kind, parsed.path) == expected
+        assert not isinstance(parsed, str)
+        assert (parsed.kind, parsed.path, parsed.host) == (*expected, None)[:3]
     else:
         assert isinstance(parsed, str) and str(expected) in parsed
 
@@ -155,6 +161,52 @@ def test_checker_tcp_http_and_https(
     finally:
         checker.stop()
         secure.shutdown()
+
+
+def test_a_virtual_host_check_names_the_host_in_sni_and_the_host_header(tmp_path: Path) -> None:
+    """A backend that serves by name (an ingress controller, a virtual-hosted web server)
+    answers its health path only for its name: the check sends it as SNI and as Host."""
+    seen: dict[str, list[str | None]] = {"sni": [], "host": []}
+
+    class Named(Status):
+        def do_GET(self) -> None:
+            seen["host"].append(self.headers.get("Host"))
+            self.send_response(200 if self.headers.get("Host") == "shop.example.com" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=shop.example.com", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Named)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda _sock, name, _ctx: seen["sni"].append(name)  # type: ignore[assignment,func-returns-value]
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    base = CheckSpec("tcp", "/", (200, 399), 0.1, 0.5, 1, 1)
+    named = parse_check("https://shop.example.com/healthz", base)
+    plain = parse_check("https:/healthz", base)
+    assert not isinstance(named, str) and not isinstance(plain, str)
+    checker = Checker(lambda _t, _h: None)
+    checker.start()
+    try:
+        checker.update(add=[Target("127.0.0.1", port, named)])
+        eventually(lambda: checker.health(Target("127.0.0.1", port, named)).checks >= 2)  # type: ignore[union-attr]
+        assert checker.health(Target("127.0.0.1", port, named)).last == "HTTP 200"  # type: ignore[union-attr]
+        assert set(seen["sni"]) == {"shop.example.com"} and set(seen["host"]) == {
+            "shop.example.com"}  # fmt: skip
+        checker.update(add=[Target("127.0.0.1", port, plain)])
+        eventually(lambda: checker.health(Target("127.0.0.1", port, plain)).checks >= 2)  # type: ignore[union-attr]
+        assert checker.health(Target("127.0.0.1", port, plain)).last == "HTTP 404"  # type: ignore[union-attr]
+        assert f"127.0.0.1:{port}" in seen["host"] and None in seen["sni"], "an address: no SNI"
+    finally:
+        checker.stop()
+        server.shutdown()
 
 
 STATIC = """

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from director.core.checks import Health, Target
+from director.core.model import format_endpoint
 from director.logs import event
 
 log = logging.getLogger("director.health")
@@ -190,13 +191,14 @@ class Checker:
                 if target.spec.kind == "tcp":
                     self._finish(probe, True, "tcp connect ok")
                     return
-                host = f"[{target.address}]" if ":" in target.address else target.address
+                host = target.spec.host or format_endpoint(target.address, target.port)
                 probe.request = (
-                    f"GET {target.spec.path} HTTP/1.1\r\nHost: {host}:{target.port}\r\n"
+                    f"GET {target.spec.path} HTTP/1.1\r\nHost: {host}\r\n"
                     "User-Agent: lvs-director-health\r\nConnection: close\r\n\r\n"
                 ).encode()
-                if target.spec.kind == "https":
-                    probe.tls = self._tls.wrap_socket(sock, do_handshake_on_connect=False)
+                if target.spec.kind == "https":  # SNI: the virtual host (none for an address)
+                    probe.tls = self._tls.wrap_socket(sock, do_handshake_on_connect=False,
+                                                      server_hostname=target.spec.host)  # fmt: skip
                     probe.stage = "handshake"
                 else:
                     probe.stage = "send"

@@ -1,6 +1,8 @@
 """What to check of a real server, and its up/down state machine. Pure.
 
-A check is TCP connect, or an HTTP(S) GET whose status must be expected (default 200-399).
+A check is TCP connect, or an HTTP(S) GET whose status must be expected (default 200-399),
+sent to the real server's address; with a host name (``https://www.example.com/ready``) the
+request names it in ``Host`` and, over TLS, in SNI, as a virtual-hosted backend needs.
 A real server goes down after ``fall`` failures in a row and comes back after ``rise``
 successes; it starts up (serving something beats serving nothing while the first results
 come in). ``director.adapters.prober`` runs the checks.
@@ -8,6 +10,7 @@ come in). ``director.adapters.prober`` runs the checks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from director.core.model import format_endpoint, shown
@@ -24,6 +27,7 @@ class CheckSpec:
     timeout: float = 1.0
     rise: int = 2
     fall: int = 3
+    host: str | None = None  # the virtual host: Host header and TLS SNI (else ADDRESS:PORT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,20 +42,35 @@ class Target:
         where = format_endpoint(self.address, self.port)
         if self.spec.kind == "tcp":
             return f"tcp {where}"
-        return f"{self.spec.kind} {where}{self.spec.path}"
+        host = f" (host {self.spec.host})" if self.spec.host else ""
+        return f"{self.spec.kind} {where}{self.spec.path}{host}"
+
+
+# A DNS name (RFC 1123 labels), as a Host header and SNI carry it: no address, no port.
+_HOST = re.compile(r"(?=.{1,253}\Z)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?")
 
 
 def parse_check(text: str, base: CheckSpec) -> CheckSpec | str:
-    """``tcp``, ``http``, ``http:/healthz``, ``https:/ready`` -> a spec, or why not."""
+    """``tcp``, ``http``, ``http:/healthz``, ``https:/ready``, ``https://www.example.com/ready``
+    (a virtual host) -> a spec, or why not."""
     kind, _, path = text.strip().partition(":")
     if kind not in KINDS:
-        return f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path]"
+        return (f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path], "
+                "http[s]://HOST[/path]")  # fmt: skip
     if kind == "tcp" and path:
         return f"{shown(text)}: a tcp check takes no path"
+    host = None
+    if path.startswith("//"):
+        host, slash, rest = path[2:].partition("/")
+        path = slash + rest
+        if not _HOST.fullmatch(host.lower()) or host.replace(".", "").isdigit():
+            return (f"{shown(text)}: the host must be a DNS name (www.example.com), sent as "
+                    "Host and SNI; the check goes to each real server's own address")  # fmt: skip
+        host = host.lower().rstrip(".")
     if path and (not path.startswith("/") or not all(33 <= ord(c) < 127 for c in path)):
         return f"{shown(text)}: the path must start with / and hold no spaces (ASCII, %-encoded)"
     return CheckSpec(kind, path or base.path, base.expect, base.interval, base.timeout,
-                     base.rise, base.fall)  # fmt: skip
+                     base.rise, base.fall, host)  # fmt: skip
 
 
 @dataclass(slots=True)
