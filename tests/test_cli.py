@@ -431,6 +431,26 @@ def test_shell_completion_follows_the_parser(shell: str) -> None:
         assert completions(shell, "director", "ct") == ["ctl"]
 
 
+def test_every_command_option_and_argument_says_what_it_is_for() -> None:
+    """`--help` is for the operator: no option without a help line, and the top level says
+    what the program is (it was a code comment about the composition root)."""
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif action.help is None:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    top = cli.build_parser()
+    walk(top, "director")
+    assert missing == []
+    assert "composition root" not in top.format_help()
+    assert top.description is not None and "load balancer" in top.description
+
+
 def test_every_option_completion_treats_as_a_file_is_an_option_of_the_command() -> None:
     from director.cli.completion import FILE_OPTIONS
 

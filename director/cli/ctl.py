@@ -392,6 +392,9 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
 }  # fmt: skip
 
 
+TARGET_HELP = "NAMESPACE/NAME of a Service, or static/NAME of a static service"
+
+
 def build(sub: Any) -> None:
     status = sub.add_parser("status", help="the director's state, from its admin API")
     add_arguments(status)
@@ -399,7 +402,8 @@ def build(sub: Any) -> None:
     add_arguments(ctl)
     # --json is accepted after the subcommand too (director ctl services --json).
     late = argparse.ArgumentParser(add_help=False)
-    late.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    late.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                      help="print the API's JSON")  # fmt: skip
     what = ctl.add_subparsers(dest="what", required=True)
     services = what.add_parser("services", parents=[late],
                                help="virtual services, schedulers, real servers")  # fmt: skip
@@ -411,18 +415,18 @@ def build(sub: Any) -> None:
     set_ = action.add_parser(
         "set", parents=[late], help="NAMESPACE/NAME (or static/NAME) SCHEDULER"
     )
-    set_.add_argument("target")
-    set_.add_argument("scheduler")
+    set_.add_argument("target", help=TARGET_HELP)
+    set_.add_argument("scheduler", help="one the kernel offers (director schedulers)")
     set_.add_argument("--flag", action="append", help="a scheduler flag (repeat for more)")
     unset = action.add_parser(
         "unset", parents=[late], help="back to the annotation, config or default"
     )
-    unset.add_argument("target")
+    unset.add_argument("target", help=TARGET_HELP)
     drain = what.add_parser("drain", parents=[late], help="weight 0 for ADDRESS[:PORT] everywhere")
-    drain.add_argument("endpoint")
+    drain.add_argument("endpoint", help="ADDRESS or ADDRESS:PORT ([v6]:PORT) of a real server")
     drain.add_argument("--service", help="only in this virtual service ('tcp VIP:PORT')")
     undrain = what.add_parser("undrain", help="undo a drain")
-    undrain.add_argument("endpoint")
+    undrain.add_argument("endpoint", help="ADDRESS or ADDRESS:PORT, as it was drained")
     what.add_parser("drains", parents=[late], help="drains and their progress")
     what.add_parser("bgp", parents=[late], help="BGP sessions, and each VIP's announcement")
     maintenance = what.add_parser("maintenance", help="withdraw every BGP route, or undo it")

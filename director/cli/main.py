@@ -28,6 +28,15 @@ from director.schema.config import (
 )
 
 _log = logging.getLogger("director.cli")
+DESCRIPTION = (
+    "An IPVS load balancer (LVS director) for on-prem Kubernetes and for services declared by "
+    "hand: it programs the kernel's virtual services, keeps them true, and fails over with "
+    "keepalived or scales out behind BGP."
+)
+EPILOG = (
+    "Start with `director check --config FILE`; `director COMMAND --help` for each command. "
+    "The README and docs/ describe the configuration, the admin API and operating it."
+)
 EXIT_FAILED_OPS = 1
 EXIT_CONFIG = 2
 SHOWN_FAULTS = 20  # faults of an invalid file printed (check --json lists them all)
@@ -336,7 +345,7 @@ def _operations(sub: Any) -> None:
         "a foreign one), its nftables table and its BGP VIPs on lo; the director must be "
         "stopped; without --yes, only say what would go",
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="the director's YAML configuration")
     p.add_argument("--netns", help="the IPVS of this network namespace")
     p.add_argument("--yes", action="store_true", help="remove it (without: only show)")
     p = sub.add_parser(
@@ -345,7 +354,7 @@ def _operations(sub: Any) -> None:
         "secrets redacted, status and plan from the API, the IPVS table, sysctls, keepalived's "
         "and FRR's files, recent logs; changes nothing",
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="the director's YAML configuration")
     p.add_argument("--out", help="the file to write (default: director-bundle-HOST-TIME.tar.gz)")
     p.add_argument("--lines", type=int, default=2000, help="journal lines per unit")
     p.add_argument("--url", help="the admin API (default: from the configuration)")
@@ -363,11 +372,11 @@ def _operations(sub: Any) -> None:
         help='print shell completion: eval "$(director completion bash)" in ~/.bashrc (zsh: '
         "the same in ~/.zshrc)",
     )
-    p.add_argument("shell", choices=("bash", "zsh"))
+    p.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete for")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="director", description=__doc__)
+    parser = argparse.ArgumentParser(prog="director", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"director {__version__}")
     parser.add_argument(
         "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
@@ -384,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--netns", help="operate on the IPVS of this network namespace")
         p.add_argument("--json", action="store_true", help="machine-readable output")
     p = sub.add_parser("run", help="run the director: follow the cluster, program IPVS")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="the director's YAML configuration")
     p.add_argument("--netns", help="program the IPVS of this network namespace")
     p.add_argument("--kubeconfig", help="overrides kubernetes.kubeconfig of the config")
     p.add_argument(
@@ -411,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print this director's keepalived.conf for its static VIPs (the Ansible role "
         "installs it once, checked with keepalived -t; the director rewrites it from then on)",
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="the director's YAML configuration")
     p = sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
     p.add_argument("--json", action="store_true", help='{"schedulers": [...]}')
     sub.add_parser(
