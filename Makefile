@@ -30,11 +30,14 @@ system:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The test tools are pinned as the runtime is (requirements-dev.lock, hashes checked); the
+# director itself is installed editable on top, without resolving anything again.
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip uninstall -q -y director 2>/dev/null || true  # the distribution's name before 0.2.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 lint: venv
@@ -101,7 +104,8 @@ wheelhouse: venv
 	$(PY) ansible/roles/director/files/build-wheelhouse.py --source . \
 	  --python-version $(BOX_PYTHON) --platform $(BOX_CPU) --out dist/wheelhouse
 
-# The pinned runtime dependencies (with hashes) the wheelhouse is built from: run after
+# The pinned runtime dependencies (with hashes) the wheelhouse is built from, and the pinned test
+# tools make venv installs (requirements-dev.lock): run after
 # changing the dependencies in pyproject.toml.
 lock: venv
 	$(PY) -m pip install -q uv
@@ -109,6 +113,10 @@ lock: venv
 	  --no-header --quiet -o requirements.lock.new
 	( sed -n '1,4p' requirements.lock; cat requirements.lock.new ) > requirements.lock.tmp
 	rm requirements.lock.new && mv requirements.lock.tmp requirements.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --universal --generate-hashes \
+	  --python-version 3.11 --no-header --quiet -c requirements.lock -o requirements-dev.lock.new
+	( sed -n '1,4p' requirements-dev.lock; cat requirements-dev.lock.new ) > requirements-dev.lock.tmp
+	rm requirements-dev.lock.new && mv requirements-dev.lock.tmp requirements-dev.lock
 
 clean:
 	rm -rf .lab $(VENV) *.egg-info
