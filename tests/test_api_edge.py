@@ -374,3 +374,29 @@ def _answers(proc: Any, where: str) -> bool:
         return request(where, "GET", "/healthz", token=False)[0] == 200
     except OSError:
         return False
+
+
+def test_what_the_application_writes_to_wsgi_errors_is_logged_as_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Flask and its extensions may write to ``wsgi.errors``: those lines arrive as log
+    events, not as raw text between the logfmt lines on stderr."""
+    import logging
+    import urllib.request
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        environ["wsgi.errors"].write("first line\nsecond line\n")
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    server = ApiServer(app, "127.0.0.1", 0, body_bytes=1024)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/"
+        with (caplog.at_level(logging.ERROR, logger="director.api"),
+              urllib.request.urlopen(url, timeout=10) as reply):  # fmt: skip
+            assert reply.read() == b"ok"
+    finally:
+        server.stop()
+    said = [r.getMessage() for r in caplog.records if "api.app_error" in r.getMessage()]
+    assert len(said) == 2 and 'text="first line"' in said[0] and 'text="second line"' in said[1]

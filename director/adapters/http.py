@@ -28,7 +28,6 @@ import resource
 import selectors
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -623,7 +622,7 @@ class HttpServer:
             "wsgi.version": (1, 0),
             "wsgi.url_scheme": "https" if conn.tls else "http",
             "wsgi.input": io.BytesIO(bytes(conn.req.body)),
-            "wsgi.errors": sys.stderr,
+            "wsgi.errors": _ERRORS,
             "wsgi.multithread": True,
             "wsgi.multiprocess": False,
             "wsgi.run_once": False,
@@ -634,6 +633,27 @@ class HttpServer:
             environ["HTTP_" + name.upper().replace("-", "_")] = value
         conn.req.body = bytearray()
         return environ
+
+
+class _ErrorStream:
+    """``wsgi.errors``: what the application writes there becomes log events (one per line,
+    ``event=api.app_error``), never raw text between the logfmt lines on stderr."""
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                event(log, "api.app_error", level=logging.ERROR, text=line[:2000])
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+
+_ERRORS = _ErrorStream()
 
 
 def _quiet(sock: socket.socket) -> bool:
