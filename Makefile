@@ -15,7 +15,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static binutils file \
 	ipvsadm keepalived frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench chaos wheelhouse lock fresh boot-test clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench chaos wheelhouse lock fresh boot-test docs clean
 
 setup: system venv
 
@@ -93,6 +93,12 @@ bench: setup
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.
+# The configuration reference and the JSON Schema, made from the schema (director/schema/):
+# run after changing a field; tests/test_docs.py and tests/test_schema.py fail until then.
+docs: venv
+	$(PY) -m lab.configdoc
+	$(VENV)/bin/director schema > docs/config.schema.json
+
 fresh: setup
 	$(PY) -m lab.fresh
 

@@ -50,16 +50,30 @@ class PeerEntry(Section):
     """One of ``bgp.peers``: an upstream router."""
 
     address: Annotated[str, ADDRESS]
+    """The router's address."""
     asn: Annotated[int, ASN]
+    """The router's AS number."""
     port: Annotated[int, integer(1, 65535)] = 179
+    """The router's BGP port."""
     password: Annotated[str | None, PASSWORD] = None  # TCP MD5
+    """TCP MD5 password of the session, one word (redacted in support bundles; FRR's file is
+    mode 0640)."""
     source: Annotated[str | None, ADDRESS] = None  # update-source (this box's address)
+    """This box's address the session starts from (update-source), of the peer's family."""
     multihop: Annotated[int, integer(0, 255)] = 0  # ebgp-multihop TTL; 0: directly connected
+    """ebgp-multihop TTL for a router that is not directly connected (0: directly connected)."""
     keepalive: Annotated[int, integer(1, 65535)] = 1  # seconds
+    """Seconds between BGP keepalives."""
     hold: Annotated[int, integer(3, 65535)] = 3  # seconds (3 keepalives at least)
+    """BGP hold time in seconds: at least three keepalives."""
     bfd: Annotated[bool, FLAG] = True
+    """Run BFD on the session (FRR's bfdd): a dead director leaves the routers' next hops in
+    under a second."""
     bfd_interval_ms: Annotated[int, integer(10, 60000)] = 300  # both directions
+    """BFD transmit and receive interval in milliseconds; a failure is detected after interval x
+    multiplier."""
     bfd_multiplier: Annotated[int, integer(2, 255)] = 3
+    """BFD packets missed before the session is declared down."""
 
     @model_validator(mode="after")
     def _timers(self) -> PeerEntry:
@@ -76,18 +90,30 @@ class BgpSettings(Section):
     """``bgp:``: announce the VIPs of ``announce: bgp`` pools to these peers."""
 
     asn: Annotated[int, ASN]
+    """Required: this director's AS number (the directors may share one)."""
     router_id: Annotated[str, ADDRESS]  # an IPv4 address (BGP's router id)
+    """Required: the BGP router id, an IPv4 address of this box."""
     peers: tuple[PeerEntry, ...] = ()
+    """Required: the routers the VIPs are announced to."""
     hostname: Annotated[str | None, matching(NAME_RE, lambda _: "letters, digits and _.-")] = None
+    """FRR's hostname line (default: none)."""
     config_file: Annotated[str, FILE_PATH] = "/etc/frr/frr.conf"
+    """The file FRR boots from: the director owns it and writes it without routes, which it
+    sends once its first sync is applied."""
     pathspace: Annotated[str | None, IFNAME] = None  # FRR's -N (a namespace's own daemons)
+    """FRR's -N pathspace, when FRR runs per network namespace."""
     vtysh: Annotated[str, FILE_PATH] = "vtysh"
+    """The vtysh binary."""
     reload: Annotated[str, FILE_PATH] = "/usr/lib/frr/frr-reload.py"
+    """FRR's frr-reload.py."""
     # Seconds between asking FRR how its sessions are (status, metrics); 0: never.
     poll_seconds: Annotated[int, integer(0, 3600)] = 5
+    """Seconds between asking FRR about its sessions and looking at the VIPs on lo (0: never)."""
     # On stop: seconds between withdrawing every route and stopping, for the routers to
     # move the flows (connections already here carry on through the other directors).
     leave_seconds: Annotated[int, integer(0, 300)] = 2
+    """On stop: seconds between withdrawing every route and stopping, for the routers to move
+    the flows."""
 
     @model_validator(mode="after")
     def _valid(self) -> BgpSettings:

@@ -139,9 +139,22 @@ class _FileSchema(GenerateJsonSchema):
 def json_schema() -> dict[str, Any]:
     """The configuration file's JSON Schema (draft 2020-12), from the one schema."""
     out = _DOCUMENT.json_schema(mode="validation", schema_generator=_FileSchema)
+    _one_line(out)
     out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     out["title"] = "director configuration file"
     return out
+
+
+def _one_line(node: object) -> None:
+    """Descriptions (the fields' docstrings, wrapped in the source) as one line each."""
+    if isinstance(node, dict):
+        if isinstance(node.get("description"), str):
+            node["description"] = " ".join(node["description"].split())
+        for value in node.values():
+            _one_line(value)
+    elif isinstance(node, list):
+        for value in node:
+            _one_line(value)
 
 
 def json_schema_text() -> str:

@@ -182,18 +182,38 @@ class ServiceEntry(Section):
             ),
         ),
     ] = None
+    """Label in plans, logs and the API (static/NAME): letters, digits and _.-, at most 63
+    characters, unique."""
     address: Annotated[str | None, ADDRESS] = None
+    """The VIP (with port); a firewall-mark service gives fwmark instead."""
     port: Annotated[int | None, integer(1, 65535)] = None
+    """The VIP's port."""
     protocol: Annotated[str | None, one_of("tcp", "udp", "sctp")] = None  # tcp
+    """tcp (the default), udp or sctp."""
     fwmark: Annotated[int | None, integer(1, 0xFFFFFFFF)] = None
+    """A firewall-mark service instead of address and port (the mark is set by nftables or
+    iptables)."""
     family: Annotated[str | None, one_of("ipv4", "ipv6")] = None  # with fwmark
+    """A firewall-mark service's address family: ipv4 (the default) or ipv6."""
     scheduler: Annotated[str | None, SCHEDULER] = None
+    """The service's scheduler (default: defaults.scheduler)."""
     flags: Annotated[tuple[str, ...], list_of(TEXT)] = ()
+    """Scheduler flags: sh-fallback, sh-port (sh), mh-fallback, mh-port (mh), flag-1..3,
+    onepacket (UDP only). The kernel keeps bits: flag-1 with sh is stored, and shown, as
+    sh-fallback."""
     persistence: Annotated[int, integer(0, MAX_PERSISTENCE)] = 0  # seconds
+    """Seconds a client sticks to its real server (0: off)."""
     netmask: Annotated[int | None, integer(1, 128)] = None  # 32 at most for IPv4
+    """Persistence granularity as a prefix length (default: 32, or 128 for IPv6)."""
     forwarding: Annotated[Forwarding | None, FORWARDING] = None
+    """Forwarding of its real servers that name none (default: defaults.forwarding). An IPv4
+    real server in an IPv6 service, or the reverse, needs tun."""
     real_servers: Annotated[tuple[RealServerEntry, ...], list_of(REAL_SERVER)] = ()
+    """ADDRESS:PORT ([v6]:PORT), or a mapping: address, port (default: the service's), weight
+    (0-65535), forwarding, upper_threshold, lower_threshold."""
     health_check: Annotated[str | None, TEXT] = None  # none, tcp, http[:/path], https[:/path]
+    """This service's check: none, tcp, http:/path, https:/path or http[s]://HOST/path (default:
+    health.check)."""
 
     def key(self) -> ServiceKey:
         if self.fwmark is not None:
@@ -271,14 +291,26 @@ class PoolEntry(Section):
             DNS_LABEL_RE, lambda _: "a pool name is a DNS label (lowercase letters, digits, -)"
         ),
     ]
+    """A DNS label; a Service asks for the pool with lvs-director.io/pool."""
     # CIDRs (198.51.100.0/24) and ranges (198.51.100.10-198.51.100.20)
     addresses: Annotated[tuple[str, ...], list_of(TEXT)]
+    """CIDRs (198.51.100.0/24) and ranges (198.51.100.10-198.51.100.20), IPv4 and IPv6. Pools
+    may not overlap, nor reach into unspecified, loopback, link-local, multicast, reserved or
+    IPv4-mapped addresses, nor hold the box's own."""
     auto_assign: Annotated[bool, FLAG] = True  # false: only Services that ask for the pool
+    """Give addresses to any Service; false: only to Services that ask for this pool."""
     all_addresses: Annotated[bool, FLAG] = False  # IPv4 CIDRs give out network and broadcast
+    """IPv4 CIDRs of /30 and wider also give out their network and broadcast addresses (skipped
+    by default: some clients and routers mishandle them)."""
     # vrrp: the keepalived pair moves the addresses (ha:); bgp: announced to bgp.peers
     announce: Annotated[str, one_of("vrrp", "bgp")] = "vrrp"
+    """How the addresses reach the network: vrrp (the keepalived pair holds them) or bgp (every
+    director announces them to bgp.peers)."""
     communities: Annotated[tuple[str, ...], list_of(COMMUNITY)] = ()  # bgp only
+    """BGP communities set on this pool's routes (AA:NN, or a well-known name); announce: bgp
+    only."""
     local_preference: Annotated[int | None, integer(0, 4294967295)] = None  # bgp only
+    """BGP local preference set on this pool's routes; announce: bgp only."""
 
     def compile(self) -> Pool:
         if self.announce != "bgp":
@@ -324,6 +356,9 @@ class OwnershipEntry(Section):
     networks: Annotated[
         tuple[Network, ...], list_of(Rule(_network, {"type": "string", "format": "cidr"}))
     ] = ()
+    """CIDRs (IPv4, IPv6) whose virtual services the director owns; its pools and NodePort VIPs
+    are added. Anything else in the kernel is left alone and reported."""
     fwmarks: Annotated[
         tuple[range, ...], list_of(Rule(_marks, {"type": "string", "examples": ["100-199"]}))
     ] = ()
+    """Firewall marks, or ranges like 1000-1999, whose services the director owns."""
