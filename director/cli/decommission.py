@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 
-from director.cli.main import EXIT_FAILED_OPS, _print_plan, open_ipvs
+from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, print_plan
 from director.engine.reconcile import Reconciler
 from director.schema.config import Settings, load_config
 
@@ -69,7 +69,7 @@ def cmd_decommission(args: argparse.Namespace) -> int:
         report = Reconciler(ipvs, settings.ownership, dry_run=not args.yes).full_sync({})
     finally:
         ipvs.close()
-    _print_plan(settings, report.plan, "Removed by" if args.yes else "Decommission of")
+    print_plan(settings, report.plan, "Removed by" if args.yes else "Decommission of")
     table = subprocess.run([*_nft(args.netns), "list", "table", "inet", "director"],
                            capture_output=True, text=True, check=False).returncode == 0  # fmt: skip
     vips = _bgp_vips(settings, args.netns)

@@ -6,16 +6,14 @@ import argparse
 import json
 import logging
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from director import __version__, logs
 from director.cli import ctl
-from director.core.model import Op, OpKind
-from director.core.plan import Plan
-from director.dataplane.interface import Ipvs, IpvsUnavailable
+from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, plan_json, print_plan
+from director.dataplane.interface import IpvsUnavailable
 from director.engine.reconcile import Reconciler
 from director.schema.config import (
     ConfigError,
@@ -37,70 +35,10 @@ EPILOG = (
     "Start with `director check --config FILE`; `director COMMAND --help` for each command. "
     "The README and docs/ describe the configuration, the admin API and operating it."
 )
-EXIT_FAILED_OPS = 1
 EXIT_CONFIG = 2
 SHOWN_FAULTS = 20  # faults of an invalid file printed (check --json lists them all)
 EXIT_NO_IPVS = 3
 EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
-
-
-def open_ipvs(netns: str | None) -> Ipvs:
-    from director.dataplane.kernel import KernelIpvs  # only the kernel commands pay for netlink
-
-    return KernelIpvs(netns)
-
-
-def _summary(ops: Sequence[Op]) -> str:
-    counts = Counter(op.kind for op in ops)
-    parts = []
-    for verb, service_kind, dest_kind in (
-        ("To remove", OpKind.DEL_SERVICE, OpKind.DEL_DEST),
-        ("To change in place", OpKind.SET_SERVICE, OpKind.SET_DEST),
-        ("To add", OpKind.ADD_SERVICE, OpKind.ADD_DEST),
-    ):
-        things = [
-            f"{n} {noun}{'s' if n != 1 else ''}"
-            for n, noun in ((counts[service_kind], "service"), (counts[dest_kind], "real server"))
-            if n
-        ]
-        if things:
-            parts.append(f"{verb}: {', '.join(things)}.")
-    return " ".join(parts)
-
-
-def _print_plan(settings: Settings, plan: Plan, verb: str) -> None:
-    print(
-        f"{verb} {settings.source} against this kernel's IPVS "
-        f"(owned: {settings.ownership.describe()})"
-    )
-    for op in plan.ops:
-        origin = f"   [{op.origin}]" if op.origin else ""
-        indent = "  " if op.kind in (OpKind.ADD_DEST, OpKind.SET_DEST, OpKind.DEL_DEST) else ""
-        print(f"{indent}{op.describe()}{origin}")
-    print("No changes: the kernel matches the configuration." if plan.empty else _summary(plan.ops))
-    for key in plan.foreign:
-        print(f"Left alone (not owned): {key}")
-    for key, reason in plan.refused:
-        print(f"Refused: {key}: {reason}")
-
-
-def _plan_json(plan: Plan) -> str:
-    return json.dumps(
-        {
-            "ops": [
-                {
-                    "op": op.kind.value,
-                    "service": str(op.key),
-                    "detail": op.describe(),
-                    "origin": op.origin,
-                }
-                for op in plan.ops
-            ],
-            "foreign": [str(k) for k in plan.foreign],
-            "refused": [{"service": str(k), "reason": r} for k, r in plan.refused],
-        },
-        indent=2,
-    )
 
 
 def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
@@ -112,9 +50,9 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
     finally:
         ipvs.close()
     if args.json:
-        print(_plan_json(report.plan))
+        print(plan_json(report.plan))
     else:
-        _print_plan(settings, report.plan, "Applied" if apply else "Plan for")
+        print_plan(settings, report.plan, "Applied" if apply else "Plan for")
     if apply:
         for failure in report.result.errors:
             print(f"FAILED {failure.describe()}", file=sys.stderr)
