@@ -342,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
     ctl.build(sub)
     p = sub.add_parser("check", help="validate a configuration file (and a kubeconfig) and exit")
-    p.add_argument("--config")
+    p.add_argument("--config", help="the director's YAML configuration to validate")
     p.add_argument("--kubeconfig", help="also check that this kubeconfig loads")
     p.add_argument(
         "--offline",
