@@ -575,3 +575,18 @@ def test_a_static_box_with_the_api_loads_the_web_server_but_not_the_cluster_clie
     loaded = modules_loaded_by_run(api_config(tmp_path))
     assert loaded >= API_ONLY, sorted(loaded)
     assert loaded.isdisjoint(CLUSTER_ONLY), sorted(loaded & CLUSTER_ONLY)
+
+
+def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:
+    """`director ctl` and `bundle` fill in the rules the API's routes are registered with
+    (director.schema.paths): a renamed route cannot leave the client calling the old path."""
+    from director.schema import paths
+    from director.web.app import create_app  # noqa: F401  (registers every route)
+    from director.web.registry import OPERATIONS
+
+    assert {op.rule for op in OPERATIONS} == set(paths.ALL)
+    for module in ("ctl.py", "bundle.py"):
+        text = (Path(cli.__file__).parent / module).read_text()
+        assert "/api/v1" not in text, module
+    assert paths.url(paths.SERVICE_SCHEDULER, namespace="shop", name="a/b") == (
+        "/api/v1/services/shop/a%2Fb/scheduler")  # fmt: skip

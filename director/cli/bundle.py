@@ -21,6 +21,7 @@ from pathlib import Path
 
 from director import __version__
 from director.cli import ctl
+from director.schema import paths
 from director.schema.config import ConfigError, Settings, load_config
 from director.schema.yamldoc import secret_values
 
@@ -91,9 +92,9 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
         manifest.append("ok      the configuration is valid")
     except ConfigError as exc:
         manifest.append(f"invalid the configuration: {exc}")
-    part("api/status.json", lambda: _api(args, settings, "/api/v1/status"))
-    part("api/plan.json", lambda: _api(args, settings, "/api/v1/plan"))
-    part("api/bgp.json", lambda: _api(args, settings, "/api/v1/bgp"))
+    part("api/status.json", lambda: _api(args, settings, paths.STATUS))
+    part("api/plan.json", lambda: _api(args, settings, paths.PLAN))
+    part("api/bgp.json", lambda: _api(args, settings, paths.BGP))
     part("kernel/ipvsadm-Ln.txt", lambda: _run(["ipvsadm", "-Ln", "--stats"]))
     part("kernel/ipvsadm-daemon.txt", lambda: _run(["ipvsadm", "-Ln", "--daemon"]))
     part("kernel/sysctl-net.ipv4.vs.txt", lambda: _run(["sysctl", "net.ipv4.vs"]))

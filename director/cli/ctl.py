@@ -14,10 +14,10 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from director.core.errors import DirectorError
 from director.core.model import canonical_address
+from director.schema import paths
 
 DEFAULT_URL = "http://127.0.0.1:9180"
 
@@ -154,14 +154,14 @@ def _endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def _split_target(text: str) -> tuple[str, str]:
-    """NAMESPACE/NAME or static/NAME -> the API path prefix and a label."""
+def _scheduler_path(text: str) -> str:
+    """NAMESPACE/NAME or static/NAME -> the path of its scheduler."""
     scope, _, name = text.partition("/")
     if not scope or not name or "/" in name:
         raise CtlError(f"{text!r}: write NAMESPACE/NAME (or static/NAME for a static service)")
     if scope == "static":
-        return f"/api/v1/static/{quote(name)}", text
-    return f"/api/v1/services/{quote(scope)}/{quote(name)}", text
+        return paths.url(paths.STATIC_SCHEDULER, name=name)
+    return paths.url(paths.SERVICE_SCHEDULER, namespace=scope, name=name)
 
 
 def _split_endpoint(text: str) -> tuple[str, int | None]:
@@ -197,7 +197,7 @@ def _dispatch(args: argparse.Namespace) -> str | None:
 
 
 def _status(args: argparse.Namespace) -> str:
-    status = call(args, "GET", "/api/v1/status")
+    status = call(args, "GET", paths.STATUS)
     if args.json:
         return json.dumps(status, indent=2)
     k = status["kubernetes"]
@@ -246,7 +246,7 @@ def _bgp_line(bgp: dict[str, Any]) -> str:
 
 
 def _bgp(args: argparse.Namespace) -> str:
-    bgp = call(args, "GET", "/api/v1/bgp")
+    bgp = call(args, "GET", paths.BGP)
     if args.json:
         return json.dumps(bgp, indent=2)
     peers = [[p["address"], str(p["asn"]), p["state"], f"{p['uptime_seconds']:g}",
@@ -262,9 +262,9 @@ def _bgp(args: argparse.Namespace) -> str:
 
 def _maintenance(args: argparse.Namespace) -> str:
     if args.action == "on":
-        bgp = call(args, "PUT", "/api/v1/maintenance", {"reason": args.reason})
+        bgp = call(args, "PUT", paths.MAINTENANCE, {"reason": args.reason})
     else:
-        bgp = call(args, "DELETE", "/api/v1/maintenance")
+        bgp = call(args, "DELETE", paths.MAINTENANCE)
     return json.dumps(bgp, indent=2) if args.json else _bgp_line(bgp)
 
 
@@ -280,7 +280,7 @@ def _ready(status: dict[str, Any]) -> str:
 
 
 def _services(args: argparse.Namespace) -> str:
-    items = call(args, "GET", "/api/v1/services")["items"]
+    items = call(args, "GET", paths.SERVICES)["items"]
     if args.json:
         return json.dumps(items, indent=2)
     rows = []
@@ -321,12 +321,12 @@ def _wide(items: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def _scheduler(args: argparse.Namespace) -> str:
-    prefix, label = _split_target(args.target)
+    path, label = _scheduler_path(args.target), args.target
     if args.action == "set":
         body = {"scheduler": args.scheduler, "flags": args.flag or []}
-        result = call(args, "PUT", f"{prefix}/scheduler", body)
+        result = call(args, "PUT", path, body)
     else:
-        result = call(args, "DELETE", f"{prefix}/scheduler")
+        result = call(args, "DELETE", path)
     if args.json:
         return json.dumps(result, indent=2)
     if args.action == "set":
@@ -339,7 +339,7 @@ def _drain(args: argparse.Namespace) -> str:
     request: dict[str, Any] = {"address": address, "port": port}
     if args.service:
         request["service"] = args.service
-    result = call(args, "POST", "/api/v1/drains", request)
+    result = call(args, "POST", paths.DRAINS, request)
     return json.dumps(result, indent=2) if args.json else (
         f"draining {args.endpoint} (id {result['id']}); watch: director ctl drains"
     )  # fmt: skip
@@ -347,17 +347,17 @@ def _drain(args: argparse.Namespace) -> str:
 
 def _undrain(args: argparse.Namespace) -> str:
     address, port = _split_endpoint(args.endpoint)
-    items = call(args, "GET", "/api/v1/drains")["items"]
+    items = call(args, "GET", paths.DRAINS)["items"]
     found = [d for d in items if d["address"] == address and d["port"] == port]
     if not found:
         raise CtlError(f"{args.endpoint} is not drained")
     for drain in found:
-        call(args, "DELETE", f"/api/v1/drains/{drain['id']}")
+        call(args, "DELETE", paths.url(paths.DRAIN, id=str(drain["id"])))
     return f"undrained {args.endpoint}"
 
 
 def _drains(args: argparse.Namespace) -> str:
-    items = call(args, "GET", "/api/v1/drains")["items"]
+    items = call(args, "GET", paths.DRAINS)["items"]
     if args.json:
         return json.dumps(items, indent=2)
     rows = [
@@ -371,7 +371,7 @@ def _drains(args: argparse.Namespace) -> str:
 
 
 def _plan(args: argparse.Namespace) -> str:
-    plan = call(args, "GET", "/api/v1/plan")
+    plan = call(args, "GET", paths.PLAN)
     if args.json:
         text = json.dumps(plan, indent=2)
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from director.core.intents import SetMaintenance
-from director.schema import api as shapes
+from director.schema import api as shapes, paths
 from director.web import views
 from director.web.bodies import body
 from director.web.context import api
@@ -16,14 +16,14 @@ routes = Blueprint("bgp", __name__)
 
 
 @documented(routes, Operation(
-    "/api/v1/bgp", "get", "Each VIP's announcement (and why), each BGP session", shapes.Bgp,
+    paths.BGP, "get", "Each VIP's announcement (and why), each BGP session", shapes.Bgp,
 ))  # fmt: skip
 def bgp() -> Response:
     return jsonify(views.bgp(api()))
 
 
 @documented(routes, Operation(
-    "/api/v1/maintenance", "put",
+    paths.MAINTENANCE, "put",
     "Maintenance: withdraw every BGP route, keep IPVS (kept across restarts)", shapes.Bgp,
     (400, 413, 415, 503), body=shapes.MaintenanceRequest,
 ))  # fmt: skip
@@ -34,7 +34,7 @@ def enter_maintenance() -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/maintenance", "delete", "Back from maintenance: announce again", shapes.Bgp, (503,),
+    paths.MAINTENANCE, "delete", "Back from maintenance: announce again", shapes.Bgp, (503,),
 ))  # fmt: skip
 def leave_maintenance() -> Response:
     ctx = api()

@@ -7,7 +7,7 @@ from flask import Blueprint, Response, jsonify
 
 from director.core.intents import AddDrain, Drain, RemoveDrain
 from director.core.model import shown
-from director.schema import api as shapes
+from director.schema import api as shapes, paths
 from director.web import views
 from director.web.bodies import body
 from director.web.context import api
@@ -18,14 +18,14 @@ routes = Blueprint("drains", __name__)
 
 
 @documented(routes, Operation(
-    "/api/v1/drains", "get", "Drains and their progress (connections left)", shapes.DrainList,
+    paths.DRAINS, "get", "Drains and their progress (connections left)", shapes.DrainList,
 ))  # fmt: skip
 def list_drains() -> Response:
     return jsonify({"items": views.drains(api())})
 
 
 @documented(routes, Operation(
-    "/api/v1/drains", "post",
+    paths.DRAINS, "post",
     "Drain a real server: weight 0 everywhere (or in one service)", shapes.Drain,
     (400, 404, 409, 413, 415, 503), body=shapes.DrainRequest, status="201", status_text="Created",
 ))  # fmt: skip
@@ -51,7 +51,7 @@ def add_drain() -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/drains/<id>", "delete",
+    paths.DRAIN, "delete",
     "Undrain: weights return to their desired values", shapes.Undrained, (404, 503),
 ))  # fmt: skip
 def remove_drain(**path: str) -> Response:

@@ -10,7 +10,7 @@ from flask import Blueprint, Response, jsonify
 from director.core.intents import SetScheduler
 from director.core.translate import A_OVERRIDE
 from director.logs import event
-from director.schema import api as shapes
+from director.schema import api as shapes, paths
 from director.web import views
 from director.web.bodies import body, scheduler_choice
 from director.web.context import api
@@ -21,7 +21,7 @@ routes = Blueprint("services", __name__)
 
 
 @documented(routes, Operation(
-    "/api/v1/services", "get",
+    paths.SERVICES, "get",
     "Every virtual service, with real servers and live counters", shapes.ServiceList,
 ))  # fmt: skip
 def list_services() -> Response:
@@ -29,7 +29,7 @@ def list_services() -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/services/<namespace>/<name>", "get",
+    paths.SERVICE, "get",
     "The virtual services of one Kubernetes Service", shapes.KubernetesService, (404,),
 ))  # fmt: skip
 def get_service(namespace: str, name: str) -> Response:
@@ -40,7 +40,7 @@ def get_service(namespace: str, name: str) -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/services/<namespace>/<name>/scheduler", "put",
+    paths.SERVICE_SCHEDULER, "put",
     "Set the scheduler, stored on the Service (both directors follow)", shapes.SchedulerResult,
     (400, 404, 409, 413, 415, 503), body=shapes.SchedulerChoice,
 ))  # fmt: skip
@@ -64,7 +64,7 @@ def set_kube_scheduler(namespace: str, name: str) -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/services/<namespace>/<name>/scheduler", "delete",
+    paths.SERVICE_SCHEDULER, "delete",
     "Back to the annotation or the default", shapes.SchedulerResult, (404, 409, 503),
 ))  # fmt: skip
 def unset_kube_scheduler(namespace: str, name: str) -> Response:
@@ -76,7 +76,7 @@ def unset_kube_scheduler(namespace: str, name: str) -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/static/<name>", "get",
+    paths.STATIC, "get",
     "One static service of the configuration", shapes.VirtualService, (404,),
 ))  # fmt: skip
 def get_static(name: str) -> Response:
@@ -85,7 +85,7 @@ def get_static(name: str) -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/static/<name>/scheduler", "put",
+    paths.STATIC_SCHEDULER, "put",
     "Choose the scheduler of a static service (this director)", shapes.SchedulerResult,
     (400, 404, 409, 413, 415, 503), body=shapes.SchedulerChoice,
 ))  # fmt: skip
@@ -107,7 +107,7 @@ def set_static_scheduler(name: str) -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/static/<name>/scheduler", "delete",
+    paths.STATIC_SCHEDULER, "delete",
     "Back to the configuration's scheduler", shapes.SchedulerResult, (404, 503),
 ))  # fmt: skip
 def unset_static_scheduler(name: str) -> Response:

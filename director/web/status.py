@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from director.core.plan import build_plan
-from director.schema import api as shapes
+from director.schema import api as shapes, paths
 from director.web import views
 from director.web.context import api
 from director.web.openapi import document
@@ -15,7 +15,7 @@ routes = Blueprint("status", __name__)
 
 
 @documented(routes, Operation(
-    "/api/v1/status", "get",
+    paths.STATUS, "get",
     "Role, Kubernetes connection, leader, last sync, last error", shapes.Status,
 ))  # fmt: skip
 def status() -> Response:
@@ -23,7 +23,7 @@ def status() -> Response:
 
 
 @documented(routes, Operation(
-    "/api/v1/plan", "get",
+    paths.PLAN, "get",
     "What the director would change right now (empty when healthy)", shapes.Plan,
 ))  # fmt: skip
 def plan() -> Response:
@@ -43,6 +43,6 @@ def plan() -> Response:
     )  # fmt: skip
 
 
-@routes.get("/api/v1/openapi.json")
+@routes.get(paths.OPENAPI)
 def openapi() -> Response:
     return jsonify(document(api().ipvs.schedulers()))
