@@ -7,7 +7,7 @@ import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -114,6 +114,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def tls_server(
+    tmp_path: Path,
+    handler: type[BaseHTTPRequestHandler],
+    name: str = "localhost",
+    on_sni: Callable[[str | None], None] | None = None,
+) -> ThreadingHTTPServer:
+    """An HTTPS server on loopback with a self-signed certificate for ``name``, serving;
+    ``on_sni`` is told the name each client asks for (None: no SNI)."""
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if on_sni is not None:
+        context.sni_callback = lambda _sock, asked, _ctx: on_sni(asked)  # type: ignore[assignment,func-returns-value]
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_checker_tcp_http_and_https(
     http_server: tuple[ThreadingHTTPServer, type[Status]], tmp_path: Path
 ) -> None:
@@ -124,17 +148,7 @@ def test_checker_tcp_http_and_https(
     tcp_up = Target("127.0.0.1", port, FAST)
     tcp_down = Target("127.0.0.1", free_port(), FAST)
     http = Target("127.0.0.1", port, CheckSpec("http", "/healthz", (200, 200), 0.1, 0.3, 2, 2))
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    secure = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    secure.socket = context.wrap_socket(secure.socket, server_side=True)
-    threading.Thread(target=secure.serve_forever, daemon=True).start()
+    secure = tls_server(tmp_path, handler)
     https = Target(
         "127.0.0.1", secure.server_address[1], CheckSpec("https", "/", (200, 399), 0.1, 0.5, 2, 2)
     )
@@ -175,18 +189,7 @@ def test_a_virtual_host_check_names_the_host_in_sni_and_the_host_header(tmp_path
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=shop.example.com", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Named)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    context.sni_callback = lambda _sock, name, _ctx: seen["sni"].append(name)  # type: ignore[assignment,func-returns-value]
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = tls_server(tmp_path, Named, "shop.example.com", seen["sni"].append)
     port = server.server_address[1]
     base = CheckSpec("tcp", "/", (200, 399), 0.1, 0.5, 1, 1)
     named = parse_check("https://shop.example.com/healthz", base)
