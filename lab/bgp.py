@@ -147,6 +147,30 @@ def start_frr(ns: Netns, config: str | None = None) -> None:
         run(["vtysh", "-N", ns.name, "-b"], check=False)
 
 
+def frr_daemons_alive(ns: Netns) -> int:
+    """How many of zebra, bfdd and bgpd run in ``ns`` (by their pid files)."""
+    alive = 0
+    for daemon in DAEMONS:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((Path("/run/frr") / ns.name / f"{daemon}.pid").read_text().split()[0]), 0)
+            alive += 1
+    return alive
+
+
+def restore(lab: BgpLab, d: BgpDirector) -> bool:
+    """``d`` serving again if a test left it dead (its director killed, maybe its FRR too):
+    True when it had to be started."""
+    if d.runtime is not None or d.process is not None:
+        return False
+    alive = frr_daemons_alive(d.ns)
+    if 0 < alive < len(DAEMONS):  # half an FRR: start it whole
+        kill_frr(d.ns)
+        time.sleep(1)
+        alive = 0
+    start_director(lab, d, frr=alive == 0)
+    return True
+
+
 def run_bg(cmd: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -163,7 +163,7 @@ def failover_demo() -> None:
         held = wait_for(lambda: d2.has(NAT_VIP), 10)
         print(f"d2 holds {NAT_VIP} after {held:.2f}s" if held is not None else "d2 never took over")
         check(held is not None, "the backup took the VIP")
-        ok, tried = new_connections(lab, NAT_VIP, 2.0, timeout=3.0)
+        ok, tried = new_connections(lab, NAT_VIP, 2.0, timeout=10.0)
         print(f"new connections once d2 holds it: {ok}/{tried} succeeded")
         check(tried > 0 and ok == tried, "every new connection answered after the takeover")
         before = talkers.answered
@@ -220,7 +220,7 @@ def scale_out_demo() -> None:
               else "the router kept the dead director")  # fmt: skip
         check(dropped is not None, "the router dropped the dead director")
         time.sleep(3)
-        ok, tried = new_connections(lab, VIP, 3.0, timeout=3.0)  # type: ignore[arg-type]
+        ok, tried = new_connections(lab, VIP, 3.0, timeout=10.0)  # type: ignore[arg-type]
         print(f"connections alive: {talkers.alive}/60 (requests failed: {talkers.failed}); "
               f"new connections once it is dropped: {ok}/{tried}")  # fmt: skip
         check(talkers.alive >= 59, "the connections kept through the death (59 of 60 at least)")

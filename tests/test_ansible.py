@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from director.schema.config import parse_config
-from tests.ansiblelab import ANSIBLE, REPO, ansible
+from tests.ansiblelab import ANSIBLE, BIN as ANSIBLE_BIN, REPO, ansible, ansible_env
 
 ROLE = ANSIBLE / "roles" / "director"
 EXAMPLE = ANSIBLE / "inventory" / "example"
@@ -232,13 +233,31 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rollout(tmp_path: Path, hosts: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """``site.yml --tags director_ready``: the rollout's wait alone, box after box."""
+def _rollout(
+    tmp_path: Path, hosts: dict[str, Any], on_line: Callable[[str], None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``site.yml --tags director_ready``: the rollout's wait alone, box after box.
+    ``on_line`` sees each line of Ansible's output as it comes."""
     inventory = tmp_path / "hosts.yml"
     group = {"hosts": hosts, "vars": {"director_ha": False}}
     inventory.write_text(yaml.safe_dump({"all": {"children": {"directors": group}}}))
-    return ansible("ansible-playbook", "-i", str(inventory), "site.yml",
-                   "--tags", "director_ready", timeout=300)  # fmt: skip
+    argv = ["ansible-playbook", "-i", str(inventory), "site.yml", "--tags", "director_ready"]
+    if on_line is None:
+        return ansible(*argv, timeout=300)
+    proc = subprocess.Popen([str(ANSIBLE_BIN / argv[0]), *argv[1:]], cwd=ANSIBLE,
+                            env=ansible_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    timer = threading.Timer(300, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            on_line(line)
+    finally:
+        timer.cancel()
+    return subprocess.CompletedProcess(argv, proc.wait(), "".join(lines), "")
 
 
 def _waits(output: str) -> list[list[str]]:
@@ -249,22 +268,25 @@ def _waits(output: str) -> list[list[str]]:
 
 
 def test_site_yml_rolls_out_one_box_at_a_time_and_waits_for_each(tmp_path: Path) -> None:
-    """The rollout's wait, run for real against two running directors: box-a's starts 15 s
-    into the run (Ansible's own start takes a few), so its wait retries until it is ready;
-    box-b's turn comes only after box-a's (serial: 1), in a batch of its own."""
+    """The rollout's wait, run for real against two running directors: box-a's starts only
+    once its wait has failed a first time (however long Ansible takes to get there), so the
+    wait retries until it is ready; box-b's turn comes only after box-a's (serial: 1), in a
+    batch of its own."""
     (a, run_a), (b, run_b) = (
         _box(tmp_path, "box-a", _free_port()),
         _box(tmp_path, "box-b", _free_port()),
     )
     director_b = subprocess.Popen(run_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     director_a: list[subprocess.Popen[bytes]] = []
-    late = threading.Timer(15, lambda: director_a.append(subprocess.Popen(
-        run_a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))  # fmt: skip
+
+    def late(line: str) -> None:  # box-a's director, once its wait has retried
+        if "FAILED - RETRYING: [box-a]" in line and not director_a:
+            director_a.append(subprocess.Popen(run_a, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))  # fmt: skip
+
     try:
-        late.start()
-        done = _rollout(tmp_path, {"box-a": a, "box-b": b})
+        done = _rollout(tmp_path, {"box-a": a, "box-b": b}, on_line=late)
     finally:
-        late.cancel()
         for process in [director_b, *director_a]:
             process.terminate()
             process.wait(timeout=30)
