@@ -275,9 +275,9 @@ def test_a_regular_file_at_the_fifo_path_is_never_replaced(
 
 def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) -> None:
     from director.adapters.keepalived import render_keepalived
+    from director.schema.config import HaSettings, load_config
 
-    settings = cli.load_config(EXAMPLE)
-    from director.schema.config import HaSettings
+    settings = load_config(EXAMPLE)
 
     ha = HaSettings("eth1", "edge1", 150, "203.0.113.11", ("203.0.113.12",))
     text = render_keepalived(ha, {"198.51.100.10"}, "/etc/x\n}\nvrrp_script evil {\n")
@@ -545,11 +545,13 @@ def modules_loaded_by_run(config: Path) -> set[str]:
         rest, _ = proc.communicate(timeout=30)
     assert any("event=controller.ready" in line for line in said), "".join(said)[-2000:]
     assert proc.returncode == 0, rest
-    return {
-        line.rsplit("|", 1)[1].strip().split(".")[0]
-        for line in said
-        if line.startswith("import time:") and line.count("|") == 2
-    }
+    return {name.split(".")[0] for name in imported(said)}
+
+
+def imported(lines: list[str]) -> set[str]:
+    """The modules ``python -X importtime`` reports in ``lines``, by their full names."""
+    return {line.rsplit("|", 1)[1].strip() for line in lines
+            if line.startswith("import time:") and line.count("|") == 2}  # fmt: skip
 
 
 CLUSTER_ONLY = {"kubernetes", "urllib3", "yaml", "websocket", "oauthlib"}
@@ -590,3 +592,19 @@ def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:
         assert "/api/v1" not in text, module
     assert paths.url(paths.SERVICE_SCHEDULER, namespace="shop", name="a/b") == (
         "/api/v1/services/shop/a%2Fb/scheduler")  # fmt: skip
+
+
+def test_status_and_ctl_load_neither_the_schema_nor_the_engine() -> None:
+    """An operator's quick look (`director status`, `director ctl`) answers in a blink: it
+    imports the API client alone, not pydantic, the engine or the cluster's client."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "director", "status", "--url",
+         "http://127.0.0.1:1", "--token-file", "/dev/null"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode in (5, 6), done.stderr[-2000:]  # unreachable, or no token
+    loaded = imported(done.stderr.splitlines())
+    assert "director.cli.ctl" in loaded, "the import log was read"
+    heavy = {name for name in loaded if name.split(".")[0] in ("pydantic", "kubernetes", "flask")
+             or name.startswith(("director.engine", "director.schema.config"))}  # fmt: skip
+    assert heavy == set(), sorted(heavy)

@@ -1,4 +1,7 @@
-"""The ``director`` command: the composition root, the one place real adapters are built."""
+"""The ``director`` command: the composition root, the one place real adapters are built.
+
+Each command imports what it uses when it runs: ``director status`` and ``director ctl`` (an
+operator's quick look) load neither the configuration's schema (pydantic) nor the engine."""
 
 from __future__ import annotations
 
@@ -8,22 +11,15 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from director import __version__, logs
 from director.cli import ctl
 from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, plan_json, print_plan
 from director.dataplane.interface import IpvsUnavailable
-from director.engine.reconcile import Reconciler
-from director.schema.config import (
-    ConfigError,
-    KubeSettings,
-    Settings,
-    bgp_notes,
-    json_schema_text,
-    line_of,
-    load_config,
-)
+
+if TYPE_CHECKING:
+    from director.schema.config import ConfigError, KubeSettings, Settings
 
 _log = logging.getLogger("director.cli")
 DESCRIPTION = (
@@ -42,6 +38,9 @@ EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
+    from director.engine.reconcile import Reconciler
+    from director.schema.config import load_config
+
     settings = load_config(args.config)
     ipvs = open_ipvs(args.netns)
     try:
@@ -68,6 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from director.cli.runtime import Runtime
     from director.dataplane.fake import FakeIpvs
+    from director.schema.config import ConfigError, bgp_notes
     from director.schema.reparse import Reparser
 
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
@@ -135,6 +135,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     """What run would refuse at start. Text (notes on stdout, the refusal on stderr) or, with
     --json, one object on stdout: {"ok", "config", "kubeconfig", "notes", "error", "errors"}
     ("error": the first fault in the file, "errors": every fault found, the first included)."""
+    from director.schema.config import ConfigError
+
     report: dict[str, Any] = {"ok": True, "config": None, "kubeconfig": None, "notes": []}
     try:
         code = _check(args, report)
@@ -172,6 +174,8 @@ def _refuse(args: argparse.Namespace, report: dict[str, Any], reason: str) -> in
 
 
 def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    from director.schema.config import ConfigError, line_of, load_config
+
     if args.config is None and args.kubeconfig is None:
         return _refuse(args, report, "check needs --config, --kubeconfig or both")
     settings: Settings | None = None
@@ -203,6 +207,7 @@ def _check_kubeconfig(
     """The kubeconfig parses; unless --offline, the API server answers and would let this
     director hold the status Lease (a dry run: nothing is written)."""
     from director.adapters.kube import FIELD_MANAGER, KubeApi, KubeWriter, api_client
+    from director.schema.config import KubeSettings
 
     try:  # parses the file and its credentials
         client = api_client(args.kubeconfig)
@@ -236,6 +241,7 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
     """keepalived.conf for the static services' VIPs: what an edge box starts with before
     the director's first sync (the director rewrites it with every VIP set change)."""
     from director.adapters.keepalived import render_keepalived
+    from director.schema.config import load_config
 
     settings = load_config(args.config)
     if settings.ha is None:  # a valid file: a box that runs no VRRP pair
@@ -378,13 +384,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"),
                args.log_format)  # fmt: skip
+    if args.command in ("ctl", "status"):  # the light commands: no schema, no engine
+        return ctl.main_ctl(args)
+    from director.schema.config import ConfigError, json_schema_text
+
     try:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")
         if args.command == "run":
             return cmd_run(args)
-        if args.command in ("ctl", "status"):
-            return ctl.main_ctl(args)
         if args.command == "check":
             return cmd_check(args)
         if args.command == "keepalived-config":

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from director.core.model import Op, OpKind
-from director.core.plan import Plan
-from director.dataplane.interface import Ipvs
-from director.schema.config import Settings
+
+if TYPE_CHECKING:  # `director status` imports this module: no schema, no planner
+    from director.core.plan import Plan
+    from director.dataplane.interface import Ipvs
+    from director.schema.config import Settings
 
 EXIT_FAILED_OPS = 1  # some operations failed (each is printed with the kernel's errno)
 
