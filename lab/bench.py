@@ -27,7 +27,7 @@ from director.core.model import (
     Table,
     VirtualService,
 )
-from director.core.plan import Ownership
+from director.core.ownership import Ownership
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from lab.netns import Netns

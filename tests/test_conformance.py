@@ -211,7 +211,7 @@ def test_resyncs_and_counter_reads_see_the_whole_table_every_time(netns: str) ->
     (a 3 MiB bound measured +4.6 MiB on a slow 2-core machine)."""
     import ipaddress
 
-    from director.core.plan import Ownership
+    from director.core.ownership import Ownership
     from director.dataplane.kernel import KernelIpvs
     from director.engine.reconcile import Reconciler
     from lab.bench import read_growth

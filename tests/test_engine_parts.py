@@ -27,7 +27,8 @@ from director.core.model import (
     ServiceKey,
     VirtualService,
 )
-from director.core.plan import Ownership, build_plan
+from director.core.ownership import Ownership
+from director.core.plan import build_plan
 from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs
 from director.engine.announcer import VipAnnouncer

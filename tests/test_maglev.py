@@ -26,7 +26,7 @@ from director.core.model import (
     ServiceKey,
     VirtualService,
 )
-from director.core.plan import Ownership
+from director.core.ownership import Ownership
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from lab.netns import Lab, build_lab

@@ -16,7 +16,8 @@ from director.core.model import (
     ServiceKey,
     VirtualService,
 )
-from director.core.plan import Ownership, apply_ops_to_table, build_plan, plan_service
+from director.core.ownership import Ownership
+from director.core.plan import apply_ops_to_table, build_plan, plan_service
 from director.dataplane.fake import FakeIpvs
 from director.engine.reconcile import Reconciler
 

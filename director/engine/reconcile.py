@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from director.core.model import Dests, Op, ServiceKey, Table, VirtualService
+from director.core.ownership import Ownership
 from director.core.plan import (
-    Ownership,
     Plan,
     apply_ops_to_table,
     as_applied,

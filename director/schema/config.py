@@ -31,7 +31,7 @@ from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.ipam import Pool
 from director.core.model import Forwarding, ServiceKey, Table, check_flags
-from director.core.plan import Network, Ownership
+from director.core.ownership import Network, Ownership
 from director.core.translate import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.schema import yamldoc
 from director.schema.bgp import BgpSettings, PeerEntry

@@ -27,7 +27,7 @@ from director.core.model import (
     plain_network,
     shown,
 )
-from director.core.plan import Network
+from director.core.ownership import Network
 from director.schema.bgp import COMMUNITY
 from director.schema.fields import (
     ADDRESS,
