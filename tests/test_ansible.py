@@ -244,9 +244,11 @@ def _rollout(
     argv = ["ansible-playbook", "-i", str(inventory), "site.yml", "--tags", "director_ready"]
     if on_line is None:
         return ansible(*argv, timeout=300)
+    # Unbuffered: each line as Ansible prints it (a pipe would otherwise hold it to the end).
     proc = subprocess.Popen([str(ANSIBLE_BIN / argv[0]), *argv[1:]], cwd=ANSIBLE,
-                            env=ansible_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                            env=dict(ansible_env(), PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
     assert proc.stdout is not None
     timer = threading.Timer(300, proc.kill)
     timer.start()
