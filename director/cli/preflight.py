@@ -121,17 +121,17 @@ def _unheld(settings: Settings, host: bool) -> list[str]:
         )
     if host:
         bgp = settings.bgp_pools
-        missing = [
+        missing = sorted({
             key.address
             for key in settings.services
             if not key.fwmark
             and not any(p.contains(ipaddress.ip_address(key.address)) for p in bgp)
             and not _local(key.address)
-        ]
+        })  # fmt: skip
         if missing:
-            shown = ", ".join(sorted(set(missing))[:5]) + (", ..." if len(set(missing)) > 5 else "")
+            shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
             notes.append(
-                f"{len(set(missing))} static service address(es) ({shown}) are not this box's, "
+                f"{len(missing)} static service address(es) ({shown}) are not this box's, "
                 "and without ha: nothing will add them: IPVS serves an address only where it is "
                 "local (add them to an interface, or add ha:)"
             )
