@@ -34,7 +34,17 @@ def kernel_unavailable() -> str | None:
     return None
 
 
+# Seconds a test in the lab may take, fixtures included (a lab set up, a box booted, a role
+# applied under emulation), before it counts as hung; host tests have pyproject's 300.
+LAB_TIMEOUT = 1500
+LAB_MARKERS = ("kernel", "role", "boot")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("timeout") is None and any(
+                m in item.keywords for m in LAB_MARKERS):  # fmt: skip
+            item.add_marker(pytest.mark.timeout(LAB_TIMEOUT))
     reason = kernel_unavailable() if any("kernel" in i.keywords for i in items) else None
     if reason is None:
         return

@@ -128,12 +128,22 @@ def tls_server(
          "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )  # fmt: skip
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     if on_sni is not None:
         context.sni_callback = lambda _sock, asked, _ctx: on_sni(asked)  # type: ignore[assignment,func-returns-value]
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+
+    class Server(ThreadingHTTPServer):
+        # The handshake happens in the request's own thread, with a deadline: done in
+        # accept() (a wrapped listening socket) it would stop the whole server on one client
+        # that connects and never speaks, and shutdown() would then wait for ever.
+        def get_request(self) -> tuple[socket.socket, tuple[str, int]]:
+            sock, peer = self.socket.accept()
+            sock.settimeout(10)
+            return context.wrap_socket(sock, server_side=True,
+                                       do_handshake_on_connect=False), peer  # fmt: skip
+
+    server = Server(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -210,6 +220,29 @@ def test_a_virtual_host_check_names_the_host_in_sni_and_the_host_header(tmp_path
     finally:
         checker.stop()
         server.shutdown()
+
+
+def test_a_stopped_checker_leaves_no_check_half_open() -> None:
+    """A check still under way when the checker stops (the director shutting down) is
+    closed: the real server sees the connection end instead of waiting on it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    port = listener.getsockname()[1]
+    slow = CheckSpec("https", "/", (200, 399), interval=30, timeout=30, rise=1, fall=1)
+    checker = Checker(lambda _t, _h: None)
+    checker.start()
+    try:
+        checker.update(add=[Target("127.0.0.1", port, slow)])
+        conn, _peer = listener.accept()
+        conn.settimeout(10)
+        hello = conn.recv(4096)  # the check's TLS hello: it now waits for ours
+    finally:
+        checker.stop()
+    with conn, listener:
+        assert hello[:1] == b"\x16", "a TLS handshake record"
+        conn.settimeout(5)
+        while conn.recv(4096):  # the rest of the hello, then the end of the connection
+            pass
 
 
 STATIC = """

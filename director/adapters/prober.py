@@ -127,12 +127,27 @@ class Checker:
             from director.dataplane.netns import enter_netns
 
             enter_netns(netns)
-        while not self._stop.is_set():
-            try:
-                self._cycle()
-            except Exception as exc:  # a bug must not silence every check: log, go on
-                event(log, "health.checker_error", level=logging.ERROR, error=repr(exc)[:300])
-                time.sleep(0.1)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._cycle()
+                except Exception as exc:  # a bug must not silence every check: log, go on
+                    event(log, "health.checker_error", level=logging.ERROR,
+                          error=repr(exc)[:300])  # fmt: skip
+                    time.sleep(0.1)
+        finally:
+            self._close_in_flight()
+
+    def _close_in_flight(self) -> None:
+        """Close the connections of checks still under way: a stopped checker must not leave
+        a real server holding a half-open check (a server that reads its TLS handshake in
+        accept() would wait on it for ever)."""
+        for probe in list(self._probes.values()):
+            self._probes.pop(probe.fd, None)
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(probe.fd)
+            with contextlib.suppress(OSError):
+                (probe.tls or probe.sock).close()
 
     def _cycle(self) -> None:
         now = time.monotonic()
