@@ -12,7 +12,7 @@ import pytest
 
 from director.adapters.kube import KubeApi, KubeWriter, api_client
 from lab.kubeapi import FakeApiServer
-from lab.wait import Clock
+from lab.wait import Clock, eventually
 
 NS, NAME = "lvs-director", "lvs-director"
 
@@ -69,3 +69,34 @@ def test_a_holder_that_stops_is_replaced_after_a_lease_duration_whatever_its_clo
     assert a.acquire_lease(NS, NAME, 15) is True
     spec = api.get("leases", NAME, namespace=NS)["spec"]
     assert spec["holderIdentity"] == "a" and spec["leaseTransitions"] == 1
+
+
+def test_a_clean_stop_hands_the_lease_over_at_once(api: FakeApiServer, tmp_path: Path) -> None:
+    """A planned switch-over (``systemctl stop`` on the status writer) does not wait out the
+    lease: the stopping director gives it up and the other takes it at its next attempt."""
+    from director.cli.runtime import Elector
+
+    clock = Clock(1000.0)
+    changes: list[bool] = []
+    b = Elector(writer(api, tmp_path, "b", clock), NS, NAME, 15, changes.append)
+    b.start()
+    eventually(lambda: changes == [True], timeout=10, what="b leads")
+    a = writer(api, tmp_path, "a", clock)
+    assert a.acquire_lease(NS, NAME, 15) is False, "b holds it"
+    b.stop()
+    spec = api.get("leases", NAME, namespace=NS)["spec"]
+    assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
+    assert a.acquire_lease(NS, NAME, 15) is True, "taken with no lease duration waited out"
+    spec = api.get("leases", NAME, namespace=NS)["spec"]
+    assert spec["holderIdentity"] == "a" and spec["leaseTransitions"] == 1
+
+
+def test_a_lease_taken_meanwhile_is_not_released_by_its_old_holder(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    clock = Clock(1000.0)
+    b = writer(api, tmp_path, "b", clock)
+    assert b.acquire_lease(NS, NAME, 15) is True
+    hold(api, "a", stamp(0))  # a took it (b was cut off for a lease duration)
+    assert b.release_lease(NS, NAME) is False
+    assert api.get("leases", NAME, namespace=NS)["spec"]["holderIdentity"] == "a"

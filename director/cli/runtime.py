@@ -55,6 +55,7 @@ log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
 # IPVS schedules a non-SYN packet only with these set.
 SLOPPY = {"net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
+RELEASE_SECONDS = 5.0  # a clean stop waits at most this for the Lease's release
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
 
 
@@ -85,8 +86,22 @@ class Elector:
         self.ledger.track("lease")
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, release: bool = True) -> None:
+        """Stop renewing; with ``release`` (a clean stop), give the Lease up so the other
+        box writes status at its next attempt, not a lease duration later."""
         self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=RELEASE_SECONDS)  # no renewal after the release
+        if not (release and self.leader):
+            return
+        self.leader = False
+        try:
+            released = self.writer.release_lease(self.namespace, self.name,
+                                                 timeout=RELEASE_SECONDS)  # fmt: skip
+        except Exception as exc:  # the API is away: the Lease expires on its own
+            event(log, "lease.release_failed", level=logging.WARNING, reason=str(exc)[:200])
+            return
+        event(log, "lease.released", lease=f"{self.namespace}/{self.name}", released=released)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -148,7 +148,8 @@ class KubeSettings(Section):
     lease_name: Annotated[str, DNS_LABEL] = "lvs-director"
     """Name of that Lease."""
     lease_seconds: Annotated[int, integer(2, 3600)] = 15
-    """Lease duration in seconds: a leader that stops renewing is replaced after this long."""
+    """Lease duration in seconds: a leader that dies is replaced after this long (one that
+    stops cleanly gives the Lease up, and the other box takes it within a third of this)."""
     # MetalLB's Service annotations (metallb.io/loadBalancerIPs, address-pool,
     # allow-shared-ip, and the metallb.universe.tf/ forms) where ours are absent.
     metallb_annotations: Annotated[bool, FLAG] = False
