@@ -193,6 +193,16 @@ DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+RFC1123_LABEL_TEXT = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+QUALIFIED_NAME_TEXT = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
 
 
@@ -232,7 +242,15 @@ def _service_errors(obj: Obj, current: Obj | None) -> list[str]:
     kind = spec.get("type", "ClusterIP")
     if not spec.get("ports") and kind != "ExternalName" and spec.get("clusterIP") != "None":
         errors.append("spec.ports: Required value")
+    for index, port in enumerate(spec.get("ports") or ()):
+        port_name = port.get("name") if isinstance(port, dict) else None
+        if port_name and not (len(port_name) <= 63 and DNS1123_LABEL.fullmatch(port_name)):
+            errors.append(f"spec.ports[{index}].name: Invalid value: {json.dumps(port_name)}: "
+                          + RFC1123_LABEL_TEXT)  # fmt: skip
     klass = spec.get("loadBalancerClass")
+    if isinstance(klass, str) and not _qualified(klass):
+        errors.append(f"spec.loadBalancerClass: Invalid value: {json.dumps(klass)}: "
+                      + QUALIFIED_NAME_TEXT)  # fmt: skip
     if klass is not None and kind != "LoadBalancer":
         errors.append("spec.loadBalancerClass: Forbidden: may only be used when `type` is "
                       "'LoadBalancer'")  # fmt: skip
@@ -264,18 +282,34 @@ def _slice_errors(obj: Obj, current: Obj | None) -> list[str]:
         for j, text in enumerate(ep.get("addresses") or ()):
             if not _ip(text):
                 continue
-            address = ipaddress.ip_address(text)
-            if address.is_loopback or address.is_link_local:
-                kind = "loopback" if address.is_loopback else "link-local"
+            for why in _special_ip(ipaddress.ip_address(text), text):
                 errors.append(f"endpoints[{i}].addresses[{j}]: Invalid value: "
-                              f"{json.dumps(text)}: may not be in the {kind} range")  # fmt: skip
+                              f"{json.dumps(text)}: {why}")  # fmt: skip
     for i, port in enumerate(obj.get("ports") or ()):
         name = port.get("name")
         if name and not (len(name) <= 63 and DNS1123_LABEL.fullmatch(name)):
-            errors.append(f"ports[{i}].name: Invalid value: {json.dumps(name)}: a lowercase "
-                          "RFC 1123 label must consist of lower case alphanumeric characters "
-                          "or '-'")  # fmt: skip
+            errors.append(f"ports[{i}].name: Invalid value: {json.dumps(name)}: "
+                          + RFC1123_LABEL_TEXT)  # fmt: skip
     return errors
+
+
+def _special_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address, text: str) -> list[str]:
+    """What kube-apiserver's ValidateEndpointIP says of an endpoint's address."""
+    found = []
+    if address.is_unspecified:
+        found.append(f"may not be unspecified ({text})")
+    if address.is_loopback:
+        found.append("may not be in the loopback range (127.0.0.0/8, ::1/128)")
+    if address.is_link_local:
+        found.append("may not be in the link-local range (169.254.0.0/16, fe80::/10)")
+    raw = address.packed  # Go's IsLinkLocalMulticast: 224.0.0.0/24, ff02::/16 whatever flags
+    if address.version == 4:
+        link_local_multicast = raw[:3] == b"\xe0\x00\x00"
+    else:
+        link_local_multicast = raw[0] == 0xFF and raw[1] & 0x0F == 0x02
+    if link_local_multicast:
+        found.append("may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)")
+    return found
 
 
 def _event_errors(obj: Obj, current: Obj | None) -> list[str]:

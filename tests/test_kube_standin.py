@@ -46,6 +46,16 @@ def test_services_the_real_server_refuses(kube: tuple[FakeApiServer, KubeApi]) -
     )
     bad_key = service("web", [("http", "TCP", 80)], annotations={"-bad/key-": "x"})
     assert "metadata.annotations: Invalid value: \"-bad/key-\"" in refused(post(bad_key))[1]
+    bad_port_name = service("web", [("Web_1", "TCP", 80)])
+    assert refused(post(bad_port_name)) == (422, 'Service "web" is invalid: spec.ports[0].name: '
+        'Invalid value: "Web_1": a lowercase RFC 1123 label must consist of lower case '
+        "alphanumeric characters or '-', and must start and end with an alphanumeric character "
+        "(e.g. 'my-name',  or '123-abc', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")  # fmt: skip
+    bad_class = service("web", [("http", "TCP", 80)], lb_class="lvs director/ipvs")
+    assert refused(post(bad_class))[1].startswith(
+        'Service "web" is invalid: spec.loadBalancerClass: Invalid value: "lvs director/ipvs": '
+        "name part must consist of alphanumeric characters")
 
 
 def test_a_service_changes_as_the_real_server_changes_it(
@@ -84,7 +94,15 @@ def test_slices_events_and_leases_the_real_server_refuses(
     loopback = endpoint_slice("web", [("127.0.0.1", None, True, False)], [("http", "TCP", 80)])
     assert refused(lambda: api.request("POST", SLICES, body=loopback))[1].endswith(
         'endpoints[0].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range'
+        " (127.0.0.0/8, ::1/128)"
     )
+    for address, why in [("0.0.0.0", "may not be unspecified (0.0.0.0)"),
+                         ("::", "may not be unspecified (::)"),
+                         ("169.254.0.9", "may not be in the link-local range"),
+                         ("224.0.0.18", "may not be in the link-local multicast range")]:
+        bad = endpoint_slice("web", [(address, None, True, False)], [("http", "TCP", 80)])
+        assert f'addresses[0]: Invalid value: "{address}": {why}' in refused(
+            lambda b=bad: api.request("POST", SLICES, body=b))[1], address  # fmt: skip
     upper = endpoint_slice("web", [("10.0.0.5", None, True, False)], [("HTTP", "TCP", 80)])
     assert 'ports[0].name: Invalid value: "HTTP"' in refused(
         lambda: api.request("POST", SLICES, body=upper))[1]  # fmt: skip
