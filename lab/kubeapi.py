@@ -833,6 +833,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.store.writes.append(f"{method} {urlparse(self.path).path}")
         if not self._authorised():
             return
+        if method == "GET" and urlparse(self.path).path in ("/readyz", "/livez", "/healthz"):
+            self.send_response(200)  # as kube-apiserver: plain text, "ok"
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+            return
         try:
             plural, namespace, name, sub, query = self._route()
             if self.server.rbac is not None:
@@ -1158,6 +1165,13 @@ class FakeApiServer:
     @property
     def requests(self) -> int:
         return self._server.requests if self._server else 0
+
+    def rotate_token(self, token: str) -> None:
+        """A new bearer token from now on; the old one is answered 401 (a bound
+        ServiceAccount token that expired and was replaced)."""
+        self.token = token
+        if self._server is not None:
+            self._server.token = token
 
     def kubeconfig(self, path: Path) -> Path:
         config = {

@@ -1,7 +1,8 @@
 """The Kubernetes adapter: the only module that imports the ``kubernetes`` client.
 
 - ``Watcher``: list + watch of one resource, resuming from the last resourceVersion (bookmarks
-  keep it fresh), relisting on 410 Gone, reconnecting with capped exponential backoff. It
+  keep it fresh), relisting on 410 Gone, reconnecting with capped exponential backoff (and
+  at once when a server that stopped answering answers ``/readyz`` again). It
   hands plain JSON to a callback; it never touches IPVS, so an API outage changes nothing in
   the kernel.
 - ``KubeWriter``: Service status, Events and the Lease, each a single small request.
@@ -16,6 +17,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -86,11 +88,72 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     return api
 
 
-class KubeApi:
-    """Raw JSON requests through the official client (auth, TLS, kubeconfig handling)."""
+def _stamp(path: str | None) -> tuple[int, int] | None:
+    """The kubeconfig file's modification time and size (None: no file, or unreadable)."""
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
-    def __init__(self, api: client.ApiClient) -> None:
+
+class KubeApi:
+    """Raw JSON requests through the official client (auth, TLS, kubeconfig handling).
+
+    Made with ``reload`` (``KubeApi.connect``), it reads the credentials again when the
+    kubeconfig file changes and when the server answers 401 (a bound ServiceAccount token
+    expires and is rotated under a running director), then sends the request once more."""
+
+    STAT_EVERY = 1.0  # seconds between looks at the kubeconfig file's modification time
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        reload: Callable[[], client.ApiClient] | None = None,
+        kubeconfig: str | None = None,
+    ) -> None:
         self.api = api
+        self._reload, self._kubeconfig = reload, kubeconfig
+        self._stamp = _stamp(kubeconfig)
+        self._looked = time.monotonic()
+        self._lock = threading.Lock()
+        self.reloads = 0
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None) -> KubeApi:
+        """A client of the cluster ``kubeconfig`` names (None: the pod's service account)
+        that follows its credentials as they change."""
+        return cls(api_client(kubeconfig), lambda: api_client(kubeconfig), kubeconfig)
+
+    def reload(self, reason: str) -> bool:
+        """Read the credentials again; False when that fails (the old ones stay)."""
+        if self._reload is None:
+            return False
+        with self._lock:
+            try:
+                fresh = self._reload()
+            except Exception as exc:  # a half-written file: keep what works, try again later
+                event(log, "kube.credentials_unreadable", level=logging.WARNING,
+                      reason=reason, error=str(exc)[:200])  # fmt: skip
+                return False
+            fresh.configuration.retries = self.api.configuration.retries
+            self.api, self.reloads = fresh, self.reloads + 1
+            self._stamp = _stamp(self._kubeconfig)
+        event(log, "kube.credentials_reloaded", reason=reason)
+        return True
+
+    def _look(self) -> None:
+        """Reload when the kubeconfig file changed (looked at once a second at most)."""
+        if self._kubeconfig is None or self._reload is None:
+            return
+        now = time.monotonic()
+        if now - self._looked < self.STAT_EVERY:
+            return
+        self._looked = now
+        if _stamp(self._kubeconfig) != self._stamp:
+            self.reload("kubeconfig changed")
 
     def request(
         self,
@@ -106,10 +169,35 @@ class KubeApi:
         """One request; the decoded JSON (or, with ``stream``, the open urllib3 response).
 
         Raises KubeError for an answer other than 2xx."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
         if method in ("POST", "PUT", "PATCH"):  # managedFields name the director as the writer
             query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
-        method, url, headers, body, _post = self.api.param_serialize(
+        self._look()
+        def send() -> Any:
+            return self._send(method, path, query, body, content_type=content_type,
+                              timeout=timeout)  # fmt: skip
+
+        response = send()
+        if response.status == 401 and self.reload("401 Unauthorized"):
+            response = send()
+        if not 200 <= response.status < 300:
+            raise KubeError.from_response(response.status, response.data)
+        if stream:
+            return response
+        return json.loads(response.data or b"{}")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None,
+        body: Any,
+        *,
+        content_type: str,
+        timeout: float | tuple[float, float] | None,
+    ) -> Any:
+        api = self.api
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, url, headers, body, _post = api.param_serialize(
             method=method,
             resource_path=path,
             query_params=query or [],
@@ -117,14 +205,19 @@ class KubeApi:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(
+        return api.call_api(
             method, url, header_params=headers, body=body, _request_timeout=timeout
         ).response
-        if not 200 <= response.status < 300:
-            raise KubeError.from_response(response.status, response.data)
-        if stream:
-            return response
-        return json.loads(response.data or b"{}")
+
+    def answers(self, timeout: float = 1.0) -> bool:
+        """Does the API server answer at all (``GET /readyz``, the cheapest request it
+        serves)? An answer that is not an overload (429, 5xx) counts: the server is back."""
+        try:
+            response = self._send("GET", "/readyz", None, None, content_type="text/plain",
+                                  timeout=timeout)  # fmt: skip
+        except Exception:  # refused, reset, timed out: not back yet
+            return False
+        return bool(response.status < 500 and response.status != 429)
 
     def list(
         self, resource: Resource, parse: Callable[[Json], Any], page: int = 500
@@ -192,6 +285,7 @@ def _events(response: Any) -> Iterator[tuple[str, Json]]:
         response.release_conn()
 
 
+PROBE_EVERY = 1.0  # seconds between looks at a server that stopped answering (jittered)
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled per failure up to backoff_max
 
 
@@ -297,8 +391,29 @@ class Watcher:
                     reason=reason,
                     retry_in=f"{wait:.2f}s",
                 )
-                self._stop.wait(wait)
+                if isinstance(exc, KubeError):  # it answered: back off, do not press it
+                    self._stop.wait(wait)
+                else:  # no answer at all: an outage, whose end is not waited out
+                    self._wait_or_answer(wait)
                 delay = min(delay * 2, self.backoff_max)
+
+    def _wait_or_answer(self, wait: float) -> None:
+        """Wait ``wait`` seconds, but come back as soon as the API server answers again
+        (``GET /readyz`` about once a second): after an outage the watches resume within a
+        second of the server, not at the end of a backoff grown during the outage."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            step = self._random.uniform(0.75, 1.25) * PROBE_EVERY
+            if left <= step:
+                self._stop.wait(max(0.0, left))
+                return
+            if self._stop.wait(step):
+                return
+            if self.kube.answers(timeout=PROBE_EVERY):
+                event(log, "kube.server_back", resource=self.resource.name,
+                      backoff_left=f"{deadline - time.monotonic():.2f}s")  # fmt: skip
+                return
 
 
 def _field(meta: object, name: str) -> str:

@@ -156,11 +156,11 @@ def _cluster(
     kube = settings.kubernetes
     if kube is None:
         return None, None
-    from director.adapters.kube import KubeApi, KubeWriter, api_client
+    from director.adapters.kube import KubeApi, KubeWriter
 
     where = kubeconfig or kube.kubeconfig
     try:
-        kube_api = KubeApi(api_client(where))
+        kube_api = KubeApi.connect(where)
     except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
         raise ValueError(f"kubernetes: cannot load the cluster's credentials from "
                          f"{where or 'the pod service account'}: {exc}") from None
