@@ -269,22 +269,30 @@ def test_a_failing_write_is_retried_on_its_own_while_the_others_go_ahead() -> No
         outbox.close()
 
 
-def test_status_goes_before_events() -> None:
+def test_an_event_write_that_hangs_does_not_hold_back_status() -> None:
+    """An admission webhook on Events that accepts and never answers held every new
+    Service's status for as long as each hanging write took: status has a thread of its own."""
+    hang = threading.Event()
     writer = Refusing()
-    writer.release.clear()  # the writer is busy with a first write
+
+    def hanging_event() -> None:
+        hang.wait(30)  # the webhook's timeout
+        writer.event("default", "e1", "u", kind="Normal", reason="R", message="m")
+
     outbox = Outbox(writer)
     try:
-        outbox.put(("status", "default/first"), lambda: writer.patch_status("default", "first", ()))
-        eventually(lambda: outbox._pending and not outbox._queues[0], what="the first taken")
-        for name in ("e1", "e2"):
-            outbox.put(("event", f"default/{name}", "R", "m"), lambda n=name: writer.event(
-                "default", n, "u", kind="Normal", reason="R", message="m"))  # fmt: skip
-        outbox.put(("status", "default/second"),
-                   lambda: writer.patch_status("default", "second", ()))  # fmt: skip
-        writer.release.set()
-        eventually(outbox.idle, timeout=5, what="every write done")
-        assert writer.attempts == ["status first", "status second", "event e1", "event e2"]
+        outbox.put(("event", "default/e1", "R", "m"), hanging_event)
+        eventually(lambda: not outbox._queues[1], what="the Event write under way")
+        for name in ("first", "second"):
+            outbox.put(("status", f"default/{name}"),
+                       lambda n=name: writer.patch_status("default", n, ()))  # fmt: skip
+        eventually(lambda: len(writer.status) == 2, timeout=5, what="status written")
+        assert writer.attempts == ["status first", "status second"], "the Event still hangs"
+        hang.set()
+        eventually(outbox.idle, timeout=5, what="the Event written once it answered")
+        assert writer.attempts[-1] == "event e1"
     finally:
+        hang.set()
         outbox.close()
 
 

@@ -394,7 +394,7 @@ class Runtime:
         """The threads without which the director silently stops doing its job."""
         threads = [self._thread, *(w._thread for w in self.watchers)]
         if self.controller.outbox is not None:
-            threads.append(self.controller.outbox._thread)
+            threads += self.controller.outbox.threads
         for part in (self.elector, self.checker, self.keepalived, self.fifo, self.frr, self.api):
             if part is not None:
                 threads.append(part._thread)

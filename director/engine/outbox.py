@@ -1,10 +1,11 @@
-"""Cluster writes (Service status, Events) on their own thread, so the loop never waits on
-the API server.
+"""Cluster writes (Service status, Events) on threads of their own, so the loop never waits
+on the API server: one thread for status, one for Events, so an Event write that hangs (an
+admission webhook that accepts and never answers) never holds a Service's status back.
 
 The latest write per target wins. Writes never wait on each other: each target that fails
-is retried on its own, with its own backoff, while the others go ahead; status goes before
-Events. A refusal that will not change on retry (403 in a namespace being deleted, 422, 404
-for a Service that is gone) drops that write, with a log line and a count.
+is retried on its own, with its own backoff, while the others go ahead. A refusal that will
+not change on retry (403 in a namespace being deleted, 422, 404 for a Service that is gone)
+drops that write, with a log line and a count.
 
 An answer that speaks for the whole server (429 Too Many Requests, 503, no answer at all)
 pauses that whole queue, with one backoff that doubles while the server keeps answering so:
@@ -73,8 +74,15 @@ class Outbox:
         self._random = random.Random()
         self._cv = threading.Condition()
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="cluster-writer", daemon=True)
-        self._thread.start()
+        lanes = enumerate(("status", "events"))  # queue 0, queue 1
+        self.threads = [
+            threading.Thread(
+                target=self._run, args=(index,), name=f"cluster-writer-{lane}", daemon=True
+            )
+            for index, lane in lanes
+        ]
+        for thread in self.threads:
+            thread.start()
 
     def put(self, target: tuple[str, ...], write: Callable[[], None]) -> None:
         overflow: tuple[str, ...] | None = None
@@ -92,7 +100,7 @@ class Outbox:
                     self._forget(overflow)
             self._pending[target] = entry
             self._push(target, entry)
-            self._cv.notify()
+            self._cv.notify_all()
         if overflow is not None:
             self._drop(overflow, "overflow", f"more than {MAX_EVENTS} Events wait")
 
@@ -112,7 +120,7 @@ class Outbox:
     def close(self) -> None:
         with self._cv:
             self._stop = True
-            self._cv.notify()
+            self._cv.notify_all()
 
     def idle(self) -> bool:
         with self._cv:
@@ -121,38 +129,35 @@ class Outbox:
     def _push(self, target: tuple[str, ...], entry: _Write) -> None:
         heapq.heappush(self._queues[_queue(target)], (entry.due, entry.seq, target))
 
-    def _next(self) -> tuple[tuple[str, ...], _Write | None] | float | None:
-        """The write to make now; else the seconds until one is due (None: nothing)."""
-        now, soonest = self._clock(), None
-        for index, queue in enumerate(self._queues):
-            if now < self._paused[index]:  # the server asked for a pause
-                wait = self._paused[index] - now
-                soonest = wait if soonest is None else min(soonest, wait)
+    def _next(self, index: int) -> tuple[tuple[str, ...], _Write | None] | float | None:
+        """The write of queue ``index`` to make now; else the seconds until one is due
+        (None: nothing)."""
+        now, queue = self._clock(), self._queues[index]
+        if now < self._paused[index]:  # the server asked for a pause
+            return self._paused[index] - now
+        while queue:
+            due, seq, target = queue[0]
+            entry = self._pending.get(target)
+            if entry is None or entry.seq != seq:
+                heapq.heappop(queue)  # replaced or done
                 continue
-            while queue:
-                due, seq, target = queue[0]
-                entry = self._pending.get(target)
-                if entry is None or entry.seq != seq:
-                    heapq.heappop(queue)  # replaced or done
-                    continue
-                if index == 1 and now - entry.born > EVENT_MAX_AGE:
-                    heapq.heappop(queue)
-                    self._forget(target)
-                    return target, None  # stale: dropped (said outside the lock)
-                if due <= now:
-                    heapq.heappop(queue)
-                    return target, entry
-                soonest = due - now if soonest is None else min(soonest, due - now)
-                break
-        return soonest
+            if index == 1 and now - entry.born > EVENT_MAX_AGE:
+                heapq.heappop(queue)
+                self._forget(target)
+                return target, None  # stale: dropped (said outside the lock)
+            if due <= now:
+                heapq.heappop(queue)
+                return target, entry
+            return due - now
+        return None
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
         while True:
             with self._cv:
                 while True:
                     if self._stop:
                         return
-                    picked = self._next()
+                    picked = self._next(index)
                     if isinstance(picked, tuple):
                         break
                     self._cv.wait(picked)
