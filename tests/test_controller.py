@@ -456,3 +456,58 @@ def test_a_deleted_service_leaves_nothing_behind_and_a_zoneless_trigger_time_is_
         api.delete("services", "web")
         eventually(lambda: "default/web" not in syncer._triggers, what="the entry forgotten")
         assert runtime.controller.health.loop_errors == 0
+
+
+def test_pools_serve_the_namespaces_and_labels_they_are_given_to(
+    api: FakeApiServer, kubeconfig: Path
+) -> None:
+    """allocate_to (MetalLB's serviceAllocation): team-a's pool goes to team-a's Services
+    first, a labelled pool to the Services it selects; a Service elsewhere that names
+    team-a's pool is refused with the reason, and one whose labels no longer select it moves
+    to a pool that serves it."""
+    from director.schema.config import parse_config
+
+    api.create("namespaces", {"metadata": {"name": "team-a"}})
+    text = f"""
+pools:
+  - name: default
+    addresses: [198.51.100.0-198.51.100.7]
+  - name: team-a
+    addresses: [198.51.100.8-198.51.100.9]
+    allocate_to: {{priority: 1, namespaces: [team-a]}}
+  - name: web
+    addresses: [198.51.100.16-198.51.100.17]
+    allocate_to:
+      priority: 2
+      service_selectors: [{{match_labels: {{tier: web}}}}]
+kubernetes: {{kubeconfig: {kubeconfig}, identity: a, lease_seconds: 2}}
+"""
+    runtime = Runtime(parse_config(text, "pools.yaml"), FakeIpvs())
+    runtime.start()
+    try:
+        assert runtime.wait_ready(20)
+        api.create("services", service("own", PORTS), namespace="team-a")
+        labelled = service("shop", PORTS)
+        labelled["metadata"]["labels"] = {"tier": "web"}
+        api.create("services", labelled)
+        api.create("services", service("plain", PORTS))
+        greedy = service("greedy", PORTS, annotations={"lvs-director.io/pool": "team-a"})
+        api.create("services", greedy)
+        own = lambda: ingress_in(api, "own", "team-a")  # noqa: E731
+        eventually(lambda: own() and ingress(api, "shop") and ingress(api, "plain"))
+        assert own() == ["198.51.100.8"]
+        assert ingress(api, "shop") == ["198.51.100.16"]
+        assert ingress(api, "plain") == ["198.51.100.0"]
+        eventually(lambda: "AddressRefused" in reasons(api, "greedy"), what="a refusal")
+        refusal = next(e for e in api.events_for("greedy") if e["reason"] == "AddressRefused")
+        assert "pool 'team-a' serves only namespaces team-a, not default/greedy" in refusal[
+            "message"]  # fmt: skip
+        api.patch("services", "shop", {"metadata": {"labels": {"tier": "db"}}})
+        eventually(lambda: ingress(api, "shop") == ["198.51.100.1"], what="shop moved")
+    finally:
+        runtime.stop()
+
+
+def ingress_in(api: FakeApiServer, name: str, namespace: str) -> list[str]:
+    status = api.get("services", name, namespace=namespace)["status"]
+    return [i["ip"] for i in status.get("loadBalancer", {}).get("ingress", [])]

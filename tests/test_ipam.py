@@ -186,3 +186,82 @@ def test_the_pool_use_graphed_is_what_is_held(steps: list[tuple[str, str]]) -> N
     used = {a for name in ["a/1", "a/2", "a/3", "a/4", "a/5"] for a in alloc.held(name)}
     for pool in alloc.pools:
         assert alloc.in_use_in(pool) == sum(1 for a in used if pool.contains(a))
+
+
+# -- allocate_to: which Services a pool serves, and its priority (MetalLB's serviceAllocation)
+def limited() -> tuple[Pool, ...]:
+    from director.core.ipam import Allocation, LabelSelector
+
+    web = LabelSelector((("tier", "web"),), (("example.com/exposed", "NotIn", ("no",)),))
+    return (
+        Pool.parse("fallback", ["198.51.100.0/30"], all_addresses=True),
+        Pool.parse("team-a", ["198.51.100.8/31"], all_addresses=True,
+                   allocation=Allocation(1, frozenset({"team-a"}))),
+        Pool.parse("web", ["198.51.100.16/32"], all_addresses=True,
+                   allocation=Allocation(5, service_selectors=(web,))),
+    )  # fmt: skip
+
+
+def test_a_pool_limited_to_namespaces_serves_only_them_and_says_so() -> None:
+    alloc = Allocator(limited())
+    assert alloc.assign(req("team-a/one")).pool == "team-a", "its own pool first (priority 1)"
+    assert alloc.assign(req("other/one")).pool == "fallback", "not team-a's"
+    named = alloc.assign(req("other/two", pool="team-a"))
+    assert named.error == ("pool 'team-a' serves only namespaces team-a, not other/two")
+    asked = alloc.assign(req("other/three", requested=(ip("198.51.100.9"),)))
+    assert asked.error == ("address 198.51.100.9: pool 'team-a' serves only namespaces "
+                           "team-a, not other/three")  # fmt: skip
+    assert alloc.assign(req("team-a/two", requested=(ip("198.51.100.9"),))).ok
+
+
+def test_pools_are_tried_by_priority_then_those_without_one() -> None:
+    alloc = Allocator(limited())
+    got = [alloc.assign(req(f"team-a/s{i}")).pool for i in range(6)]
+    assert got == ["team-a", "team-a", "fallback", "fallback", "fallback", "fallback"]
+    labelled = {"tier": "web"}
+    got = [alloc.assign(req(f"team-a/w{i}", labels=labelled)).pool for i in range(2)]
+    assert got == ["web", None], "priority 5, then nothing left"
+
+
+def test_a_pool_with_service_selectors_serves_the_labels_it_selects() -> None:
+    alloc = Allocator(limited())
+    assert alloc.assign(req("x/a", labels={"tier": "web"})).pool == "web"
+    assert alloc.assign(req("x/b", labels={"tier": "db"})).pool == "fallback"
+    opted_out = {"tier": "web", "example.com/exposed": "no"}
+    assert alloc.assign(req("x/c", labels=opted_out)).pool == "fallback"
+
+
+def test_a_service_that_leaves_a_pool_s_selection_gets_an_address_it_may_have() -> None:
+    alloc = Allocator(limited())
+    first = alloc.assign(req("x/a", labels={"tier": "web"}))
+    assert first.addresses == (ip("198.51.100.16"),)
+    moved = alloc.assign(req("x/a", labels={"tier": "db"}), keep=first.addresses)
+    assert moved.pool == "fallback" and alloc.users(ip("198.51.100.16")) == ()
+
+
+def test_no_pool_serving_a_service_is_an_error_naming_what_each_serves() -> None:
+    from director.core.ipam import Allocation
+
+    only_a = Allocation(namespaces=frozenset({"a"}))
+    alloc = Allocator((Pool.parse("a", ["198.51.100.0/30"], allocation=only_a),))
+    out = alloc.assign(req("b/web"))
+    assert out.error == "no pool with auto_assign serves b/web (allocate_to: a: namespaces a)"
+
+
+@given(st.lists(st.tuples(st.sampled_from(["team-a", "other"]),
+                          st.sampled_from([{}, {"tier": "web"}, {"tier": "db"}])),
+                max_size=12))  # fmt: skip
+@settings(max_examples=60)
+def test_no_service_ever_holds_an_address_of_a_pool_that_does_not_serve_it(
+    asks: list[tuple[str, dict[str, str]]],
+) -> None:
+    pools = limited()
+    alloc = Allocator(pools)
+    for index, (namespace, labels) in enumerate(asks):
+        request = req(f"{namespace}/s{index}", labels=labels)
+        out = alloc.assign(request)
+        for address in out.addresses:
+            pool = alloc.pool_of(address)
+            assert pool is not None and request.admitted(pool)
+    held = [a for i in range(len(asks)) for a in alloc.held(f"{asks[i][0]}/s{i}")]
+    assert len(held) == len(set(held)), "no address twice"

@@ -142,14 +142,16 @@ def test_metallb_pools_become_a_pools_section_the_director_loads(tmp_path: Path)
     assert by_name["edge-bgp"] == {
         "name": "edge-bgp", "addresses": ["203.0.113.0/27"], "auto_assign": False,
         "announce": "bgp", "communities": ["64512:10", "no-export"], "local_preference": 200,
+        "allocate_to": {"priority": 50, "namespaces": ["shop"]},
     }  # fmt: skip
     notes = "\n".join(converted.notes)
-    for said in ("edge.bgp is named edge-bgp", "avoidBuggyIPs", "serviceAllocation",
+    for said in ("edge.bgp is named edge-bgp", "avoidBuggyIPs",
                  "'my-named-community'", "aggregationLength", "pool broken:"):  # fmt: skip
         assert said in notes, said
     bgp = "bgp: {asn: 64512, router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 64500}]}"
     settings = parse_config(f"{text}{bgp}\n", "converted.yaml")  # what the director loads
     assert [p.name for p in settings.pools] == ["production", "edge-bgp"]
+    assert settings.pools[1].allocation.namespaces == {"shop"}
     assert all(line.startswith("# ") for line in text.splitlines() if "note" in line)
 
 
@@ -203,3 +205,35 @@ def test_what_metallb_allows_and_the_director_does_not_is_carried_over_or_said()
     bgp = "bgp: {asn: 64512, router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 64500}]}"
     settings = parse_config(converted.text("m.yaml") + bgp + "\n", "converted.yaml")
     assert sorted(p.name for p in settings.pools) == ["p-one", "p-one-2", "part", "wide"]
+
+
+def test_service_allocation_carries_over_and_never_serves_more_than_in_metallb() -> None:
+    """serviceAllocation becomes allocate_to (priority, namespaces, Service selectors);
+    namespaceSelectors have no counterpart: the pool then serves only its listed namespaces,
+    or, with none listed, only Services that name it."""
+    def pool(name: str, allocation: str) -> str:
+        return (f"apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: "
+                f"{{name: {name}}}\nspec:\n  addresses: [{POOLS[name]}]\n"
+                f"  serviceAllocation: {allocation}\n")  # fmt: skip
+
+    text = "---\n".join([
+        pool("web", "{priority: 10, serviceSelectors: [{matchLabels: {tier: web}, "
+             "matchExpressions: [{key: env, operator: NotIn, values: [dev]}]}]}"),
+        pool("teams", "{namespaces: [a], namespaceSelectors: [{matchLabels: {team: x}}]}"),
+        pool("selected", "{namespaceSelectors: [{matchLabels: {team: y}}]}"),
+    ])
+    converted = convert(text)
+    by_name = {p["name"]: p for p in converted.pools}
+    assert by_name["web"]["allocate_to"] == {"priority": 10, "service_selectors": [
+        {"match_labels": {"tier": "web"},
+         "match_expressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]}]}
+    assert by_name["teams"]["allocate_to"] == {"namespaces": ["a"]}
+    assert by_name["selected"].get("auto_assign") is False
+    assert sum("namespaceSelectors are not carried over" in n for n in converted.notes) == 2
+    settings = parse_config(converted.text("metallb.yaml"), "converted.yaml")
+    web = next(p for p in settings.pools if p.name == "web")
+    assert web.allocation.admits("shop", {"tier": "web", "env": "prod"})
+    assert not web.allocation.admits("shop", {"tier": "web", "env": "dev"})
+
+
+POOLS = {"web": "198.51.100.0/28", "teams": "198.51.100.16/28", "selected": "198.51.100.32/28"}

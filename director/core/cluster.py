@@ -43,6 +43,7 @@ EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 Json = Mapping[str, Any]
 T = TypeVar("T")
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,8 @@ class ServiceInfo:
     problems: tuple[str, ...] = ()  # what was dropped from the object, and why
     # status.loadBalancer.ingress held something that is not an address: rewrite it.
     stale_status: bool = False
+    # metadata.labels of a LoadBalancer Service (a pool's allocate_to selects by them)
+    labels: Mapping[str, str] = field(default_factory=lambda: NO_LABELS)
     # namespace/name, made once (interned, so its slices share it): every table keyed by
     # Service shares the one string.
     ref: str = field(init=False, repr=False, compare=False)
@@ -397,7 +400,15 @@ def service_from_json(obj: Json) -> ServiceInfo:
         allocate_node_ports=spec.get("allocateLoadBalancerNodePorts") is not False,
         problems=tuple(problems),
         stale_status=stale,
+        labels=_labels(meta) if spec.get("type") == "LoadBalancer" else NO_LABELS,
     )
+
+
+def _labels(meta: Json) -> Mapping[str, str]:
+    """The Service's labels (text keys and values only), read-only."""
+    found = {k: v for k, v in _map(meta.get("labels")).items()
+             if isinstance(k, str) and isinstance(v, str)}  # fmt: skip
+    return MappingProxyType(found) if found else NO_LABELS
 
 
 def _endpoint(

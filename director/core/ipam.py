@@ -19,7 +19,7 @@ Addresses the director uses otherwise (the NodePort VIPs, static services' VIPs)
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -74,6 +74,70 @@ class Announce:
         return self.kind == "bgp"
 
 
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector: every ``match_labels`` pair and every expression holds
+    (an empty selector matches everything)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    # (key, operator, values): In, NotIn (values), Exists, DoesNotExist (none)
+    expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(key) != value for key, value in self.match_labels):
+            return False
+        for key, operator, values in self.expressions:
+            present = key in labels
+            if operator == "In" and not (present and labels[key] in values):
+                return False
+            if operator == "NotIn" and present and labels[key] in values:
+                return False
+            if operator == "Exists" and not present:
+                return False
+            if operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_labels]
+        for key, operator, values in self.expressions:
+            listed = f" ({','.join(values)})" if values else ""
+            parts.append(f"{key} {operator}{listed}")
+        return ", ".join(parts) or "everything"
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Which Services a pool serves, and before which other pools (MetalLB's
+    ``serviceAllocation``): no limit and no priority by default."""
+
+    priority: int | None = None  # lower first; pools without one after those with one
+    namespaces: frozenset[str] = frozenset()  # empty: any namespace
+    service_selectors: tuple[LabelSelector, ...] = ()  # any of them; empty: any Service
+
+    def admits(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        if self.namespaces and namespace not in self.namespaces:
+            return False
+        return not self.service_selectors or any(
+            selector.matches(labels) for selector in self.service_selectors
+        )
+
+    def describe(self) -> str:
+        limits = []
+        if self.namespaces:
+            limits.append(f"namespaces {', '.join(sorted(self.namespaces))}")
+        if self.service_selectors:
+            limits.append("Services labelled "
+                          + " or ".join(f"[{s.describe()}]" for s in self.service_selectors))
+        return " and ".join(limits) or "every Service"
+
+
+NO_LIMIT = Allocation()
+
+
 @dataclass(frozen=True, slots=True)
 class Pool:
     name: str
@@ -81,6 +145,7 @@ class Pool:
     ranges: tuple[tuple[int, int, int], ...]  # (family 4|6, first, last)
     auto_assign: bool = True
     announce: Announce = Announce()  # how its addresses are made reachable
+    allocation: Allocation = NO_LIMIT  # which Services it serves, and its priority
 
     @classmethod
     def parse(
@@ -90,6 +155,8 @@ class Pool:
         auto_assign: bool = True,
         all_addresses: bool = False,
         announce: Announce | None = None,
+        *,
+        allocation: Allocation = NO_LIMIT,
     ) -> Pool:
         """``all_addresses``: IPv4 CIDRs give out their network and broadcast addresses too."""
         ranges = []
@@ -120,7 +187,7 @@ class Pool:
                 )
         if not ranges:
             raise PoolError("a pool needs at least one CIDR or range")
-        return cls(name, tuple(ranges), auto_assign, announce or Announce())
+        return cls(name, tuple(ranges), auto_assign, announce or Announce(), allocation)
 
     def contains(self, address: Address) -> bool:
         value = int(address)
@@ -151,6 +218,14 @@ class Request:
     requested: tuple[Address, ...] = ()
     pool: str | None = None
     sharing_key: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # the Service's labels
+
+    @property
+    def namespace(self) -> str:
+        return self.name.partition("/")[0]
+
+    def admitted(self, pool: Pool) -> bool:
+        return pool.allocation.admits(self.namespace, self.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,23 +347,37 @@ class Allocator:
             self._in_pool[pool.name] = self._in_pool.get(pool.name, 0) + change
 
     def _candidate_pools(self, request: Request) -> tuple[Pool, ...] | str:
+        """The pools ``request`` may draw from, in the order to try them: those it names or
+        may get automatically, that serve it (``allocate_to``), by priority."""
         if request.pool is not None:
             named = [p for p in self.pools if p.name == request.pool]
             if not named:
                 known = ", ".join(p.name for p in self.pools) or "none configured"
                 return f"pool {request.pool!r} does not exist (pools: {known})"
+            if not request.admitted(named[0]):
+                return _not_served(named[0], request)
             return tuple(named)
+        served = [p for p in self.pools if request.admitted(p)]
         if request.requested:
-            return self.pools
-        auto = tuple(p for p in self.pools if p.auto_assign)
+            return tuple(served)
+        auto = [p for p in served if p.auto_assign]
         if not auto:
+            if any(p.auto_assign for p in self.pools):
+                return (f"no pool with auto_assign serves {request.name} (allocate_to: "
+                        + "; ".join(f"{p.name}: {p.allocation.describe()}"
+                                    for p in self.pools if p.auto_assign) + ")")  # fmt: skip
             return "no pool has auto_assign enabled; request an address or a pool"
-        return auto
+        # By priority (lower first), pools without one last; the file's order otherwise.
+        auto.sort(key=lambda p: (p.allocation.priority is None, p.allocation.priority or 0))
+        return tuple(auto)
 
     def _check(
         self, request: Request, address: Address, pools: tuple[Pool, ...], requested: bool = False
     ) -> str | None:
         if not any(p.contains(address) for p in pools):
+            home = self.pool_of(address)
+            if home is not None and not request.admitted(home):
+                return f"address {address}: {_not_served(home, request)}"
             where = f"pool {pools[0].name!r}" if len(pools) == 1 else "any configured pool"
             return f"address {address} is outside {where}"
         if address in self.reserved:
@@ -353,3 +442,8 @@ class Allocator:
                     return address
                 value += 1
         return None
+
+
+def _not_served(pool: Pool, request: Request) -> str:
+    return (f"pool {pool.name!r} serves only {pool.allocation.describe()}, "
+            f"not {request.name}")  # fmt: skip

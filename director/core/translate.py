@@ -319,6 +319,7 @@ def ipam_request(svc: ServiceInfo, metallb: bool = False) -> tuple[Request | Non
         tuple(requested),
         _address_annotation(svc, A_POOL, metallb)[0],
         _address_annotation(svc, A_SHARED, metallb)[0],
+        svc.labels,
     )
     return request, []
 

@@ -6,6 +6,7 @@ dropped silently: the output is checked by the same schema the director applies.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class Converted:
             if pool.get("communities"):
                 listed = ", ".join(_quote(c) for c in pool["communities"])
                 out.append(f"    communities: [{listed}]")
+            if pool.get("allocate_to"):  # JSON is YAML: one line, every string quoted
+                out.append(f"    allocate_to: {json.dumps(pool['allocate_to'])}")
         out += [f"# note: {_comment(note)}" for note in self.notes]
         return "\n".join(out) + "\n"
 
@@ -225,11 +228,9 @@ def _pool(
         )
     else:  # MetalLB gives out every address of a CIDR, network and broadcast included
         entry["all_addresses"] = True
-    if spec.get("serviceAllocation"):
-        notes.append(
-            f"pool {name}: serviceAllocation (namespaces, selectors, priority) has no "
-            "counterpart; use auto_assign: false and lvs-director.io/pool instead"
-        )
+    allocation = _allocation(spec.get("serviceAllocation"), entry, notes)
+    if allocation:
+        entry["allocate_to"] = allocation
     bgp = _selected(by_kind["BGPAdvertisement"], original, notes)
     l2 = _selected(by_kind["L2Advertisement"], original, notes)
     if bgp:
@@ -254,6 +255,55 @@ def _pool(
         notes.append(f"pool {name}: {exc}; left out")
         return None
     return entry
+
+
+def _allocation(raw: object, entry: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """MetalLB's serviceAllocation as the pool's ``allocate_to``. What cannot be carried
+    over is said, and never leaves the pool serving more Services than it did."""
+    name = entry["name"]
+    if not raw:
+        return {}
+    if not isinstance(raw, Mapping):
+        notes.append(f"pool {name}: serviceAllocation is not a mapping; the pool is given only "
+                     "to Services that name it (auto_assign: false)")  # fmt: skip
+        entry["auto_assign"] = False
+        return {}
+    out: dict[str, Any] = {}
+    priority = raw.get("priority")
+    if isinstance(priority, int) and not isinstance(priority, bool) and priority > 0:
+        out["priority"] = priority  # MetalLB: 0 or unset is no priority
+    namespaces = _strings(raw.get("namespaces"))
+    if namespaces:
+        out["namespaces"] = namespaces
+    selectors = []
+    for selector in raw.get("serviceSelectors") or ():
+        if not isinstance(selector, Mapping):
+            continue
+        ours: dict[str, Any] = {}
+        if isinstance(selector.get("matchLabels"), Mapping) and selector["matchLabels"]:
+            ours["match_labels"] = dict(selector["matchLabels"])
+        expressions = [
+            {"key": e.get("key"), "operator": e.get("operator"),
+             **({"values": list(e["values"])} if e.get("values") else {})}
+            for e in selector.get("matchExpressions") or () if isinstance(e, Mapping)
+        ]  # fmt: skip
+        if expressions:
+            ours["match_expressions"] = expressions
+        selectors.append(ours)
+    if selectors:
+        out["service_selectors"] = selectors
+    if raw.get("namespaceSelectors"):
+        if namespaces:
+            notes.append(f"pool {name}: namespaceSelectors are not carried over (the director "
+                         "does not read Namespace labels); it serves the namespaces listed "
+                         "alone: add the selected ones to allocate_to.namespaces")  # fmt: skip
+        else:
+            entry["auto_assign"] = False
+            notes.append(f"pool {name}: namespaceSelectors are not carried over (the director "
+                         "does not read Namespace labels); the pool is given only to Services "
+                         "that name it (auto_assign: false) until its namespaces are listed in "
+                         "allocate_to.namespaces")  # fmt: skip
+    return out
 
 
 def _bgp(entry: dict[str, Any], adverts: list[Mapping[str, Any]], notes: list[str]) -> None:

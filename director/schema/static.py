@@ -9,10 +9,19 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, NamedTuple
 
+from pydantic import model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
-from director.core.ipam import Announce, Pool, PoolError
+from director.core.ipam import (
+    NO_LIMIT,
+    SELECTOR_OPERATORS,
+    Allocation,
+    Announce,
+    LabelSelector,
+    Pool,
+    PoolError,
+)
 from director.core.model import (
     MAX_WEIGHT,
     Family,
@@ -31,9 +40,11 @@ from director.core.ownership import Network
 from director.schema.bgp import COMMUNITY
 from director.schema.fields import (
     ADDRESS,
+    DNS_LABEL,
     DNS_LABEL_RE,
     FLAG,
     NAME_RE,
+    QUALIFIED_RE,
     TEXT,
     Keys,
     Path,
@@ -281,6 +292,85 @@ class ServiceEntry(Section):
         return out
 
 
+LABEL_KEY = matching(QUALIFIED_RE, lambda key: f"{key!r} is not a label key (such as app or "
+                     "example.com/tier)")  # fmt: skip
+LABEL_VALUE = matching(
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?",
+    lambda value: f"{value!r} is not a label value (63 characters at most: letters, digits, "
+    "-_., starting and ending with a letter or digit)",
+)
+
+
+def _label_map(value: object) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, tuple):  # from Python: the pairs themselves
+        return tuple((LABEL_KEY(k), LABEL_VALUE(v)) for k, v in value)
+    if not isinstance(value, dict):
+        raise problem("must be a mapping of label keys to values")
+    pairs = []
+    for key, text in value.items():
+        try:
+            pairs.append((LABEL_KEY(key), LABEL_VALUE("" if text is None else text)))
+        except PydanticCustomError as exc:
+            raise below(exc, str(key)) from None
+    return tuple(pairs)
+
+
+LABEL_MAP = Rule(_label_map, {"type": "object", "additionalProperties": LABEL_VALUE.schema})
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class ExpressionEntry(Section):
+    """One of a selector's ``match_expressions``."""
+
+    key: Annotated[str, LABEL_KEY]
+    """The label's key."""
+    operator: Annotated[str, one_of(*SELECTOR_OPERATORS)]
+    """In or NotIn (the label's value is, or is not, one of values), Exists or DoesNotExist
+    (the Service has, or has not, the label)."""
+    values: Annotated[tuple[str, ...], list_of(LABEL_VALUE)] = ()
+    """The values In and NotIn compare with (none for Exists and DoesNotExist)."""
+
+    @model_validator(mode="after")
+    def _values(self) -> ExpressionEntry:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise problem(f"{self.operator} needs at least one value", ("values",))
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise problem(f"{self.operator} takes no values", ("values",))
+        return self
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class SelectorEntry(Section):
+    """A label selector, as Kubernetes writes one (every part must hold)."""
+
+    match_labels: Annotated[tuple[tuple[str, str], ...], LABEL_MAP] = ()
+    """Labels the Service must carry, with these values."""
+    match_expressions: tuple[ExpressionEntry, ...] = ()
+    """Further conditions on its labels."""
+
+    def compile(self) -> LabelSelector:
+        return LabelSelector(self.match_labels, tuple(
+            (e.key, e.operator, e.values) for e in self.match_expressions))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class AllocationEntry(Section):
+    """A pool's ``allocate_to:``: which Services it gives addresses to, and before which
+    pools (MetalLB's serviceAllocation)."""
+
+    priority: Annotated[int | None, integer(0, 2**31 - 1)] = None
+    """Pools a Service may draw from automatically are tried by priority, lowest first;
+    pools without one come after those with one (the file's order between equals)."""
+    namespaces: Annotated[tuple[str, ...], list_of(DNS_LABEL)] = ()
+    """Only Services in these namespaces (none listed: any namespace)."""
+    service_selectors: tuple[SelectorEntry, ...] = ()
+    """Only Services whose labels match one of these selectors (none: any Service)."""
+
+    def compile(self) -> Allocation:
+        return Allocation(self.priority, frozenset(self.namespaces),
+                          tuple(s.compile() for s in self.service_selectors))  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True, config=SECTION)
 class PoolEntry(Section):
     """One of ``pools:``: addresses the director gives to LoadBalancer Services."""
@@ -311,6 +401,9 @@ class PoolEntry(Section):
     only."""
     local_preference: Annotated[int | None, integer(0, 4294967295)] = None  # bgp only
     """BGP local preference set on this pool's routes; announce: bgp only."""
+    allocate_to: AllocationEntry | None = None
+    """Limit the pool to some Services (namespaces, label selectors) and give it a priority
+    over the others (none: every Service, no priority)."""
 
     def compile(self) -> Pool:
         if self.announce != "bgp":
@@ -321,8 +414,9 @@ class PoolEntry(Section):
         announce = Announce(self.announce, self.communities, self.local_preference)
         try:
             return Pool.parse(
-                self.name, self.addresses, self.auto_assign, self.all_addresses, announce
-            )
+                self.name, self.addresses, self.auto_assign, self.all_addresses, announce,
+                allocation=self.allocate_to.compile() if self.allocate_to else NO_LIMIT,
+            )  # fmt: skip
         except PoolError as exc:
             raise Refusal(("addresses",), str(exc)) from None
 
