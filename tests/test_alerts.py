@@ -219,6 +219,16 @@ def test_every_metric_the_dashboard_charts_is_one_the_director_exports(
     assert named - (exported | served) == set(), "panels on metrics nobody exports"
 
 
+def test_the_dashboard_shows_what_is_out_of_sync_and_what_was_repaired() -> None:
+    """What /readyz and the OwnedStateOutOfSync alert speak of is on the board, per
+    resource: a flushed ruleset or a removed address is seen where it is graphed."""
+    charted = " ".join(expr for _title, expr in queries())
+    for metric in ("director_owned_in_sync", "director_owned_repairs_total",
+                   "director_owned_failures_total"):  # fmt: skip
+        assert metric in charted, metric
+    assert "by (instance, resource)" in charted and "by (resource)" in charted
+
+
 def test_the_dashboard_panels_do_not_overlap_and_use_its_variables() -> None:
     board = dashboard()
     assert {v["name"] for v in board["templating"]["list"]} == {"datasource", "instance"}
