@@ -288,6 +288,7 @@ class BackendServers:
     def __init__(self, lab: Lab, tcp_ports: Iterable[int], udp_ports: Iterable[int]) -> None:
         self._sel = selectors.DefaultSelector()
         self._stop = threading.Event()
+        self.peers: list[tuple[str, str]] = []  # (backend, the client address it saw), TCP
         self._sockets: list[socket.socket] = []
         self._listeners: dict[tuple[str, int], socket.socket] = {}
         for be in lab.backends:
@@ -342,7 +343,8 @@ class BackendServers:
                 role, name = key.data
                 try:
                     if role == "accept":
-                        conn, _ = sock.accept()
+                        conn, peer = sock.accept()
+                        self.peers.append((name, str(peer[0])))
                         conn.setblocking(False)
                         self._sel.register(conn, selectors.EVENT_READ, ("conn", name))
                     elif role == "udp":

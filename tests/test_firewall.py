@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from director.cli.runtime import Runtime
 from director.core.firewall import FakeFirewall, render_nft
-from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.core.model import Family, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs
 from director.web.app import create_app
@@ -140,7 +140,98 @@ def test_a_filter_nft_refuses_holds_the_restricted_service_back_and_nothing_else
         assert list(firewall.rules.values()) == [("203.0.113.0/24",)]
 
 
+def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Without its SNAT rule a full-NAT service would send real servers connections they
+    answer elsewhere: it is held back until the rule is in force, alone."""
+    firewall = FakeFirewall()
+    firewall.fail = "Error: Could not process rule: No such file or directory"
+    ipvs = FakeIpvs()
+    config = settings(api.kubeconfig(tmp_path / "kc"), extra="snat: {addresses: 192.0.2.250}")
+    runtime = Runtime(config, ipvs, firewall=firewall)
+    with runtime.start():
+        assert runtime.wait_ready(20)
+        api.create("services", service("untouched-nodes", [("http", "TCP", 80)],
+                                       annotations={"lvs-director.io/forwarding": "fullnat"}))
+        api.create("services", service("public", [("http", "TCP", 80)]))
+        eventually(lambda: len(ipvs.read().services) == 1, what="the other Service served")
+        (served,) = ipvs.read().services
+        assert runtime.controller.owner[served] == "default/public"
+        firewall.fail = None
+        eventually(lambda: len(ipvs.read().services) == 2, timeout=15, what="the retry")
+        (fullnat,) = firewall.snat
+        assert runtime.controller.owner[fullnat] == "default/untouched-nodes"
+        dests = ipvs.read().services[fullnat].real_servers.values()
+        assert {d.forwarding for d in dests} == {Forwarding.NAT}
+
+
 # -- the kernel ----------------------------------------------------------------------------
+@pytest.mark.kernel
+def test_full_nat_serves_backends_whose_routes_never_lead_back_to_the_director(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nodes left as they are: their default route is not the director (here a gateway
+    that does not exist). nat sends them the client's address, their replies go elsewhere
+    and the client gets nothing; fullnat sends them the director's SNAT address, which they
+    reach on their own network, and the client is answered."""
+    from director.dataplane.kernel import KernelIpvs
+    from director.engine.reconcile import Reconciler
+    from lab.netns import BACKEND_NET4, NAT_PORT, ask_tcp, build_lab, start_servers
+
+    lab = build_lab(prefix="fn")
+    try:
+        pool, snat = "198.51.100.0/29", f"{BACKEND_NET4}.1"  # the director's own, on br0
+        lab.lvs.ip(f"route add local {pool} dev lo")
+        servers = start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())
+        for be in lab.backends:  # the nodes' own default route, not through the director
+            be.ns.ip(f"route replace default via {BACKEND_NET4}.254")
+        with FakeApiServer() as api:
+            ipvs = KernelIpvs(netns=lab.lvs.name)
+            config = settings(api.kubeconfig(tmp_path / "kc"), pool=pool,
+                              extra=f"snat: {{addresses: [{snat}]}}")  # fmt: skip
+            runtime = Runtime(config, ipvs)
+            runtime.start()
+            try:
+                assert runtime.wait_ready(60)
+                for name, forwarding in (("nat", "nat"), ("full", "fullnat")):
+                    obj = service(name, [("http", "TCP", 80)], annotations={
+                        "lvs-director.io/backends": "pod",
+                        "lvs-director.io/forwarding": forwarding})  # fmt: skip
+                    obj["spec"]["ports"][0]["targetPort"] = NAT_PORT
+                    api.create("services", obj)
+                    api.create("endpointslices", endpoint_slice(
+                        name, [(b.ipv4, None, True, False) for b in lab.backends],
+                        [("http", "TCP", NAT_PORT)]))  # fmt: skip
+                def address(name: str) -> str | None:
+                    status = api.get("services", name)["status"]
+                    return status["loadBalancer"].get("ingress", [{}])[0].get("ip")  # type: ignore[no-any-return]
+
+                vips = {n: eventually(lambda n=n: address(n), what="an address")
+                        for n in ("nat", "full")}  # fmt: skip
+                for vip in vips.values():
+                    key = ServiceKey.inet(Protocol.TCP, vip, 80)
+                    eventually(lambda k=key: (vs := ipvs.read_service(k)) and vs.real_servers,
+                               timeout=60, what="the virtual service")  # fmt: skip
+                assert lab.lvs.exec(["sysctl", "-n", "net.ipv4.vs.conntrack"]).strip() == "1"
+                answers = [ask_tcp(lab.client, vips["full"], 80, timeout=10) for _ in range(6)]
+                assert set(answers) <= {b.name for b in lab.backends} and len(set(answers)) > 1
+                seen = {address for _name, address in servers.peers}
+                assert seen == {snat}, f"the backends saw {seen}, not the SNAT address"
+                with pytest.raises(OSError):  # nat: the reply goes to the nodes' own gateway
+                    ask_tcp(lab.client, vips["nat"], 80, timeout=3)
+                with capsys.disabled():
+                    print(f"\nfull NAT: {len(answers)}/{len(answers)} answered by "
+                          f"{', '.join(sorted(set(answers)))}, each seeing {snat}; nat: no "
+                          "answer (the nodes route elsewhere)")  # fmt: skip
+            finally:
+                runtime.stop()
+                Reconciler(ipvs, config.ownership).full_sync({})
+                ipvs.close()
+    finally:
+        lab.close()
+
+
 @pytest.mark.kernel
 def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -365,3 +456,44 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
         assert key in ipvs.read().services and owned.get("nftables").kind == "transient"  # type: ignore[union-attr]
         firewall.unrunnable = None
         eventually(lambda: client.get("/readyz").status_code == 200, what="verified again")
+
+
+# -- full NAT: the same table, the same read-back ------------------------------------------
+SNAT_TO = {Family.INET: "192.0.2.1", Family.INET6: "2001:db8::1"}
+
+
+def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
+    text = render_nft({WEB: ("10.0.0.0/8",)}, snat=frozenset({WEB, DNS6}), snat_to=SNAT_TO)
+    lines = text.splitlines()
+    assert "add element inet director fullnat4 { 198.51.100.1 . tcp . 80 }" in lines
+    assert "add element inet director fullnat6 { 2001:db8:100::53 . udp . 53 }" in lines
+    assert any("hook prerouting" in line and "fullnat_mark" in line for line in lines)
+    assert any(line.endswith("snat ip to 192.0.2.1") for line in lines)
+    assert any(line.endswith("snat ip6 to 2001:db8::1") for line in lines)
+    only4 = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to={Family.INET: "192.0.2.1"})
+    assert "fullnat6 {" not in only4.split("add element")[-1] and "snat ip6" not in only4
+    gone = render_nft({}, existing=["fullnat_mark", "fullnat_snat", "fullnat4", "fullnat6"],
+                      snat=frozenset(), snat_to=SNAT_TO)  # fmt: skip
+    assert gone.splitlines()[-4:] == [
+        "delete chain inet director fullnat_mark", "delete chain inet director fullnat_snat",
+        "delete set inet director fullnat4", "delete set inet director fullnat6"]
+
+
+def test_full_nat_is_held_and_read_back_as_the_filter_is(firewall) -> None:  # type: ignore[no-untyped-def]
+    """On both subjects: full NAT in use while a service needs it, in the fingerprint
+    (someone flushing the ruleset is seen), and gone when no service needs it."""
+    from director.dataplane.nft import NftFirewall
+
+    if isinstance(firewall, NftFirewall):
+        firewall.snat_to = dict(SNAT_TO)  # what director run gives it from snat.addresses
+    firewall.apply({}, frozenset({WEB}))
+    assert firewall.in_use()
+    first = firewall.fingerprint()
+    firewall.apply({}, frozenset({WEB, DNS6}))
+    assert firewall.fingerprint() not in ("", first)
+    flush_ruleset(firewall)
+    assert firewall.fingerprint() == "" and not firewall.in_use()
+    firewall.apply({WEB: ("10.0.0.0/8",)}, frozenset({WEB}))
+    assert firewall.in_use() and firewall.dropped() == {WEB: 0}
+    firewall.apply({}, frozenset())
+    assert not firewall.in_use()

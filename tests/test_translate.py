@@ -174,7 +174,7 @@ def test_invalid_annotation_is_refused_and_the_last_valid_value_kept() -> None:
         "scheduler 'fastest' is not offered by this kernel (allowed: dh, fo"
         in messages["lvs-director.io/scheduler"]
     )
-    assert messages["lvs-director.io/forwarding"] == "'magic' is not one of nat, dr, tun"
+    assert messages["lvs-director.io/forwarding"] == "'magic' is not one of nat, fullnat, dr, tun"
 
 
 def test_class_selection_and_nodeport_vip() -> None:
@@ -246,3 +246,26 @@ def test_load_balancer_source_ranges_restrict_each_address_to_its_family() -> No
         "service.beta.kubernetes.io/load-balancer-source-ranges": "10.1.0.0/16,10.2.0.0/16"})
     assert service_from_json(legacy).source_ranges == ("10.1.0.0/16", "10.2.0.0/16")
     assert service_from_json(service("open", [("http", "TCP", 80)])).source_ranges is None
+
+
+def test_full_nat_masquerades_to_the_node_port_and_asks_for_the_snat_rule() -> None:
+    """fullnat: IPVS masquerades (nat, at the node port) and the key is handed to the SNAT
+    rule, for the families the box has an SNAT address of; the others are refused."""
+    from director.core.model import Family
+
+    policy = replace(POLICY, snat=frozenset({Family.INET}))
+    s = svc(annotations={"lvs-director.io/forwarding": "fullnat"})
+    out = translate(s, ["198.51.100.1"], [], NODES, policy)
+    vs = out.services[KEY]
+    assert sorted(vs.real_servers) == [("192.0.2.11", 30080), ("192.0.2.12", 30080)]
+    assert {rs.forwarding for rs in vs.real_servers.values()} == {Forwarding.NAT}
+    assert out.snat == frozenset({KEY}) and out.problems == ()
+    v6 = ServiceKey.inet(Protocol.TCP, "2001:db8:100::1", 80)
+    dual = translate(s, ["198.51.100.1", "2001:db8:100::1"], [], NODES, policy)
+    assert KEY in dual.services and v6 not in dual.services and dual.snat == {KEY}
+    assert [p.reason for p in dual.problems] == ["ForwardingRefused"]
+    assert "fullnat needs an IPv6 address in snat.addresses" in dual.problems[0].message
+    over_bgp = translate(s, ["198.51.100.1"], [], NODES, policy, bgp=True)
+    assert over_bgp.snat == {KEY}, "each director leaves from its own address: no NAT_OVER_BGP"
+    plain = translate(svc(), ["198.51.100.1"], [], NODES, policy)
+    assert plain.snat == frozenset()

@@ -95,6 +95,12 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
                         break
     notes += bgp_notes(settings)
     notes += _unheld(settings, host)
+    if host and settings.snat is not None:
+        away = [a for a in settings.snat.addresses if not _local(a)]
+        if away:
+            notes.append(f"snat.addresses {', '.join(away)}: not this box's address now; "
+                         "full-NAT replies come back to it only once it is (add it to the "
+                         "interface facing the nodes)")  # fmt: skip
     problems += _kubeconfig(settings)
     if settings.ha is not None:
         fifo = Path(settings.ha.fifo)

@@ -25,6 +25,7 @@ from director.cli.preflight import read_token
 from director.core.announce import PeerState
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.firewall import FakeFirewall, Firewall
+from director.core.model import Family
 from director.core.owned import Ledger, Refused, Transient
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
@@ -55,6 +56,9 @@ log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
 # IPVS schedules a non-SYN packet only with these set.
 SLOPPY = {"net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
+# Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
+# replies (the IPv4 switch covers IPv6 too).
+FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": "1"}
 RELEASE_SECONDS = 5.0  # a clean stop waits at most this for the Lease's release
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
 
@@ -178,14 +182,22 @@ def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> 
                     watch_seconds=watch_seconds) for resource in RESOURCES]  # fmt: skip
 
 
-def _firewall(ipvs: Ipvs, netns: str | None) -> Firewall:
-    """The source filter: the fake beside the fake, nftables beside the kernel's IPVS (in
-    its namespace)."""
+def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -> Firewall:
+    """The source filter and full NAT: the fake beside the fake, nftables beside the
+    kernel's IPVS (in its namespace). With full NAT, IPVS's connections are tracked, so that
+    conntrack undoes the SNAT on the replies (``net.ipv4.vs.conntrack``)."""
     if isinstance(ipvs, FakeIpvs):
         return FakeFirewall()
     from director.dataplane.nft import NftFirewall
 
-    return NftFirewall(netns or getattr(ipvs, "netns", None))
+    where = netns or getattr(ipvs, "netns", None)
+    snat_to = {Family.of(a): a for a in (settings.snat.addresses if settings.snat else ())}
+    if snat_to and not dry_run:
+        for name, why in write_sysctls(where, FULLNAT_SYSCTLS).items():
+            event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name,
+                  value=FULLNAT_SYSCTLS[name], reason=why,
+                  effect="full-NAT replies are not translated back")  # fmt: skip
+    return NftFirewall(where, snat_to=snat_to)
 
 
 class Runtime:
@@ -220,7 +232,7 @@ class Runtime:
             observer=observer,
             intents_file=Path(settings.api.intents_file) if settings.api else None,
             recorder=self.metrics.recorder,
-            firewall=firewall or _firewall(ipvs, netns),
+            firewall=firewall or _firewall(ipvs, netns, settings, dry_run),
         )
         scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts,
                                     self._frr_figures)  # fmt: skip

@@ -7,6 +7,12 @@ table, ``inet director``, hooks input earlier (priority -10): a packet to a rest
 which accepts the allowed sources and counts and drops the rest. Every forwarding mode (nat,
 dr, tun) is covered, and the nodes' kube-proxy never has to see the client at all.
 
+Full NAT (``forwarding: fullnat``) lives in the same table: a packet to a full-NAT
+``VIP . protocol . port`` is marked at prerouting (``SNAT_MARK``), IPVS masquerades it to a
+real server, and at postrouting a marked packet leaves from the box's SNAT address (with
+``net.ipv4.vs.conntrack=1``, conntrack undoes it on the reply before IPVS sees it). The real
+servers reply to the director whatever their routes.
+
 The whole table is brought to the desired state in one ``nft -f`` transaction (all or
 nothing: a ruleset nft refuses leaves the old one in force). No other table is ever touched.
 Each service's drop counter is a named counter object that outlives rule changes, so the
@@ -35,6 +41,8 @@ FAMILY = "inet"
 CHAIN_PREFIX = "svc"
 COUNTER_PREFIX = "drop"
 SET_PREFIX = "src"
+SNAT_MARK = 0x00400000  # the packet mark bit full-NAT traffic carries from prerouting
+SNAT_OBJECTS = ("fullnat_mark", "fullnat_snat", "fullnat4", "fullnat6")  # chains, then sets
 
 Restrictions = Mapping[ServiceKey, tuple[str, ...]]
 
@@ -49,9 +57,11 @@ class FirewallError(Refused):
 class Firewall(Protocol):
     """What the engine needs of the packet filter."""
 
-    def apply(self, restrictions: Restrictions) -> None:
-        """Make ``restrictions`` the whole set of filtered services. Raises FirewallError
-        (the previous rules stay in force)."""
+    def apply(
+        self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()
+    ) -> None:
+        """Make ``restrictions`` the whole set of filtered services, and ``snat`` the whole
+        set of full-NAT ones. Raises FirewallError (the previous rules stay in force)."""
         ...
 
     def dropped(self) -> dict[ServiceKey, int]:
@@ -98,12 +108,19 @@ def set_name(family: Family, ranges: list[str]) -> str:
     return f"{SET_PREFIX}{'4' if family is Family.INET else '6'}_{digest}"
 
 
-def render_nft(restrictions: Restrictions, existing: Iterable[str] = ()) -> str:
+def render_nft(
+    restrictions: Restrictions,
+    existing: Iterable[str] = (),
+    snat: frozenset[ServiceKey] = frozenset(),
+    snat_to: Mapping[Family, str] | None = None,
+) -> str:
     """The ``nft -f`` script that makes table ``inet director`` hold exactly
-    ``restrictions``; ``existing``: names of chains, sets and counters the table holds now
-    (the obsolete ones are deleted in the same transaction). Linear in the number of
-    services and ranges."""
+    ``restrictions`` and full NAT for ``snat`` (from the addresses ``snat_to`` gives per
+    family; none: no full NAT at all); ``existing``: names of chains, sets and counters the
+    table holds now (the obsolete ones are deleted in the same transaction). Linear in the
+    number of services and ranges."""
     t = f"{FAMILY} {TABLE}"
+    existing = list(existing)
     lines = [
         f"add table {t}",
         f"add map {t} services4 {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}",
@@ -147,11 +164,54 @@ def render_nft(restrictions: Restrictions, existing: Iterable[str] = ()) -> str:
             f"add element {t} {where} {{ {key.address} . {key.protocol.label} . {key.port} : "
             f"goto {chain} }}"
         )
+    marked = frozenset(k for k in snat if snat_to and k.family in snat_to)
+    if marked and snat_to:  # no full-NAT service: none of its objects either
+        wanted.update(SNAT_OBJECTS)
+        lines += _snat_lines(t, marked, snat_to)
     gone = sorted(set(existing) - wanted)
+    # Full NAT's chains first (they name its sets), then its sets.
+    lines += [f"delete {'chain' if n.startswith('fullnat_') else 'set'} {t} {n}"
+              for n in SNAT_OBJECTS if n in gone]  # fmt: skip
     # Chains first (their rules name the sets), then the sets and counters.
     for prefix, kind in ((CHAIN_PREFIX, "chain"), (SET_PREFIX, "set"), (COUNTER_PREFIX, "counter")):
         lines += [f"delete {kind} {t} {name}" for name in gone if name.startswith(prefix)]
     return "\n".join(lines) + "\n"
+
+
+def _snat_lines(t: str, snat: frozenset[ServiceKey], snat_to: Mapping[Family, str]) -> list[str]:
+    """Full NAT: mark what is bound for a full-NAT virtual service, SNAT what is marked."""
+    mark = f"0x{SNAT_MARK:08x}"
+    lines = [
+        f"add set {t} fullnat4 {{ type ipv4_addr . inet_proto . inet_service ; }}",
+        f"add set {t} fullnat6 {{ type ipv6_addr . inet_proto . inet_service ; }}",
+        f"flush set {t} fullnat4",
+        f"flush set {t} fullnat6",
+        f"add chain {t} fullnat_mark {{ type filter hook prerouting priority -150 ; "
+        "policy accept ; }",
+        f"flush chain {t} fullnat_mark",
+        f"add rule {t} fullnat_mark meta nfproto ipv4 ip daddr . meta l4proto . th dport "
+        f"@fullnat4 meta mark set meta mark | {mark}",
+        f"add rule {t} fullnat_mark meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
+        f"@fullnat6 meta mark set meta mark | {mark}",
+        f"add chain {t} fullnat_snat {{ type nat hook postrouting priority srcnat ; "
+        "policy accept ; }",
+        f"flush chain {t} fullnat_snat",
+    ]
+    for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
+        source = snat_to.get(family)
+        if source is not None:
+            lines.append(f"add rule {t} fullnat_snat meta nfproto {match} meta mark & {mark} "
+                         f"== {mark} snat {verb} to {source}")  # fmt: skip
+    by_set: dict[str, list[str]] = {"fullnat4": [], "fullnat6": []}
+    for key in sorted(k for k in snat if not k.fwmark and k.protocol is not None):
+        assert key.protocol is not None
+        if key.family in snat_to:  # no address of its family: never marked (held back)
+            name = "fullnat4" if key.family is Family.INET else "fullnat6"
+            by_set[name].append(f"{key.address} . {key.protocol.label} . {key.port}")
+    for name, elements in by_set.items():
+        if elements:
+            lines.append(f"add element {t} {name} {{ {', '.join(elements)} }}")
+    return lines
 
 
 class FakeFirewall:
@@ -161,6 +221,7 @@ class FakeFirewall:
 
     def __init__(self) -> None:
         self.rules: dict[ServiceKey, tuple[str, ...]] = {}
+        self.snat: frozenset[ServiceKey] = frozenset()  # full-NAT services in force
         self.counts: dict[ServiceKey, int] = {}
         self.applies = 0
         self.fail: str | None = None  # set by a test: the next applies are refused
@@ -172,13 +233,16 @@ class FakeFirewall:
         if self.unrunnable is not None:
             raise Transient(f"cannot run nft: {self.unrunnable}")
 
-    def apply(self, restrictions: Restrictions) -> None:
+    def apply(
+        self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()
+    ) -> None:
         with self._lock:
             self._runnable()
             if self.fail is not None:
                 raise FirewallError(self.fail)
             self.applies += 1
             self.table = True
+            self.snat = frozenset(k for k in snat if not k.fwmark and k.protocol is not None)
             self.rules = {
                 key: tuple(clean_ranges(key, ranges))
                 for key, ranges in restrictions.items()
@@ -189,7 +253,7 @@ class FakeFirewall:
     def flush(self) -> None:
         """``nft flush ruleset``, run by someone else: the table is gone."""
         with self._lock:
-            self.rules, self.counts, self.table = {}, {}, False
+            self.rules, self.counts, self.table, self.snat = {}, {}, False, frozenset()
 
     def dropped(self) -> dict[ServiceKey, int]:
         with self._lock:
@@ -198,14 +262,15 @@ class FakeFirewall:
 
     def in_use(self) -> bool:
         with self._lock:
-            return bool(self.rules)
+            return bool(self.rules or self.snat)
 
     def fingerprint(self) -> str:
         with self._lock:
             self._runnable()
             if not self.table:
                 return ""
-            text = repr(sorted((str(k), v) for k, v in self.rules.items()))
+            text = repr((sorted((str(k), v) for k, v in self.rules.items()),
+                         sorted(str(k) for k in self.snat)))  # fmt: skip
             return hashlib.sha256(text.encode()).hexdigest()
 
     def admits(self, key: ServiceKey, source: str) -> bool:

@@ -63,13 +63,27 @@ class Forwarding(IntEnum):
     TUN = 2  # IP-in-IP tunnelling
     DR = 3  # direct routing
     BYPASS = 4  # only ever read from the kernel
+    # The director's full NAT: masquerading, and the director's own address as the source
+    # the real servers see (an nftables SNAT), so their replies come back whatever their
+    # routes. Never in the kernel: a full-NAT service's real servers are NAT (``kernel``).
+    FULLNAT = 6
 
     @property
     def label(self) -> str:
         return self.name.lower()
 
+    @property
+    def kernel(self) -> Forwarding:
+        """The forwarding method IPVS is given."""
+        return Forwarding.NAT if self is Forwarding.FULLNAT else self
 
-CONFIGURABLE_FORWARDING = (Forwarding.NAT, Forwarding.DR, Forwarding.TUN)
+    @property
+    def masquerades(self) -> bool:
+        """IPVS rewrites the destination (to a node port, say): nat and fullnat."""
+        return self in (Forwarding.NAT, Forwarding.FULLNAT)
+
+
+CONFIGURABLE_FORWARDING = (Forwarding.NAT, Forwarding.FULLNAT, Forwarding.DR, Forwarding.TUN)
 
 # Every scheduler Linux ships (net/netfilter/ipvs/ip_vs_*.c). Which of them a given kernel
 # offers is the adapter's business (``Ipvs.schedulers()``).

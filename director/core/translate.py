@@ -88,6 +88,9 @@ class Translation:
     # Virtual services open only to these sources (loadBalancerSourceRanges, CIDRs of the
     # service's family; empty: open to none).
     restrictions: dict[ServiceKey, tuple[str, ...]] = field(default_factory=dict)
+    # Full-NAT virtual services: the director's SNAT address is the source their real
+    # servers see (not programmed until that rule is in force).
+    snat: frozenset[ServiceKey] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ class Policy:
     check: CheckSpec | None = None  # the default active check; None: no check by default
     checking: bool = False  # health checks configured (healthCheckNodePort is then probed)
     metallb: bool = False  # MetalLB's address annotations count where ours are absent
+    snat: frozenset[Family] = frozenset()  # the families the box has an SNAT address of
 
 
 def wants_address(svc: ServiceInfo, policy: Policy) -> bool:
@@ -127,7 +131,7 @@ def node_ports_missing(svc: ServiceInfo, policy: Policy, previous: Options | Non
     mode with nat forwarding it sends to each node at the node port, and a Service with
     ``allocateLoadBalancerNodePorts: false`` may have none. Its address would be dead."""
     opts, _ = options(svc, policy, previous)
-    if opts.backends != "nodeport" or opts.forwarding is not Forwarding.NAT:
+    if opts.backends != "nodeport" or not opts.forwarding.masquerades:
         return None
     missing = [str(sp.name or sp.port) for sp in svc.ports
                if sp.protocol in PROTOCOLS and not sp.node_port]  # fmt: skip
@@ -375,13 +379,23 @@ def translate(
     checks: dict[ServiceKey, dict[DestKey, tuple[Target, ...]]] = {}
     draining: set[tuple[ServiceKey, DestKey]] = set()
     restrictions: dict[ServiceKey, tuple[str, ...]] = {}
+    snat: set[ServiceKey] = set()
+    fullnat = opts.forwarding is Forwarding.FULLNAT
     for want in wants:
         key = want.key
+        if fullnat and key.family not in policy.snat:
+            version = 4 if key.family is Family.INET else 6
+            problems.append(Problem(A_FORWARDING, f"fullnat needs an IPv{version} address in "
+                                    f"snat.addresses; {key} is not served",
+                                    "ForwardingRefused"))  # fmt: skip
+            continue
+        if fullnat:
+            snat.add(key)
         config = _shared(ServiceConfig(
             opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
         ))
         out[key], targets, gone = _virtual_service(
-            want, config, weight=policy.weight, forwarding=opts.forwarding, check=check,
+            want, config, weight=policy.weight, forwarding=opts.forwarding.kernel, check=check,
             probe_port=probe if want.on_nodes else 0,
         )  # fmt: skip
         draining.update((key, dkey) for dkey in gone)
@@ -389,7 +403,8 @@ def translate(
             checks[key] = targets
         if want.allowed is not None:
             restrictions[key] = want.allowed
-    return Translation(out, opts, tuple(problems), frozenset(draining), checks, restrictions)
+    return Translation(out, opts, tuple(problems), frozenset(draining), checks, restrictions,
+                       frozenset(snat))  # fmt: skip
 
 
 def _health_check(svc: ServiceInfo, policy: Policy, problems: list[Problem]) -> CheckSpec | None:
@@ -499,7 +514,7 @@ def _lb_wants(
             else:
                 # nat rewrites to the node port; dr and tun cannot change the port, and
                 # kube-proxy on the node accepts the load-balancer address at the port.
-                port = sp.node_port if opts.forwarding is Forwarding.NAT else sp.port
+                port = sp.node_port if opts.forwarding.masquerades else sp.port
                 backends = _node_backends(svc, slices, nodes, family, port,
                                           by_endpoints=opts.local_weights)  # fmt: skip
             key = ServiceKey(family, protocol, address, sp.port)

@@ -156,6 +156,8 @@ def pack_dest_message(
             20, DEST_ADDR, socket.inet_pton(af, address), 6, DEST_PORT, socket.htons(rs.port),
             6, DEST_ADDR_FAMILY, af,
         )  # fmt: skip
+    if rs.forwarding is Forwarding.FULLNAT:  # translated to NAT and an SNAT rule before here
+        raise ValueError("fullnat is the director's mode, not an IPVS forwarding method")
     return layout.pack(
         layout.size, family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0, nested,
         _DEST_FULL_LEN, CMD_ATTR_DEST,

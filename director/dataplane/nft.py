@@ -20,13 +20,14 @@ from director.core.firewall import (
     CHAIN_PREFIX,
     COUNTER_PREFIX,
     FAMILY,
+    SNAT_OBJECTS,
     TABLE,
     FirewallError,
     Restrictions,
     object_name,
     render_nft,
 )
-from director.core.model import ServiceKey
+from director.core.model import Family, ServiceKey
 from director.core.owned import Transient, not_run, run_failure
 
 # What changes in a table whose rules did not: the counters' figures, and the handles (the
@@ -35,8 +36,11 @@ _VOLATILE = frozenset({"packets", "bytes", "handle"})
 
 
 class NftFirewall:
-    def __init__(self, netns: str | None = None, nft: str = "nft") -> None:
-        self.netns, self.nft = netns, nft
+    def __init__(
+        self, netns: str | None = None, nft: str = "nft", snat_to: dict[Family, str] | None = None
+    ) -> None:
+        """``snat_to``: the box's SNAT address per family (full NAT; none: no full NAT)."""
+        self.netns, self.nft, self.snat_to = netns, nft, snat_to or {}
         self._names: dict[str, ServiceKey] = {}  # counter name -> service
         self._existing: list[str] | None = None  # chains, sets, counters (None: not known)
         self._lock = threading.Lock()
@@ -70,7 +74,9 @@ class NftFirewall:
         except (ValueError, AttributeError) as exc:
             raise Transient(f"nft -j printed something unexpected: {exc}") from None
 
-    def apply(self, restrictions: Restrictions) -> None:
+    def apply(
+        self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()
+    ) -> None:
         """One transaction. What the table holds (to delete what is no longer wanted) is
         known from the last read-back (``fingerprint``, taken after every write): read
         again only when unknown, or when the transaction failed on it (the table changed
@@ -79,12 +85,13 @@ class NftFirewall:
             known = self._existing
             try:
                 existing = known if known is not None else _names(self._objects())
-                self._run(["-f", "-"], render_nft(restrictions, existing))
+                self._run(["-f", "-"], render_nft(restrictions, existing, snat, self.snat_to))
             except FirewallError:
                 if known is None:
                     raise
                 self._existing = None
-                self._run(["-f", "-"], render_nft(restrictions, _names(self._objects())))
+                self._run(["-f", "-"], render_nft(restrictions, _names(self._objects()), snat,
+                                                  self.snat_to))  # fmt: skip
             self._existing = None  # changed: read again (fingerprint, or the next apply)
             self._names = {object_name(COUNTER_PREFIX, key): key for key in restrictions}
 
@@ -93,6 +100,7 @@ class NftFirewall:
             try:
                 return any(
                     str(item["chain"].get("name", "")).startswith(CHAIN_PREFIX)
+                    or item["chain"].get("name") in SNAT_OBJECTS
                     for item in self._objects()
                     if isinstance(item.get("chain"), dict)
                 )

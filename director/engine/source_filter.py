@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from director.core.firewall import Firewall, FirewallError
 from director.core.model import ServiceKey, VirtualService
@@ -33,6 +34,14 @@ VERIFY_SECONDS = 2.0  # the table is read back this often, at least
 VERIFY_MAX = 10.0  # and at most this long apart, however long a read-back takes
 
 
+@dataclass
+class FullNat:
+    """The full-NAT virtual services each Service asks for, and those in force."""
+
+    wanted: dict[str, frozenset[ServiceKey]] = field(default_factory=dict)
+    enforced: frozenset[ServiceKey] = frozenset()
+
+
 class SourceFilter:
     def __init__(
         self,
@@ -46,9 +55,11 @@ class SourceFilter:
         self.firewall, self.status, self.clock, self.dry_run = firewall, status, clock, dry_run
         self.ledger = ledger or Ledger()
         self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
+        self.fullnat = FullNat()  # full-NAT Services' virtual services
         self.enforced: dict[ServiceKey, tuple[str, ...]] = {}  # in force, as far as known
-        self.synced = False  # the firewall holds exactly ``enforced``
-        self._attempted: dict[ServiceKey, tuple[str, ...]] | None = None
+        self.synced = False  # the firewall holds exactly ``enforced`` and ``fullnat.enforced``
+        self._attempted: tuple[dict[ServiceKey, tuple[str, ...]], frozenset[ServiceKey]] | None
+        self._attempted = None
         self.retry = Retry(clock, cap=RETRY_SECONDS, refused_after=REFUSED_SECONDS)
         self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
         self._print: str | None = None  # the table's fingerprint after our last write
@@ -59,29 +70,42 @@ class SourceFilter:
     def next_retry(self) -> float:
         return self.retry.next_at
 
-    def want(self, ref: str, restrictions: dict[ServiceKey, tuple[str, ...]]) -> None:
-        """What a Service asks for now (only restricted Services are kept: ``enforce``
-        walks them on every sync)."""
+    def want(
+        self,
+        ref: str,
+        restrictions: dict[ServiceKey, tuple[str, ...]],
+        snat: frozenset[ServiceKey] = frozenset(),
+    ) -> None:
+        """What a Service asks for now: source ranges, and full NAT (only Services with
+        either are kept: ``enforce`` walks them on every sync)."""
         if restrictions:
             self.restrictions[ref] = restrictions
         else:
             self.restrictions.pop(ref, None)
+        if snat:
+            self.fullnat.wanted[ref] = snat
+        else:
+            self.fullnat.wanted.pop(ref, None)
 
     def enforce(self) -> set[ServiceKey]:
-        """Bring the firewall to the Services' source ranges; return the restricted virtual
-        services whose filter is not in force."""
+        """Bring the firewall to the Services' source ranges and full NAT; return the
+        virtual services whose rules are not in force."""
         wanted: dict[ServiceKey, tuple[str, ...]] = {}
         for by_key in self.restrictions.values():
             wanted.update(by_key)
-        if wanted != self._attempted:
+        wanted_snat = frozenset().union(*self.fullnat.wanted.values())
+        if (wanted, wanted_snat) != self._attempted:
             self.retry.changed()
-        if self.retry.due() and (wanted != self.enforced or not self.synced):
-            self._attempted = dict(wanted)
-            if not (wanted or self.enforced or self._in_use()):
+        changed = wanted != self.enforced or wanted_snat != self.fullnat.enforced
+        if self.retry.due() and (changed or not self.synced):
+            self._attempted = (dict(wanted), wanted_snat)
+            if not (wanted or wanted_snat or self.enforced or self.fullnat.enforced
+                    or self._in_use()):  # fmt: skip
                 self.synced = True  # nothing wanted, nothing of ours in force
             else:
-                self._apply(wanted)
-        return {key for key in wanted if key not in self.enforced}
+                self._apply(wanted, wanted_snat)
+        return ({key for key in wanted if key not in self.enforced}
+                | (wanted_snat - self.fullnat.enforced))  # fmt: skip
 
     def timed(self, now: float) -> tuple[set[str], bool]:
         """What the filter's timers make due: the Services to recompute (all the restricted
@@ -125,15 +149,17 @@ class SourceFilter:
               restricted=len(self.enforced), action="writing the filter again; the "
               "restricted virtual services leave IPVS should that fail")  # fmt: skip
         # Nothing is known to be in force: what cannot be written again is held back.
-        self.enforced, self.synced, self._print = {}, False, None
+        self.enforced, self.fullnat.enforced = {}, frozenset()
+        self.synced, self._print = False, None
         self.retry.succeeded()  # try at once
-        return set(self.restrictions)
+        return set(self.restrictions) | set(self.fullnat.wanted)
 
     def hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Not programmed until its filter is in force. ``vs``: say so (None: said before)."""
         if vs is not None:
             event(log, "firewall.held_back", level=logging.WARNING, service=key,
-                  origin=vs.origin, reason="its source filter is not in force")  # fmt: skip
+                  origin=vs.origin,
+                  reason="its source filter or full NAT is not in force")  # fmt: skip
         self.held_back[key] = ref
 
     def release(self, ref: str) -> set[ServiceKey]:
@@ -146,14 +172,16 @@ class SourceFilter:
     def _in_use(self) -> bool:
         return not self.dry_run and self.firewall is not None and self.firewall.in_use()
 
-    def _apply(self, wanted: dict[ServiceKey, tuple[str, ...]]) -> None:
+    def _apply(
+        self, wanted: dict[ServiceKey, tuple[str, ...]], snat: frozenset[ServiceKey]
+    ) -> None:
         if self.dry_run:
-            event(log, "firewall.would_apply", services=len(wanted))
+            event(log, "firewall.would_apply", services=len(wanted), snat=len(snat))
         else:
             try:
                 if self.firewall is None:
                     raise FirewallError("no packet filter is configured on this director")
-                self.firewall.apply(wanted)
+                self.firewall.apply(wanted, snat)
                 self._print = self.firewall.fingerprint()
             except Failure as exc:
                 self.status.last_error = f"firewall: {exc}"[:300]
@@ -169,8 +197,8 @@ class SourceFilter:
                 event(log, "owned.repaired", resource=RESOURCE, drift=self._drift,
                       services=len(wanted))  # fmt: skip
                 self._drift = None
-            event(log, "firewall.applied", services=len(wanted))
+            event(log, "firewall.applied", services=len(wanted), snat=len(snat))
         self.retry.succeeded()
-        self.enforced = dict(wanted)
+        self.enforced, self.fullnat.enforced = dict(wanted), snat
         self.synced = True
         self._next_verify = self.clock() + VERIFY_SECONDS

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 
 from director.core.checks import Target
-from director.core.model import ServiceKey, Table, VirtualService
+from director.core.model import Family, ServiceKey, Table, VirtualService
 from director.core.translate import Policy, relevant, translate
 from director.engine.addresses import Addresses
 from director.engine.draining import Draining, Terminating
@@ -42,6 +42,7 @@ def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
         check=health.spec if health is not None and health.enabled else None,
         checking=health is not None,
         metallb=kube.metallb_annotations,
+        snat=frozenset(Family.of(a) for a in (settings.snat.addresses if settings.snat else ())),
     )
 
 
@@ -102,7 +103,7 @@ class Translator:
         if result.options is not None:
             self.table.set_options(ref, result.options)
         self.reporter.report_problems(svc, result.problems)
-        self.filter.want(ref, result.restrictions)
+        self.filter.want(ref, result.restrictions, result.snat)
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.table.owner.get(key)

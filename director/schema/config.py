@@ -45,6 +45,7 @@ from director.schema.sections import (
     HealthSettings,
     KubeSettings,
     Section,
+    SnatSettings,
     Statuses,
 )
 from director.schema.static import OwnershipEntry, PoolEntry, Refusal, ServiceEntry
@@ -98,6 +99,7 @@ class Document(Section):
     ha: HaSettings | None = None
     health: HealthSettings | None = None
     bgp: BgpSettings | None = None
+    snat: SnatSettings | None = None
 
 
 _DOCUMENT = TypeAdapter(Document)
@@ -117,6 +119,7 @@ class Settings:
     # Static services' own health check ("none" or a check), by service key.
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
     bgp: BgpSettings | None = None
+    snat: SnatSettings | None = None  # full-NAT's source addresses
 
     @property
     def bgp_pools(self) -> tuple[Pool, ...]:
@@ -342,6 +345,8 @@ def pools_hold_none_of_the_boxs_addresses(c: _Compiling) -> None:
                 own.append((("bgp", "peers", i, "source"), peer.source))
     if doc.api is not None:
         own.append((("api", "listen"), doc.api.host))
+    if doc.snat is not None:
+        own += [(("snat", "addresses", i), a) for i, a in enumerate(doc.snat.addresses)]
     for index, pool in enumerate(c.pools):
         for where, text in own:
             try:
@@ -477,6 +482,30 @@ def static_checks_parse(c: _Compiling) -> None:
         c.static_checks[key] = parsed
 
 
+def fullnat_has_its_addresses(c: _Compiling) -> None:
+    """Full NAT is for Kubernetes Services, and needs the box's SNAT addresses; those are
+    no service's address."""
+    doc = c.doc
+    defaults = doc.defaults or Defaults()
+    if defaults.forwarding is Forwarding.FULLNAT and doc.snat is None:
+        raise Refusal(("defaults", "forwarding"), "fullnat needs snat.addresses (the box's "
+                      "address the real servers see and reply to)")  # fmt: skip
+    for index, vs in enumerate(c.services.values()):
+        if any(rs.forwarding is Forwarding.FULLNAT for rs in vs.real_servers.values()):
+            said = doc.services[index].forwarding is Forwarding.FULLNAT
+            raise Refusal(("services", index, "forwarding" if said else "real_servers"),
+                          "fullnat serves Kubernetes Services; a static service forwards "
+                          "with nat, dr or tun" + ("" if said else " (defaults.forwarding "
+                          "is fullnat: name one for this service)"))  # fmt: skip
+    taken = {key.address: f"static service {vs.origin or key}" for key, vs in c.services.items()}
+    if doc.kubernetes is not None:
+        taken.update({vip: "a NodePort VIP" for vip in doc.kubernetes.nodeport_vips})
+    for index, address in enumerate(doc.snat.addresses if doc.snat else ()):
+        if address in taken:
+            raise Refusal(("snat", "addresses", index), f"{address} is {taken[address]}: "
+                          "an SNAT address is the box's own, no service's")  # fmt: skip
+
+
 RULES: tuple[Rule, ...] = (
     owned_ranges,
     pools_apart,
@@ -487,6 +516,7 @@ RULES: tuple[Rule, ...] = (
     services_unique_and_owned,
     bgp_pools_have_peers,
     static_checks_parse,
+    fullnat_has_its_addresses,
 )
 
 
@@ -496,5 +526,5 @@ def _compile(doc: Document, source: str) -> Settings:
         rule(c)
     return Settings(
         source, c.ownership, doc.defaults or Defaults(), c.services, doc.kubernetes,
-        tuple(c.pools), doc.api, doc.ha, doc.health, c.static_checks, doc.bgp,
+        tuple(c.pools), doc.api, doc.ha, doc.health, c.static_checks, doc.bgp, doc.snat,
     )  # fmt: skip

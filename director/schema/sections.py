@@ -84,14 +84,15 @@ class Defaults(Section):
     annotation (over BGP: mh with mh-port instead)."""
     forwarding: Annotated[Forwarding, FORWARDING] = Forwarding.NAT
     """Forwarding of a real server when neither it nor its service names one: nat (the director
-    is the real servers' gateway), dr (same L2 segment, the VIP on the real server's lo) or
-    tun (IPIP)."""
+    is the real servers' gateway), fullnat (Kubernetes Services: nat, and the real servers
+    see the box's snat address, so they need nothing), dr (same L2 segment, the VIP on the
+    real server's lo) or tun (IPIP)."""
     weight: Annotated[int, WEIGHT] = 1
     """Weight of a real server written as ADDRESS:PORT, and of each node or pod of a Kubernetes
     Service (with externalTrafficPolicy Local: per ready local pod)."""
 
 
-def _vips(value: object) -> tuple[str, ...]:
+def _vips(value: object, what: str = "nodeport_vip") -> tuple[str, ...]:
     """One address or a list of them, at most one per family."""
     many = isinstance(value, (list, tuple))
     vips: list[str] = []
@@ -102,12 +103,25 @@ def _vips(value: object) -> tuple[str, ...]:
         except PydanticCustomError as exc:
             raise below(exc, *at) from None
         if any(Family.of(v) is Family.of(vip) for v in vips):
-            raise problem("at most one nodeport_vip per address family", at)
+            raise problem(f"at most one {what} per address family", at)
         vips.append(vip)
     return tuple(vips)
 
 
 _ONE_OR_TWO = {"oneOf": [ADDRESS.schema, {"type": "array", "items": ADDRESS.schema, "maxItems": 2}]}
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
+class SnatSettings(Section):
+    """``snat:``: the source address of full-NAT traffic (``forwarding: fullnat``)."""
+
+    addresses: Annotated[
+        tuple[str, ...], Rule(lambda v: _vips(v, "snat address"), _ONE_OR_TWO)
+    ]
+    """Required: this box's own address, or one per family, that full-NAT connections leave
+    for the real servers from: the real servers see it as the client and reply to it, so
+    they need a route to it and none to the clients (an address on their own network needs
+    nothing at all). Each director has its own."""
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
