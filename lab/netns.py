@@ -344,7 +344,8 @@ class BackendServers:
                 try:
                     if role == "accept":
                         conn, peer = sock.accept()
-                        self.peers.append((name, str(peer[0])))
+                        # a dual-stack socket names an IPv4 client ::ffff:a.b.c.d
+                        self.peers.append((name, str(peer[0]).removeprefix("::ffff:")))
                         conn.setblocking(False)
                         self._sel.register(conn, selectors.EVENT_READ, ("conn", name))
                     elif role == "udp":
