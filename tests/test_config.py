@@ -318,6 +318,10 @@ BGP = ("bgp:\n  asn: 64512\n  router_id: 198.18.0.11\n  peers:\n"
        "    - {address: 198.18.0.1, asn: 64500, source: 198.18.0.11}\n")  # fmt: skip
 
 
+FULLNAT = ("ownership: {networks: [192.0.2.0/24, 10.0.0.0/8]}\nservices:\n  - {name: web, "
+           "address: 192.0.2.9, port: 80, forwarding: fullnat, real_servers: [10.0.0.1:80]}\n")
+
+
 @pytest.mark.parametrize(
     ("text", "where", "reason"),
     [
@@ -346,6 +350,18 @@ BGP = ("bgp:\n  asn: 64512\n  router_id: 198.18.0.11\n  peers:\n"
          "pools[0].communities[0]", "each half 0 to 65535"),
         ("ownership: {networks: [\"fe80::1%x/128\"]}\n",
          "ownership.networks[0]", "no zone"),
+        ("defaults: {forwarding: fullnat}\n",
+         "defaults.forwarding", "fullnat needs snat.addresses"),
+        ("pools:\n  - {name: p, addresses: [198.51.100.0/28]}\n"
+         "snat: {addresses: [198.51.100.5]}\n",
+         "pools[0].addresses", "holds 198.51.100.5, this box's own address (snat.addresses[0])"),
+        (FULLNAT + "snat: {addresses: [192.0.2.9]}\n",
+         "snat.addresses[0]", "192.0.2.9 is the address of static/web"),
+        (FULLNAT + "snat: {addresses: [\"2001:db8::1\"]}\n",
+         "services[0]", "fullnat needs an IPv4 address in snat.addresses"),
+        (FULLNAT.replace("[10.0.0.1:80]", "[10.0.0.1:80, {address: 10.0.0.2, forwarding: dr}]")
+         + "snat: {addresses: [10.0.0.254]}\n",
+         "services[0].real_servers", "fullnat is the whole service's"),
     ],
 )  # fmt: skip
 def test_what_run_would_break_on_is_refused_with_its_line(

@@ -166,6 +166,47 @@ def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
         assert {d.forwarding for d in dests} == {Forwarding.NAT}
 
 
+STATIC_FULLNAT = """
+ownership: {{networks: [198.51.100.0/24, 10.0.0.0/8]}}
+snat: {{addresses: 10.0.0.254}}
+services:
+  - name: web
+    address: 198.51.100.9
+    port: 80
+    forwarding: {forwarding}
+    real_servers: [10.0.0.1:80, 10.0.0.2:80]
+"""
+
+
+def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(
+    tmp_path: Path,
+) -> None:
+    from director.schema.config import load_config
+
+    firewall = FakeFirewall()
+    firewall.fail = "Error: Could not process rule: No such file or directory"
+    ipvs = FakeIpvs()
+    path = tmp_path / "director.yaml"
+    path.write_text(STATIC_FULLNAT.format(forwarding="fullnat"))
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.9", 80)
+    runtime = Runtime(load_config(path), ipvs, firewall=firewall)
+    with runtime.start():
+        assert runtime.wait_ready(20)
+        assert key not in ipvs.read().services, "no SNAT rule in force: not served"
+        firewall.fail = None
+        eventually(lambda: key in ipvs.read().services, timeout=15, what="the retry")
+        assert firewall.snat == {key}
+        dests = ipvs.read().services[key].real_servers.values()
+        assert {d.forwarding for d in dests} == {Forwarding.NAT}
+        path.write_text(STATIC_FULLNAT.format(forwarding="nat"))
+        assert runtime.reload(str(path))[0] == "applied"
+        eventually(lambda: firewall.snat == frozenset(), what="the rule gone with fullnat")
+        assert key in ipvs.read().services
+        path.write_text(STATIC_FULLNAT.format(forwarding="fullnat"))
+        assert runtime.reload(str(path))[0] == "applied"
+        eventually(lambda: firewall.snat == {key}, what="the rule back")
+
+
 # -- the kernel ----------------------------------------------------------------------------
 @pytest.mark.kernel
 def test_full_nat_serves_backends_whose_routes_never_lead_back_to_the_director(

@@ -122,6 +122,27 @@ def test_a_weight_change_parses_one_item_and_reuses_the_rest() -> None:
     assert second == parse_config(HEAD + "services:\n" + "".join(items) + TAIL, "f")
 
 
+def test_full_nat_services_read_again_are_the_full_reads_own() -> None:
+    """Which static services are full NAT is read per item, reused with it, and equal to
+    what a full read finds (a service turned fullnat, another left as it was)."""
+    head = ("ownership: {networks: [198.51.100.0/24, 10.0.0.0/8]}\n"
+            "snat: {addresses: 10.0.0.254}\nservices:\n")  # fmt: skip
+
+    def entry(i: int, forwarding: str) -> str:
+        return (f"  - {{name: s{i}, address: 198.51.100.{i}, port: 80, "
+                f"forwarding: {forwarding}, real_servers: [10.0.0.{i}:80]}}\n")  # fmt: skip
+
+    reader = Reparser()
+    rows = [entry(i, "fullnat" if i == 1 else "nat") for i in range(1, 6)]
+    first = reader.parse(head + "".join(rows), "f")
+    assert [k.address for k in first.static_snat] == ["198.51.100.1"]
+    rows[3] = entry(4, "fullnat")
+    second = reader.parse(head + "".join(rows), "f")
+    assert reader.reused == 4
+    assert second == parse_config(head + "".join(rows), "f")
+    assert sorted(k.address for k in second.static_snat) == ["198.51.100.1", "198.51.100.4"]
+
+
 def test_an_error_in_an_edited_item_names_the_line_a_full_read_names() -> None:
     items = [item(i, 0) for i in range(20)]
     reader = Reparser()

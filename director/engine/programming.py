@@ -117,10 +117,23 @@ class Programmer:
             give_back_free_memory()
 
     def sync_static(self, keys: Iterable[ServiceKey] | None = None) -> None:
-        """Recompute and program the configuration's services (``keys``: these only)."""
-        for key, vs in self.translator.static(keys).items():
-            self.table.put(key, vs, STATIC)
-            self.syncer.one(key, vs, STATIC)
+        """Recompute and program the configuration's services (``keys``: these only). A
+        full-NAT one whose SNAT rule is not in force is held back (out of the kernel)."""
+        computed = self.translator.static(keys)
+        blocked = self.filter.enforce() & computed.keys()
+        held = self.filter.release(STATIC)
+        for key in held - computed.keys():  # not recomputed: still held back
+            self.filter.hold_back(key, None, STATIC)
+        for key, vs in computed.items():
+            if key in blocked:
+                self.filter.hold_back(key, None if key in held else vs, STATIC)
+                self.table.desired.pop(key, None)
+                self.table.owner[key] = STATIC
+                self.table.changed.add(key)
+                self.syncer.one(key, None, STATIC)
+            else:
+                self.table.put(key, vs, STATIC)
+                self.syncer.one(key, vs, STATIC)
             self.exports.vips.touched((key,))
         self.exports.state_due = True
 

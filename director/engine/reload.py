@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from director.engine.loop import Controller
 
 _NONE = object()  # no check line (None is "health_check: none")
-RELOADABLE = frozenset({"source", "services", "static_checks"})
+RELOADABLE = frozenset({"source", "services", "static_checks", "static_snat"})
 RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in RELOADABLE)
 
 
@@ -124,8 +124,9 @@ def _apply(loop: Controller, new: Settings) -> tuple[int, str]:
         table.owner[key] = STATIC
     table.stale |= {"keys", "services", "checks"}
     loop.exports.due = loop.exports.state_due = True
-    if loop.ready and (diff.added or diff.removed or diff.changed):
+    flipped = (old.static_snat ^ new.static_snat) & new.services.keys()  # nat <-> fullnat
+    if loop.ready and (diff.added or diff.removed or diff.changed or flipped):
         loop.exports.vips.keys_changed()
         loop.exports.vips.touched(diff.removed)
-        loop.programmer.sync_static(diff.added | diff.changed)
+        loop.programmer.sync_static(diff.added | diff.changed | flipped)
     return 200, str(diff)

@@ -121,6 +121,7 @@ class Translator:
         drains and health."""
         out: Table = {}
         settings = self.settings
+        self.filter.want(STATIC, {}, settings.static_snat)  # the whole file's, always
         chosen = settings.services.items() if keys is None else (
             (key, settings.services[key]) for key in keys if key in settings.services)
         for key, vs in chosen:

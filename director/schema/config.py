@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.ipam import Pool
-from director.core.model import Forwarding, ServiceKey, Table, check_flags
+from director.core.model import Family, Forwarding, ServiceKey, Table, check_flags
 from director.core.ownership import Network, Ownership
 from director.core.translate import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.schema import yamldoc
@@ -120,6 +120,7 @@ class Settings:
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
     bgp: BgpSettings | None = None
     snat: SnatSettings | None = None  # full-NAT's source addresses
+    static_snat: frozenset[ServiceKey] = frozenset()  # the static services with full NAT
 
     @property
     def bgp_pools(self) -> tuple[Pool, ...]:
@@ -284,6 +285,7 @@ class _Compiling:
     pools: list[Pool] = field(default_factory=list)
     services: Table = field(default_factory=dict)
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
+    static_snat: set[ServiceKey] = field(default_factory=set)
     source: str = ""  # the file's path, as given
 
 
@@ -483,21 +485,30 @@ def static_checks_parse(c: _Compiling) -> None:
 
 
 def fullnat_has_its_addresses(c: _Compiling) -> None:
-    """Full NAT is for Kubernetes Services, and needs the box's SNAT addresses; those are
-    no service's address."""
+    """Full NAT needs the box's SNAT address of the service's family, and is the whole
+    service's (its real servers are NAT in IPVS); the SNAT addresses are no service's."""
     doc = c.doc
     defaults = doc.defaults or Defaults()
     if defaults.forwarding is Forwarding.FULLNAT and doc.snat is None:
         raise Refusal(("defaults", "forwarding"), "fullnat needs snat.addresses (the box's "
                       "address the real servers see and reply to)")  # fmt: skip
-    for index, vs in enumerate(c.services.values()):
-        if any(rs.forwarding is Forwarding.FULLNAT for rs in vs.real_servers.values()):
-            said = doc.services[index].forwarding is Forwarding.FULLNAT
-            raise Refusal(("services", index, "forwarding" if said else "real_servers"),
-                          "fullnat serves Kubernetes Services; a static service forwards "
-                          "with nat, dr or tun" + ("" if said else " (defaults.forwarding "
-                          "is fullnat: name one for this service)"))  # fmt: skip
-    taken = {key.address: f"static service {vs.origin or key}" for key, vs in c.services.items()}
+    families = {Family.of(a) for a in (doc.snat.addresses if doc.snat else ())}
+    for index, (key, vs) in enumerate(list(c.services.items())):
+        full = [rs.forwarding is Forwarding.FULLNAT for rs in vs.real_servers.values()]
+        if not any(full):
+            continue
+        if not all(full):
+            raise Refusal(("services", index, "real_servers"), "fullnat is the whole "
+                          "service's: every real server of it, or none")  # fmt: skip
+        if key.family not in families:
+            version = 4 if key.family is Family.INET else 6
+            raise Refusal(("services", index), f"fullnat needs an IPv{version} address in "
+                          "snat.addresses")  # fmt: skip
+        servers = {dest: rs._replace(forwarding=Forwarding.NAT)
+                   for dest, rs in vs.real_servers.items()}  # fmt: skip
+        c.services[key] = dataclasses.replace(vs, real_servers=servers)
+        c.static_snat.add(key)
+    taken = {key.address: f"the address of {vs.origin or key}" for key, vs in c.services.items()}
     if doc.kubernetes is not None:
         taken.update({vip: "a NodePort VIP" for vip in doc.kubernetes.nodeport_vips})
     for index, address in enumerate(doc.snat.addresses if doc.snat else ()):
@@ -527,4 +538,5 @@ def _compile(doc: Document, source: str) -> Settings:
     return Settings(
         source, c.ownership, doc.defaults or Defaults(), c.services, doc.kubernetes,
         tuple(c.pools), doc.api, doc.ha, doc.health, c.static_checks, doc.bgp, doc.snat,
+        frozenset(c.static_snat),
     )  # fmt: skip

@@ -36,7 +36,8 @@ _ITEM_MARK = "\0items\0"
 _NOT_PLAIN = re.compile(r"(?:^|[\s\[{,:?-])[&*!]\S|<<")
 _UNCHECKED = object()  # a service without a health_check line: the section's default
 
-Parsed = tuple[VirtualService, object]  # a service, and its check (or _UNCHECKED)
+# a service, its check (or _UNCHECKED), and whether it is full NAT
+Parsed = tuple[VirtualService, object, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class Reparser:
         self._outside, self._settings = parts.outside, settings
         checks = settings.static_checks
         for text, (key, vs) in zip(parts.items, settings.services.items(), strict=True):
-            self._items[text] = (vs, checks.get(key, _UNCHECKED))
+            self._items[text] = (vs, checks.get(key, _UNCHECKED), key in settings.static_snat)
 
     def _incremental(self, parts: Split, source: str) -> Settings | None:
         if not parts.items:
@@ -138,12 +139,16 @@ class Reparser:
             if len(small.services) != len(fresh):
                 return None
             for text, (key, vs) in zip(fresh, small.services.items(), strict=True):
-                parsed[text] = (vs, small.static_checks.get(key, _UNCHECKED))
+                parsed[text] = (vs, small.static_checks.get(key, _UNCHECKED),
+                                key in small.static_snat)  # fmt: skip
         services: Table = {}
         checks: dict[ServiceKey, CheckSpec | None] = {}
+        snat: set[ServiceKey] = set()
         names: set[str] = set()
         for text in parts.items:
-            vs, check = parsed.get(text) or known[text]
+            vs, check, full = parsed.get(text) or known[text]
+            if full:
+                snat.add(vs.key)
             if vs.key in services or (vs.origin != "static" and vs.origin in names):
                 return None  # declared twice: the whole file says where
             services[vs.key] = vs
@@ -151,8 +156,10 @@ class Reparser:
             if check is not _UNCHECKED:
                 checks[vs.key] = check  # type: ignore[assignment]
         assert self._settings is not None
-        settings = dataclasses.replace(self._settings, source=source, services=services,
-                                       static_checks=checks)  # fmt: skip
+        settings = dataclasses.replace(
+            self._settings, source=source, services=services, static_checks=checks,
+            static_snat=frozenset(snat),
+        )
         self._items = {text: parsed.get(text) or known[text] for text in parts.items}
         self._settings = settings
         self.reused = len(parts.items) - len(fresh)

@@ -84,8 +84,8 @@ class Defaults(Section):
     annotation (over BGP: mh with mh-port instead)."""
     forwarding: Annotated[Forwarding, FORWARDING] = Forwarding.NAT
     """Forwarding of a real server when neither it nor its service names one: nat (the director
-    is the real servers' gateway), fullnat (Kubernetes Services: nat, and the real servers
-    see the box's snat address, so they need nothing), dr (same L2 segment, the VIP on the
+    is the real servers' gateway), fullnat (nat, and the real servers see the box's snat
+    address, so they need nothing; a whole service's), dr (same L2 segment, the VIP on the
     real server's lo) or tun (IPIP)."""
     weight: Annotated[int, WEIGHT] = 1
     """Weight of a real server written as ADDRESS:PORT, and of each node or pod of a Kubernetes

@@ -218,7 +218,8 @@ class ServiceEntry(Section):
     """Persistence granularity as a prefix length (default: 32, or 128 for IPv6)."""
     forwarding: Annotated[Forwarding | None, FORWARDING] = None
     """Forwarding of its real servers that name none (default: defaults.forwarding). An IPv4
-    real server in an IPv6 service, or the reverse, needs tun."""
+    real server in an IPv6 service, or the reverse, needs tun; fullnat is every real
+    server's or none's, and needs an snat address of the service's family."""
     real_servers: Annotated[tuple[RealServerEntry, ...], list_of(REAL_SERVER)] = ()
     """ADDRESS:PORT ([v6]:PORT), or a mapping: address, port (default: the service's), weight
     (0-65535), forwarding, upper_threshold, lower_threshold."""
