@@ -355,6 +355,10 @@ FULLNAT = ("ownership: {networks: [192.0.2.0/24, 10.0.0.0/8]}\nservices:\n  - {n
         ("pools:\n  - {name: p, addresses: [198.51.100.0/28]}\n"
          "snat: {addresses: [198.51.100.5]}\n",
          "pools[0].addresses", "holds 198.51.100.5, this box's own address (snat.addresses[0])"),
+        ("pools:\n  - {name: p, addresses: [198.51.100.0/28], forwarding: fullnat}\n",
+         "pools[0].forwarding", "fullnat needs snat.addresses"),
+        ("pools:\n  - {name: p, addresses: [198.51.100.0/28], announce: bgp, forwarding: nat}\n"
+         + BGP, "pools[0].forwarding", "nat cannot serve an address announced over BGP"),
         (FULLNAT + "snat: {addresses: [192.0.2.9]}\n",
          "snat.addresses[0]", "192.0.2.9 is the address of static/web"),
         (FULLNAT + "snat: {addresses: [\"2001:db8::1\"]}\n",

@@ -166,6 +166,27 @@ def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
         assert {d.forwarding for d in dests} == {Forwarding.NAT}
 
 
+def test_a_pool_given_fullnat_makes_its_services_full_nat(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    from director.schema.config import parse_config
+
+    firewall, ipvs = FakeFirewall(), FakeIpvs()
+    text = f"""
+pools:
+  - {{name: untouched, addresses: [198.51.100.0-198.51.100.7], forwarding: fullnat}}
+snat: {{addresses: 192.0.2.250}}
+kubernetes: {{kubeconfig: {api.kubeconfig(tmp_path / "kc")}, identity: a, lease_seconds: 2}}
+"""
+    runtime = Runtime(parse_config(text, "pool.yaml"), ipvs, firewall=firewall)
+    with runtime.start():
+        assert runtime.wait_ready(20)
+        api.create("services", service("web", [("http", "TCP", 80)]))
+        eventually(lambda: firewall.snat, what="the SNAT rule for the pool's Service")
+        (key,) = firewall.snat
+        assert key.address == "198.51.100.0" and key in ipvs.read().services
+
+
 STATIC_FULLNAT = """
 ownership: {{networks: [198.51.100.0/24, 10.0.0.0/8]}}
 snat: {{addresses: 10.0.0.254}}

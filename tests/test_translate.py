@@ -269,3 +269,17 @@ def test_full_nat_masquerades_to_the_node_port_and_asks_for_the_snat_rule() -> N
     assert over_bgp.snat == {KEY}, "each director leaves from its own address: no NAT_OVER_BGP"
     plain = translate(svc(), ["198.51.100.1"], [], NODES, policy)
     assert plain.snat == frozenset()
+
+
+def test_a_pool_s_forwarding_is_its_services_default_and_the_annotation_wins() -> None:
+    from director.core.model import Family
+
+    policy = replace(POLICY, snat=frozenset({Family.INET}))
+    out = translate(svc(), ["198.51.100.1"], [], NODES, policy,
+                    pool_forwarding=Forwarding.FULLNAT)  # fmt: skip
+    assert out.snat == {KEY} and out.options is not None
+    assert out.options.forwarding is Forwarding.FULLNAT
+    dr = svc(annotations={"lvs-director.io/forwarding": "dr"})
+    out = translate(dr, ["198.51.100.1"], [], NODES, policy, pool_forwarding=Forwarding.FULLNAT)
+    assert out.snat == frozenset() and out.options is not None
+    assert out.options.forwarding is Forwarding.DR

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from director.core.errors import DirectorError
-from director.core.model import plain_address, plain_network
+from director.core.model import Forwarding, plain_address, plain_network
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 PortKey = tuple[str, int]  # (protocol label, port)
@@ -146,6 +146,7 @@ class Pool:
     auto_assign: bool = True
     announce: Announce = Announce()  # how its addresses are made reachable
     allocation: Allocation = NO_LIMIT  # which Services it serves, and its priority
+    forwarding: Forwarding | None = None  # its Services' default (None: the director's)
 
     @classmethod
     def parse(
@@ -157,6 +158,7 @@ class Pool:
         announce: Announce | None = None,
         *,
         allocation: Allocation = NO_LIMIT,
+        forwarding: Forwarding | None = None,
     ) -> Pool:
         """``all_addresses``: IPv4 CIDRs give out their network and broadcast addresses too."""
         ranges = []
@@ -187,7 +189,8 @@ class Pool:
                 )
         if not ranges:
             raise PoolError("a pool needs at least one CIDR or range")
-        return cls(name, tuple(ranges), auto_assign, announce or Announce(), allocation)
+        return cls(name, tuple(ranges), auto_assign, announce or Announce(), allocation,
+                   forwarding)  # fmt: skip
 
     def contains(self, address: Address) -> bool:
         value = int(address)

@@ -157,14 +157,16 @@ NAT_OVER_BGP = (
 )
 
 
-def defaults(policy: Policy, bgp: bool) -> Options:
-    """What a Service gets when it says nothing. Announced over BGP (every director serves
-    it, ECMP picks one per flow): Maglev hashing with the port, and tun unless dr is the
-    default, so any director can take over the middle of a connection."""
+def defaults(policy: Policy, bgp: bool, pool_forwarding: Forwarding | None = None) -> Options:
+    """What a Service gets when it says nothing (``pool_forwarding``: its pool's forwarding,
+    over the director's). Announced over BGP (every director serves it, ECMP picks one per
+    flow): Maglev hashing with the port, and tun unless dr or fullnat is the default, so any
+    director can take over the middle of a connection."""
+    chosen = pool_forwarding or policy.forwarding
     if not bgp:
-        return _shared(Options(policy.scheduler, NO_FLAGS, policy.forwarding, policy.backends))
+        return _shared(Options(policy.scheduler, NO_FLAGS, chosen, policy.backends))
     scheduler, flags = BGP_SCHEDULER if "mh" in policy.schedulers else (policy.scheduler, set())
-    forwarding = Forwarding.TUN if policy.forwarding is Forwarding.NAT else policy.forwarding
+    forwarding = Forwarding.TUN if chosen is Forwarding.NAT else chosen
     return _shared(Options(scheduler, frozenset(flags), forwarding, policy.backends))
 
 
@@ -183,11 +185,15 @@ def _shared(value: T) -> T:
 
 
 def options(
-    svc: ServiceInfo, policy: Policy, previous: Options | None, bgp: bool = False
+    svc: ServiceInfo,
+    policy: Policy,
+    previous: Options | None,
+    bgp: bool = False,
+    pool_forwarding: Forwarding | None = None,
 ) -> tuple[Options, list[Problem]]:
     """Per-Service settings from annotations; an invalid one keeps the last valid value.
     ``bgp``: its address is announced over BGP (see :func:`defaults`)."""
-    default = defaults(policy, bgp)
+    default = defaults(policy, bgp, pool_forwarding)
     base = previous or default
     problems: list[Problem] = []
     scheduler, flags, source = default.scheduler, default.flags, "default"
@@ -360,9 +366,11 @@ def translate(
     *,
     previous: Options | None = None,
     bgp: bool = False,
+    pool_forwarding: Forwarding | None = None,
 ) -> Translation:
-    """``bgp``: the Service's address is announced over BGP (every director serves it)."""
-    opts, problems = options(svc, policy, previous, bgp)
+    """``bgp``: the Service's address is announced over BGP (every director serves it);
+    ``pool_forwarding``: the forwarding its pool gives its Services (the annotation wins)."""
+    opts, problems = options(svc, policy, previous, bgp, pool_forwarding)
     problems += [Problem("spec", text, "InvalidServiceField") for text in svc.problems]
     slices = tuple(slices)
     for sl in slices:

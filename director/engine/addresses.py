@@ -12,6 +12,7 @@ import ipaddress
 
 from director.core.cluster import ServiceInfo
 from director.core.ipam import Address, Allocator
+from director.core.model import Forwarding
 from director.core.translate import (
     Options,
     Policy,
@@ -34,6 +35,14 @@ class Addresses:
             if pool is not None and pool.announce.bgp:
                 return True
         return False
+
+    def forwarding_of(self, addresses: tuple[str, ...]) -> Forwarding | None:
+        """The forwarding the pool of ``addresses`` gives its Services (None: none set)."""
+        for text in addresses:
+            pool = self.allocator.pool_of(ipaddress.ip_address(text))
+            if pool is not None and pool.forwarding is not None:
+                return pool.forwarding
+        return None
 
     def release(self, ref: str) -> None:
         self.allocator.release(ref)

@@ -99,6 +99,7 @@ class Translator:
             self.policy,
             previous=previous,
             bgp=self.addresses.announced_over_bgp(addresses),
+            pool_forwarding=self.addresses.forwarding_of(addresses),
         )
         if result.options is not None:
             self.table.set_options(ref, result.options)

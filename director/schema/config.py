@@ -493,6 +493,12 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
         raise Refusal(("defaults", "forwarding"), "fullnat needs snat.addresses (the box's "
                       "address the real servers see and reply to)")  # fmt: skip
     families = {Family.of(a) for a in (doc.snat.addresses if doc.snat else ())}
+    for index, entry in enumerate(doc.pools):
+        if entry.forwarding is Forwarding.FULLNAT and not families:
+            raise Refusal(("pools", index, "forwarding"), "fullnat needs snat.addresses (the "
+                          "box's address the real servers see and reply to)")  # fmt: skip
+        if entry.forwarding is Forwarding.NAT and entry.announce == "bgp":
+            raise Refusal(("pools", index, "forwarding"), NAT_OVER_BGP)
     for index, (key, vs) in enumerate(list(c.services.items())):
         full = [rs.forwarding is Forwarding.FULLNAT for rs in vs.real_servers.values()]
         if not any(full):

@@ -402,6 +402,9 @@ class PoolEntry(Section):
     only."""
     local_preference: Annotated[int | None, integer(0, 4294967295)] = None  # bgp only
     """BGP local preference set on this pool's routes; announce: bgp only."""
+    forwarding: Annotated[Forwarding | None, FORWARDING] = None
+    """The forwarding of the Services given its addresses (their lvs-director.io/forwarding
+    annotation wins; default: defaults.forwarding)."""
     allocate_to: AllocationEntry | None = None
     """Limit the pool to some Services (namespaces, label selectors) and give it a priority
     over the others (none: every Service, no priority)."""
@@ -417,6 +420,7 @@ class PoolEntry(Section):
             return Pool.parse(
                 self.name, self.addresses, self.auto_assign, self.all_addresses, announce,
                 allocation=self.allocate_to.compile() if self.allocate_to else NO_LIMIT,
+                forwarding=self.forwarding,
             )  # fmt: skip
         except PoolError as exc:
             raise Refusal(("addresses",), str(exc)) from None
