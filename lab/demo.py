@@ -12,6 +12,7 @@ import socket
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from director.cli import main as cli
 from director.core.model import (
@@ -24,8 +25,11 @@ from director.core.model import (
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from director.schema.config import load_config
-from lab.netns import Connection, Lab, ask_tcp, ask_udp, build_lab, start_servers
+from lab.netns import BACKEND_NET4, Connection, Lab, ask_tcp, ask_udp, build_lab, start_servers
 from lab.wait import eventually
+
+if TYPE_CHECKING:
+    from lab.kubeapi import FakeApiServer
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
 REQUESTS = 24
@@ -66,6 +70,7 @@ def kubernetes_demo(lab: Lab) -> None:
     kubeconfig = api.kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig")
     settings = parse_config(
         f"pools: [{{name: demo, addresses: [{KUBE_POOL}]}}]\n"
+        f"snat: {{addresses: [{BACKEND_NET4}.1]}}\n"  # its own address on the nodes' network
         f"kubernetes: {{kubeconfig: {kubeconfig}, identity: demo-director, lease_seconds: 2}}\n",
         "demo.yaml",
     )
@@ -121,10 +126,59 @@ def kubernetes_demo(lab: Lab) -> None:
         print(f"Service deleted: tcp {vip}:80 is gone from the kernel; the static services and "
               "the manual entry are untouched:")  # fmt: skip
         print(lab.lvs.exec(["ipvsadm", "-Ln"]).rstrip())
+        fullnat_demo(lab, api, ipvs)
     finally:
         runtime.stop()
         ipvs.close()
         api.stop()
+
+
+def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
+    """Nodes left as they are (their default route leads elsewhere): nat gets no answer
+    back, fullnat (the director's own address as the source the nodes see) does."""
+    from lab.kubeapi import endpoint_slice, service
+
+    banner("Full NAT: nodes whose default route is not the director")
+    for be in lab.backends:  # as on most on-prem networks: the nodes route by their own gateway
+        be.ns.ip(f"route replace default via {BACKEND_NET4}.254")
+    try:
+        vips: dict[str, str] = {}
+        for name, forwarding in (("plain", "nat"), ("untouched", "fullnat")):
+            asks = {"lvs-director.io/backends": "pod", "lvs-director.io/forwarding": forwarding}
+            obj = service(name, [("http", "TCP", 80)], annotations=asks)
+            obj["spec"]["ports"][0]["targetPort"] = 8080
+            api.create("services", obj)
+            api.create("endpointslices", endpoint_slice(
+                name, [(b.ipv4, None, True, False) for b in lab.backends],
+                [("http", "TCP", 8080)]))  # fmt: skip
+            ingress = eventually(lambda n=name: api.get("services", n)["status"]
+                                 ["loadBalancer"].get("ingress"), what="status")  # fmt: skip
+            vips[name] = ingress[0]["ip"]
+            key = ServiceKey.inet(Protocol.TCP, vips[name], 80)
+            eventually(lambda k=key: ipvs.read_service(k), what="the kernel")
+        answered: Counter[str] = Counter()
+        for i in range(REQUESTS):
+            try:
+                answered[ask_tcp(lab.client, vips["untouched"], 80, lab.client_sources4[i % 8],
+                                 10.0)] += 1  # fmt: skip
+            except OSError:
+                answered["failed"] += 1
+        lost = 0
+        for _ in range(3):
+            try:
+                ask_tcp(lab.client, vips["plain"], 80, timeout=2.0)
+            except OSError:
+                lost += 1
+        print(f"nat     {vips['plain']}:80  {3 - lost}/3 answered (the nodes' replies leave by "
+              "their own gateway)")  # fmt: skip
+        print(f"fullnat {vips['untouched']}:80  "
+              + " ".join(f"{be.name}={answered[be.name]}" for be in lab.backends)
+              + f" failed={answered['failed']} (the nodes see {BACKEND_NET4}.1, the director)")
+        check(lost == 3, "nat answered although the nodes do not route back through the director")
+        check(answered["failed"] == 0, "fullnat left requests unanswered")
+    finally:
+        for be in lab.backends:
+            be.ns.ip(f"route replace default via {BACKEND_NET4}.1")
 
 
 def failover_demo() -> None:
