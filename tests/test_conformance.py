@@ -102,6 +102,17 @@ def test_mixed_address_families_only_with_tunnelling(ipvs: Ipvs) -> None:
     assert ipvs.read().services[DNS6].real_servers == {v4_in_v6_tun.key: v4_in_v6_tun}
 
 
+def test_full_nat_never_reaches_ipvs_as_a_forwarding_method(ipvs: Ipvs) -> None:
+    """fullnat is the director's (NAT plus its SNAT rule): a real server carrying it is
+    refused before sending, alone, on both subjects."""
+    full = RealServer("192.0.2.14", 80, forwarding=Forwarding.FULLNAT)
+    result = ipvs.apply([add(WEB, RR), dest(OpKind.ADD_DEST, WEB, full),
+                         dest(OpKind.ADD_DEST, WEB, A)])  # fmt: skip
+    assert [e.errno for e in result.errors] == ["EINVAL"]
+    assert "fullnat is the director's mode" in result.errors[0].message
+    assert list(ipvs.read().services[WEB].real_servers) == [A.key]
+
+
 def test_changes_in_place_keep_the_other_real_servers(ipvs: Ipvs) -> None:
     assert ipvs.apply([add(WEB), dest(OpKind.ADD_DEST, WEB, A), dest(OpKind.ADD_DEST, WEB, B)]).ok
     sh = ServiceConfig("sh", frozenset({"sh-port", "sh-fallback"}), persistence=300, netmask=24)

@@ -164,10 +164,11 @@ def render_nft(
             f"add element {t} {where} {{ {key.address} . {key.protocol.label} . {key.port} : "
             f"goto {chain} }}"
         )
-    marked = frozenset(k for k in snat if snat_to and k.family in snat_to)
-    if marked and snat_to:  # no full-NAT service: none of its objects either
+    to = snat_to or {}
+    marked = frozenset(k for k in snat if k.family in to)  # no address of its family: held back
+    if marked:  # no full-NAT service: none of its objects either
         wanted.update(SNAT_OBJECTS)
-        lines += _snat_lines(t, marked, snat_to)
+        lines += _snat_lines(t, marked, to)
     gone = sorted(set(existing) - wanted)
     # Full NAT's chains first (they name its sets), then its sets.
     lines += [f"delete {'chain' if n.startswith('fullnat_') else 'set'} {t} {n}"
@@ -205,9 +206,8 @@ def _snat_lines(t: str, snat: frozenset[ServiceKey], snat_to: Mapping[Family, st
     by_set: dict[str, list[str]] = {"fullnat4": [], "fullnat6": []}
     for key in sorted(k for k in snat if not k.fwmark and k.protocol is not None):
         assert key.protocol is not None
-        if key.family in snat_to:  # no address of its family: never marked (held back)
-            name = "fullnat4" if key.family is Family.INET else "fullnat6"
-            by_set[name].append(f"{key.address} . {key.protocol.label} . {key.port}")
+        name = "fullnat4" if key.family is Family.INET else "fullnat6"
+        by_set[name].append(f"{key.address} . {key.protocol.label} . {key.port}")
     for name, elements in by_set.items():
         if elements:
             lines.append(f"add element {t} {name} {{ {', '.join(elements)} }}")

@@ -203,8 +203,6 @@ def _as_read_back(config: ServiceConfig) -> ServiceConfig:
 
 
 def _dest_rules(key: ServiceKey, dest: RealServer) -> int:
-    if dest.forwarding is Forwarding.FULLNAT:  # the director's mode, not a method IPVS has
-        return _errno.EINVAL
     if Family.of(dest.address) is not key.family and dest.forwarding is not Forwarding.TUN:
         return _errno.EINVAL  # mixed families only for tunnelling
     if dest.weight < 0 or dest.lower_threshold > dest.upper_threshold:

@@ -18,6 +18,7 @@ from director.core.model import (
     Counters,
     DestKey,
     DestState,
+    Forwarding,
     KernelTable,
     Op,
     OpKind,
@@ -98,7 +99,8 @@ def error_message(code: int) -> str:
 
 def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int, OpError]:
     """Service ops naming a scheduler the kernel does not offer, or flags that have no bit,
-    refused before sending.
+    and real servers with the director's own ``fullnat`` (not a method IPVS has: translation
+    turns it into NAT and an SNAT rule), refused before sending.
 
     Real servers of a service whose add is refused are refused too (the kernel would
     answer ESRCH for each; one clear reason is better).
@@ -120,6 +122,9 @@ def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int,
                 op.config.flag_bits()
             except ValueError as exc:
                 refused[index] = OpError(op, "EINVAL", str(exc))
+        if op.dest is not None and op.dest.forwarding is Forwarding.FULLNAT:
+            refused[index] = OpError(op, "EINVAL", "fullnat is the director's mode, not an "
+                                     "IPVS forwarding method (sent as nat)")  # fmt: skip
         if index in refused and op.kind is OpKind.ADD_SERVICE:
             dead.add(op.key)
         elif op.key in dead and op.dest is not None:
