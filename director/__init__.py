@@ -1,3 +1,8 @@
 """director: an IPVS load-balancer appliance (LVS director) for on-prem Kubernetes."""
 
-__version__ = "0.4.1"  # CHANGELOG.md
+import time as _time
+
+__version__ = "0.4.2"  # CHANGELOG.md
+# When the first line of director's own code ran: the end of the interpreter's start
+# (director.cli.startup splits a start's time from here).
+FIRST_LINE = _time.monotonic()

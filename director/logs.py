@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -46,13 +47,17 @@ def event(
     level: int = logging.INFO,
     *,
     exc_info: BaseException | None = None,
+    fields: Mapping[str, object] | None = None,
     **context: object,
 ) -> None:
     """Log ``event=NAME k=v ...`` (values with spaces are quoted); ``exc_info``: the
-    exception's traceback goes with the line."""
+    exception's traceback goes with the line; ``fields``: context whose names are data
+    (figures by phase), after the keyword ones."""
+    if fields:
+        context = {**context, **fields}
     if logger.isEnabledFor(level):
-        fields = " ".join(f"{k}={_value(v)}" for k, v in context.items())
-        logger.log(level, "event=%s%s", name, f" {fields}" if fields else "", exc_info=exc_info,
+        line = " ".join(f"{k}={_value(v)}" for k, v in context.items())
+        logger.log(level, "event=%s%s", name, f" {line}" if line else "", exc_info=exc_info,
                    extra={"event": name, "context": context})  # fmt: skip
 
 

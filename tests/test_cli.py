@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -523,6 +524,13 @@ def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_lin
 def modules_loaded_by_run(config: Path) -> set[str]:
     """The top-level packages a running ``director run`` has imported once it is ready: the
     real process (fake dataplane), read from ``python -X importtime``."""
+    said = run_until(config, "event=controller.ready")
+    return {name.split(".")[0] for name in imported(said)}
+
+
+def run_until(config: Path, line: str) -> list[str]:
+    """What a real ``director run`` process (fake dataplane, ``-X importtime``) writes to
+    stderr until ``line`` appears; then it is stopped with SIGTERM and must exit 0."""
     import signal
 
     script = (
@@ -536,16 +544,16 @@ def modules_loaded_by_run(config: Path) -> set[str]:
     assert proc.stderr is not None
     said: list[str] = []
     try:
-        for line in proc.stderr:
-            said.append(line)
-            if "event=controller.ready" in line:
+        for text in proc.stderr:
+            said.append(text)
+            if line in text:
                 break
     finally:
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=30)
-    assert any("event=controller.ready" in line for line in said), "".join(said)[-2000:]
+    assert any(line in text for text in said), "".join(said)[-2000:]
     assert proc.returncode == 0, rest
-    return {name.split(".")[0] for name in imported(said)}
+    return said
 
 
 def imported(lines: list[str]) -> set[str]:
@@ -577,6 +585,28 @@ def test_a_static_box_with_the_api_loads_the_web_server_but_not_the_cluster_clie
     loaded = modules_loaded_by_run(api_config(tmp_path))
     assert loaded >= API_ONLY, sorted(loaded)
     assert loaded.isdisjoint(CLUSTER_ONLY), sorted(loaded & CLUSTER_ONLY)
+
+
+def test_a_start_logs_where_its_time_went_from_exec_to_the_whole_table(tmp_path: Path) -> None:
+    """`event=startup.timing` once the first sync is applied: each phase of the start in
+    order, the first sync's own parts, and the total since exec, which the phases add up to
+    (an operator comparing starts, and `make bench`, read it)."""
+    config = tmp_path / "director.yaml"
+    services = "".join(f"  - {{name: s{i}, address: 198.51.100.{i + 1}, port: 80, "
+                       f"real_servers: [192.0.2.1:80, 192.0.2.2:80]}}\n" for i in range(20))  # fmt: skip
+    config.write_text(f"ownership: {{networks: [198.51.100.0/24]}}\nservices:\n{services}")
+    said = run_until(config, "event=startup.timing")
+    timing = next(text for text in said if "event=startup.timing" in text)
+    figures = dict(re.findall(r" (\w+)=([0-9.]+)", timing))
+    assert list(figures) == [
+        "interpreter", "imports", "config", "start", "first_sync", "first_sync_read",
+        "first_sync_translate", "first_sync_program", "first_sync_publish", "total"]  # fmt: skip
+    seconds = {name: float(value) for name, value in figures.items()}
+    marks = ("interpreter", "imports", "config", "start", "first_sync")
+    assert abs(sum(seconds[m] for m in marks) - seconds["total"]) <= 0.005, seconds
+    parts = sum(v for k, v in seconds.items() if k.startswith("first_sync_"))
+    assert parts <= seconds["first_sync"] + 0.005, seconds
+    assert seconds["interpreter"] > 0 and seconds["imports"] > 0, seconds  # from exec, not main()
 
 
 def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:

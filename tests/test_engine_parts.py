@@ -145,6 +145,27 @@ def test_a_drain_ends_at_its_timeout_and_udp_does_not_drain() -> None:
     assert set(out.real_servers) == {A} and drains.waiting == {}
 
 
+def test_nothing_to_drain_leaves_the_service_as_it_is_and_asks_the_kernel_nothing() -> None:
+    """A first start (nothing in the kernel), and a resync that finds the same real servers
+    in any order, drain nothing: the desired service goes through as it is, with no
+    connection count read. The shortcut that skips the work must still see a real server the
+    kernel holds and the service no longer has (drained), and UDP's (removed at once)."""
+
+    class Unread(FakeIpvs):
+        def read_dest_states(self, key: ServiceKey) -> Any:
+            raise AssertionError("the kernel's connections were read")
+
+    drains = Draining(Unread(), Clock(), timeout=60)
+    wanted = vs(TCP, A, B)
+    assert drains.apply(TCP, wanted, None, frozenset()) is wanted
+    assert drains.apply(TCP, wanted, vs(TCP, B, A), frozenset()) is wanted  # any order
+    assert drains.apply(UDP, vs(UDP, A), vs(UDP, A, B), frozenset()).real_servers == {
+        A: vs(UDP, A).real_servers[A]}  # UDP: removed at once, not drained
+    # Removed from what the kernel holds: drained (weight 0), so the kernel is asked.
+    with pytest.raises(AssertionError, match="connections were read"):
+        drains.apply(TCP, vs(TCP, A), wanted, frozenset())
+
+
 # -- source filtering ----------------------------------------------------------------------------
 def test_a_refused_ruleset_holds_back_and_is_tried_again_after_five_seconds() -> None:
     firewall, clock, status = FakeFirewall(), Clock(), LoopStatus()

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from director import __version__, logs
 from director.cli import ctl
 from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, plan_json, print_plan
+from director.cli.startup import STARTUP
 from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
+    from director.cli.runtime import Runtime
     from director.schema.config import ConfigError, KubeSettings, Settings
 
 _log = logging.getLogger("director.cli")
@@ -70,8 +72,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from director.schema.config import ConfigError, bgp_notes
     from director.schema.reparse import Reparser
 
+    STARTUP.mark("imports")
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
     settings = config_reader.load(args.config)
+    STARTUP.mark("config")
     for note in bgp_notes(settings):
         logs.event(_log, "config.note", level=logging.WARNING, note=note)
     try:
@@ -113,6 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None
+    STARTUP.mark("start")
+    threading.Thread(target=_log_startup, args=(runtime,), name="startup", daemon=True).start()
     try:
         while "stop" not in asked:
             wake.wait()
@@ -129,6 +135,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"director: stopped: {runtime.failed}", file=sys.stderr)
         return EXIT_FATAL
     return 0
+
+
+def _log_startup(runtime: Runtime) -> None:
+    """Once the kernel holds the whole table: where the start's time went, since exec."""
+    while not runtime.wait_ready(timeout=3600.0):
+        if runtime.failed is not None:
+            return
+    STARTUP.mark("first_sync")
+    first_sync = runtime.controller.programmer.first_sync_phases
+    phases = {f"first_sync_{name}": seconds for name, seconds in first_sync}
+    logs.event(_log, "startup.timing", fields=STARTUP.figures(**phases))
 
 
 def cmd_check(args: argparse.Namespace) -> int:

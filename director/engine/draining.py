@@ -9,7 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from director.core.model import DestKey, IpProtocol, RealServer, ServiceKey, VirtualService
+from director.core.model import (
+    DestKey,
+    Dests,
+    IpProtocol,
+    RealServer,
+    ServiceKey,
+    VirtualService,
+)
 from director.dataplane.interface import Ipvs
 from director.logs import event
 
@@ -35,6 +42,8 @@ class Draining:
     ) -> VirtualService:
         """``vs`` with its removed and terminating real servers kept at weight 0 while their
         connections finish (``actual``: what the kernel holds for ``key``)."""
+        if self._nothing_to_drain(key, vs, actual, terminating):
+            return vs  # the most common case, and every one of a first start's
         dests = dict(vs.real_servers)
         candidates = self._candidates(key, dests, actual, terminating)
         waiting = self.waiting.pop(key, {})
@@ -58,6 +67,21 @@ class Draining:
         if dests == vs.real_servers:
             return vs
         return VirtualService(key, vs.config, dests, vs.origin)
+
+    def _nothing_to_drain(
+        self,
+        key: ServiceKey,
+        vs: VirtualService,
+        actual: VirtualService | None,
+        terminating: Terminating,
+    ) -> bool:
+        """No real server of ``key`` waits, terminates, or was removed from the kernel's."""
+        return (
+            key not in self.waiting
+            and (actual is None or key.protocol is IpProtocol.UDP
+                 or Dests.of(vs.real_servers).covers(actual.real_servers))
+            and not any(tkey == key for tkey, _ in terminating)
+        )  # fmt: skip
 
     @staticmethod
     def _candidates(

@@ -184,8 +184,8 @@ class Controller:
         """Take a burst of queued events, then sync what they touched. Never raises: an
         unexpected error is logged with its traceback, counted, shown as ``last_error``,
         and the loop goes on (after a short pause when it keeps failing)."""
-        self.pace.pause()
-        batch = self.intake.take(wait)
+        self.pace.pause()  # a first sync with nothing left to list (static) waits for nothing:
+        batch = self.intake.take(0.0 if not self.ready and self.intake.listed() else wait)
         replies: list[Reply] = []
         with self.lock:
             try:

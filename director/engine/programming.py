@@ -53,6 +53,9 @@ class Programmer:
         self.translator, self.intake, self.syncer = translator, intake, syncer
         self.pace, self.exports, self.guarded = pace, exports, guarded
         self.resync_seconds = resync_seconds
+        # Where the first sync's time went: (phase, seconds) for read, translate, program
+        # and publish, in order (``startup.timing`` in the log).
+        self.first_sync_phases: tuple[tuple[str, float], ...] = ()
 
     # The parts the translator shapes with, programmed here too.
     table: Programmed = property(lambda self: self.translator.table)  # type: ignore[assignment]
@@ -61,7 +64,16 @@ class Programmer:
     filter: SourceFilter = property(lambda self: self.translator.filter)  # type: ignore[assignment]
 
     def first_sync(self) -> None:
+        clock = time.perf_counter()
+        phases: list[tuple[str, float]] = []
+
+        def done(phase: str) -> None:
+            nonlocal clock
+            clock, before = time.perf_counter(), clock
+            phases.append((phase, clock - before))
+
         self.syncer.reconciler.observe()  # drains are computed against what the kernel holds
+        done("read")
         for key, vs in self.translator.static().items():
             self.table.put(key, vs, STATIC)
         for ref in self.translator.order(self.intake.snapshot.services):
@@ -69,7 +81,9 @@ class Programmer:
         for key in self.filter.enforce():
             self.filter.hold_back(key, self.table.desired.get(key), self.table.owner.get(key, ""))
             self.table.without(key)
+        done("translate")
         self.full_resync(reread=False)
+        done("program")
         self.exports.vips.keys_changed()
         self.exports.vips.update(self.table.desired, self.syncer.reconciler.actual, True,
                                  self.gate.all_down, self.translator.store.current.maintenance)
@@ -78,6 +92,8 @@ class Programmer:
         gc.collect()
         gc.freeze()
         give_back_free_memory()
+        done("publish")
+        self.first_sync_phases = tuple(phases)
 
     def _adopt(self, ref: str) -> None:
         fresh = self.translator.service(ref)

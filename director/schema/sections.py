@@ -51,10 +51,9 @@ from director.schema.fields import (
 
 DEFAULT_CLASS = "lvs-director.io/ipvs"
 # A field's docstring is its description: in the JSON Schema, and in docs/configuration.md,
-# which is made from the schema (`make docs`).
-SECTION = ConfigDict(
-    extra="forbid", validate_by_name=True, validate_by_alias=True, use_attribute_docstrings=True
-)
+# which is made from the schema (`make docs`). Read when the schema is printed
+# (config._FileSchema), not at every start (pydantic's use_attribute_docstrings).
+SECTION = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
 
 
 SCHEDULER = one_of(*KNOWN_SCHEDULERS)

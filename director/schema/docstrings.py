@@ -1,0 +1,42 @@
+"""A dataclass's attribute docstrings (the string literal under a field), read from its
+module's source: the configuration's field descriptions, for the JSON Schema and the docs."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import sys
+
+
+@functools.cache
+def _module_docs(module: str) -> dict[str, dict[str, str]]:
+    """Top-level class name -> {field: docstring} for every class of ``module``."""
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[module]))
+    except (OSError, TypeError, KeyError):
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = _class_docs(node)
+    return out
+
+
+def _class_docs(node: ast.ClassDef) -> dict[str, str]:
+    docs: dict[str, str] = {}
+    for before, after in zip(node.body, node.body[1:], strict=False):
+        if (
+            isinstance(before, ast.AnnAssign)
+            and isinstance(before.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[before.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """{field name: its docstring} of ``cls`` (a class defined at a module's top level)."""
+    return _module_docs(cls.__module__).get(cls.__qualname__, {})

@@ -1,0 +1,276 @@
+"""`make bench` (in the lab VM): starting with a big static file, keepalived against the director.
+
+The same table (N virtual services x 10 real servers, written once as keepalived's
+``virtual_server`` blocks and once as the director's YAML by ``lab.bench_config``). Each
+contender starts from exec in a fresh network namespace of its own (an empty IPVS table) and
+the clock runs until the kernel holds the whole table: every service and every real server,
+read back with ``ipvsadm``. The contenders take turns, REPEAT times each, in one boot; the
+figure is each one's median and their ratio (below 1.0: the director is done sooner).
+
+Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``);
+``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
+
+The director's own log says where its time went (``event=startup.timing``: the interpreter,
+imports, reading the file, starting its parts, the first read of the kernel, translating,
+programming, publishing); the bench prints the median of each phase.
+
+    python -m lab.vm run lab.bench_start
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.bench_config import REAL_SERVERS, write_tables
+from lab.netns import Netns
+
+REPEAT = 3
+TIMEOUT = 900.0
+POLL = 0.05
+REPO = Path(__file__).resolve().parent.parent
+BOX = Path("/dev/shm/bench-start-box")
+
+
+
+def table_in(ns: str) -> tuple[int, int]:
+    """(virtual services, real servers) the namespace's kernel holds."""
+    out = subprocess.run(["ip", "netns", "exec", ns, "ipvsadm", "-Ln"], capture_output=True,
+                         text=True, check=False).stdout  # fmt: skip
+    lines = out.splitlines()
+    services = sum(1 for line in lines if line.startswith("TCP"))
+    return services, sum(1 for line in lines if line.lstrip().startswith("->") and ":8080" in line)
+
+
+# Runs ``director`` as ``python -m director`` would, and writes the files of every module it
+# loaded when it exits (``-X importtime`` misses those loaded by importlib.import_module).
+WRAPPER = """
+import atexit, runpy, sys
+out, sys.argv = sys.argv[1], ["director", *sys.argv[2:]]
+def dump():
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    with open(out, "w") as f:
+        f.write("\\n".join(sorted(str(p) for p in files if p)))
+atexit.register(dump)
+runpy.run_module("director", run_name="__main__", alter_sys=True)
+"""
+
+
+def _copy_file(origin: Path, roots: dict[Path, Path]) -> None:
+    """A module's file (and its compiled copy) into the tree that mirrors its root."""
+    for root, target in roots.items():
+        if origin.is_relative_to(root):
+            files = [origin]
+            if origin.suffix == ".py":
+                files.append(Path(importlib.util.cache_from_source(str(origin))))
+            for file in files:
+                if file.is_file():
+                    (target / file.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(file, target / file.relative_to(root))
+            return
+
+
+@dataclass
+class Box:
+    """How each contender is started: the director's argv prefix and environment, keepalived's
+    binary, and (``--before``) the environment that runs an earlier director's code instead."""
+
+    director: list[str]
+    env: dict[str, str]
+    keepalived: str
+    before: dict[str, str] | None = None
+
+
+def local_box(modules: list[Path], before: Path | None = None) -> Box:
+    """Both contenders as installed on a box's own disk, on the guest's tmpfs: the ``modules``
+    a start loaded (standard library and dependencies, with their compiled
+    copies), every dependency's metadata, the director's code and keepalived's binary. The
+    lab's root is the host's filesystem over 9p without a cache, where every stat and read
+    crosses emulated virtio: a Python process opens hundreds of files at start, keepalived a
+    few, so from there the figure is the lab's, not a box's. ``before``: a folder holding an
+    earlier ``director`` package, laid out beside the current one."""
+    shutil.rmtree(BOX, ignore_errors=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    site = Path(sysconfig.get_paths()["purelib"])
+    roots = {site: BOX / "site", stdlib: BOX / "py" / "lib" / version}
+    (BOX / "py" / "lib" / version / "lib-dynload").mkdir(parents=True)
+    (BOX / "py" / "bin").mkdir(parents=True)
+    shutil.copy2(Path(sys.executable).resolve(), BOX / "py" / "bin" / version)
+    for landmark in ("os.py", "os.pyc"):  # where the interpreter finds its prefix
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(stdlib / landmark, BOX / "py" / "lib" / version / landmark)
+    for module in modules:
+        _copy_file(module, roots)
+    # The metadata of the box's dependencies (requirements.lock), which pydantic scans for
+    # plugins at its first schema: a box has those, not the lab's test tools.
+    lock = (REPO / "requirements.lock").read_text().splitlines()
+    wanted = {re.sub(r"[-_.]+", "_", line.split("==")[0]).lower()
+              for line in lock if "==" in line and line[:1].isalpha()}  # fmt: skip
+    for info in site.glob("*.dist-info"):
+        if re.sub(r"[-_.]+", "_", info.name.split("-")[0]).lower() in wanted:
+            shutil.copytree(info, BOX / "site" / info.name)
+    shutil.copytree(REPO / "director", BOX / "site" / "director")
+    keepalived = BOX / "keepalived"
+    shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
+    env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"),
+           "PYTHONNOUSERSITE": "1"}  # fmt: skip
+    earlier = None
+    if before is not None:
+        shutil.copytree(before / "director", BOX / "before" / "director")
+        earlier = {**env, "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
+    return Box([str(BOX / "py" / "bin" / version), "-m", "director"], env, str(keepalived),
+               earlier)  # fmt: skip
+
+
+def start_once(
+    name: str, argv: list[str], services: int, log: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Seconds from exec until the whole table is in a fresh namespace's kernel."""
+    ns = Netns(f"start-{name}-{services}")
+    ns.ip("link set lo up")
+    want = (services, services * REAL_SERVERS)
+    with log.open("ab") as out:
+        started = time.monotonic()
+        proc = subprocess.Popen(["ip", "netns", "exec", ns.name, *argv], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})},
+                                cwd=BOX if env else None)  # fmt: skip
+        try:
+            seen = (0, 0)
+            while time.monotonic() - started < TIMEOUT:
+                asked = time.monotonic()
+                seen = table_in(ns.name)
+                if seen >= want:
+                    break
+                if proc.poll() is not None:
+                    raise SystemExit(f"{name} exited ({proc.returncode}) before the table was"
+                                     f" complete; see {log.name}")  # fmt: skip
+                # Reading 55,000 lines back is work for the VM too: the probe takes at most
+                # a third of the time, so it slows neither contender much (both alike).
+                time.sleep(max(POLL, 2 * (time.monotonic() - asked)))
+            took = time.monotonic() - started
+            if seen < want:
+                raise SystemExit(f"{name}: {seen} of {want} after {TIMEOUT:.0f} s; see {log.name}")
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            ns.close()
+    return {"seconds": round(took, 3)}
+
+
+def phases(log: Path) -> list[dict[str, float]]:
+    """Every ``startup.timing`` line the director logged, as {phase: seconds}."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if "event=startup.timing" in line:
+            found.append({k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)(?=\s|$)", line)})
+    return found
+
+
+def warm_up(services: int, workdir: Path) -> tuple[list[Path], float]:
+    """One director start from the lab's root: the files of the modules a start loads (the
+    box is laid out with them), and its seconds on 9p."""
+    director_file, _ = write_tables(services, workdir)
+    loaded = workdir / "loaded.txt"
+    argv = [sys.executable, "-c", WRAPPER, str(loaded), "run", "--config", str(director_file)]
+    seconds = start_once("director", argv, services, workdir / "warm-up.log")["seconds"]
+    return [Path(line) for line in loaded.read_text().splitlines()], seconds
+
+
+def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, Any]:
+    director_file, keepalived_file = write_tables(services, workdir)
+    director = [*box.director, "run", "--config", str(director_file)]
+    argv = {
+        "keepalived": [box.keepalived, "--dont-fork", "--log-console", "--check",
+                       "-f", str(keepalived_file),
+                       "-p", str(workdir / "ka.pid"), "-c", str(workdir / "ka-checkers.pid")],
+        "director": director,
+        "before": director,
+    }  # fmt: skip
+    env = {"keepalived": box.env, "director": box.env, "before": box.before}
+    runs: dict[str, list[float]] = {name: [] for name in argv if env[name] is not None}
+    logs = {name: workdir / f"{name}-{services}.log" for name in runs}
+    for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
+        for name, seconds in runs.items():
+            took = start_once(name, argv[name], services, logs[name], env[name])
+            seconds.append(took["seconds"])
+    out: dict[str, Any] = {"services": services, "real_servers": services * REAL_SERVERS}
+    for name, values in runs.items():
+        out[name] = {"seconds": values, "median": round(statistics.median(values), 3)}
+        split = phases(logs[name]) if name != "keepalived" else []
+        if split:
+            out[name]["phases"] = {k: round(statistics.median(p.get(k, 0.0) for p in split), 3)
+                                   for k in split[0]}  # fmt: skip
+    out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
+    if "before" in out:
+        out["ratio_before"] = round(out["before"]["median"] / out["keepalived"]["median"], 3)
+    return out
+
+
+def _said(name: str, figures: dict[str, Any]) -> str:
+    split = " ".join(f"{k}={v}" for k, v in figures.get("phases", {}).items())
+    said = f"{name} {figures['median']:.2f} s {figures['seconds']}"
+    return f"{said} [{split}]" if split else said
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--repeat", type=int, default=REPEAT)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--from-9p", action="store_true", help="run both from the lab's root (9p), not a copy"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="a folder with an earlier director package: one more contender"
+    )
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-start-") as tmp:
+        box = Box([sys.executable, "-m", "director"], {},
+                  shutil.which("keepalived") or "keepalived")  # fmt: skip
+        if not args.from_9p:
+            modules, seconds = warm_up(min(args.services), Path(tmp))
+            box = local_box(modules, args.before)
+            print(f"bench start: one start from the lab's root (9p) took {seconds:.1f} s and "
+                  f"imported {len(modules)} modules; the contenders run from tmpfs", flush=True)
+        for count in args.services:
+            row = measure(count, Path(tmp), args.repeat, box)
+            row["where"] = "9p" if args.from_9p else "tmpfs"
+            rows.append(row)
+            print(f"bench start at {count} services x {REAL_SERVERS} (exec -> whole table in the "
+                  f"kernel): " + ", ".join(_said(name, row[name]) for name in
+                                           ("keepalived", "director", "before") if name in row)
+                  + f" (ratio {row['ratio']}"
+                  + (f"; before {row['ratio_before']}" if "ratio_before" in row else "") + ")",
+                  flush=True)  # fmt: skip
+            for name in ("keepalived", "director", "before"):
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copy(Path(tmp) / f"{name}-{count}.log", args.out / f"{name}-{count}.log")
+    shutil.rmtree(BOX, ignore_errors=True)
+    (args.out / "results.json").write_text(json.dumps({"start": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
