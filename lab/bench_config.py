@@ -5,7 +5,8 @@ The same table is written twice, as the director's YAML and as keepalived's
 ``{address, port, weight}``). Both commands run as an operator runs them (a new process,
 imports and all) REPEAT times in turn; the figure is each one's median wall time, and the
 ratio of the two. A third column loads the same YAML with the precise reader alone (what a
-file with anchors or tags costs, and what every file cost before the fast reader).
+file with anchors or tags costs, and what every file cost before the fast reader). With
+``--before DIR`` (a checkout of earlier code) its ``director check`` runs in the same turns.
 
     python -m lab.bench_config --services 1000 5000 --out bench/config-host.json
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 REAL_SERVERS = 10
+REPO = Path(__file__).resolve().parent.parent
 
 
 def write_tables(services: int, where: Path) -> tuple[Path, Path]:
@@ -49,9 +51,9 @@ def write_tables(services: int, where: Path) -> tuple[Path, Path]:
     return director, keepalived
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str], cwd: Path | None = None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.strip()[:500]}")
@@ -67,21 +69,27 @@ PRECISE = (
 )
 
 
-def measure(services: int, repeat: int, where: Path) -> dict[str, Any]:
+def measure(services: int, repeat: int, where: Path, before: Path | None) -> dict[str, Any]:
     director_file, keepalived_file = write_tables(services, where)
     director = [sys.executable, "-m", "director.cli.main", "check", "--offline",
                 "--config", str(director_file)]  # fmt: skip
     keepalived = [shutil.which("keepalived") or "keepalived", "-t", "-f", str(keepalived_file)]
     precise = [sys.executable, "-c", PRECISE, str(director_file)]
     runs: dict[str, list[float]] = {"director": [], "keepalived": [], "precise": []}
-    for _ in range(repeat):  # in turn: a busy moment slows both, not one
-        runs["director"].append(timed(director))
+    if before is not None:
+        runs["before"] = []
+    for _ in range(repeat):  # in turn: a busy moment slows all, not one
+        runs["director"].append(timed(director, cwd=REPO))
         runs["keepalived"].append(timed(keepalived))
-    runs["precise"].append(timed(precise))  # once: it is the slow path
+        if before is not None:  # the same command, run from the earlier code's folder
+            runs["before"].append(timed(director, cwd=before))
+    runs["precise"].append(timed(precise, cwd=REPO))  # once: it is the slow path
     out: dict[str, Any] = {"services": services, "real_servers": services * REAL_SERVERS}
     for name, values in runs.items():
         out[f"{name}_seconds"] = round(statistics.median(values), 3)
     out["ratio"] = round(out["director_seconds"] / out["keepalived_seconds"], 2)
+    if before is not None:
+        out["ratio_before"] = round(out["before_seconds"] / out["keepalived_seconds"], 2)
     return out
 
 
@@ -90,16 +98,22 @@ def main() -> None:
     parser.add_argument("--services", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--before", type=Path, help="a checkout of earlier code: its director check, in turn"
+    )
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-config-") as tmp:
         for count in args.services:
-            row = measure(count, args.repeat, Path(tmp))
+            row = measure(count, args.repeat, Path(tmp), args.before)
             results.append(row)
+            earlier = (f"; before {row['before_seconds']:.3f} s ({row['ratio_before']}x)"
+                       if "before_seconds" in row else "")  # fmt: skip
             print(
                 f"{row['services']:>6} services x {REAL_SERVERS}: director check "
                 f"{row['director_seconds']:.3f} s, keepalived -t {row['keepalived_seconds']:.3f} s"
-                f" (ratio {row['ratio']}x); precise reader alone {row['precise_seconds']:.3f} s",
+                f" (ratio {row['ratio']}x){earlier}; precise reader alone "
+                f"{row['precise_seconds']:.3f} s",
                 flush=True,
             )
     if args.out:

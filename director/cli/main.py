@@ -9,7 +9,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,11 +114,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             netns=args.netns,
             on_fatal=lambda _reason: ask("stop"),
         )
+        STARTUP.mark("start")
+        runtime.controller.on_ready = _timed_ready(runtime, runtime.controller.on_ready)
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None
-    STARTUP.mark("start")
-    threading.Thread(target=_log_startup, args=(runtime,), name="startup", daemon=True).start()
     try:
         while "stop" not in asked:
             wake.wait()
@@ -137,15 +137,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_startup(runtime: Runtime) -> None:
-    """Once the kernel holds the whole table: where the start's time went, since exec."""
-    while not runtime.wait_ready(timeout=3600.0):
-        if runtime.failed is not None:
-            return
-    STARTUP.mark("first_sync")
-    first_sync = runtime.controller.programmer.first_sync_phases
-    phases = {f"first_sync_{name}": seconds for name, seconds in first_sync}
-    logs.event(_log, "startup.timing", fields=STARTUP.figures(**phases))
+def _timed_ready(
+    runtime: Runtime, ready: Callable[[str], None] | None
+) -> Callable[[str], None]:
+    """``ready``, and then (the loop's own thread, once the first sync is applied) where the
+    start's time went, since exec."""
+
+    def timed(message: str) -> None:
+        if ready is not None:
+            ready(message)
+        STARTUP.mark("first_sync")
+        first_sync = runtime.controller.programmer.first_sync_phases
+        phases = {f"first_sync_{name}": seconds for name, seconds in first_sync}
+        logs.event(_log, "startup.timing", fields=STARTUP.figures(**phases))
+
+    return timed
 
 
 def cmd_check(args: argparse.Namespace) -> int:
