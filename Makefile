@@ -42,6 +42,7 @@ $(VENV)/.installed: pyproject.toml requirements-dev.lock
 
 lint: venv
 	$(PY) -m ruff check director lab tests
+	$(PY) -m ruff format --check director lab tests
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m lab.shape

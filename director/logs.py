@@ -24,10 +24,18 @@ from typing import Any
 # them back: \n, \r, \t and \u00NN, never \xNN; C1 controls and the Unicode line and
 # paragraph separators too, so one event stays one line in every viewer.
 _CONTROL = {c: f"\\u{c:04x}" for c in (*range(32), *range(127, 160), 0x2028, 0x2029)} | {
-    10: "\\n", 13: "\\r", 9: "\\t"}  # fmt: skip
+    10: "\\n",
+    13: "\\r",
+    9: "\\t",
+}
 # syslog priorities (sd-daemon.h), which journald reads from a "<N>" prefix.
-_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
-             logging.CRITICAL: 2}  # fmt: skip
+_PRIORITY = {
+    logging.DEBUG: 7,
+    logging.INFO: 6,
+    logging.WARNING: 4,
+    logging.ERROR: 3,
+    logging.CRITICAL: 2,
+}
 FORMATS = ("logfmt", "json")
 
 
@@ -57,8 +65,14 @@ def event(
         context = {**context, **fields}
     if logger.isEnabledFor(level):
         line = " ".join(f"{k}={_value(v)}" for k, v in context.items())
-        logger.log(level, "event=%s%s", name, f" {line}" if line else "", exc_info=exc_info,
-                   extra={"event": name, "context": context})  # fmt: skip
+        logger.log(
+            level,
+            "event=%s%s",
+            name,
+            f" {line}" if line else "",
+            exc_info=exc_info,
+            extra={"event": name, "context": context},
+        )
 
 
 def _timestamp(record: logging.LogRecord) -> str:
@@ -76,22 +90,31 @@ class Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         trace = self.formatException(record.exc_info) if record.exc_info else None
         if self.json:
-            body: dict[str, Any] = {"ts": _timestamp(record), "level": record.levelname,
-                                    "logger": record.name}  # fmt: skip
+            body: dict[str, Any] = {
+                "ts": _timestamp(record),
+                "level": record.levelname,
+                "logger": record.name,
+            }
             name = getattr(record, "event", None)
             if name is not None:
                 body["event"] = name
-                body.update({k: v if isinstance(v, (int, float, bool)) or v is None else str(v)
-                             for k, v in getattr(record, "context", {}).items()
-                             if k not in body})  # fmt: skip
+                body.update(
+                    {
+                        k: v if isinstance(v, (int, float, bool)) or v is None else str(v)
+                        for k, v in getattr(record, "context", {}).items()
+                        if k not in body
+                    }
+                )
             else:
                 body["message"] = record.getMessage()
             if trace:
                 body["traceback"] = trace
             line = json.dumps(body, ensure_ascii=False)
         else:
-            line = (f"ts={_timestamp(record)} level={record.levelname} logger={record.name} "
-                    f"{record.getMessage()}")  # fmt: skip
+            line = (
+                f"ts={_timestamp(record)} level={record.levelname} logger={record.name} "
+                f"{record.getMessage()}"
+            )
             if trace:
                 line += f" traceback={_value(trace)}"
         if self.priority:

@@ -151,7 +151,8 @@ def read_growth(reconciler: Reconciler, ipvs: KernelIpvs, table: Table) -> dict[
     scraped = settled_kib() - before
     for _ in range(2):
         assert len(ipvs.read(stats=True).dest_state) == sum(
-            len(vs.real_servers) for vs in table.values())  # fmt: skip
+            len(vs.real_servers) for vs in table.values()
+        )
     read = settled_kib() - before
     return {"after_resyncs": resynced, "after_scrapes": scraped, "after_object_reads": read}
 

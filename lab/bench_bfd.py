@@ -124,8 +124,9 @@ def build(made: list[Netns]) -> tuple[Netns, list[Speaker]]:
         made.append(ns)
         veth(ns, "front", switch, f"p-d{index}")
         switch.ip(f"link set p-d{index} master brf", f"link set p-d{index} up")
-        ns.ip("link set lo up", "link set front up",
-              f"addr add {FRONT_NET}.{10 + index}/24 dev front")  # fmt: skip
+        ns.ip(
+            "link set lo up", "link set front up", f"addr add {FRONT_NET}.{10 + index}/24 dev front"
+        )
         speaker = Speaker(index, ns)
         speaker.announce()
         speakers.append(speaker)
@@ -151,8 +152,11 @@ def fault(router: Netns, victim: Speaker, kind: str) -> dict[str, Any]:
     if back is None:
         raise SystemExit(f"{victim.ns.name} never came back after {kind}")
     time.sleep(2)  # BFD settles at its negotiated intervals
-    return {"route_seconds": route, "session_down_seconds": down[0] if down else None,
-            "reason": down[1] if down else None}  # fmt: skip
+    return {
+        "route_seconds": route,
+        "session_down_seconds": down[0] if down else None,
+        "reason": down[1] if down else None,
+    }
 
 
 def summary(rows: list[dict[str, Any]], field: str) -> dict[str, float | None]:
@@ -177,13 +181,19 @@ def main() -> None:
         time.sleep(3)
         for kind in ("link down", "kill -9"):
             rows = [fault(router, speakers[n % 3], kind) for n in range(args.rounds)]
-            results[kind] = {"rounds": rows, "route": summary(rows, "route_seconds"),
-                             "session_down": summary(rows, "session_down_seconds")}  # fmt: skip
-            print(f"bench bfd (host, native) {kind}: the router's route lost the next hop "
-                  f"after {[r['route_seconds'] for r in rows]} s (median "
-                  f"{results[kind]['route']['median']}); bgpd took the session down after "
-                  f"{[r['session_down_seconds'] for r in rows]} s, saying "
-                  f"{sorted({r['reason'] for r in rows if r['reason']})}", flush=True)
+            results[kind] = {
+                "rounds": rows,
+                "route": summary(rows, "route_seconds"),
+                "session_down": summary(rows, "session_down_seconds"),
+            }
+            print(
+                f"bench bfd (host, native) {kind}: the router's route lost the next hop "
+                f"after {[r['route_seconds'] for r in rows]} s (median "
+                f"{results[kind]['route']['median']}); bgpd took the session down after "
+                f"{[r['session_down_seconds'] for r in rows]} s, saying "
+                f"{sorted({r['reason'] for r in rows if r['reason']})}",
+                flush=True,
+            )
     finally:
         close(made)
     if args.out:

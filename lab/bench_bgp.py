@@ -47,8 +47,9 @@ def add(api: FakeApiServer, name: str, index: int) -> None:
     obj["spec"]["allocateLoadBalancerNodePorts"] = False  # pod mode needs none
     api.create("services", obj)
     pod = f"10.{64 + index // 62500}.{index // 250 % 250}.{index % 250 + 1}"
-    api.create("endpointslices",
-               endpoint_slice(name, [(pod, None, True, False)], [("http", "TCP", 80)]))  # fmt: skip
+    api.create(
+        "endpointslices", endpoint_slice(name, [(pod, None, True, False)], [("http", "TCP", 80)])
+    )
 
 
 def scenario(vips: int, rounds: int, workdir: Path) -> dict[str, object]:
@@ -60,7 +61,8 @@ def scenario(vips: int, rounds: int, workdir: Path) -> dict[str, object]:
         api.start()
         kubeconfig = api.kubeconfig(workdir / f"kubeconfig-{vips}")
         start_frr(d.ns)
-        settings = parse_config(f"""
+        settings = parse_config(
+            f"""
 pools:
   - {{name: edge, addresses: [{POOL}], announce: bgp}}
 kubernetes: {{kubeconfig: {kubeconfig}, identity: bench, resync_seconds: 86400}}
@@ -72,7 +74,9 @@ bgp:
   poll_seconds: 5
   peers:
     - {{address: {ROUTER_FRONT}, asn: {ROUTER_ASN}, bfd: false}}
-""", "bench-bgp.yaml")  # fmt: skip
+""",
+            "bench-bgp.yaml",
+        )
         started = time.monotonic()
         ipvs = KernelIpvs(netns=d.ns.name)
         runtime = Runtime(settings, ipvs, netns=d.ns.name).start()
@@ -83,8 +87,9 @@ bgp:
             if converged is None:
                 raise RuntimeError(f"the router never held {vips} routes ({announced(lab)})")
             converged_s = time.monotonic() - started
-            print(f"bench bgp: {vips} VIPs on the router {converged_s:.1f}s after start",
-                  flush=True)  # fmt: skip
+            print(
+                f"bench bgp: {vips} VIPs on the router {converged_s:.1f}s after start", flush=True
+            )
             created, withdrawn = [], []
             for r in range(rounds):
                 name = f"probe-{r:03d}"
@@ -94,10 +99,22 @@ bgp:
                     raise RuntimeError(f"round {r}: the new Service's route never came")
                 created.append(time.perf_counter() - t0)
                 t1 = time.perf_counter()
-                api.patch("endpointslices", f"{name}-abcde", {"endpoints": [{
-                    "addresses": [f"10.99.0.{r % 250 + 1}"],
-                    "conditions": {"ready": False, "serving": False, "terminating": False},
-                }]})  # fmt: skip
+                api.patch(
+                    "endpointslices",
+                    f"{name}-abcde",
+                    {
+                        "endpoints": [
+                            {
+                                "addresses": [f"10.99.0.{r % 250 + 1}"],
+                                "conditions": {
+                                    "ready": False,
+                                    "serving": False,
+                                    "terminating": False,
+                                },
+                            }
+                        ]
+                    },
+                )
                 if wait_for(lambda: announced(lab) == vips, 300, 0.01) is None:
                     raise RuntimeError(f"round {r}: the route stayed after its last endpoint")
                 withdrawn.append(time.perf_counter() - t1)

@@ -37,8 +37,9 @@ def write_tables(services: int, where: Path) -> tuple[Path, Path]:
             f"  - name: s{i}\n    address: {vip}\n    port: 80\n    scheduler: wlc\n"
             "    real_servers:"
         )
-        conf_lines.append(f"virtual_server {vip} 80 {{\n  lb_algo wlc\n  lb_kind NAT\n"
-                          "  protocol TCP")  # fmt: skip
+        conf_lines.append(
+            f"virtual_server {vip} 80 {{\n  lb_algo wlc\n  lb_kind NAT\n  protocol TCP"
+        )
         for j in range(REAL_SERVERS):
             rs = f"172.16.{i % 250}.{j + 1}"
             yaml_lines.append(f"      - {{address: {rs}, port: 8080, weight: 1}}")
@@ -71,8 +72,15 @@ PRECISE = (
 
 def measure(services: int, repeat: int, where: Path, before: Path | None) -> dict[str, Any]:
     director_file, keepalived_file = write_tables(services, where)
-    director = [sys.executable, "-m", "director.cli.main", "check", "--offline",
-                "--config", str(director_file)]  # fmt: skip
+    director = [
+        sys.executable,
+        "-m",
+        "director.cli.main",
+        "check",
+        "--offline",
+        "--config",
+        str(director_file),
+    ]
     keepalived = [shutil.which("keepalived") or "keepalived", "-t", "-f", str(keepalived_file)]
     precise = [sys.executable, "-c", PRECISE, str(director_file)]
     runs: dict[str, list[float]] = {"director": [], "keepalived": [], "precise": []}
@@ -107,8 +115,11 @@ def main() -> None:
         for count in args.services:
             row = measure(count, args.repeat, Path(tmp), args.before)
             results.append(row)
-            earlier = (f"; before {row['before_seconds']:.3f} s ({row['ratio_before']}x)"
-                       if "before_seconds" in row else "")  # fmt: skip
+            earlier = (
+                f"; before {row['before_seconds']:.3f} s ({row['ratio_before']}x)"
+                if "before_seconds" in row
+                else ""
+            )
             print(
                 f"{row['services']:>6} services x {REAL_SERVERS}: director check "
                 f"{row['director_seconds']:.3f} s, keepalived -t {row['keepalived_seconds']:.3f} s"

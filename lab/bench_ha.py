@@ -97,8 +97,12 @@ def scenario(advert: float, realtime: int, starve: bool, seconds: float) -> dict
     name = f"a{int(advert * 100)}r{realtime}{'s' if starve else 'q'}"
     # FIFOs and pid files on the VM's own /tmp (the results folder is 9p: no FIFOs there).
     lab = build_ha_lab(name, Path(tempfile.mkdtemp(prefix=f"bench-ha-{name}-")))
-    result: dict[str, Any] = {"advert_int": advert, "realtime_priority": realtime,
-                              "starved": starve, "seconds": seconds}  # fmt: skip
+    result: dict[str, Any] = {
+        "advert_int": advert,
+        "realtime_priority": realtime,
+        "starved": starve,
+        "seconds": seconds,
+    }
     try:
         d1, d2 = lab.directors
         start_director(lab, d1, advert_int=advert, realtime=realtime)
@@ -154,8 +158,9 @@ def main() -> None:
         for realtime in (0, 50):
             runs.append(scenario(advert, realtime, True, args.seconds))
         runs.append(scenario(advert, 50, False, args.seconds))
-    (args.out / "results.json").write_text(json.dumps({"kernel": os.uname().release,
-                                                       "runs": runs}, indent=1) + "\n")  # fmt: skip
+    (args.out / "results.json").write_text(
+        json.dumps({"kernel": os.uname().release, "runs": runs}, indent=1) + "\n"
+    )
 
 
 if __name__ == "__main__":

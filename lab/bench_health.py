@@ -52,8 +52,7 @@ def main() -> None:
         return
     port_file = Path(f"/tmp/bench-health-{os.getpid()}")
     child = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench_health", "--serve", str(port_file)],
-        stdin=subprocess.PIPE,
+        [sys.executable, "-m", "lab.bench_health", "--serve", str(port_file)], stdin=subprocess.PIPE
     )
     try:
         while not port_file.exists():

@@ -58,11 +58,14 @@ def one(name: str, ranges: int, netns: str | None, workdir: Path) -> dict[str, A
     parse_ms = 1000 * (time.perf_counter() - started)
     with FakeApiServer() as api:
         api.create("nodes", node("n1", "192.0.2.11"))
-        settings = parse_config(f"""
+        settings = parse_config(
+            f"""
 pools: [{{name: default, addresses: [198.51.100.0-198.51.100.7]}}]
-kubernetes: {{kubeconfig: {api.kubeconfig(workdir / 'kc')}, identity: a, lease_seconds: 2,
+kubernetes: {{kubeconfig: {api.kubeconfig(workdir / "kc")}, identity: a, lease_seconds: 2,
              resync_seconds: 3600}}
-""", "bench.yaml")  # fmt: skip
+""",
+            "bench.yaml",
+        )
         wall = firewall(netns)
         runtime = Runtime(settings, FakeIpvs(), firewall=wall)
         steps: list[float] = []
@@ -80,12 +83,17 @@ kubernetes: {{kubeconfig: {api.kubeconfig(workdir / 'kc')}, identity: a, lease_s
             assert runtime.wait_ready(30)
             steps.clear()
             api.create("services", obj)
-            api.create("endpointslices", endpoint_slice(
-                name, [("192.0.2.11", "n1", True, False)], [("http", "TCP", 8080)]))  # fmt: skip
+            api.create(
+                "endpointslices",
+                endpoint_slice(name, [("192.0.2.11", "n1", True, False)], [("http", "TCP", 8080)]),
+            )
             key = ServiceKey.inet(IpProtocol.TCP, "198.51.100.0", 80)
             loop = runtime.controller
-            eventually(lambda: key in loop.view.desired or key in loop.filter.held_back,
-                       timeout=60, what="taken in")  # fmt: skip
+            eventually(
+                lambda: key in loop.view.desired or key in loop.filter.held_back,
+                timeout=60,
+                what="taken in",
+            )
             if ranges > MAX_SOURCE_RANGES:
                 eventually(lambda: api.events_for(name), timeout=30, what="its Warning")
             time.sleep(1.0)
@@ -93,12 +101,17 @@ kubernetes: {{kubeconfig: {api.kubeconfig(workdir / 'kc')}, identity: a, lease_s
             filtered = key in runtime.controller.view.filtered
             events = [e["reason"] for e in api.events_for(name)]
     return {
-        "ranges": ranges, "bytes": size, "parse_ms": round(parse_ms, 1),
-        "longest_step_ms": round(max(steps), 1), "steps": len(steps),
-        "served": served, "filtered": filtered, "events": events,
+        "ranges": ranges,
+        "bytes": size,
+        "parse_ms": round(parse_ms, 1),
+        "longest_step_ms": round(max(steps), 1),
+        "steps": len(steps),
+        "served": served,
+        "filtered": filtered,
+        "events": events,
         "refused": info.source_ranges == () and ranges > MAX_SOURCE_RANGES,
         "firewall": "nftables" if netns else "fake",
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -121,12 +134,17 @@ def main() -> None:
         if netns is not None:
             space.close()
     for name, r in results.items():
-        verdict = "refused as a whole" if r["refused"] else (
-            "served, filtered" if r["filtered"] else "served")  # fmt: skip
-        print(f"bench: {name}: a Service of {r['bytes'] / 1e6:.2f} MB with {r['ranges']} "
-              f"ranges: {verdict} ({', '.join(r['events']) or 'no Event'}); the watcher read it "
-              f"in {r['parse_ms']} ms; the loop's longest step {r['longest_step_ms']} ms "
-              f"(target {TARGET_MS:.0f}) over {r['steps']} steps; {r['firewall']}")  # fmt: skip
+        verdict = (
+            "refused as a whole"
+            if r["refused"]
+            else ("served, filtered" if r["filtered"] else "served")
+        )
+        print(
+            f"bench: {name}: a Service of {r['bytes'] / 1e6:.2f} MB with {r['ranges']} "
+            f"ranges: {verdict} ({', '.join(r['events']) or 'no Event'}); the watcher read it "
+            f"in {r['parse_ms']} ms; the loop's longest step {r['longest_step_ms']} ms "
+            f"(target {TARGET_MS:.0f}) over {r['steps']} steps; {r['firewall']}"
+        )
     results["target_ms"] = TARGET_MS  # type: ignore[assignment]
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")

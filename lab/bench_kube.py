@@ -69,31 +69,43 @@ def _endpoints(i: int, generation: int = 0) -> list[dict[str, Any]]:
             "addresses": [a],
             "conditions": {"ready": True, "serving": True, "terminating": False},
             "targetRef": {
-                "kind": "Pod", "namespace": "default", "name": f"{_name(i)}-7d9f8c6b5-{n:05x}",
+                "kind": "Pod",
+                "namespace": "default",
+                "name": f"{_name(i)}-7d9f8c6b5-{n:05x}",
                 "uid": str(uuid.UUID(int=i * 1000 + n + generation * 10**9)),
             },
             "nodeName": f"node-{n % NODES:02d}",
             "zone": f"zone-{'abc'[n % 3]}",
         }
         for n, a in enumerate(addresses)
-    ]  # fmt: skip
+    ]
 
 
 def _service(i: int) -> dict[str, Any]:
     """Service i as ``kubectl apply`` submits it (labels, the last-applied annotation)."""
     labels = {
-        "app.kubernetes.io/name": _name(i), "app.kubernetes.io/instance": f"{_name(i)}-prod",
-        "app.kubernetes.io/part-of": "shop", "app.kubernetes.io/managed-by": "kubectl",
-    }  # fmt: skip
+        "app.kubernetes.io/name": _name(i),
+        "app.kubernetes.io/instance": f"{_name(i)}-prod",
+        "app.kubernetes.io/part-of": "shop",
+        "app.kubernetes.io/managed-by": "kubectl",
+    }
     manifest = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": _name(i), "namespace": "default", "labels": labels,
-                     "annotations": {"lvs-director.io/backends": "pod"}},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": "lvs-director.io/ipvs",
-                 "allocateLoadBalancerNodePorts": False,  # pod mode needs none
-                 "selector": {"app.kubernetes.io/name": _name(i)},
-                 "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}]},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": _name(i),
+            "namespace": "default",
+            "labels": labels,
+            "annotations": {"lvs-director.io/backends": "pod"},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "lvs-director.io/ipvs",
+            "allocateLoadBalancerNodePorts": False,  # pod mode needs none
+            "selector": {"app.kubernetes.io/name": _name(i)},
+            "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+        },
+    }
     obj = json.loads(json.dumps(manifest))
     obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
         json.dumps(manifest, separators=(",", ":")) + "\n"
@@ -105,53 +117,89 @@ def _slice(i: int, service_uid: str) -> dict[str, Any]:
     """Service i's EndpointSlice as kube-controller-manager creates it."""
     return {
         "metadata": {
-            "name": f"{_name(i)}-x", "generateName": f"{_name(i)}-",
+            "name": f"{_name(i)}-x",
+            "generateName": f"{_name(i)}-",
             "labels": {
                 "kubernetes.io/service-name": _name(i),
                 "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
-                "app.kubernetes.io/name": _name(i), "app.kubernetes.io/part-of": "shop",
+                "app.kubernetes.io/name": _name(i),
+                "app.kubernetes.io/part-of": "shop",
             },
-            "annotations": {"endpoints.kubernetes.io/last-change-trigger-time":
-                            "2026-11-20T10:00:00Z"},
-            "ownerReferences": [{
-                "apiVersion": "v1", "kind": "Service", "name": _name(i), "uid": service_uid,
-                "controller": True, "blockOwnerDeletion": True,
-            }],
+            "annotations": {
+                "endpoints.kubernetes.io/last-change-trigger-time": "2026-11-20T10:00:00Z"
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "name": _name(i),
+                    "uid": service_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "addressType": "IPv4",
         "endpoints": _endpoints(i),
         "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
-    }  # fmt: skip
+    }
 
 
 def _node(n: int) -> dict[str, Any]:
     """A Node as the kubelet reports it (its images list is most of it)."""
     name = f"node-{n:02d}"
     return {
-        "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": f"zone-{'abc'[n % 3]}",
-            "node.kubernetes.io/instance-type": "metal"}},
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "topology.kubernetes.io/zone": f"zone-{'abc'[n % 3]}",
+                "node.kubernetes.io/instance-type": "metal",
+            },
+        },
         "status": {
-            "addresses": [{"type": "InternalIP", "address": f"192.0.2.{n + 10}"},
-                          {"type": "Hostname", "address": name}],
+            "addresses": [
+                {"type": "InternalIP", "address": f"192.0.2.{n + 10}"},
+                {"type": "Hostname", "address": name},
+            ],
             "conditions": [
-                {"type": t, "status": "True" if t == "Ready" else "False", "reason": f"Kubelet{t}",
-                 "message": f"kubelet reports {t}", "lastHeartbeatTime": "2026-11-25T07:00:00Z",
-                 "lastTransitionTime": "2026-11-20T10:00:00Z"}
-                for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")],
+                {
+                    "type": t,
+                    "status": "True" if t == "Ready" else "False",
+                    "reason": f"Kubelet{t}",
+                    "message": f"kubelet reports {t}",
+                    "lastHeartbeatTime": "2026-11-25T07:00:00Z",
+                    "lastTransitionTime": "2026-11-20T10:00:00Z",
+                }
+                for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
             "capacity": {"cpu": "32", "memory": "131072Mi", "pods": "110"},
             "allocatable": {"cpu": "31500m", "memory": "129024Mi", "pods": "110"},
-            "nodeInfo": {"kubeletVersion": "v1.31.4", "osImage": "Debian GNU/Linux 12",
-                         "kernelVersion": "6.1.0-28-amd64", "containerRuntimeVersion":
-                         "containerd://1.7.24", "architecture": "amd64", "operatingSystem":
-                         "linux", "machineID": f"{n:032x}", "systemUUID": str(uuid.UUID(int=n)),
-                         "bootID": str(uuid.UUID(int=n + 99))},
-            "images": [{"names": [f"registry.example/team-{k}/app@sha256:{k:064x}",
-                                  f"registry.example/team-{k}/app:v1.{k}"],
-                        "sizeBytes": 50_000_000 + k} for k in range(40)],
+            "nodeInfo": {
+                "kubeletVersion": "v1.31.4",
+                "osImage": "Debian GNU/Linux 12",
+                "kernelVersion": "6.1.0-28-amd64",
+                "containerRuntimeVersion": "containerd://1.7.24",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "machineID": f"{n:032x}",
+                "systemUUID": str(uuid.UUID(int=n)),
+                "bootID": str(uuid.UUID(int=n + 99)),
+            },
+            "images": [
+                {
+                    "names": [
+                        f"registry.example/team-{k}/app@sha256:{k:064x}",
+                        f"registry.example/team-{k}/app:v1.{k}",
+                    ],
+                    "sizeBytes": 50_000_000 + k,
+                }
+                for k in range(40)
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def serve(services: int, port_file: Path) -> None:
@@ -165,16 +213,20 @@ def serve(services: int, port_file: Path) -> None:
     for n in range(NODES):
         store.create("nodes", "", _node(n), manager="kubelet")
     for i in range(services):
-        svc = store.create("services", "default", _service(i),
-                           manager="kubectl-client-side-apply")  # fmt: skip
+        svc = store.create("services", "default", _service(i), manager="kubectl-client-side-apply")
         # Steady state: the address is already in status, as after any restart.
         status = {
             "status": {"loadBalancer": {"ingress": [{"ip": _address(i, 18), "ipMode": "VIP"}]}}
         }
-        store.patch("services", "default", _name(i), status, subresource="status",
-                    manager=FIELD_MANAGER)  # fmt: skip
-        store.create("endpointslices", "default", _slice(i, svc["metadata"]["uid"]),
-                     manager="kube-controller-manager")  # fmt: skip
+        store.patch(
+            "services", "default", _name(i), status, subresource="status", manager=FIELD_MANAGER
+        )
+        store.create(
+            "endpointslices",
+            "default",
+            _slice(i, svc["metadata"]["uid"]),
+            manager="kube-controller-manager",
+        )
     server.start()
     # Written beside and renamed into place: the reader must never see the file empty.
     port_file.with_suffix(".new").write_text(str(server.port))
@@ -216,10 +268,17 @@ def run(
     workdir = Path(tempfile.mkdtemp(prefix="bench-kube-"))
     port_file = workdir / "port"
     child = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench_kube", "--serve", str(services),
-         "--port-file", str(port_file)],
+        [
+            sys.executable,
+            "-m",
+            "lab.bench_kube",
+            "--serve",
+            str(services),
+            "--port-file",
+            str(port_file),
+        ],
         stdin=subprocess.PIPE,
-    )  # fmt: skip
+    )
     try:
         while not port_file.exists():
             if child.poll() is not None:
@@ -227,12 +286,18 @@ def run(
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text()}"
         kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "b",
-            "clusters": [{"name": "b", "cluster": {"server": url}}],
-            "users": [{"name": "b", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
-        }))  # fmt: skip
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "b",
+                    "clusters": [{"name": "b", "cluster": {"server": url}}],
+                    "users": [{"name": "b", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
+                }
+            )
+        )
         settings = parse_config(
             f"pools: [{{name: bench, addresses: [198.18.0.0/16]}}]\n"
             f"kubernetes: {{kubeconfig: {kubeconfig}, identity: bench, resync_seconds: 86400}}\n",
@@ -291,9 +356,11 @@ def run(
                     f"{_name(i)}-x?fieldManager=kube-controller-manager",
                     data=body,
                     method="PATCH",
-                    headers={"Content-Type": "application/merge-patch+json",
-                             "Authorization": f"Bearer {TOKEN}"},
-                )  # fmt: skip
+                    headers={
+                        "Content-Type": "application/merge-patch+json",
+                        "Authorization": f"Bearer {TOKEN}",
+                    },
+                )
                 with cv:
                     applied.pop(ref, None)
                     applied_ops.pop(ref, None)
@@ -377,10 +444,7 @@ def run(
 
 
 def one(
-    adapter: str,
-    count: int,
-    rounds: int = 500,
-    turn: Callable[[str], None] = alone,
+    adapter: str, count: int, rounds: int = 500, turn: Callable[[str], None] = alone
 ) -> dict[str, Any]:
     """One size, in this process: the fake (host), or the kernel in a fresh namespace (VM)."""
     if adapter == "fake":
@@ -447,10 +511,21 @@ def interleaved(adapter: str, sizes: list[int]) -> dict[str, Any]:
     try:
         for count in sizes:
             children[count] = subprocess.Popen(
-                [sys.executable, "-m", "lab.bench_kube", "--adapter", adapter,
-                 "--services", str(count), "--turns"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "lab.bench_kube",
+                    "--adapter",
+                    adapter,
+                    "--services",
+                    str(count),
+                    "--turns",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             stage[count] = _until_turn(children[count])  # its cold start, alone
         while any(stage[count] == "events" for count in sizes):
             for count in sizes:

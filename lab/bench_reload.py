@@ -43,14 +43,19 @@ def first_rs(i: int) -> str:
 
 
 def services_in(ns: str) -> int:
-    out = subprocess.run(["ip", "netns", "exec", ns, "ipvsadm", "-Ln"], capture_output=True,
-                         text=True, check=False).stdout  # fmt: skip
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "ipvsadm", "-Ln"], capture_output=True, text=True, check=False
+    ).stdout
     return sum(1 for line in out.splitlines() if line.startswith("TCP"))
 
 
 def weight_in_kernel(ns: str, i: int) -> int | None:
-    out = subprocess.run(["ip", "netns", "exec", ns, "ipvsadm", "-Ln", "-t", f"{vip(i)}:80"],
-                         capture_output=True, text=True, check=False).stdout  # fmt: skip
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "ipvsadm", "-Ln", "-t", f"{vip(i)}:80"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     found = re.search(rf"{re.escape(first_rs(i))}:8080\s+\w+\s+(\d+)", out)
     return int(found.group(1)) if found else None
 
@@ -65,12 +70,21 @@ def set_weight(path: Path, marker: str, pattern: str, weight: int) -> None:
 
 
 def contender(
-    name: str, ns: Netns, argv: list[str], edit: Callable[[int], None], *, services: int,
+    name: str,
+    ns: Netns,
+    argv: list[str],
+    edit: Callable[[int], None],
+    *,
+    services: int,
     workdir: Path,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     log = (workdir / f"{name}.log").open("ab")
-    proc = subprocess.Popen(["ip", "netns", "exec", ns.name, *argv], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns.name, *argv],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         loaded = wait_for(lambda: services_in(ns.name) >= services, 900, 1.0)
         if loaded is None:
@@ -87,8 +101,11 @@ def contender(
                 raise SystemExit(f"{name}: weight {weight} never reached the kernel")
             runs.append(time.perf_counter() - started)
             time.sleep(2)
-        return {"load_seconds": round(loaded, 1), "reload_seconds": [round(r, 3) for r in runs],
-                "median": round(statistics.median(runs), 3)}  # fmt: skip
+        return {
+            "load_seconds": round(loaded, 1),
+            "reload_seconds": [round(r, 3) for r in runs],
+            "median": round(statistics.median(runs), 3),
+        }
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -107,25 +124,39 @@ def measure(services: int, workdir: Path) -> dict[str, Any]:
     try:
         ns.ip("link set lo up")
         out["keepalived"] = contender(
-            "keepalived", ns,
-            [shutil.which("keepalived") or "keepalived", "--dont-fork", "--log-console",
-             "--check", "-f", str(keepalived_file), "-p", str(workdir / f"ka-{services}.pid"),
-             "-c", str(workdir / f"ka-checkers-{services}.pid")],
-            lambda w: set_weight(keepalived_file, f"virtual_server {vip(last)} 80 {{",
-                                 r"^\s*weight ", w),
-            services=services, workdir=workdir,
-        )  # fmt: skip
+            "keepalived",
+            ns,
+            [
+                shutil.which("keepalived") or "keepalived",
+                "--dont-fork",
+                "--log-console",
+                "--check",
+                "-f",
+                str(keepalived_file),
+                "-p",
+                str(workdir / f"ka-{services}.pid"),
+                "-c",
+                str(workdir / f"ka-checkers-{services}.pid"),
+            ],
+            lambda w: set_weight(
+                keepalived_file, f"virtual_server {vip(last)} 80 {{", r"^\s*weight ", w
+            ),
+            services=services,
+            workdir=workdir,
+        )
     finally:
         ns.close()
     ns = Netns(f"reload-dir-{services}")
     try:
         ns.ip("link set lo up")
         out["director"] = contender(
-            "director", ns,
+            "director",
+            ns,
             [sys.executable, "-m", "director", "run", "--config", str(director_file)],
             lambda w: set_weight(director_file, f"  - name: s{last}\n", r"weight: ", w),
-            services=services, workdir=workdir,
-        )  # fmt: skip
+            services=services,
+            workdir=workdir,
+        )
     finally:
         ns.close()
     out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
@@ -144,12 +175,15 @@ def main() -> None:
             row = measure(count, Path(tmp))
             rows.append(row)
             ka = row["keepalived"]
-            print(f"bench reload at {count} services x {REAL_SERVERS}: keepalived SIGHUP -> "
-                  f"kernel {ka['median']:.3f} s {ka['reload_seconds']}, "
-                  f"director {row['director']['median']:.3f} s "
-                  f"{row['director']['reload_seconds']} (ratio {row['ratio']}); initial load "
-                  f"keepalived {row['keepalived']['load_seconds']} s, director "
-                  f"{row['director']['load_seconds']} s", flush=True)  # fmt: skip
+            print(
+                f"bench reload at {count} services x {REAL_SERVERS}: keepalived SIGHUP -> "
+                f"kernel {ka['median']:.3f} s {ka['reload_seconds']}, "
+                f"director {row['director']['median']:.3f} s "
+                f"{row['director']['reload_seconds']} (ratio {row['ratio']}); initial load "
+                f"keepalived {row['keepalived']['load_seconds']} s, director "
+                f"{row['director']['load_seconds']} s",
+                flush=True,
+            )
             for name in ("keepalived", "director"):
                 shutil.copy(Path(tmp) / f"{name}.log", args.out / f"{name}-{count}.log")
     (args.out / "results.json").write_text(json.dumps({"reload": rows}, indent=2) + "\n")

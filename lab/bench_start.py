@@ -47,16 +47,20 @@ REPO = Path(__file__).resolve().parent.parent
 BOX = Path("/dev/shm/bench-start-box")
 
 
-
 def table_in(ns: str) -> tuple[int, int]:
     """(virtual services, real servers) the namespace's kernel holds, from /proc/net/ip_vs: the
     kernel prints it under RCU, where a netlink dump (ipvsadm) takes the mutex every add
     waits for, and would slow the contender it watches."""
-    out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/ip_vs"],
-                         capture_output=True, text=True, check=False).stdout  # fmt: skip
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "cat", "/proc/net/ip_vs"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     lines = out.splitlines()
     return sum(1 for line in lines if line.startswith("TCP")), sum(
-        1 for line in lines if line.startswith("  ->") and ":1F90 " in line)  # 8080
+        1 for line in lines if line.startswith("  ->") and ":1F90 " in line
+    )  # 8080
 
 
 # Runs ``director`` as ``python -m director`` would, and writes the files of every module it
@@ -122,22 +126,23 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     # The metadata of the box's dependencies (requirements.lock), which pydantic scans for
     # plugins at its first schema: a box has those, not the lab's test tools.
     lock = (REPO / "requirements.lock").read_text().splitlines()
-    wanted = {re.sub(r"[-_.]+", "_", line.split("==")[0]).lower()
-              for line in lock if "==" in line and line[:1].isalpha()}  # fmt: skip
+    wanted = {
+        re.sub(r"[-_.]+", "_", line.split("==")[0]).lower()
+        for line in lock
+        if "==" in line and line[:1].isalpha()
+    }
     for info in site.glob("*.dist-info"):
         if re.sub(r"[-_.]+", "_", info.name.split("-")[0]).lower() in wanted:
             shutil.copytree(info, BOX / "site" / info.name)
     shutil.copytree(REPO / "director", BOX / "site" / "director")
     keepalived = BOX / "keepalived"
     shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
-    env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"),
-           "PYTHONNOUSERSITE": "1"}  # fmt: skip
+    env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"), "PYTHONNOUSERSITE": "1"}
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
         earlier = {**env, "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
-    return Box([str(BOX / "py" / "bin" / version), "-m", "director"], env, str(keepalived),
-               earlier)  # fmt: skip
+    return Box([str(BOX / "py" / "bin" / version), "-m", "director"], env, str(keepalived), earlier)
 
 
 def start_once(
@@ -149,10 +154,14 @@ def start_once(
     want = (services, services * REAL_SERVERS)
     with log.open("ab") as out:
         started = time.monotonic()
-        proc = subprocess.Popen(["ip", "netns", "exec", ns.name, *argv], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})},
-                                cwd=BOX if env else None)  # fmt: skip
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns.name, *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            cwd=BOX if env else None,
+        )
         try:
             seen = (0, 0)
             while time.monotonic() - started < TIMEOUT:
@@ -161,8 +170,10 @@ def start_once(
                 if seen >= want:
                     break
                 if proc.poll() is not None:
-                    raise SystemExit(f"{name} exited ({proc.returncode}) before the table was"
-                                     f" complete; see {log.name}")  # fmt: skip
+                    raise SystemExit(
+                        f"{name} exited ({proc.returncode}) before the table was"
+                        f" complete; see {log.name}"
+                    )
                 # Reading 55,000 lines back is work for the VM too: the probe runs at most
                 # half the time (both contenders alike).
                 time.sleep(max(POLL, time.monotonic() - asked))
@@ -203,12 +214,21 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
     director_file, keepalived_file = write_tables(services, workdir)
     director = [*box.director, "run", "--config", str(director_file)]
     argv = {
-        "keepalived": [box.keepalived, "--dont-fork", "--log-console", "--check",
-                       "-f", str(keepalived_file),
-                       "-p", str(workdir / "ka.pid"), "-c", str(workdir / "ka-checkers.pid")],
+        "keepalived": [
+            box.keepalived,
+            "--dont-fork",
+            "--log-console",
+            "--check",
+            "-f",
+            str(keepalived_file),
+            "-p",
+            str(workdir / "ka.pid"),
+            "-c",
+            str(workdir / "ka-checkers.pid"),
+        ],
         "director": director,
         "before": director,
-    }  # fmt: skip
+    }
     env = {"keepalived": box.env, "director": box.env, "before": box.before}
     runs: dict[str, list[float]] = {name: [] for name in argv if env[name] is not None}
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
@@ -221,8 +241,9 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
         out[name] = {"seconds": values, "median": round(statistics.median(values), 3)}
         split = phases(logs[name]) if name != "keepalived" else []
         if split:
-            out[name]["phases"] = {k: round(statistics.median(p.get(k, 0.0) for p in split), 3)
-                                   for k in split[0]}  # fmt: skip
+            out[name]["phases"] = {
+                k: round(statistics.median(p.get(k, 0.0) for p in split), 3) for k in split[0]
+            }
     out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
     if "before" in out:
         out["ratio_before"] = round(out["before"]["median"] / out["keepalived"]["median"], 3)
@@ -250,23 +271,34 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-start-") as tmp:
-        box = Box([sys.executable, "-m", "director"], {},
-                  shutil.which("keepalived") or "keepalived")  # fmt: skip
+        box = Box(
+            [sys.executable, "-m", "director"], {}, shutil.which("keepalived") or "keepalived"
+        )
         if not args.from_9p:
             modules, seconds = warm_up(min(args.services), Path(tmp))
             box = local_box(modules, args.before)
-            print(f"bench start: one start from the lab's root (9p) took {seconds:.1f} s and "
-                  f"imported {len(modules)} modules; the contenders run from tmpfs", flush=True)
+            print(
+                f"bench start: one start from the lab's root (9p) took {seconds:.1f} s and "
+                f"imported {len(modules)} modules; the contenders run from tmpfs",
+                flush=True,
+            )
         for count in args.services:
             row = measure(count, Path(tmp), args.repeat, box)
             row["where"] = "9p" if args.from_9p else "tmpfs"
             rows.append(row)
-            print(f"bench start at {count} services x {REAL_SERVERS} (exec -> whole table in the "
-                  f"kernel): " + ", ".join(_said(name, row[name]) for name in
-                                           ("keepalived", "director", "before") if name in row)
-                  + f" (ratio {row['ratio']}"
-                  + (f"; before {row['ratio_before']}" if "ratio_before" in row else "") + ")",
-                  flush=True)  # fmt: skip
+            print(
+                f"bench start at {count} services x {REAL_SERVERS} (exec -> whole table in the "
+                f"kernel): "
+                + ", ".join(
+                    _said(name, row[name])
+                    for name in ("keepalived", "director", "before")
+                    if name in row
+                )
+                + f" (ratio {row['ratio']}"
+                + (f"; before {row['ratio_before']}" if "ratio_before" in row else "")
+                + ")",
+                flush=True,
+            )
             for name in ("keepalived", "director", "before"):
                 with contextlib.suppress(FileNotFoundError):
                     shutil.copy(Path(tmp) / f"{name}-{count}.log", args.out / f"{name}-{count}.log")

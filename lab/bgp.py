@@ -137,8 +137,22 @@ def start_frr(ns: Netns, config: str | None = None) -> None:
     for daemon in DAEMONS:
         (etc / f"{daemon}.conf").touch()
     procs = [
-        run_bg(["ip", "netns", "exec", ns.name, str(FRR / daemon), "-N", ns.name, "-d",
-                "-A", "127.0.0.1", "-f", str(etc / f"{daemon}.conf")])
+        run_bg(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns.name,
+                str(FRR / daemon),
+                "-N",
+                ns.name,
+                "-d",
+                "-A",
+                "127.0.0.1",
+                "-f",
+                str(etc / f"{daemon}.conf"),
+            ]
+        )
         for daemon in DAEMONS
     ]
     for proc in procs:  # -d: each returns once its daemon is up
@@ -233,14 +247,23 @@ def director_namespace(switch: Netns, prefix: str, index: int) -> Netns:
         veth(ns, ifname, switch, port)
         switch.ip(f"link set {port} master {bridge}", f"link set {port} up")
     front, back = f"{FRONT_NET}.{10 + index}", f"192.0.2.{1 + index}"
-    ns.ip("link set lo up", "link set front up", "link set back up",
-          f"addr add {front}/24 dev front", f"addr add {back}/24 dev back",
-          f"route add default via {ROUTER_FRONT}")  # fmt: skip
-    ns.sysctls({
-        "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
-        "net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2,
-        "net.ipv4.vs.conntrack": 0,
-    })  # fmt: skip
+    ns.ip(
+        "link set lo up",
+        "link set front up",
+        "link set back up",
+        f"addr add {front}/24 dev front",
+        f"addr add {back}/24 dev back",
+        f"route add default via {ROUTER_FRONT}",
+    )
+    ns.sysctls(
+        {
+            "net.ipv4.conf.all.rp_filter": 0,
+            "net.ipv4.conf.default.rp_filter": 0,
+            "net.ipv4.conf.all.arp_ignore": 1,
+            "net.ipv4.conf.all.arp_announce": 2,
+            "net.ipv4.vs.conntrack": 0,
+        }
+    )
     return ns
 
 
@@ -255,8 +278,13 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
 
     try:
         switch = netns("sw")
-        switch.ip("link set lo up", "link add brf type bridge", "link add brb type bridge",
-                  "link set brf up", "link set brb up")  # fmt: skip
+        switch.ip(
+            "link set lo up",
+            "link add brf type bridge",
+            "link add brb type bridge",
+            "link set brf up",
+            "link set brb up",
+        )
 
         def plug(ns: Netns, ifname: str, bridge: str, port: str) -> None:
             veth(ns, ifname, switch, port)
@@ -264,22 +292,40 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
 
         client, router, probe = netns("client"), netns("router"), netns("probe")
         veth(client, "c0", router, "rclient")
-        client.ip("link set lo up", "link set c0 up", *(f"addr add {a}/24 dev c0" for a in CLIENTS),
-                  "route add default via 203.0.113.1")  # fmt: skip
+        client.ip(
+            "link set lo up",
+            "link set c0 up",
+            *(f"addr add {a}/24 dev c0" for a in CLIENTS),
+            "route add default via 203.0.113.1",
+        )
         plug(router, "rfront", "brf", "p-rf")
         plug(router, "rback", "brb", "p-rb")
-        router.ip("link set lo up", "link set rclient up", "link set rfront up",
-                  "link set rback up", "addr add 203.0.113.1/24 dev rclient",
-                  f"addr add {ROUTER_FRONT}/24 dev rfront",
-                  f"addr add {ROUTER_BACK}/24 dev rback")  # fmt: skip
-        router.sysctls({
-            "net.ipv4.ip_forward": 1, "net.ipv4.conf.all.rp_filter": 0,
-            "net.ipv4.conf.default.rp_filter": 0, "net.ipv4.conf.rback.rp_filter": 0,
-            "net.ipv4.conf.rfront.rp_filter": 0, "net.ipv4.fib_multipath_hash_policy": 1,
-        })  # fmt: skip
+        router.ip(
+            "link set lo up",
+            "link set rclient up",
+            "link set rfront up",
+            "link set rback up",
+            "addr add 203.0.113.1/24 dev rclient",
+            f"addr add {ROUTER_FRONT}/24 dev rfront",
+            f"addr add {ROUTER_BACK}/24 dev rback",
+        )
+        router.sysctls(
+            {
+                "net.ipv4.ip_forward": 1,
+                "net.ipv4.conf.all.rp_filter": 0,
+                "net.ipv4.conf.default.rp_filter": 0,
+                "net.ipv4.conf.rback.rp_filter": 0,
+                "net.ipv4.conf.rfront.rp_filter": 0,
+                "net.ipv4.fib_multipath_hash_policy": 1,
+            }
+        )
         plug(probe, "eth0", "brf", "p-probe")
-        probe.ip("link set lo up", "link set eth0 up", f"addr add {PROBE}/24 dev eth0",
-                 f"route add default via {ROUTER_FRONT}")  # fmt: skip
+        probe.ip(
+            "link set lo up",
+            "link set eth0 up",
+            f"addr add {PROBE}/24 dev eth0",
+            f"route add default via {ROUTER_FRONT}",
+        )
         directors = []
         for index in range(1, 4):
             ns = director_namespace(switch, prefix, index)
@@ -293,14 +339,28 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
             ns = netns(f"be{index + 1}")
             plug(ns, "eth0", "brb", f"p-be{index + 1}")
             address = f"192.0.2.{11 + index}"
-            ns.ip("link set lo up", "link set eth0 up", f"addr add {address}/24 dev eth0",
-                  f"route add default via {ROUTER_BACK}")  # fmt: skip
+            ns.ip(
+                "link set lo up",
+                "link set eth0 up",
+                f"addr add {address}/24 dev eth0",
+                f"route add default via {ROUTER_BACK}",
+            )
             ns.sysctls({"net.ipv4.conf.all.rp_filter": 1})  # strict, as many distributions
             ns.exec([str(NODE), "--tun", "--vip", VIP])  # what the node role runs at boot
             ns.exec([str(NODE), "--vip", DR_VIP])
             servers.append(Backend(f"be{index + 1}", ns, address, ""))
-        lab = BgpLab(prefix, switch, client, router, probe, directors, servers, made,
-                     tun_vips=(VIP,), dr_vips=(DR_VIP,))  # fmt: skip
+        lab = BgpLab(
+            prefix,
+            switch,
+            client,
+            router,
+            probe,
+            directors,
+            servers,
+            made,
+            tun_vips=(VIP,),
+            dr_vips=(DR_VIP,),
+        )
         lab.servers = BackendServers(lab, (PORT,), ())  # type: ignore[arg-type]
         start_frr(router, router_config(router_log(router)))
         return lab
@@ -312,9 +372,14 @@ def build_bgp_lab(prefix: str, workdir: Path, backends: int = 10) -> BgpLab:
 
 
 def director_config(
-    d: BgpDirector, backends: list[Backend], poll: int = 1, extra_peer: str | None = None,
-    *, api_port: int = 0, tools: Path | None = None,
-) -> str:  # fmt: skip
+    d: BgpDirector,
+    backends: list[Backend],
+    poll: int = 1,
+    extra_peer: str | None = None,
+    *,
+    api_port: int = 0,
+    tools: Path | None = None,
+) -> str:
     """``tools``: a folder with the vtysh and frr-reload.py the director is to run (the
     chaos suite's stand-ins, which it can take away and put back)."""
     real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
@@ -360,16 +425,18 @@ bgp:
 
 
 def start_director(
-    lab: BgpLab, d: BgpDirector, backends: list[Backend] | None = None, frr: bool = True,
+    lab: BgpLab,
+    d: BgpDirector,
+    backends: list[Backend] | None = None,
+    frr: bool = True,
     extra_peer: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """FRR (with whatever frr.conf the director left; ``frr``: it is not running), then the
     director itself (``backends``: its real servers, in this order in its file;
     ``extra_peer``: one more BGP peer)."""
     if frr:
         start_frr(d.ns)
-    text = director_config(d, lab.backends if backends is None else backends,
-                           extra_peer=extra_peer)  # fmt: skip
+    text = director_config(d, lab.backends if backends is None else backends, extra_peer=extra_peer)
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(parse_config(text, f"{d.name}.yaml"), d.ipvs, netns=d.ns.name).start()
     if not d.runtime.wait_ready(60):
@@ -383,15 +450,18 @@ def start_director_process(lab: BgpLab, d: BgpDirector, tools: Path | None = Non
     config.write_text(director_config(d, lab.backends, api_port=API_PORTS[d.name], tools=tools))
     log = (d.workdir / "director.log").open("ab")
     d.process = subprocess.Popen(
-        [sys.executable, "-m", "director", "run", "--config", str(config), "--netns",
-         d.ns.name], stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [sys.executable, "-m", "director", "run", "--config", str(config), "--netns", d.ns.name],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 300  # Python and pyroute2 start slowly under emulation
     while time.monotonic() < deadline:
         if d.process.poll() is not None:
             raise RuntimeError(f"{d.name}: director run exited {d.process.returncode}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{d.url}/readyz",
-                                                                timeout=5) as reply:  # fmt: skip
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{d.url}/readyz", timeout=5) as reply,
+        ):
             if reply.status == 200:
                 return
         time.sleep(0.5)
@@ -409,9 +479,22 @@ def kill_director_process(d: BgpDirector) -> None:
 def ctl(d: BgpDirector, *args: str) -> str:
     """``director ctl ARGS`` against ``d``'s admin API, as an operator runs it."""
     done = subprocess.run(
-        [sys.executable, "-m", "director", "ctl", "--url", d.url, "--token-file",
-         str(d.token_file), *args], capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "director",
+            "ctl",
+            "--url",
+            d.url,
+            "--token-file",
+            str(d.token_file),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"director ctl {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
@@ -454,7 +537,9 @@ def session_down_after(router: Netns, address: str, since: float) -> tuple[float
     stamp = r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}) "
     down = re.compile(stamp + r".*ADJCHANGE: neighbor " + re.escape(address) + r"\b.* Down (.*)$")
     sent = re.compile(
-        stamp + r".*NOTIFICATION(?:\(.*?\))?: sent to neighbor " + re.escape(address)
+        stamp
+        + r".*NOTIFICATION(?:\(.*?\))?: sent to neighbor "
+        + re.escape(address)
         + r"\b.*?\((.*?)\)"
     )
     log = router_log(router)
@@ -513,10 +598,15 @@ def _probe(lab: BgpLab, vip: str, port: int) -> str:
 def agreement(seen: dict[str, dict[int, str]], ports: range) -> tuple[int, int, list[str]]:
     """(flows every director answered, of those the ones they all sent to the same backend,
     the flows some director never answered: probes that timed out, told apart)."""
-    errors = [f"{name}:{port}:{got[port]}" for name, got in seen.items() for port in ports
-              if got[port].startswith("error")]  # fmt: skip
-    answered = [port for port in ports
-                if not any(got[port].startswith("error") for got in seen.values())]  # fmt: skip
+    errors = [
+        f"{name}:{port}:{got[port]}"
+        for name, got in seen.items()
+        for port in ports
+        if got[port].startswith("error")
+    ]
+    answered = [
+        port for port in ports if not any(got[port].startswith("error") for got in seen.values())
+    ]
     agree = sum(1 for port in answered if len({got[port] for got in seen.values()}) == 1)
     return len(answered), agree, errors
 
@@ -526,8 +616,9 @@ def connections_per_director(lab: BgpLab, vip: str = VIP) -> dict[str, int]:
     out = {}
     for d in lab.directors:
         text = d.ns.exec(["ipvsadm", "-Lnc"], check=False)
-        out[d.name] = sum(1 for line in text.splitlines()
-                          if "ESTABLISHED" in line and f"{vip}:{PORT}" in line)  # fmt: skip
+        out[d.name] = sum(
+            1 for line in text.splitlines() if "ESTABLISHED" in line and f"{vip}:{PORT}" in line
+        )
     return out
 
 

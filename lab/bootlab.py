@@ -101,36 +101,60 @@ def inventory(path: Path, kubeconfig: str) -> None:
         "director_bgp_router_id": FRONT,
         "director_config": {
             "ownership": {"networks": ["203.0.113.96/28", EDGE_POOL]},
-            "services": [{
-                "name": "web", "address": VIP, "port": 80, "scheduler": "rr",
-                "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
-            }, {
-                "name": "edge", "address": EDGE_VIP, "port": NAT_PORT, "scheduler": "mh",
-                "flags": ["mh-port"], "forwarding": "dr",
-                "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
-            }],
-            "pools": [{"name": "default", "addresses": [POOL]},
-                      {"name": "edge", "addresses": [EDGE_POOL], "announce": "bgp",
-                       "auto_assign": False}],
-            "kubernetes": {"lease_namespace": "lvs-director", "identity": "edge1",
-                           "lease_seconds": 5},
+            "services": [
+                {
+                    "name": "web",
+                    "address": VIP,
+                    "port": 80,
+                    "scheduler": "rr",
+                    "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
+                },
+                {
+                    "name": "edge",
+                    "address": EDGE_VIP,
+                    "port": NAT_PORT,
+                    "scheduler": "mh",
+                    "flags": ["mh-port"],
+                    "forwarding": "dr",
+                    "real_servers": [f"{b}:{NAT_PORT}" for b in BACKENDS],
+                },
+            ],
+            "pools": [
+                {"name": "default", "addresses": [POOL]},
+                {"name": "edge", "addresses": [EDGE_POOL], "announce": "bgp", "auto_assign": False},
+            ],
+            "kubernetes": {
+                "lease_namespace": "lvs-director",
+                "identity": "edge1",
+                "lease_seconds": 5,
+            },
             # Timers for an emulated box (no BFD: a starved TCG guest would flap it).
-            "bgp": {"asn": BOX_ASN, "router_id": "192.0.2.99", "leave_seconds": 2,
-                    "peers": [{"address": CLIENT, "asn": ROUTER_ASN, "keepalive": 3,
-                               "hold": 9, "bfd": False}]},
+            "bgp": {
+                "asn": BOX_ASN,
+                "router_id": "192.0.2.99",
+                "leave_seconds": 2,
+                "peers": [
+                    {"address": CLIENT, "asn": ROUTER_ASN, "keepalive": 3, "hold": 9, "bfd": False}
+                ],
+            },
         },
-    }  # fmt: skip
-    path.write_text(yaml.safe_dump(
-        {"all": {"children": {"directors": {"hosts": {"edge1": host}}}}}))  # fmt: skip
+    }
+    path.write_text(
+        yaml.safe_dump({"all": {"children": {"directors": {"hosts": {"edge1": host}}}}})
+    )
 
 
 def kubeconfig_text() -> str:
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
-        "clusters": [{"name": "lab", "cluster": {"server": f"http://{KUBE}:{KUBE_PORT}"}}],
-        "users": [{"name": "director", "user": {"token": KUBE_TOKEN}}],
-        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "director"}}],
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "lab",
+            "clusters": [{"name": "lab", "cluster": {"server": f"http://{KUBE}:{KUBE_PORT}"}}],
+            "users": [{"name": "director", "user": {"token": KUBE_TOKEN}}],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "director"}}],
+        }
+    )
 
 
 def provision(log: Path) -> None:
@@ -143,14 +167,24 @@ def provision(log: Path) -> None:
     debroot.wheelhouse()
     _image, _initrd, release = kernel()
     (ROOT / "usr/lib/modules").mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-a", f"/lib/modules/{release}", str(ROOT / "usr/lib/modules")],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["cp", "-a", f"/lib/modules/{release}", str(ROOT / "usr/lib/modules")], check=True
+    )
     with bound():
         chroot("apt-get", "update", "-qq")
         # udev: what a Debian install has and debootstrap's minimal base has not (device
         # units, the guest agent's port); the guest agent: the harness's way in.
-        chroot("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
-               "--no-install-recommends", "udev", "qemu-guest-agent")  # fmt: skip
+        chroot(
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "udev",
+            "qemu-guest-agent",
+        )
         hosts = WORK / "hosts.yml"
         inventory(hosts, kubeconfig_text())
         # Two releases on the box, this tree's current: the next one first (as if the box
@@ -158,15 +192,17 @@ def provision(log: Path) -> None:
         # boot test can go to the other release and back with director-release.
         newer = debroot.wheelhouse(WORK / "wheelhouse-next", release=debroot.next_release())
         for extra in (["-e", f"director_wheelhouse={newer}"], []):
-            done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", *extra,
-                           timeout=1800)  # fmt: skip
+            done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", *extra, timeout=1800)
             with log.open("a") as out:
                 out.write(done.stdout + done.stderr)
             if done.returncode != 0:
-                raise RuntimeError(f"the role failed on the image; see {log}:\n"
-                                   f"{done.stdout[-3000:]}")  # fmt: skip
-    for name, (mac, address) in {"front": (MACS["front"], FRONT),
-                                 "back": (MACS["back"], BACK)}.items():  # fmt: skip
+                raise RuntimeError(
+                    f"the role failed on the image; see {log}:\n{done.stdout[-3000:]}"
+                )
+    for name, (mac, address) in {
+        "front": (MACS["front"], FRONT),
+        "back": (MACS["back"], BACK),
+    }.items():
         (ROOT / f"etc/systemd/network/10-{name}.network").write_text(
             f"[Match]\nMACAddress={mac}\n\n[Network]\nAddress={address}/24\n"
         )
@@ -186,8 +222,9 @@ def build_image(size: str = "4G") -> Path:
 class Responder:
     """Backends in boot-be: each line on a connection is answered with the backend's name."""
 
-    def __init__(self, ns: Netns, addresses: tuple[str, ...], ports: tuple[int, ...],
-                 name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, ns: Netns, addresses: tuple[str, ...], ports: tuple[int, ...], name: str | None = None
+    ) -> None:
         self._stop = threading.Event()
         self._threads = []
         self._socks = []
@@ -236,19 +273,44 @@ def network() -> Iterator[tuple[Netns, Netns]]:
         made.append(net)
         be = Netns("boot-be")
         made.append(be)
-        run(["ip", "link", "add", "bev", "netns", net.name, "type", "veth",
-             "peer", "name", "be0", "netns", be.name])  # fmt: skip
-        net.ip("link set lo up", "link add br1 type bridge", "link set br1 up",
-               "link set bev master br1", "link set bev up")  # fmt: skip
-        be.ip("link set lo up", "link set be0 up", f"addr add {KUBE}/24 dev be0",
-              *(f"addr add {b}/24 dev be0" for b in BACKENDS),
-              f"route add default via {BACK}")  # fmt: skip
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                "bev",
+                "netns",
+                net.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "be0",
+                "netns",
+                be.name,
+            ]
+        )
+        net.ip(
+            "link set lo up",
+            "link add br1 type bridge",
+            "link set br1 up",
+            "link set bev master br1",
+            "link set bev up",
+        )
+        be.ip(
+            "link set lo up",
+            "link set be0 up",
+            f"addr add {KUBE}/24 dev be0",
+            *(f"addr add {b}/24 dev be0" for b in BACKENDS),
+            f"route add default via {BACK}",
+        )
         # Direct routing: the VIP on lo with ARP quiet (director-node, as the director_node
         # role runs it on a real server); replies from it go to the client through boot-net's
         # br1, not back through the box (which holds the VIP itself).
         be.exec([str(NODE), "--vip", EDGE_VIP])
-        be.ip(f"rule add from {EDGE_VIP} table 100",
-              f"route add default via {ROUTER_ON_BE} table 100")  # fmt: skip
+        be.ip(
+            f"rule add from {EDGE_VIP} table 100", f"route add default via {ROUTER_ON_BE} table 100"
+        )
         net.ip(f"addr add {ROUTER_ON_BE}/24 dev br1")
         net.sysctls({f"net.ipv4.conf.{name}.rp_filter": 0 for name in ("all", "default", "br1")})
         yield net, be
@@ -306,28 +368,61 @@ class Box:
         self.qga.unlink(missing_ok=True)
         image, initrd, _release = kernel()
         cmd = [
-            "ip", "netns", "exec", net.name, "qemu-system-x86_64",
-            "-accel", "tcg", "-m", memory, "-smp", "2", "-display", "none", "-monitor", "none",
-            "-kernel", str(image), "-initrd", str(initrd),
-            "-append", "root=LABEL=root rw console=ttyS0 net.ifnames=0 panic=-1",
-            "-drive", f"file={IMAGE},if=virtio,format=raw,cache=unsafe",
-            "-netdev", "tap,id=front,ifname=tap0,script=no,downscript=no",
-            "-device", f"virtio-net-pci,netdev=front,mac={MACS['front']}",
-            "-netdev", "tap,id=back,ifname=tap1,script=no,downscript=no",
-            "-device", f"virtio-net-pci,netdev=back,mac={MACS['back']}",
-            "-chardev", f"socket,id=qga,path={self.qga},server=on,wait=off",
-            "-device", "virtio-serial",
-            "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
-            "-serial", f"file:{self.console}",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                     stdout=(WORK / "qemu.log").open("wb"),
-                                     stderr=subprocess.STDOUT)  # fmt: skip
+            "ip",
+            "netns",
+            "exec",
+            net.name,
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg",
+            "-m",
+            memory,
+            "-smp",
+            "2",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-kernel",
+            str(image),
+            "-initrd",
+            str(initrd),
+            "-append",
+            "root=LABEL=root rw console=ttyS0 net.ifnames=0 panic=-1",
+            "-drive",
+            f"file={IMAGE},if=virtio,format=raw,cache=unsafe",
+            "-netdev",
+            "tap,id=front,ifname=tap0,script=no,downscript=no",
+            "-device",
+            f"virtio-net-pci,netdev=front,mac={MACS['front']}",
+            "-netdev",
+            "tap,id=back,ifname=tap1,script=no,downscript=no",
+            "-device",
+            f"virtio-net-pci,netdev=back,mac={MACS['back']}",
+            "-chardev",
+            f"socket,id=qga,path={self.qga},server=on,wait=off",
+            "-device",
+            "virtio-serial",
+            "-device",
+            "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+            "-serial",
+            f"file:{self.console}",
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=(WORK / "qemu.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
         started = wait_for(lambda: "tap1" in net.exec(["ip", "-o", "link"]), 60)
         if started is None:
             raise RuntimeError(f"qemu did not start; see {WORK / 'qemu.log'}")
-        net.ip(f"addr add {CLIENT}/24 dev tap0", "link set tap0 up",
-               "link set tap1 master br1", "link set tap1 up")  # fmt: skip
+        net.ip(
+            f"addr add {CLIENT}/24 dev tap0",
+            "link set tap0 up",
+            "link set tap1 master br1",
+            "link set tap1 up",
+        )
 
     # -- the guest agent (qemu-ga's JSON protocol on a virtio port) --------------------------
     def _qga(self, command: dict[str, Any], timeout: float = 30) -> Any:
@@ -367,8 +462,12 @@ class Box:
 
     def sh(self, script: str, timeout: float = 120, check: bool = True) -> str:
         """Run a shell script on the box as root; its output (stdout and stderr)."""
-        pid = self._qga({"execute": "guest-exec", "arguments": {
-            "path": "/bin/sh", "arg": ["-c", script], "capture-output": True}})["pid"]  # fmt: skip
+        pid = self._qga(
+            {
+                "execute": "guest-exec",
+                "arguments": {"path": "/bin/sh", "arg": ["-c", script], "capture-output": True},
+            }
+        )["pid"]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = self._qga({"execute": "guest-exec-status", "arguments": {"pid": pid}})
@@ -376,16 +475,18 @@ class Box:
                 out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")
                 err = base64.b64decode(status.get("err-data", "")).decode(errors="replace")
                 if check and status.get("exitcode") != 0:
-                    raise RuntimeError(f"on the box: {script!r} exited "
-                                       f"{status.get('exitcode')}:\n{out}{err}")  # fmt: skip
+                    raise RuntimeError(
+                        f"on the box: {script!r} exited {status.get('exitcode')}:\n{out}{err}"
+                    )
                 return out + err
             time.sleep(0.5)
         raise TimeoutError(f"on the box: {script!r} still running after {timeout}s")
 
     def reboot(self) -> None:
         """What an operator types: `systemctl reboot` (not waited for: the agent goes down)."""
-        self._qga({"execute": "guest-exec", "arguments": {
-            "path": "/bin/systemctl", "arg": ["reboot"]}})  # fmt: skip
+        self._qga(
+            {"execute": "guest-exec", "arguments": {"path": "/bin/systemctl", "arg": ["reboot"]}}
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:

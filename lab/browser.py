@@ -60,11 +60,21 @@ class Browser:
             raise RuntimeError("chromium is missing: apt-get install chromium (make setup does)")
         self.profile = tempfile.TemporaryDirectory(prefix="director-chromium-")
         self.proc = subprocess.Popen(
-            [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--disable-dev-shm-usage", "--remote-debugging-port=0", "--no-first-run",
-             f"--user-data-dir={self.profile.name}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                chromium,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--disable-dev-shm-usage",
+                "--remote-debugging-port=0",
+                "--no-first-run",
+                f"--user-data-dir={self.profile.name}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = Path(self.profile.name) / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().strip()):
@@ -74,13 +84,19 @@ class Browser:
             time.sleep(0.1)
         self.port = int(port_file.read_text().split()[0])
 
-    def open(self, url: str, *, width: int, height: int, mobile: bool = False,
-             settle: float = 5.0) -> Page:  # fmt: skip
+    def open(
+        self, url: str, *, width: int, height: int, mobile: bool = False, settle: float = 5.0
+    ) -> Page:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=30) as r:
             targets = [t for t in json.loads(r.read()) if t.get("type") == "page"]
         page = Page(targets[0]["webSocketDebuggerUrl"])
-        page.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                  deviceScaleFactor=2 if mobile else 1, mobile=mobile)  # fmt: skip
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=2 if mobile else 1,
+            mobile=mobile,
+        )
         page.call("Page.enable")
         page.call("Page.navigate", url=url)
         time.sleep(settle)

@@ -73,11 +73,20 @@ class Outcome:
 
 
 # -- talking to a director ------------------------------------------------------------------
-def api(url: str, method: str = "GET", path: str = "/api/v1/status", body: Any = None,
-        timeout: float = 10) -> tuple[int, Any]:  # fmt: skip
+def api(
+    url: str,
+    method: str = "GET",
+    path: str = "/api/v1/status",
+    body: Any = None,
+    timeout: float = 10,
+) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{url}{path}", data=data, method=method, headers={
-        "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        f"{url}{path}",
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             return reply.status, json.loads(reply.read() or b"{}")
@@ -96,8 +105,11 @@ def owned(url: str) -> dict[str, dict[str, Any]]:
 
 def in_sync(url: str, since: float, timeout: float = 2 * RESYNC) -> float | None:
     """Seconds from ``since`` until every resource ``url``'s director owns is in sync."""
-    found = wait_for(lambda: (o := owned(url)) and all(r["in_sync"] for r in o.values()),
-                     timeout - (time.monotonic() - since), 0.2)  # fmt: skip
+    found = wait_for(
+        lambda: (o := owned(url)) and all(r["in_sync"] for r in o.values()),
+        timeout - (time.monotonic() - since),
+        0.2,
+    )
     return None if found is None else round(time.monotonic() - since, 2)
 
 
@@ -163,10 +175,21 @@ def tool(folder: Path, name: str, real: str) -> None:
 def spawn(config: Path, netns: str, workdir: Path) -> subprocess.Popen[bytes]:
     log = (workdir / "director.log").open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "director", "run", "--config", str(config), "--netns", netns,
-         "--state-file", str(workdir / "state" / "state.json")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "director",
+            "run",
+            "--config",
+            str(config),
+            "--netns",
+            netns,
+            "--state-file",
+            str(workdir / "state" / "state.json"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> float:
@@ -193,8 +216,7 @@ class PairBox:
     proc: subprocess.Popen[bytes] | None = None
 
 
-def pair_config(lab: Any, d: Any, port: int, kubeconfig: Path, *, tools: Path,
-                state: Path) -> str:  # fmt: skip
+def pair_config(lab: Any, d: Any, port: int, kubeconfig: Path, *, tools: Path, state: Path) -> str:
     from lab.ha import director_config
 
     token = d.workdir / "token"
@@ -221,9 +243,12 @@ def pod_service(api_server: FakeApiServer, lab: Any, name: str, allowed: str = "
     obj["spec"]["ports"][0]["targetPort"] = NAT_PORT
     obj["metadata"]["annotations"] = {"lvs-director.io/backends": "pod"}
     api_server.create("services", obj)
-    api_server.create("endpointslices", endpoint_slice(
-        name, [(be.ipv4, None, True, False) for be in lab.backends],
-        [("http", "TCP", NAT_PORT)]))  # fmt: skip
+    api_server.create(
+        "endpointslices",
+        endpoint_slice(
+            name, [(be.ipv4, None, True, False) for be in lab.backends], [("http", "TCP", NAT_PORT)]
+        ),
+    )
 
 
 def vip_of(api_server: FakeApiServer, name: str) -> str | None:
@@ -232,14 +257,7 @@ def vip_of(api_server: FakeApiServer, name: str) -> str | None:
 
 
 def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
-    from lab.ha import (
-        CLIENTS,
-        NAT_VIP,
-        Talkers,
-        build_ha_lab,
-        kill_keepalived,
-        start_keepalived,
-    )
+    from lab.ha import CLIENTS, NAT_VIP, Talkers, build_ha_lab, kill_keepalived, start_keepalived
 
     say("the pair: building the lab")
     lab = build_ha_lab("chaos", workdir)
@@ -254,13 +272,15 @@ def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
             tools.mkdir(exist_ok=True)
             state.mkdir(exist_ok=True)
             # The state and intents folder: a tmpfs of its own, to be filled up later.
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(state)],
-                           check=True)  # fmt: skip
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(state)], check=True
+            )
             tool(tools, "keepalived", shutil.which("keepalived") or "/usr/sbin/keepalived")
             config = d.workdir / "director.yaml"
             url = f"http://127.0.0.1:{9281 + index}"
-            config.write_text(pair_config(lab, d, 9281 + index, kubeconfig, tools=tools,
-                                          state=state))  # fmt: skip
+            config.write_text(
+                pair_config(lab, d, 9281 + index, kubeconfig, tools=tools, state=state)
+            )
             box = PairBox(d.name, d, url, config, tools, state)
             box.proc = spawn(config, d.ns.name, d.workdir)
             say(f"{d.name} ready after {ready(url, box.proc):.0f} s")
@@ -269,8 +289,10 @@ def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
             start_keepalived(d)
             boxes.append(box)
             if index == 0 and wait_for(lambda d=d: d.has(NAT_VIP), 90) is None:  # type: ignore[misc]
-                raise RuntimeError(f"{d.name} never took {NAT_VIP}: its keepalived said "
-                                   f"{(d.workdir / 'keepalived.log').read_text()[-1500:]}")
+                raise RuntimeError(
+                    f"{d.name} never took {NAT_VIP}: its keepalived said "
+                    f"{(d.workdir / 'keepalived.log').read_text()[-1500:]}"
+                )
         master = boxes[0]
         wait_for(lambda: vip_of(api_server, "private"), 60, 0.5)
         private = vip_of(api_server, "private")
@@ -284,8 +306,7 @@ def pair_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
             outcomes.append(full_disk(master, api_server, lab))
             outcomes.append(api_server_failing(master, api_server, lab))
             outcomes.append(director_stopped(lab, boxes))
-            outcomes.append(kill_keepalived_outcome(lab, boxes, kill_keepalived,
-                                                    start_keepalived))  # fmt: skip
+            outcomes.append(kill_keepalived_outcome(lab, boxes, kill_keepalived, start_keepalived))
             outcomes.append(kill_director(master, lab))
             for outcome in outcomes[-7:]:
                 outcome.alive = f"{talkers.alive}/50 (so far)"
@@ -358,8 +379,9 @@ def keepalived_away(lab: Any, box: PairBox, api_server: FakeApiServer) -> Outcom
     vip = vip_of(api_server, "late")
     live = vip is not None and vip in box.d.conf.read_text()
     answered = wait_for(lambda: vip is not None and box.d.has(vip), RESYNC, 0.2)
-    outcome.detail.update({"vip": vip, "in_keepalived_conf": live,
-                           "held_after_s": answered and round(answered, 2)})  # fmt: skip
+    outcome.detail.update(
+        {"vip": vip, "in_keepalived_conf": live, "held_after_s": answered and round(answered, 2)}
+    )
     if said.get("in_sync") or said.get("kind") != "transient":
         outcome.miss("the failure to run keepalived was not shown as transient")
     if not live or answered is None:
@@ -375,12 +397,14 @@ def full_disk(box: PairBox, api_server: FakeApiServer, lab: Any) -> Outcome:
     outcome = Outcome("state and intents folder full (tmpfs)", box.name)
     before, _ = api(box.url, "PUT", "/api/v1/static/web-nat/scheduler", {"scheduler": "wlc"})
     filler = box.state / "filler"
-    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True,
-                   check=False)  # fmt: skip
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, check=False
+    )
     answers = []
     for scheduler in ("sh", "lc", "rr"):
-        status, _ = api(box.url, "PUT", "/api/v1/static/web-nat/scheduler",
-                        {"scheduler": scheduler})  # fmt: skip
+        status, _ = api(
+            box.url, "PUT", "/api/v1/static/web-nat/scheduler", {"scheduler": scheduler}
+        )
         answers.append((scheduler, status))
     pod_service(api_server, lab, "while-full")
     time.sleep(FAULT)
@@ -392,9 +416,12 @@ def full_disk(box: PairBox, api_server: FakeApiServer, lab: Any) -> Outcome:
     accepted = [s for s, status in answers if status == 200]
     now = stored.get("web-nat", {}).get("scheduler")
     state = json.loads((box.state / "state.json").read_text())
-    outcome.detail = {"answers": answers, "stored": now,
-                      "shown_while_full": {k: v["in_sync"] for k, v in shown.items()},
-                      "state_file_services": len(state["services"])}  # fmt: skip
+    outcome.detail = {
+        "answers": answers,
+        "stored": now,
+        "shown_while_full": {k: v["in_sync"] for k, v in shown.items()},
+        "state_file_services": len(state["services"]),
+    }
     if before != 200:
         outcome.miss(f"the intent before the fault was answered {before}")
     if now != (accepted[-1] if accepted else "wlc"):
@@ -525,8 +552,9 @@ def flush_lo(lab: Any, d: Any) -> Outcome:
     d.ns.exec(["ip", "addr", "flush", "dev", "lo"])
     d.ns.exec(["ip", "link", "set", "lo", "up"])
     flushed = time.monotonic()
-    back = wait_for(lambda: VIP in d.ns.exec(["ip", "-o", "addr", "show", "dev", "lo"]),
-                    RESYNC, 0.2)  # fmt: skip
+    back = wait_for(
+        lambda: VIP in d.ns.exec(["ip", "-o", "addr", "show", "dev", "lo"]), RESYNC, 0.2
+    )
     outcome.in_sync_s = in_sync(d.url, flushed)
     outcome.repairs = {"addresses": repairs(d.url).get("addresses", 0) - before}
     outcome.detail["vip_back_after_s"] = back and round(back, 2)
@@ -562,8 +590,9 @@ def vtysh_away(lab: Any, d: Any, tools: Path) -> Outcome:
     return outcome
 
 
-def kill_frr_outcome(lab: Any, d: Any, kill: Callable[[Any], None],
-                     start: Callable[[Any], None]) -> Outcome:  # fmt: skip
+def kill_frr_outcome(
+    lab: Any, d: Any, kill: Callable[[Any], None], start: Callable[[Any], None]
+) -> Outcome:
     """kill -9 of a director's FRR, started again from its boot file (as systemd would):
     it announces nothing until the director, reading back what bgpd runs, sends the route
     again."""
@@ -577,8 +606,11 @@ def kill_frr_outcome(lab: Any, d: Any, kill: Callable[[Any], None],
     announced_alone = "\n  network " in d.frr_conf.read_text()
     back = wait_nexthops(lab, 3, 2 * RESYNC, since=restarted)
     outcome.in_sync_s = in_sync(d.url, restarted)
-    outcome.detail = {"boot_file_has_routes": announced_alone, "announced_again_after_s": back,
-                      "vip": VIP}  # fmt: skip
+    outcome.detail = {
+        "boot_file_has_routes": announced_alone,
+        "announced_again_after_s": back,
+        "vip": VIP,
+    }
     if announced_alone:
         outcome.miss("FRR's boot file announces routes on its own")
     if back is None:
@@ -637,8 +669,11 @@ def reboot(lab: Any, d: Any, tools: Path) -> Outcome:
     time.sleep(5)
     ok, tried = prober.close()
     outcome.failed_requests = tried - ok
-    outcome.detail = {"announced_by_frr_alone_after_s": early, "back_after_s": back,
-                      "new_connections": f"{ok}/{tried}"}  # fmt: skip
+    outcome.detail = {
+        "announced_by_frr_alone_after_s": early,
+        "back_after_s": back,
+        "new_connections": f"{ok}/{tried}",
+    }
     if early is not None:
         outcome.miss("FRR announced the VIP before the director had programmed it")
     if tried - ok > tried // 100:
@@ -650,10 +685,17 @@ def reboot(lab: Any, d: Any, tools: Path) -> Outcome:
 def report(outcomes: list[Outcome]) -> str:
     rows = [("fault", "where", "in sync after", "repairs", "connections", "what else")]
     for o in outcomes:
-        rows.append((o.fault, o.where, "never" if o.in_sync_s is None else f"{o.in_sync_s} s",
-                     ", ".join(f"{k} {v}" for k, v in o.repairs.items()) or "-", o.alive,
-                     "; ".join(f"{k} {v}" for k, v in o.detail.items())
-                     + ("" if o.ok else f"  MISSED: {o.why}")))  # fmt: skip
+        rows.append(
+            (
+                o.fault,
+                o.where,
+                "never" if o.in_sync_s is None else f"{o.in_sync_s} s",
+                ", ".join(f"{k} {v}" for k, v in o.repairs.items()) or "-",
+                o.alive,
+                "; ".join(f"{k} {v}" for k, v in o.detail.items())
+                + ("" if o.ok else f"  MISSED: {o.why}"),
+            )
+        )
     return "\n".join(" | ".join(str(c) for c in row) for row in rows)
 
 
@@ -663,8 +705,20 @@ def main() -> None:
     parser.add_argument("--only", choices=("pair", "bgp"), help="one of the two suites")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr", "ip_vs_wlc", "ip_vs_mh", "ip_vs_sh",
-                    "ip_vs_lc", "nf_tables"], check=False)  # fmt: skip
+    subprocess.run(
+        [
+            "modprobe",
+            "-a",
+            "ip_vs",
+            "ip_vs_rr",
+            "ip_vs_wlc",
+            "ip_vs_mh",
+            "ip_vs_sh",
+            "ip_vs_lc",
+            "nf_tables",
+        ],
+        check=False,
+    )
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     outcomes: list[Outcome] = []
     started = time.monotonic()
@@ -676,8 +730,10 @@ def main() -> None:
         except Exception as exc:  # a suite that could not run is a failure, said so
             outcomes.append(Outcome(f"the {name} suite", "-", ok=False, why=repr(exc)[:500]))
     for outcome in outcomes:
-        say(f"{outcome.where}: {outcome.fault}: in sync after {outcome.in_sync_s} s; "
-            f"{outcome.detail}")
+        say(
+            f"{outcome.where}: {outcome.fault}: in sync after {outcome.in_sync_s} s; "
+            f"{outcome.detail}"
+        )
         if outcome.in_sync_s is None or outcome.in_sync_s > RESYNC:
             outcome.miss("not back in sync within one resync period")
     text = report(outcomes)

@@ -111,8 +111,7 @@ def _table(schema: dict[str, Any], node: dict[str, Any], section: str) -> list[s
         values = _values(schema, prop)
         if "$ref" in prop.get("items", {}):  # a list of sections: its own table, below
             values = f"list of mappings ([`{section}.{name}`](#{section}{name}-a-list))"
-        rows.append(f"| `{name}` | {text} | {values} | "
-                    f"{_default(prop, name in required)} |")  # fmt: skip
+        rows.append(f"| `{name}` | {text} | {values} | {_default(prop, name in required)} |")
     return rows
 
 
@@ -123,8 +122,11 @@ def page() -> str:
     for section in ORDER:
         prop = schema["properties"][section]
         listed = "items" in prop or any("items" in p for p in prop.get("anyOf", ()))
-        ref = next(p["$ref"] for p in (prop.get("items"), *prop.get("anyOf", ()), prop)
-                   if isinstance(p, dict) and "$ref" in p)  # fmt: skip
+        ref = next(
+            p["$ref"]
+            for p in (prop.get("items"), *prop.get("anyOf", ()), prop)
+            if isinstance(p, dict) and "$ref" in p
+        )
         node = schema["$defs"][ref.rsplit("/", 1)[1]]
         out.append(f"## `{section}`" + (" (a list)" if listed else "") + "\n")
         out.append(_intro(node) + "\n")

@@ -56,8 +56,9 @@ def base() -> None:
     print(f"debroot: debootstrap {SUITE} into {BASE} ...", flush=True)
     subprocess.run(
         ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(BASE), mirror()],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     stamp.write_text(STAMP)
 
 
@@ -84,20 +85,37 @@ def wheelhouse(out: Path = WHEELHOUSE, release: str | None = None) -> Path:
     that version instead (a copy of the tree with its version changed: an upgrade to test)."""
     version = subprocess.run(
         ["chroot", str(BASE), "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="director-source-") as tmp:
         source = REPO
         if release is not None:
             source = Path(tmp) / "source"
-            shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-                ".lab", ".venv", ".git", "dist", "*.egg-info", "__pycache__", "build"))  # fmt: skip
+            shutil.copytree(
+                REPO,
+                source,
+                ignore=shutil.ignore_patterns(
+                    ".lab", ".venv", ".git", "dist", "*.egg-info", "__pycache__", "build"
+                ),
+            )
             init = source / "director" / "__init__.py"
-            init.write_text(re.sub(r'__version__ = "[^"]*"', f'__version__ = "{release}"',
-                                   init.read_text()))  # fmt: skip
+            init.write_text(
+                re.sub(r'__version__ = "[^"]*"', f'__version__ = "{release}"', init.read_text())
+            )
         subprocess.run(
-            [sys.executable, str(REPO / "ansible/roles/director/files/build-wheelhouse.py"),
-             "--source", str(source), "--python-version", version, "--out", str(out)],
-            check=True, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(REPO / "ansible/roles/director/files/build-wheelhouse.py"),
+                "--source",
+                str(source),
+                "--python-version",
+                version,
+                "--out",
+                str(out),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     return out

@@ -88,8 +88,11 @@ def kubernetes_demo(lab: Lab) -> None:
                 answers[ask_tcp(lab.client, vip, 80, lab.client_sources4[i % 8], 2.0)] += 1
             except OSError:
                 answers["failed"] += 1
-        print(f"{title:<44} " + " ".join(f"{n}={answers[n]}" for n in names)
-              + (f" failed={answers['failed']}" if answers["failed"] else ""))  # fmt: skip
+        print(
+            f"{title:<44} "
+            + " ".join(f"{n}={answers[n]}" for n in names)
+            + (f" failed={answers['failed']}" if answers["failed"] else "")
+        )
 
     def slice_of(*rows: tuple[str, bool]) -> dict[str, object]:
         return endpoint_slice("web", [(be[n], None, True, term) for n, term in rows], ports)
@@ -108,8 +111,10 @@ def kubernetes_demo(lab: Lab) -> None:
         key = ServiceKey.inet(Protocol.TCP, vip, 80)
         eventually(lambda: ipvs.read_service(key), what="the kernel")
         print("Service default/web (type LoadBalancer, class lvs-director.io/ipvs, pod backends)")
-        print(f"  address {vip} allocated from pool demo, written to status, programmed in "
-              f"{1000 * (time.perf_counter() - started):.0f} ms")  # fmt: skip
+        print(
+            f"  address {vip} allocated from pool demo, written to status, programmed in "
+            f"{1000 * (time.perf_counter() - started):.0f} ms"
+        )
         for event in api.events_for("web"):
             print(f"  Event {event['type']} {event['reason']}: {event['message']}")
         show(vip, "2 endpoints:")
@@ -123,8 +128,10 @@ def kubernetes_demo(lab: Lab) -> None:
         print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{vip}:80"]).rstrip())
         api.delete("services", "web")
         eventually(lambda: ipvs.read_service(key) is None, what="removal")
-        print(f"Service deleted: tcp {vip}:80 is gone from the kernel; the static services and "
-              "the manual entry are untouched:")  # fmt: skip
+        print(
+            f"Service deleted: tcp {vip}:80 is gone from the kernel; the static services and "
+            "the manual entry are untouched:"
+        )
         print(lab.lvs.exec(["ipvsadm", "-Ln"]).rstrip())
         fullnat_demo(lab, api, ipvs)
     finally:
@@ -148,19 +155,27 @@ def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
             obj = service(name, [("http", "TCP", 80)], annotations=asks)
             obj["spec"]["ports"][0]["targetPort"] = 8080
             api.create("services", obj)
-            api.create("endpointslices", endpoint_slice(
-                name, [(b.ipv4, None, True, False) for b in lab.backends],
-                [("http", "TCP", 8080)]))  # fmt: skip
-            ingress = eventually(lambda n=name: api.get("services", n)["status"]
-                                 ["loadBalancer"].get("ingress"), what="status")  # fmt: skip
+            api.create(
+                "endpointslices",
+                endpoint_slice(
+                    name,
+                    [(b.ipv4, None, True, False) for b in lab.backends],
+                    [("http", "TCP", 8080)],
+                ),
+            )
+            ingress = eventually(
+                lambda n=name: api.get("services", n)["status"]["loadBalancer"].get("ingress"),
+                what="status",
+            )
             vips[name] = ingress[0]["ip"]
             key = ServiceKey.inet(Protocol.TCP, vips[name], 80)
             eventually(lambda k=key: ipvs.read_service(k), what="the kernel")
         answered: Counter[str] = Counter()
         for i in range(REQUESTS):
             try:
-                answered[ask_tcp(lab.client, vips["untouched"], 80, lab.client_sources4[i % 8],
-                                 10.0)] += 1  # fmt: skip
+                answered[
+                    ask_tcp(lab.client, vips["untouched"], 80, lab.client_sources4[i % 8], 10.0)
+                ] += 1
             except OSError:
                 answered["failed"] += 1
         lost = 0
@@ -169,11 +184,15 @@ def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
                 ask_tcp(lab.client, vips["plain"], 80, timeout=2.0)
             except OSError:
                 lost += 1
-        print(f"nat     {vips['plain']}:80  {3 - lost}/3 answered (the nodes' replies leave by "
-              "their own gateway)")  # fmt: skip
-        print(f"fullnat {vips['untouched']}:80  "
-              + " ".join(f"{be.name}={answered[be.name]}" for be in lab.backends)
-              + f" failed={answered['failed']} (the nodes see {BACKEND_NET4}.1, the director)")
+        print(
+            f"nat     {vips['plain']}:80  {3 - lost}/3 answered (the nodes' replies leave by "
+            "their own gateway)"
+        )
+        print(
+            f"fullnat {vips['untouched']}:80  "
+            + " ".join(f"{be.name}={answered[be.name]}" for be in lab.backends)
+            + f" failed={answered['failed']} (the nodes see {BACKEND_NET4}.1, the director)"
+        )
         check(lost == 3, "nat answered although the nodes do not route back through the director")
         check(answered["failed"] == 0, "fullnat left requests unanswered")
     finally:
@@ -210,8 +229,10 @@ def failover_demo() -> None:
             print(f"{d.name}: {role:<7} VIP {NAT_VIP} {'here' if d.has(NAT_VIP) else '-'}")
         talkers = Talkers(lab, NAT_VIP, count=50, period=0.1)
         wait_for(lambda: talkers.answered >= 500, 30)
-        print(f"50 connections to {NAT_VIP}:80 (nat), each asking every 100 ms: "
-              f"{talkers.answered} answers so far")  # fmt: skip
+        print(
+            f"50 connections to {NAT_VIP}:80 (nat), each asking every 100 ms: "
+            f"{talkers.answered} answers so far"
+        )
         print("kill -9 keepalived on d1 (the master) ...")
         kill_keepalived(d1)
         held = wait_for(lambda: d2.has(NAT_VIP), 10)
@@ -222,8 +243,10 @@ def failover_demo() -> None:
         check(tried > 0 and ok == tried, "every new connection answered after the takeover")
         before = talkers.answered
         wait_for(lambda: talkers.answered >= before + 500, 30)
-        print(f"connections alive: {talkers.alive}/50; requests failed: {talkers.failed}; "
-              f"answered: {talkers.answered}")  # fmt: skip
+        print(
+            f"connections alive: {talkers.alive}/50; requests failed: {talkers.failed}; "
+            f"answered: {talkers.answered}"
+        )
         check(talkers.alive == 50 and talkers.failed == 0, "50/50 connections kept, 0 failed")
         talkers.close()
     finally:
@@ -258,25 +281,34 @@ def scale_out_demo() -> None:
         start_director_process(lab, victim)  # a process of its own: the one killed below
         took = wait_nexthops(lab, 3, 180)  # the first frr-reload.py: up to a minute here
         hops = sorted(lab.nexthops())
-        print(f"the router holds {VIP} through {hops}" + (
-            f" ({took:.1f}s after the directors were ready)" if took is not None else ""))
+        print(
+            f"the router holds {VIP} through {hops}"
+            + (f" ({took:.1f}s after the directors were ready)" if took is not None else "")
+        )
         check(took is not None, "the router holds the VIP through all three directors")
         print(vtysh(lab.router, f"show ip route {VIP}/32").rstrip())
         talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
         time.sleep(2)
-        print(f"60 connections, each asking every 100 ms, spread by the router's hash: "
-              f"{connections_per_director(lab)}")  # fmt: skip
+        print(
+            f"60 connections, each asking every 100 ms, spread by the router's hash: "
+            f"{connections_per_director(lab)}"
+        )
         print(f"kill -9 of {victim.name}'s FRR (zebra, bfdd, bgpd) and of its director ...")
         kill_frr(victim.ns)
         kill_director_process(victim)
         dropped = wait_nexthops(lab, 2, 30)
-        print(f"the router dropped {victim.name} after {dropped:.2f}s (BFD)" if dropped
-              else "the router kept the dead director")  # fmt: skip
+        print(
+            f"the router dropped {victim.name} after {dropped:.2f}s (BFD)"
+            if dropped
+            else "the router kept the dead director"
+        )
         check(dropped is not None, "the router dropped the dead director")
         time.sleep(3)
         ok, tried = new_connections(lab, VIP, 3.0, timeout=10.0)  # type: ignore[arg-type]
-        print(f"connections alive: {talkers.alive}/60 (requests failed: {talkers.failed}); "
-              f"new connections once it is dropped: {ok}/{tried}")  # fmt: skip
+        print(
+            f"connections alive: {talkers.alive}/60 (requests failed: {talkers.failed}); "
+            f"new connections once it is dropped: {ok}/{tried}"
+        )
         check(talkers.alive >= 59, "the connections kept through the death (59 of 60 at least)")
         check(tried > 0 and ok == tried, "every new connection answered by the other two")
         talkers.close()

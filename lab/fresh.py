@@ -30,8 +30,17 @@ PREREQUISITES = "make,git,ca-certificates"  # what the README assumes (a clone, 
 STAMP = f"{SUITE} minbase {PREREQUISITES}\n"
 # The environment inside: a root shell's, with this machine's pip settings that are not
 # paths into this machine (its local wheel folders do not exist in the fresh root).
-PASSED = ("PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_CERT", "http_proxy",
-          "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY")  # fmt: skip
+PASSED = (
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_DISABLE_PIP_VERSION_CHECK",
+    "PIP_CERT",
+    "http_proxy",
+    "https_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+)
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 
 
@@ -43,10 +52,17 @@ def base() -> None:
     BASE.parent.mkdir(parents=True, exist_ok=True)
     print(f"fresh: debootstrap {SUITE} (minbase + {PREREQUISITES}) into {BASE} ...", flush=True)
     subprocess.run(
-        ["debootstrap", "--variant=minbase", f"--include={PREREQUISITES}", SUITE, str(BASE),
-         mirror()],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={PREREQUISITES}",
+            SUITE,
+            str(BASE),
+            mirror(),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     stamp.write_text(STAMP)
 
 
@@ -61,17 +77,24 @@ def fresh_root() -> None:
     # project's. A fresh machine elsewhere trusts the registries' real certificates.
     for cert in LOCAL_CAS.glob("*.crt") if LOCAL_CAS.is_dir() else ():
         shutil.copy(cert, ROOT / LOCAL_CAS.relative_to("/") / cert.name)
-    subprocess.run(["chroot", str(ROOT), "update-ca-certificates"], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        ["chroot", str(ROOT), "update-ca-certificates"], check=True, stdout=subprocess.DEVNULL
+    )
     # The working tree as a clone would have it: tracked files and new ones not ignored.
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, check=True, capture_output=True,
-    ).stdout  # fmt: skip
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout
     target = ROOT / INSIDE.relative_to("/")
     target.mkdir(parents=True)
-    packed = subprocess.run(["tar", "-C", str(REPO), "--null", "-T", "-", "-cf", "-"],
-                            input=files, check=True, capture_output=True).stdout  # fmt: skip
+    packed = subprocess.run(
+        ["tar", "-C", str(REPO), "--null", "-T", "-", "-cf", "-"],
+        input=files,
+        check=True,
+        capture_output=True,
+    ).stdout
     subprocess.run(["tar", "-C", str(target), "-xf", "-"], input=packed, check=True)
 
 
@@ -99,14 +122,21 @@ def bound() -> Iterator[None]:
 
 
 def run_inside(command: str, log: Path) -> int:
-    env = {"HOME": "/root", "TERM": "dumb", "LANG": "C.UTF-8",
-           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}  # fmt: skip
+    env = {
+        "HOME": "/root",
+        "TERM": "dumb",
+        "LANG": "C.UTF-8",
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
     env.update({k: os.environ[k] for k in PASSED if k in os.environ})
     with log.open("ab") as out:
         proc = subprocess.Popen(
             ["chroot", str(ROOT), "bash", "-c", f"cd {INSIDE} && {command}"],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         assert proc.stdout is not None
         for chunk in iter(lambda: os.read(proc.stdout.fileno(), 65536), b""):  # type: ignore[union-attr]
             out.write(chunk)
@@ -117,8 +147,12 @@ def run_inside(command: str, log: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--commands", nargs="+", default=["make test", "make demo"],
-                        help="what to run in the fresh root, in order")  # fmt: skip
+    parser.add_argument(
+        "--commands",
+        nargs="+",
+        default=["make test", "make demo"],
+        help="what to run in the fresh root, in order",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     base()
@@ -138,8 +172,11 @@ def main() -> int:
     summary = "; ".join(timings)
     print(f"fresh: {summary}; {time.monotonic() - started:.0f} s in all (log: {log})", flush=True)
     if status != 0:
-        print(f"fresh: FAILED: `{command}` needs something the project does not install, "
-              "or fails on a fresh machine; see the log", flush=True)  # fmt: skip
+        print(
+            f"fresh: FAILED: `{command}` needs something the project does not install, "
+            "or fails on a fresh machine; see the log",
+            flush=True,
+        )
     return status
 
 

@@ -35,8 +35,23 @@ CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
 
 
 def veth(ns_a: Netns, name_a: str, ns_b: Netns, name_b: str) -> None:
-    run(["ip", "link", "add", name_a, "netns", ns_a.name, "type", "veth",
-         "peer", "name", name_b, "netns", ns_b.name])  # fmt: skip
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            name_a,
+            "netns",
+            ns_a.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            name_b,
+            "netns",
+            ns_b.name,
+        ]
+    )
 
 
 @dataclass
@@ -119,8 +134,13 @@ def build_ha_lab(prefix: str, workdir: Path) -> HaLab:
     try:
         switch = Netns(f"{prefix}-sw")
         made.append(switch)
-        switch.ip("link set lo up", "link add brf type bridge", "link add brb type bridge",
-                  "link set brf up", "link set brb up")  # fmt: skip
+        switch.ip(
+            "link set lo up",
+            "link add brf type bridge",
+            "link add brb type bridge",
+            "link set brf up",
+            "link set brb up",
+        )
         client = Netns(f"{prefix}-client")
         made.append(client)
         veth(client, "c0", switch, "p-client")
@@ -134,25 +154,32 @@ def build_ha_lab(prefix: str, workdir: Path) -> HaLab:
             veth(ns, "front", switch, f"p-{name}f")
             veth(ns, "back", switch, f"p-{name}b")
             switch.ip(
-                f"link set p-{name}f master brf", f"link set p-{name}f up",
-                f"link set p-{name}b master brb", f"link set p-{name}b up",
-            )  # fmt: skip
+                f"link set p-{name}f master brf",
+                f"link set p-{name}f up",
+                f"link set p-{name}b master brb",
+                f"link set p-{name}b up",
+            )
             front, back = f"203.0.113.{10 + index}", f"192.0.2.{1 + index}"
             ns.ip(
-                "link set lo up", "link set front up", "link set back up",
-                f"addr add {front}/24 dev front", f"addr add {back}/24 dev back",
-            )  # fmt: skip
-            ns.sysctls({
-                "net.ipv4.ip_forward": 1,
-                "net.ipv4.conf.all.rp_filter": 0,
-                "net.ipv4.conf.default.rp_filter": 0,
-                # DR replies come back through the gateway with the VIP (local) as source.
-                "net.ipv4.conf.all.accept_local": 1,
-                "net.ipv4.conf.back.accept_local": 1,
-                "net.ipv4.vs.conntrack": 0,
-                # Sync established connections often (every 10 packets after the 3rd).
-                "net.ipv4.vs.sync_threshold": "3 10",
-            })  # fmt: skip
+                "link set lo up",
+                "link set front up",
+                "link set back up",
+                f"addr add {front}/24 dev front",
+                f"addr add {back}/24 dev back",
+            )
+            ns.sysctls(
+                {
+                    "net.ipv4.ip_forward": 1,
+                    "net.ipv4.conf.all.rp_filter": 0,
+                    "net.ipv4.conf.default.rp_filter": 0,
+                    # DR replies come back through the gateway with the VIP (local) as source.
+                    "net.ipv4.conf.all.accept_local": 1,
+                    "net.ipv4.conf.back.accept_local": 1,
+                    "net.ipv4.vs.conntrack": 0,
+                    # Sync established connections often (every 10 packets after the 3rd).
+                    "net.ipv4.vs.sync_threshold": "3 10",
+                }
+            )
             d = Director(name, ns, front, back, priority, workdir / name)
             d.workdir.mkdir(parents=True, exist_ok=True)
             directors.append(d)
@@ -165,9 +192,12 @@ def build_ha_lab(prefix: str, workdir: Path) -> HaLab:
             switch.ip(f"link set p-{name} master brb", f"link set p-{name} up")
             address = f"192.0.2.{11 + index}"
             ns.ip(
-                "link set lo up", "link set eth0 up", f"addr add {address}/24 dev eth0",
-                f"route add default via {GATEWAY}", f"addr add {DR_VIP}/32 dev lo",
-            )  # fmt: skip
+                "link set lo up",
+                "link set eth0 up",
+                f"addr add {address}/24 dev eth0",
+                f"route add default via {GATEWAY}",
+                f"addr add {DR_VIP}/32 dev lo",
+            )
             ns.sysctls({"net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2})
             backends.append(Backend(name, ns, address, ""))
         lab = HaLab(prefix, switch, client, directors, backends, made)
@@ -249,11 +279,26 @@ def start_director(
 
 def start_keepalived(d: Director) -> None:
     d.keepalived = subprocess.Popen(
-        ["ip", "netns", "exec", d.ns.name, "keepalived", "--dont-fork", "--log-console",
-         "--vrrp", "-f", str(d.conf), "-p", str(d.pid_file), "-r", str(d.workdir / "vrrp.pid")],
-        stdout=(d.workdir / "keepalived.log").open("ab"), stderr=subprocess.STDOUT,
+        [
+            "ip",
+            "netns",
+            "exec",
+            d.ns.name,
+            "keepalived",
+            "--dont-fork",
+            "--log-console",
+            "--vrrp",
+            "-f",
+            str(d.conf),
+            "-p",
+            str(d.pid_file),
+            "-r",
+            str(d.workdir / "vrrp.pid"),
+        ],
+        stdout=(d.workdir / "keepalived.log").open("ab"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
 
 
 def kill_keepalived(d: Director) -> None:
@@ -287,8 +332,9 @@ class Talkers:
     ``patience`` seconds; a slow answer (TCP retransmitting across a failover) is not a
     failure. One selector thread drives them all."""
 
-    def __init__(self, lab: HaLab, vip: str, count: int = 50, period: float = 0.1,
-                 patience: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self, lab: HaLab, vip: str, count: int = 50, period: float = 0.1, patience: float = 10.0
+    ) -> None:
         self.period, self.patience = period, patience
         self.answered = 0
         self.failed = 0
@@ -360,9 +406,7 @@ class Talkers:
         self._sel.close()
 
 
-def new_connections(
-    lab: HaLab, vip: str, seconds: float, timeout: float = 1.0
-) -> tuple[int, int]:
+def new_connections(lab: HaLab, vip: str, seconds: float, timeout: float = 1.0) -> tuple[int, int]:
     """(succeeded, tried) new connections, one every 50 ms, during ``seconds``; each waits
     ``timeout`` seconds for its answer."""
     tried = ok = 0

@@ -99,9 +99,14 @@ LIST_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
 }
 # Metadata no manager owns: the object's identity, and what the server sets.
 NOT_OWNED = {
-    "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "generation",
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
     "managedFields",
-}  # fmt: skip
+}
 _ABSENT = object()
 
 
@@ -124,8 +129,11 @@ def field_set(old: Any, new: Any, path: tuple[str, ...] = ()) -> Obj | None:
         return out if out or old is _ABSENT else None
     keys = LIST_KEYS.get(path)
     if isinstance(new, list) and keys and all(isinstance(i, dict) for i in new):
-        had = {_item_key(i, keys): i for i in old if isinstance(i, dict)} if isinstance(
-            old, list) else {}  # fmt: skip
+        had = (
+            {_item_key(i, keys): i for i in old if isinstance(i, dict)}
+            if isinstance(old, list)
+            else {}
+        )
         items: Obj = {}
         for item in new:
             key = _item_key(item, keys)
@@ -180,9 +188,13 @@ def _managed(
             out.append(entry)
     owned = _union(mine.get("fieldsV1") or {}, fields) if mine else fields
     entry = {
-        "manager": manager, "operation": "Update", "apiVersion": api_version,
-        "time": _now()[:19] + "Z", "fieldsType": "FieldsV1", "fieldsV1": owned,
-    }  # fmt: skip
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": api_version,
+        "time": _now()[:19] + "Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": owned,
+    }
     if subresource:
         entry["subresource"] = subresource
     return [*out, entry]
@@ -210,13 +222,19 @@ def validate(plural: str, obj: Obj, current: Obj | None) -> None:
     """422 Invalid (400 for a malformed MicroTime) for what kube-apiserver refuses."""
     kind, name = KINDS[plural].kind, obj["metadata"].get("name", "")
     errors: list[str] = []
-    for key in (obj["metadata"].get("annotations") or {}):
+    for key in obj["metadata"].get("annotations") or {}:
         if not _qualified(key):
-            errors.append(f"metadata.annotations: Invalid value: {json.dumps(key)}: name part "
-                          "must consist of alphanumeric characters, '-', '_' or '.', and must "
-                          "start and end with an alphanumeric character")  # fmt: skip
-    check = {"services": _service_errors, "endpointslices": _slice_errors,
-             "events": _event_errors, "leases": _lease_errors}.get(plural)  # fmt: skip
+            errors.append(
+                f"metadata.annotations: Invalid value: {json.dumps(key)}: name part "
+                "must consist of alphanumeric characters, '-', '_' or '.', and must "
+                "start and end with an alphanumeric character"
+            )
+    check = {
+        "services": _service_errors,
+        "endpointslices": _slice_errors,
+        "events": _event_errors,
+        "leases": _lease_errors,
+    }.get(plural)
     if check is not None:
         errors += check(obj, current)
     if errors:
@@ -236,35 +254,47 @@ def _service_errors(obj: Obj, current: Obj | None) -> list[str]:
     errors, spec = [], obj.get("spec") or {}
     name = obj["metadata"].get("name", "")
     if current is None and not (len(name) <= 63 and DNS1035.fullmatch(name)):
-        errors.append(f"metadata.name: Invalid value: {json.dumps(name)}: a DNS-1035 label "
-                      "must consist of lower case alphanumeric characters or '-', start with an "
-                      "alphabetic character, and end with an alphanumeric character")  # fmt: skip
+        errors.append(
+            f"metadata.name: Invalid value: {json.dumps(name)}: a DNS-1035 label "
+            "must consist of lower case alphanumeric characters or '-', start with an "
+            "alphabetic character, and end with an alphanumeric character"
+        )
     kind = spec.get("type", "ClusterIP")
     if not spec.get("ports") and kind != "ExternalName" and spec.get("clusterIP") != "None":
         errors.append("spec.ports: Required value")
     for index, port in enumerate(spec.get("ports") or ()):
         port_name = port.get("name") if isinstance(port, dict) else None
         if port_name and not (len(port_name) <= 63 and DNS1123_LABEL.fullmatch(port_name)):
-            errors.append(f"spec.ports[{index}].name: Invalid value: {json.dumps(port_name)}: "
-                          + RFC1123_LABEL_TEXT)  # fmt: skip
+            errors.append(
+                f"spec.ports[{index}].name: Invalid value: {json.dumps(port_name)}: "
+                + RFC1123_LABEL_TEXT
+            )
     klass = spec.get("loadBalancerClass")
     if isinstance(klass, str) and not _qualified(klass):
-        errors.append(f"spec.loadBalancerClass: Invalid value: {json.dumps(klass)}: "
-                      + QUALIFIED_NAME_TEXT)  # fmt: skip
+        errors.append(
+            f"spec.loadBalancerClass: Invalid value: {json.dumps(klass)}: " + QUALIFIED_NAME_TEXT
+        )
     if klass is not None and kind != "LoadBalancer":
-        errors.append("spec.loadBalancerClass: Forbidden: may only be used when `type` is "
-                      "'LoadBalancer'")  # fmt: skip
+        errors.append(
+            "spec.loadBalancerClass: Forbidden: may only be used when `type` is 'LoadBalancer'"
+        )
     before = (current or {}).get("spec") or {}
-    if (current is not None and before.get("type") == "LoadBalancer" == kind
-            and before.get("loadBalancerClass") != klass):  # fmt: skip
-        errors.append(f"spec.loadBalancerClass: Invalid value: {json.dumps(klass)}: may not "
-                      "change once set")  # fmt: skip
+    if (
+        current is not None
+        and before.get("type") == "LoadBalancer" == kind
+        and before.get("loadBalancerClass") != klass
+    ):
+        errors.append(
+            f"spec.loadBalancerClass: Invalid value: {json.dumps(klass)}: may not change once set"
+        )
     ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
     for index, item in enumerate(ingress):
         ip = item.get("ip")
         if ip is not None and not _ip(ip):
-            errors.append(f"status.loadBalancer.ingress[{index}].ip: Invalid value: "
-                          f"{json.dumps(ip)}: must be a valid IP address")  # fmt: skip
+            errors.append(
+                f"status.loadBalancer.ingress[{index}].ip: Invalid value: "
+                f"{json.dumps(ip)}: must be a valid IP address"
+            )
     return errors
 
 
@@ -283,13 +313,15 @@ def _slice_errors(obj: Obj, current: Obj | None) -> list[str]:
             if not _ip(text):
                 continue
             for why in _special_ip(ipaddress.ip_address(text), text):
-                errors.append(f"endpoints[{i}].addresses[{j}]: Invalid value: "
-                              f"{json.dumps(text)}: {why}")  # fmt: skip
+                errors.append(
+                    f"endpoints[{i}].addresses[{j}]: Invalid value: {json.dumps(text)}: {why}"
+                )
     for i, port in enumerate(obj.get("ports") or ()):
         name = port.get("name")
         if name and not (len(name) <= 63 and DNS1123_LABEL.fullmatch(name)):
-            errors.append(f"ports[{i}].name: Invalid value: {json.dumps(name)}: "
-                          + RFC1123_LABEL_TEXT)  # fmt: skip
+            errors.append(
+                f"ports[{i}].name: Invalid value: {json.dumps(name)}: " + RFC1123_LABEL_TEXT
+            )
     return errors
 
 
@@ -316,8 +348,10 @@ def _event_errors(obj: Obj, current: Obj | None) -> list[str]:
     involved = (obj.get("involvedObject") or {}).get("namespace")
     own = obj["metadata"].get("namespace")
     if involved is not None and involved != own:
-        return [f"involvedObject.namespace: Invalid value: {json.dumps(involved)}: does not "
-                "match event.namespace"]  # fmt: skip
+        return [
+            f"involvedObject.namespace: Invalid value: {json.dumps(involved)}: does not "
+            "match event.namespace"
+        ]
     return []
 
 
@@ -326,9 +360,10 @@ def _lease_errors(obj: Obj, current: Obj | None) -> list[str]:
     for field in ("acquireTime", "renewTime"):
         value = spec.get(field)
         if value is not None and not MICRO_TIME.fullmatch(str(value)):
-            return [f"400 spec.{field}: parsing time {json.dumps(value)} as "
-                    '"2006-01-02T15:04:05.000000Z07:00": cannot parse'
-                    ]  # fmt: skip
+            return [
+                f"400 spec.{field}: parsing time {json.dumps(value)} as "
+                '"2006-01-02T15:04:05.000000Z07:00": cannot parse'
+            ]
     return []
 
 
@@ -356,8 +391,11 @@ def json_patch(target: Any, ops: Any) -> Any:
         isinstance(op, dict) and isinstance(op.get("op"), str) and isinstance(op.get("path"), str)
         for op in ops
     ):
-        raise ApiError(400, "BadRequest", "invalid JSON patch: a list of operations, each with "
-                       "op and path, is expected")  # fmt: skip
+        raise ApiError(
+            400,
+            "BadRequest",
+            "invalid JSON patch: a list of operations, each with op and path, is expected",
+        )
     doc = copy.deepcopy(target)
     for op in ops:
         doc = _patch_op(doc, op)
@@ -384,8 +422,9 @@ def _index(container: list[Any], token: str, path: str, end_ok: bool) -> int:
 
 
 def _missing(op: str, path: str) -> ApiError:
-    return ApiError(422, "Invalid", f"jsonpatch {op} operation does not apply: doc is missing "
-                    f"path: {path}")  # fmt: skip
+    return ApiError(
+        422, "Invalid", f"jsonpatch {op} operation does not apply: doc is missing path: {path}"
+    )
 
 
 def _parent(doc: Any, path: str, op: str) -> tuple[Any, str]:
@@ -492,7 +531,13 @@ class Store:
         self.lock.notify_all()
 
     def create(
-        self, plural: str, namespace: str, obj: Obj, *, manager: str = "", dry_run: bool = False,
+        self,
+        plural: str,
+        namespace: str,
+        obj: Obj,
+        *,
+        manager: str = "",
+        dry_run: bool = False,
         strict: bool = False,
     ) -> Obj:
         """Store ``obj`` (with ``dry_run``, only check that it could be: nothing is kept).
@@ -512,8 +557,12 @@ class Store:
             meta["namespace"] = namespace
         with self.lock:
             if spec.namespaced and ("namespaces", "", namespace) not in self.objects:
-                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
-                               {"name": namespace, "kind": "namespaces"})  # fmt: skip
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'namespaces "{namespace}" not found',
+                    {"name": namespace, "kind": "namespaces"},
+                )
             key = (plural, namespace if spec.namespaced else "", meta["name"])
             if key in self.objects:
                 raise ApiError(
@@ -589,8 +638,12 @@ class Store:
         spec, before = updated.setdefault("spec", {}), current.get("spec") or {}
         kind, was = spec.get("type", "ClusterIP"), before.get("type", "ClusterIP")
         if was == "LoadBalancer" and kind != "LoadBalancer":
-            for field in ("loadBalancerClass", "allocateLoadBalancerNodePorts",
-                          "healthCheckNodePort", "loadBalancerIP"):  # fmt: skip
+            for field in (
+                "loadBalancerClass",
+                "allocateLoadBalancerNodePorts",
+                "healthCheckNodePort",
+                "loadBalancerIP",
+            ):
                 spec.pop(field, None)
             updated["status"] = {"loadBalancer": {}}
         if kind == "ClusterIP":
@@ -624,16 +677,20 @@ class Store:
             obj = self.objects.get((plural, namespace, name))
             if obj is None:
                 raise ApiError(
-                    404,
-                    "NotFound",
-                    f'{plural} "{name}" not found',
-                    {"name": name, "kind": plural},
+                    404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural}
                 )
             return copy.deepcopy(obj)
 
     def update(
-        self, plural: str, namespace: str, name: str, new: Obj, *, subresource: str = "",
-        manager: str = "", strict: bool = False,
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        new: Obj,
+        *,
+        subresource: str = "",
+        manager: str = "",
+        strict: bool = False,
     ) -> Obj:
         with self.lock:
             current = self.get(plural, namespace, name)
@@ -663,9 +720,12 @@ class Store:
             if plural == "services" and subresource != "status":  # before validation, as
                 self._retype_service(updated, current)  # the server's update strategy does
             meta["managedFields"] = _managed(
-                meta["managedFields"], manager, subresource, current["apiVersion"],
+                meta["managedFields"],
+                manager,
+                subresource,
+                current["apiVersion"],
                 field_set(current, updated) if manager else None,
-            )  # fmt: skip
+            )
             if strict:
                 validate(plural, updated, current)
             if plural == "endpointslices" and updated != current:
@@ -677,8 +737,15 @@ class Store:
             return copy.deepcopy(updated)
 
     def patch(
-        self, plural: str, namespace: str, name: str, patch: Obj, *, subresource: str = "",
-        manager: str = "", strict: bool = False,
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: Obj,
+        *,
+        subresource: str = "",
+        manager: str = "",
+        strict: bool = False,
     ) -> Obj:
         with self.lock:
             current = self.get(plural, namespace, name)
@@ -686,11 +753,24 @@ class Store:
             merged.setdefault("metadata", {})["resourceVersion"] = (
                 patch.get("metadata") or {}
             ).get("resourceVersion")
-            return self.update(plural, namespace, name, merged, subresource=subresource,
-                               manager=manager, strict=strict)  # fmt: skip
+            return self.update(
+                plural,
+                namespace,
+                name,
+                merged,
+                subresource=subresource,
+                manager=manager,
+                strict=strict,
+            )
 
     def json_patch(
-        self, plural: str, namespace: str, name: str, ops: Any, *, subresource: str = "",
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        ops: Any,
+        *,
+        subresource: str = "",
         manager: str = "",
     ) -> Obj:
         """RFC 6902 on the stored object, then validated and stored as an update is."""
@@ -701,8 +781,15 @@ class Store:
                 raise ApiError(422, "Invalid", "the patched object is not an object")
             # Its resourceVersion is the stored one, unless the patch changed it: then, as on
             # the API server, it is a precondition (409 Conflict when it is not the stored one).
-            return self.update(plural, namespace, name, patched, subresource=subresource,
-                               manager=manager, strict=True)  # fmt: skip
+            return self.update(
+                plural,
+                namespace,
+                name,
+                patched,
+                subresource=subresource,
+                manager=manager,
+                strict=True,
+            )
 
     def delete(self, plural: str, namespace: str, name: str) -> Obj:
         with self.lock:
@@ -815,10 +902,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorised(self) -> bool:
         token = self.server.token
         if token and self.headers.get("Authorization") != f"Bearer {token}":
-            self._send_json(
-                401,
-                ApiError(401, "Unauthorized", "Unauthorized").status(),
-            )
+            self._send_json(401, ApiError(401, "Unauthorized", "Unauthorized").status())
             return False
         return True
 
@@ -861,17 +945,23 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, store.get(plural, ns, name))  # type: ignore[arg-type]
             elif method == "POST" and name is None:
                 dry = query.get("dryRun", [""])[0] == "All"
-                made = store.create(plural, ns, self._body(), manager=manager, dry_run=dry,
-                                    strict=True)  # fmt: skip
+                made = store.create(
+                    plural, ns, self._body(), manager=manager, dry_run=dry, strict=True
+                )
                 self._send_json(201, made)
             elif method == "PUT" and name:
                 body = self._body()
                 if not (body.get("metadata") or {}).get("resourceVersion"):
-                    raise ApiError(422, "Invalid", f'{KINDS[plural].kind} "{name}" is invalid: '
-                                   "metadata.resourceVersion: Invalid value: 0x0: must be "
-                                   "specified for an update")  # fmt: skip
-                done = store.update(plural, ns, name, body, subresource=sub, manager=manager,
-                                    strict=True)  # fmt: skip
+                    raise ApiError(
+                        422,
+                        "Invalid",
+                        f'{KINDS[plural].kind} "{name}" is invalid: '
+                        "metadata.resourceVersion: Invalid value: 0x0: must be "
+                        "specified for an update",
+                    )
+                done = store.update(
+                    plural, ns, name, body, subresource=sub, manager=manager, strict=True
+                )
                 self._send_json(200, done)
             elif method == "PATCH" and name:
                 kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -892,11 +982,19 @@ class _Handler(BaseHTTPRequestHandler):
                         f'application/strategic-merge-patch+json (got "{kind}")',
                     )
                 if kind == "application/json-patch+json":
-                    done = store.json_patch(plural, ns, name, self._json_body(), subresource=sub,
-                                            manager=manager)  # fmt: skip
+                    done = store.json_patch(
+                        plural, ns, name, self._json_body(), subresource=sub, manager=manager
+                    )
                 else:
-                    done = store.patch(plural, ns, name, self._body(), subresource=sub,
-                                       manager=manager, strict=True)  # fmt: skip
+                    done = store.patch(
+                        plural,
+                        ns,
+                        name,
+                        self._body(),
+                        subresource=sub,
+                        manager=manager,
+                        strict=True,
+                    )
                 self._send_json(200, done)
             elif method == "DELETE" and name:
                 self._send_json(200, store.delete(plural, ns, name))
@@ -943,9 +1041,7 @@ class _Handler(BaseHTTPRequestHandler):
                 expired = since < store.compacted
             if expired:
                 error = ApiError(
-                    410,
-                    "Expired",
-                    f"too old resource version: {since} ({store.compacted})",
+                    410, "Expired", f"too old resource version: {since} ({store.compacted})"
                 )
                 self._chunk({"type": "ERROR", "object": error.status()})
             else:
@@ -1090,8 +1186,12 @@ class FakeApiServer:
     request of the token's user is authorised against those rules (403 ``Forbidden``)."""
 
     def __init__(
-        self, host: str = "127.0.0.1", token: str = "test-token", rbac: Rbac | None = None,
-        namespaces: Iterable[str] = NAMESPACES, version: tuple[int, int] = (1, 31),
+        self,
+        host: str = "127.0.0.1",
+        token: str = "test-token",
+        rbac: Rbac | None = None,
+        namespaces: Iterable[str] = NAMESPACES,
+        version: tuple[int, int] = (1, 31),
     ) -> None:
         self.host, self.token, self.rbac = host, token, rbac
         self.store = Store(namespaces, version)

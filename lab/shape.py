@@ -25,18 +25,23 @@ MAX_LOOP_LINES = 300
 MAX_ATTRIBUTES = 15
 
 MIRRORS = {
-    "director/schema/sections.py:HaSettings":
-        "the config file's ha: section (one field per documented key)",
-    "director/core/cluster.py:ServiceInfo":
-        "a Kubernetes Service's spec and status (one field per field read)",
-}  # fmt: skip
+    "director/schema/sections.py:HaSettings": (
+        "the config file's ha: section (one field per documented key)"
+    ),
+    "director/core/cluster.py:ServiceInfo": (
+        "a Kubernetes Service's spec and status (one field per field read)"
+    ),
+}
 
 
 def _record(cls: ast.ClassDef) -> bool:
     """A dataclass, NamedTuple, TypedDict or config section: every annotated name is a field."""
     marks = [ast.unparse(d) for d in cls.decorator_list] + [ast.unparse(b) for b in cls.bases]
-    return any(word in mark for mark in marks
-               for word in ("dataclass", "NamedTuple", "TypedDict", "Section"))  # fmt: skip
+    return any(
+        word in mark
+        for mark in marks
+        for word in ("dataclass", "NamedTuple", "TypedDict", "Section")
+    )
 
 
 def attributes(cls: ast.ClassDef) -> set[str]:
@@ -54,8 +59,11 @@ def attributes(cls: ast.ClassDef) -> set[str]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 for item in ast.walk(target):
-                    if (isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name)
-                            and item.value.id == "self"):  # fmt: skip
+                    if (
+                        isinstance(item, ast.Attribute)
+                        and isinstance(item.value, ast.Name)
+                        and item.value.id == "self"
+                    ):
                         names.add(item.attr)
     return names
 
@@ -74,8 +82,10 @@ def findings(root: Path = ROOT) -> Iterator[str]:
             elif isinstance(node, ast.ClassDef):
                 count = len(attributes(node))
                 if count > MAX_ATTRIBUTES and f"{where}:{node.name}" not in MIRRORS:
-                    yield (f"{where}:{node.lineno}: {node.name} has {count} instance "
-                           "attributes (15 at most)")  # fmt: skip
+                    yield (
+                        f"{where}:{node.lineno}: {node.name} has {count} instance "
+                        "attributes (15 at most)"
+                    )
 
 
 def main() -> int:

@@ -43,7 +43,8 @@ LAB_MARKERS = ("kernel", "role", "boot")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("timeout") is None and any(
-                m in item.keywords for m in LAB_MARKERS):  # fmt: skip
+            m in item.keywords for m in LAB_MARKERS
+        ):
             item.add_marker(pytest.mark.timeout(LAB_TIMEOUT))
     reason = kernel_unavailable() if any("kernel" in i.keywords for i in items) else None
     if reason is None:

@@ -162,8 +162,12 @@ def dashboard() -> dict[str, Any]:
 
 
 def queries() -> list[tuple[str, str]]:
-    return [(p["title"], t["expr"]) for p in dashboard()["panels"] if p["type"] != "row"
-            for t in p["targets"]]  # fmt: skip
+    return [
+        (p["title"], t["expr"])
+        for p in dashboard()["panels"]
+        if p["type"] != "row"
+        for t in p["targets"]
+    ]
 
 
 def test_every_dashboard_query_is_promql_promtool_accepts(tmp_path: Path) -> None:
@@ -171,11 +175,20 @@ def test_every_dashboard_query_is_promql_promtool_accepts(tmp_path: Path) -> Non
     promtool (as a recording rule: promtool parses and type-checks the expression)."""
     found = queries()
     assert len(found) >= 20
-    as_rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{n}",
-         "expr": expr.replace("$instance", ".*").replace("$__rate_interval", "1m")}
-        for n, (_title, expr) in enumerate(found)
-    ]}]}  # fmt: skip
+    as_rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {
+                        "record": f"dashboard:query_{n}",
+                        "expr": expr.replace("$instance", ".*").replace("$__rate_interval", "1m"),
+                    }
+                    for n, (_title, expr) in enumerate(found)
+                ],
+            }
+        ]
+    }
     (tmp_path / "dashboard.yml").write_text(yaml.safe_dump(as_rules))
     checked = promtool("check", "rules", str(tmp_path / "dashboard.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -211,10 +224,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 
 
 def test_every_metric_the_dashboard_charts_is_one_the_director_exports(
-    exported: set[str], served: set[str],
+    exported: set[str], served: set[str]
 ) -> None:
-    named = {name for _title, expr in queries()
-             for name in re.findall(r"\b((?:director|process)_[a-z0-9_]+)", expr)}  # fmt: skip
+    named = {
+        name
+        for _title, expr in queries()
+        for name in re.findall(r"\b((?:director|process)_[a-z0-9_]+)", expr)
+    }
     assert len(named) >= 20
     assert named - (exported | served) == set(), "panels on metrics nobody exports"
 
@@ -223,8 +239,11 @@ def test_the_dashboard_shows_what_is_out_of_sync_and_what_was_repaired() -> None
     """What /readyz and the OwnedStateOutOfSync alert speak of is on the board, per
     resource: a flushed ruleset or a removed address is seen where it is graphed."""
     charted = " ".join(expr for _title, expr in queries())
-    for metric in ("director_owned_in_sync", "director_owned_repairs_total",
-                   "director_owned_failures_total"):  # fmt: skip
+    for metric in (
+        "director_owned_in_sync",
+        "director_owned_repairs_total",
+        "director_owned_failures_total",
+    ):
         assert metric in charted, metric
     assert "by (instance, resource)" in charted and "by (resource)" in charted
 
@@ -235,9 +254,13 @@ def test_the_dashboard_panels_do_not_overlap_and_use_its_variables() -> None:
     boxes = [(p["title"], p["gridPos"]) for p in board["panels"]]
     for n, (title, a) in enumerate(boxes):
         assert a["x"] + a["w"] <= 24, title
-        for other, b in boxes[n + 1:]:
-            apart = (a["x"] + a["w"] <= b["x"] or b["x"] + b["w"] <= a["x"]
-                     or a["y"] + a["h"] <= b["y"] or b["y"] + b["h"] <= a["y"])  # fmt: skip
+        for other, b in boxes[n + 1 :]:
+            apart = (
+                a["x"] + a["w"] <= b["x"]
+                or b["x"] + b["w"] <= a["x"]
+                or a["y"] + a["h"] <= b["y"]
+                or b["y"] + b["h"] <= a["y"]
+            )
             assert apart, (title, other)
     for title, expr in queries():
         assert 'instance=~"$instance"' in expr, title

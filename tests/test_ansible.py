@@ -26,8 +26,11 @@ ROLE = ANSIBLE / "roles" / "director"
 EXAMPLE = ANSIBLE / "inventory" / "example"
 LAB_VARS = ANSIBLE / "inventory" / "lab" / "group_vars" / "directors.yml"
 SCALE_OUT = ANSIBLE / "inventory" / "scale-out"
-GROUP_VARS = [EXAMPLE / "group_vars" / "directors.yml", LAB_VARS,
-              SCALE_OUT / "group_vars" / "directors.yml"]  # fmt: skip
+GROUP_VARS = [
+    EXAMPLE / "group_vars" / "directors.yml",
+    LAB_VARS,
+    SCALE_OUT / "group_vars" / "directors.yml",
+]
 
 
 def load(path: Path) -> Any:
@@ -73,8 +76,10 @@ def test_inventories_use_only_documented_variables_of_the_right_type() -> None:
     kinds = {"int": int, "str": str, "list": list, "dict": dict, "bool": bool, "float": float}
     options = {**options, **specs("director_node")}
     for inventory in (EXAMPLE, SCALE_OUT):
-        used: dict[str, Any] = {**load(inventory / "group_vars" / "directors.yml"),
-                                **load(LAB_VARS)}  # fmt: skip
+        used: dict[str, Any] = {
+            **load(inventory / "group_vars" / "directors.yml"),
+            **load(LAB_VARS),
+        }
         for host in example_hosts(inventory).values():
             used.update(host)
         groups = load(inventory / "hosts.yml")["all"]["children"]
@@ -110,8 +115,7 @@ def test_the_scale_out_inventory_gives_three_active_boxes_their_own_router_id(
     for name, host in hosts.items():
         body = dict(group["director_config"])
         body["bgp"] = {**body["bgp"], "router_id": host["director_bgp_router_id"]}
-        body["api"] = {"listen": host["director_api_listen"],
-                       "token_file": str(tmp_path / "token")}  # fmt: skip
+        body["api"] = {"listen": host["director_api_listen"], "token_file": str(tmp_path / "token")}
         settings = parse_config(yaml.safe_dump(body), f"{name}.yaml")
         assert settings.bgp is not None and settings.ha is None
         ids.add(settings.bgp.router_id)
@@ -121,13 +125,18 @@ def test_the_scale_out_inventory_gives_three_active_boxes_their_own_router_id(
 def vagrant() -> dict[str, Any]:
     if shutil.which("ruby") is None:
         pytest.fail("ruby is not installed (make setup installs it)")
-    syntax = subprocess.run(["ruby", "-c", "Vagrantfile"], cwd=REPO, capture_output=True,
-                            text=True, check=False)  # fmt: skip
+    syntax = subprocess.run(
+        ["ruby", "-c", "Vagrantfile"], cwd=REPO, capture_output=True, text=True, check=False
+    )
     assert syntax.returncode == 0 and "Syntax OK" in syntax.stdout, syntax.stderr
     done = subprocess.run(
         ["ruby", str(REPO / "tests" / "vagrant_shim.rb"), "Vagrantfile"],
-        cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     (config,) = json.loads(done.stdout)
     assert config["version"] == "2"
     return config["config"]
@@ -164,8 +173,10 @@ def test_vagrantfile_and_example_inventory_agree() -> None:
     for name, host_vars in ansible["host_vars"].items():
         assert sorted(host_vars) in example_names, f"{name}: {sorted(host_vars)}"
         # the box's advert address is the front address Vagrant gives it
-        assert host_vars["director_vrrp_unicast_source"] == boxes[name]["network()"][0][
-            "options"]["ip"]  # fmt: skip
+        assert (
+            host_vars["director_vrrp_unicast_source"]
+            == boxes[name]["network()"][0]["options"]["ip"]
+        )
     options = specs()
     assert set(ansible["extra_vars"]) <= set(options)
     assert set(load(EXAMPLE / "group_vars" / "directors.yml")) <= set(ansible["extra_vars"])
@@ -190,9 +201,11 @@ def test_the_examples_are_safe_to_copy() -> None:
 def machines_vars() -> dict[str, Any]:
     """EDGES from the Vagrantfile, as the Ruby shim evaluates it."""
     provisioner = next(
-        p for vm in machines(vagrant()).values() for p in vm.get("provision()", [])
+        p
+        for vm in machines(vagrant()).values()
+        for p in vm.get("provision()", [])
         if p["args"] == ["ansible"]
-    )  # fmt: skip
+    )
     return {name: {"vars": v} for name, v in provisioner["block"]["host_vars"].items()}
 
 
@@ -209,21 +222,38 @@ def _box(tmp_path: Path, name: str, port: int) -> tuple[dict[str, Any], list[str
     token = root / "api-token"
     token.write_text(f"token-of-{name}-for-the-rollout\n")
     config = root / "director.yaml"
-    config.write_text(yaml.safe_dump({
-        "ownership": {"networks": ["198.51.100.0/24"]},
-        "services": [{"name": "web", "address": "198.51.100.10", "port": 80,
-                      "real_servers": ["192.0.2.11:8080"]}],
-        "api": {"listen": f"127.0.0.1:{port}", "token_file": str(token),
-                "intents_file": str(root / "intents.json")},
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "ownership": {"networks": ["198.51.100.0/24"]},
+                "services": [
+                    {
+                        "name": "web",
+                        "address": "198.51.100.10",
+                        "port": 80,
+                        "real_servers": ["192.0.2.11:8080"],
+                    }
+                ],
+                "api": {
+                    "listen": f"127.0.0.1:{port}",
+                    "token_file": str(token),
+                    "intents_file": str(root / "intents.json"),
+                },
+            }
+        )
+    )
     host = {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "ansible_become": False, "director_install_dir": str(root),
-        "director_config_dir": str(root), "director_api_listen": f"127.0.0.1:{port}",
-        "director_ready_retries": 30, "director_ready_delay": 1,
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,
+        "director_install_dir": str(root),
+        "director_config_dir": str(root),
+        "director_api_listen": f"127.0.0.1:{port}",
+        "director_ready_retries": 30,
+        "director_ready_delay": 1,
         "director_ready_wait": True,  # also where this test runs in a chroot (make fresh)
         "director_vrrp_unicast_source": f"127.0.0.{port % 250 + 2}",  # per box, as in any
-    }  # fmt: skip
+    }
     return host, [str(wrapper), "run", "--dry-run", "--config", str(config)]
 
 
@@ -245,10 +275,14 @@ def _rollout(
     if on_line is None:
         return ansible(*argv, timeout=300)
     # Unbuffered: each line as Ansible prints it (a pipe would otherwise hold it to the end).
-    proc = subprocess.Popen([str(ANSIBLE_BIN / argv[0]), *argv[1:]], cwd=ANSIBLE,
-                            env=dict(ansible_env(), PYTHONUNBUFFERED="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(ANSIBLE_BIN / argv[0]), *argv[1:]],
+        cwd=ANSIBLE,
+        env=dict(ansible_env(), PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     timer = threading.Timer(300, proc.kill)
     timer.start()
@@ -265,8 +299,14 @@ def _rollout(
 def _waits(output: str) -> list[list[str]]:
     """The hosts of each run of the wait task, in order (one list per batch)."""
     runs = re.split(r"^TASK \[Wait until the director is ready[^\n]*\n", output, flags=re.M)[1:]
-    return [re.findall(r"^(?:ok|fatal|changed): \[([\w-]+)\]", r.split("\nTASK ")[0].split(
-        "\nPLAY RECAP")[0], re.M) for r in runs]  # fmt: skip
+    return [
+        re.findall(
+            r"^(?:ok|fatal|changed): \[([\w-]+)\]",
+            r.split("\nTASK ")[0].split("\nPLAY RECAP")[0],
+            re.M,
+        )
+        for r in runs
+    ]
 
 
 def test_site_yml_rolls_out_one_box_at_a_time_and_waits_for_each(tmp_path: Path) -> None:
@@ -283,8 +323,9 @@ def test_site_yml_rolls_out_one_box_at_a_time_and_waits_for_each(tmp_path: Path)
 
     def late(line: str) -> None:  # box-a's director, once its wait has retried
         if "FAILED - RETRYING: [box-a]" in line and not director_a:
-            director_a.append(subprocess.Popen(run_a, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL))  # fmt: skip
+            director_a.append(
+                subprocess.Popen(run_a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
 
     try:
         done = _rollout(tmp_path, {"box-a": a, "box-b": b}, on_line=late)
@@ -308,8 +349,10 @@ def test_a_box_that_never_gets_ready_stops_the_rollout_before_the_next(tmp_path:
         _box(tmp_path, "box-b", _free_port()),
     )
     a.update(director_ready_retries=3, director_ha=True)
-    directors = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for cmd in (run_a, run_b)]  # fmt: skip
+    directors = [
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for cmd in (run_a, run_b)
+    ]
     try:
         done = _rollout(tmp_path, {"box-a": a, "box-b": b})
     finally:
@@ -337,10 +380,20 @@ def test_director_release_takes_a_release_name_never_a_path(tmp_path: Path, name
         (place / "director").write_text("#!/bin/sh\nexit 0\n")
         (place / "director").chmod(0o755)
     env = {"DIRECTOR_ROOT": str(root), "PATH": "/usr/bin:/bin", "DIRECTOR_CONFIG": "/nonexistent"}
-    done = subprocess.run(["sh", str(tool), "use", name, "--no-restart"], env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["sh", str(tool), "use", name, "--no-restart"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert not (root / "current").exists()
-    good = subprocess.run(["sh", str(tool), "use", "1.0", "--no-restart"], env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    good = subprocess.run(
+        ["sh", str(tool), "use", "1.0", "--no-restart"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert good.returncode == 0 and (root / "current").resolve().name == "1.0"

@@ -32,12 +32,16 @@ TOKEN = "s3cret-token-for-the-test"
 KUBECONFIG = {
     "apiVersion": "v1",
     "kind": "Config",
-    "clusters": [{"name": "lab", "cluster": {"server": "https://192.0.2.50:6443",
-                                               "insecure-skip-tls-verify": True}}],
+    "clusters": [
+        {
+            "name": "lab",
+            "cluster": {"server": "https://192.0.2.50:6443", "insecure-skip-tls-verify": True},
+        }
+    ],
     "users": [{"name": "lvs-director", "user": {"token": "abc.def"}}],
     "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lvs-director"}}],
     "current-context": "lab",
-}  # fmt: skip
+}
 
 
 PLACES: dict[str, Path] = {}  # the inventory and folders the applied fixture made
@@ -79,8 +83,9 @@ def chroot(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def play(inventory: Path, log: Path, *extra: str) -> Run:
-    done = ansible("ansible-playbook", "-i", str(inventory), "site.yml", "--diff", *extra,
-                   timeout=1800)  # fmt: skip
+    done = ansible(
+        "ansible-playbook", "-i", str(inventory), "site.yml", "--diff", *extra, timeout=1800
+    )
     log.write_text(done.stdout + done.stderr)
     found = re.search(r"^debian-root\s*:\s*(.*)$", done.stdout, re.M)
     assert done.returncode == 0 and found, (
@@ -139,8 +144,11 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
     legacy_virtualenv()
     work = tmp_path_factory.mktemp("ansible")
     # The VRRP interface the configuration names (keepalived -t looks it up).
-    subprocess.run(["ip", "link", "add", "edge0", "type", "veth", "peer", "name", "edge0p"],
-                   capture_output=True, check=False)  # fmt: skip
+    subprocess.run(
+        ["ip", "link", "add", "edge0", "type", "veth", "peer", "name", "edge0p"],
+        capture_output=True,
+        check=False,
+    )
     inventory = work / "hosts.yml"
     host_vars = {
         "ansible_connection": "community.general.chroot",
@@ -163,14 +171,20 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
     )
     inventory.write_text(
         yaml.safe_dump(
-            {"all": {"children": {
-                "directors": {"hosts": {"debian-root": host_vars}, "vars": group_vars},
-                # The same root is a real server too: the director_node role beside.
-                "lvs_backends": {"hosts": {"debian-root": {}},
-                                 "vars": {"director_node_vips": ["198.51.100.10"]}},
-            }}}
+            {
+                "all": {
+                    "children": {
+                        "directors": {"hosts": {"debian-root": host_vars}, "vars": group_vars},
+                        # The same root is a real server too: the director_node role beside.
+                        "lvs_backends": {
+                            "hosts": {"debian-root": {}},
+                            "vars": {"director_node_vips": ["198.51.100.10"]},
+                        },
+                    }
+                }
+            }
         )
-    )  # fmt: skip
+    )
     results = REPO / ".lab" / "role-test"
     results.mkdir(parents=True, exist_ok=True)
     try:
@@ -214,7 +228,8 @@ def test_a_box_installed_before_releases_becomes_a_release(applied: tuple[Run, R
     assert os.readlink(opt / "bin/director") == "../current/bin/director"
     assert os.readlink(opt / "current") == f"releases/{__version__}"
     assert chroot("/opt/director/bin/director", "--version").stdout.strip() == (
-        f"director {__version__}")
+        f"director {__version__}"
+    )
 
 
 @pytest.mark.role
@@ -234,9 +249,7 @@ def test_an_upgrade_keeps_the_release_before_and_a_role_run_goes_back(upgraded: 
 
 
 @pytest.mark.role
-def test_director_release_lists_switches_and_refuses_what_is_not_there(
-    upgraded: Upgrade,
-) -> None:
+def test_director_release_lists_switches_and_refuses_what_is_not_there(upgraded: Upgrade) -> None:
     tool = "/usr/local/sbin/director-release"
     used = chroot(tool, "use", UPGRADE)  # nothing runs in an image: nothing is started
     assert f"{UPGRADE} is current; the director is not running" in used.stdout, used.stdout
@@ -272,9 +285,13 @@ def test_director_config_token_and_kubeconfig(applied: tuple[Run, Run, Run]) -> 
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
     # The installed director (from the wheelhouse, in its virtualenv) reads both.
     checked = chroot(
-        "/opt/director/bin/director", "check", "--config", "/etc/director/director.yaml",
-        "--kubeconfig", "/etc/director/kubeconfig",
-    )  # fmt: skip
+        "/opt/director/bin/director",
+        "check",
+        "--config",
+        "/etc/director/director.yaml",
+        "--kubeconfig",
+        "/etc/director/kubeconfig",
+    )
     assert "director.yaml: valid" in checked.stdout and "kubeconfig: valid" in checked.stdout
 
 
@@ -285,13 +302,20 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run, Run]) -> No
     assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE CAP_KILL" in text
     assert "ProtectSystem=strict" in text and "StateDirectory=director" in text
     assert "LimitNOFILE=65536" in text  # not the default soft limit of 1,024
-    verify = chroot("systemd-analyze", "verify", "/etc/systemd/system/director.service",
-                    check=False)  # fmt: skip
+    verify = chroot(
+        "systemd-analyze", "verify", "/etc/systemd/system/director.service", check=False
+    )
     assert verify.returncode == 0, verify.stderr
-    security = chroot("systemd-analyze", "security", "--offline=true",
-                      "/etc/systemd/system/director.service", check=False)  # fmt: skip
-    level = re.search(r"Overall exposure level for director.service: ([\d.]+) (\w+)",
-                      security.stdout)  # fmt: skip
+    security = chroot(
+        "systemd-analyze",
+        "security",
+        "--offline=true",
+        "/etc/systemd/system/director.service",
+        check=False,
+    )
+    level = re.search(
+        r"Overall exposure level for director.service: ([\d.]+) (\w+)", security.stdout
+    )
     assert level, security.stdout + security.stderr
     print(f"\nsystemd-analyze security: {level.group(1)} {level.group(2)}")
     assert float(level.group(1)) <= 3.0, security.stdout  # systemd's "OK" band
@@ -308,8 +332,9 @@ def test_the_node_role_installs_director_node_for_every_boot(applied: tuple[Run,
     assert script.stat().st_mode & 0o111, "executable"
     unit = ROOT / "etc/systemd/system/director-node.service"
     assert "ExecStart=/usr/local/sbin/director-node --tun --vip 198.51.100.10" in unit.read_text()
-    verify = chroot("systemd-analyze", "verify", "/etc/systemd/system/director-node.service",
-                    check=False)  # fmt: skip
+    verify = chroot(
+        "systemd-analyze", "verify", "/etc/systemd/system/director-node.service", check=False
+    )
     assert verify.returncode == 0, verify.stderr
     assert (ROOT / "etc/systemd/system/multi-user.target.wants/director-node.service").is_symlink()
     assert "ipip" in (ROOT / "etc/modules-load.d/director-node.conf").read_text().split()
@@ -348,16 +373,30 @@ def test_kernel_modules_and_sysctls_are_written_for_boot(applied: tuple[Run, Run
 def test_preflight_refuses_an_image_without_ipvs(tmp_path: Path) -> None:
     """The preflight alone, against a kernel that lacks a scheduler module."""
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"directors": {"hosts": {
-        "debian-root": {
-            "ansible_connection": "community.general.chroot",
-            "ansible_host": str(ROOT),
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "director_ha": False,
-            "director_schedulers": ["rr", "nosuch"],
-        }}}}}}))  # fmt: skip
-    done = ansible("ansible-playbook", "-i", str(inventory), "site.yml",
-                   "--tags", "director_preflight")  # fmt: skip
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "directors": {
+                            "hosts": {
+                                "debian-root": {
+                                    "ansible_connection": "community.general.chroot",
+                                    "ansible_host": str(ROOT),
+                                    "ansible_python_interpreter": "/usr/bin/python3",
+                                    "director_ha": False,
+                                    "director_schedulers": ["rr", "nosuch"],
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        )
+    )
+    done = ansible(
+        "ansible-playbook", "-i", str(inventory), "site.yml", "--tags", "director_preflight"
+    )
     assert done.returncode != 0
     assert "in this image lacks IPVS modules" in done.stdout, done.stdout[-3000:]
     assert "ip_vs_nosuch" in done.stdout
@@ -371,14 +410,19 @@ def test_what_the_role_wrote_works_on_an_ipvs_kernel() -> None:
     if not modules_file.exists():
         pytest.fail("the role has not provisioned .lab/debian-root: run `make role-test` first")
     modules = module_list()
-    loaded = subprocess.run(["modprobe", "--all", *modules], capture_output=True, text=True,
-                            check=False)  # fmt: skip
+    loaded = subprocess.run(
+        ["modprobe", "--all", *modules], capture_output=True, text=True, check=False
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert all(Path("/sys/module", m).exists() for m in modules)
     subprocess.run(["ip", "link", "add", "edge0", "type", "dummy"], check=True)
     try:
-        done = subprocess.run(["sysctl", "-p", str(ROOT / "etc/sysctl.d/90-director.conf")],
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            ["sysctl", "-p", str(ROOT / "etc/sysctl.d/90-director.conf")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         for name, value in EXPECTED_SYSCTLS.items():
             live = Path("/proc/sys", *name.split(".")).read_text().split()

@@ -110,8 +110,11 @@ def test_services_show_origin_scheduler_real_servers_and_counters(
     assert (web["scheduler"], web["scheduler_source"], web["programmed"]) == ("rr", "config", True)
     first = web["real_servers"][0]
     assert (first["address"], first["port"], first["weight"], first["state"]) == (
-        "192.0.2.11", 8080, 1, "active",
-    )  # fmt: skip
+        "192.0.2.11",
+        8080,
+        1,
+        "active",
+    )
     assert (first["active_connections"], first["inactive_connections"]) == (4, 1)
     assert set(web["counters"]) >= {"connections", "bytes_in", "bytes_out", "cps"}
     one = client.get("/api/v1/static/web", headers=AUTH).get_json()
@@ -183,10 +186,18 @@ def test_drain_until_connections_end_then_undrain(director: Director, client: Fl
     eventually(lambda: director.vs().real_servers[a].weight == 0, what="weight 0")
     assert director.vs().real_servers[("192.0.2.12", 8080)].weight == 1, "only that one"
     progress = client.get("/api/v1/drains", headers=AUTH).get_json()["items"][0]
-    assert progress["real_servers"] == [
-        {"service": "tcp 198.51.100.10:80", "weight": 0, "active_connections": 2,
-         "inactive_connections": 0}
-    ] and progress["done"] is False  # fmt: skip
+    assert (
+        progress["real_servers"]
+        == [
+            {
+                "service": "tcp 198.51.100.10:80",
+                "weight": 0,
+                "active_connections": 2,
+                "inactive_connections": 0,
+            }
+        ]
+        and progress["done"] is False
+    )
     view = client.get("/api/v1/static/web", headers=AUTH).get_json()
     assert view["real_servers"][0]["state"] == "draining"
     director.ipvs.set_connections(WEB, a, active=0, inactive=0)
@@ -209,8 +220,11 @@ def test_drain_until_connections_end_then_undrain(director: Director, client: Fl
         ({"address": "192.0.2.11", "port": True}, 400, ("port must be an integer",)),
         ({"address": "192.0.2.11", "service": "tcp 203.0.113.1:1"}, 404, ("no virtual service",)),
         ({"port": 80}, 400, ("missing field(s) address",)),
-        ({"address": "::ffff:192.0.2.11"}, 400, ("an IPv4 address written as IPv6",
-                                                 "write 192.0.2.11")),
+        (
+            {"address": "::ffff:192.0.2.11"},
+            400,
+            ("an IPv4 address written as IPv6", "write 192.0.2.11"),
+        ),
     ],
 )
 def test_bad_drains_are_refused(
@@ -222,9 +236,12 @@ def test_bad_drains_are_refused(
 def test_a_key_given_twice_in_a_body_is_refused(director: Director, client: FlaskClient) -> None:
     """{"scheduler": "rr", "scheduler": "sh"}: a proxy and the director could read it two
     ways (the last key wins in Python, the first in some parsers): refused, not guessed."""
-    reply = client.put("/api/v1/static/web/scheduler", headers=AUTH,
-                       data='{"scheduler": "rr", "scheduler": "sh"}',
-                       content_type="application/json")  # fmt: skip
+    reply = client.put(
+        "/api/v1/static/web/scheduler",
+        headers=AUTH,
+        data='{"scheduler": "rr", "scheduler": "sh"}',
+        content_type="application/json",
+    )
     is_problem(reply, 400, "'scheduler' is given twice")
     assert director.vs().config.scheduler == "rr"
 
@@ -261,10 +278,16 @@ def test_metrics_use_node_exporter_labels_and_pass_promtool(
         for s in family.samples
     }
     labels = {
-        "local_address": "198.51.100.10", "local_port": "80", "local_mark": "", "proto": "tcp",
-        "namespace": "", "service": "web", "port_name": "",
-        "remote_address": "192.0.2.11", "remote_port": "8080",
-    }  # fmt: skip
+        "local_address": "198.51.100.10",
+        "local_port": "80",
+        "local_mark": "",
+        "proto": "tcp",
+        "namespace": "",
+        "service": "web",
+        "port_name": "",
+        "remote_address": "192.0.2.11",
+        "remote_port": "8080",
+    }
     key = tuple(sorted(labels.items()))
     assert samples[("director_ipvs_backend_connections_active", key)] == 3
     assert samples[("director_ipvs_backend_weight", key)] == 1
@@ -334,8 +357,9 @@ def test_kubernetes_scheduler_is_stored_on_the_service_and_applied(kube) -> None
 def test_deep_nesting_is_a_400_not_a_500(client: FlaskClient) -> None:
     put = "/api/v1/static/web/scheduler"
     deep = "[" * 30_000 + "]" * 30_000  # under 64 KiB
-    is_problem(client.put(put, data=deep, headers=AUTH, content_type="application/json"), 400,
-               "nested")  # fmt: skip
+    is_problem(
+        client.put(put, data=deep, headers=AUTH, content_type="application/json"), 400, "nested"
+    )
     nested = {"scheduler": "rr", "flags": [[[[[[[[[[[[[[[[["x"]]]]]]]]]]]]]]]]]}
     is_problem(client.put(put, json=nested, headers=AUTH), 400, "nested deeper than 16")
 
@@ -355,8 +379,9 @@ def test_control_characters_and_lone_surrogates_are_refused_in_plain_words(
 def test_a_bad_address_is_named_safely(client: FlaskClient) -> None:
     reply = client.post("/api/v1/drains", json={"address": "192.0.2.1/x"}, headers=AUTH)
     is_problem(reply, 400, "'192.0.2.1/x' is not an IPv4 or IPv6 address")
-    reply = client.post("/api/v1/drains", data=b'{"address": "\xff"}', headers=AUTH,
-                        content_type="application/json")  # fmt: skip
+    reply = client.post(
+        "/api/v1/drains", data=b'{"address": "\xff"}', headers=AUTH, content_type="application/json"
+    )
     is_problem(reply, 400, "not UTF-8")
 
 
@@ -371,8 +396,11 @@ def test_the_bearer_scheme_is_case_insensitive(client: FlaskClient) -> None:
 def test_generic_flag_names_are_stored_as_the_kernel_names_them(
     director: Director, client: FlaskClient
 ) -> None:
-    reply = client.put("/api/v1/static/web/scheduler", headers=AUTH,
-                       json={"scheduler": "sh", "flags": ["flag-1", "flag-2"]})  # fmt: skip
+    reply = client.put(
+        "/api/v1/static/web/scheduler",
+        headers=AUTH,
+        json={"scheduler": "sh", "flags": ["flag-1", "flag-2"]},
+    )
     assert reply.status_code == 200, reply.get_data(as_text=True)
     assert reply.get_json()["flags"] == ["sh-fallback", "sh-port"]
     eventually(lambda: director.vs().config.scheduler == "sh")
@@ -382,8 +410,11 @@ def test_generic_flag_names_are_stored_as_the_kernel_names_them(
 
 def test_onepacket_is_refused_for_a_tcp_service_and_taken_for_udp(client: FlaskClient) -> None:
     body = {"scheduler": "rr", "flags": ["onepacket"]}
-    is_problem(client.put("/api/v1/static/web/scheduler", json=body, headers=AUTH), 409,
-               "onepacket scheduling only applies to UDP services")  # fmt: skip
+    is_problem(
+        client.put("/api/v1/static/web/scheduler", json=body, headers=AUTH),
+        409,
+        "onepacket scheduling only applies to UDP services",
+    )
     assert client.put("/api/v1/static/dns/scheduler", json=body, headers=AUTH).status_code == 200
 
 
@@ -415,8 +446,11 @@ def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
     families = {f.name: f for f in text_string_to_metric_families(plain.decode())}
     assert families["director_ipvs_backend_connections"].type == "counter"
     assert families["director_ipvs_backend_weight"].type == "gauge"
-    weights = {s.labels["remote_address"] for s in families["director_ipvs_backend_weight"].samples
-               if s.labels["service"] == "web"}  # fmt: skip
+    weights = {
+        s.labels["remote_address"]
+        for s in families["director_ipvs_backend_weight"].samples
+        if s.labels["service"] == "web"
+    }
     assert weights == {"192.0.2.11", "192.0.2.12"}
     from director.adapters.metrics import _label_text
 
@@ -437,11 +471,14 @@ def test_each_real_server_is_scraped_with_its_own_figures_and_health() -> None:
     web, empty = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ServiceKey.mark(4, 9)
     a, b = RealServer("192.0.2.11", 8080, 2), RealServer("2001:db8::7", 8080, 5, Forwarding.TUN)
     ipvs = FakeIpvs()
-    assert ipvs.apply([
-        Op(OpKind.ADD_SERVICE, web, config=ServiceConfig("rr")),
-        Op(OpKind.ADD_DEST, web, dest=a), Op(OpKind.ADD_DEST, web, dest=b),
-        Op(OpKind.ADD_SERVICE, empty, config=ServiceConfig("rr")),
-    ]).ok  # fmt: skip
+    assert ipvs.apply(
+        [
+            Op(OpKind.ADD_SERVICE, web, config=ServiceConfig("rr")),
+            Op(OpKind.ADD_DEST, web, dest=a),
+            Op(OpKind.ADD_DEST, web, dest=b),
+            Op(OpKind.ADD_SERVICE, empty, config=ServiceConfig("rr")),
+        ]
+    ).ok
     ipvs.set_connections(web, b.key, active=4, inactive=1)
     ipvs.set_stats(web, Stats(connections=12, bytes_in=3000))
     view = SimpleNamespace(
@@ -522,8 +559,10 @@ def test_a_lease_namespace_that_does_not_exist_makes_the_director_unready_and_sa
         try:
             assert runtime.wait_ready(20)
             client = create_app(runtime.controller, TOKEN).test_client()
-            reason = ('the API server refuses the Lease lvs-director/lvs-director: HTTP 404 '
-                      'NotFound: namespaces "lvs-director" not found')  # fmt: skip
+            reason = (
+                "the API server refuses the Lease lvs-director/lvs-director: HTTP 404 "
+                'NotFound: namespaces "lvs-director" not found'
+            )
             eventually(lambda: client.get("/readyz").status_code == 503, what="unready")
             is_problem(client.get("/readyz"), 503, reason)
             status = client.get("/api/v1/status", headers=AUTH).get_json()

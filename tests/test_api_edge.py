@@ -41,11 +41,15 @@ def config(tmp_path: Path, services: int = 1) -> str:
         f"  - {{name: s{i}, address: 198.51.100.{1 + i}, port: 80, real_servers: [192.0.2.1:80]}}"
         for i in range(services)
     )
-    return textwrap.dedent(f"""
+    return (
+        textwrap.dedent(f"""
         ownership: {{networks: [198.51.100.0/24]}}
         api: {{listen: 127.0.0.1:0, token_file: {token}, intents_file: {tmp_path}/i.json}}
         services:
-    """) + lines + "\n"
+    """)
+        + lines
+        + "\n"
+    )
 
 
 @pytest.fixture
@@ -58,8 +62,9 @@ def director(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
         yield f"127.0.0.1:{runtime.api.port}", runtime
 
 
-def request(where: str, method: str, path: str, body: Any = None,
-            token: bool = True) -> tuple[int, Any]:  # fmt: skip
+def request(
+    where: str, method: str, path: str, body: Any = None, token: bool = True
+) -> tuple[int, Any]:
     conn = http.client.HTTPConnection(where, timeout=30)
     try:
         headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
@@ -247,8 +252,10 @@ def test_fifty_clients_writing_at_once_lose_nothing(director: tuple[str, Runtime
     for t in threads:
         t.join(600)
     seconds = time.monotonic() - started
-    print(f"\n{CLIENTS} clients x {WRITES} writes: {CLIENTS * WRITES} in {seconds:.1f} s "
-          f"({CLIENTS * WRITES / seconds:.0f}/s), {len(failures)} failed")  # fmt: skip
+    print(
+        f"\n{CLIENTS} clients x {WRITES} writes: {CLIENTS * WRITES} in {seconds:.1f} s "
+        f"({CLIENTS * WRITES / seconds:.0f}/s), {len(failures)} failed"
+    )
     assert failures == [], failures[:10]
     table = runtime.controller.ipvs.read().services
     for index in range(CLIENTS):
@@ -263,7 +270,6 @@ def test_fifty_clients_writing_at_once_lose_nothing(director: tuple[str, Runtime
         assert reply.status == 200
 
 
-
 def dribbling(where: str, count: int, token: bool) -> list[socket.socket]:
     """``count`` connections that send a PUT's headers, declare a 1,000-byte body, and then
     send it a byte at a time (the caller dribbles)."""
@@ -272,8 +278,10 @@ def dribbling(where: str, count: int, token: bool) -> list[socket.socket]:
     socks = []
     for _ in range(count):
         sock = socket.create_connection((host, int(port)), timeout=10)
-        sock.sendall(f"PUT /api/v1/static/s0/scheduler HTTP/1.1\r\nHost: x\r\n{auth}"
-                     "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode())
+        sock.sendall(
+            f"PUT /api/v1/static/s0/scheduler HTTP/1.1\r\nHost: x\r\n{auth}"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode()
+        )
         socks.append(sock)
     return socks
 
@@ -292,8 +300,12 @@ def test_bodies_sent_a_byte_at_a_time_never_hold_the_api(director: tuple[str, Ru
     slow = dribbling(where, 20, token=True)
     try:
         with trickling(slow, b" ", every=0.3):
-            for path, token in (("/healthz", False), ("/readyz", False), ("/metrics", False),
-                                ("/api/v1/status", True)):  # fmt: skip
+            for path, token in (
+                ("/healthz", False),
+                ("/readyz", False),
+                ("/metrics", False),
+                ("/api/v1/status", True),
+            ):
                 assert request(where, "GET", path, token=token)[0] == 200, path
             for sock in slow:
                 answer = sock.recv(200)
@@ -345,8 +357,9 @@ def test_more_connections_than_descriptors_leave_the_director_working(tmp_path: 
         f"Runtime(load_config({str(tmp_path / 'd.yaml')!r}), FakeIpvs()).start()\n"
         "threading.Event().wait()\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     where = f"127.0.0.1:{port}"
     crowd: list[socket.socket] = []
     try:
@@ -393,8 +406,10 @@ def test_what_the_application_writes_to_wsgi_errors_is_logged_as_events(
     server.start()
     try:
         url = f"http://127.0.0.1:{server.port}/"
-        with (caplog.at_level(logging.ERROR, logger="director.api"),
-              urllib.request.urlopen(url, timeout=10) as reply):  # fmt: skip
+        with (
+            caplog.at_level(logging.ERROR, logger="director.api"),
+            urllib.request.urlopen(url, timeout=10) as reply,
+        ):
             assert reply.read() == b"ok"
     finally:
         server.stop()

@@ -79,15 +79,23 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(running) -> 
     done = subprocess.run(
         [
             str(Path(sys.executable).with_name("schemathesis")),
-            "run", f"{url}/api/v1/openapi.json",
-            "--header", f"Authorization: Bearer {TOKEN}",
-            "--checks", "all", "--max-examples", "30", "--no-color", "--seed", "1",
+            "run",
+            f"{url}/api/v1/openapi.json",
+            "--header",
+            f"Authorization: Bearer {TOKEN}",
+            "--checks",
+            "all",
+            "--max-examples",
+            "30",
+            "--no-color",
+            "--seed",
+            "1",
         ],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-    )  # fmt: skip
+    )
     summary = [line for line in done.stdout.splitlines() if "generated" in line]
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     print("schemathesis:", *summary)
@@ -97,8 +105,12 @@ def ctl(url: str, *argv: str) -> str:
     env = dict(os.environ, DIRECTOR_TOKEN=TOKEN)
     done = subprocess.run(
         [sys.executable, "-m", "director", "ctl", "--url", url, *argv],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -107,8 +119,14 @@ def test_director_ctl_and_status_drive_the_api(running) -> None:  # type: ignore
     _runtime, ipvs, url, _api = running
     table = ctl(url, "services")
     assert table.splitlines()[0].split() == [
-        "SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"
-    ]  # fmt: skip
+        "SERVICE",
+        "ORIGIN",
+        "SCHEDULER",
+        "FROM",
+        "ACTIVE",
+        "CONNS",
+        "PROGRAMMED",
+    ]
     assert "static/web" in table and "default/web:http" in table
     assert json.loads(ctl(url, "services", "--json"))[0]["service"]
     out = ctl(url, "scheduler", "set", "static/web", "sh", "--flag", "sh-port")
@@ -118,8 +136,17 @@ def test_director_ctl_and_status_drive_the_api(running) -> None:  # type: ignore
     assert "drain" in ctl(url, "drain", "192.0.2.12:8080")
     eventually(lambda: ipvs.read().services[web].real_servers[("192.0.2.12", 8080)].weight == 0)
     wide = ctl(url, "services", "-o", "wide").splitlines()  # a row per real server
-    assert wide[0].split() == ["SERVICE", "ORIGIN", "SCHEDULER", "REAL-SERVER", "FWD", "WEIGHT",
-                               "STATE", "ACTIVECONN", "INACTCONN"]  # fmt: skip
+    assert wide[0].split() == [
+        "SERVICE",
+        "ORIGIN",
+        "SCHEDULER",
+        "REAL-SERVER",
+        "FWD",
+        "WEIGHT",
+        "STATE",
+        "ACTIVECONN",
+        "INACTCONN",
+    ]
     drained = next(line.split() for line in wide if "192.0.2.12:8080" in line)
     assert drained[-5:] == ["nat", "0", "draining", "0", "0"], wide
     for address, port in ipvs.read().services[web].real_servers:
@@ -130,14 +157,30 @@ def test_director_ctl_and_status_drive_the_api(running) -> None:  # type: ignore
     env = dict(os.environ, DIRECTOR_TOKEN=TOKEN)
     status = subprocess.run(
         [sys.executable, "-m", "director", "status", "--url", url],
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     assert "ready:       yes" in status and "kubernetes:  connected" in status
     bad = subprocess.run(
-        [sys.executable, "-m", "director", "ctl", "--url", url,
-         "scheduler", "set", "static/web", "x"],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "director",
+            "ctl",
+            "--url",
+            url,
+            "scheduler",
+            "set",
+            "static/web",
+            "x",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert bad.returncode == 1 and "HTTP 400: unknown scheduler 'x'; allowed:" in bad.stderr
 
 
@@ -147,11 +190,27 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     assert openssl, "openssl is needed to make the test certificate"
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -177,8 +236,14 @@ def test_status_and_ctl_read_the_address_token_and_certificate_from_the_config(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIRECTOR_")}
 
     def director(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "director", *argv], capture_output=True,
-                              text=True, env=env, timeout=60, check=False)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "director", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
 
     runtime = Runtime(parse_config(file.read_text(), str(file)), FakeIpvs()).start()
     try:
@@ -232,8 +297,17 @@ def test_the_status_page_renders_in_headless_chromium(running) -> None:  # type:
 
     def traffic() -> None:  # the kernel's estimates move: 30, 42, 54, 47, 38, 30, ... conn/s
         for step in itertools.cycle((30, 42, 54, 47, 38)):
-            ipvs.set_stats(web, Stats(connections=1234, bytes_in=10**9, bytes_out=4 * 10**9,
-                                      cps=step, bps_in=250_000, bps_out=3_100_000))  # fmt: skip
+            ipvs.set_stats(
+                web,
+                Stats(
+                    connections=1234,
+                    bytes_in=10**9,
+                    bytes_out=4 * 10**9,
+                    cps=step,
+                    bps_in=250_000,
+                    bps_out=3_100_000,
+                ),
+            )
             if stop.wait(1.0):
                 return
 
@@ -241,17 +315,19 @@ def test_the_status_page_renders_in_headless_chromium(running) -> None:  # type:
     feeder.start()
     try:
         with Browser() as browser:
-            for width, height, mobile, name in ((1280, 800, False, "status-page.png"),
-                                                (390, 844, True, "status-page-phone.png")):
+            for width, height, mobile, name in (
+                (1280, 800, False, "status-page.png"),
+                (390, 844, True, "status-page-phone.png"),
+            ):
                 # For the README's pictures, a minute and a half of samples.
                 settle = 90.0 if os.environ.get("DIRECTOR_UPDATE_SCREENSHOT") else 9.0
-                page = browser.open(f"{url}/", width=width, height=height, mobile=mobile,
-                                    settle=3.0)  # fmt: skip
+                page = browser.open(
+                    f"{url}/", width=width, height=height, mobile=mobile, settle=3.0
+                )
                 if name == "status-page.png":  # the status is not public: the page asks
                     asked = page.evaluate("document.documentElement.outerHTML")
                     assert "the status needs the token" in asked and "static/web" not in asked
-                    page.evaluate(f"$('token').value = {TOKEN!r}; "
-                                  "$('login').requestSubmit(); 1")  # fmt: skip
+                    page.evaluate(f"$('token').value = {TOKEN!r}; $('login').requestSubmit(); 1")
                 time.sleep(settle)  # the tab keeps the token: the phone's view has it too
                 dom = page.evaluate("document.documentElement.outerHTML")
                 shown = page.evaluate("[window.innerWidth, document.documentElement.dataset.fits]")
@@ -299,9 +375,13 @@ def test_ctl_and_status_exit_statuses_tell_scripts_what_failed(running) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIRECTOR_TOKEN")}
         if token is not None:
             env["DIRECTOR_TOKEN"] = token
-        return subprocess.run([sys.executable, "-m", "director", *argv[:1], "--url", at,
-                               *argv[1:]], capture_output=True, env=env, timeout=60,
-                              check=False).returncode  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "director", *argv[:1], "--url", at, *argv[1:]],
+            capture_output=True,
+            env=env,
+            timeout=60,
+            check=False,
+        ).returncode
 
     assert rc("status") == 0
     assert rc("ctl", "undrain", "192.0.2.99:8080") == 1  # nothing to undrain: refused
@@ -313,8 +393,9 @@ def test_ctl_and_status_exit_statuses_tell_scripts_what_failed(running) -> None:
     ipvs.apply([Op(OpKind.DEL_SERVICE, web)])  # drift: the director would add it back
     assert rc("ctl", "plan", "--exit-code") == 2
     assert rc("ctl", "plan") == 0
-    version = subprocess.run([sys.executable, "-m", "director", "--version"],
-                             capture_output=True, text=True, check=False)  # fmt: skip
+    version = subprocess.run(
+        [sys.executable, "-m", "director", "--version"], capture_output=True, text=True, check=False
+    )
     assert version.returncode == 0 and version.stdout.startswith("director ")
 
 
@@ -338,14 +419,29 @@ def test_a_support_bundle_holds_what_a_bug_report_needs_and_no_secret(  # type: 
     path.write_text(text)
     out = tmp_path / "bundle.tar.gz"
     done = subprocess.run(
-        [sys.executable, "-m", "director", "bundle", "--config", str(path), "--out", str(out),
-         "--url", url],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "director",
+            "bundle",
+            "--config",
+            str(path),
+            "--out",
+            str(out),
+            "--url",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     with tarfile.open(out) as tar:
-        files = {m.name.removeprefix("director-bundle/"): tar.extractfile(m).read().decode()  # type: ignore[union-attr]
-                 for m in tar.getmembers()}  # fmt: skip
+        files = {
+            m.name.removeprefix("director-bundle/"): tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+        }
     manifest = files["MANIFEST"]
     assert "ok      api/status.json" in manifest and "ok      api/plan.json" in manifest
     assert json.loads(files["api/status.json"])["ready"] is True
@@ -364,13 +460,19 @@ def test_a_support_bundle_holds_what_a_bug_report_needs_and_no_secret(  # type: 
 def test_decommission_refuses_while_the_director_runs(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runtime, ipvs, _url, api = running
     path = tmp_path / "director.yaml"
-    path.write_text(config(tmp_path, api).replace(
-        "listen: 127.0.0.1:0", f"listen: 127.0.0.1:{runtime.api.port}"))  # fmt: skip
+    path.write_text(
+        config(tmp_path, api).replace(
+            "listen: 127.0.0.1:0", f"listen: 127.0.0.1:{runtime.api.port}"
+        )
+    )
     before = ipvs.read().services
     done = subprocess.run(
         [sys.executable, "-m", "director", "decommission", "--config", str(path), "--yes"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "the director is running" in done.stderr and "systemctl stop director" in done.stderr
     assert ipvs.read().services == before

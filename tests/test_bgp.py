@@ -78,26 +78,47 @@ def test_the_bgp_section_and_pools_announced_over_it() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (BASE.replace("    - {address: 198.18.0.1, asn: 64500}\n",
-                      "    - {address: 198.18.0.1, asn: 64500, keepalive: 5, hold: 9}\n"),
-         "d.yaml:10: bgp.peers[0].hold: hold (9) must be at least 3 keepalives (15)"),
-        (BASE.replace("2001:db8::1", "198.18.0.1"),
-         "d.yaml:11: bgp.peers[1].address: peer 198.18.0.1 is listed twice"),
-        (BASE.replace('"64512:10"', '"big"'),
-         "d.yaml:3: pools[0].communities[0]: 'big' is not a community"),
-        (BASE.replace("s3cret", '"two words"'),
-         "bgp.peers[1].password: 1 to 80 printable characters, without spaces"),
-        (BASE.replace("router_id: 198.18.0.11", 'router_id: "2001:db8::11"'),
-         "d.yaml:8: bgp.router_id: a BGP router id is an IPv4 address"),
-        (BASE.replace("{name: pair, addresses: [203.0.113.0/28]}",
-                      "{name: pair, addresses: [203.0.113.0/28], local_preference: 5}"),
-         "pools[1].local_preference: local_preference is for pools announced over BGP"),
-        (BASE.split("bgp:", maxsplit=1)[0],
-         "d.yaml:3: pools[0].announce: pool 'edge' is announced over BGP: add a bgp: section"),
-        (BASE + STATIC.replace("    forwarding: tun\n", ""),
-         "d.yaml:19: services[0].real_servers[0]: nat cannot serve an address announced over BGP"),
+        (
+            BASE.replace(
+                "    - {address: 198.18.0.1, asn: 64500}\n",
+                "    - {address: 198.18.0.1, asn: 64500, keepalive: 5, hold: 9}\n",
+            ),
+            "d.yaml:10: bgp.peers[0].hold: hold (9) must be at least 3 keepalives (15)",
+        ),
+        (
+            BASE.replace("2001:db8::1", "198.18.0.1"),
+            "d.yaml:11: bgp.peers[1].address: peer 198.18.0.1 is listed twice",
+        ),
+        (
+            BASE.replace('"64512:10"', '"big"'),
+            "d.yaml:3: pools[0].communities[0]: 'big' is not a community",
+        ),
+        (
+            BASE.replace("s3cret", '"two words"'),
+            "bgp.peers[1].password: 1 to 80 printable characters, without spaces",
+        ),
+        (
+            BASE.replace("router_id: 198.18.0.11", 'router_id: "2001:db8::11"'),
+            "d.yaml:8: bgp.router_id: a BGP router id is an IPv4 address",
+        ),
+        (
+            BASE.replace(
+                "{name: pair, addresses: [203.0.113.0/28]}",
+                "{name: pair, addresses: [203.0.113.0/28], local_preference: 5}",
+            ),
+            "pools[1].local_preference: local_preference is for pools announced over BGP",
+        ),
+        (
+            BASE.split("bgp:", maxsplit=1)[0],
+            "d.yaml:3: pools[0].announce: pool 'edge' is announced over BGP: add a bgp: section",
+        ),
+        (
+            BASE + STATIC.replace("    forwarding: tun\n", ""),
+            "d.yaml:19: services[0].real_servers[0]: "
+            "nat cannot serve an address announced over BGP",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_bgp_setting_is_refused_with_its_line_and_reason(text: str, expected: str) -> None:
     assert expected in refusal(text)
 
@@ -106,8 +127,10 @@ def test_a_bad_bgp_setting_is_refused_with_its_line_and_reason(text: str, expect
 def table(*weights: int) -> dict[ServiceKey, object]:
     from director.core.model import ServiceConfig, VirtualService
 
-    servers = {(f"192.0.2.{11 + i}", 80): RealServer(f"192.0.2.{11 + i}", 80, w, Forwarding.TUN)
-               for i, w in enumerate(weights)}  # fmt: skip
+    servers = {
+        (f"192.0.2.{11 + i}", 80): RealServer(f"192.0.2.{11 + i}", 80, w, Forwarding.TUN)
+        for i, w in enumerate(weights)
+    }
     return {KEY: VirtualService(KEY, ServiceConfig("mh", frozenset({"mh-port"})), servers, "web")}
 
 
@@ -147,7 +170,7 @@ def test_a_vip_is_announced_only_while_this_director_can_serve_it(
     vips.keys_changed()
     vips.update([], {}, ready=True, maintenance="operator")  # the service is gone, its route too
     assert VIP not in heard[-1]
-    assert "reason=\"gone: no virtual service has this address\"" in caplog.text
+    assert 'reason="gone: no virtual service has this address"' in caplog.text
 
 
 def test_routes_go_to_frr_when_an_announcement_flips_and_only_then() -> None:
@@ -248,17 +271,22 @@ def test_a_static_service_announced_over_bgp_gets_maglev_hashing_unless_it_names
     from director.cli.preflight import preflight
     from director.schema.config import bgp_notes
 
-    text = BASE + """
+    text = (
+        BASE
+        + """
 services:
   - {name: web, address: 198.51.100.10, port: 80, forwarding: tun, real_servers: ["192.0.2.11:80"]}
   - {name: rr, address: 198.51.100.11, port: 80, scheduler: rr, forwarding: tun,
      real_servers: ["192.0.2.11:80"]}
   - {name: pair, address: 203.0.113.5, port: 80, real_servers: ["192.0.2.11:80"]}
 """
+    )
     settings = config(text)
     by_name = {vs.origin: vs.config for vs in settings.services.values()}
     assert (by_name["static/web"].scheduler, by_name["static/web"].flags) == (
-        "mh", frozenset({"mh-port"}))  # fmt: skip
+        "mh",
+        frozenset({"mh-port"}),
+    )
     assert by_name["static/rr"].scheduler == "rr"
     assert by_name["static/pair"].scheduler == "wlc"  # vrrp: one director serves it
     notes = bgp_notes(settings)
@@ -309,8 +337,14 @@ def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
     controller, stop = run(config(), ipvs)
     client = create_app(controller, "t", peers=lambda: peers).test_client()
     body = client.get("/api/v1/bgp", headers=auth).get_json()
-    assert body["routes"] == [{"vip": VIP, "pool": "edge", "announced": True,
-                               "reason": "serving: 2 real servers take new connections"}]
+    assert body["routes"] == [
+        {
+            "vip": VIP,
+            "pool": "edge",
+            "announced": True,
+            "reason": "serving: 2 real servers take new connections",
+        }
+    ]
     assert body["peers"][0]["state"] == "Established" and body["peers"][0]["bfd"] == "up"
     bad = client.put("/api/v1/maintenance", json={"reason": ""}, headers=auth)
     assert bad.status_code == 400 and "reason" in bad.get_json()["detail"]
@@ -339,10 +373,13 @@ def test_a_change_of_announced_prefixes_alone_is_a_few_vtysh_commands() -> None:
     one = render_frr(settings.bgp, {VIP: ROUTES[VIP]}, settings.pools)
     two = render_frr(settings.bgp, ROUTES, settings.pools)
     assert network_delta(one, two, 64512) == [
-        "configure terminal", "router bgp 64512",
-        "address-family ipv6 unicast", "network 2001:db8:100::5/128 route-map director-edge",
-        "exit-address-family", "end",
-    ]  # fmt: skip
+        "configure terminal",
+        "router bgp 64512",
+        "address-family ipv6 unicast",
+        "network 2001:db8:100::5/128 route-map director-edge",
+        "exit-address-family",
+        "end",
+    ]
     back = network_delta(two, one, 64512)
     assert back is not None and "no network 2001:db8:100::5/128" in back
     assert network_delta(one, one, 64512) == []
@@ -367,8 +404,10 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     reload = tmp_path / "frr-reload"  # stands in for frr-reload.py: its exit status is given
     reload.write_text(f"#!/bin/sh\nexit $(cat {answer})\n")
     reload.chmod(0o755)
-    text = BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"
-                        f"  reload: {reload}\n  poll_seconds: 0\n")  # fmt: skip
+    text = BASE.replace(
+        "bgp:\n",
+        f"bgp:\n  config_file: {tmp_path}/frr.conf\n  reload: {reload}\n  poll_seconds: 0\n",
+    )
     settings = parse_config(text)
     assert settings.bgp is not None
     sync = FrrSync(settings.bgp, settings.pools, "d.yaml")
@@ -399,9 +438,7 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     assert frr.rejected == before + 1  # refused and counted once; the same file is not retried
 
 
-def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
-    tmp_path: Path,
-) -> None:
+def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(tmp_path: Path) -> None:
     """vtysh --dryrun checks the syntax only; bgpd may still refuse a line (a neighbor that
     is this box) after taking the ones before it. The daemons are put back on the live
     file, the refused text is not reloaded again, and the director's routes are still sent
@@ -413,18 +450,20 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
         f'for last; do :; done; echo "$last" >> {calls}; cp "$last" {calls}.last\n'
         'if grep -q "remote-as 64999" "$last"; then\n'
         '  echo "% Can not configure the local system as neighbor"; exit 1; fi\n'
-    )  # fmt: skip
+    )
     vtysh = tmp_path / "vtysh"  # FRR's own parser for --dryrun; the daemons' side recorded
     dryruns = tmp_path / "dryruns"
     vtysh.write_text(
         f'#!/bin/sh\nif [ "$1" = --dryrun ]; then echo x >> {dryruns}; '
         f'exec {shutil.which("vtysh")} "$@"; fi\n'
         f'echo "$@" >> {vtysh_calls}\n'
-    )  # fmt: skip
+    )
     for script in (reload, vtysh):
         script.chmod(0o755)
-    text = BASE.replace("bgp:\n", f"bgp:\n  config_file: {tmp_path}/frr.conf\n"
-                        f"  reload: {reload}\n  vtysh: {vtysh}\n")  # fmt: skip
+    text = BASE.replace(
+        "bgp:\n",
+        f"bgp:\n  config_file: {tmp_path}/frr.conf\n  reload: {reload}\n  vtysh: {vtysh}\n",
+    )
     settings = parse_config(text)
     assert settings.bgp is not None
     frr = Frr(settings.bgp)
@@ -446,14 +485,16 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(
     applied = calls.read_text().split()
     assert (tmp_path / "calls.last").read_text() == good, "the daemons were put back"
     assert all(call.endswith("/frr.conf") and "director-frr-" in call for call in applied), (
-        "frr-reload.py is given <its confdir>/frr.conf: it saves nothing over FRR's file")
+        "frr-reload.py is given <its confdir>/frr.conf: it saves nothing over FRR's file"
+    )
     assert frr.rejected == 1
     sent = vtysh_calls.read_text()
     with pytest.raises(FrrRejected, match="refused by FRR"):  # the refusal stands, and shows
         frr.install(bad)
     assert vtysh_calls.read_text() == sent  # the same routes: nothing to send, nothing reloaded
     bad_fewer = render_frr(settings.bgp, {**ROUTES, **fewer}, settings.pools).replace(
-        "remote-as 64500", "remote-as 64999", 1)  # fmt: skip
+        "remote-as 64500", "remote-as 64999", 1
+    )
     with pytest.raises(FrrRejected, match="its routes are sent"):
         frr.install(bad_fewer)
     assert f"-c no network {VIP}/32" in vtysh_calls.read_text()  # withdrawn all the same
@@ -470,8 +511,7 @@ def test_the_scale_out_example_is_valid_and_renders_a_configuration_frr_accepts(
     settings = parse_config((Path(__file__).parent.parent / "examples" / "bgp.yaml").read_text())
     assert settings.bgp is not None and [p.name for p in settings.bgp_pools] == ["edge"]
     web = next(iter(settings.services.values()))
-    route = decide(web.key.address, settings.bgp_pools[0], [web.key], settings.services,
-                   ready=True)  # fmt: skip
+    route = decide(web.key.address, settings.bgp_pools[0], [web.key], settings.services, ready=True)
     text = render_frr(settings.bgp, {route.vip: route}, settings.pools)
     assert "network 198.51.100.10/32 route-map director-edge" in text
     Frr(settings.bgp).validate(text)
@@ -491,8 +531,10 @@ def test_the_status_page_shows_the_bgp_routes_and_sessions(tmp_path: Path) -> No
     stop = threading.Event()
     threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
     eventually(lambda: controller.health.synced, what="the first sync")
-    peers = (PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up"),
-             PeerState("2001:db8::1", 64500, "Active"))  # fmt: skip
+    peers = (
+        PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up"),
+        PeerState("2001:db8::1", 64500, "Active"),
+    )
     app = create_app(controller, "t", peers=lambda: peers)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -500,11 +542,22 @@ def test_the_status_page_shows_the_bgp_routes_and_sessions(tmp_path: Path) -> No
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         assert chromium, "chromium is missing: apt-get install chromium (make setup does)"
         dom = subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
-             "--dump-dom", f"http://127.0.0.1:{server.server_port}/"],
-            capture_output=True, text=True, timeout=120, check=False,
-        ).stdout  # fmt: skip
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+                f"http://127.0.0.1:{server.server_port}/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        ).stdout
         assert '<span id="bgp-box">' in dom, dom[:3000]  # shown: this director speaks BGP
         assert "1 announced, 0 withdrawn · sessions 1/2" in dom
         assert f"{VIP}: serving: 2 real servers take new connections" in dom
@@ -522,8 +575,12 @@ def test_vips_are_held_on_lo_and_a_restart_releases_those_no_longer_served(netns
     assert settings.bgp is not None
 
     def on_lo() -> set[str]:
-        out = subprocess.run(["ip", "-n", netns, "-o", "addr", "show", "dev", "lo"],
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            ["ip", "-n", netns, "-o", "addr", "show", "dev", "lo"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return {line.split()[3].split("/")[0] for line in out.splitlines()}
 
     subprocess.run(["ip", "-n", netns, "addr", "add", "198.51.100.5/32", "dev", "lo"], check=True)
@@ -541,8 +598,12 @@ NODE = Path(__file__).resolve().parent.parent / "ansible/roles/director_node/fil
 
 
 def node(netns: str, *args: str) -> tuple[int, str]:
-    done = subprocess.run(["ip", "netns", "exec", netns, str(NODE), *args],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["ip", "netns", "exec", netns, str(NODE), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -558,13 +619,15 @@ def test_a_dr_backend_gets_the_vip_on_lo_with_arp_quiet_once(netns: str) -> None
     assert node(netns, "--vip", VIP, "--check") == (0, "")
     for name, value in (("arp_ignore", "1"), ("arp_announce", "2")):
         live = f"/proc/sys/net/ipv4/conf/all/{name}"
-        got = subprocess.run(["ip", "netns", "exec", netns, "cat", live],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        got = subprocess.run(
+            ["ip", "netns", "exec", netns, "cat", live], capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert got == value, name
 
 
-@pytest.mark.parametrize("args", [["--vip", "198.51.100"], ["--vip", "300.1.1.1"],
-                                  ["--vip"], ["--tunnel"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "args", [["--vip", "198.51.100"], ["--vip", "300.1.1.1"], ["--vip"], ["--tunnel"]]
+)
 def test_the_node_script_refuses_bad_arguments_and_changes_nothing(
     netns: str, args: list[str]
 ) -> None:
@@ -574,8 +637,11 @@ def test_the_node_script_refuses_bad_arguments_and_changes_nothing(
 
 
 def test_the_node_script_says_why_when_the_kernel_cannot_decapsulate(netns: str) -> None:
-    has_ipip = Path("/sys/module/ipip").exists() or subprocess.run(
-        ["modprobe", "-n", "ipip"], capture_output=True, check=False).returncode == 0  # fmt: skip
+    has_ipip = (
+        Path("/sys/module/ipip").exists()
+        or subprocess.run(["modprobe", "-n", "ipip"], capture_output=True, check=False).returncode
+        == 0
+    )
     if has_ipip:
         pytest.skip("this kernel has ipip: the lab VM's test covers --tun")
     code, out = node(netns, "--tun")
@@ -638,15 +704,21 @@ def test_frr_restarted_from_its_boot_file_announces_nothing_until_the_director_s
     with keeping(frr_ns) as sync:
         sync.submit(dict(ROUTES))
         announced = f"{VIP}/32"
-        eventually(lambda: announced in (sync.frr.running() or {}).get("ipv4", {}), timeout=30,
-                   what="the route sent")  # fmt: skip
+        eventually(
+            lambda: announced in (sync.frr.running() or {}).get("ipv4", {}),
+            timeout=30,
+            what="the route sent",
+        )
         assert sync.settle(30)
         assert "\n  network " not in conf.read_text() and "router bgp 64512" in conf.read_text()
         kill_frr(ns)  # FRR dies, and starts again from its file: no route
         start_frr(ns)
         assert announced not in (sync.frr.running() or {}).get("ipv4", {}), "the boot file"
-        eventually(lambda: announced in (sync.frr.running() or {}).get("ipv4", {}), timeout=30,
-                   what="the route sent again")  # fmt: skip
+        eventually(
+            lambda: announced in (sync.frr.running() or {}).get("ipv4", {}),
+            timeout=30,
+            what="the route sent again",
+        )
         frr_state = eventually(lambda: (s := sync.ledger.get("frr")) and s.repairs and s)
         assert frr_state.in_sync and frr_state.repairs >= 1
 
@@ -679,8 +751,10 @@ def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
 
     gone = tmp_path / "upgrading"
     vtysh = tmp_path / "vtysh"  # vtysh while the package is being replaced: not there
-    vtysh.write_text(f'#!/bin/sh\nif [ -e {gone} ]; then echo "vtysh: not found" >&2; '
-                     f'exit 127; fi\nexec {shutil.which("vtysh")} "$@"\n')  # fmt: skip
+    vtysh.write_text(
+        f'#!/bin/sh\nif [ -e {gone} ]; then echo "vtysh: not found" >&2; '
+        f'exit 127; fi\nexec {shutil.which("vtysh")} "$@"\n'
+    )
     vtysh.chmod(0o755)
     with keeping(frr_ns, str(vtysh)) as sync:
         sync.submit({VIP: ROUTES[VIP]})
@@ -693,10 +767,15 @@ def test_vtysh_that_cannot_run_is_retried_never_taken_as_frr_refusing(
         assert sync.frr.rejected == 0 and sync.frr.invalid is None, "not a refusal"
         gone.unlink()
         v6 = "2001:db8:100::5/128"
-        eventually(lambda: v6 in (sync.frr.running() or {}).get("ipv6", {}), timeout=60,
-                   what="the second VIP announced once vtysh is back")  # fmt: skip
-        eventually(lambda: sync.ledger.get("frr").in_sync,  # type: ignore[union-attr]
-                   what="in sync once the routes went out")  # fmt: skip
+        eventually(
+            lambda: v6 in (sync.frr.running() or {}).get("ipv6", {}),
+            timeout=60,
+            what="the second VIP announced once vtysh is back",
+        )
+        eventually(
+            lambda: sync.ledger.get("frr").in_sync,  # type: ignore[union-attr]
+            what="in sync once the routes went out",
+        )
 
 
 def test_a_director_restarted_while_frr_runs_its_file_sends_only_the_routes(
@@ -733,8 +812,10 @@ def test_a_director_restarted_while_frr_runs_its_file_sends_only_the_routes(
     second = director(dict(ROUTES))  # restarted, and a new VIP meanwhile
     try:
         assert second.frr.applied_by == "vtysh-resume"
-        eventually(lambda: announced() == {f"{VIP}/32", "2001:db8:100::5/128"},
-                   what="the routes of the text, sent alone")  # fmt: skip
+        eventually(
+            lambda: announced() == {f"{VIP}/32", "2001:db8:100::5/128"},
+            what="the routes of the text, sent alone",
+        )
         assert "\n  network " not in conf.read_text()
     finally:
         second.stop()

@@ -88,17 +88,18 @@ def test_every_director_sends_a_flow_to_the_same_backend(lab: BgpLab) -> None:
     seen = {d.name: probe_flows(lab, d, ports) for d in lab.directors}
     answered, agree, errors = agreement(seen, ports)
     backends = {got[port] for got in seen.values() for port in ports} - {
-        r for got in seen.values() for r in got.values() if r.startswith("error")}  # fmt: skip
-    print(f"\nbgp agreement: {agree}/{answered} flows answered by all three, {len(backends)} "
-          f"backends; unanswered after {len(errors)} probes' tries {errors[:3]}")  # fmt: skip
+        r for got in seen.values() for r in got.values() if r.startswith("error")
+    }
+    print(
+        f"\nbgp agreement: {agree}/{answered} flows answered by all three, {len(backends)} "
+        f"backends; unanswered after {len(errors)} probes' tries {errors[:3]}"
+    )
     assert agree == answered, "a flow two directors sent to different backends"
     assert answered >= 990, f"{1000 - answered} flows never answered: {errors[:5]}"
     assert len(backends) == len(lab.backends)
 
 
-def test_a_dr_vip_spreads_over_the_directors_and_each_picks_the_same_backend(
-    lab: BgpLab,
-) -> None:
+def test_a_dr_vip_spreads_over_the_directors_and_each_picks_the_same_backend(lab: BgpLab) -> None:
     """Direct routing on the segment the directors share with the backends (the VIP on the
     backends' lo, set by the director_node role's director-node), beside the tun VIP."""
     took = wait_nexthops(lab, 3, SETTLE, vip=DR_VIP)
@@ -113,8 +114,10 @@ def test_a_dr_vip_spreads_over_the_directors_and_each_picks_the_same_backend(
     ports = range(30000, 30300)
     seen = {d.name: probe_flows(lab, d, ports, vip=DR_VIP) for d in lab.directors}
     answered, agree, errors = agreement(seen, ports)
-    print(f"\nbgp dr: 60 connections spread {spread}, alive {alive}/60; {agree}/{answered} "
-          f"flows agree through each director alone; unanswered {errors[:3]}")  # fmt: skip
+    print(
+        f"\nbgp dr: 60 connections spread {spread}, alive {alive}/60; {agree}/{answered} "
+        f"flows agree through each director alone; unanswered {errors[:3]}"
+    )
     assert alive == 60 and all(count > 0 for count in spread.values()), spread
     assert agree == answered and answered >= 297, errors[:5]
 
@@ -127,8 +130,10 @@ def test_full_size_packets_get_through_ipip_and_dr(lab: BgpLab) -> None:
     for vip, mode in ((DR_VIP, "dr"), (VIP, "tun")):
         answer, took = upload(lab.client, vip, 2_000_000)
         results[mode] = (answer, round(took, 2), path_mtu(lab.client, vip))
-    print(f"\nbgp 2 MB uploads in full-size segments (answer, seconds, the client's path MTU "
-          f"to the VIP): {results}")  # fmt: skip
+    print(
+        f"\nbgp 2 MB uploads in full-size segments (answer, seconds, the client's path MTU "
+        f"to the VIP): {results}"
+    )
     assert all(answer.startswith("be") for answer, _, _ in results.values()), results
     assert results["tun"][2] == "1480", "the client learned the tunnel's MTU (PMTUD)"
     assert results["dr"][2] == "-", "direct routing adds no header"
@@ -155,11 +160,13 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         # Each new connection as patient as TCP (its SYN sent again at 1, 3 and 7 s): a
         # starved machine is waited for, a flow sent to the dead director is not answered.
         ok, tried = new_connections(lab, VIP, 3, timeout=10.0)  # type: ignore[arg-type]
-        print(f"\nbgp kill -9 of {victim.name} (carrying {before[victim.name]} of "
-              f"{sum(before.values())}): router dropped it in {dropped} s (bgpd: {down}); "
-              f"connections "
-              f"survived {talkers.alive}/60, failed requests {talkers.failed}; "
-              f"new connections {ok}/{tried}")  # fmt: skip
+        print(
+            f"\nbgp kill -9 of {victim.name} (carrying {before[victim.name]} of "
+            f"{sum(before.values())}): router dropped it in {dropped} s (bgpd: {down}); "
+            f"connections "
+            f"survived {talkers.alive}/60, failed requests {talkers.failed}; "
+            f"new connections {ok}/{tried}"
+        )
         assert dropped is not None, "the router kept the dead director"
         assert talkers.alive >= 59
         assert ok == tried
@@ -199,9 +206,11 @@ def test_a_configuration_frr_refuses_stays_out_and_the_director_serves_on(lab: B
     running = vtysh(d.ns, "show running-config")
     flows = probe_flows(lab, d, range(31000, 31050))
     answered = sum(1 for r in flows.values() if "error" not in r)
-    print(f"\nbgp a file FRR refuses on {d.name}: refused after {refused} s: "
-          f"{sync.frr.last_error!r}; {answered}/50 flows answered through it; router next "
-          f"hops {sorted(lab.nexthops())}")  # fmt: skip
+    print(
+        f"\nbgp a file FRR refuses on {d.name}: refused after {refused} s: "
+        f"{sync.frr.last_error!r}; {answered}/50 flows answered through it; router next "
+        f"hops {sorted(lab.nexthops())}"
+    )
     assert refused is not None and "local system as neighbor" in (sync.frr.last_error or "")
     assert d.frr_conf.read_text() == before, "the live file is the old one"
     assert f"neighbor {d.front} " not in running, "the daemons are back on it"
@@ -215,9 +224,7 @@ def test_a_configuration_frr_refuses_stays_out_and_the_director_serves_on(lab: B
     assert wait_nexthops(lab, 3, SETTLE) is not None
 
 
-def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
-    lab: BgpLab,
-) -> None:
+def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(lab: BgpLab) -> None:
     talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
     victim = lab.directors[1]
     try:
@@ -232,11 +239,13 @@ def test_a_director_whose_link_goes_down_is_dropped_and_connections_carry_on(
         victim.ns.ip("link set front up")
         back = wait_nexthops(lab, 3, SETTLE)
         time.sleep(3)
-        print(f"\nbgp link down on {victim.name}: the router's bgpd took the session down "
-              f"{down} s after the cut (seconds, reason), the route lost the next hop "
-              f"{dropped} s after the cut; "
-              f"alive {alive_down}/60; "
-              f"back in {back} s, alive {talkers.alive}/60, failed requests {talkers.failed}")
+        print(
+            f"\nbgp link down on {victim.name}: the router's bgpd took the session down "
+            f"{down} s after the cut (seconds, reason), the route lost the next hop "
+            f"{dropped} s after the cut; "
+            f"alive {alive_down}/60; "
+            f"back in {back} s, alive {talkers.alive}/60, failed requests {talkers.failed}"
+        )
         assert dropped is not None and back is not None
         said = [x for x in router_log(lab.router).read_text().splitlines() if victim.front in x]
         assert down is not None and "BFD Down" in down[1], f"not BFD: {down}: {said[-8:]}"
@@ -264,16 +273,20 @@ def test_a_rolling_restart_through_maintenance_breaks_no_connection(lab: BgpLab)
             away = wait_for(lambda d=d: d.front in lab.nexthops(), 5, 0.2)  # type: ignore[misc]
             ctl(d, "maintenance", "off")
             back = wait_nexthops(lab, 3, SETTLE)
-            print(f"\nbgp rolling restart of {d.name} through maintenance: the router dropped "
-                  f"it {gone} s after maintenance on; next hops while away "
-                  f"{sorted(withdrawn)}, back after {time.monotonic() - started:.1f} s; "
-                  f"alive {talkers.alive}/60")  # fmt: skip
+            print(
+                f"\nbgp rolling restart of {d.name} through maintenance: the router dropped "
+                f"it {gone} s after maintenance on; next hops while away "
+                f"{sorted(withdrawn)}, back after {time.monotonic() - started:.1f} s; "
+                f"alive {talkers.alive}/60"
+            )
             assert gone is not None and d.front not in withdrawn
             assert away is None, "a restart in maintenance stays withdrawn"
             assert back is not None
         time.sleep(2)
-        print(f"bgp rolling restart: {talkers.alive}/60 alive, {talkers.failed} failed requests, "
-              f"{talkers.answered} answered")
+        print(
+            f"bgp rolling restart: {talkers.alive}/60 alive, {talkers.failed} failed requests, "
+            f"{talkers.answered} answered"
+        )
         assert talkers.alive == 60
         assert talkers.failed == 0
     finally:
@@ -292,9 +305,11 @@ def test_removing_one_backend_of_ten_moves_only_its_flows(lab: BgpLab) -> None:
     unanswered = {p for p in ports if before[p].startswith("error") or after[p].startswith("error")}
     moved = [port for port in ports if before[port] != after[port] and port not in unanswered]
     others = [port for port in moved if before[port] != gone.name]
-    print(f"\nbgp one backend of ten removed: {len(moved)}/1000 flows moved "
-          f"({sum(1 for p in ports if before[p] == gone.name)} were on {gone.name}; "
-          f"{len(others)} of other backends; {len(unanswered)} probes unanswered, apart)")
+    print(
+        f"\nbgp one backend of ten removed: {len(moved)}/1000 flows moved "
+        f"({sum(1 for p in ports if before[p] == gone.name)} were on {gone.name}; "
+        f"{len(others)} of other backends; {len(unanswered)} probes unanswered, apart)"
+    )
     assert all(after[port] != gone.name for port in ports)
     assert len(unanswered) <= 10, sorted(unanswered)[:5]
     assert len(moved) / 1000 < 0.2
@@ -302,15 +317,16 @@ def test_removing_one_backend_of_ten_moves_only_its_flows(lab: BgpLab) -> None:
     # Different histories, one table: d1 gets be1 back (listed last), d3 restarts with
     # the list reversed, d2 keeps the nine and then gets be1 (listed first).
     d1, d2, d3 = lab.directors
-    for d, order in ((d1, [*lab.backends[1:], gone]), (d3, lab.backends[::-1]),
-                     (d2, lab.backends)):  # fmt: skip
+    for d, order in ((d1, [*lab.backends[1:], gone]), (d3, lab.backends[::-1]), (d2, lab.backends)):
         stop_director(d)
         start_director(lab, d, order, frr=False)
     seen = {d.name: probe_flows(lab, d, ports) for d in lab.directors}
     answered, agree, errors = agreement({**seen, "before": before}, ports)
     back = sum(1 for port in ports if seen["d2"][port] == before[port])
-    print(f"bgp after different histories: {agree}/{answered} flows answered everywhere agree "
-          f"and are back on the backend they had before be1 left; unanswered {errors[:3]}")
+    print(
+        f"bgp after different histories: {agree}/{answered} flows answered everywhere agree "
+        f"and are back on the backend they had before be1 left; unanswered {errors[:3]}"
+    )
     assert agree == answered and answered >= 990, errors[:5]
     assert back == answered
 
@@ -321,11 +337,15 @@ def test_a_vip_with_no_healthy_backend_is_withdrawn_and_announced_again(lab: Bgp
     for be in lab.backends:
         lab.servers.stop_listening(be, 80)
     gone = wait_nexthops(lab, 0, 60)
-    print(f"\nbgp every backend down: route withdrawn by all three after {gone} s; reason "
-          f"{lab.directors[0].runtime.controller.view.addressing.routes[VIP].reason!r}")  # type: ignore[union-attr]
+    print(
+        f"\nbgp every backend down: route withdrawn by all three after {gone} s; reason "
+        f"{lab.directors[0].runtime.controller.view.addressing.routes[VIP].reason!r}"
+    )  # type: ignore[union-attr]
     for be in lab.backends:
         lab.servers.start_listening(be, 80)
     back = wait_nexthops(lab, 3, 60)
-    print(f"bgp backends back: route announced by all three after {back} s "
-          f"({time.monotonic() - started:.1f} s in all)")
+    print(
+        f"bgp backends back: route announced by all three after {back} s "
+        f"({time.monotonic() - started:.1f} s in all)"
+    )
     assert gone is not None and back is not None

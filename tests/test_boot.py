@@ -79,10 +79,12 @@ def lab() -> Iterator[Lab]:
 def settled(lab: Lab, timeout: float = 300) -> None:
     """The boot is over: director ready, and systemd done starting units."""
     state = wait_for(
-        lambda: lab.box.sh("systemctl is-system-running || true").strip()
-        in ("running", "degraded"),
-        timeout, step=2.0,
-    )  # fmt: skip
+        lambda: (
+            lab.box.sh("systemctl is-system-running || true").strip() in ("running", "degraded")
+        ),
+        timeout,
+        step=2.0,
+    )
     assert state is not None, lab.box.sh("systemctl list-jobs; systemctl --failed", check=False)
 
 
@@ -102,9 +104,12 @@ def test_modules_and_sysctls_are_live_from_the_roles_files(lab: Lab) -> None:
     loaded = {line.split()[0] for line in modules if line}
     wanted = lab.box.sh("grep -v '^#' /etc/modules-load.d/director.conf").split()
     assert set(wanted) <= loaded, set(wanted) - loaded
-    for name, value in (("net.ipv4.ip_forward", "1"), ("net.ipv4.vs.conntrack", "0"),
-                        ("net.ipv4.vs.expire_nodest_conn", "1"),
-                        ("net.ipv4.vs.sync_threshold", "3\t10")):  # fmt: skip
+    for name, value in (
+        ("net.ipv4.ip_forward", "1"),
+        ("net.ipv4.vs.conntrack", "0"),
+        ("net.ipv4.vs.expire_nodest_conn", "1"),
+        ("net.ipv4.vs.sync_threshold", "3\t10"),
+    ):
         live = lab.box.sh(f"cat /proc/sys/{name.replace('.', '/')}").strip()
         assert live == value, (name, live)
 
@@ -134,8 +139,9 @@ def test_status_and_metrics_answer_with_the_roles_token(lab: Lab) -> None:
         f"headers={{'Authorization': 'Bearer {TOKEN}'}}); print(u.urlopen(r).read().decode())\""
     )
     assert 'director_ipvs_backend_weight{local_address="203.0.113.100"' in metrics
-    closed = lab.box.sh(f"python3 -c \"import urllib.request as u; u.urlopen('{API}/metrics')\"",
-                        check=False)  # fmt: skip
+    closed = lab.box.sh(
+        f"python3 -c \"import urllib.request as u; u.urlopen('{API}/metrics')\"", check=False
+    )
     assert "401" in closed, "the role's examples keep /metrics behind the token"
 
 
@@ -143,8 +149,9 @@ def test_a_vip_change_reaches_keepalived_through_the_hardened_unit(lab: Lab) -> 
     obj = service("web", [("http", "TCP", 80)])
     obj["spec"]["ports"][0]["nodePort"] = NODE_PORT
     lab.api.create("services", obj)
-    vip = wait_for(lambda: lab.api.get("services", "web")["status"]["loadBalancer"]
-                   .get("ingress"), 120)  # fmt: skip
+    vip = wait_for(
+        lambda: lab.api.get("services", "web")["status"]["loadBalancer"].get("ingress"), 120
+    )
     assert vip is not None, lab.box.sh("journalctl -b -u director -n 40")
     address = lab.api.get("services", "web")["status"]["loadBalancer"]["ingress"][0]["ip"]
     held = wait_for(lambda: address in lab.box.sh("ip -o addr show dev eth0"), 120)
@@ -153,8 +160,10 @@ def test_a_vip_change_reaches_keepalived_through_the_hardened_unit(lab: Lab) -> 
     assert "event=keepalived.reloaded" in journal and "config_rejected" not in journal, journal
     assert "keepalived.conf" in lab.box.sh("ls /etc/keepalived")
     answers = {ask_tcp(lab.net, address, 80, timeout=10) for _ in range(6)}
-    print(f"\nboot: the Service's address {address} on the box after {held:.1f}s "
-          f"(render, keepalived -t in the sandbox, SIGHUP); answered by {sorted(answers)}")
+    print(
+        f"\nboot: the Service's address {address} on the box after {held:.1f}s "
+        f"(render, keepalived -t in the sandbox, SIGHUP); answered by {sorted(answers)}"
+    )
     assert answers == {"be1", "be2"}
 
 
@@ -165,14 +174,14 @@ def test_the_journal_has_the_events_and_the_unit_is_hardened(lab: Lab) -> None:
     security = lab.box.sh("systemd-analyze security director.service", check=False)
     level = re.search(r"Overall exposure level for director.service: ([\d.]+) (\w+)", security)
     assert level, security[-2000:]
-    print(f"\nboot: systemd-analyze security director.service on the booted box: "
-          f"{level.group(1)} {level.group(2)}")  # fmt: skip
+    print(
+        f"\nboot: systemd-analyze security director.service on the booted box: "
+        f"{level.group(1)} {level.group(2)}"
+    )
     assert float(level.group(1)) <= 3.0
 
 
-def test_the_router_learns_the_bgp_vip_from_the_hardened_unit_and_traffic_follows(
-    lab: Lab,
-) -> None:
+def test_the_router_learns_the_bgp_vip_from_the_hardened_unit_and_traffic_follows(lab: Lab) -> None:
     """FRR installed and run by the role; the sandboxed director writes frr.conf, FRR
     announces the VIP, the router (FRR in boot-net) installs it, a client reaches it along
     that route through IPVS (direct routing). Both kinds of pool on one box."""
@@ -187,9 +196,11 @@ def test_the_router_learns_the_bgp_vip_from_the_hardened_unit_and_traffic_follow
     assert lab.box.sh("systemctl is-active frr").strip() == "active"
     answers = {ask_tcp(lab.net, EDGE_VIP, NAT_PORT, timeout=10) for _ in range(4)}
     reloads = [line for line in journal.splitlines() if "event=frr.reloaded" in line]
-    print(f"\nboot: the router learned {EDGE_VIP} via {FRONT} {learned:.0f}s into the test; "
-          f"{reloads[0] if reloads else ''}; a client through that route answered by "
-          f"{sorted(answers)}")  # fmt: skip
+    print(
+        f"\nboot: the router learned {EDGE_VIP} via {FRONT} {learned:.0f}s into the test; "
+        f"{reloads[0] if reloads else ''}; a client through that route answered by "
+        f"{sorted(answers)}"
+    )
     assert answers == {"edge"}
     assert lab.box.sh("ls -l /etc/frr/frr.conf").split()[3] == "frr", "FRR can read it"
 
@@ -204,8 +215,10 @@ def test_systemctl_stop_withdraws_the_route_before_the_director_exits(lab: Lab) 
     stopped = time.monotonic() - started
     hops = router_nexthops(lab.net)
     journal = lab.box.sh("journalctl -u director -o cat -n 200 | grep -E 'event=bgp.left'")
-    print(f"\nboot: systemctl stop director took {stopped:.1f}s; the router's next hops for "
-          f"{EDGE_VIP} after it: {hops}; {journal.strip().splitlines()[-1]}")  # fmt: skip
+    print(
+        f"\nboot: systemctl stop director took {stopped:.1f}s; the router's next hops for "
+        f"{EDGE_VIP} after it: {hops}; {journal.strip().splitlines()[-1]}"
+    )
     assert hops == [], "the route was withdrawn before the director exited"
     assert "withdrawn=True" in journal.splitlines()[-1], journal
     assert lab.box.sh("ipvsadm -Sn") == before, "IPVS kept: connections drain elsewhere"
@@ -218,8 +231,10 @@ def test_systemctl_stop_withdraws_the_route_before_the_director_exits(lab: Lab) 
 
 def writes_since(lab: Lab, since: str) -> list[str]:
     """The director's kernel writes logged since ``since`` (one line each)."""
-    text = lab.box.sh(f"journalctl -u director --since '{since}' -o cat | "
-                      "grep -E 'event=ipvs[.](change|applied)' || true")  # fmt: skip
+    text = lab.box.sh(
+        f"journalctl -u director --since '{since}' -o cat | "
+        "grep -E 'event=ipvs[.](change|applied)' || true"
+    )
     return [line for line in text.splitlines() if line]
 
 
@@ -281,8 +296,10 @@ def test_systemctl_reload_applies_a_one_line_change_and_refuses_a_bad_file(lab: 
         took = reload("wlc")
         journal = lab.box.sh(f"journalctl -u director --since '{since}' -o cat")
         assert took is not None, journal[-3000:]
-        print(f"\nboot: systemctl reload director: the new scheduler in the kernel {took:.1f}s "
-              "after the reload began")
+        print(
+            f"\nboot: systemctl reload director: the new scheduler in the kernel {took:.1f}s "
+            "after the reload began"
+        )
         assert "event=config.reloaded" in journal and "changed=1" in journal, journal[-3000:]
         changes = [w for w in writes_since(lab, since) if "event=ipvs.change " in w]
         assert len(changes) == 1 and "scheduler=wlc" in changes[0], changes
@@ -292,11 +309,17 @@ def test_systemctl_reload_applies_a_one_line_change_and_refuses_a_bad_file(lab: 
         # A file the director refuses: nothing changes, it says why at priority err.
         lab.box.sh(f"sed -i 's/scheduler: wlc/scheduler: fastest/' {conf}")
         lab.box.sh("systemctl reload director")
-        refused = wait_for(lambda: "event=config.reload_refused" in lab.box.sh(
-            f"journalctl -u director -p err --since '{since}' -o cat"), 60)  # fmt: skip
+        refused = wait_for(
+            lambda: (
+                "event=config.reload_refused"
+                in lab.box.sh(f"journalctl -u director -p err --since '{since}' -o cat")
+            ),
+            60,
+        )
         assert refused is not None, lab.box.sh("journalctl -u director -n 20 -o cat")
-        line = lab.box.sh(f"journalctl -u director -p err --since '{since}' -o cat | "
-                          "grep config.reload_refused")  # fmt: skip
+        line = lab.box.sh(
+            f"journalctl -u director -p err --since '{since}' -o cat | grep config.reload_refused"
+        )
         assert "result=invalid" in line and "fastest" in line, line
         assert scheduler + "wlc" in lab.box.sh("ipvsadm -Ln")
         assert lab.box.sh("systemctl is-active director").strip() == "active"
@@ -315,11 +338,14 @@ def test_the_watchdog_restarts_a_director_whose_loop_stopped(lab: Lab) -> None:
     stopped = time.monotonic()
     new = wait_for(
         lambda: lab.box.sh("systemctl show -p MainPID --value director").strip() not in (pid, "0"),
-        120, step=2.0,
-    )  # fmt: skip
+        120,
+        step=2.0,
+    )
     assert new is not None, lab.box.sh("journalctl -b -u director -n 30 -o cat")
-    print(f"\nboot: SIGSTOP of the director: systemd's watchdog restarted it after "
-          f"{time.monotonic() - stopped:.0f}s (WatchdogSec=30)")  # fmt: skip
+    print(
+        f"\nboot: SIGSTOP of the director: systemd's watchdog restarted it after "
+        f"{time.monotonic() - stopped:.0f}s (WatchdogSec=30)"
+    )
     journal = lab.box.sh("journalctl -b -u director -o cat")
     assert "Watchdog timeout" in journal or "watchdog timeout" in journal.lower()
     assert int(lab.box.sh("systemctl show -p NRestarts --value director").strip()) == restarts + 1
@@ -353,10 +379,14 @@ def test_a_reboot_comes_back_serving_with_no_operator_action(lab: Lab) -> None:
     assert lab.box.sh("systemctl is-active director keepalived").split() == ["active", "active"]
     served = wait_for(lambda: _answers(lab), 120, step=2.0)
     assert served is not None
-    print(f"\nboot: rebooted, and serving {VIP} again {back + served:.0f}s after the reboot "
-          "began, with no operator action")
-    ready = lab.box.sh(f"python3 -c \"import urllib.request as u; "
-                       f"print(u.urlopen('{API}/readyz').read().decode())\"")  # fmt: skip
+    print(
+        f"\nboot: rebooted, and serving {VIP} again {back + served:.0f}s after the reboot "
+        "began, with no operator action"
+    )
+    ready = lab.box.sh(
+        f'python3 -c "import urllib.request as u; '
+        f"print(u.urlopen('{API}/readyz').read().decode())\""
+    )
     assert json.loads(ready)["status"] == "ready"
 
 
@@ -365,4 +395,3 @@ def _answers(lab: Lab) -> bool:
         return ask_tcp(lab.net, VIP, 80, timeout=5) in ("be1", "be2")
     except OSError:
         return False
-

@@ -65,11 +65,20 @@ def test_shadow_mode_runs_without_ipvs_and_writes_only_its_state_file(tmp_path: 
         )
         state = tmp_path / "state.json"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "director", "run", "--config", str(config), "--dry-run",
-             "--state-file", str(state)],
+            [
+                sys.executable,
+                "-m",
+                "director",
+                "run",
+                "--config",
+                str(config),
+                "--dry-run",
+                "--state-file",
+                str(state),
+            ],
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         try:
             deadline = time.monotonic() + 60
             while not (state.exists() and json.loads(state.read_text())["services"]):
@@ -128,8 +137,7 @@ def test_check_asks_the_api_server_whether_the_status_lease_can_be_held(
         api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
         assert cli.main(["check", "--kubeconfig", kubeconfig]) == 0
         assert capsys.readouterr().out.splitlines()[-1] == (
-            "the API server would let this director hold the status Lease "
-            "lvs-director/lvs-director"
+            "the API server would let this director hold the status Lease lvs-director/lvs-director"
         )
         assert api.store.list("leases", None)["items"] == [], "a dry run writes nothing"
 
@@ -164,8 +172,12 @@ def api_config(tmp_path: Path, token: str | None = "t0ken-for-the-admin-api\n", 
     token_file = tmp_path / "token"
     if token is not None:
         token_file.write_text(token)
-    fields = {"listen": "127.0.0.1:0", "token_file": str(token_file),
-              "intents_file": str(tmp_path / "intents.json"), **api}  # fmt: skip
+    fields = {
+        "listen": "127.0.0.1:0",
+        "token_file": str(token_file),
+        "intents_file": str(tmp_path / "intents.json"),
+        **api,
+    }
     config = tmp_path / "director.yaml"
     config.write_text(
         "ownership: {networks: [198.51.100.0/24]}\n"
@@ -183,8 +195,9 @@ def run_director(config: Path) -> subprocess.CompletedProcess[str]:
         "cli.open_ipvs = lambda netns: FakeIpvs(); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @pytest.mark.parametrize(
@@ -245,8 +258,9 @@ def test_a_port_in_use_is_a_note_for_check_and_a_clean_exit_for_run(
 def test_a_missing_tls_certificate_fails_check_and_run_cleanly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = api_config(tmp_path, tls_cert=str(tmp_path / "no-cert.pem"),
-                        tls_key=str(tmp_path / "no-key.pem"))  # fmt: skip
+    config = api_config(
+        tmp_path, tls_cert=str(tmp_path / "no-cert.pem"), tls_key=str(tmp_path / "no-key.pem")
+    )
     assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
     assert f"{config}:3: api.tls_cert: cannot load it with api.tls_key" in capsys.readouterr().err
     done = run_director(config)
@@ -327,7 +341,9 @@ def test_check_names_every_fault_of_a_file_with_its_line_and_field(
     assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
     report = json.loads(capsys.readouterr().out)
     assert [(e["line"], e["where"]) for e in report["errors"]] == [
-        (2, "services[0].port"), (3, "services[1].address")]  # fmt: skip
+        (2, "services[0].port"),
+        (3, "services[1].address"),
+    ]
     assert report["error"] == report["errors"][0]
     config = api_config(tmp_path, token=None)  # the token file is missing
     assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
@@ -352,10 +368,13 @@ def test_check_says_when_nothing_will_make_a_vip_local_on_this_box(
     )
     assert cli.main(["check", "--json", "--config", str(config)]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
-    assert any(n.startswith("pools edge: their addresses are made local by the VRRP pair")
-               for n in notes), notes  # fmt: skip
-    assert any(n.startswith("1 static service address(es) (198.51.100.10) are not this box's")
-               for n in notes), notes  # fmt: skip
+    assert any(
+        n.startswith("pools edge: their addresses are made local by the VRRP pair") for n in notes
+    ), notes
+    assert any(
+        n.startswith("1 static service address(es) (198.51.100.10) are not this box's")
+        for n in notes
+    ), notes
     with_ha = config.read_text() + (
         "ha: {interface: lo, router_id: a, priority: 100, unicast_source: 192.0.2.250, "
         "peers: [192.0.2.251]}\n"
@@ -371,8 +390,7 @@ def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(
     assert cli.main(["check", "--offline", "--json", "--config", EXAMPLE]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True and "error" not in report and report["notes"] == []
-    assert report["config"] == {"file": EXAMPLE, "valid": True, "services": 8,
-                                "real_servers": 24}  # fmt: skip
+    assert report["config"] == {"file": EXAMPLE, "valid": True, "services": 8, "real_servers": 24}
     bad = tmp_path / "bad.yaml"
     bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
     assert cli.main(["check", "--json", "--config", str(bad)]) == cli.EXIT_CONFIG
@@ -395,18 +413,24 @@ def completions(shell: str, *words: str) -> list[str]:
     `director completion SHELL` prints, run by the shell itself."""
     script = subprocess.run(
         [sys.executable, "-m", "director", "completion", shell],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     quoted = " ".join(f"'{w}'" for w in words)
     if shell == "bash":
-        program = (f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1))\n"
-                   "_director; printf '%s\\n' \"${COMPREPLY[@]}\"")  # fmt: skip
+        program = (
+            f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1))\n"
+            "_director; printf '%s\\n' \"${COMPREPLY[@]}\""
+        )
         command = ["bash", "--norc", "-c", program]
     else:  # zsh's completion system: compadd and _files report what they were given
-        program = ("autoload -U compinit && compinit -u -D\n"
-                   f"{script}\ncompadd() {{ shift; print -rl -- \"$@\"; }}\n"
-                   "_files() { print -r -- FILES; }\n"
-                   f"words=({quoted}); CURRENT=${{#words}}; _director")  # fmt: skip
+        program = (
+            "autoload -U compinit && compinit -u -D\n"
+            f'{script}\ncompadd() {{ shift; print -rl -- "$@"; }}\n'
+            "_files() { print -r -- FILES; }\n"
+            f"words=({quoted}); CURRENT=${{#words}}; _director"
+        )
         command = ["zsh", "-f", "-c", program]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -483,8 +507,10 @@ def test_a_bundle_redacts_a_secret_however_yaml_spells_it(spelling: str) -> None
     next line, a quoted key, a complex key: none of them leaks (per-line patterns did)."""
     from director.cli.bundle import REDACTED, redact
 
-    text = ("bgp:\n  asn: 64512\n  peers:\n    - address: 198.18.0.2\n      asn: 64500\n"
-            f"      {spelling}")  # fmt: skip
+    text = (
+        "bgp:\n  asn: 64512\n  peers:\n    - address: 198.18.0.2\n      asn: 64500\n"
+        f"      {spelling}"
+    )
     out = redact(text)
     assert out is not None and "s3cret" not in out and REDACTED in out
     assert len(out.splitlines()) == len(text.splitlines())
@@ -503,15 +529,15 @@ def test_a_bundle_written_over_an_existing_file_is_its_owners_alone(tmp_path: Pa
 
 @pytest.mark.parametrize("given", ["", "kubeconfig: /nonexistent/kc"])
 def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    given: str,
-) -> None:  # fmt: skip
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
     """kubernetes: without a kubeconfig, outside a pod (no service account), or with one
     that is not there: check said valid where run then died with a traceback."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     config = tmp_path / "director.yaml"
-    config.write_text("pools: [{name: p, addresses: [198.51.100.0/28]}]\n"
-                      f"kubernetes: {{{given}}}\n")  # fmt: skip
+    config.write_text(
+        f"pools: [{{name: p, addresses: [198.51.100.0/28]}}]\nkubernetes: {{{given}}}\n"
+    )
     assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
     said = capsys.readouterr().err
     assert ("not a Kubernetes pod" in said) if not given else ("No such file" in said), said
@@ -539,8 +565,9 @@ def run_until(config: Path, line: str) -> list[str]:
         "cli.open_ipvs = lambda netns: FakeIpvs(); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
-    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", script],
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-c", script], stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     said: list[str] = []
     try:
@@ -558,8 +585,11 @@ def run_until(config: Path, line: str) -> list[str]:
 
 def imported(lines: list[str]) -> set[str]:
     """The modules ``python -X importtime`` reports in ``lines``, by their full names."""
-    return {line.rsplit("|", 1)[1].strip() for line in lines
-            if line.startswith("import time:") and line.count("|") == 2}  # fmt: skip
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in lines
+        if line.startswith("import time:") and line.count("|") == 2
+    }
 
 
 CLUSTER_ONLY = {"kubernetes", "urllib3", "yaml", "websocket", "oauthlib"}
@@ -592,15 +622,27 @@ def test_a_start_logs_where_its_time_went_from_exec_to_the_whole_table(tmp_path:
     order, the first sync's own parts, and the total since exec, which the phases add up to
     (an operator comparing starts, and `make bench`, read it)."""
     config = tmp_path / "director.yaml"
-    services = "".join(f"  - {{name: s{i}, address: 198.51.100.{i + 1}, port: 80, "
-                       f"real_servers: [192.0.2.1:80, 192.0.2.2:80]}}\n" for i in range(20))  # fmt: skip
+    services = "".join(
+        f"  - {{name: s{i}, address: 198.51.100.{i + 1}, port: 80, "
+        f"real_servers: [192.0.2.1:80, 192.0.2.2:80]}}\n"
+        for i in range(20)
+    )
     config.write_text(f"ownership: {{networks: [198.51.100.0/24]}}\nservices:\n{services}")
     said = run_until(config, "event=startup.timing")
     timing = next(text for text in said if "event=startup.timing" in text)
     figures = dict(re.findall(r" (\w+)=([0-9.]+)", timing))
     assert list(figures) == [
-        "interpreter", "imports", "config", "start", "first_sync", "first_sync_read",
-        "first_sync_translate", "first_sync_program", "first_sync_publish", "total"]  # fmt: skip
+        "interpreter",
+        "imports",
+        "config",
+        "start",
+        "first_sync",
+        "first_sync_read",
+        "first_sync_translate",
+        "first_sync_program",
+        "first_sync_publish",
+        "total",
+    ]
     seconds = {name: float(value) for name, value in figures.items()}
     marks = ("interpreter", "imports", "config", "start", "first_sync")
     assert abs(sum(seconds[m] for m in marks) - seconds["total"]) <= 0.005, seconds
@@ -621,20 +663,38 @@ def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:
         text = (Path(cli.__file__).parent / module).read_text()
         assert "/api/v1" not in text, module
     assert paths.url(paths.SERVICE_SCHEDULER, namespace="shop", name="a/b") == (
-        "/api/v1/services/shop/a%2Fb/scheduler")  # fmt: skip
+        "/api/v1/services/shop/a%2Fb/scheduler"
+    )
 
 
 def test_status_and_ctl_load_neither_the_schema_nor_the_engine() -> None:
     """An operator's quick look (`director status`, `director ctl`) answers in a blink: it
     imports the API client alone, not pydantic, the engine or the cluster's client."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "director", "status", "--url",
-         "http://127.0.0.1:1", "--token-file", "/dev/null"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "director",
+            "status",
+            "--url",
+            "http://127.0.0.1:1",
+            "--token-file",
+            "/dev/null",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode in (5, 6), done.stderr[-2000:]  # unreachable, or no token
     loaded = imported(done.stderr.splitlines())
     assert "director.cli.ctl" in loaded, "the import log was read"
-    heavy = {name for name in loaded if name.split(".")[0] in ("pydantic", "kubernetes", "flask")
-             or name.startswith(("director.engine", "director.schema.config"))}  # fmt: skip
+    heavy = {
+        name
+        for name in loaded
+        if name.split(".")[0] in ("pydantic", "kubernetes", "flask")
+        or name.startswith(("director.engine", "director.schema.config"))
+    }
     assert heavy == set(), sorted(heavy)

@@ -106,8 +106,9 @@ def test_full_nat_never_reaches_ipvs_as_a_forwarding_method(ipvs: Ipvs) -> None:
     """fullnat is the director's (NAT plus its SNAT rule): a real server carrying it is
     refused before sending, alone, on both subjects."""
     full = RealServer("192.0.2.14", 80, forwarding=Forwarding.FULLNAT)
-    result = ipvs.apply([add(WEB, RR), dest(OpKind.ADD_DEST, WEB, full),
-                         dest(OpKind.ADD_DEST, WEB, A)])  # fmt: skip
+    result = ipvs.apply(
+        [add(WEB, RR), dest(OpKind.ADD_DEST, WEB, full), dest(OpKind.ADD_DEST, WEB, A)]
+    )
     assert [e.errno for e in result.errors] == ["EINVAL"]
     assert "fullnat is the director's mode" in result.errors[0].message
     assert list(ipvs.read().services[WEB].real_servers) == [A.key]
@@ -230,8 +231,10 @@ def test_resyncs_and_counter_reads_see_the_whole_table_every_time(netns: str) ->
     desired = {}
     for i in range(2000):
         key = ServiceKey.inet(Protocol.TCP, f"198.18.{i // 250}.{1 + i % 250}", 80)
-        servers = [RealServer(f"198.19.{j // 250}.{1 + j % 250}", 8080)
-                   for j in range(i * 10 % 60000, i * 10 % 60000 + 10)]  # fmt: skip
+        servers = [
+            RealServer(f"198.19.{j // 250}.{1 + j % 250}", 8080)
+            for j in range(i * 10 % 60000, i * 10 % 60000 + 10)
+        ]
         desired[key] = VirtualService.build(key, RR, servers, origin=f"default/s{i}:http")
     ipvs = KernelIpvs(netns=netns)
     try:
@@ -259,11 +262,18 @@ def test_counters_read_in_columns_agree_with_the_table_read(ipvs: Ipvs) -> None:
     order, with the same weights and connection counts; IPv6, firewall marks and a
     tunnelled real server of the other family included."""
     tunnel = RealServer("2001:db8::9", 0, 2, Forwarding.TUN)
-    assert ipvs.apply([
-        add(WEB), dest(OpKind.ADD_DEST, WEB, A), dest(OpKind.ADD_DEST, WEB, B),
-        add(DNS6, RR6), dest(OpKind.ADD_DEST, DNS6, RealServer("2001:db8::53", 53, 0)),
-        add(MARK4), dest(OpKind.ADD_DEST, MARK4, tunnel), add(SCTP),
-    ]).ok  # fmt: skip
+    assert ipvs.apply(
+        [
+            add(WEB),
+            dest(OpKind.ADD_DEST, WEB, A),
+            dest(OpKind.ADD_DEST, WEB, B),
+            add(DNS6, RR6),
+            dest(OpKind.ADD_DEST, DNS6, RealServer("2001:db8::53", 53, 0)),
+            add(MARK4),
+            dest(OpKind.ADD_DEST, MARK4, tunnel),
+            add(SCTP),
+        ]
+    ).ok
     table = ipvs.read(stats=True)
     counters = ipvs.read_counters()
     assert counters.services == list(table.services)
@@ -279,8 +289,10 @@ def test_counters_read_in_columns_agree_with_the_table_read(ipvs: Ipvs) -> None:
             state = table.dest_state[(key, dkey)]
             figures = dests[dkey]
             assert (figures["weight"], figures["active"], figures["inactive"]) == (
-                rs.weight, state.active_connections, state.inactive_connections,
-            )  # fmt: skip
+                rs.weight,
+                state.active_connections,
+                state.inactive_connections,
+            )
             assert figures["family"] == Family.of(rs.address)
     assert list(columns[SCTP][1]) == []
 
@@ -326,16 +338,15 @@ def test_flags_read_back_by_the_kernels_names(
 
 
 def test_flags_with_no_bit_are_refused_before_sending(ipvs: Ipvs) -> None:
-    result = ipvs.apply([add(WEB, ServiceConfig("rr", frozenset({"sh-port"}))),
-                         dest(OpKind.ADD_DEST, WEB, A)])  # fmt: skip
+    result = ipvs.apply(
+        [add(WEB, ServiceConfig("rr", frozenset({"sh-port"}))), dest(OpKind.ADD_DEST, WEB, A)]
+    )
     assert [e.errno for e in result.errors] == ["EINVAL", "ESRCH"]
     assert "'sh-port' is not valid with scheduler 'rr'" in result.errors[0].message
     assert ipvs.read().services == {}
 
 
-def test_the_list_holds_real_servers_newest_first_and_a_change_keeps_the_place(
-    ipvs: Ipvs,
-) -> None:
+def test_the_list_holds_real_servers_newest_first_and_a_change_keeps_the_place(ipvs: Ipvs) -> None:
     """The kernel adds a real server at the head of the service's list and reads the list
     back in order; a change in place keeps the position, a delete and add moves it to the
     head. The hashing schedulers (sh, dh, mh) build their tables in this order."""

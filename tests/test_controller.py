@@ -102,16 +102,28 @@ def test_pod_backends_follow_endpoints_and_removed_ones_drain(
         )
         key = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
         eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
-        api.patch("endpointslices", "web-abcde", {"endpoints": [
-            {"addresses": ["10.1.0.5"], "conditions": {"ready": True}, "nodeName": "n1"},
-            {"addresses": ["10.1.0.6"], "conditions": {"ready": True}, "nodeName": "n2"},
-        ]})  # fmt: skip
+        api.patch(
+            "endpointslices",
+            "web-abcde",
+            {
+                "endpoints": [
+                    {"addresses": ["10.1.0.5"], "conditions": {"ready": True}, "nodeName": "n1"},
+                    {"addresses": ["10.1.0.6"], "conditions": {"ready": True}, "nodeName": "n2"},
+                ]
+            },
+        )
         eventually(lambda: len(vs_of(ipvs, "198.51.100.0").real_servers) == 2, what="scale up")
         # 10.1.0.5 has an open connection when it goes away: it drains at weight 0.
         ipvs.set_connections(key, ("10.1.0.5", 8080), active=1, inactive=0)
-        api.patch("endpointslices", "web-abcde", {"endpoints": [
-            {"addresses": ["10.1.0.6"], "conditions": {"ready": True}, "nodeName": "n2"},
-        ]})  # fmt: skip
+        api.patch(
+            "endpointslices",
+            "web-abcde",
+            {
+                "endpoints": [
+                    {"addresses": ["10.1.0.6"], "conditions": {"ready": True}, "nodeName": "n2"}
+                ]
+            },
+        )
         drained = eventually(
             lambda: vs_of(ipvs, "198.51.100.0").real_servers[("10.1.0.5", 8080)].weight == 0,
             what="weight 0 while the connection is open",
@@ -133,23 +145,40 @@ def test_terminating_endpoint_gets_weight_zero_and_comes_back_in_place(
         api.create(
             "services", service("web", PORTS, annotations={"lvs-director.io/backends": "pod"})
         )
-        api.create("endpointslices", endpoint_slice(
-            "web", [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, False)], SLICE_PORTS
-        ))  # fmt: skip
+        api.create(
+            "endpointslices",
+            endpoint_slice(
+                "web",
+                [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, False)],
+                SLICE_PORTS,
+            ),
+        )
         eventually(
             lambda: (
                 vs_of(ipvs, "198.51.100.0") and len(vs_of(ipvs, "198.51.100.0").real_servers) == 2
             )
         )
         ipvs.set_connections(key, ("10.1.0.6", 8080), active=3, inactive=0)
-        api.patch("endpointslices", "web-abcde", endpoint_slice(
-            "web", [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, True)], SLICE_PORTS
-        ))  # fmt: skip
+        api.patch(
+            "endpointslices",
+            "web-abcde",
+            endpoint_slice(
+                "web",
+                [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, True)],
+                SLICE_PORTS,
+            ),
+        )
         eventually(lambda: vs_of(ipvs, "198.51.100.0").real_servers[("10.1.0.6", 8080)].weight == 0)
         adds_before = sum(op.kind.value == "add-dest" for op in ipvs.applied)
-        api.patch("endpointslices", "web-abcde", endpoint_slice(
-            "web", [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, False)], SLICE_PORTS
-        ))  # fmt: skip
+        api.patch(
+            "endpointslices",
+            "web-abcde",
+            endpoint_slice(
+                "web",
+                [("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, False)],
+                SLICE_PORTS,
+            ),
+        )
         eventually(lambda: vs_of(ipvs, "198.51.100.0").real_servers[("10.1.0.6", 8080)].weight == 1)
         assert sum(op.kind.value == "add-dest" for op in ipvs.applied) == adds_before, (
             "set in place"
@@ -184,8 +213,11 @@ def test_a_pod_moving_between_nodes_moves_the_local_weight_in_place(
         eventually(lambda: weights().get("192.0.2.12") == 4, what="n2 takes all")
         # n1 has no pod left: it is no real server any more (kube-proxy there would drop).
         eventually(lambda: weights() == {"192.0.2.12": 4}, what="n1 gone")
-        api.patch("services", "web", {"metadata": {"annotations": {
-            "lvs-director.io/local-weights": "even"}}})  # fmt: skip
+        api.patch(
+            "services",
+            "web",
+            {"metadata": {"annotations": {"lvs-director.io/local-weights": "even"}}},
+        )
         eventually(lambda: weights() == {"192.0.2.12": 1}, what="turned off by annotation")
 
 
@@ -249,8 +281,18 @@ def test_api_outage_and_410_change_nothing_in_the_kernel_then_resume(
                 lambda: not runtime.controller.health.kubernetes_connected, what="outage seen"
             )
             # The cluster changes while the director cannot see it.
-            api.store.patch("nodes", "", "n1", {"metadata": {"labels": {
-                "node.kubernetes.io/exclude-from-external-load-balancers": "true"}}})  # fmt: skip
+            api.store.patch(
+                "nodes",
+                "",
+                "n1",
+                {
+                    "metadata": {
+                        "labels": {
+                            "node.kubernetes.io/exclude-from-external-load-balancers": "true"
+                        }
+                    }
+                },
+            )
         assert len(ipvs.applied) == writes, "nothing removed or re-added during the outage"
         eventually(lambda: runtime.controller.health.kubernetes_connected, what="reconnection")
         eventually(lambda: len(vs_of(ipvs, "198.51.100.0").real_servers) == 1, what="catch-up")
@@ -312,16 +354,25 @@ def test_one_slice_change_touches_only_its_service(api: FakeApiServer, kubeconfi
     with start(kubeconfig, ipvs, pool="198.51.100.0/27"):
         for i in range(20):
             api.create("services", service(f"s{i}", PORTS, annotations=pod))
-            api.create("endpointslices", endpoint_slice(
-                f"s{i}", [(f"10.1.{i}.5", "n1", True, False)], SLICE_PORTS, name=f"s{i}-x"
-            ))  # fmt: skip
+            api.create(
+                "endpointslices",
+                endpoint_slice(
+                    f"s{i}", [(f"10.1.{i}.5", "n1", True, False)], SLICE_PORTS, name=f"s{i}-x"
+                ),
+            )
         eventually(lambda: len(ipvs.read().services) == 20, what="20 virtual services")
         eventually(lambda: all(len(vs.real_servers) == 1 for vs in ipvs.read().services.values()))
         calls, applied = ipvs.calls, len(ipvs.applied)
-        api.patch("endpointslices", "s7-x", {"endpoints": [
-            {"addresses": ["10.1.7.5"], "conditions": {"ready": True}},
-            {"addresses": ["10.1.7.6"], "conditions": {"ready": True}},
-        ]})  # fmt: skip
+        api.patch(
+            "endpointslices",
+            "s7-x",
+            {
+                "endpoints": [
+                    {"addresses": ["10.1.7.5"], "conditions": {"ready": True}},
+                    {"addresses": ["10.1.7.6"], "conditions": {"ready": True}},
+                ]
+            },
+        )
         eventually(lambda: len(ipvs.applied) > applied, what="the change")
         new_ops = ipvs.applied[applied:]
         assert [(op.kind.value, op.dest.address if op.dest else None) for op in new_ops] == [
@@ -406,10 +457,13 @@ def test_a_service_without_node_ports_gets_no_dead_address_in_nodeport_mode(
             "set lvs-director.io/backends: pod, or give the port a nodePort"
         )
         assert ingress(api, "bare") == [] and ipvs.read().services == {}
-        api.create("endpointslices", endpoint_slice("bare", [("10.244.1.5", "n1", True, False)],
-                                                    SLICE_PORTS))  # fmt: skip
-        api.patch("services", "bare",
-                  {"metadata": {"annotations": {"lvs-director.io/backends": "pod"}}})  # fmt: skip
+        api.create(
+            "endpointslices",
+            endpoint_slice("bare", [("10.244.1.5", "n1", True, False)], SLICE_PORTS),
+        )
+        api.patch(
+            "services", "bare", {"metadata": {"annotations": {"lvs-director.io/backends": "pod"}}}
+        )
         assert eventually(lambda: ingress(api, "bare"), what="an address") == ["198.51.100.0"]
         vs = eventually(lambda: vs_of(ipvs, "198.51.100.0"), what="the virtual service")
         assert list(vs.real_servers) == [("10.244.1.5", 8080)]
@@ -500,8 +554,9 @@ kubernetes: {{kubeconfig: {kubeconfig}, identity: a, lease_seconds: 2}}
         assert ingress(api, "plain") == ["198.51.100.0"]
         eventually(lambda: "AddressRefused" in reasons(api, "greedy"), what="a refusal")
         refusal = next(e for e in api.events_for("greedy") if e["reason"] == "AddressRefused")
-        assert "pool 'team-a' serves only namespaces team-a, not default/greedy" in refusal[
-            "message"]  # fmt: skip
+        assert (
+            "pool 'team-a' serves only namespaces team-a, not default/greedy" in refusal["message"]
+        )
         api.patch("services", "shop", {"metadata": {"labels": {"tier": "db"}}})
         eventually(lambda: ingress(api, "shop") == ["198.51.100.1"], what="shop moved")
     finally:

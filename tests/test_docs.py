@@ -24,9 +24,12 @@ def test_every_field_of_the_schema_says_what_it_is_for() -> None:
     from director.schema.config import json_schema
 
     schema = json_schema()
-    silent = [f"{name}.{field}" for name, node in schema["$defs"].items()
-              for field, prop in node.get("properties", {}).items()
-              if len(prop.get("description", "")) < 10]  # fmt: skip
+    silent = [
+        f"{name}.{field}"
+        for name, node in schema["$defs"].items()
+        for field, prop in node.get("properties", {}).items()
+        if len(prop.get("description", "")) < 10
+    ]
     assert silent == []
 
 
@@ -67,8 +70,10 @@ def test_every_link_between_the_pages_leads_somewhere(source: Path) -> None:
 
 def test_the_link_check_finds_a_heading_that_is_not_there(tmp_path: Path) -> None:
     page_ = tmp_path / "page.md"
-    page_.write_text("# Scale-out: active-active\n## Faults survived\n## Faults survived\n"
-                     "[a](#scale-out-active-active) [b](#faults-survived-1) [c](#nowhere)\n"
-                     "[d](missing.md)\n")  # fmt: skip
+    page_.write_text(
+        "# Scale-out: active-active\n## Faults survived\n## Faults survived\n"
+        "[a](#scale-out-active-active) [b](#faults-survived-1) [c](#nowhere)\n"
+        "[d](missing.md)\n"
+    )
     with pytest.raises(AssertionError, match=r"#nowhere: no such heading.*missing.md: no such"):
         test_every_link_between_the_pages_leads_somewhere(page_)

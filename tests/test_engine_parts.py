@@ -160,7 +160,8 @@ def test_nothing_to_drain_leaves_the_service_as_it_is_and_asks_the_kernel_nothin
     assert drains.apply(TCP, wanted, None, frozenset()) is wanted
     assert drains.apply(TCP, wanted, vs(TCP, B, A), frozenset()) is wanted  # any order
     assert drains.apply(UDP, vs(UDP, A), vs(UDP, A, B), frozenset()).real_servers == {
-        A: vs(UDP, A).real_servers[A]}  # UDP: removed at once, not drained
+        A: vs(UDP, A).real_servers[A]
+    }  # UDP: removed at once, not drained
     # Removed from what the kernel holds: drained (weight 0), so the kernel is asked.
     with pytest.raises(AssertionError, match="connections were read"):
         drains.apply(TCP, vs(TCP, A), wanted, frozenset())
@@ -193,8 +194,9 @@ class Writer:
     def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
         self.status.append((f"{namespace}/{name}", ips))
 
-    def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
-              message: str) -> None:  # fmt: skip
+    def event(
+        self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
+    ) -> None:
         self.events.append((f"{namespace}/{name}", reason, message))
 
 
@@ -243,15 +245,20 @@ class Refusing(Writer):
             raise KubeError(500, "InternalError", "etcd leader changed")
         super().patch_status(namespace, name, ips)
 
-    def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
-              message: str) -> None:  # fmt: skip
+    def event(
+        self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
+    ) -> None:
         from director.adapters.kube import KubeError
 
         self.release.wait(5)
         self.attempts.append(f"event {name}")
         if namespace == "terminating":
-            raise KubeError(403, "Forbidden", f"unable to create new content in namespace "
-                            f"{namespace} because it is being terminated")  # fmt: skip
+            raise KubeError(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace "
+                f"{namespace} because it is being terminated",
+            )
         super().event(namespace, name, uid, kind=kind, reason=reason, message=message)
 
 
@@ -259,10 +266,16 @@ def test_a_refused_event_does_not_hold_back_a_later_status_write() -> None:
     writer, failures = Refusing(), []
     outbox = Outbox(writer, failures.append)
     try:
-        outbox.put(("event", "terminating/old", "Refused", "x"), lambda: writer.event(
-            "terminating", "old", "u1", kind="Warning", reason="Refused", message="x"))  # fmt: skip
-        outbox.put(("status", "default/new"),
-                   lambda: writer.patch_status("default", "new", ("198.51.100.1",)))  # fmt: skip
+        outbox.put(
+            ("event", "terminating/old", "Refused", "x"),
+            lambda: writer.event(
+                "terminating", "old", "u1", kind="Warning", reason="Refused", message="x"
+            ),
+        )
+        outbox.put(
+            ("status", "default/new"),
+            lambda: writer.patch_status("default", "new", ("198.51.100.1",)),
+        )
         eventually(outbox.idle, timeout=5, what="both writes settled")
         assert writer.status == [("default/new", ("198.51.100.1",))]
         assert writer.attempts.count("event old") == 1, "a 403 is not retried"
@@ -275,12 +288,15 @@ def test_a_failing_write_is_retried_on_its_own_while_the_others_go_ahead() -> No
     writer, failures = Refusing(), []
     outbox = Outbox(writer, failures.append)
     try:
-        outbox.put(("status", "default/flaky"),
-                   lambda: writer.patch_status("default", "flaky", ("198.51.100.2",)))  # fmt: skip
+        outbox.put(
+            ("status", "default/flaky"),
+            lambda: writer.patch_status("default", "flaky", ("198.51.100.2",)),
+        )
         eventually(lambda: failures, timeout=5, what="the first failure")
         for name in ("a", "b", "c"):
-            outbox.put(("status", f"default/{name}"),
-                       lambda n=name: writer.patch_status("default", n, ()))  # fmt: skip
+            outbox.put(
+                ("status", f"default/{name}"), lambda n=name: writer.patch_status("default", n, ())
+            )
         eventually(outbox.idle, timeout=10, what="every write done")
         assert writer.attempts[:4] == ["status flaky", "status a", "status b", "status c"]
         assert writer.attempts.count("status flaky") == 3  # two 500s, then written
@@ -305,8 +321,9 @@ def test_an_event_write_that_hangs_does_not_hold_back_status() -> None:
         outbox.put(("event", "default/e1", "R", "m"), hanging_event)
         eventually(lambda: not outbox._queues[1], what="the Event write under way")
         for name in ("first", "second"):
-            outbox.put(("status", f"default/{name}"),
-                       lambda n=name: writer.patch_status("default", n, ()))  # fmt: skip
+            outbox.put(
+                ("status", f"default/{name}"), lambda n=name: writer.patch_status("default", n, ())
+            )
         eventually(lambda: len(writer.status) == 2, timeout=5, what="status written")
         assert writer.attempts == ["status first", "status second"], "the Event still hangs"
         hang.set()
@@ -327,8 +344,9 @@ def test_a_server_answering_429_is_asked_once_per_backoff_step_not_once_per_even
     attempts: list[str] = []
 
     class Busy(Writer):
-        def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
-                  message: str) -> None:  # fmt: skip
+        def event(
+            self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
+        ) -> None:
             attempts.append(message)
             raise KubeError(429, "TooManyRequests", "slow down")
 
@@ -336,9 +354,17 @@ def test_a_server_answering_429_is_asked_once_per_backoff_step_not_once_per_even
     outbox = Outbox(writer, failures.append)
     try:
         for i in range(5000):
-            outbox.put(("event", f"default/s{i}", "Bad", f"tenant value {i}"),
-                       lambda i=i: writer.event("default", f"s{i}", "u", kind="Warning",
-                                                reason="Bad", message=f"tenant value {i}"))
+            outbox.put(
+                ("event", f"default/s{i}", "Bad", f"tenant value {i}"),
+                lambda i=i: writer.event(
+                    "default",
+                    f"s{i}",
+                    "u",
+                    kind="Warning",
+                    reason="Bad",
+                    message=f"tenant value {i}",
+                ),
+            )
         outbox.put(("status", "default/web"), lambda: writer.patch_status("default", "web", ()))
         eventually(lambda: writer.status, timeout=5, what="the status written all the same")
         time.sleep(3)
@@ -356,15 +382,18 @@ def test_an_event_not_written_in_time_is_dropped_as_stale() -> None:
     now = [1000.0]
 
     class Down(Writer):
-        def event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str,
-                  message: str) -> None:  # fmt: skip
+        def event(
+            self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
+        ) -> None:
             raise ConnectionRefusedError("no API server")
 
     writer, failures = Down(), []
     outbox = Outbox(writer, failures.append, clock=lambda: now[0])
     try:
-        outbox.put(("event", "default/web", "R", "m"), lambda: writer.event(
-            "default", "web", "u", kind="Normal", reason="R", message="m"))  # fmt: skip
+        outbox.put(
+            ("event", "default/web", "R", "m"),
+            lambda: writer.event("default", "web", "u", kind="Normal", reason="R", message="m"),
+        )
         eventually(lambda: failures, timeout=5, what="the first failure")
         now[0] += EVENT_MAX_AGE + 1  # the API server is back hours later: nothing stale sent
         with outbox._cv:
@@ -383,8 +412,9 @@ def test_write_failures_reach_the_metrics_through_the_loop() -> None:
     ]:
         reporter.absorb(failed)
     assert status.write_errors == {
-        ("create", "events", "403"): 2, ("patch", "services/status", "unreachable"): 1
-    }  # fmt: skip
+        ("create", "events", "403"): 2,
+        ("patch", "services/status", "unreachable"): 1,
+    }
     assert status.copy(synced=True).write_errors is not status.write_errors
     controller = Controller(FakeIpvs(), parse_config("ownership: {networks: [10.0.0.0/8]}\n"))
     controller.post(WriteFailed("patch", "services/status", "500", False))
@@ -562,8 +592,9 @@ def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vi
     folder = tmp_path / "state"
     folder.mkdir()
     state, clock = folder / "state.json", Clock()
-    controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"), state_file=state,
-                            clock=clock)  # fmt: skip
+    controller = Controller(
+        FakeIpvs(), parse_config(CHECKED, "static.yaml"), state_file=state, clock=clock
+    )
     told: list[frozenset[str]] = []
     controller.on_vips = told.append
     folder.rename(tmp_path / "elsewhere")
@@ -579,8 +610,10 @@ def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vi
     (tmp_path / "elsewhere").rename(folder)
     clock.now += 60.0  # past the backoff
     controller.step(0.01)
-    assert json.loads(state.read_text())["services"] and controller.health.owned.get(
-        "state-file").in_sync  # type: ignore[union-attr]
+    assert (
+        json.loads(state.read_text())["services"]
+        and controller.health.owned.get("state-file").in_sync
+    )  # type: ignore[union-attr]
     state.unlink()  # someone cleans /var/lib up
     clock.now += 10.0
     controller.step(0.01)
@@ -589,14 +622,13 @@ def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vi
     assert state.exists() and controller.health.owned.get("state-file").repairs == 1  # type: ignore[union-attr]
 
 
-def test_an_intents_file_removed_behind_the_directors_back_is_written_again(
-    tmp_path: Any,
-) -> None:
+def test_an_intents_file_removed_behind_the_directors_back_is_written_again(tmp_path: Any) -> None:
     from director.core.intents import SetMaintenance
 
     path, clock = tmp_path / "intents.json", Clock()
-    controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"), intents_file=path,
-                            clock=clock)  # fmt: skip
+    controller = Controller(
+        FakeIpvs(), parse_config(CHECKED, "static.yaml"), intents_file=path, clock=clock
+    )
     controller.step(0.01)
     reply = controller.submit_intent(SetMaintenance("kernel upgrade"), timeout=0)
     controller.step(0.01)

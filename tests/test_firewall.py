@@ -38,17 +38,26 @@ def test_the_ruleset_names_each_service_and_only_the_directors_table() -> None:
     assert len(sets) == 1 and sets[0].startswith("src4_")
     assert f"add element inet director {sets[0]} {{ 10.0.0.0/8, 192.168.1.0/24 }}" in lines
     assert f"add rule inet director svc4_tcp_198_51_100_1_80 ip saddr @{sets[0]} accept" in lines
-    assert 'add rule inet director svc4_tcp_198_51_100_1_80 counter name ' \
-        '"drop4_tcp_198_51_100_1_80" drop' in lines  # fmt: skip
-    assert "add element inet director services4 { 198.51.100.1 . tcp . 80 : goto " \
-        "svc4_tcp_198_51_100_1_80 }" in lines  # fmt: skip
+    assert (
+        "add rule inet director svc4_tcp_198_51_100_1_80 counter name "
+        '"drop4_tcp_198_51_100_1_80" drop' in lines
+    )
+    assert (
+        "add element inet director services4 { 198.51.100.1 . tcp . 80 : goto "
+        "svc4_tcp_198_51_100_1_80 }" in lines
+    )
     # Open to none: only the drop.
-    assert [line for line in lines if "svc6_udp_2001_db8_100__53_53 " in line and "rule" in line] \
-        == ['add rule inet director svc6_udp_2001_db8_100__53_53 counter name '
-            '"drop6_udp_2001_db8_100__53_53" drop']  # fmt: skip
+    assert [
+        line for line in lines if "svc6_udp_2001_db8_100__53_53 " in line and "rule" in line
+    ] == [
+        "add rule inet director svc6_udp_2001_db8_100__53_53 counter name "
+        '"drop6_udp_2001_db8_100__53_53" drop'
+    ]
     # What a removed Service left is deleted in the same transaction.
-    assert lines[-2:] == ["delete chain inet director svc4_tcp_198_51_100_9_80",
-                          "delete counter inet director drop4_tcp_198_51_100_9_80"]  # fmt: skip
+    assert lines[-2:] == [
+        "delete chain inet director svc4_tcp_198_51_100_9_80",
+        "delete counter inet director drop4_tcp_198_51_100_9_80",
+    ]
 
 
 def test_services_allowing_the_same_sources_share_one_set_and_overlaps_merge() -> None:
@@ -56,12 +65,16 @@ def test_services_allowing_the_same_sources_share_one_set_and_overlaps_merge() -
     ranges = ("10.0.0.0/8", "10.1.0.0/16", "192.168.1.0/25", "192.168.1.128/25")
     text = render_nft({WEB: ranges, other: ranges[::-1]})
     sets = [line for line in text.splitlines() if line.startswith("add element inet director src")]
-    assert sets == [f"add element inet director {sets[0].split()[4]} {{ 10.0.0.0/8, "
-                    "192.168.1.0/24 }"]  # fmt: skip
+    assert sets == [
+        f"add element inet director {sets[0].split()[4]} {{ 10.0.0.0/8, 192.168.1.0/24 }}"
+    ]
     assert text.count(f"@{sets[0].split()[4]} accept") == 2
     # Dropping one of them deletes its chain; the set goes with the last user.
-    names = [line.split()[4] for line in text.splitlines() if line.startswith("add ")
-             and line.split()[1] in ("set", "chain", "counter")]  # fmt: skip
+    names = [
+        line.split()[4]
+        for line in text.splitlines()
+        if line.startswith("add ") and line.split()[1] in ("set", "chain", "counter")
+    ]
     alone = render_nft({WEB: ranges}, existing=names)
     assert "delete set" not in alone
     assert "delete chain inet director svc4_tcp_198_51_100_1_443" in alone
@@ -152,8 +165,14 @@ def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
     runtime = Runtime(config, ipvs, firewall=firewall)
     with runtime.start():
         assert runtime.wait_ready(20)
-        api.create("services", service("untouched-nodes", [("http", "TCP", 80)],
-                                       annotations={"lvs-director.io/forwarding": "fullnat"}))
+        api.create(
+            "services",
+            service(
+                "untouched-nodes",
+                [("http", "TCP", 80)],
+                annotations={"lvs-director.io/forwarding": "fullnat"},
+            ),
+        )
         api.create("services", service("public", [("http", "TCP", 80)]))
         eventually(lambda: len(ipvs.read().services) == 1, what="the other Service served")
         (served,) = ipvs.read().services
@@ -199,9 +218,7 @@ services:
 """
 
 
-def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(
-    tmp_path: Path,
-) -> None:
+def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(tmp_path: Path) -> None:
     from director.schema.config import load_config
 
     firewall = FakeFirewall()
@@ -250,31 +267,48 @@ def test_full_nat_serves_backends_whose_routes_never_lead_back_to_the_director(
             be.ns.ip(f"route replace default via {BACKEND_NET4}.254")
         with FakeApiServer() as api:
             ipvs = KernelIpvs(netns=lab.lvs.name)
-            config = settings(api.kubeconfig(tmp_path / "kc"), pool=pool,
-                              extra=f"snat: {{addresses: [{snat}]}}")  # fmt: skip
+            config = settings(
+                api.kubeconfig(tmp_path / "kc"), pool=pool, extra=f"snat: {{addresses: [{snat}]}}"
+            )
             runtime = Runtime(config, ipvs)
             runtime.start()
             try:
                 assert runtime.wait_ready(60)
                 for name, forwarding in (("nat", "nat"), ("full", "fullnat")):
-                    obj = service(name, [("http", "TCP", 80)], annotations={
-                        "lvs-director.io/backends": "pod",
-                        "lvs-director.io/forwarding": forwarding})  # fmt: skip
+                    obj = service(
+                        name,
+                        [("http", "TCP", 80)],
+                        annotations={
+                            "lvs-director.io/backends": "pod",
+                            "lvs-director.io/forwarding": forwarding,
+                        },
+                    )
                     obj["spec"]["ports"][0]["targetPort"] = NAT_PORT
                     api.create("services", obj)
-                    api.create("endpointslices", endpoint_slice(
-                        name, [(b.ipv4, None, True, False) for b in lab.backends],
-                        [("http", "TCP", NAT_PORT)]))  # fmt: skip
+                    api.create(
+                        "endpointslices",
+                        endpoint_slice(
+                            name,
+                            [(b.ipv4, None, True, False) for b in lab.backends],
+                            [("http", "TCP", NAT_PORT)],
+                        ),
+                    )
+
                 def address(name: str) -> str | None:
                     status = api.get("services", name)["status"]
                     return status["loadBalancer"].get("ingress", [{}])[0].get("ip")  # type: ignore[no-any-return]
 
-                vips = {n: eventually(lambda n=n: address(n), what="an address")
-                        for n in ("nat", "full")}  # fmt: skip
+                vips = {
+                    n: eventually(lambda n=n: address(n), what="an address")
+                    for n in ("nat", "full")
+                }
                 for vip in vips.values():
                     key = ServiceKey.inet(Protocol.TCP, vip, 80)
-                    eventually(lambda k=key: (vs := ipvs.read_service(k)) and vs.real_servers,
-                               timeout=60, what="the virtual service")  # fmt: skip
+                    eventually(
+                        lambda k=key: (vs := ipvs.read_service(k)) and vs.real_servers,
+                        timeout=60,
+                        what="the virtual service",
+                    )
                 assert lab.lvs.exec(["sysctl", "-n", "net.ipv4.vs.conntrack"]).strip() == "1"
                 answers = [ask_tcp(lab.client, vips["full"], 80, timeout=10) for _ in range(6)]
                 assert set(answers) <= {b.name for b in lab.backends} and len(set(answers)) > 1
@@ -283,9 +317,11 @@ def test_full_nat_serves_backends_whose_routes_never_lead_back_to_the_director(
                 with pytest.raises(OSError):  # nat: the reply goes to the nodes' own gateway
                     ask_tcp(lab.client, vips["nat"], 80, timeout=3)
                 with capsys.disabled():
-                    print(f"\nfull NAT: {len(answers)}/{len(answers)} answered by "
-                          f"{', '.join(sorted(set(answers)))}, each seeing {snat}; nat: no "
-                          "answer (the nodes route elsewhere)")  # fmt: skip
+                    print(
+                        f"\nfull NAT: {len(answers)}/{len(answers)} answered by "
+                        f"{', '.join(sorted(set(answers)))}, each seeing {snat}; nat: no "
+                        "answer (the nodes route elsewhere)"
+                    )
             finally:
                 runtime.stop()
                 Reconciler(ipvs, config.ownership).full_sync({})
@@ -308,8 +344,13 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
         lab.lvs.ip(f"route add local {pool} dev lo")
         start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())  # closed with the lab
         # Someone else's table in the same namespace: never touched.
-        lab.lvs.exec(["nft", "add table inet someone; add chain inet someone c; "
-                      "add rule inet someone c counter accept"])  # fmt: skip
+        lab.lvs.exec(
+            [
+                "nft",
+                "add table inet someone; add chain inet someone c; "
+                "add rule inet someone c counter accept",
+            ]
+        )
         before_other = lab.lvs.exec(["nft", "list", "table", "inet", "someone"])
         allowed, excluded = lab.client_sources4[0], lab.client_sources4[1]
         with FakeApiServer() as api:
@@ -325,14 +366,28 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                 obj["spec"]["ports"][0]["targetPort"] = NAT_PORT  # type: ignore[index]
                 obj["metadata"]["annotations"] = {"lvs-director.io/backends": "pod"}  # type: ignore[index]
                 api.create("services", obj)
-                api.create("endpointslices", endpoint_slice(
-                    "web", [(b.ipv4, None, True, False) for b in lab.backends],
-                    [("http", "TCP", NAT_PORT)]))  # fmt: skip
-                vip = eventually(lambda: api.get("services", "web")["status"]["loadBalancer"]
-                                 .get("ingress", [{}])[0].get("ip"), what="an address")  # fmt: skip
+                api.create(
+                    "endpointslices",
+                    endpoint_slice(
+                        "web",
+                        [(b.ipv4, None, True, False) for b in lab.backends],
+                        [("http", "TCP", NAT_PORT)],
+                    ),
+                )
+                vip = eventually(
+                    lambda: (
+                        api.get("services", "web")["status"]["loadBalancer"]
+                        .get("ingress", [{}])[0]
+                        .get("ip")
+                    ),
+                    what="an address",
+                )
                 key = ServiceKey.inet(Protocol.TCP, vip, 80)
-                eventually(lambda: (vs := ipvs.read_service(key)) and vs.real_servers,
-                           timeout=60, what="the virtual service")  # fmt: skip
+                eventually(
+                    lambda: (vs := ipvs.read_service(key)) and vs.real_servers,
+                    timeout=60,
+                    what="the virtual service",
+                )
                 answered = ask_tcp(lab.client, vip, 80, source=allowed)
                 assert answered in {b.name for b in lab.backends}
                 with pytest.raises(OSError):  # dropped: the connection times out
@@ -344,8 +399,10 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                 assert tables == ["director", "someone"]
                 assert lab.lvs.exec(["nft", "list", "table", "inet", "someone"]) == before_other
                 with capsys.disabled():
-                    print(f"\nsource ranges: {allowed} served by {answered}; {excluded} refused "
-                          f"({dropped} packets dropped, counted by nft)")  # fmt: skip
+                    print(
+                        f"\nsource ranges: {allowed} served by {answered}; {excluded} refused "
+                        f"({dropped} packets dropped, counted by nft)"
+                    )
                 # The Service opened up: the filter goes, the excluded client gets in.
                 api.patch("services", "web", {"spec": {"loadBalancerSourceRanges": None}})
                 eventually(lambda: not runtime.firewall.dropped(), what="the filter removed")
@@ -379,8 +436,10 @@ def flush_ruleset(firewall: object) -> None:
     if isinstance(firewall, FakeFirewall):
         firewall.flush()
         return
-    subprocess.run(["ip", "netns", "exec", firewall.netns, "nft", "flush", "ruleset"],  # type: ignore[attr-defined]
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["ip", "netns", "exec", firewall.netns, "nft", "flush", "ruleset"],  # type: ignore[attr-defined]
+        check=True,
+    )
 
 
 def test_the_filter_holds_exactly_what_it_was_given(firewall) -> None:  # type: ignore[no-untyped-def]
@@ -462,8 +521,10 @@ def test_a_service_with_thousands_of_problems_is_one_event() -> None:
     reporter = Reporter(box, status, dry_run=False)  # type: ignore[arg-type]
     reporter.lead(True)
     svc = service_from_json(service("web", [("http", "TCP", 80)]))
-    many = [Problem("endpointslice", f"10.0.{i // 256}.{i % 256}: bad", "InvalidEndpoint")
-            for i in range(8000)]  # fmt: skip
+    many = [
+        Problem("endpointslice", f"10.0.{i // 256}.{i % 256}: bad", "InvalidEndpoint")
+        for i in range(8000)
+    ]
     reporter.report_problems(svc, many)
     assert len(box.puts) == 1 and "8000 problems" in box.puts[0][3]
     assert status.refused == {"endpointslices": 8000}
@@ -495,8 +556,11 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
         owned = runtime.controller.health.owned
         flush_ruleset(firewall)
         assert firewall.admits(key, "203.0.113.3"), "open to everyone now"
-        eventually(lambda: firewall.rules == {key: ("203.0.113.2/32",)}, timeout=10,
-                   what="the filter written again")  # fmt: skip
+        eventually(
+            lambda: firewall.rules == {key: ("203.0.113.2/32",)},
+            timeout=10,
+            what="the filter written again",
+        )
         state = eventually(lambda: (s := owned.get("nftables")) and s.in_sync and s.repairs and s)
         assert state.repairs == 1 and key in runtime.controller.view.filtered
         assert not firewall.admits(key, "203.0.113.3")
@@ -534,11 +598,18 @@ def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
     assert any(line.endswith("snat ip6 to 2001:db8::1") for line in lines)
     only4 = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to={Family.INET: "192.0.2.1"})
     assert "fullnat6 {" not in only4.split("add element")[-1] and "snat ip6" not in only4
-    gone = render_nft({}, existing=["fullnat_mark", "fullnat_snat", "fullnat4", "fullnat6"],
-                      snat=frozenset(), snat_to=SNAT_TO)  # fmt: skip
+    gone = render_nft(
+        {},
+        existing=["fullnat_mark", "fullnat_snat", "fullnat4", "fullnat6"],
+        snat=frozenset(),
+        snat_to=SNAT_TO,
+    )
     assert gone.splitlines()[-4:] == [
-        "delete chain inet director fullnat_mark", "delete chain inet director fullnat_snat",
-        "delete set inet director fullnat4", "delete set inet director fullnat6"]
+        "delete chain inet director fullnat_mark",
+        "delete chain inet director fullnat_snat",
+        "delete set inet director fullnat4",
+        "delete set inet director fullnat6",
+    ]
 
 
 def test_full_nat_is_held_and_read_back_as_the_filter_is(firewall) -> None:  # type: ignore[no-untyped-def]

@@ -189,8 +189,9 @@ def test_a_wedged_director_gives_up_mastership_and_a_restart_does_not(
     def watch() -> None:
         while not watching.is_set():
             if not d1.has(NAT_VIP) or d2.has(NAT_VIP):
-                flaps.append(f"{time.strftime('%H:%M:%S')} d1 {d1.has(NAT_VIP)} "
-                             f"d2 {d2.has(NAT_VIP)}")  # fmt: skip
+                flaps.append(
+                    f"{time.strftime('%H:%M:%S')} d1 {d1.has(NAT_VIP)} d2 {d2.has(NAT_VIP)}"
+                )
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -212,11 +213,13 @@ def test_a_wedged_director_gives_up_mastership_and_a_restart_does_not(
         before = talkers.answered
         wait_for(lambda: talkers.answered >= before + 300, 30)
         with capsys.disabled():
-            print(f"\nliveness: a restart of d1's director took {took:.1f}s, VIP moves during "
-                  f"it and {ALIVE_SECONDS}s after: {len(flaps)}; a wedged loop: the VIP on d2 "
-                  f"after {moved}s ({alive_moved}/50 alive), back on d1 {back}s after the "
-                  f"loop stepped again; {talkers.alive}/50 alive, "
-                  f"{talkers.failed} failed")  # fmt: skip
+            print(
+                f"\nliveness: a restart of d1's director took {took:.1f}s, VIP moves during "
+                f"it and {ALIVE_SECONDS}s after: {len(flaps)}; a wedged loop: the VIP on d2 "
+                f"after {moved}s ({alive_moved}/50 alive), back on d1 {back}s after the "
+                f"loop stepped again; {talkers.alive}/50 alive, "
+                f"{talkers.failed} failed"
+            )
         assert flaps == [], "an ordinary restart moved the VIP"
         assert moved is not None, "the wedged box kept the VIPs"
         assert moved >= ALIVE_SECONDS - 1, "the VIPs moved before the loop was late"
@@ -229,8 +232,9 @@ def test_a_wedged_director_gives_up_mastership_and_a_restart_does_not(
             print(f"d1's director restarted at {restarted}; VIP moves: {flaps[:3]}")
             for d in pair.directors:
                 said = (d.workdir / "keepalived.log").read_bytes()[logs[d.name] :]
-                print(f"{d.name} keepalived:", *said.decode(errors="replace").splitlines(),
-                      sep="\n  ")  # fmt: skip
+                print(
+                    f"{d.name} keepalived:", *said.decode(errors="replace").splitlines(), sep="\n  "
+                )
     one_master(pair, NAT_VIP, d1)
     heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
     assert heard is not None

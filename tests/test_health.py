@@ -124,10 +124,25 @@ def tls_server(
     ``on_sni`` is told the name each client asks for (None: no SNI)."""
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     if on_sni is not None:
@@ -140,8 +155,7 @@ def tls_server(
         def get_request(self) -> tuple[socket.socket, tuple[str, int]]:
             sock, peer = self.socket.accept()
             sock.settimeout(10)
-            return context.wrap_socket(sock, server_side=True,
-                                       do_handshake_on_connect=False), peer  # fmt: skip
+            return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), peer
 
     server = Server(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -212,7 +226,8 @@ def test_a_virtual_host_check_names_the_host_in_sni_and_the_host_header(tmp_path
         eventually(lambda: checker.health(Target("127.0.0.1", port, named)).checks >= 2)  # type: ignore[union-attr]
         assert checker.health(Target("127.0.0.1", port, named)).last == "HTTP 200"  # type: ignore[union-attr]
         assert set(seen["sni"]) == {"shop.example.com"} and set(seen["host"]) == {
-            "shop.example.com"}  # fmt: skip
+            "shop.example.com"
+        }
         checker.update(add=[Target("127.0.0.1", port, plain)])
         eventually(lambda: checker.health(Target("127.0.0.1", port, plain)).checks >= 2)  # type: ignore[union-attr]
         assert checker.health(Target("127.0.0.1", port, plain)).last == "HTTP 404"  # type: ignore[union-attr]
@@ -274,16 +289,20 @@ def test_a_failing_real_server_is_quiesced_and_restored() -> None:
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
     try:
         eventually(
-            lambda: (vs := ipvs.read().services.get(key))
-            and vs.real_servers[("127.0.0.1", b)].weight == 0,
-            timeout=10, what="the dead real server at weight 0",
-        )  # fmt: skip
+            lambda: (
+                (vs := ipvs.read().services.get(key))
+                and vs.real_servers[("127.0.0.1", b)].weight == 0
+            ),
+            timeout=10,
+            what="the dead real server at weight 0",
+        )
         assert ipvs.read().services[key].real_servers[("127.0.0.1", a)].weight == 1
         revived = Listener(b)
         eventually(
             lambda: ipvs.read().services[key].real_servers[("127.0.0.1", b)].weight == 1,
-            timeout=10, what="weight back after rise successes",
-        )  # fmt: skip
+            timeout=10,
+            what="weight back after rise successes",
+        )
         revived.close()
     finally:
         stop.set()

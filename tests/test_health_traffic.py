@@ -124,10 +124,14 @@ def test_local_traffic_policy_follows_the_health_check_node_port(lab: Lab, tmp_p
         obj["spec"]["healthCheckNodePort"] = HEALTH_PORT
         api.create("services", obj)
         # The EndpointSlices say both nodes host a ready endpoint; be2's kube-proxy disagrees.
-        api.create("endpointslices", endpoint_slice(
-            "web", [("10.1.0.5", "node1", True, False), ("10.1.0.6", "node2", True, False)],
-            [("http", "TCP", 8080)],
-        ))  # fmt: skip
+        api.create(
+            "endpointslices",
+            endpoint_slice(
+                "web",
+                [("10.1.0.5", "node1", True, False), ("10.1.0.6", "node2", True, False)],
+                [("http", "TCP", 8080)],
+            ),
+        )
         settings = parse_config(
             f"pools: [{{name: p, addresses: [{POOL}]}}]\n"
             f"health: {{check: none, interval: {INTERVAL}, timeout: {INTERVAL}}}\n"
@@ -146,10 +150,12 @@ def test_local_traffic_policy_follows_the_health_check_node_port(lab: Lab, tmp_p
             vip = ingress[0]["ip"]
             key = ServiceKey.inet(Protocol.TCP, vip, 80)
             eventually(
-                lambda: (vs := ipvs.read_service(key)) is not None
-                and vs.real_servers[(lab.backends[1].ipv4, NODE_PORT)].weight == 0,
+                lambda: (
+                    (vs := ipvs.read_service(key)) is not None
+                    and vs.real_servers[(lab.backends[1].ipv4, NODE_PORT)].weight == 0
+                ),
                 what="the node answering 503 at weight 0",
-            )  # fmt: skip
+            )
             answers = spread(lab, vip, 15)
             assert set(answers) == {lab.backends[0].name}, answers
         finally:

@@ -144,8 +144,10 @@ def test_reserved_addresses_are_never_given_out_nor_granted() -> None:
     )
     alloc = Allocator(settings.pools, reserved_addresses(settings))
     assert [alloc.assign(req(f"a/{i}")).addresses for i in range(3)] == [
-        (ip("198.51.100.2"),), (ip("198.51.100.3"),), ()
-    ]  # fmt: skip
+        (ip("198.51.100.2"),),
+        (ip("198.51.100.3"),),
+        (),
+    ]
     asked = alloc.assign(req("a/x", requested=(ip("198.51.100.0"),)))
     assert asked.error == "address 198.51.100.0 is reserved for the NodePort VIP"
     asked = alloc.assign(req("a/y", requested=(ip("198.51.100.1"),)))
@@ -179,8 +181,14 @@ def test_the_pool_use_graphed_is_what_is_held(steps: list[tuple[str, str]]) -> N
         elif action == "dual":
             alloc.assign(req(name, versions=(4, 6)))
         elif action == "shared":
-            alloc.assign(req(name, ports=frozenset({("UDP", hash(name) % 100 + 1)}),
-                             sharing_key="k", requested=(ip("198.51.100.3"),)))  # fmt: skip
+            alloc.assign(
+                req(
+                    name,
+                    ports=frozenset({("UDP", hash(name) % 100 + 1)}),
+                    sharing_key="k",
+                    requested=(ip("198.51.100.3"),),
+                )
+            )
         else:
             alloc.assign(req(name, pool="reserved"))
     used = {a for name in ["a/1", "a/2", "a/3", "a/4", "a/5"] for a in alloc.held(name)}
@@ -195,11 +203,19 @@ def limited() -> tuple[Pool, ...]:
     web = LabelSelector((("tier", "web"),), (("example.com/exposed", "NotIn", ("no",)),))
     return (
         Pool.parse("fallback", ["198.51.100.0/30"], all_addresses=True),
-        Pool.parse("team-a", ["198.51.100.8/31"], all_addresses=True,
-                   allocation=Allocation(1, frozenset({"team-a"}))),
-        Pool.parse("web", ["198.51.100.16/32"], all_addresses=True,
-                   allocation=Allocation(5, service_selectors=(web,))),
-    )  # fmt: skip
+        Pool.parse(
+            "team-a",
+            ["198.51.100.8/31"],
+            all_addresses=True,
+            allocation=Allocation(1, frozenset({"team-a"})),
+        ),
+        Pool.parse(
+            "web",
+            ["198.51.100.16/32"],
+            all_addresses=True,
+            allocation=Allocation(5, service_selectors=(web,)),
+        ),
+    )
 
 
 def test_a_pool_limited_to_namespaces_serves_only_them_and_says_so() -> None:
@@ -209,8 +225,9 @@ def test_a_pool_limited_to_namespaces_serves_only_them_and_says_so() -> None:
     named = alloc.assign(req("other/two", pool="team-a"))
     assert named.error == ("pool 'team-a' serves only namespaces team-a, not other/two")
     asked = alloc.assign(req("other/three", requested=(ip("198.51.100.9"),)))
-    assert asked.error == ("address 198.51.100.9: pool 'team-a' serves only namespaces "
-                           "team-a, not other/three")  # fmt: skip
+    assert asked.error == (
+        "address 198.51.100.9: pool 'team-a' serves only namespaces team-a, not other/three"
+    )
     assert alloc.assign(req("team-a/two", requested=(ip("198.51.100.9"),))).ok
 
 
@@ -248,9 +265,15 @@ def test_no_pool_serving_a_service_is_an_error_naming_what_each_serves() -> None
     assert out.error == "no pool with auto_assign serves b/web (allocate_to: a: namespaces a)"
 
 
-@given(st.lists(st.tuples(st.sampled_from(["team-a", "other"]),
-                          st.sampled_from([{}, {"tier": "web"}, {"tier": "db"}])),
-                max_size=12))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["team-a", "other"]),
+            st.sampled_from([{}, {"tier": "web"}, {"tier": "db"}]),
+        ),
+        max_size=12,
+    )
+)
 @settings(max_examples=60)
 def test_no_service_ever_holds_an_address_of_a_pool_that_does_not_serve_it(
     asks: list[tuple[str, dict[str, str]]],

@@ -49,12 +49,22 @@ def netns() -> Iterator[str]:
 
 def ha(tmp_path: Path, **kw: object) -> HaSettings:
     base = dict(
-        interface="eth-front", router_id="d1", priority=150, unicast_source="203.0.113.11",
-        peers=("203.0.113.12",), track_interfaces=("eth-back",), sync_interface="eth-back",
-        sync_id=7, gateways=(("192.0.2.1", 24, "eth-back"),), inline_vips=2,
-        config_file=str(tmp_path / "keepalived.conf"), pid_file=str(tmp_path / "k.pid"),
-        fifo=str(tmp_path / "k.fifo"), keepalived=KEEPALIVED, preempt_delay=5,
-    )  # fmt: skip
+        interface="eth-front",
+        router_id="d1",
+        priority=150,
+        unicast_source="203.0.113.11",
+        peers=("203.0.113.12",),
+        track_interfaces=("eth-back",),
+        sync_interface="eth-back",
+        sync_id=7,
+        gateways=(("192.0.2.1", 24, "eth-back"),),
+        inline_vips=2,
+        config_file=str(tmp_path / "keepalived.conf"),
+        pid_file=str(tmp_path / "k.pid"),
+        fifo=str(tmp_path / "k.fifo"),
+        keepalived=KEEPALIVED,
+        preempt_delay=5,
+    )
     base.update(kw)
     return HaSettings(**base)  # type: ignore[arg-type]
 
@@ -179,9 +189,12 @@ def test_the_notify_fifo_reports_state(tmp_path: Path) -> None:
 )
 def test_ha_settings_are_validated_at_start(body: str, where: str, reason: str) -> None:
     fields = {
-        "interface": "eth0", "router_id": "d1", "priority": "100",
-        "unicast_source": "203.0.113.11", "peers": "[203.0.113.12]",
-    }  # fmt: skip
+        "interface": "eth0",
+        "router_id": "d1",
+        "priority": "100",
+        "unicast_source": "203.0.113.11",
+        "peers": "[203.0.113.12]",
+    }
     key = body.split(":", maxsplit=1)[0]
     fields[key] = body.split(":", 1)[1].strip()
     text = "ha:\n" + "".join(f"  {k}: {v}\n" for k, v in fields.items())
@@ -215,13 +228,27 @@ ha:
 """
     ha_settings = parse_config(text, "ha.yaml").ha
     assert ha_settings == HaSettings(
-        interface="front", router_id="d1", priority=150, unicast_source="203.0.113.11",
-        peers=("203.0.113.12",), virtual_router_id=7, advert_int=0.25, preempt_delay=30,
-        nopreempt=True, track_interfaces=("back",), sync_interface="back", sync_id=3,
-        gateways=(("192.0.2.1", 24, "back"),), inline_vips=5, config_file="/etc/k.conf",
-        pid_file="/run/k.pid", fifo="/run/k.fifo", keepalived="/usr/sbin/keepalived",
-        netns="lab-d1", realtime_priority=10,
-    )  # fmt: skip
+        interface="front",
+        router_id="d1",
+        priority=150,
+        unicast_source="203.0.113.11",
+        peers=("203.0.113.12",),
+        virtual_router_id=7,
+        advert_int=0.25,
+        preempt_delay=30,
+        nopreempt=True,
+        track_interfaces=("back",),
+        sync_interface="back",
+        sync_id=3,
+        gateways=(("192.0.2.1", 24, "back"),),
+        inline_vips=5,
+        config_file="/etc/k.conf",
+        pid_file="/run/k.pid",
+        fifo="/run/k.fifo",
+        keepalived="/usr/sbin/keepalived",
+        netns="lab-d1",
+        realtime_priority=10,
+    )
 
 
 @pytest.mark.parametrize(
@@ -240,8 +267,14 @@ def test_every_shape_of_vip_set_passes_keepalived_t(
     """keepalived refuses a VRRPv3 instance with an empty virtual_ipaddress ("No VIP
     specified", exit 5): the instance then holds a stand-in, and the VIPs still float."""
     peer = "2001:db8:1::12" if ":" in source else "203.0.113.12"
-    settings = ha(tmp_path, netns=netns, unicast_source=source, peers=(peer,), gateways=(),
-                  inline_vips=inline_vips)  # fmt: skip
+    settings = ha(
+        tmp_path,
+        netns=netns,
+        unicast_source=source,
+        peers=(peer,),
+        gateways=(),
+        inline_vips=inline_vips,
+    )
     target = tmp_path / "k.conf"
     text = render_keepalived(settings, vips)
     target.write_text(text)
@@ -257,8 +290,9 @@ def alive(heartbeat: Path, seconds: int) -> int:
     """The check keepalived runs, as it runs it (the script line of the rendered file)."""
     from director.adapters.keepalived import ALIVE_CHECK
 
-    return subprocess.run(["/bin/sh", str(ALIVE_CHECK), str(heartbeat), str(seconds)],
-                          check=False).returncode  # fmt: skip
+    return subprocess.run(
+        ["/bin/sh", str(ALIVE_CHECK), str(heartbeat), str(seconds)], check=False
+    ).returncode
 
 
 def test_the_liveness_check_passes_on_a_fresh_heartbeat_only(tmp_path: Path) -> None:
@@ -291,14 +325,22 @@ def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping
 
     subprocess.run(["ip", "-n", netns, "link", "set", "eth-front", "up"], check=True)
     subprocess.run(["ip", "-n", netns, "link", "set", "eth-back", "up"], check=True)
-    subprocess.run(["ip", "-n", netns, "addr", "add", "203.0.113.11/24", "dev", "eth-front"],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["ip", "-n", netns, "addr", "add", "203.0.113.11/24", "dev", "eth-front"], check=True
+    )
     settings = HaSettings(  # no sync daemon: the host has no IPVS
-        interface="eth-front", router_id="d1", priority=150, unicast_source="203.0.113.11",
-        peers=("203.0.113.12",), config_file=str(tmp_path / "keepalived.conf"),
-        pid_file=str(tmp_path / "k.pid"), fifo=str(tmp_path / "k.fifo"), keepalived=KEEPALIVED,
-        netns=netns, alive_seconds=3,
-    )  # fmt: skip
+        interface="eth-front",
+        router_id="d1",
+        priority=150,
+        unicast_source="203.0.113.11",
+        peers=("203.0.113.12",),
+        config_file=str(tmp_path / "keepalived.conf"),
+        pid_file=str(tmp_path / "k.pid"),
+        fifo=str(tmp_path / "k.fifo"),
+        keepalived=KEEPALIVED,
+        netns=netns,
+        alive_seconds=3,
+    )
     path = heartbeat_path(settings)
     assert path is not None
     beat = Heartbeat(path)
@@ -307,17 +349,38 @@ def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping
     conf.write_text(render_keepalived(settings, ["203.0.113.100"]))
     log = tmp_path / "keepalived.log"
     daemon = subprocess.Popen(
-        ["ip", "netns", "exec", netns, KEEPALIVED, "--dont-fork", "--log-console", "--vrrp",
-         "-f", str(conf), "-p", str(tmp_path / "k.pid"), "-r", str(tmp_path / "v.pid")],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns,
+            KEEPALIVED,
+            "--dont-fork",
+            "--log-console",
+            "--vrrp",
+            "-f",
+            str(conf),
+            "-p",
+            str(tmp_path / "k.pid"),
+            "-r",
+            str(tmp_path / "v.pid"),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        eventually(lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(), 30,
-                   what="the check passing")  # fmt: skip
+        eventually(
+            lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(),
+            30,
+            what="the check passing",
+        )
         assert "priority from 150 to 1" not in log.read_text()
-        eventually(lambda: "Changing effective priority from 150 to 1" in log.read_text(), 30,
-                   what="the priority dropping once the heartbeat is older than 3 s")  # fmt: skip
-
+        eventually(
+            lambda: "Changing effective priority from 150 to 1" in log.read_text(),
+            30,
+            what="the priority dropping once the heartbeat is older than 3 s",
+        )
 
         def stepping() -> bool:  # the loop steps again, and keeps stepping
             beat.path.touch()
@@ -373,13 +436,21 @@ def test_a_vip_set_keepalived_could_not_take_is_kept_and_installed_once_it_can(
         assert sync.pending is not None and sync.keepalived.rejected == 0
         assert "203.0.113.101" not in Path(settings.config_file).read_text()
         (tmp_path / "bin" / "keepalived.upgrading").rename(binary)
-        eventually(lambda: "203.0.113.101" in Path(settings.config_file).read_text(),
-                   timeout=40, what="the set installed once keepalived is back")  # fmt: skip
+        eventually(
+            lambda: "203.0.113.101" in Path(settings.config_file).read_text(),
+            timeout=40,
+            what="the set installed once keepalived is back",
+        )
         eventually(lambda: sync.ledger.get("keepalived").in_sync)  # type: ignore[union-attr]
         Path(settings.config_file).write_text("# someone else's\n")
-        eventually(lambda: "203.0.113.101" in Path(settings.config_file).read_text(),
-                   timeout=20, what="the file put back")  # fmt: skip
-        eventually(lambda: sync.ledger.get("keepalived").repairs == 1,  # type: ignore[union-attr]
-                   what="the repair counted")  # fmt: skip
+        eventually(
+            lambda: "203.0.113.101" in Path(settings.config_file).read_text(),
+            timeout=20,
+            what="the file put back",
+        )
+        eventually(
+            lambda: sync.ledger.get("keepalived").repairs == 1,  # type: ignore[union-attr]
+            what="the repair counted",
+        )
     finally:
         sync.stop()

@@ -36,7 +36,7 @@ def test_services_the_real_server_refuses(kube: tuple[FakeApiServer, KubeApi]) -
     post = lambda obj: lambda: api.request("POST", SERVICES, body=obj)  # noqa: E731
     bad_name = service("web_1", [("http", "TCP", 80)])
     assert refused(post(bad_name))[0] == 422
-    assert "metadata.name: Invalid value: \"web_1\": a DNS-1035 label" in refused(post(bad_name))[1]
+    assert 'metadata.name: Invalid value: "web_1": a DNS-1035 label' in refused(post(bad_name))[1]
     no_ports = service("web", [])
     assert refused(post(no_ports)) == (422, 'Service "web" is invalid: spec.ports: Required value')
     cluster_ip = service("web", [("http", "TCP", 80)], type="ClusterIP")
@@ -45,17 +45,21 @@ def test_services_the_real_server_refuses(kube: tuple[FakeApiServer, KubeApi]) -
         "spec.loadBalancerClass: Forbidden: may only be used when `type` is 'LoadBalancer'"
     )
     bad_key = service("web", [("http", "TCP", 80)], annotations={"-bad/key-": "x"})
-    assert "metadata.annotations: Invalid value: \"-bad/key-\"" in refused(post(bad_key))[1]
+    assert 'metadata.annotations: Invalid value: "-bad/key-"' in refused(post(bad_key))[1]
     bad_port_name = service("web", [("Web_1", "TCP", 80)])
-    assert refused(post(bad_port_name)) == (422, 'Service "web" is invalid: spec.ports[0].name: '
+    assert refused(post(bad_port_name)) == (
+        422,
+        'Service "web" is invalid: spec.ports[0].name: '
         'Invalid value: "Web_1": a lowercase RFC 1123 label must consist of lower case '
         "alphanumeric characters or '-', and must start and end with an alphanumeric character "
         "(e.g. 'my-name',  or '123-abc', regex used for validation is "
-        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")  # fmt: skip
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+    )
     bad_class = service("web", [("http", "TCP", 80)], lb_class="lvs director/ipvs")
     assert refused(post(bad_class))[1].startswith(
         'Service "web" is invalid: spec.loadBalancerClass: Invalid value: "lvs director/ipvs": '
-        "name part must consist of alphanumeric characters")
+        "name part must consist of alphanumeric characters"
+    )
 
 
 def test_a_service_changes_as_the_real_server_changes_it(
@@ -71,11 +75,14 @@ def test_a_service_changes_as_the_real_server_changes_it(
     answer = refused(
         lambda: api.request("PATCH", f"{path}/status", body=bad_ip, content_type=MERGE)
     )
-    assert answer[1].endswith('status.loadBalancer.ingress[0].ip: Invalid value: "not-an-ip": '
-                              "must be a valid IP address")  # fmt: skip
+    assert answer[1].endswith(
+        'status.loadBalancer.ingress[0].ip: Invalid value: "not-an-ip": must be a valid IP address'
+    )
     other_class = {"spec": {"loadBalancerClass": "example.com/other"}}
-    assert "may not change once set" in refused(
-        lambda: api.request("PATCH", path, body=other_class, content_type=MERGE))[1]  # fmt: skip
+    assert (
+        "may not change once set"
+        in refused(lambda: api.request("PATCH", path, body=other_class, content_type=MERGE))[1]
+    )
     # LoadBalancer -> ClusterIP: class, node ports, policy and status go; back: new node ports
     gone = api.request("PATCH", path, body={"spec": {"type": "ClusterIP"}}, content_type=MERGE)
     assert "loadBalancerClass" not in gone["spec"]
@@ -96,48 +103,71 @@ def test_slices_events_and_leases_the_real_server_refuses(
         'endpoints[0].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range'
         " (127.0.0.0/8, ::1/128)"
     )
-    for address, why in [("0.0.0.0", "may not be unspecified (0.0.0.0)"),
-                         ("::", "may not be unspecified (::)"),
-                         ("169.254.0.9", "may not be in the link-local range"),
-                         ("224.0.0.18", "may not be in the link-local multicast range")]:
+    for address, why in [
+        ("0.0.0.0", "may not be unspecified (0.0.0.0)"),
+        ("::", "may not be unspecified (::)"),
+        ("169.254.0.9", "may not be in the link-local range"),
+        ("224.0.0.18", "may not be in the link-local multicast range"),
+    ]:
         bad = endpoint_slice("web", [(address, None, True, False)], [("http", "TCP", 80)])
-        assert f'addresses[0]: Invalid value: "{address}": {why}' in refused(
-            lambda b=bad: api.request("POST", SLICES, body=b))[1], address  # fmt: skip
+        assert (
+            f'addresses[0]: Invalid value: "{address}": {why}'
+            in refused(lambda b=bad: api.request("POST", SLICES, body=b))[1]
+        ), address
     upper = endpoint_slice("web", [("10.0.0.5", None, True, False)], [("HTTP", "TCP", 80)])
-    assert 'ports[0].name: Invalid value: "HTTP"' in refused(
-        lambda: api.request("POST", SLICES, body=upper))[1]  # fmt: skip
-    made = api.request("POST", SLICES, body=endpoint_slice(
-        "web", [("10.0.0.5", None, True, False)], [("http", "TCP", 80)]))  # fmt: skip
+    assert (
+        'ports[0].name: Invalid value: "HTTP"'
+        in refused(lambda: api.request("POST", SLICES, body=upper))[1]
+    )
+    made = api.request(
+        "POST",
+        SLICES,
+        body=endpoint_slice("web", [("10.0.0.5", None, True, False)], [("http", "TCP", 80)]),
+    )
     assert made["metadata"]["generation"] == 1
-    event = {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Service", "name": "web",
-             "namespace": "other"}, "reason": "R", "message": "m", "type": "Normal"}  # fmt: skip
+    event = {
+        "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Service", "name": "web", "namespace": "other"},
+        "reason": "R",
+        "message": "m",
+        "type": "Normal",
+    }
     path = "/api/v1/namespaces/default/events"
     assert refused(lambda: api.request("POST", path, body=event))[1].endswith(
         'involvedObject.namespace: Invalid value: "other": does not match event.namespace'
     )
     event["involvedObject"]["namespace"] = "default"
     assert api.request("POST", path, body=event)["eventTime"] is None
-    lease = {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a",
-             "renewTime": "2026-11-24T10:00:00Z"}}  # fmt: skip
+    lease = {
+        "metadata": {"name": "l"},
+        "spec": {"holderIdentity": "a", "renewTime": "2026-11-24T10:00:00Z"},
+    }
     assert refused(lambda: api.request("POST", LEASES, body=lease))[0] == 400
     lease["spec"]["renewTime"] = "2026-11-24T10:00:00.000000Z"
     stored = api.request("POST", LEASES, body=lease)
     stored["metadata"].pop("resourceVersion")
     assert refused(lambda: api.request("PUT", f"{LEASES}/l", body=stored)) == (
-        422, 'Lease "l" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be '
+        422,
+        'Lease "l" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be '
         "specified for an update",
-    )  # fmt: skip
-    assert refused(lambda: api.request(
-        "POST", "/apis/coordination.k8s.io/v1/namespaces/nowhere/leases", body=lease)) == (
-        404, 'namespaces "nowhere" not found')  # fmt: skip
+    )
+    assert refused(
+        lambda: api.request(
+            "POST", "/apis/coordination.k8s.io/v1/namespaces/nowhere/leases", body=lease
+        )
+    ) == (404, 'namespaces "nowhere" not found')
 
 
 def test_node_ports_and_cluster_ips_are_not_handed_out_in_sequence(
     kube: tuple[FakeApiServer, KubeApi],
 ) -> None:
     _, api = kube
-    ports = [api.request("POST", SERVICES, body=service(f"s{i}", [("http", "TCP", 80)]))
-             ["spec"]["ports"][0]["nodePort"] for i in range(8)]  # fmt: skip
+    ports = [
+        api.request("POST", SERVICES, body=service(f"s{i}", [("http", "TCP", 80)]))["spec"][
+            "ports"
+        ][0]["nodePort"]
+        for i in range(8)
+    ]
     assert all(30000 <= p < 32768 for p in ports) and len(set(ports)) == 8
     assert ports != sorted(ports) or ports[-1] - ports[0] != 7
 
@@ -177,10 +207,13 @@ def test_json_patch_is_served_as_the_real_server_serves_it(
         {"op": "add", "path": "/metadata/labels/a~1b", "value": "slash"},
         {"op": "copy", "from": "/metadata/labels/tier", "path": "/metadata/labels/copy"},
         {"op": "move", "from": "/metadata/labels/copy", "path": "/metadata/labels/moved"},
-        {"op": "add", "path": "/spec/ports/-", "value": {"name": "https", "protocol": "TCP",
-                                                          "port": 443}},
+        {
+            "op": "add",
+            "path": "/spec/ports/-",
+            "value": {"name": "https", "protocol": "TCP", "port": 443},
+        },
         {"op": "replace", "path": "/spec/ports/0/port", "value": 8080},
-    ]  # fmt: skip
+    ]
     done = api.request("PATCH", path, body=ops, content_type=JSON_PATCH)
     assert done["metadata"]["labels"] == {"tier": "edge", "a/b": "slash", "moved": "edge"}
     assert [p["port"] for p in done["spec"]["ports"]] == [8080, 443]
@@ -190,8 +223,10 @@ def test_json_patch_is_served_as_the_real_server_serves_it(
     def patch(body: Any) -> Any:
         return lambda: api.request("PATCH", path, body=body, content_type=JSON_PATCH)
 
-    failed_test = [{"op": "remove", "path": "/metadata/labels/tier"},
-                   {"op": "test", "path": "/metadata/labels/moved", "value": "other"}]  # fmt: skip
+    failed_test = [
+        {"op": "remove", "path": "/metadata/labels/tier"},
+        {"op": "test", "path": "/metadata/labels/moved", "value": "other"},
+    ]
     assert refused(patch(failed_test)) == (422, "testing value /metadata/labels/moved failed")
     missing = [{"op": "replace", "path": "/spec/nothing/here", "value": 1}]
     assert refused(patch(missing))[0] == 422
@@ -222,13 +257,21 @@ def test_managed_fields_record_each_writers_fields(kube: tuple[FakeApiServer, Ku
     assert "." in port and "f:targetPort" in port and "f:nodePort" in port  # defaulted too
     assert "f:type" in spec and "f:clusterIP" in spec
     assert "f:name" not in mine["fieldsV1"].get("f:metadata", {})  # identity: nobody's
-    server.store.patch("services", "default", "web", {"spec": {"externalTrafficPolicy": "Local"}},
-                       manager="kubectl-edit")  # fmt: skip
     server.store.patch(
-        "services", "default", "web",
+        "services",
+        "default",
+        "web",
+        {"spec": {"externalTrafficPolicy": "Local"}},
+        manager="kubectl-edit",
+    )
+    server.store.patch(
+        "services",
+        "default",
+        "web",
         {"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}]}}},
-        subresource="status", manager="lvs-director",
-    )  # fmt: skip
+        subresource="status",
+        manager="lvs-director",
+    )
     stored = server.get("services", "web")
     entries = {
         (e["manager"], e.get("subresource", "")): e for e in stored["metadata"]["managedFields"]

@@ -167,8 +167,16 @@ def test_api_outage_keeps_traffic_flowing_and_resyncs_on_return(
         assert not runtime.controller.health.kubernetes_connected
         assert ipvs.read_service(key) == before, "nothing removed or changed during the outage"
         # The cluster changes while the director cannot see it.
-        api.store.patch("nodes", "", "node1", {"metadata": {"labels": {
-            "node.kubernetes.io/exclude-from-external-load-balancers": "true"}}})  # fmt: skip
+        api.store.patch(
+            "nodes",
+            "",
+            "node1",
+            {
+                "metadata": {
+                    "labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}
+                }
+            },
+        )
     with capsys.disabled():
         print(f"\nAPI outage {OUTAGE_SECONDS:.0f}s: {answered} requests answered, {failed} failed")
     assert failed == 0 and answered > 0

@@ -66,8 +66,9 @@ def test_a_quiet_resource_reconnects_at_once_after_a_second_outage(
             time.sleep(0.1)
         back = time.monotonic()
         second = seen.connected_after(back, timeout=15)
-        print(f"\nreconnected {first:.2f} s after the first outage, {second:.2f} s after the "
-              "second")  # fmt: skip
+        print(
+            f"\nreconnected {first:.2f} s after the first outage, {second:.2f} s after the second"
+        )
         assert second < 1.0, f"the grown backoff was kept: {second:.1f} s"
     finally:
         watcher.stop()
@@ -80,8 +81,13 @@ def test_the_watches_resume_within_seconds_of_the_end_of_a_long_outage(
     back 16-19 s after a 25 s outage. The watcher looks for the server about once a second
     while it waits, and resumes when it answers."""
     seen = Seen()
-    watcher = Watcher(KubeApi.connect(str(api.kubeconfig(tmp_path / "kc"))), NODES, seen,
-                      lambda obj: obj, watch_seconds=60)  # fmt: skip
+    watcher = Watcher(
+        KubeApi.connect(str(api.kubeconfig(tmp_path / "kc"))),
+        NODES,
+        seen,
+        lambda obj: obj,
+        watch_seconds=60,
+    )
     watcher.start()
     try:
         seen.connected_after(0, timeout=10)
@@ -102,8 +108,9 @@ def test_retries_are_jittered_between_half_and_all_of_the_delay(
     with FakeApiServer() as gone:
         config = str(gone.kubeconfig(tmp_path / "kc"))
     caplog.set_level("WARNING", logger="director")
-    watchers = [Watcher(KubeApi(api_client(config)), NODES, Seen(), lambda obj: obj)
-                for _ in range(2)]  # fmt: skip
+    watchers = [
+        Watcher(KubeApi(api_client(config)), NODES, Seen(), lambda obj: obj) for _ in range(2)
+    ]
     for watcher in watchers:
         watcher.start()
     time.sleep(2.5)  # retries after about 0.5, 1 and 2 s
@@ -132,13 +139,17 @@ def test_the_director_s_writes_are_its_own_in_managed_fields(
     from lab.kubeapi import service
 
     api.create("services", service("web", [("http", "TCP", 80)]))
-    writer = KubeWriter(KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc")))),
-                        "lvs-director", "box-a")  # fmt: skip
+    writer = KubeWriter(
+        KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc")))), "lvs-director", "box-a"
+    )
     writer.patch_status("default", "web", ("198.51.100.1",))
     writer.event("default", "web", "uid", kind="Normal", reason="AddressAssigned", message="m")
     assert writer.acquire_lease("default", "lvs-director", 15)
-    status = [f for f in api.get("services", "web")["metadata"]["managedFields"]
-              if f.get("subresource") == "status"]  # fmt: skip
+    status = [
+        f
+        for f in api.get("services", "web")["metadata"]["managedFields"]
+        if f.get("subresource") == "status"
+    ]
     assert [f["manager"] for f in status] == ["lvs-director"]
     event = api.events_for("web")[0]
     lease = api.get("leases", "lvs-director")

@@ -27,8 +27,12 @@ def test_the_vm_runner_never_truncates_a_redirected_log(tmp_path: Path) -> None:
     with log.open("w") as out:
         done = subprocess.run(
             [sys.executable, "-c", script, str(tmp_path / "rw")],
-            stdout=out, stderr=subprocess.STDOUT, env=env, timeout=60, check=False,
-        )  # fmt: skip
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=60,
+            check=False,
+        )
     text = log.read_text()
     assert done.returncode == 0, text
     assert "host tests: 200 passed" in text and "from the VM" in text, text

@@ -35,7 +35,8 @@ def test_every_runtime_dependency_is_pinned_inside_its_range_with_hashes() -> No
         assert name in locked, f"{req.name} is not in requirements.lock: run make lock"
         version, hashes = locked[name]
         assert req.specifier.contains(version, prereleases=True), (
-            f"requirements.lock pins {req.name}=={version}, outside {req.specifier}: run make lock")
+            f"requirements.lock pins {req.name}=={version}, outside {req.specifier}: run make lock"
+        )
         assert hashes, f"{req.name} has no hash"
     assert all(hashes for _, hashes in locked.values()), "every pin carries its hashes"
     assert "lvs-director" not in locked, "the director's own wheel is built, not pinned"
@@ -59,11 +60,14 @@ def test_the_test_tools_are_pinned_and_test_what_the_boxes_run() -> None:
         name = canonicalize_name(req.name)
         assert name in dev, f"{req.name} is not in requirements-dev.lock: run make lock"
         assert req.specifier.contains(dev[name][0], prereleases=True), (
-            f"requirements-dev.lock pins {req.name}=={dev[name][0]}, outside {req.specifier}")
+            f"requirements-dev.lock pins {req.name}=={dev[name][0]}, outside {req.specifier}"
+        )
     assert all(hashes for _, hashes in dev.values()), "every pin carries its hashes"
-    differ = {name: (version, dev.get(name, ("absent",))[0])
-              for name, (version, _) in runtime.items()
-              if dev.get(name, ("",))[0] != version}  # fmt: skip
+    differ = {
+        name: (version, dev.get(name, ("absent",))[0])
+        for name, (version, _) in runtime.items()
+        if dev.get(name, ("",))[0] != version
+    }
     assert differ == {}, "runtime pins (requirements.lock, requirements-dev.lock) differ"
     makefile = (REPO / "Makefile").read_text()
     assert "--require-hashes -r requirements-dev.lock" in makefile

@@ -35,12 +35,19 @@ LOGFMT = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|[^ "=]+)(?: |$)')
 def run(style: str, env: dict[str, str] | None = None, stderr_path: Path | None = None) -> str:
     environ = dict(os.environ, **(env or {}))
     if stderr_path is None:
-        done = subprocess.run([sys.executable, "-c", SCRIPT, style], capture_output=True,
-                              text=True, env=environ, timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, style],
+            capture_output=True,
+            text=True,
+            env=environ,
+            timeout=60,
+            check=False,
+        )
         return done.stderr
     with stderr_path.open("w") as err:
-        subprocess.run([sys.executable, "-c", SCRIPT, style], stderr=err, env=environ,
-                       timeout=60, check=False)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", SCRIPT, style], stderr=err, env=environ, timeout=60, check=False
+        )
     return stderr_path.read_text()
 
 
@@ -58,8 +65,12 @@ def test_logfmt_lines_parse_with_utc_times_and_tracebacks_on_the_line() -> None:
     for entry in parsed:
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["ts"])
     assert [p["event"] for p in parsed] == [
-        "demo.info", "demo.warning", "demo.error", "uncaught", "uncaught"
-    ]  # fmt: skip
+        "demo.info",
+        "demo.warning",
+        "demo.error",
+        "uncaught",
+        "uncaught",
+    ]
     assert parsed[0]["reason"] == '"two words"' and parsed[0]["count"] == "3"
     assert "ZeroDivisionError" in parsed[2]["traceback"]
     assert parsed[3]["level"] == "CRITICAL" and "KeyError" in parsed[3]["error"]
@@ -98,9 +109,12 @@ def test_every_change_asked_of_the_api_is_audited_with_the_client(
     controller = Controller(FakeIpvs(), parse_config("ownership: {networks: [10.0.0.0/8]}\n"))
     client = create_app(controller, "t0ken-for-the-admin-api").test_client()
     caplog.set_level("INFO", logger="director.api")
-    client.post("/api/v1/drains", json={"address": "192.0.2.1"},
-                headers={"Authorization": "Bearer wrong"},
-                environ_base={"REMOTE_ADDR": "192.0.2.99"})  # fmt: skip
+    client.post(
+        "/api/v1/drains",
+        json={"address": "192.0.2.1"},
+        headers={"Authorization": "Bearer wrong"},
+        environ_base={"REMOTE_ADDR": "192.0.2.99"},
+    )
     client.get("/api/v1/status", headers={"Authorization": "Bearer t0ken-for-the-admin-api"})
     assert [r.getMessage() for r in caplog.records] == [
         "event=api.audit method=POST path=/api/v1/drains status=403 client=192.0.2.99"

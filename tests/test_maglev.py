@@ -95,8 +95,11 @@ def ipvs(lab: Lab) -> Iterator[KernelIpvs]:
 
 
 def real_servers(lab: Lab) -> list[RealServer]:
-    return [RealServer(be.ipv4, port, 1, Forwarding.NAT)
-            for be in lab.backends for port in BACKEND_PORTS]  # fmt: skip
+    return [
+        RealServer(be.ipv4, port, 1, Forwarding.NAT)
+        for be in lab.backends
+        for port in BACKEND_PORTS
+    ]
 
 
 def choices(lab: Lab, vip: str, first_port: int) -> list[str]:
@@ -152,9 +155,11 @@ def test_directors_with_different_histories_choose_the_same_backend_for_every_fl
     assert list(held[fresh.key].real_servers) == list(held[grown.key].real_servers)
     assert list(held[raw.key].real_servers) != list(held[fresh.key].real_servers)
     first, second, unordered = (choices(lab, vip, 20000) for vip in VIPS[:3])
-    print(f"\nflows agreeing with director 1: director 2 {agree(first, second)}/{FLOWS}, "
-          f"raw kernel order {agree(first, unordered)}/{FLOWS}; backends used by director 1: "
-          f"{len(set(first))}")  # fmt: skip
+    print(
+        f"\nflows agreeing with director 1: director 2 {agree(first, second)}/{FLOWS}, "
+        f"raw kernel order {agree(first, unordered)}/{FLOWS}; backends used by director 1: "
+        f"{len(set(first))}"
+    )
     assert agree(first, second) == FLOWS
     assert agree(first, unordered) < FLOWS  # the kernel alone would disagree
     assert len(set(first)) == len(every)
@@ -170,8 +175,10 @@ def test_removing_one_of_ten_moves_its_flows_and_few_others(lab: Lab, ipvs: Kern
     before, after = choices(lab, VIPS[0], 21000), choices(lab, VIPS[1], 21000)
     moved = FLOWS - agree(before, after)
     owned = before.count(gone_name)
-    print(f"\none backend of ten removed: {moved}/{FLOWS} flows moved ({moved / FLOWS:.1%}); "
-          f"{owned} of them were on the removed one")  # fmt: skip
+    print(
+        f"\none backend of ten removed: {moved}/{FLOWS} flows moved ({moved / FLOWS:.1%}); "
+        f"{owned} of them were on the removed one"
+    )
     assert gone_name not in after
     assert moved - owned <= FLOWS // 20  # Maglev: the removed one's tenth, and a few more
 
@@ -194,8 +201,10 @@ def test_quiescing_a_backend_moves_no_other_backends_flows(lab: Lab, ipvs: Kerne
     assert reconciler.sync_service(started.key, started).result.ok
     before, after = choices(lab, VIPS[0], 22000), choices(lab, VIPS[1], 22000)
     moved = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
-    print(f"\nquiesced {name}: {before.count(name)} of its flows went on to others; "
-          f"{sum(a != name for a, _ in moved)} flows of other backends moved")  # fmt: skip
+    print(
+        f"\nquiesced {name}: {before.count(name)} of its flows went on to others; "
+        f"{sum(a != name for a, _ in moved)} flows of other backends moved"
+    )
     assert name not in after
     assert len(moved) == before.count(name) > 0
     assert choices(lab, VIPS[2], 22000) == after  # the same table as the one that saw it live

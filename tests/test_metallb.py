@@ -45,13 +45,27 @@ def start(api: FakeApiServer, tmp_path: Path, metallb: bool) -> Runtime:
 def test_metallb_annotations_are_honoured_when_turned_on_and_ignored_otherwise(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
-    api.create("services", service("asks", PORTS, annotations={
-        "metallb.io/loadBalancerIPs": "198.51.100.5"}))  # fmt: skip
-    api.create("services", service("old-form", PORTS, annotations={
-        "metallb.universe.tf/loadBalancerIPs": "198.51.100.6"}))  # fmt: skip
-    api.create("services", service("ours-win", PORTS, annotations={
-        "lvs-director.io/load-balancer-ips": "198.51.100.7",
-        "metallb.io/loadBalancerIPs": "198.51.100.3"}))  # fmt: skip
+    api.create(
+        "services",
+        service("asks", PORTS, annotations={"metallb.io/loadBalancerIPs": "198.51.100.5"}),
+    )
+    api.create(
+        "services",
+        service(
+            "old-form", PORTS, annotations={"metallb.universe.tf/loadBalancerIPs": "198.51.100.6"}
+        ),
+    )
+    api.create(
+        "services",
+        service(
+            "ours-win",
+            PORTS,
+            annotations={
+                "lvs-director.io/load-balancer-ips": "198.51.100.7",
+                "metallb.io/loadBalancerIPs": "198.51.100.3",
+            },
+        ),
+    )
     shared = {"metallb.io/allow-shared-ip": "web"}
     api.create("services", service("share-a", [("http", "TCP", 80)], annotations=shared))
     api.create("services", service("share-b", [("https", "TCP", 443)], annotations=shared))
@@ -66,8 +80,10 @@ def test_metallb_annotations_are_honoured_when_turned_on_and_ignored_otherwise(
 def test_metallb_annotations_are_ignored_unless_turned_on(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
-    api.create("services", service("asks", PORTS, annotations={
-        "metallb.io/loadBalancerIPs": "198.51.100.5"}))  # fmt: skip
+    api.create(
+        "services",
+        service("asks", PORTS, annotations={"metallb.io/loadBalancerIPs": "198.51.100.5"}),
+    )
     with start(api, tmp_path, metallb=False):
         got = eventually(lambda: ingress(api, "asks"), what="an address")
         assert got != ["198.51.100.5"] and got == ["198.51.100.0"]
@@ -140,13 +156,22 @@ def test_metallb_pools_become_a_pools_section_the_director_loads(tmp_path: Path)
         "all_addresses": True,  # MetalLB gives out network and broadcast addresses too
     }
     assert by_name["edge-bgp"] == {
-        "name": "edge-bgp", "addresses": ["203.0.113.0/27"], "auto_assign": False,
-        "announce": "bgp", "communities": ["64512:10", "no-export"], "local_preference": 200,
+        "name": "edge-bgp",
+        "addresses": ["203.0.113.0/27"],
+        "auto_assign": False,
+        "announce": "bgp",
+        "communities": ["64512:10", "no-export"],
+        "local_preference": 200,
         "allocate_to": {"priority": 50, "namespaces": ["shop"]},
-    }  # fmt: skip
+    }
     notes = "\n".join(converted.notes)
-    for said in ("edge.bgp is named edge-bgp", "avoidBuggyIPs",
-                 "'my-named-community'", "aggregationLength", "pool broken:"):  # fmt: skip
+    for said in (
+        "edge.bgp is named edge-bgp",
+        "avoidBuggyIPs",
+        "'my-named-community'",
+        "aggregationLength",
+        "pool broken:",
+    ):
         assert said in notes, said
     bgp = "bgp: {asn: 64512, router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 64500}]}"
     settings = parse_config(f"{text}{bgp}\n", "converted.yaml")  # what the director loads
@@ -158,24 +183,38 @@ def test_metallb_pools_become_a_pools_section_the_director_loads(tmp_path: Path)
 def test_the_command_converts_a_file_and_refuses_what_is_not_metallb(tmp_path: Path) -> None:
     source = tmp_path / "metallb.yaml"
     source.write_text(KUBECTL)
-    done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "director", "metallb-pools", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "  - name: edge-bgp" in done.stdout and "# note: " in done.stdout
     source.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")
-    done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "director", "metallb-pools", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and "no IPAddressPool" in done.stdout
     source.write_text("a: [unclosed\n")
-    done = subprocess.run([sys.executable, "-m", "director", "metallb-pools", str(source)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "director", "metallb-pools", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and "not YAML" in done.stderr
 
 
 def pool_doc(name: str, addresses: list[str]) -> str:
     listed = ", ".join(addresses)
-    return (f"- apiVersion: metallb.io/v1beta1\n  kind: IPAddressPool\n  metadata: {{name: {name}, "
-            f"namespace: metallb-system}}\n  spec: {{addresses: [{listed}]}}\n")  # fmt: skip
+    return (
+        f"- apiVersion: metallb.io/v1beta1\n  kind: IPAddressPool\n  metadata: {{name: {name}, "
+        f"namespace: metallb-system}}\n  spec: {{addresses: [{listed}]}}\n"
+    )
 
 
 def test_what_metallb_allows_and_the_director_does_not_is_carried_over_or_said() -> None:
@@ -186,12 +225,17 @@ def test_what_metallb_allows_and_the_director_does_not_is_carried_over_or_said()
         "- apiVersion: metallb.io/v1beta1\n  kind: BGPAdvertisement\n  metadata: {{name: {name}}}"
         "\n  spec: {{ipAddressPools: [{pool}], localPref: {pref}}}\n"
     )
-    text = "items:\n" + pool_doc("P.One", ["198.51.100.0/28"]) + pool_doc(
-        "p-one", ["198.51.100.16/28"]) + pool_doc("wide", ["198.51.100.32/28"]) + pool_doc(
-        "part", ["198.51.100.40-198.51.100.55"]) + pool_doc(
-        "inside", ["198.51.100.36/30"]) + bgp_advert.format(
-        name="a1", pool="p-one", pref="[1, 2]") + bgp_advert.format(
-        name="a2", pool="wide", pref='"high"') + "kind: List\n"  # fmt: skip
+    text = (
+        "items:\n"
+        + pool_doc("P.One", ["198.51.100.0/28"])
+        + pool_doc("p-one", ["198.51.100.16/28"])
+        + pool_doc("wide", ["198.51.100.32/28"])
+        + pool_doc("part", ["198.51.100.40-198.51.100.55"])
+        + pool_doc("inside", ["198.51.100.36/30"])
+        + bgp_advert.format(name="a1", pool="p-one", pref="[1, 2]")
+        + bgp_advert.format(name="a2", pool="wide", pref='"high"')
+        + "kind: List\n"
+    )
     converted = convert(text)
     by_name = {p["name"]: p for p in converted.pools}
     assert by_name["p-one"]["addresses"] == ["198.51.100.16/28"], "the real p-one keeps it"
@@ -199,8 +243,12 @@ def test_what_metallb_allows_and_the_director_does_not_is_carried_over_or_said()
     assert by_name["part"]["addresses"] == ["198.51.100.48-198.51.100.55"]
     assert "inside" not in by_name and "local_preference" not in by_name["wide"]
     notes = "\n".join(converted.notes)
-    for said in ("P.One is named p-one-2 here", "localPref [1, 2]", "localPref 'high'",
-                 "pool inside: every address is also in a pool before it"):  # fmt: skip
+    for said in (
+        "P.One is named p-one-2 here",
+        "localPref [1, 2]",
+        "localPref 'high'",
+        "pool inside: every address is also in a pool before it",
+    ):
         assert said in notes, notes
     bgp = "bgp: {asn: 64512, router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 64500}]}"
     settings = parse_config(converted.text("m.yaml") + bgp + "\n", "converted.yaml")
@@ -211,22 +259,36 @@ def test_service_allocation_carries_over_and_never_serves_more_than_in_metallb()
     """serviceAllocation becomes allocate_to (priority, namespaces, Service selectors);
     namespaceSelectors have no counterpart: the pool then serves only its listed namespaces,
     or, with none listed, only Services that name it."""
-    def pool(name: str, allocation: str) -> str:
-        return (f"apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: "
-                f"{{name: {name}}}\nspec:\n  addresses: [{POOLS[name]}]\n"
-                f"  serviceAllocation: {allocation}\n")  # fmt: skip
 
-    text = "---\n".join([
-        pool("web", "{priority: 10, serviceSelectors: [{matchLabels: {tier: web}, "
-             "matchExpressions: [{key: env, operator: NotIn, values: [dev]}]}]}"),
-        pool("teams", "{namespaces: [a], namespaceSelectors: [{matchLabels: {team: x}}]}"),
-        pool("selected", "{namespaceSelectors: [{matchLabels: {team: y}}]}"),
-    ])
+    def pool(name: str, allocation: str) -> str:
+        return (
+            f"apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: "
+            f"{{name: {name}}}\nspec:\n  addresses: [{POOLS[name]}]\n"
+            f"  serviceAllocation: {allocation}\n"
+        )
+
+    text = "---\n".join(
+        [
+            pool(
+                "web",
+                "{priority: 10, serviceSelectors: [{matchLabels: {tier: web}, "
+                "matchExpressions: [{key: env, operator: NotIn, values: [dev]}]}]}",
+            ),
+            pool("teams", "{namespaces: [a], namespaceSelectors: [{matchLabels: {team: x}}]}"),
+            pool("selected", "{namespaceSelectors: [{matchLabels: {team: y}}]}"),
+        ]
+    )
     converted = convert(text)
     by_name = {p["name"]: p for p in converted.pools}
-    assert by_name["web"]["allocate_to"] == {"priority": 10, "service_selectors": [
-        {"match_labels": {"tier": "web"},
-         "match_expressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]}]}
+    assert by_name["web"]["allocate_to"] == {
+        "priority": 10,
+        "service_selectors": [
+            {
+                "match_labels": {"tier": "web"},
+                "match_expressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}],
+            }
+        ],
+    }
     assert by_name["teams"]["allocate_to"] == {"namespaces": ["a"]}
     assert by_name["selected"].get("auto_assign") is False
     assert sum("namespaceSelectors are not carried over" in n for n in converted.notes) == 2

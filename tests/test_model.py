@@ -71,9 +71,14 @@ _ADDRESSES = st.sampled_from(
 )
 _PORTS = st.sampled_from([80, 8080, 443])
 _SERVERS = st.builds(
-    RealServer, _ADDRESSES, _PORTS, st.integers(0, 3), st.sampled_from(list(Forwarding)),
-    st.integers(0, 2), st.integers(0, 2),
-)  # fmt: skip
+    RealServer,
+    _ADDRESSES,
+    _PORTS,
+    st.integers(0, 3),
+    st.sampled_from(list(Forwarding)),
+    st.integers(0, 2),
+    st.integers(0, 2),
+)
 
 
 @given(st.lists(_SERVERS, max_size=12), st.lists(st.tuples(_ADDRESSES, _PORTS), max_size=8))
@@ -118,8 +123,10 @@ def test_real_servers_of_no_address_are_refused_with_a_reason() -> None:
         Dests.of({("backend-1", 80): RealServer("backend-1", 80)})
 
 
-@given(st.lists(st.tuples(st.sampled_from(["add", "set", "remove"]), _SERVERS), max_size=20),
-       st.lists(_SERVERS, max_size=6))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.sampled_from(["add", "set", "remove"]), _SERVERS), max_size=20),
+    st.lists(_SERVERS, max_size=6),
+)
 def test_an_edit_of_real_servers_keeps_the_kernels_list_order(
     ops: list[tuple[str, RealServer]], start: list[RealServer]
 ) -> None:
@@ -157,9 +164,17 @@ _COUNTED = st.tuples(
 )
 
 
-@given(st.lists(st.tuples(_U64.map(lambda n: n % 65536), st.lists(_COUNTED, max_size=5),
-                          st.lists(_U64, min_size=5, max_size=5), st.booleans()),
-                max_size=6))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            _U64.map(lambda n: n % 65536),
+            st.lists(_COUNTED, max_size=5),
+            st.lists(_U64, min_size=5, max_size=5),
+            st.booleans(),
+        ),
+        max_size=6,
+    )
+)
 def test_counters_in_columns_read_back_what_was_added(
     services: list[tuple[int, list[tuple[str, int, list[int]]], list[int], bool]],
 ) -> None:

@@ -58,8 +58,12 @@ def test_the_ipvs_family_lookup_reads_as_pyroute2_writes_and_reads_it() -> None:
     answer = ctrlmsg()
     answer["cmd"] = 1  # CTRL_CMD_NEWFAMILY
     answer["version"] = 2
-    answer["attrs"] = [("CTRL_ATTR_FAMILY_NAME", "IPVS"), ("CTRL_ATTR_FAMILY_ID", 0x23),
-                       ("CTRL_ATTR_VERSION", 1), ("CTRL_ATTR_HDRSIZE", 0)]  # fmt: skip
+    answer["attrs"] = [
+        ("CTRL_ATTR_FAMILY_NAME", "IPVS"),
+        ("CTRL_ATTR_FAMILY_ID", 0x23),
+        ("CTRL_ATTR_VERSION", 1),
+        ("CTRL_ATTR_HDRSIZE", 0),
+    ]
     answer.encode()
     data = bytes(answer.data)
     assert family_id(data, 16, len(data)) == 0x23
@@ -392,9 +396,7 @@ def test_services_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     assert kernel._services() == [expected[0]]
 
 
-def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(
-    tmp_path: Path,
-) -> None:
+def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(tmp_path: Path) -> None:
     """The role's unit has ProtectKernelModules=yes: /lib/modules is out of reach there, and
     the director must still start, offering the schedulers loaded at boot (found booting the
     role's image: it died on EACCES)."""

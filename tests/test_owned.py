@@ -141,8 +141,12 @@ def test_a_program_ip_netns_exec_could_not_start_is_a_failure_to_run(tmp_path: P
     ns = f"owned-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        done = subprocess.run(["ip", "netns", "exec", ns, str(tmp_path / "keepalived"), "-t"],
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            ["ip", "netns", "exec", ns, str(tmp_path / "keepalived"), "-t"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
     failed = not_run("keepalived -t", done.returncode, done.stderr)

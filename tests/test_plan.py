@@ -192,8 +192,11 @@ def test_a_hashing_service_ends_in_the_same_order_whatever_the_history() -> None
 def test_putting_a_hashing_service_in_order_moves_only_what_it_must() -> None:
     # the kernel holds 10.1.0.2 then 10.1.0.3 (head first): a new 10.1.0.1 goes to the head
     actual = _hashing("sh", "10.1.0.3")
-    actual = VirtualService(WEB, actual.config, {
-        ("10.1.0.2", 8080): RealServer("10.1.0.2", 8080), **actual.real_servers})  # fmt: skip
+    actual = VirtualService(
+        WEB,
+        actual.config,
+        {("10.1.0.2", 8080): RealServer("10.1.0.2", 8080), **actual.real_servers},
+    )
     ops = plan_service(WEB, _hashing("sh", "10.1.0.1", "10.1.0.2", "10.1.0.3"), actual)
     assert [op.describe() for op in ops] == [
         f"+ real server 10.1.0.1:8080 weight=1 forwarding=nat in {WEB}"
@@ -273,9 +276,13 @@ def test_the_daemons_full_sync_sends_bounded_chunks_and_ends_where_one_plan_woul
 
     def kernel() -> FakeIpvs:
         fake = FakeIpvs(schedulers=("rr", "wlc"))
-        fake.apply([Op(OpKind.ADD_SERVICE, old, config=ServiceConfig("rr")),
-                    Op(OpKind.ADD_SERVICE, keys[0], config=ServiceConfig("rr")),
-                    Op(OpKind.ADD_DEST, keys[0], dest=A)])  # fmt: skip
+        fake.apply(
+            [
+                Op(OpKind.ADD_SERVICE, old, config=ServiceConfig("rr")),
+                Op(OpKind.ADD_SERVICE, keys[0], config=ServiceConfig("rr")),
+                Op(OpKind.ADD_DEST, keys[0], dest=A),
+            ]
+        )
         return fake
 
     whole, chunked = kernel(), kernel()
@@ -289,9 +296,7 @@ def test_the_daemons_full_sync_sends_bounded_chunks_and_ends_where_one_plan_woul
     assert sum(sent) == report.result.requested == len(one.plan.ops) == 45
     assert report.plan.ops == () and report.plan.refused == one.plan.refused
     assert report.result.applied == one.result.applied
-    assert [e.describe() for e in report.result.errors] == [
-        e.describe() for e in one.result.errors
-    ]
+    assert [e.describe() for e in report.result.errors] == [e.describe() for e in one.result.errors]
     assert chunked.read().services == whole.read().services
     assert old not in chunked.read().services and keys[3] not in chunked.read().services
     assert reconciler.actual == chunked.read().services  # the cache follows the kernel

@@ -95,24 +95,53 @@ def test_any_cluster_objects_parse_translate_and_plan_without_raising(
 
 sections = {
     "ownership": st.fixed_dictionaries({"networks": st.lists(hostile.cidrs, max_size=2)}),
-    "pools": st.lists(st.fixed_dictionaries({
-        "name": hostile.anything(hostile.names), "addresses": st.lists(hostile.cidrs, max_size=2),
-        "all_addresses": hostile.anything(st.booleans())}), max_size=2),
-    "services": st.lists(st.fixed_dictionaries({
-        "name": hostile.anything(hostile.names), "address": hostile.ip_texts,
-        "port": hostile.ports, "scheduler": hostile.schedulers, "flags": hostile.flag_lists,
-        "real_servers": st.lists(st.one_of(hostile.ip_texts.map(lambda a: f"{a}:80"),
-                                           hostile.json_values), max_size=2)}), max_size=2),
-    "api": st.fixed_dictionaries({"listen": st.text(max_size=20), "token_file": st.text(max_size=8),
-                                  "public": hostile.json_values}),
-    "ha": st.fixed_dictionaries({"interface": st.text(max_size=8), "router_id": st.text(max_size=8),
-                                 "priority": hostile.ports, "unicast_source": hostile.ip_texts,
-                                 "peers": st.lists(hostile.ip_texts, max_size=2)}),
-    "kubernetes": st.fixed_dictionaries({"nodeport_vip": hostile.ip_texts,
-                                         "lease_seconds": hostile.ports}),
-    "defaults": st.fixed_dictionaries({"scheduler": hostile.schedulers,
-                                       "weight": hostile.ports}),
-}  # fmt: skip
+    "pools": st.lists(
+        st.fixed_dictionaries(
+            {
+                "name": hostile.anything(hostile.names),
+                "addresses": st.lists(hostile.cidrs, max_size=2),
+                "all_addresses": hostile.anything(st.booleans()),
+            }
+        ),
+        max_size=2,
+    ),
+    "services": st.lists(
+        st.fixed_dictionaries(
+            {
+                "name": hostile.anything(hostile.names),
+                "address": hostile.ip_texts,
+                "port": hostile.ports,
+                "scheduler": hostile.schedulers,
+                "flags": hostile.flag_lists,
+                "real_servers": st.lists(
+                    st.one_of(hostile.ip_texts.map(lambda a: f"{a}:80"), hostile.json_values),
+                    max_size=2,
+                ),
+            }
+        ),
+        max_size=2,
+    ),
+    "api": st.fixed_dictionaries(
+        {
+            "listen": st.text(max_size=20),
+            "token_file": st.text(max_size=8),
+            "public": hostile.json_values,
+        }
+    ),
+    "ha": st.fixed_dictionaries(
+        {
+            "interface": st.text(max_size=8),
+            "router_id": st.text(max_size=8),
+            "priority": hostile.ports,
+            "unicast_source": hostile.ip_texts,
+            "peers": st.lists(hostile.ip_texts, max_size=2),
+        }
+    ),
+    "kubernetes": st.fixed_dictionaries(
+        {"nodeport_vip": hostile.ip_texts, "lease_seconds": hostile.ports}
+    ),
+    "defaults": st.fixed_dictionaries({"scheduler": hostile.schedulers, "weight": hostile.ports}),
+}
 
 
 @st.composite
@@ -161,9 +190,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlaskClient]:
     import threading
 
     controller = Controller(
-        FakeIpvs(), parse_config(STATIC, "static.yaml"),
+        FakeIpvs(),
+        parse_config(STATIC, "static.yaml"),
         intents_file=tmp_path_factory.mktemp("api") / "intents.json",
-    )  # fmt: skip
+    )
     stop = threading.Event()
     loop = threading.Thread(target=controller.run, args=(stop, 0.02), daemon=True)
     loop.start()
@@ -180,12 +210,20 @@ WRITES = [
 ]
 bodies = st.one_of(
     hostile.json_values,
-    st.fixed_dictionaries({"scheduler": hostile.anything(hostile.schedulers),
-                           "flags": hostile.anything(hostile.flag_lists)}),
-    st.fixed_dictionaries({"address": hostile.anything(hostile.ip_texts),
-                           "port": hostile.ports,
-                           "service": hostile.anything(st.just("tcp 198.51.100.10:80"))}),
-)  # fmt: skip
+    st.fixed_dictionaries(
+        {
+            "scheduler": hostile.anything(hostile.schedulers),
+            "flags": hostile.anything(hostile.flag_lists),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "address": hostile.anything(hostile.ip_texts),
+            "port": hostile.ports,
+            "service": hostile.anything(st.just("tcp 198.51.100.10:80")),
+        }
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -194,8 +232,9 @@ def test_any_api_body_is_answered_without_a_server_error(
     client: FlaskClient, write: tuple[str, str], body: str
 ) -> None:
     method, path = write
-    reply = client.open(path, method=method, data=body, headers=AUTH,
-                        content_type="application/json")  # fmt: skip
+    reply = client.open(
+        path, method=method, data=body, headers=AUTH, content_type="application/json"
+    )
     assert reply.status_code < 500, reply.get_data(as_text=True)
     if reply.status_code >= 400:
         problem = reply.get_json()
@@ -212,8 +251,9 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeApiS
     with FakeApiServer() as api:
         api.create("nodes", node("n1", "192.0.2.11"))
         kubeconfig = api.kubeconfig(tmp_path_factory.mktemp("kube") / "kc")
-        config = kube_settings(kubeconfig, pool="198.51.100.0-198.51.100.255",
-                               kube_extra="  default_class: true")  # fmt: skip
+        config = kube_settings(
+            kubeconfig, pool="198.51.100.0-198.51.100.255", kube_extra="  default_class: true"
+        )
         runtime = Runtime(config, FakeIpvs())
         with runtime.start():
             assert runtime.wait_ready(20)
@@ -225,9 +265,11 @@ counter = itertools.count()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(hostile.service_json(), min_size=1, max_size=3),
-       st.lists(hostile.slice_json(service="garbage"), max_size=2),
-       hostile.node_json())  # fmt: skip
+@given(
+    st.lists(hostile.service_json(), min_size=1, max_size=3),
+    st.lists(hostile.slice_json(service="garbage"), max_size=2),
+    hostile.node_json(),
+)
 def test_a_running_loop_fed_garbage_keeps_programming_the_good_services(
     running: tuple[FakeApiServer, Runtime], garbage: list[Any], slices: list[Any], bad_node: Any
 ) -> None:
@@ -254,8 +296,11 @@ def test_a_running_loop_fed_garbage_keeps_programming_the_good_services(
     api.create("services", service(good, [("http", "TCP", 80)]))
     made.append(("services", good))
     try:
-        eventually(lambda: runtime.controller.produced.get(f"default/{good}"), timeout=20,
-                   what="the good Service programmed")  # fmt: skip
+        eventually(
+            lambda: runtime.controller.produced.get(f"default/{good}"),
+            timeout=20,
+            what="the good Service programmed",
+        )
         assert runtime.controller.health.loop_errors == 0, runtime.controller.health.last_error
         assert runtime.failed is None
     finally:
@@ -266,15 +311,19 @@ def test_a_running_loop_fed_garbage_keeps_programming_the_good_services(
 
 _CONDITION = st.sampled_from([None, True, False, "yes", 1])  # what a hostile slice may hold
 _ENDPOINT = st.fixed_dictionaries(
-    {"addresses": st.lists(st.sampled_from(
-        ["10.0.0.1", "10.0.0.01", "10.0.0.2", "fe80::1", "nonsense", 7]), max_size=3)},
+    {
+        "addresses": st.lists(
+            st.sampled_from(["10.0.0.1", "10.0.0.01", "10.0.0.2", "fe80::1", "nonsense", 7]),
+            max_size=3,
+        )
+    },
     optional={
         "conditions": st.fixed_dictionaries(
             {}, optional={"ready": _CONDITION, "serving": _CONDITION, "terminating": _CONDITION}
         ),
         "nodeName": st.sampled_from(["node-a", "node-b", "", None, 3]),
     },
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -283,8 +332,9 @@ def test_a_slices_endpoints_read_back_as_the_api_gave_them(raw: list[dict[str, A
     """The slice keeps its endpoints as columns (memory); read back, each address of each
     endpoint comes out with that endpoint's conditions and node, as the API contract says
     (an unset ready is ready, an unset serving follows ready), in the slice's order."""
-    info = slice_from_json({"metadata": {"name": "s", "namespace": "ns"},
-                            "addressType": "IPv4", "endpoints": raw})  # fmt: skip
+    info = slice_from_json(
+        {"metadata": {"name": "s", "namespace": "ns"}, "addressType": "IPv4", "endpoints": raw}
+    )
     expected = []
     for ep in raw:
         cond = ep.get("conditions") or {}
@@ -305,14 +355,22 @@ def test_a_slices_endpoints_read_back_as_the_api_gave_them(raw: list[dict[str, A
 def test_an_ipv6_slice_keeps_its_addresses_canonical_and_of_its_family() -> None:
     """Kept packed, an IPv6 slice's addresses read back as canonical text, in order; one
     of the other family is dropped with a reason."""
-    endpoints = [{"addresses": ["2001:DB8::0001", "10.0.0.1"]},
-                 {"addresses": ["::ffff:10.0.0.2", "fd00::2"]}]  # fmt: skip
-    info = slice_from_json({"metadata": {"name": "s", "namespace": "ns"},
-                            "addressType": "IPv6", "endpoints": endpoints})  # fmt: skip
+    endpoints = [
+        {"addresses": ["2001:DB8::0001", "10.0.0.1"]},
+        {"addresses": ["::ffff:10.0.0.2", "fd00::2"]},
+    ]
+    info = slice_from_json(
+        {
+            "metadata": {"name": "s", "namespace": "ns"},
+            "addressType": "IPv6",
+            "endpoints": endpoints,
+        }
+    )
     assert info.addresses == ("2001:db8::1", "::ffff:10.0.0.2", "fd00::2")
     assert [ep.address for ep in info.endpoints] == list(info.addresses)
-    assert info.problems == ("EndpointSlice s: endpoints[0]: '10.0.0.1' is not an IPv6 address; "
-                             "ignored",)  # fmt: skip
+    assert info.problems == (
+        "EndpointSlice s: endpoints[0]: '10.0.0.1' is not an IPv6 address; ignored",
+    )
 
 
 def canonical_sloppy_v4(raw: object) -> str | None:
@@ -324,8 +382,11 @@ def canonical_sloppy_v4(raw: object) -> str | None:
         return None
 
 
-@given(st.lists(st.tuples(st.integers(0, 11), st.sampled_from(["", "a", "b"]), st.booleans()),
-                max_size=60))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 11), st.sampled_from(["", "a", "b"]), st.booleans()), max_size=60
+    )
+)
 def test_a_services_slices_are_the_ones_labelled_for_it_through_any_changes(
     changes: list[tuple[int, str, bool]],
 ) -> None:
@@ -338,8 +399,7 @@ def test_a_services_slices_are_the_ones_labelled_for_it_through_any_changes(
     everyone_to_a = [(i, "a", False) for i in range(12)]  # more than a tuple holds
     for index, owner, deleted in everyone_to_a + changes:
         ref = f"default/s{index}"
-        info = SliceInfo("default", f"s{index}", f"default/{owner}" if owner else "", "IPv4",
-                         ())  # fmt: skip
+        info = SliceInfo("default", f"s{index}", f"default/{owner}" if owner else "", "IPv4", ())
         snap.apply("DELETED" if deleted else "MODIFIED", info)
         for name in ("a", "b"):
             held = {r for r, sl in snap.slices.items() if sl.service == f"default/{name}"}

@@ -32,9 +32,13 @@ def test_the_manifest_grants_what_the_issue_lists_in_one_namespace_for_leases() 
     assert leases and all(scope == "lvs-director" for scope, *_ in leases)  # not cluster-wide
     writes = {(g[2], g[3]) for g in rbac.grants if g[3] not in READS}
     assert writes == {
-        ("services/status", "patch"), ("services", "patch"), ("events", "create"),
-        ("events", "patch"), ("leases", "create"), ("leases", "update"),
-    }  # fmt: skip
+        ("services/status", "patch"),
+        ("services", "patch"),
+        ("events", "create"),
+        ("events", "patch"),
+        ("leases", "create"),
+        ("leases", "update"),
+    }
     assert not any(g[3] in ("delete", "deletecollection", "*") for g in rbac.grants)
 
 
@@ -73,10 +77,9 @@ api: {{listen: "127.0.0.1:0", token_file: {tmp_path / "token"},
             request = urllib.request.Request(
                 f"http://127.0.0.1:{runtime.api.port}/api/v1/services/default/web/scheduler",
                 data=json.dumps({"scheduler": "sh"}).encode(),
-                headers={"Authorization": f"Bearer {TOKEN}",
-                         "Content-Type": "application/json"},
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
                 method="PUT",
-            )  # fmt: skip
+            )
             with urllib.request.urlopen(request, timeout=10) as reply:
                 assert reply.status == 200
             annotations = api.get("services", "web")["metadata"]["annotations"]
@@ -84,18 +87,30 @@ api: {{listen: "127.0.0.1:0", token_file: {tmp_path / "token"},
             # the Lease renewed at least once (leases get + update)
             eventually(
                 lambda: ("lvs-director", "coordination.k8s.io", "leases", "update") in rbac.used,
-                timeout=10, what="a Lease renewal",
-            )  # fmt: skip
+                timeout=10,
+                what="a Lease renewal",
+            )
             # the same Warning twice is one Event, counted (events create, get, patch)
             reporter = runtime.controller.reporter
             for value, told in (("bogus", True), (None, False), ("bogus", True)):
-                api.patch("services", "web",
-                          {"metadata": {"annotations": {"lvs-director.io/forwarding": value}}})
-                eventually(lambda t=told: any(k.startswith("problem:")  # type: ignore[misc]
-                                              for k in reporter.topics("default/web")) is t,
-                           what=f"the problem told: {told}")  # fmt: skip
-            counts = lambda: [e.get("count") for e in api.events_for("web")  # noqa: E731
-                              if e["reason"] == "InvalidAnnotation"]  # fmt: skip
+                api.patch(
+                    "services",
+                    "web",
+                    {"metadata": {"annotations": {"lvs-director.io/forwarding": value}}},
+                )
+                eventually(
+                    lambda t=told: (
+                        any(
+                            k.startswith("problem:")  # type: ignore[misc]
+                            for k in reporter.topics("default/web")
+                        )
+                        is t
+                    ),
+                    what=f"the problem told: {told}",
+                )
+            counts = lambda: [  # noqa: E731
+                e.get("count") for e in api.events_for("web") if e["reason"] == "InvalidAnnotation"
+            ]
             eventually(lambda: counts() == [2], what="one InvalidAnnotation Event, count 2")
         finally:
             runtime.stop()
@@ -113,9 +128,11 @@ def test_a_missing_right_is_refused_the_way_kube_apiserver_refuses_it(tmp_path: 
     rbac = Rbac(docs, "lvs-director", "lvs-director")
     with FakeApiServer(rbac=rbac) as api:
         request = urllib.request.Request(
-            f"{api.url}/api/v1/namespaces/default/events", data=b"{}", method="POST",
+            f"{api.url}/api/v1/namespaces/default/events",
+            data=b"{}",
+            method="POST",
             headers={"Authorization": f"Bearer {api.token}", "Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         try:
             urllib.request.urlopen(request, timeout=5)
             raise AssertionError("the stand-in allowed a create the role does not grant")

@@ -87,8 +87,10 @@ def test_services_added_and_removed_and_nothing_foreign_touched(
 ) -> None:
     path, ipvs, runtime = static
     # 48 kept, then a new one at .60 (and s48, s49 dropped).
-    path.write_text(services(48) + "  - {name: new, address: 198.51.100.60, port: 443, "
-                    "real_servers: [192.0.2.7:8443]}\n")  # fmt: skip
+    path.write_text(
+        services(48) + "  - {name: new, address: 198.51.100.60, port: 443, "
+        "real_servers: [192.0.2.7:8443]}\n"
+    )
     result, detail = runtime.reload(str(path))
     assert (result, detail) == ("applied", "added=1 removed=2 changed=0")
     table = ipvs.read().services
@@ -97,8 +99,12 @@ def test_services_added_and_removed_and_nothing_foreign_touched(
     assert ServiceKey.inet(Protocol.TCP, "203.0.113.9", 443) in table, "a foreign service went"
     assert len([k for k in table if k.address.startswith("198.51.100.")]) == 49
     # The API and the metrics show the new table (the view is published after the step).
-    eventually(lambda: ServiceKey.inet(Protocol.TCP, "198.51.100.60", 443)
-               in runtime.controller.view.desired, 5)  # fmt: skip
+    eventually(
+        lambda: (
+            ServiceKey.inet(Protocol.TCP, "198.51.100.60", 443) in runtime.controller.view.desired
+        ),
+        5,
+    )
 
 
 def test_an_invalid_file_changes_nothing_and_names_its_line(
@@ -150,11 +156,15 @@ def test_a_static_service_on_an_address_a_kubernetes_service_holds_is_refused(
     with FakeApiServer() as api:
         api.create("nodes", node("n1", "192.0.2.11"))
         api.create("services", service("web", [("http", "TCP", 80)]))
-        api.create("endpointslices", endpoint_slice(
-            "web", [("10.1.0.1", "n1", True, False)], [("http", "TCP", 8080)]))
+        api.create(
+            "endpointslices",
+            endpoint_slice("web", [("10.1.0.1", "n1", True, False)], [("http", "TCP", 8080)]),
+        )
         kubeconfig = api.kubeconfig(tmp_path / "kc")
-        base = ("pools: [{name: default, addresses: [198.51.100.0-198.51.100.7]}]\n"
-                f"kubernetes: {{kubeconfig: {kubeconfig}, lease_seconds: 2}}\n")
+        base = (
+            "pools: [{name: default, addresses: [198.51.100.0-198.51.100.7]}]\n"
+            f"kubernetes: {{kubeconfig: {kubeconfig}, lease_seconds: 2}}\n"
+        )
         path = tmp_path / "director.yaml"
         path.write_text(base)
         ipvs = FakeIpvs()
@@ -163,31 +173,53 @@ def test_a_static_service_on_an_address_a_kubernetes_service_holds_is_refused(
             web = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
             eventually(lambda: web in ipvs.read().services, 10)
             held = ipvs.read().services[web]
-            path.write_text(base + "services: [{name: mine, address: 198.51.100.0, port: 80, "
-                            "real_servers: [192.0.2.9:80]}]\n")  # fmt: skip
+            path.write_text(
+                base + "services: [{name: mine, address: 198.51.100.0, port: 80, "
+                "real_servers: [192.0.2.9:80]}]\n"
+            )
             result, detail = runtime.reload(str(path))
             assert result == "refused" and "default/web" in detail, detail
             assert ipvs.read().services[web] == held, "the Service lost its address"
             # Another port on that address: the address is the Service's all the same.
-            path.write_text(base + "services: [{name: mine, address: 198.51.100.0, port: 81, "
-                            "real_servers: [192.0.2.9:80]}]\n")  # fmt: skip
+            path.write_text(
+                base + "services: [{name: mine, address: 198.51.100.0, port: 81, "
+                "real_servers: [192.0.2.9:80]}]\n"
+            )
             result, detail = runtime.reload(str(path))
             assert result == "refused" and "assigned to Service default/web" in detail, detail
             # A free address goes in, and IPAM never hands it to a Service from then on.
-            path.write_text(base + "services: [{name: mine, address: 198.51.100.5, port: 80, "
-                            "real_servers: [192.0.2.9:80]}]\n")  # fmt: skip
+            path.write_text(
+                base + "services: [{name: mine, address: 198.51.100.5, port: 80, "
+                "real_servers: [192.0.2.9:80]}]\n"
+            )
             assert runtime.reload(str(path))[0] == "applied"
             assert ServiceKey.inet(Protocol.TCP, "198.51.100.5", 80) in ipvs.read().services
             for n in range(2, 8):
                 api.create("services", service(f"more{n}", [("http", "TCP", 80)]))
-            eventually(lambda: all(api.get("services", f"more{n}").get("status", {})
-                                   .get("loadBalancer", {}).get("ingress") or
-                                   any(e["reason"] == "AddressPoolExhausted"
-                                       for e in api.events_for(f"more{n}"))
-                                   for n in range(2, 8)), 20)  # fmt: skip
-            given = {i.get("ip") for n in range(2, 8)
-                     for i in (api.get("services", f"more{n}").get("status", {})
-                               .get("loadBalancer", {}).get("ingress") or [])}  # fmt: skip
+            eventually(
+                lambda: all(
+                    api.get("services", f"more{n}")
+                    .get("status", {})
+                    .get("loadBalancer", {})
+                    .get("ingress")
+                    or any(
+                        e["reason"] == "AddressPoolExhausted" for e in api.events_for(f"more{n}")
+                    )
+                    for n in range(2, 8)
+                ),
+                20,
+            )
+            given = {
+                i.get("ip")
+                for n in range(2, 8)
+                for i in (
+                    api.get("services", f"more{n}")
+                    .get("status", {})
+                    .get("loadBalancer", {})
+                    .get("ingress")
+                    or []
+                )
+            }
             assert "198.51.100.5" not in given, given
 
 
@@ -203,8 +235,9 @@ def test_sighup_to_director_run_reloads_and_tells_systemd(tmp_path: Path) -> Non
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
     )
     env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert "READY=1" in received(sock, 5.0)
         config.write_text(services(4))
@@ -222,5 +255,5 @@ def test_sighup_to_director_run_reloads_and_tells_systemd(tmp_path: Path) -> Non
         _, err = proc.communicate(timeout=30)
         sock.close()
     assert proc.returncode == 0, err
-    assert "event=config.reloaded" in err and "changes=\"added=1 removed=0 changed=0\"" in err
+    assert "event=config.reloaded" in err and 'changes="added=1 removed=0 changed=0"' in err
     assert "event=config.reload_refused" in err and "result=invalid" in err

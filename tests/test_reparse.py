@@ -33,8 +33,10 @@ def item(i: int, style: int, weight: int = 1, check: str | None = None) -> str:
     elif style == 1:
         line += f"    real_servers: [192.0.2.1:80, 192.0.2.2:80]\n    # weight {weight}\n"
     else:
-        line = (f"  - {{name: {name}, address: {address}, port: {80 + i // 100}, protocol: udp,\n"
-                f"     real_servers: ['192.0.2.3:53']}}\n\n")  # fmt: skip
+        line = (
+            f"  - {{name: {name}, address: {address}, port: {80 + i // 100}, protocol: udp,\n"
+            f"     real_servers: ['192.0.2.3:53']}}\n\n"
+        )
     if check is not None and style != 2:
         line += f"    health_check: {check}\n"
     return line
@@ -55,15 +57,32 @@ def again(reader: Reparser, text: str) -> Settings | str:
 
 
 ITEMS = st.lists(
-    st.tuples(st.integers(0, 299), st.integers(0, 2), st.integers(0, 3),
-              st.sampled_from([None, "none", "http /healthz", "tcp"])),
-    min_size=1, max_size=12, unique_by=lambda t: t[0],
-)  # fmt: skip
+    st.tuples(
+        st.integers(0, 299),
+        st.integers(0, 2),
+        st.integers(0, 3),
+        st.sampled_from([None, "none", "http /healthz", "tcp"]),
+    ),
+    min_size=1,
+    max_size=12,
+    unique_by=lambda t: t[0],
+)
 
-EDITS = st.sampled_from([
-    "weight", "drop", "duplicate", "insert", "swap", "comment", "outside", "break",
-    "same address", "same name", "none",
-])  # fmt: skip
+EDITS = st.sampled_from(
+    [
+        "weight",
+        "drop",
+        "duplicate",
+        "insert",
+        "swap",
+        "comment",
+        "outside",
+        "break",
+        "same address",
+        "same name",
+        "none",
+    ]
+)
 
 
 def edit(items: list[str], kind: str, at: int) -> tuple[list[str], str, str]:
@@ -88,8 +107,9 @@ def edit(items: list[str], kind: str, at: int) -> tuple[list[str], str, str]:
     elif kind == "break":
         items[at] = items[at].replace("port: ", "port: -", 1)
     elif kind == "same name":  # another VIP under a name already taken
-        items.insert(at, re.sub(r"address: 198\.51\.100\.\d+", "address: 198.51.100.250",
-                                items[at], count=1))
+        items.insert(
+            at, re.sub(r"address: 198\.51\.100\.\d+", "address: 198.51.100.250", items[at], count=1)
+        )
     elif kind == "same address":
         items.insert(at, items[at].replace("name: s", "name: twin", 1))  # same VIP and port
     return items, head, tail
@@ -125,12 +145,16 @@ def test_a_weight_change_parses_one_item_and_reuses_the_rest() -> None:
 def test_full_nat_services_read_again_are_the_full_reads_own() -> None:
     """Which static services are full NAT is read per item, reused with it, and equal to
     what a full read finds (a service turned fullnat, another left as it was)."""
-    head = ("ownership: {networks: [198.51.100.0/24, 10.0.0.0/8]}\n"
-            "snat: {addresses: 10.0.0.254}\nservices:\n")  # fmt: skip
+    head = (
+        "ownership: {networks: [198.51.100.0/24, 10.0.0.0/8]}\n"
+        "snat: {addresses: 10.0.0.254}\nservices:\n"
+    )
 
     def entry(i: int, forwarding: str) -> str:
-        return (f"  - {{name: s{i}, address: 198.51.100.{i}, port: 80, "
-                f"forwarding: {forwarding}, real_servers: [10.0.0.{i}:80]}}\n")  # fmt: skip
+        return (
+            f"  - {{name: s{i}, address: 198.51.100.{i}, port: 80, "
+            f"forwarding: {forwarding}, real_servers: [10.0.0.{i}:80]}}\n"
+        )
 
     reader = Reparser()
     rows = [entry(i, "fullnat" if i == 1 else "nat") for i in range(1, 6)]
@@ -155,13 +179,16 @@ def test_an_error_in_an_edited_item_names_the_line_a_full_read_names() -> None:
     assert caught.value.line == line and "services[12].real_servers[0].weight" in str(caught.value)
 
 
-@pytest.mark.parametrize("text", [
-    "services: []\n",
-    "services: [{name: a, address: 198.51.100.1, port: 80, real_servers: [192.0.2.1:80]}]\n",
-    "ownership: {networks: [198.51.100.0/24]}\nservices:\n",
-    "# no services\nownership: {networks: [198.51.100.0/24]}\n",
-    "ownership: {networks: [198.51.100.0/24]}\nservices:\n  name: a\n",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "services: []\n",
+        "services: [{name: a, address: 198.51.100.1, port: 80, real_servers: [192.0.2.1:80]}]\n",
+        "ownership: {networks: [198.51.100.0/24]}\nservices:\n",
+        "# no services\nownership: {networks: [198.51.100.0/24]}\n",
+        "ownership: {networks: [198.51.100.0/24]}\nservices:\n  name: a\n",
+    ],
+)
 def test_files_it_cannot_cut_are_read_whole(text: str) -> None:
     parts = split(text)
     assert parts is None or not parts.items
@@ -173,7 +200,9 @@ def test_files_it_cannot_cut_are_read_whole(text: str) -> None:
 def test_an_alias_to_another_items_anchor_is_read_as_a_full_read_reads_it() -> None:
     """An anchor in one item, used by an alias in another: editing the anchor changes both,
     though the second item's text did not change. Such a file is read whole."""
-    first = HEAD + """services:
+    first = (
+        HEAD
+        + """services:
   - name: a
     address: 198.51.100.1
     port: 80
@@ -183,10 +212,12 @@ def test_an_alias_to_another_items_anchor_is_read_as_a_full_read_reads_it() -> N
     port: 80
     real_servers: [{address: 192.0.2.1, port: 80, weight: *w}]
 """
+    )
     reader = Reparser()
     reader.parse(first, "director.yaml")
     edited = reader.parse(first.replace("&w 9", "&w 5"), "director.yaml")
-    weights = {vs.origin: [rs.weight for rs in vs.real_servers.values()]
-               for vs in edited.services.values()}  # fmt: skip
+    weights = {
+        vs.origin: [rs.weight for rs in vs.real_servers.values()] for vs in edited.services.values()
+    }
     assert weights == {"static/a": [5], "static/b": [5]}
     assert reader.reused == 0

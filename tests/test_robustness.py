@@ -67,17 +67,21 @@ def test_a_scoped_address_is_refused_and_every_other_service_is_served(
     api.create("services", evil)
     # What an earlier director (or a sloppy API server) left in status: read back, it must
     # not become the Service's allocation.
-    api.patch("services", "evil",
-              {"status": {"loadBalancer": {"ingress": [{"ip": "2001:db8::5%eth0"}]}}},
-              subresource="status")  # fmt: skip
+    api.patch(
+        "services",
+        "evil",
+        {"status": {"loadBalancer": {"ingress": [{"ip": "2001:db8::5%eth0"}]}}},
+        subresource="status",
+    )
     api.create("services", service("good", PORTS))
     ipvs = FakeIpvs()
     with start(api, tmp_path, ipvs) as runtime:  # present at start: the worst case
         eventually(lambda: vs(ipvs, "198.51.100.0"), what="the good Service served")
         refusal = eventually(lambda: warnings(api, "evil"), what="a Warning on the evil Service")
-        assert ("AddressRefused",
-                "lvs-director.io/load-balancer-ips: '2001:db8::5%eth0' is not an IP address"
-                ) in refusal  # fmt: skip
+        assert (
+            "AddressRefused",
+            "lvs-director.io/load-balancer-ips: '2001:db8::5%eth0' is not an IP address",
+        ) in refusal
         eventually(lambda: ingress(api, "evil") == [], what="the poisoned status cleared")
         # The loop goes on: a new Service after the bad one is programmed too.
         api.create("services", service("later", PORTS))
@@ -92,20 +96,35 @@ def test_sloppy_addresses_are_read_as_kube_proxy_reads_them_and_bad_ones_refused
     api.create("nodes", node("n2", "192.168.001.005"))  # a leading-zero InternalIP
     api.create("services", service("nodes", PORTS))
     api.create("services", service("pods", PORTS, annotations=POD))
-    api.create("endpointslices", endpoint_slice(
-        "pods", [("10.0.0.01", "n1", True, False), ("10.0.0.256", "n1", True, False),
-                 ("10.0.0.7", "n1", True, False)], [("http", "TCP", 8080)]))  # fmt: skip
+    api.create(
+        "endpointslices",
+        endpoint_slice(
+            "pods",
+            [
+                ("10.0.0.01", "n1", True, False),
+                ("10.0.0.256", "n1", True, False),
+                ("10.0.0.7", "n1", True, False),
+            ],
+            [("http", "TCP", 8080)],
+        ),
+    )
     ipvs = FakeIpvs()
     with start(api, tmp_path, ipvs) as runtime:
         on_nodes = eventually(lambda: vs(ipvs, "198.51.100.0"), what="the nodeport Service")
         assert {address for address, _port in on_nodes.real_servers} == {
-            "192.0.2.11", "192.168.1.5"
-        }  # fmt: skip
+            "192.0.2.11",
+            "192.168.1.5",
+        }
         on_pods = eventually(lambda: vs(ipvs, "198.51.100.1"), what="the pod Service")
         assert sorted(on_pods.real_servers) == [("10.0.0.1", 8080), ("10.0.0.7", 8080)]
         refused = eventually(lambda: warnings(api, "pods"), what="a Warning for 10.0.0.256")
-        assert refused == [("InvalidEndpoint", "EndpointSlice pods-abcde: endpoints[1]: "
-                            "'10.0.0.256' is not an IPv4 address; ignored")]  # fmt: skip
+        assert refused == [
+            (
+                "InvalidEndpoint",
+                "EndpointSlice pods-abcde: endpoints[1]: "
+                "'10.0.0.256' is not an IPv4 address; ignored",
+            )
+        ]
         assert runtime.controller.health.refused == {"endpointslices": 1}
         assert runtime.controller.health.loop_errors == 0
 
@@ -157,14 +176,17 @@ def test_an_api_write_that_cannot_be_stored_is_a_503_and_changes_nothing(
 ) -> None:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
-    config = parse_config(textwrap.dedent(f"""
+    config = parse_config(
+        textwrap.dedent(f"""
         ownership: {{networks: [198.51.100.0/24]}}
         services:
           - {{name: web, address: 198.51.100.10, port: 80, scheduler: rr,
               real_servers: [192.0.2.11:8080]}}
         api: {{listen: 127.0.0.1:0, token_file: {token},
                intents_file: {small_disk}/intents.json}}
-    """), "director.yaml")  # fmt: skip
+    """),
+        "director.yaml",
+    )
     ipvs = FakeIpvs()
     with Runtime(config, ipvs).start() as runtime:
         assert runtime.wait_ready(20) and runtime.api is not None
@@ -217,9 +239,13 @@ def test_a_dead_loop_thread_ends_the_process_with_a_nonzero_status(tmp_path: Pat
         sys.exit(cli.main(["run", "--config", {str(config)!r}]))
     """)
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
-    )  # fmt: skip
+    )
     assert done.returncode == 4, done.stderr[-3000:]
     assert "event=director.fatal" in done.stderr and "thread controller ended" in done.stderr
     assert "director: stopped: thread controller ended" in done.stderr
@@ -229,8 +255,9 @@ def test_the_runtime_reports_any_essential_thread_that_dies(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
     reasons: list[str] = []
-    runtime = Runtime(settings(api.kubeconfig(tmp_path / "kc")), FakeIpvs(),
-                      on_fatal=reasons.append)  # fmt: skip
+    runtime = Runtime(
+        settings(api.kubeconfig(tmp_path / "kc")), FakeIpvs(), on_fatal=reasons.append
+    )
     with runtime.start():
         assert runtime.wait_ready(20)
         watcher = runtime.watchers[0]
@@ -259,13 +286,16 @@ def call(url: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
 def served(tmp_path: Path) -> Iterator[tuple[str, Runtime]]:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
-    config = parse_config(textwrap.dedent(f"""
+    config = parse_config(
+        textwrap.dedent(f"""
         ownership: {{networks: [198.51.100.0/24]}}
         services:
           - {{name: web, address: 198.51.100.10, port: 80,
               real_servers: [192.0.2.11:8080, 192.0.2.12:8080]}}
         api: {{listen: 127.0.0.1:0, token_file: {token}, intents_file: {tmp_path}/i.json}}
-    """), "director.yaml")  # fmt: skip
+    """),
+        "director.yaml",
+    )
     with Runtime(config, FakeIpvs()).start() as runtime:
         assert runtime.wait_ready(20) and runtime.api is not None
         yield f"http://127.0.0.1:{runtime.api.port}", runtime

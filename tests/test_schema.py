@@ -29,8 +29,11 @@ def test_the_published_json_schema_is_the_one_the_director_applies() -> None:
     )
     out = subprocess.run(
         [sys.executable, "-m", "director.cli.main", "schema"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert json.loads(out.stdout) == json_schema()
 
 
@@ -45,14 +48,15 @@ def test_every_example_passes_the_json_schema_and_the_director(example: Path) ->
     [
         ("top", "colour: blue\n"),
         ("service", "services:\n  - {address: 198.51.100.1, port: 80, colour: blue}\n"),
-        ("real server", "services:\n  - {address: 198.51.100.1, port: 80,"
-         " real_servers: [{address: 192.0.2.1, colour: blue}]}\n"),
+        (
+            "real server",
+            "services:\n  - {address: 198.51.100.1, port: 80,"
+            " real_servers: [{address: 192.0.2.1, colour: blue}]}\n",
+        ),
         ("health", "health: {colour: blue}\n"),
     ],
-)  # fmt: skip
-def test_an_unknown_key_is_refused_by_the_schema_and_the_director(
-    where: str, snippet: str
-) -> None:
+)
+def test_an_unknown_key_is_refused_by_the_schema_and_the_director(where: str, snippet: str) -> None:
     text = "ownership: {networks: [198.51.100.0/24]}\n" + snippet
     with pytest.raises(jsonschema.ValidationError, match="colour"):
         jsonschema.Draft202012Validator(json_schema()).validate(yaml.safe_load(text))
@@ -79,9 +83,11 @@ def test_anchors_and_aliases_read_precisely_give_what_the_plain_file_gives() -> 
 
 
 def test_an_error_in_a_file_read_fast_still_names_its_line() -> None:
-    text = "ownership: {networks: [198.51.100.0/24]}\nservices:\n" + "".join(
-        f"  - {{address: 198.51.100.{i}, port: 80}}\n" for i in range(1, 200)
-    ) + "  - {address: 198.51.100.200, port: 80, weight: 3}\n"  # fmt: skip
+    text = (
+        "ownership: {networks: [198.51.100.0/24]}\nservices:\n"
+        + "".join(f"  - {{address: 198.51.100.{i}, port: 80}}\n" for i in range(1, 200))
+        + "  - {address: 198.51.100.200, port: 80, weight: 3}\n"
+    )
     assert yamldoc.fast(text) is not None
     with pytest.raises(ConfigError) as caught:
         parse_config(text, "big.yaml")
@@ -96,9 +102,28 @@ def test_a_rapidyaml_parse_error_prints_nothing_but_ours(capfd: pytest.CaptureFi
 
 # -- the two readers agree ----------------------------------------------------------------
 WORDS = [
-    "true", "false", "True", "yes", "no", "on", "null", "~", "1.5", "1e3", "-0", "007", "0x1F",
-    ".inf", "2001:db8::1", "10.0.0.1:80", "[::1]:80", "a b", "x#y", "tcp", "",
-]  # fmt: skip
+    "true",
+    "false",
+    "True",
+    "yes",
+    "no",
+    "on",
+    "null",
+    "~",
+    "1.5",
+    "1e3",
+    "-0",
+    "007",
+    "0x1F",
+    ".inf",
+    "2001:db8::1",
+    "10.0.0.1:80",
+    "[::1]:80",
+    "a b",
+    "x#y",
+    "tcp",
+    "",
+]
 scalars = st.one_of(
     st.sampled_from(WORDS),
     st.text(alphabet="abcXYZ019 .:-_/[]{},'\"#", max_size=12),
@@ -110,8 +135,12 @@ documents = st.dictionaries(
     st.text(alphabet="abcxyz_", min_size=1, max_size=8),
     st.recursive(
         scalars,
-        lambda inner: st.lists(inner, max_size=4)
-        | st.dictionaries(st.text(alphabet="abcxyz_", min_size=1, max_size=6), inner, max_size=4),
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(
+                st.text(alphabet="abcxyz_", min_size=1, max_size=6), inner, max_size=4
+            )
+        ),
         max_leaves=12,
     ),
     min_size=1,
@@ -147,8 +176,17 @@ def test_the_fast_reader_gives_what_the_precise_one_gives(
 
 
 # -- the long form of a real server, read without a call per key, reads as the rules do ----
-ADDRESSES = ["10.1.0.1", "010.1.0.1", "10.1.0", "2001:db8::1", "2001:DB8:0::1", "fe80::1%eth0",
-             "::ffff:10.1.0.1", "x", ""]  # fmt: skip
+ADDRESSES = [
+    "10.1.0.1",
+    "010.1.0.1",
+    "10.1.0",
+    "2001:db8::1",
+    "2001:DB8:0::1",
+    "fe80::1%eth0",
+    "::ffff:10.1.0.1",
+    "x",
+    "",
+]
 numbers = st.one_of(
     st.integers(-3, 70_000), st.sampled_from([65535, 65536, "80", "0x10", True, 1.5, None])
 )

@@ -63,8 +63,12 @@ def test_director_run_says_ready_then_feeds_the_watchdog_until_its_loop_stops(
         "c.Controller.step = step\n"
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
     )
-    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"), WATCHDOG_USEC="400000",
-               PYTHONPATH=str(REPO))  # fmt: skip
+    env = dict(
+        os.environ,
+        NOTIFY_SOCKET=str(tmp_path / "notify"),
+        WATCHDOG_USEC="400000",
+        PYTHONPATH=str(REPO),
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.DEVNULL)
     try:
         early = received(sock, 4.0)

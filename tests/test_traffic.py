@@ -218,14 +218,20 @@ def test_putting_a_hashing_service_in_order_keeps_open_connections(
     first_two = VirtualService(full.key, full.config, {d: dests[d] for d in ordered[:2]})
     reconciler = Reconciler(ipvs, OWNED)
     assert reconciler.full_sync({full.key: first_two}).result.ok
-    conns = [Connection(lab.client, full.key.address, full.key.port, source)
-             for source in lab.client_sources4]  # fmt: skip
+    conns = [
+        Connection(lab.client, full.key.address, full.key.port, source)
+        for source in lab.client_sources4
+    ]
     try:
         before = [conn.ask() for conn in conns]
         report = reconciler.sync_service(full.key, full)
         assert [op.kind.value for op in report.plan.ops] == [
-            "del-dest", "del-dest", "add-dest", "add-dest", "add-dest"
-        ]  # fmt: skip
+            "del-dest",
+            "del-dest",
+            "add-dest",
+            "add-dest",
+            "add-dest",
+        ]
         assert report.result.ok
         assert [conn.ask() for conn in conns] == before
         assert list(ipvs.read().services[full.key].real_servers) == ordered

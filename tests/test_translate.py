@@ -78,8 +78,9 @@ THREE = {name: node_from_json(node(name, f"192.0.2.2{i}")) for i, name in enumer
 
 def pods(spread: dict[str, int], *, terminating: str | None = None):  # type: ignore[no-untyped-def]
     """Ready pods per node (10.1.<node>.<i>), and one terminating on ``terminating``."""
-    eps = [(f"10.1.{ord(n)}.{i}", n, True, False) for n, count in spread.items()
-           for i in range(count)]  # fmt: skip
+    eps = [
+        (f"10.1.{ord(n)}.{i}", n, True, False) for n, count in spread.items() for i in range(count)
+    ]
     if terminating is not None:
         eps.append(("10.1.99.1", terminating, True, True))
     return slices(*eps)
@@ -99,16 +100,23 @@ def test_local_traffic_policy_weighs_each_node_by_its_ready_pods() -> None:
     out = translate(svc(etp="Local"), ["198.51.100.1"], pods({"a": 1, "b": 2}), THREE, on_vip)
     vip = out.services[ServiceKey.inet(Protocol.TCP, "198.51.100.99", 30080)]
     assert {k[0]: rs.weight for k, rs in vip.real_servers.items()} == {
-        "192.0.2.21": 1, "192.0.2.22": 2}  # fmt: skip
+        "192.0.2.21": 1,
+        "192.0.2.22": 2,
+    }
     policy = replace(POLICY, weight=10)  # in units of the configured weight
     out = translate(svc(etp="Local"), ["198.51.100.1"], pods({"a": 1, "c": 3}), THREE, policy)
     assert {k[0]: rs.weight for k, rs in out.services[KEY].real_servers.items()} == {
-        "192.0.2.21": 10, "192.0.2.23": 30}  # fmt: skip
+        "192.0.2.21": 10,
+        "192.0.2.23": 30,
+    }
 
 
 def test_local_weights_count_ready_pods_once_and_terminating_ones_not_at_all() -> None:
-    eps = slices(("10.1.0.1", "a", True, False), ("10.1.0.2", "a", True, False),
-                 ("10.1.0.3", "b", True, True))  # fmt: skip
+    eps = slices(
+        ("10.1.0.1", "a", True, False),
+        ("10.1.0.2", "a", True, False),
+        ("10.1.0.3", "b", True, True),
+    )
     again = slices(("10.1.0.2", "a", True, False), name="web")  # a pod in two slices at once
     out = translate(svc(etp="Local"), ["198.51.100.1"], [*eps, *again], THREE, POLICY)
     weights = {k[0]: rs.weight for k, rs in out.services[KEY].real_servers.items()}
@@ -126,11 +134,13 @@ def test_local_weights_can_be_turned_off_per_service_and_a_bad_value_is_refused(
     even = {"lvs-director.io/local-weights": "even"}
     weights, _ = local_weights({"a": 1, "b": 2, "c": 5}, annotations=even)
     assert weights == {"192.0.2.21": 1, "192.0.2.22": 1, "192.0.2.23": 1}
-    weights, out = local_weights({"a": 1, "b": 2}, annotations={
-        "lvs-director.io/local-weights": "pods"})  # fmt: skip
+    weights, out = local_weights(
+        {"a": 1, "b": 2}, annotations={"lvs-director.io/local-weights": "pods"}
+    )
     assert weights == {"192.0.2.21": 1, "192.0.2.22": 2}, "the default stands"
     assert [(p.annotation, p.message) for p in out.problems] == [
-        ("lvs-director.io/local-weights", "'pods' is not one of endpoints, even")]  # fmt: skip
+        ("lvs-director.io/local-weights", "'pods' is not one of endpoints, even")
+    ]
 
 
 def test_cluster_traffic_policy_keeps_every_node_at_the_same_weight() -> None:
@@ -140,8 +150,11 @@ def test_cluster_traffic_policy_keeps_every_node_at_the_same_weight() -> None:
 
 def test_pod_mode_uses_ready_endpoints_and_drains_terminating_ones() -> None:
     s = svc(annotations={"lvs-director.io/backends": "pod"})
-    eps = slices(("10.1.0.5", "n1", True, False), ("10.1.0.6", "n2", True, True),
-                 ("10.1.0.7", "n2", False, False))  # fmt: skip
+    eps = slices(
+        ("10.1.0.5", "n1", True, False),
+        ("10.1.0.6", "n2", True, True),
+        ("10.1.0.7", "n2", False, False),
+    )
     out = translate(s, ["198.51.100.1"], eps, NODES, POLICY)
     weights = {k: rs.weight for k, rs in out.services[KEY].real_servers.items()}
     assert weights == {("10.1.0.5", 8080): 1, ("10.1.0.6", 8080): 0}
@@ -183,9 +196,15 @@ def test_class_selection_and_nodeport_vip() -> None:
     classless = svc(lb_class=None)
     assert translate(classless, ["198.51.100.1"], [], NODES, POLICY).services == {}
     np_policy = Policy(
-        POLICY.load_balancer_class, True, ("192.0.2.100",), "nodeport", "rr", Forwarding.NAT, 1,
+        POLICY.load_balancer_class,
+        True,
+        ("192.0.2.100",),
+        "nodeport",
+        "rr",
+        Forwarding.NAT,
+        1,
         POLICY.schedulers,
-    )  # fmt: skip
+    )
     out = translate(classless, ["198.51.100.1"], [], NODES, np_policy)
     assert set(out.services) == {KEY, ServiceKey.inet(Protocol.TCP, "192.0.2.100", 30080)}
     opted_out = svc(lb_class=None, annotations={"lvs-director.io/nodeport": "false"})
@@ -211,18 +230,31 @@ def test_ipam_request_reads_annotations_and_refuses_garbage() -> None:
 def test_annotation_flags_are_canonical_and_onepacket_needs_udp() -> None:
     """Issue 13, items 4 and 5: the annotation's flag-1 is what the kernel calls sh-fallback,
     and onepacket is refused for a TCP Service (the configuration refuses it too)."""
-    out = translate(svc(annotations={"lvs-director.io/scheduler": "sh:flag-1,flag-2"}),
-                    ["198.51.100.1"], [], NODES, POLICY)  # fmt: skip
+    out = translate(
+        svc(annotations={"lvs-director.io/scheduler": "sh:flag-1,flag-2"}),
+        ["198.51.100.1"],
+        [],
+        NODES,
+        POLICY,
+    )
     assert out.services[KEY].config.flags == {"sh-fallback", "sh-port"}
-    tcp = translate(svc(annotations={"lvs-director.io/scheduler": "rr:onepacket"}),
-                    ["198.51.100.1"], [], NODES, POLICY)  # fmt: skip
+    tcp = translate(
+        svc(annotations={"lvs-director.io/scheduler": "rr:onepacket"}),
+        ["198.51.100.1"],
+        [],
+        NODES,
+        POLICY,
+    )
     assert [(p.annotation, p.message) for p in tcp.problems] == [
-        ("lvs-director.io/scheduler",
-         "'rr:onepacket': onepacket scheduling only applies to UDP services")
-    ]  # fmt: skip
+        (
+            "lvs-director.io/scheduler",
+            "'rr:onepacket': onepacket scheduling only applies to UDP services",
+        )
+    ]
     assert tcp.services[KEY].config.flags == frozenset(), "the last valid setting is kept"
-    obj = service("dns", [("dns", "UDP", 53)],
-                  annotations={"lvs-director.io/scheduler": "rr:onepacket"})  # fmt: skip
+    obj = service(
+        "dns", [("dns", "UDP", 53)], annotations={"lvs-director.io/scheduler": "rr:onepacket"}
+    )
     obj["spec"]["ports"][0]["nodePort"] = 30053
     udp = translate(service_from_json(obj), ["198.51.100.1"], [], NODES, POLICY)
     assert udp.problems == ()
@@ -233,8 +265,12 @@ def test_annotation_flags_are_canonical_and_onepacket_needs_udp() -> None:
 def test_load_balancer_source_ranges_restrict_each_address_to_its_family() -> None:
     obj = service("web", [("http", "TCP", 80)], families=("IPv4", "IPv6"))
     obj["spec"]["ports"][0]["nodePort"] = 30080
-    obj["spec"]["loadBalancerSourceRanges"] = ["10.0.0.0/8", " 192.168.001.0/24", "2001:db8::/32",
-                                               "not-a-range"]  # fmt: skip
+    obj["spec"]["loadBalancerSourceRanges"] = [
+        "10.0.0.0/8",
+        " 192.168.001.0/24",
+        "2001:db8::/32",
+        "not-a-range",
+    ]
     info = service_from_json(obj)
     assert info.source_ranges == ("10.0.0.0/8", "192.168.1.0/24", "2001:db8::/32")
     out = translate(info, ["198.51.100.1", "2001:db8:100::1"], [], NODES, POLICY)
@@ -242,8 +278,13 @@ def test_load_balancer_source_ranges_restrict_each_address_to_its_family() -> No
     assert out.restrictions == {KEY: ("10.0.0.0/8", "192.168.1.0/24"), v6: ("2001:db8::/32",)}
     assert [p.reason for p in out.problems] == ["InvalidServiceField"]
     assert "'not-a-range' is not a CIDR" in out.problems[0].message
-    legacy = service("old", [("http", "TCP", 80)], annotations={
-        "service.beta.kubernetes.io/load-balancer-source-ranges": "10.1.0.0/16,10.2.0.0/16"})
+    legacy = service(
+        "old",
+        [("http", "TCP", 80)],
+        annotations={
+            "service.beta.kubernetes.io/load-balancer-source-ranges": "10.1.0.0/16,10.2.0.0/16"
+        },
+    )
     assert service_from_json(legacy).source_ranges == ("10.1.0.0/16", "10.2.0.0/16")
     assert service_from_json(service("open", [("http", "TCP", 80)])).source_ranges is None
 
@@ -275,8 +316,7 @@ def test_a_pool_s_forwarding_is_its_services_default_and_the_annotation_wins() -
     from director.core.model import Family
 
     policy = replace(POLICY, snat=frozenset({Family.INET}))
-    out = translate(svc(), ["198.51.100.1"], [], NODES, policy,
-                    pool_forwarding=Forwarding.FULLNAT)  # fmt: skip
+    out = translate(svc(), ["198.51.100.1"], [], NODES, policy, pool_forwarding=Forwarding.FULLNAT)
     assert out.snat == {KEY} and out.options is not None
     assert out.options.forwarding is Forwarding.FULLNAT
     dr = svc(annotations={"lvs-director.io/forwarding": "dr"})

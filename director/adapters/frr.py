@@ -70,9 +70,25 @@ def template_vars(
     for peer in bgp.peers:
         timing = (peer.bfd_interval_ms, peer.bfd_multiplier)
         profile = profiles.setdefault(timing, f"director-{timing[0]}ms-x{timing[1]}")
-        peers.append({**{k: getattr(peer, k) for k in (
-            "address", "asn", "port", "password", "source", "multihop", "keepalive", "hold",
-            "bfd")}, "bfd_profile": profile})  # fmt: skip
+        peers.append(
+            {
+                **{
+                    k: getattr(peer, k)
+                    for k in (
+                        "address",
+                        "asn",
+                        "port",
+                        "password",
+                        "source",
+                        "multihop",
+                        "keepalive",
+                        "hold",
+                        "bfd",
+                    )
+                },
+                "bfd_profile": profile,
+            }
+        )
     families = []
     for name, version in (("ipv4", 4), ("ipv6", 6)):
         family_peers = [p.address for p in bgp.peers if _version(p.address) == version]
@@ -87,8 +103,11 @@ def template_vars(
         "peers": peers,
         "families": families,
         "pools": [
-            {"name": p.name, "communities": p.announce.communities,
-             "local_preference": p.announce.local_preference}
+            {
+                "name": p.name,
+                "communities": p.announce.communities,
+                "local_preference": p.announce.local_preference,
+            }
             for p in pools
             if p.announce.bgp
         ],
@@ -185,8 +204,9 @@ def boot_text(text: str) -> str:
     """``text`` without its ``network`` lines: the file FRR boots from. FRR started from it
     (a reboot, a restart of the daemons with no director running) announces nothing the
     director has not confirmed; the director sends the prefixes once IPVS serves them."""
-    return "".join(line for line in text.splitlines(keepends=True)
-                   if not line.lstrip().startswith("network "))  # fmt: skip
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("network ")
+    )
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -226,8 +246,7 @@ class Frr:
         """Run one of FRR's programs; one that cannot be run or does not finish is a
         transient failure, never FRR's verdict."""
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  check=False)  # fmt: skip
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise run_failure(cmd[0], exc) from None
 
@@ -258,9 +277,20 @@ class Frr:
         space = ["--pathspace", self.bgp.pathspace] if self.bgp.pathspace else []
         with self._staged(text) as candidate:
             folder = str(candidate.parent)
-            done = self._run([self.bgp.reload, "--reload", *space, "--stdout", "--rundir",
-                              folder, "--confdir", folder, str(candidate)],
-                             timeout=RELOAD_SECONDS)  # fmt: skip
+            done = self._run(
+                [
+                    self.bgp.reload,
+                    "--reload",
+                    *space,
+                    "--stdout",
+                    "--rundir",
+                    folder,
+                    "--confdir",
+                    folder,
+                    str(candidate),
+                ],
+                timeout=RELOAD_SECONDS,
+            )
         if done.returncode != 0:
             raise FrrRejected(_words(done))
 
@@ -314,16 +344,22 @@ class Frr:
         except FrrRejected as exc:
             self.rejected += 1
             self.last_error = str(exc)
-            event(log, "frr.config_rejected", level=logging.ERROR, file=str(self.path),
-                  frr=str(exc))  # fmt: skip
+            event(
+                log, "frr.config_rejected", level=logging.ERROR, file=str(self.path), frr=str(exc)
+            )
             raise
         self.applied, self.invalid, self.held_back = text, None, None
         self.reloads += 1
         self.applied_by = how
         self.last_error = None
         self.write_boot_file()
-        event(log, "frr.reloaded", file=str(self.path), by=how,
-              seconds=round(time.monotonic() - started, 3))  # fmt: skip
+        event(
+            log,
+            "frr.reloaded",
+            file=str(self.path),
+            by=how,
+            seconds=round(time.monotonic() - started, 3),
+        )
         return True
 
     def _send(self, text: str) -> str:
@@ -347,8 +383,10 @@ class Frr:
             # taken part of it. Put them back on the last text they took; if FRR takes
             # that, the new text was at fault (not FRR being down): keep it out.
             if not self._restore():
-                raise Transient(f"FRR did not apply the configuration ({exc}), and could "
-                                "not be put back on the last one: is it running?") from None
+                raise Transient(
+                    f"FRR did not apply the configuration ({exc}), and could "
+                    "not be put back on the last one: is it running?"
+                ) from None
             self._keep_routes(text)
             raise
         return "frr-reload"
@@ -388,13 +426,20 @@ class Frr:
             raise FrrRejected("refused before by FRR")
         wanted = _split_networks(text)[1]
         if self.send_networks(self.held_back, wanted):
-            event(log, "frr.routes_only", level=logging.WARNING, file=str(self.path),
-                  announced=sum(len(nets) for nets in wanted.values()),
-                  reason="FRR refused this configuration: its last accepted one runs, with the "
-                         "director's routes")  # fmt: skip
+            event(
+                log,
+                "frr.routes_only",
+                level=logging.WARNING,
+                file=str(self.path),
+                announced=sum(len(nets) for nets in wanted.values()),
+                reason="FRR refused this configuration: its last accepted one runs, with the "
+                "director's routes",
+            )
         self.held_back = wanted
-        raise FrrRejected(f"refused by FRR (tried again when it changes; its routes are sent "
-                          f"on the last configuration FRR took): {self.last_error or '-'}")
+        raise FrrRejected(
+            f"refused by FRR (tried again when it changes; its routes are sent "
+            f"on the last configuration FRR took): {self.last_error or '-'}"
+        )
 
     def send_networks(self, before: Networks, after: Networks) -> bool:
         """The vtysh commands that take the daemons from announcing ``before`` to ``after``;
@@ -420,8 +465,7 @@ class Frr:
         try:
             self.apply(last)
         except Failure as exc:
-            event(log, "frr.restore_failed", level=logging.ERROR, file=str(self.path),
-                  frr=str(exc))  # fmt: skip
+            event(log, "frr.restore_failed", level=logging.ERROR, file=str(self.path), frr=str(exc))
             return False
         if self.applied is None:
             self.applied = last
@@ -441,8 +485,12 @@ class Frr:
                 return False
             self.send_networks(running, _split_networks(text)[1])
         except (OSError, Failure) as exc:
-            event(log, "frr.resume_skipped", reason=str(exc)[:200],
-                  action="applying with frr-reload.py")  # fmt: skip
+            event(
+                log,
+                "frr.resume_skipped",
+                reason=str(exc)[:200],
+                action="applying with frr-reload.py",
+            )
             return False
         return True
 
@@ -457,8 +505,13 @@ class Frr:
         args = [arg for command in commands for arg in ("-c", command)]
         done = self._run([*self._vtysh(), *args], timeout=60)
         if done.returncode != 0:
-            event(log, "frr.vtysh_failed", level=logging.WARNING, frr=_words(done),
-                  action="applying with frr-reload.py")  # fmt: skip
+            event(
+                log,
+                "frr.vtysh_failed",
+                level=logging.WARNING,
+                frr=_words(done),
+                action="applying with frr-reload.py",
+            )
             return False
         return True
 
@@ -503,8 +556,7 @@ class Frr:
         untouched); ``missing``: held ones found gone from ``lo``, added back."""
         for vip in sorted((vips - self.held) | (missing or set())):
             prefix = 128 if ":" in vip else 32
-            done = self._run([*self._ip(), "addr", "replace", f"{vip}/{prefix}", "dev",
-                              VIP_DEVICE])  # fmt: skip
+            done = self._run([*self._ip(), "addr", "replace", f"{vip}/{prefix}", "dev", VIP_DEVICE])
             if done.returncode != 0:
                 raise Transient(f"cannot hold {vip} on {VIP_DEVICE}: {_words(done)}")
             self.held.add(vip)
@@ -524,18 +576,23 @@ class Frr:
                     found.setdefault(str(address), data if isinstance(data, dict) else {})
         bfd_state = {
             str(p.get("peer")): str(p.get("status", "-"))
-            for p in (bfd if isinstance(bfd, list) else []) if isinstance(p, dict)
-        }  # fmt: skip
+            for p in (bfd if isinstance(bfd, list) else [])
+            if isinstance(p, dict)
+        }
         out = []
         for peer in self.bgp.peers:
             data = found.get(peer.address)
             state = str(data.get("state", "unknown")) if data is not None else "unknown"
-            out.append(PeerState(
-                peer.address, peer.asn, state,
-                float(data.get("peerUptimeMsec", 0) or 0) / 1000 if data else 0.0,
-                int(data.get("pfxSnt", 0) or 0) if data else 0,
-                bfd_state.get(peer.address, "-") if peer.bfd else "-",
-            ))  # fmt: skip
+            out.append(
+                PeerState(
+                    peer.address,
+                    peer.asn,
+                    state,
+                    float(data.get("peerUptimeMsec", 0) or 0) / 1000 if data else 0.0,
+                    int(data.get("pfxSnt", 0) or 0) if data else 0,
+                    bfd_state.get(peer.address, "-") if peer.bfd else "-",
+                )
+            )
         return out
 
     def _json(self, command: str) -> Any:
@@ -616,9 +673,11 @@ class FrrSync(Keeper[Mapping[str, Route]]):
         elif _prefixes(running) != _prefixes(wanted):
             extra = sorted(p.split()[2] for p in _prefixes(running) - _prefixes(wanted))
             lost = sorted(p.split()[2] for p in _prefixes(wanted) - _prefixes(running))
-            drift.append(f"bgpd announces {len(extra)} prefixes it should not "
-                         f"({', '.join(extra[:3]) or '-'}) and misses {len(lost)} "
-                         f"({', '.join(lost[:3]) or '-'})")  # fmt: skip
+            drift.append(
+                f"bgpd announces {len(extra)} prefixes it should not "
+                f"({', '.join(extra[:3]) or '-'}) and misses {len(lost)} "
+                f"({', '.join(lost[:3]) or '-'})"
+            )
         if self.frr.applied is not None:
             try:
                 boot = self.frr.path.read_text()
@@ -654,8 +713,14 @@ class FrrSync(Keeper[Mapping[str, Route]]):
                 return
             what = f"{len(missing)} VIPs gone from {VIP_DEVICE} ({', '.join(sorted(missing)[:3])})"
             self.ledger.drift("addresses", what)
-            event(log, "owned.drift", level=logging.WARNING, resource="addresses", drift=what,
-                  action="repairing")  # fmt: skip
+            event(
+                log,
+                "owned.drift",
+                level=logging.WARNING,
+                resource="addresses",
+                drift=what,
+                action="repairing",
+            )
             self.frr.hold(set(self.frr.held), missing=missing)
         except Failure as exc:
             self.ledger.failed("addresses", exc)
@@ -688,8 +753,14 @@ class FrrSync(Keeper[Mapping[str, Route]]):
         self.polled = time.time()
         for peer in self.sessions:
             if previous.get(peer.address) != peer.state:
-                event(log, "bgp.session", peer=peer.address, state=peer.state, bfd=peer.bfd,
-                      level=logging.INFO if peer.up else logging.WARNING)  # fmt: skip
+                event(
+                    log,
+                    "bgp.session",
+                    peer=peer.address,
+                    state=peer.state,
+                    bfd=peer.bfd,
+                    level=logging.INFO if peer.up else logging.WARNING,
+                )
 
 
 def _prefixes(networks: Networks) -> set[str]:

@@ -46,10 +46,18 @@ log = logging.getLogger("director.api")
 Gate = Callable[[str, str, dict[str, str]], tuple[int, str] | None]
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 REASONS = {
-    100: "Continue", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-    408: "Request Timeout", 413: "Content Too Large", 500: "Internal Server Error",
-    501: "Not Implemented", 503: "Service Unavailable", 505: "HTTP Version Not Supported",
-}  # fmt: skip
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
 
 
 class ApiError(DirectorError, ValueError):
@@ -125,8 +133,9 @@ class _Slots:
         now = time.monotonic()
         if now - self._said >= 1.0:
             self._said = now
-            event(log, name, level=logging.WARNING, refused=self.refused, client=client,
-                  reason=reason)  # fmt: skip
+            event(
+                log, name, level=logging.WARNING, refused=self.refused, client=client, reason=reason
+            )
 
 
 class _Mailbox:
@@ -258,8 +267,9 @@ class HttpServer:
             self._selector.close()
 
     def _timeout(self, now: float) -> float:
-        soonest = min((c.deadline for c in self.slots.conns.values() if c.phase != "busy"),
-                      default=now + 1.0)  # fmt: skip
+        soonest = min(
+            (c.deadline for c in self.slots.conns.values() if c.phase != "busy"), default=now + 1.0
+        )
         if self._paused_until:
             soonest = min(soonest, self._paused_until)
         return max(0.01, min(soonest - now, 1.0))
@@ -283,8 +293,11 @@ class HttpServer:
             if not self._room(client):
                 self.slots.refused += 1
                 sock.close()
-                self.slots.say("api.connection_refused", client=client,
-                               reason="too many connections (from this address, or in all)")
+                self.slots.say(
+                    "api.connection_refused",
+                    client=client,
+                    reason="too many connections (from this address, or in all)",
+                )
                 continue
             self._admit(sock, client, int(address[1]))
 
@@ -294,12 +307,17 @@ class HttpServer:
         cap) is closed to make room. An idle keep-alive connection may be closed at any
         time; one in the middle of a request never is."""
         slots = self.slots
-        for mine, full in ((True, slots.per_client[client] >= self.PER_CLIENT),
-                           (False, len(slots.conns) >= slots.limit)):  # fmt: skip
+        for mine, full in (
+            (True, slots.per_client[client] >= self.PER_CLIENT),
+            (False, len(slots.conns) >= slots.limit),
+        ):
             if not full:
                 continue
-            idle = [c for c in slots.conns.values()
-                    if c.phase == "idle" and (c.client == client or not mine)]  # fmt: skip
+            idle = [
+                c
+                for c in slots.conns.values()
+                if c.phase == "idle" and (c.client == client or not mine)
+            ]
             for conn in sorted(idle, key=lambda c: c.deadline):
                 if _quiet(conn.sock):
                     self._close(conn)
@@ -317,8 +335,9 @@ class HttpServer:
             except (OSError, ValueError):
                 sock.close()
                 return
-        conn = _Conn(sock, sock.fileno(), client, port, self._tls is not None,
-                     now + self.IDLE_SECONDS)  # fmt: skip
+        conn = _Conn(
+            sock, sock.fileno(), client, port, self._tls is not None, now + self.IDLE_SECONDS
+        )
         conn.phase = "handshake" if conn.tls else "idle"
         self.slots.add(conn)
         self._selector.register(sock, selectors.EVENT_READ, conn)
@@ -403,8 +422,9 @@ class HttpServer:
             end = conn.buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(conn.buffer) > self.HEADER_BYTES:
-                    raise _Refuse(413, "the request headers are larger than "
-                                  f"{self.HEADER_BYTES} bytes")  # fmt: skip
+                    raise _Refuse(
+                        413, f"the request headers are larger than {self.HEADER_BYTES} bytes"
+                    )
                 return
             if end > self.HEADER_BYTES:
                 raise _Refuse(413, f"the request headers are larger than {self.HEADER_BYTES} bytes")
@@ -553,8 +573,9 @@ class HttpServer:
         """Run the application for the request; whether the connection stays open."""
         started: list[Any] = []
 
-        def start_response(status: str, headers: list[tuple[str, str]],
-                           exc_info: Any = None) -> Callable[[bytes], None]:  # fmt: skip
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], None]:
             started[:] = [status, headers]
             return _no_write
 
@@ -583,8 +604,11 @@ class HttpServer:
             if not bodiless:
                 for piece in _chained(first, iterator):
                     if piece:
-                        self._send(conn, b"%x\r\n%s\r\n" % (len(piece), piece) if chunked
-                                   else piece, deadline)  # fmt: skip
+                        self._send(
+                            conn,
+                            b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece,
+                            deadline,
+                        )
                 if chunked:
                     self._send(conn, b"0\r\n\r\n", deadline)
         finally:
@@ -678,8 +702,14 @@ def _chained(first: bytes, rest: Iterable[bytes]) -> Iterable[bytes]:
 
 def _answer(status: int, detail: str, *, close: bool) -> bytes:
     """A problem+json answer the loop sends itself (before any worker is involved)."""
-    body = json.dumps({"type": "about:blank", "title": REASONS.get(status, "Error"),
-                       "status": status, "detail": detail}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "type": "about:blank",
+            "title": REASONS.get(status, "Error"),
+            "status": status,
+            "detail": detail,
+        }
+    ).encode()
     extra = 'WWW-Authenticate: Bearer realm="director"\r\n' if status == 401 else ""
     head = (
         f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"

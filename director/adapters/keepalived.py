@@ -100,9 +100,14 @@ class Heartbeat:
                 self.path.touch()
             except OSError as exc:
                 if not self._failing:
-                    event(log, "keepalived.heartbeat_failed", level=logging.ERROR,
-                          file=str(self.path), reason=exc.strerror or str(exc),
-                          effect="keepalived gives this box's VIPs to its peer")  # fmt: skip
+                    event(
+                        log,
+                        "keepalived.heartbeat_failed",
+                        level=logging.ERROR,
+                        file=str(self.path),
+                        reason=exc.strerror or str(exc),
+                        effect="keepalived gives this box's VIPs to its peer",
+                    )
                 self._failing = True
             else:
                 self._failing = False
@@ -151,10 +156,15 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         "track_interfaces": list(ha.track_interfaces),
         "inline": lines_inline,
         "excluded": lines_excluded,
-        "alive": None if heartbeat is None else {
-            "script": f"/bin/sh {ALIVE_CHECK}", "heartbeat": str(heartbeat),
+        "alive": None
+        if heartbeat is None
+        else {
+            "script": f"/bin/sh {ALIVE_CHECK}",
+            "heartbeat": str(heartbeat),
             "seconds": ha.alive_seconds,
-            "interval": ALIVE_INTERVAL, "timeout": ALIVE_TIMEOUT, "fall": ALIVE_FALL,
+            "interval": ALIVE_INTERVAL,
+            "timeout": ALIVE_TIMEOUT,
+            "fall": ALIVE_FALL,
             "rise": ALIVE_RISE,
             "weight": ALIVE_WEIGHT,
         },
@@ -212,8 +222,11 @@ class Keepalived:
             done = subprocess.run(
                 (["ip", "netns", "exec", self.ha.netns] if self.ha.netns else [])
                 + [self.ha.keepalived, "-t", "-f", str(candidate)],
-                capture_output=True, text=True, timeout=30, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise run_failure(self.ha.keepalived, exc) from None
         failed = not_run(f"{self.ha.keepalived} -t", done.returncode, done.stderr)
@@ -244,8 +257,13 @@ class Keepalived:
         except ConfigRejected as exc:
             self.rejected += 1
             self.last_error = str(exc)
-            event(log, "keepalived.config_rejected", level=logging.ERROR, file=str(candidate),
-                  keepalived=str(exc))  # fmt: skip
+            event(
+                log,
+                "keepalived.config_rejected",
+                level=logging.ERROR,
+                file=str(candidate),
+                keepalived=str(exc),
+            )
             raise
         try:
             write_atomic(self.path, text, mode=0o600)  # fsync'd: a crash leaves one or the other
@@ -263,20 +281,29 @@ class Keepalived:
         try:
             pid = int(Path(self.ha.pid_file).read_text().split()[0])
         except (OSError, ValueError, IndexError) as exc:
-            event(log, "keepalived.not_reloaded", level=logging.WARNING, reason=str(exc),
-                  pid_file=self.ha.pid_file)  # fmt: skip
+            event(
+                log,
+                "keepalived.not_reloaded",
+                level=logging.WARNING,
+                reason=str(exc),
+                pid_file=self.ha.pid_file,
+            )
             return
         if not is_process(pid, self.ha.keepalived):
-            event(log, "keepalived.not_reloaded", level=logging.WARNING, pid=pid,
-                  pid_file=self.ha.pid_file,
-                  reason="the pid file names no running keepalived (it reads the file when it "
-                         "starts)")  # fmt: skip
+            event(
+                log,
+                "keepalived.not_reloaded",
+                level=logging.WARNING,
+                pid=pid,
+                pid_file=self.ha.pid_file,
+                reason="the pid file names no running keepalived (it reads the file when it "
+                "starts)",
+            )
             return
         try:
             os.kill(pid, signal.SIGHUP)
         except OSError as exc:
-            event(log, "keepalived.not_reloaded", level=logging.WARNING, reason=str(exc),
-                  pid=pid)  # fmt: skip
+            event(log, "keepalived.not_reloaded", level=logging.WARNING, reason=str(exc), pid=pid)
             return
         self.reloads += 1
         event(log, "keepalived.reloaded", pid=pid, file=str(self.path))
@@ -311,8 +338,9 @@ class KeepalivedSync(Keeper[frozenset[str]]):
             try:
                 self.heartbeat.start()
             except OSError as exc:
-                raise ValueError(f"ha: the heartbeat {self.heartbeat.path}: "
-                                 f"{exc.strerror or exc}") from None  # fmt: skip
+                raise ValueError(
+                    f"ha: the heartbeat {self.heartbeat.path}: {exc.strerror or exc}"
+                ) from None
         elif self.ha.alive_seconds:
             reason = (
                 "nopreempt: the peer never takes over from a lower-priority master"

@@ -135,8 +135,13 @@ class KubeApi:
             try:
                 fresh = self._reload()
             except Exception as exc:  # a half-written file: keep what works, try again later
-                event(log, "kube.credentials_unreadable", level=logging.WARNING,
-                      reason=reason, error=str(exc)[:200])  # fmt: skip
+                event(
+                    log,
+                    "kube.credentials_unreadable",
+                    level=logging.WARNING,
+                    reason=reason,
+                    error=str(exc)[:200],
+                )
                 return False
             fresh.configuration.retries = self.api.configuration.retries
             self.api, self.reloads = fresh, self.reloads + 1
@@ -172,9 +177,9 @@ class KubeApi:
         if method in ("POST", "PUT", "PATCH"):  # managedFields name the director as the writer
             query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
         self._look()
+
         def send() -> Any:
-            return self._send(method, path, query, body, content_type=content_type,
-                              timeout=timeout)  # fmt: skip
+            return self._send(method, path, query, body, content_type=content_type, timeout=timeout)
 
         response = send()
         if response.status == 401 and self.reload("401 Unauthorized"):
@@ -213,8 +218,9 @@ class KubeApi:
         """Does the API server answer at all (``GET /readyz``, the cheapest request it
         serves)? An answer that is not an overload (429, 5xx) counts: the server is back."""
         try:
-            response = self._send("GET", "/readyz", None, None, content_type="text/plain",
-                                  timeout=timeout)  # fmt: skip
+            response = self._send(
+                "GET", "/readyz", None, None, content_type="text/plain", timeout=timeout
+            )
         except Exception:  # refused, reset, timed out: not back yet
             return False
         return bool(response.status < 500 and response.status != 429)
@@ -329,8 +335,15 @@ class Watcher:
         except Exception as exc:
             meta = obj.get("metadata") if isinstance(obj, Mapping) else None
             name = f"{_field(meta, 'namespace')}/{_field(meta, 'name')}"
-            event(log, "kube.object_refused", level=logging.ERROR, resource=self.resource.name,
-                  object=name, error=_reason(exc), exc_info=exc)  # fmt: skip
+            event(
+                log,
+                "kube.object_refused",
+                level=logging.ERROR,
+                resource=self.resource.name,
+                object=name,
+                error=_reason(exc),
+                exc_info=exc,
+            )
             return None
 
     def _set_connected(self, up: bool, error: str | None = None) -> None:
@@ -374,8 +387,7 @@ class Watcher:
                 if isinstance(exc, KubeError) and exc.status == 410:
                     # The watch itself answered 410 (not an ERROR event): the version is
                     # gone for good; retrying it would fail forever. Relist.
-                    event(log, "kube.watch_gone", resource=self.resource.name,
-                          reason=_reason(exc))  # fmt: skip
+                    event(log, "kube.watch_gone", resource=self.resource.name, reason=_reason(exc))
                     self.resource_version = None
                     continue
                 reason = _reason(exc)
@@ -411,8 +423,12 @@ class Watcher:
             if self._stop.wait(step):
                 return
             if self.kube.answers(timeout=PROBE_EVERY):
-                event(log, "kube.server_back", resource=self.resource.name,
-                      backoff_left=f"{deadline - time.monotonic():.2f}s")  # fmt: skip
+                event(
+                    log,
+                    "kube.server_back",
+                    resource=self.resource.name,
+                    backoff_left=f"{deadline - time.monotonic():.2f}s",
+                )
                 return
 
 
@@ -507,10 +523,14 @@ class KubeWriter:
                 raise
         current = self.kube.request("GET", f"{path}/{event_name}")
         version = (current.get("metadata") or {}).get("resourceVersion")
-        patch = {"count": int(current.get("count") or 1) + 1, "lastTimestamp": now,
-                 "metadata": {"resourceVersion": version}}  # fmt: skip
-        self.kube.request("PATCH", f"{path}/{event_name}", body=patch,
-                          content_type="application/merge-patch+json")  # fmt: skip
+        patch = {
+            "count": int(current.get("count") or 1) + 1,
+            "lastTimestamp": now,
+            "metadata": {"resourceVersion": version},
+        }
+        self.kube.request(
+            "PATCH", f"{path}/{event_name}", body=patch, content_type="application/merge-patch+json"
+        )
 
     def _expired(self, lease: tuple[str, str], spec: Json) -> bool:
         """Has the holder stopped renewing? True once its record has not changed for a
@@ -519,9 +539,14 @@ class KubeWriter:
             return True
         record = tuple(
             str(spec.get(k))
-            for k in ("holderIdentity", "renewTime", "acquireTime", "leaseTransitions",
-                      "leaseDurationSeconds")
-        )  # fmt: skip
+            for k in (
+                "holderIdentity",
+                "renewTime",
+                "acquireTime",
+                "leaseTransitions",
+                "leaseDurationSeconds",
+            )
+        )
         now = self.clock()
         seen = self._observed.get(lease)
         if seen is None or seen[0] != record:
@@ -536,8 +561,11 @@ class KubeWriter:
     def lease_refusal(self, namespace: str, name: str, timeout: float = 5) -> str | None:
         """Why the API server would refuse this director the Lease (a dry-run create:
         nothing is written), or None when it would not."""
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": namespace}}  # fmt: skip
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         try:
             self.kube.request("POST", path, query=[("dryRun", "All")], body=body, timeout=timeout)

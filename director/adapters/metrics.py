@@ -107,27 +107,41 @@ class Recorder:
 
 # The per-service and per-real-server families: (name, help, type, column of the counters).
 SERVICE_FAMILIES = (
-    ("director_ipvs_service_connections_total", "Connections scheduled by the virtual service.",
-     "counter", "connections"),
+    (
+        "director_ipvs_service_connections_total",
+        "Connections scheduled by the virtual service.",
+        "counter",
+        "connections",
+    ),
     ("director_ipvs_service_incoming_packets_total", "Packets in.", "counter", "packets_in"),
     ("director_ipvs_service_outgoing_packets_total", "Packets out.", "counter", "packets_out"),
     ("director_ipvs_service_incoming_bytes_total", "Bytes in.", "counter", "bytes_in"),
     ("director_ipvs_service_outgoing_bytes_total", "Bytes out.", "counter", "bytes_out"),
-)  # fmt: skip
+)
 BACKEND_FAMILIES = (
-    ("director_ipvs_backend_connections_total", "Connections sent to the real server.",
-     "counter", "connections"),
+    (
+        "director_ipvs_backend_connections_total",
+        "Connections sent to the real server.",
+        "counter",
+        "connections",
+    ),
     ("director_ipvs_backend_incoming_bytes_total", "Bytes in.", "counter", "bytes_in"),
     ("director_ipvs_backend_outgoing_bytes_total", "Bytes out.", "counter", "bytes_out"),
-    ("director_ipvs_backend_connections_active", "Active (established) connections.", "gauge",
-     "active"),
-    ("director_ipvs_backend_connections_inactive", "Inactive connections.", "gauge",
-     "inactive"),
+    (
+        "director_ipvs_backend_connections_active",
+        "Active (established) connections.",
+        "gauge",
+        "active",
+    ),
+    ("director_ipvs_backend_connections_inactive", "Inactive connections.", "gauge", "inactive"),
     ("director_ipvs_backend_weight", "Weight of the real server.", "gauge", "weight"),
-    ("director_backend_up",
-     "1 when the real server passes its active health checks, 0 when it fails them.", "gauge",
-     "up"),
-)  # fmt: skip
+    (
+        "director_backend_up",
+        "1 when the real server passes its active health checks, 0 when it fails them.",
+        "gauge",
+        "up",
+    ),
+)
 
 
 def _label_text(names: list[str], values: list[str]) -> str:
@@ -267,13 +281,15 @@ class DirectorCollector(Collector):
                 value=1 if health.kubernetes_connected else 0,
             )
             yield GaugeMetricFamily(
-                "director_leader", "1 when this director holds the status-writing Lease.",
+                "director_leader",
+                "1 when this director holds the status-writing Lease.",
                 value=1 if view.leader else 0,
-            )  # fmt: skip
+            )
         yield CounterMetricFamily(
-            "director_reconcile_errors", "IPVS operations the kernel refused.",
+            "director_reconcile_errors",
+            "IPVS operations the kernel refused.",
             value=health.failed_ops,
-        )  # fmt: skip
+        )
         yield CounterMetricFamily(
             "director_resync_repaired_operations",
             "IPVS operations a periodic full resync had to apply: the kernel held something "
@@ -300,7 +316,7 @@ class DirectorCollector(Collector):
             "director_firewall_errors",
             "Source-filter writes and read-backs that failed: nft refused a ruleset, or could "
             "not be run (the previous rules stayed in force; also counted in "
-            "director_owned_failures{resource=\"nftables\"}).",
+            'director_owned_failures{resource="nftables"}).',
             value=nft.failures if nft is not None else 0,
         )
         writes = CounterMetricFamily(
@@ -365,9 +381,10 @@ class DirectorCollector(Collector):
         if not addressing.routes and not addressing.transitions:
             return
         routes = GaugeMetricFamily(
-            "director_bgp_routes", "VIPs of bgp pools, announced or withdrawn by this director.",
+            "director_bgp_routes",
+            "VIPs of bgp pools, announced or withdrawn by this director.",
             labels=["pool", "state"],
-        )  # fmt: skip
+        )
         counts: dict[tuple[str, str], int] = {}
         for route in addressing.routes.values():
             state = "announced" if route.announced else "withdrawn"
@@ -376,11 +393,13 @@ class DirectorCollector(Collector):
             routes.add_metric([pool, state], count)
         yield routes
         yield CounterMetricFamily(
-            "director_bgp_route_transitions", "Routes that went from announced to withdrawn "
-            "or back.", value=addressing.transitions,
-        )  # fmt: skip
+            "director_bgp_route_transitions",
+            "Routes that went from announced to withdrawn or back.",
+            value=addressing.transitions,
+        )
         yield GaugeMetricFamily(
-            "director_bgp_maintenance", "1 while every route is withdrawn for maintenance.",
+            "director_bgp_maintenance",
+            "1 while every route is withdrawn for maintenance.",
             value=1 if addressing.maintenance else 0,
         )
 
@@ -465,9 +484,10 @@ class KeepalivedCollector(Collector):
             value=rejected,
         )
         yield CounterMetricFamily(
-            "director_keepalived_reloads", "keepalived reloads after a new configuration.",
+            "director_keepalived_reloads",
+            "keepalived reloads after a new configuration.",
             value=reloads,
-        )  # fmt: skip
+        )
 
 
 class FrrFigures(NamedTuple):
@@ -486,10 +506,16 @@ class FrrCollector(Collector):
         figures = self.figures()
         if figures is None:
             return
-        up = GaugeMetricFamily("director_bgp_session_up", "1 while the BGP session to the "
-                               "peer is established.", labels=["peer"])  # fmt: skip
-        bfd = GaugeMetricFamily("director_bgp_bfd_up", "1 while BFD to the peer is up "
-                                "(peers with BFD only).", labels=["peer"])  # fmt: skip
+        up = GaugeMetricFamily(
+            "director_bgp_session_up",
+            "1 while the BGP session to the peer is established.",
+            labels=["peer"],
+        )
+        bfd = GaugeMetricFamily(
+            "director_bgp_bfd_up",
+            "1 while BFD to the peer is up (peers with BFD only).",
+            labels=["peer"],
+        )
         for peer in figures.sessions:
             up.add_metric([peer.address], 1 if peer.up else 0)
             if peer.bfd != "-":
@@ -502,9 +528,10 @@ class FrrCollector(Collector):
             value=figures.rejected,
         )
         yield CounterMetricFamily(
-            "director_frr_reloads", "FRR configurations applied (frr-reload.py).",
+            "director_frr_reloads",
+            "FRR configurations applied (frr-reload.py).",
             value=figures.reloads,
-        )  # fmt: skip
+        )
 
 
 class Scrape:

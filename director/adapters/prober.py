@@ -84,8 +84,7 @@ class Checker:
         self._tls = ssl.create_default_context()
         self._tls.check_hostname = False
         self._tls.verify_mode = ssl.CERT_NONE  # a health check, not a trust decision
-        self._thread = threading.Thread(target=self._run, args=(netns,), name="health",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._run, args=(netns,), name="health", daemon=True)
 
     # -- control (any thread) ------------------------------------------------------------
     def start(self) -> None:
@@ -132,8 +131,7 @@ class Checker:
                 try:
                     self._cycle()
                 except Exception as exc:  # a bug must not silence every check: log, go on
-                    event(log, "health.checker_error", level=logging.ERROR,
-                          error=repr(exc)[:300])  # fmt: skip
+                    event(log, "health.checker_error", level=logging.ERROR, error=repr(exc)[:300])
                     time.sleep(0.1)
         finally:
             self._close_in_flight()
@@ -212,8 +210,9 @@ class Checker:
                     "User-Agent: lvs-director-health\r\nConnection: close\r\n\r\n"
                 ).encode()
                 if target.spec.kind == "https":  # SNI: the virtual host (none for an address)
-                    probe.tls = self._tls.wrap_socket(sock, do_handshake_on_connect=False,
-                                                      server_hostname=target.spec.host)  # fmt: skip
+                    probe.tls = self._tls.wrap_socket(
+                        sock, do_handshake_on_connect=False, server_hostname=target.spec.host
+                    )
                     probe.stage = "handshake"
                 else:
                     probe.stage = "send"
@@ -278,7 +277,14 @@ class Checker:
             self.on_result(probe.target, health)
         if changed:
             level = logging.INFO if health.up else logging.WARNING  # a backend going down
-            event(log, "health.changed", level, target=probe.target.describe(),
-                  state="up" if health.up else "down", reason=reason,
-                  successes=health.successes, failures=health.failures)  # fmt: skip
+            event(
+                log,
+                "health.changed",
+                level,
+                target=probe.target.describe(),
+                state="up" if health.up else "down",
+                reason=reason,
+                successes=health.successes,
+                failures=health.failures,
+            )
             self.on_change(probe.target, health)

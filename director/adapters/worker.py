@@ -95,8 +95,12 @@ class Keeper(Generic[T]):
         """Wait until no attempt is in flight or coming soon: the latest value installed,
         or refused (it stands until the input changes); False after ``timeout``."""
         with self._cv:
-            return self._cv.wait_for(lambda: self._pending is None or (
-                self.retry.kind == REFUSED and not self.retry.due()), timeout)
+            return self._cv.wait_for(
+                lambda: (
+                    self._pending is None or (self.retry.kind == REFUSED and not self.retry.due())
+                ),
+                timeout,
+            )
 
     @property
     def pending(self) -> T | None:
@@ -174,8 +178,9 @@ class Keeper(Generic[T]):
             drift = self.verify(value)
         except Exception as exc:  # could not read back: not drift, not in sync either
             failure = classify(exc)
-            self._failed(failure if failure.kind == "transient" else Transient(failure.reason),
-                         "verify")  # fmt: skip
+            self._failed(
+                failure if failure.kind == "transient" else Transient(failure.reason), "verify"
+            )
             self._next_verify = self.retry.next_at
             return
         if drift is None:
@@ -185,19 +190,33 @@ class Keeper(Generic[T]):
             self._next_verify = self._verify_after(self.clock())
             return
         self.ledger.drift(self.resource, drift)
-        event(log, "owned.drift", level=logging.WARNING, resource=self.resource, drift=drift,
-              action="repairing")  # fmt: skip
+        event(
+            log,
+            "owned.drift",
+            level=logging.WARNING,
+            resource=self.resource,
+            drift=drift,
+            action="repairing",
+        )
         self._attempt(value, drift)
 
     def _failed(self, failure: Failure, what: str) -> None:
         wait = self.retry.failed(failure.kind)
         self.ledger.failed(self.resource, failure)
-        event(log, f"{self.name}.{what}_failed", level=logging.ERROR, resource=self.resource,
-              kind=failure.kind, reason=failure.reason[:500], retry_in=f"{wait:.1f}s")  # fmt: skip
+        event(
+            log,
+            f"{self.name}.{what}_failed",
+            level=logging.ERROR,
+            resource=self.resource,
+            kind=failure.kind,
+            reason=failure.reason[:500],
+            retry_in=f"{wait:.1f}s",
+        )
 
     def _guard(self, action: Callable[..., object], *args: object) -> None:
         try:
             action(*args)
         except Exception as exc:  # a bug in a keeper must not end its thread
-            event(log, f"{self.name}.error", level=logging.ERROR, reason=repr(exc)[:500],
-                  exc_info=exc)  # fmt: skip
+            event(
+                log, f"{self.name}.error", level=logging.ERROR, reason=repr(exc)[:500], exc_info=exc
+            )

@@ -61,8 +61,9 @@ def _run(argv: list[str], timeout: float = 30) -> str:
 def _api(args: argparse.Namespace, settings: Settings | None, path: str) -> str:
     if settings is None or settings.api is None:
         raise OSError("no api: section in the configuration")
-    query = argparse.Namespace(url=args.url, token_file=args.token_file, ca_file=args.ca_file,
-                               json=True)  # fmt: skip
+    query = argparse.Namespace(
+        url=args.url, token_file=args.token_file, ca_file=args.ca_file, json=True
+    )
     ctl.from_section(query, settings.api)
     try:
         return json.dumps(ctl.call(query, "GET", path), indent=2) + "\n"
@@ -74,8 +75,9 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
     """(file name -> content, manifest lines)."""
     parts: dict[str, str] = {}
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    manifest = [f"director {__version__} bundle, {when}, host {socket.gethostname()}, "
-                f"{platform.platform()}"]  # fmt: skip
+    manifest = [
+        f"director {__version__} bundle, {when}, host {socket.gethostname()}, {platform.platform()}"
+    ]
     settings: Settings | None = None
     config = Path(args.config)
 
@@ -118,8 +120,9 @@ def _redacted(config: Path) -> str:
 
 
 def _journal(unit: str, lines: int) -> Callable[[], str]:
-    return lambda: _run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o",
-                         "short-iso"])  # fmt: skip
+    return lambda: _run(
+        ["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "short-iso"]
+    )
 
 
 def write(path: Path, parts: dict[str, str], manifest: list[str]) -> None:

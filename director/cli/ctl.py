@@ -40,14 +40,24 @@ class CtlError(DirectorError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="the director's configuration file: the API's address, "
-                        "token file and certificate are read from its api: section")  # fmt: skip
-    parser.add_argument("--url", help="the admin API (default: from --config, else $DIRECTOR_URL, "
-                        f"else {DEFAULT_URL})")  # fmt: skip
-    parser.add_argument("--token-file", help="file holding the API token (default: from --config, "
-                        "else $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE)")  # fmt: skip
-    parser.add_argument("--ca-file", help="CA bundle for an https URL with a private CA "
-                        "(default: from --config, api.tls_cert)")  # fmt: skip
+    parser.add_argument(
+        "--config",
+        help="the director's configuration file: the API's address, "
+        "token file and certificate are read from its api: section",
+    )
+    parser.add_argument(
+        "--url",
+        help=f"the admin API (default: from --config, else $DIRECTOR_URL, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--token-file",
+        help="file holding the API token (default: from --config, "
+        "else $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        help="CA bundle for an https URL with a private CA (default: from --config, api.tls_cert)",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
 
 
@@ -97,14 +107,16 @@ def _token(args: argparse.Namespace) -> str:
         return os.environ["DIRECTOR_TOKEN"].strip()
     path = path or os.environ.get("DIRECTOR_TOKEN_FILE")
     if not path:
-        raise CtlError("no token: use --token-file, $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE",
-                       EXIT_UNAUTHORISED)  # fmt: skip
+        raise CtlError(
+            "no token: use --token-file, $DIRECTOR_TOKEN or $DIRECTOR_TOKEN_FILE", EXIT_UNAUTHORISED
+        )
     try:
         with open(path) as handle:
             return handle.read().strip()
     except OSError as exc:
-        raise CtlError(f"cannot read the token file {path}: {exc.strerror}",
-                       EXIT_UNAUTHORISED) from None  # fmt: skip
+        raise CtlError(
+            f"cannot read the token file {path}: {exc.strerror}", EXIT_UNAUTHORISED
+        ) from None
 
 
 def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
@@ -126,13 +138,19 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
             detail = json.loads(exc.read()).get("detail", "")
         except ValueError:
             detail = ""
-        code = (EXIT_UNAUTHORISED if exc.code in (401, 403)
-                else EXIT_UNAVAILABLE if exc.code >= 500 else EXIT_REFUSED)  # fmt: skip
+        code = (
+            EXIT_UNAUTHORISED
+            if exc.code in (401, 403)
+            else EXIT_UNAVAILABLE
+            if exc.code >= 500
+            else EXIT_REFUSED
+        )
         raise CtlError(f"{method} {path}: HTTP {exc.code}: {detail or exc.reason}", code) from None
     except (urllib.error.URLError, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise CtlError(f"cannot reach the director at {args.url}: {reason}",
-                       EXIT_UNREACHABLE) from None  # fmt: skip
+        raise CtlError(
+            f"cannot reach the director at {args.url}: {reason}", EXIT_UNREACHABLE
+        ) from None
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -201,9 +219,11 @@ def _status(args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps(status, indent=2)
     k = status["kubernetes"]
-    kube = "not configured" if not k["configured"] else (
-        "connected" if k["connected"] else f"DISCONNECTED since {k['disconnected_since']}"
-    )  # fmt: skip
+    kube = (
+        "not configured"
+        if not k["configured"]
+        else ("connected" if k["connected"] else f"DISCONNECTED since {k['disconnected_since']}")
+    )
     counts = status["counts"]
     bgp = [_bgp_line(status["bgp"])] if "bgp" in status else []
     return "\n".join(
@@ -229,8 +249,10 @@ def _owned_lines(owned: list[dict[str, Any]]) -> list[str]:
         return []
     repairs = sum(o["repairs"] for o in owned)
     out = [o for o in owned if not o["in_sync"]]
-    head = (f"owned:       {len(owned) - len(out)}/{len(owned)} in sync "
-            f"({', '.join(o['resource'] for o in owned)}); {repairs} repairs")  # fmt: skip
+    head = (
+        f"owned:       {len(owned) - len(out)}/{len(owned)} in sync "
+        f"({', '.join(o['resource'] for o in owned)}); {repairs} repairs"
+    )
     return [head] + [
         f"  OUT OF SYNC {o['resource']} since {o['since'] or '-'} ({o['kind'] or 'drift'}): "
         f"{o['last_error'] or '-'}"
@@ -240,8 +262,10 @@ def _owned_lines(owned: list[dict[str, Any]]) -> list[str]:
 
 def _bgp_line(bgp: dict[str, Any]) -> str:
     up = sum(1 for p in bgp["peers"] if p["state"] == "Established")
-    line = (f"bgp:         {bgp['announced']} announced, {bgp['withdrawn']} withdrawn; "
-            f"sessions up {up}/{len(bgp['peers'])}")  # fmt: skip
+    line = (
+        f"bgp:         {bgp['announced']} announced, {bgp['withdrawn']} withdrawn; "
+        f"sessions up {up}/{len(bgp['peers'])}"
+    )
     return line + (f"; MAINTENANCE: {bgp['maintenance']}" if bgp["maintenance"] else "")
 
 
@@ -249,15 +273,28 @@ def _bgp(args: argparse.Namespace) -> str:
     bgp = call(args, "GET", paths.BGP)
     if args.json:
         return json.dumps(bgp, indent=2)
-    peers = [[p["address"], str(p["asn"]), p["state"], f"{p['uptime_seconds']:g}",
-              str(p["prefixes_sent"]), p["bfd"]] for p in bgp["peers"]]  # fmt: skip
-    routes = [[r["vip"], r["pool"], "announced" if r["announced"] else "withdrawn", r["reason"]]
-              for r in bgp["routes"]]  # fmt: skip
-    return "\n\n".join([
-        _bgp_line(bgp),
-        _table(peers, ["PEER", "ASN", "STATE", "UPTIME", "SENT", "BFD"]),
-        _table(routes, ["VIP", "POOL", "STATE", "WHY"]),
-    ])  # fmt: skip
+    peers = [
+        [
+            p["address"],
+            str(p["asn"]),
+            p["state"],
+            f"{p['uptime_seconds']:g}",
+            str(p["prefixes_sent"]),
+            p["bfd"],
+        ]
+        for p in bgp["peers"]
+    ]
+    routes = [
+        [r["vip"], r["pool"], "announced" if r["announced"] else "withdrawn", r["reason"]]
+        for r in bgp["routes"]
+    ]
+    return "\n\n".join(
+        [
+            _bgp_line(bgp),
+            _table(peers, ["PEER", "ASN", "STATE", "UPTIME", "SENT", "BFD"]),
+            _table(routes, ["VIP", "POOL", "STATE", "WHY"]),
+        ]
+    )
 
 
 def _maintenance(args: argparse.Namespace) -> str:
@@ -286,18 +323,23 @@ def _services(args: argparse.Namespace) -> str:
     rows = []
     for vs in items:
         servers = vs["real_servers"]
-        rows.append([
-            vs["service"], _origin(vs["origin"]),
-            f"{vs['scheduler']}{':' + ','.join(vs['flags']) if vs['flags'] else ''}",
-            vs["scheduler_source"],
-            f"{sum(1 for r in servers if r['state'] == 'active')}/{len(servers)}",
-            str(sum(r["active_connections"] for r in servers)),
-            "yes" if vs["programmed"] else "NO",
-        ])  # fmt: skip
+        rows.append(
+            [
+                vs["service"],
+                _origin(vs["origin"]),
+                f"{vs['scheduler']}{':' + ','.join(vs['flags']) if vs['flags'] else ''}",
+                vs["scheduler_source"],
+                f"{sum(1 for r in servers if r['state'] == 'active')}/{len(servers)}",
+                str(sum(r["active_connections"] for r in servers)),
+                "yes" if vs["programmed"] else "NO",
+            ]
+        )
     header = ["SERVICE", "ORIGIN", "SCHEDULER", "FROM", "ACTIVE", "CONNS", "PROGRAMMED"]
     if getattr(args, "output", None) == "wide":
-        return _table(_wide(items), [*header[:3], "REAL-SERVER", "FWD", "WEIGHT", "STATE",
-                                     "ACTIVECONN", "INACTCONN"])  # fmt: skip
+        return _table(
+            _wide(items),
+            [*header[:3], "REAL-SERVER", "FWD", "WEIGHT", "STATE", "ACTIVECONN", "INACTCONN"],
+        )
     return _table(rows, header)
 
 
@@ -313,10 +355,17 @@ def _wide(items: list[dict[str, Any]]) -> list[list[str]]:
         if not vs["real_servers"]:
             rows.append([*first, "-", "", "", "", "", ""])
         for i, rs in enumerate(vs["real_servers"]):
-            rows.append([*(first if i == 0 else ["", "", ""]),
-                         _endpoint(rs["address"], rs["port"]), rs["forwarding"],
-                         str(rs["weight"]), rs["state"], str(rs["active_connections"]),
-                         str(rs["inactive_connections"])])  # fmt: skip
+            rows.append(
+                [
+                    *(first if i == 0 else ["", "", ""]),
+                    _endpoint(rs["address"], rs["port"]),
+                    rs["forwarding"],
+                    str(rs["weight"]),
+                    rs["state"],
+                    str(rs["active_connections"]),
+                    str(rs["inactive_connections"]),
+                ]
+            )
     return rows
 
 
@@ -340,9 +389,11 @@ def _drain(args: argparse.Namespace) -> str:
     if args.service:
         request["service"] = args.service
     result = call(args, "POST", paths.DRAINS, request)
-    return json.dumps(result, indent=2) if args.json else (
-        f"draining {args.endpoint} (id {result['id']}); watch: director ctl drains"
-    )  # fmt: skip
+    return (
+        json.dumps(result, indent=2)
+        if args.json
+        else (f"draining {args.endpoint} (id {result['id']}); watch: director ctl drains")
+    )
 
 
 def _undrain(args: argparse.Namespace) -> str:
@@ -361,12 +412,16 @@ def _drains(args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps(items, indent=2)
     rows = [
-        [d["id"], _endpoint(d["address"], d["port"]) if d["port"] else d["address"],
-         d["service"] or "everywhere", str(len(d["real_servers"])),
-         str(sum(r["active_connections"] for r in d["real_servers"])),
-         "done" if d["done"] else "draining"]
+        [
+            d["id"],
+            _endpoint(d["address"], d["port"]) if d["port"] else d["address"],
+            d["service"] or "everywhere",
+            str(len(d["real_servers"])),
+            str(sum(r["active_connections"] for r in d["real_servers"])),
+            "done" if d["done"] else "draining",
+        ]
         for d in items
-    ]  # fmt: skip
+    ]
     return _table(rows, ["ID", "REAL SERVER", "WHERE", "IN", "ACTIVE", "STATE"])
 
 
@@ -376,8 +431,11 @@ def _plan(args: argparse.Namespace) -> str:
         text = json.dumps(plan, indent=2)
     else:
         lines = [f"{op['detail']}   [{op['origin']}]" for op in plan["ops"]]
-        lines.append(f"{len(plan['ops'])} changes pending." if plan["ops"]
-                     else "No changes: the kernel matches.")  # fmt: skip
+        lines.append(
+            f"{len(plan['ops'])} changes pending."
+            if plan["ops"]
+            else "No changes: the kernel matches."
+        )
         text = "\n".join(lines)
     if plan["ops"] and getattr(args, "exit_code", False):
         print(text)
@@ -386,10 +444,16 @@ def _plan(args: argparse.Namespace) -> str:
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
-    "status": _status, "services": _services, "scheduler": _scheduler, "drain": _drain,
-    "undrain": _undrain, "drains": _drains, "plan": _plan, "bgp": _bgp,
+    "status": _status,
+    "services": _services,
+    "scheduler": _scheduler,
+    "drain": _drain,
+    "undrain": _undrain,
+    "drains": _drains,
+    "plan": _plan,
+    "bgp": _bgp,
     "maintenance": _maintenance,
-}  # fmt: skip
+}
 
 
 TARGET_HELP = "NAMESPACE/NAME of a Service, or static/NAME of a static service"
@@ -402,11 +466,13 @@ def build(sub: Any) -> None:
     add_arguments(ctl)
     # --json is accepted after the subcommand too (director ctl services --json).
     late = argparse.ArgumentParser(add_help=False)
-    late.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                      help="print the API's JSON")  # fmt: skip
+    late.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON"
+    )
     what = ctl.add_subparsers(dest="what", required=True)
-    services = what.add_parser("services", parents=[late],
-                               help="virtual services, schedulers, real servers")  # fmt: skip
+    services = what.add_parser(
+        "services", parents=[late], help="virtual services, schedulers, real servers"
+    )
     services.add_argument(
         "-o", "--output", choices=("wide",), help="wide: a row per real server (as ipvsadm -Ln)"
     )
@@ -435,8 +501,11 @@ def build(sub: Any) -> None:
     on.add_argument("--reason", default="operator", help="shown in status (default: operator)")
     toggle.add_parser("off", parents=[late], help="announce again")
     plan = what.add_parser("plan", parents=[late], help="what the director would change now")
-    plan.add_argument("--exit-code", action="store_true",
-                      help="exit 2 when changes are pending (0: none; others: errors)")  # fmt: skip
+    plan.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 2 when changes are pending (0: none; others: errors)",
+    )
 
 
 def main_ctl(args: argparse.Namespace) -> int:

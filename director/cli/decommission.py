@@ -45,8 +45,12 @@ def _nft(netns: str | None) -> list[str]:
 def _bgp_vips(settings: Settings, netns: str | None) -> list[str]:
     """The addresses of this director's BGP pools held on ``lo``."""
     pools = [p for p in settings.pools if p.announce.bgp]
-    done = subprocess.run([*_ip(netns), "-o", "addr", "show", "dev", VIP_DEVICE],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*_ip(netns), "-o", "addr", "show", "dev", VIP_DEVICE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     held = []
     for line in done.stdout.splitlines():
         words = line.split()
@@ -61,8 +65,11 @@ def cmd_decommission(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
     where = _running(settings)
     if where is not None:
-        print(f"director: the director is running (its API answers at {where}); stop it "
-              "first (systemctl stop director), then decommission", file=sys.stderr)  # fmt: skip
+        print(
+            f"director: the director is running (its API answers at {where}); stop it "
+            "first (systemctl stop director), then decommission",
+            file=sys.stderr,
+        )
         return EXIT_RUNNING
     ipvs = open_ipvs(args.netns)
     try:
@@ -70,8 +77,15 @@ def cmd_decommission(args: argparse.Namespace) -> int:
     finally:
         ipvs.close()
     print_plan(settings, report.plan, "Removed by" if args.yes else "Decommission of")
-    table = subprocess.run([*_nft(args.netns), "list", "table", "inet", "director"],
-                           capture_output=True, text=True, check=False).returncode == 0  # fmt: skip
+    table = (
+        subprocess.run(
+            [*_nft(args.netns), "list", "table", "inet", "director"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     vips = _bgp_vips(settings, args.netns)
     if table:
         print("nftables table inet director (source ranges)")
@@ -84,10 +98,18 @@ def cmd_decommission(args: argparse.Namespace) -> int:
     for failure in report.result.errors:
         print(f"FAILED {failure.describe()}", file=sys.stderr)
     if table:
-        failed += subprocess.run([*_nft(args.netns), "delete", "table", "inet", "director"],
-                                 check=False).returncode != 0  # fmt: skip
+        failed += (
+            subprocess.run(
+                [*_nft(args.netns), "delete", "table", "inet", "director"], check=False
+            ).returncode
+            != 0
+        )
     for vip in vips:
         prefix = 128 if ":" in vip else 32
-        failed += subprocess.run([*_ip(args.netns), "addr", "del", f"{vip}/{prefix}", "dev",
-                                  VIP_DEVICE], check=False).returncode != 0  # fmt: skip
+        failed += (
+            subprocess.run(
+                [*_ip(args.netns), "addr", "del", f"{vip}/{prefix}", "dev", VIP_DEVICE], check=False
+            ).returncode
+            != 0
+        )
     return EXIT_FAILED_OPS if failed else 0

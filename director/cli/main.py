@@ -137,9 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed_ready(
-    runtime: Runtime, ready: Callable[[str], None] | None
-) -> Callable[[str], None]:
+def _timed_ready(runtime: Runtime, ready: Callable[[str], None] | None) -> Callable[[str], None]:
     """``ready``, and then (the loop's own thread, once the first sync is applied) where the
     start's time went, since exec."""
 
@@ -166,8 +164,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         if not args.json:
             raise
-        faults = [dict(zip(("file", "line", "where", "reason"), _fields(fault), strict=True),
-                       message=str(fault)) for fault in exc.faults]  # fmt: skip
+        faults = [
+            dict(
+                zip(("file", "line", "where", "reason"), _fields(fault), strict=True),
+                message=str(fault),
+            )
+            for fault in exc.faults
+        ]
         for fault in faults:
             fault["line"] = fault["line"] or None
         report["error"], report["errors"] = faults[0], faults
@@ -208,14 +211,24 @@ def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
 
         problems, notes = preflight(settings, host=not args.offline)
         if problems:
-            faults = [ConfigError(settings.source, line_of(settings.source, where), where, why)
-                      for where, why in problems]  # fmt: skip
+            faults = [
+                ConfigError(settings.source, line_of(settings.source, where), where, why)
+                for where, why in problems
+            ]
             raise ConfigError(*_fields(faults[0]), also=tuple(faults[1:]))
         dests = sum(len(vs.real_servers) for vs in settings.services.values())
-        report["config"] = {"file": settings.source, "valid": True,
-                            "services": len(settings.services), "real_servers": dests}  # fmt: skip
-        _say(args, report, f"{settings.source}: valid ({len(settings.services)} virtual "
-                           f"services, {dests} real servers)")  # fmt: skip
+        report["config"] = {
+            "file": settings.source,
+            "valid": True,
+            "services": len(settings.services),
+            "real_servers": dests,
+        }
+        _say(
+            args,
+            report,
+            f"{settings.source}: valid ({len(settings.services)} virtual "
+            f"services, {dests} real servers)",
+        )
         for note in notes:
             _say(args, report, note, note=True)
     if args.kubeconfig is not None:
@@ -250,8 +263,12 @@ def _check_kubeconfig(
             kube.lease_namespace, kube.lease_name
         )
     except Exception as exc:  # unreachable: the box may not see the cluster yet
-        _say(args, report, f"the API server did not answer ({str(exc)[:200]}); the Lease "
-                           f"{lease} was not checked", note=True)  # fmt: skip
+        _say(
+            args,
+            report,
+            f"the API server did not answer ({str(exc)[:200]}); the Lease {lease} was not checked",
+            note=True,
+        )
         return 0
     checked["lease"]["allowed"] = refusal is None
     if refusal is not None:
@@ -284,8 +301,10 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
 
     offered = sorted(offered_schedulers())
     if not offered:  # as plan and apply say it: exit 3, one sentence
-        raise IpvsUnavailable("this kernel offers no IPVS scheduler (built without IPVS, or "
-                              "its modules are not installed)")  # fmt: skip
+        raise IpvsUnavailable(
+            "this kernel offers no IPVS scheduler (built without IPVS, or "
+            "its modules are not installed)"
+        )
     print(json.dumps({"schedulers": offered}) if args.json else " ".join(offered))
     return 0
 
@@ -348,8 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
     )
-    parser.add_argument("--log-format", choices=logs.FORMATS, default="logfmt",
-                        help="logfmt (default) or json, one line per event")  # fmt: skip
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="logfmt",
+        help="logfmt (default) or json, one line per event",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("plan", "print what apply would change, changing nothing"),
@@ -398,15 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
     _operations(sub)
     for command in sub.choices.values():  # the logging options after the command too
         command.add_argument("--log-level", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        command.add_argument("--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS,
-                             help=argparse.SUPPRESS)  # fmt: skip
+        command.add_argument(
+            "--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"),
-               args.log_format)  # fmt: skip
+    logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"), args.log_format)
     if args.command in ("ctl", "status"):  # the light commands: no schema, no engine
         return ctl.main_ctl(args)
     from director.schema.config import ConfigError, json_schema_text
@@ -443,8 +466,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fault in exc.faults[:SHOWN_FAULTS]:
             print(f"director: invalid configuration: {fault}", file=sys.stderr)
         if len(exc.faults) > SHOWN_FAULTS:
-            print(f"director: and {len(exc.faults) - SHOWN_FAULTS} more faults in the file "
-                  "(director check --json lists them all)", file=sys.stderr)  # fmt: skip
+            print(
+                f"director: and {len(exc.faults) - SHOWN_FAULTS} more faults in the file "
+                "(director check --json lists them all)",
+                file=sys.stderr,
+            )
         return EXIT_CONFIG
     except IpvsUnavailable as exc:
         print(f"director: {exc}.", file=sys.stderr)

@@ -87,8 +87,10 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
                     except OSError as exc:
                         where = f"api.listen {api.host}:{api.port}"
                         if exc.errno == errno.EADDRINUSE:
-                            notes.append(f"{where}: the port is in use now (by a running "
-                                         "director, or it will not start)")  # fmt: skip
+                            notes.append(
+                                f"{where}: the port is in use now (by a running "
+                                "director, or it will not start)"
+                            )
                         else:
                             why = f"{where}: {exc.strerror or exc}"
                             problems.append(_problem("api.listen", why))
@@ -98,15 +100,18 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
     if host and settings.snat is not None:
         away = [a for a in settings.snat.addresses if not _local(a)]
         if away:
-            notes.append(f"snat.addresses {', '.join(away)}: not this box's address now; "
-                         "full-NAT replies come back to it only once it is (add it to the "
-                         "interface facing the nodes)")  # fmt: skip
+            notes.append(
+                f"snat.addresses {', '.join(away)}: not this box's address now; "
+                "full-NAT replies come back to it only once it is (add it to the "
+                "interface facing the nodes)"
+            )
     problems += _kubeconfig(settings)
     if settings.ha is not None:
         fifo = Path(settings.ha.fifo)
         if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
-            problems.append(("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be "
-                             "replaced)"))  # fmt: skip
+            problems.append(
+                ("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be replaced)")
+            )
     return problems, notes
 
 
@@ -127,13 +132,15 @@ def _unheld(settings: Settings, host: bool) -> list[str]:
         )
     if host:
         bgp = settings.bgp_pools
-        missing = sorted({
-            key.address
-            for key in settings.services
-            if not key.fwmark
-            and not any(p.contains(ipaddress.ip_address(key.address)) for p in bgp)
-            and not _local(key.address)
-        })  # fmt: skip
+        missing = sorted(
+            {
+                key.address
+                for key in settings.services
+                if not key.fwmark
+                and not any(p.contains(ipaddress.ip_address(key.address)) for p in bgp)
+                and not _local(key.address)
+            }
+        )
         if missing:
             shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
             notes.append(
@@ -167,8 +174,13 @@ def _kubeconfig(settings: Settings) -> list[Problem]:
     if kube.kubeconfig is None:
         if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
             return []
-        return [("kubernetes.kubeconfig", "not set, and this is not a Kubernetes pod (no "
-                 "service account to fall back on): set it to the director's kubeconfig")]
+        return [
+            (
+                "kubernetes.kubeconfig",
+                "not set, and this is not a Kubernetes pod (no "
+                "service account to fall back on): set it to the director's kubeconfig",
+            )
+        ]
     try:
         with open(kube.kubeconfig, "rb"):
             pass

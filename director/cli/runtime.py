@@ -100,8 +100,7 @@ class Elector:
             return
         self.leader = False
         try:
-            released = self.writer.release_lease(self.namespace, self.name,
-                                                 timeout=RELEASE_SECONDS)  # fmt: skip
+            released = self.writer.release_lease(self.namespace, self.name, timeout=RELEASE_SECONDS)
         except Exception as exc:  # the API is away: the Lease expires on its own
             event(log, "lease.release_failed", level=logging.WARNING, reason=str(exc)[:200])
             return
@@ -129,7 +128,6 @@ class Elector:
                 self.leader = held
                 self.on_change(held)
             self._stop.wait(max(0.2, self.seconds / 3))
-
 
     def _refused(self, reason: str | None) -> None:
         if reason != self.refused:
@@ -166,8 +164,10 @@ def _cluster(
     try:
         kube_api = KubeApi.connect(where)
     except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
-        raise ValueError(f"kubernetes: cannot load the cluster's credentials from "
-                         f"{where or 'the pod service account'}: {exc}") from None
+        raise ValueError(
+            f"kubernetes: cannot load the cluster's credentials from "
+            f"{where or 'the pod service account'}: {exc}"
+        ) from None
     kube_api.api.configuration.retries = False  # the watchers have their own backoff
     return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
 
@@ -178,8 +178,10 @@ def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> 
         return []
     from director.adapters.kube import RESOURCES, Watcher
 
-    return [Watcher(kube_api, resource, submit, PARSERS[resource.name],
-                    watch_seconds=watch_seconds) for resource in RESOURCES]  # fmt: skip
+    return [
+        Watcher(kube_api, resource, submit, PARSERS[resource.name], watch_seconds=watch_seconds)
+        for resource in RESOURCES
+    ]
 
 
 def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -> Firewall:
@@ -194,9 +196,15 @@ def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) 
     snat_to = {Family.of(a): a for a in (settings.snat.addresses if settings.snat else ())}
     if snat_to and not dry_run:
         for name, why in write_sysctls(where, FULLNAT_SYSCTLS).items():
-            event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name,
-                  value=FULLNAT_SYSCTLS[name], reason=why,
-                  effect="full-NAT replies are not translated back")  # fmt: skip
+            event(
+                log,
+                "sysctl.not_set",
+                level=logging.ERROR,
+                sysctl=name,
+                value=FULLNAT_SYSCTLS[name],
+                reason=why,
+                effect="full-NAT replies are not translated back",
+            )
     return NftFirewall(where, snat_to=snat_to)
 
 
@@ -234,18 +242,24 @@ class Runtime:
             recorder=self.metrics.recorder,
             firewall=firewall or _firewall(ipvs, netns, settings, dry_run),
         )
-        scrape = self.metrics.serve(self.controller, reader, self._keepalived_counts,
-                                    self._frr_figures)  # fmt: skip
+        scrape = self.metrics.serve(
+            self.controller, reader, self._keepalived_counts, self._frr_figures
+        )
         self.watchers = _watchers(kube_api, self.controller.submit, watch_seconds)
         kube = settings.kubernetes
         self.elector = (
-            Elector(writer, kube.lease_namespace, kube.lease_name, kube.lease_seconds,
-                    self.controller.set_leader,
-                    on_refused=lambda reason: self.controller.post(LeaseRefused(reason)),
-                    ledger=self.controller.health.owned)
+            Elector(
+                writer,
+                kube.lease_namespace,
+                kube.lease_name,
+                kube.lease_seconds,
+                self.controller.set_leader,
+                on_refused=lambda reason: self.controller.post(LeaseRefused(reason)),
+                ledger=self.controller.health.owned,
+            )
             if writer is not None and kube is not None and not dry_run
             else None
-        )  # fmt: skip
+        )
         self.api = self._api(settings, None if dry_run else writer, scrape, reader)
         self.checker = self._checker(settings, netns)
         self.vrrp = self._keepalived(settings, dry_run)  # keepalived.conf, the notify FIFO
@@ -299,9 +313,14 @@ class Runtime:
         api = settings.api
         token = read_token(api.token_file)
         return ApiServer(
-            app, api.host, api.port, body_bytes=MAX_BODY, gate=early_gate(token, api.public),
-            cert=api.tls_cert, key=api.tls_key,
-        )  # fmt: skip
+            app,
+            api.host,
+            api.port,
+            body_bytes=MAX_BODY,
+            gate=early_gate(token, api.public),
+            cert=api.tls_cert,
+            key=api.tls_key,
+        )
 
     def _peers(self) -> tuple[PeerState, ...]:
         frr = getattr(self, "frr", None)  # the API is made before FRR's part
@@ -352,12 +371,24 @@ class Runtime:
             return None
         failed = write_sysctls(netns, SLOPPY)
         for name, why in failed.items():
-            event(log, "sysctl.not_set", level=logging.ERROR, sysctl=name, value=SLOPPY[name],
-                  reason=why, effect="connections break when directors join or leave")  # fmt: skip
+            event(
+                log,
+                "sysctl.not_set",
+                level=logging.ERROR,
+                sysctl=name,
+                value=SLOPPY[name],
+                reason=why,
+                effect="connections break when directors join or leave",
+            )
         from director.adapters.frr import FrrSync
 
-        sync = FrrSync(settings.bgp, settings.pools, settings.source, netns=netns,
-                       ledger=self.controller.health.owned)  # fmt: skip
+        sync = FrrSync(
+            settings.bgp,
+            settings.pools,
+            settings.source,
+            netns=netns,
+            ledger=self.controller.health.owned,
+        )
         self.controller.on_routes = sync.submit
         return sync
 
@@ -423,8 +454,13 @@ class Runtime:
         """The director can no longer do its job: say so and have it stopped."""
         if self.failed is None:
             self.failed = reason
-            event(log, "director.fatal", level=logging.CRITICAL, reason=reason,
-                  action="exiting so that systemd restarts the director")  # fmt: skip
+            event(
+                log,
+                "director.fatal",
+                level=logging.CRITICAL,
+                reason=reason,
+                action="exiting so that systemd restarts the director",
+            )
             if self.on_fatal is not None:
                 self.on_fatal(reason)
 
@@ -444,11 +480,24 @@ class Runtime:
         seconds = round(time.monotonic() - started, 3)
         self.metrics.reloads.observe(result)
         if result == "applied":
-            event(log, "config.reloaded", file=path, changes=detail, seconds=seconds,
-                  services_reused=reader.reused)  # fmt: skip
+            event(
+                log,
+                "config.reloaded",
+                file=path,
+                changes=detail,
+                seconds=seconds,
+                services_reused=reader.reused,
+            )
         else:
-            event(log, "config.reload_refused", level=logging.ERROR, file=path, result=result,
-                  reason=detail, effect="the running configuration is unchanged")  # fmt: skip
+            event(
+                log,
+                "config.reload_refused",
+                level=logging.ERROR,
+                file=path,
+                result=result,
+                reason=detail,
+                effect="the running configuration is unchanged",
+            )
         self.notifier.send("READY=1", f"STATUS=reload {result}: {detail[:200]}")
         return result, detail
 
@@ -459,8 +508,10 @@ class Runtime:
             return "invalid", str(exc)
         sections = restart_only(self.controller.settings, new)
         if sections:
-            return "refused", (f"{', '.join(sections)} changed: only services can change on "
-                               "a reload; restart the director for the rest")  # fmt: skip
+            return "refused", (
+                f"{', '.join(sections)} changed: only services can change on "
+                "a reload; restart the director for the rest"
+            )
         reply = Reply()
         self.controller.post(Reloaded(new, reply))
         if not reply.wait(timeout):
@@ -497,9 +548,16 @@ class Runtime:
 
         settled = self.frr.quiet(RELOAD_SECONDS + 30) and self.frr.withdrawn(timeout=10)
         effect = "-" if settled else "FRR may go on announcing the VIPs after the stop"
-        event(log, "bgp.left", level=logging.INFO if settled else logging.ERROR,
-              reason=reason, withdrawn=settled, seconds=round(time.monotonic() - started, 1),
-              wait_seconds=self.frr.bgp.leave_seconds, effect=effect)  # fmt: skip
+        event(
+            log,
+            "bgp.left",
+            level=logging.INFO if settled else logging.ERROR,
+            reason=reason,
+            withdrawn=settled,
+            seconds=round(time.monotonic() - started, 1),
+            wait_seconds=self.frr.bgp.leave_seconds,
+            effect=effect,
+        )
         time.sleep(self.frr.bgp.leave_seconds)
         return settled
 

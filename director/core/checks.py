@@ -55,8 +55,10 @@ def parse_check(text: str, base: CheckSpec) -> CheckSpec | str:
     (a virtual host) -> a spec, or why not."""
     kind, _, path = text.strip().partition(":")
     if kind not in KINDS:
-        return (f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path], "
-                "http[s]://HOST[/path]")  # fmt: skip
+        return (
+            f"{shown(text)}: the check must be one of tcp, http[:/path], https[:/path], "
+            "http[s]://HOST[/path]"
+        )
     if kind == "tcp" and path:
         return f"{shown(text)}: a tcp check takes no path"
     host = None
@@ -64,13 +66,23 @@ def parse_check(text: str, base: CheckSpec) -> CheckSpec | str:
         host, slash, rest = path[2:].partition("/")
         path = slash + rest
         if not _HOST.fullmatch(host.lower()) or host.replace(".", "").isdigit():
-            return (f"{shown(text)}: the host must be a DNS name (www.example.com), sent as "
-                    "Host and SNI; the check goes to each real server's own address")  # fmt: skip
+            return (
+                f"{shown(text)}: the host must be a DNS name (www.example.com), sent as "
+                "Host and SNI; the check goes to each real server's own address"
+            )
         host = host.lower().rstrip(".")
     if path and (not path.startswith("/") or not all(33 <= ord(c) < 127 for c in path)):
         return f"{shown(text)}: the path must start with / and hold no spaces (ASCII, %-encoded)"
-    return CheckSpec(kind, path or base.path, base.expect, base.interval, base.timeout,
-                     base.rise, base.fall, host)  # fmt: skip
+    return CheckSpec(
+        kind,
+        path or base.path,
+        base.expect,
+        base.interval,
+        base.timeout,
+        base.rise,
+        base.fall,
+        host,
+    )
 
 
 @dataclass(slots=True)

@@ -141,8 +141,9 @@ class SliceInfo:
         addresses = self.addresses
         nodes = self.nodes or (None,) * len(addresses)
         for address, bits, node in zip(addresses, self.conditions, nodes, strict=True):
-            yield Endpoint(address, bool(bits & READY), bool(bits & SERVING),
-                           bool(bits & TERMINATING), node)  # fmt: skip
+            yield Endpoint(
+                address, bool(bits & READY), bool(bits & SERVING), bool(bits & TERMINATING), node
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +317,10 @@ def _service_port(p: Json, index: int, problems: list[str]) -> ServicePort | Non
         elif isinstance(target, str) and _IANA_NAME.fullmatch(target):
             target_port = target
         else:
-            problems.append(f"{where}: targetPort {shown(target)} is neither a port nor a "
-                            "port name; the port number is used")  # fmt: skip
+            problems.append(
+                f"{where}: targetPort {shown(target)} is neither a port nor a "
+                "port name; the port number is used"
+            )
     return _shared(ServicePort(_short(name), protocol, port, node_port, target_port))
 
 
@@ -340,8 +343,10 @@ def _affinity(spec: Json, problems: list[str]) -> int | None:
     if timeout is None:
         return DEFAULT_AFFINITY
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 < timeout <= MAX_AFFINITY:
-        problems.append(f"sessionAffinityConfig.clientIP.timeoutSeconds {shown(timeout)} is not "
-                        f"1-{MAX_AFFINITY}; {DEFAULT_AFFINITY} is used")  # fmt: skip
+        problems.append(
+            f"sessionAffinityConfig.clientIP.timeoutSeconds {shown(timeout)} is not "
+            f"1-{MAX_AFFINITY}; {DEFAULT_AFFINITY} is used"
+        )
         return DEFAULT_AFFINITY
     return timeout
 
@@ -363,15 +368,22 @@ def service_from_json(obj: Json) -> ServiceInfo:
     status = _map(obj.get("status"))
     problems: list[str] = []
     all_annotations = _map(meta.get("annotations"))
-    annotations = _annotation_map(tuple(
-        (k, v) for k, v in all_annotations.items()
-        if isinstance(k, str) and k.startswith((PREFIX, *METALLB_PREFIXES)) and isinstance(v, str)
-    ))  # fmt: skip
-    ports = _shared(tuple(
-        port
-        for index, p in enumerate(_list(spec.get("ports")))
-        if (port := _service_port(_map(p), index, problems)) is not None
-    ))  # fmt: skip
+    annotations = _annotation_map(
+        tuple(
+            (k, v)
+            for k, v in all_annotations.items()
+            if isinstance(k, str)
+            and k.startswith((PREFIX, *METALLB_PREFIXES))
+            and isinstance(v, str)
+        )
+    )
+    ports = _shared(
+        tuple(
+            port
+            for index, p in enumerate(_list(spec.get("ports")))
+            if (port := _service_port(_map(p), index, problems)) is not None
+        )
+    )
     klass = spec.get("loadBalancerClass")
     lb_ip = spec.get("loadBalancerIP")
     health_port = _port(spec.get("healthCheckNodePort") or 0, low=0)
@@ -379,8 +391,10 @@ def service_from_json(obj: Json) -> ServiceInfo:
     status_ips = _status_ips(status, problems)
     stale = len(problems) > before
     if health_port is None:
-        problems.append(f"spec.healthCheckNodePort {shown(spec.get('healthCheckNodePort'))} is "
-                        "not 1-65535; ignored")  # fmt: skip
+        problems.append(
+            f"spec.healthCheckNodePort {shown(spec.get('healthCheckNodePort'))} is "
+            "not 1-65535; ignored"
+        )
     return ServiceInfo(
         namespace=_short(_text(meta.get("namespace"))),
         name=_text(meta.get("name")),
@@ -406,8 +420,11 @@ def service_from_json(obj: Json) -> ServiceInfo:
 
 def _labels(meta: Json) -> Mapping[str, str]:
     """The Service's labels (text keys and values only), read-only."""
-    found = {k: v for k, v in _map(meta.get("labels")).items()
-             if isinstance(k, str) and isinstance(v, str)}  # fmt: skip
+    found = {
+        k: v
+        for k, v in _map(meta.get("labels")).items()
+        if isinstance(k, str) and isinstance(v, str)
+    }
     return MappingProxyType(found) if found else NO_LABELS
 
 

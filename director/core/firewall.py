@@ -57,9 +57,7 @@ class FirewallError(Refused):
 class Firewall(Protocol):
     """What the engine needs of the packet filter."""
 
-    def apply(
-        self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()
-    ) -> None:
+    def apply(self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()) -> None:
         """Make ``restrictions`` the whole set of filtered services, and ``snat`` the whole
         set of full-NAT ones. Raises FirewallError (the previous rules stay in force)."""
         ...
@@ -171,8 +169,11 @@ def render_nft(
         lines += _snat_lines(t, marked, to)
     gone = sorted(set(existing) - wanted)
     # Full NAT's chains first (they name its sets), then its sets.
-    lines += [f"delete {'chain' if n.startswith('fullnat_') else 'set'} {t} {n}"
-              for n in SNAT_OBJECTS if n in gone]  # fmt: skip
+    lines += [
+        f"delete {'chain' if n.startswith('fullnat_') else 'set'} {t} {n}"
+        for n in SNAT_OBJECTS
+        if n in gone
+    ]
     # Chains first (their rules name the sets), then the sets and counters.
     for prefix, kind in ((CHAIN_PREFIX, "chain"), (SET_PREFIX, "set"), (COUNTER_PREFIX, "counter")):
         lines += [f"delete {kind} {t} {name}" for name in gone if name.startswith(prefix)]
@@ -201,8 +202,10 @@ def _snat_lines(t: str, snat: frozenset[ServiceKey], snat_to: Mapping[Family, st
     for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
         source = snat_to.get(family)
         if source is not None:
-            lines.append(f"add rule {t} fullnat_snat meta nfproto {match} meta mark & {mark} "
-                         f"== {mark} snat {verb} to {source}")  # fmt: skip
+            lines.append(
+                f"add rule {t} fullnat_snat meta nfproto {match} meta mark & {mark} "
+                f"== {mark} snat {verb} to {source}"
+            )
     by_set: dict[str, list[str]] = {"fullnat4": [], "fullnat6": []}
     for key in sorted(k for k in snat if not k.fwmark and k.protocol is not None):
         assert key.protocol is not None
@@ -233,9 +236,7 @@ class FakeFirewall:
         if self.unrunnable is not None:
             raise Transient(f"cannot run nft: {self.unrunnable}")
 
-    def apply(
-        self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()
-    ) -> None:
+    def apply(self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()) -> None:
         with self._lock:
             self._runnable()
             if self.fail is not None:
@@ -269,8 +270,12 @@ class FakeFirewall:
             self._runnable()
             if not self.table:
                 return ""
-            text = repr((sorted((str(k), v) for k, v in self.rules.items()),
-                         sorted(str(k) for k in self.snat)))  # fmt: skip
+            text = repr(
+                (
+                    sorted((str(k), v) for k, v in self.rules.items()),
+                    sorted(str(k) for k in self.snat),
+                )
+            )
             return hashlib.sha256(text.encode()).hexdigest()
 
     def admits(self, key: ServiceKey, source: str) -> bool:

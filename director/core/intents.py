@@ -117,9 +117,10 @@ class Intents:
                 raise IntentRefused(409, f"{drain.id} is already drained (id {drain.ident})")
             if len(self.drains) >= MAX_DRAINS:
                 raise IntentRefused(
-                    409, f"{len(self.drains)} drains are in force (at most {MAX_DRAINS}); "
-                    "undrain some first"
-                )  # fmt: skip
+                    409,
+                    f"{len(self.drains)} drains are in force (at most {MAX_DRAINS}); "
+                    "undrain some first",
+                )
             self.drains[drain.id] = drain
         else:
             found = next((d for d in self.drains.values() if d.ident == intent.ident), None)

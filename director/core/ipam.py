@@ -130,8 +130,10 @@ class Allocation:
         if self.namespaces:
             limits.append(f"namespaces {', '.join(sorted(self.namespaces))}")
         if self.service_selectors:
-            limits.append("Services labelled "
-                          + " or ".join(f"[{s.describe()}]" for s in self.service_selectors))
+            limits.append(
+                "Services labelled "
+                + " or ".join(f"[{s.describe()}]" for s in self.service_selectors)
+            )
         return " and ".join(limits) or "every Service"
 
 
@@ -189,8 +191,7 @@ class Pool:
                 )
         if not ranges:
             raise PoolError("a pool needs at least one CIDR or range")
-        return cls(name, tuple(ranges), auto_assign, announce or Announce(), allocation,
-                   forwarding)  # fmt: skip
+        return cls(name, tuple(ranges), auto_assign, announce or Announce(), allocation, forwarding)
 
     def contains(self, address: Address) -> bool:
         value = int(address)
@@ -366,9 +367,13 @@ class Allocator:
         auto = [p for p in served if p.auto_assign]
         if not auto:
             if any(p.auto_assign for p in self.pools):
-                return (f"no pool with auto_assign serves {request.name} (allocate_to: "
-                        + "; ".join(f"{p.name}: {p.allocation.describe()}"
-                                    for p in self.pools if p.auto_assign) + ")")  # fmt: skip
+                return (
+                    f"no pool with auto_assign serves {request.name} (allocate_to: "
+                    + "; ".join(
+                        f"{p.name}: {p.allocation.describe()}" for p in self.pools if p.auto_assign
+                    )
+                    + ")"
+                )
             return "no pool has auto_assign enabled; request an address or a pool"
         # By priority (lower first), pools without one last; the file's order otherwise.
         auto.sort(key=lambda p: (p.allocation.priority is None, p.allocation.priority or 0))
@@ -448,5 +453,4 @@ class Allocator:
 
 
 def _not_served(pool: Pool, request: Request) -> str:
-    return (f"pool {pool.name!r} serves only {pool.allocation.describe()}, "
-            f"not {request.name}")  # fmt: skip
+    return f"pool {pool.name!r} serves only {pool.allocation.describe()}, not {request.name}"

@@ -484,9 +484,7 @@ class Dests(Mapping[DestKey, RealServer]):
 
     def _set(self) -> frozenset[tuple[bytes, _Attrs]]:
         keys = self._keys
-        return frozenset(
-            (keys[at : at + _KEY], self._attr(at)) for at in range(0, len(keys), _KEY)
-        )
+        return frozenset((keys[at : at + _KEY], self._attr(at)) for at in range(0, len(keys), _KEY))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Dests):
@@ -661,9 +659,7 @@ class KernelTable:
 
 # The columns of ``Counters``: a virtual service's totals, and a real server's figures.
 SERVICE_COUNTERS = ("connections", "packets_in", "packets_out", "bytes_in", "bytes_out")
-DEST_COUNTERS = (
-    "port", "weight", "active", "inactive", "persistent", *SERVICE_COUNTERS, "family",
-)  # fmt: skip
+DEST_COUNTERS = ("port", "weight", "active", "inactive", "persistent", *SERVICE_COUNTERS, "family")
 _ADDRESS_BYTES = 16  # as IPVS carries one: an IPv4 address in the first 4
 
 

@@ -40,8 +40,17 @@ FIRST_RETRY, LAST_RETRY = 0.5, 30.0  # seconds, doubled per transient failure, j
 REFUSED_RETRY = 300.0  # seconds before a refused input is tried again as it is
 # The resources, in the order the status shows them.
 RESOURCES = (
-    "ipvs", "nftables", "addresses", "keepalived", "frr", "state-file", "intents-file", "lease",
-)  # fmt: skip
+    "ipvs",
+    "nftables",
+    "addresses",
+    "keepalived",
+    "frr",
+    "state-file",
+    "intents-file",
+    "lease",
+)
+
+
 class Failure(DirectorError):
     """Owned state could not be brought to what is wanted; ``kind`` says whether trying the
     same again can help (TRANSIENT) or the input itself was refused (REFUSED)."""
@@ -192,9 +201,15 @@ class Ledger:
         right)."""
         with self._lock:
             state = self._states.get(resource) or OwnedState(resource)
-            state = replace(state, in_sync=True, repairs=state.repairs + repaired,
-                            last_error=None, kind=None, since=None,
-                            checked=self._wall())  # fmt: skip
+            state = replace(
+                state,
+                in_sync=True,
+                repairs=state.repairs + repaired,
+                last_error=None,
+                kind=None,
+                since=None,
+                checked=self._wall(),
+            )
             self._states[resource] = state
             return state
 
@@ -215,10 +230,14 @@ class Ledger:
             state = self._states.get(resource) or OwnedState(resource)
             now = self._wall()
             state = replace(
-                state, in_sync=False, failures=state.failures + count,
-                last_error=reason[:500], kind=kind or state.kind,
-                since=state.since if state.since is not None else now, checked=now,
-            )  # fmt: skip
+                state,
+                in_sync=False,
+                failures=state.failures + count,
+                last_error=reason[:500],
+                kind=kind or state.kind,
+                since=state.since if state.since is not None else now,
+                checked=now,
+            )
             self._states[resource] = state
             return state
 

@@ -38,9 +38,7 @@ class Plan:
 
 
 def plan_service(
-    key: ServiceKey,
-    desired: VirtualService | None,
-    actual: VirtualService | None,
+    key: ServiceKey, desired: VirtualService | None, actual: VirtualService | None
 ) -> list[Op]:
     """Operations that turn ``actual`` into ``desired`` for one virtual service.
 

@@ -133,14 +133,17 @@ def node_ports_missing(svc: ServiceInfo, policy: Policy, previous: Options | Non
     opts, _ = options(svc, policy, previous)
     if opts.backends != "nodeport" or not opts.forwarding.masquerades:
         return None
-    missing = [str(sp.name or sp.port) for sp in svc.ports
-               if sp.protocol in PROTOCOLS and not sp.node_port]  # fmt: skip
+    missing = [
+        str(sp.name or sp.port) for sp in svc.ports if sp.protocol in PROTOCOLS and not sp.node_port
+    ]
     if not missing:
         return None
     flag = "" if svc.allocate_node_ports else "allocateLoadBalancerNodePorts is false: "
-    return (f"{flag}port {', '.join(missing)} has no node port, and in nodeport mode with "
-            f"nat forwarding the nodes are reached at their node ports; set {A_BACKENDS}: "
-            "pod, or give the port a nodePort")  # fmt: skip
+    return (
+        f"{flag}port {', '.join(missing)} has no node port, and in nodeport mode with "
+        f"nat forwarding the nodes are reached at their node ports; set {A_BACKENDS}: "
+        "pod, or give the port a nodePort"
+    )
 
 
 def relevant(svc: ServiceInfo, policy: Policy) -> bool:
@@ -243,21 +246,29 @@ def options(
         problems.append(
             Problem(A_LOCAL_WEIGHTS, f"{shown(text)} is not one of {', '.join(LOCAL_WEIGHTS)}")
         )
-    return _shared(
-        Options(scheduler, flags, forwarding, backends, source, local_weights)
-    ), problems
+    return _shared(Options(scheduler, flags, forwarding, backends, source, local_weights)), problems
 
 
 def _bgp_problems(scheduler: str, policy: Policy) -> list[Problem]:
     if "mh" not in policy.schedulers:
-        return [Problem("spec", "this kernel has no mh scheduler (ip_vs_mh): connections "
-                        f"will break when a director joins or leaves ({scheduler} is used)",
-                        "HashingUnavailable")]  # fmt: skip
+        return [
+            Problem(
+                "spec",
+                "this kernel has no mh scheduler (ip_vs_mh): connections "
+                f"will break when a director joins or leaves ({scheduler} is used)",
+                "HashingUnavailable",
+            )
+        ]
     if scheduler not in HASHING:
-        return [Problem(A_SCHEDULER, f"{scheduler} does not pick the same real server on every "
-                        "director: connections will break when a director joins or leaves "
-                        "(mh, the default for addresses announced over BGP, keeps them)",
-                        "SchedulerNotHashing")]  # fmt: skip
+        return [
+            Problem(
+                A_SCHEDULER,
+                f"{scheduler} does not pick the same real server on every "
+                "director: connections will break when a director joins or leaves "
+                "(mh, the default for addresses announced over BGP, keeps them)",
+                "SchedulerNotHashing",
+            )
+        ]
     return []
 
 
@@ -393,26 +404,37 @@ def translate(
         key = want.key
         if fullnat and key.family not in policy.snat:
             version = 4 if key.family is Family.INET else 6
-            problems.append(Problem(A_FORWARDING, f"fullnat needs an IPv{version} address in "
-                                    f"snat.addresses; {key} is not served",
-                                    "ForwardingRefused"))  # fmt: skip
+            problems.append(
+                Problem(
+                    A_FORWARDING,
+                    f"fullnat needs an IPv{version} address in snat.addresses; {key} is not served",
+                    "ForwardingRefused",
+                )
+            )
             continue
         if fullnat:
             snat.add(key)
-        config = _shared(ServiceConfig(
-            opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
-        ))
+        config = _shared(
+            ServiceConfig(
+                opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
+            )
+        )
         out[key], targets, gone = _virtual_service(
-            want, config, weight=policy.weight, forwarding=opts.forwarding.kernel, check=check,
+            want,
+            config,
+            weight=policy.weight,
+            forwarding=opts.forwarding.kernel,
+            check=check,
             probe_port=probe if want.on_nodes else 0,
-        )  # fmt: skip
+        )
         draining.update((key, dkey) for dkey in gone)
         if targets:
             checks[key] = targets
         if want.allowed is not None:
             restrictions[key] = want.allowed
-    return Translation(out, opts, tuple(problems), frozenset(draining), checks, restrictions,
-                       frozenset(snat))  # fmt: skip
+    return Translation(
+        out, opts, tuple(problems), frozenset(draining), checks, restrictions, frozenset(snat)
+    )
 
 
 def _health_check(svc: ServiceInfo, policy: Policy, problems: list[Problem]) -> CheckSpec | None:
@@ -523,8 +545,9 @@ def _lb_wants(
                 # nat rewrites to the node port; dr and tun cannot change the port, and
                 # kube-proxy on the node accepts the load-balancer address at the port.
                 port = sp.node_port if opts.forwarding.masquerades else sp.port
-                backends = _node_backends(svc, slices, nodes, family, port,
-                                          by_endpoints=opts.local_weights)  # fmt: skip
+                backends = _node_backends(
+                    svc, slices, nodes, family, port, by_endpoints=opts.local_weights
+                )
             key = ServiceKey(family, protocol, address, sp.port)
             origin = f"{svc.ref}:{sp.name or sp.port}"
             wants.append(_Want(key, backends, origin, opts.backends != "pod", allowed))
@@ -549,8 +572,9 @@ def _nodeport_wants(
             if protocol is None or not sp.node_port:
                 continue
             key = ServiceKey(family, protocol, vip, sp.node_port)
-            backends = _node_backends(svc, slices, nodes, family, sp.node_port,
-                                      by_endpoints=by_endpoints)  # fmt: skip
+            backends = _node_backends(
+                svc, slices, nodes, family, sp.node_port, by_endpoints=by_endpoints
+            )
             wants.append(_Want(key, backends, f"{svc.ref}:nodeport/{sp.node_port}", True))
     return wants
 

@@ -123,8 +123,11 @@ def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int,
             except ValueError as exc:
                 refused[index] = OpError(op, "EINVAL", str(exc))
         if op.dest is not None and op.dest.forwarding is Forwarding.FULLNAT:
-            refused[index] = OpError(op, "EINVAL", "fullnat is the director's mode, not an "
-                                     "IPVS forwarding method (sent as nat)")  # fmt: skip
+            refused[index] = OpError(
+                op,
+                "EINVAL",
+                "fullnat is the director's mode, not an IPVS forwarding method (sent as nat)",
+            )
         if index in refused and op.kind is OpKind.ADD_SERVICE:
             dead.add(op.key)
         elif op.key in dead and op.dest is not None:

@@ -553,8 +553,12 @@ class KernelIpvs:
                 if size_now + 20 + len(payload) > BATCH_BYTES:
                     flush()
                 seq = self._next_seq()
-                message = head_pack(20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd,
-                                    GENL_VERSION, 0) + payload  # fmt: skip
+                message = (
+                    head_pack(
+                        20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0
+                    )
+                    + payload
+                )
             parts.append(message)
             indices.append(index)
             size_now += len(message)

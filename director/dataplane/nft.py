@@ -74,9 +74,7 @@ class NftFirewall:
         except (ValueError, AttributeError) as exc:
             raise Transient(f"nft -j printed something unexpected: {exc}") from None
 
-    def apply(
-        self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()
-    ) -> None:
+    def apply(self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()) -> None:
         """One transaction. What the table holds (to delete what is no longer wanted) is
         known from the last read-back (``fingerprint``, taken after every write): read
         again only when unknown, or when the transaction failed on it (the table changed
@@ -90,8 +88,10 @@ class NftFirewall:
                 if known is None:
                     raise
                 self._existing = None
-                self._run(["-f", "-"], render_nft(restrictions, _names(self._objects()), snat,
-                                                  self.snat_to))  # fmt: skip
+                self._run(
+                    ["-f", "-"],
+                    render_nft(restrictions, _names(self._objects()), snat, self.snat_to),
+                )
             self._existing = None  # changed: read again (fingerprint, or the next apply)
             self._names = {object_name(COUNTER_PREFIX, key): key for key in restrictions}
 
@@ -140,6 +140,9 @@ def _steady(value: object) -> object:
 
 def _names(items: list[dict[str, Any]]) -> list[str]:
     """The chains, sets and counters of the director's table, from nft's JSON."""
-    return [str(item[kind].get("name", "")) for item in items
-            for kind in ("chain", "counter", "set")
-            if kind in item and isinstance(item[kind], dict)]  # fmt: skip
+    return [
+        str(item[kind].get("name", ""))
+        for item in items
+        for kind in ("chain", "counter", "set")
+        if kind in item and isinstance(item[kind], dict)
+    ]

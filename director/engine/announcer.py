@@ -59,9 +59,14 @@ class VipAnnouncer:
         if self._dirty is not None:
             self._dirty.update(vips)
 
-    def update(self, keys: Iterable[ServiceKey], programmed: Table | None = None,
-               ready: bool = True, down: Collection[ServiceKey] = (),
-               maintenance: str | None = None) -> None:  # fmt: skip
+    def update(
+        self,
+        keys: Iterable[ServiceKey],
+        programmed: Table | None = None,
+        ready: bool = True,
+        down: Collection[ServiceKey] = (),
+        maintenance: str | None = None,
+    ) -> None:
         """Announce what changed: the VRRP set if the keys changed, the routes of the VIPs
         touched since the last call (``programmed``: what the kernel holds; ``down``: the
         services whose every real server fails its check; ``maintenance``: the operator's
@@ -111,19 +116,38 @@ class VipAnnouncer:
                 if before is not None:  # FRR releases its address too
                     del self.routes[vip]
                     flipped = changed = True
-                    event(log, "bgp.announce", vip=vip, announced=False, pool=before.pool,
-                          reason="gone: no virtual service has this address")  # fmt: skip
+                    event(
+                        log,
+                        "bgp.announce",
+                        vip=vip,
+                        announced=False,
+                        pool=before.pool,
+                        reason="gone: no virtual service has this address",
+                    )
                 continue
-            route = decide(vip, pool, keys, programmed, ready=self._ready,
-                           maintenance=self.maintenance, down=down)  # fmt: skip
+            route = decide(
+                vip,
+                pool,
+                keys,
+                programmed,
+                ready=self._ready,
+                maintenance=self.maintenance,
+                down=down,
+            )
             if route != before:
                 self.routes[vip] = route
                 changed = True
                 if before is None or before.announced != route.announced:
                     flipped = True
                     self.transitions += before is not None
-                    event(log, "bgp.announce", vip=vip, announced=route.announced,
-                          pool=route.pool, reason=route.reason)  # fmt: skip
+                    event(
+                        log,
+                        "bgp.announce",
+                        vip=vip,
+                        announced=route.announced,
+                        pool=route.pool,
+                        reason=route.reason,
+                    )
         if changed:
             self.snapshot = MappingProxyType(dict(self.routes))
         if flipped and self.on_routes is not None:

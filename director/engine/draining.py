@@ -9,14 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from director.core.model import (
-    DestKey,
-    Dests,
-    IpProtocol,
-    RealServer,
-    ServiceKey,
-    VirtualService,
-)
+from director.core.model import DestKey, Dests, IpProtocol, RealServer, ServiceKey, VirtualService
 from director.dataplane.interface import Ipvs
 from director.logs import event
 
@@ -58,8 +51,13 @@ class Draining:
                     dests.pop(dkey, None)
                     del waiting[dkey]
                     why = "timeout" if now >= deadline else "no active connections"
-                    event(log, "drain.done", service=key, real_server=f"{dkey[0]}:{dkey[1]}",
-                          reason=why)  # fmt: skip
+                    event(
+                        log,
+                        "drain.done",
+                        service=key,
+                        real_server=f"{dkey[0]}:{dkey[1]}",
+                        reason=why,
+                    )
                 else:
                     dests[dkey] = rs
         if waiting:
@@ -78,10 +76,13 @@ class Draining:
         """No real server of ``key`` waits, terminates, or was removed from the kernel's."""
         return (
             key not in self.waiting
-            and (actual is None or key.protocol is IpProtocol.UDP
-                 or Dests.of(vs.real_servers).covers(actual.real_servers))
+            and (
+                actual is None
+                or key.protocol is IpProtocol.UDP
+                or Dests.of(vs.real_servers).covers(actual.real_servers)
+            )
             and not any(tkey == key for tkey, _ in terminating)
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _candidates(

@@ -118,9 +118,18 @@ class WriteFailed:
 
 
 Event = (
-    ObjectChanged | Listed | WatchState | LeaderChanged | TargetChecked | VrrpChanged
-    | IntentPosted | WriteFailed | LeaseRefused | Leaving | Reloaded
-)  # fmt: skip
+    ObjectChanged
+    | Listed
+    | WatchState
+    | LeaderChanged
+    | TargetChecked
+    | VrrpChanged
+    | IntentPosted
+    | WriteFailed
+    | LeaseRefused
+    | Leaving
+    | Reloaded
+)
 
 
 def from_watch(resource: str, kind: str, payload: Any) -> Event:

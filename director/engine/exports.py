@@ -88,8 +88,9 @@ class Exports:
             unhealthy=_frozen(gate.failing()) if "verdicts" in stale else prev.unhealthy,
             intents=loop.intents,
             addressing=Addressing(
-                tuple(PoolUse(p.name, p.size(), allocator.in_use_in(p))
-                      for p in loop.settings.pools),
+                tuple(
+                    PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in loop.settings.pools
+                ),
                 self.vips.snapshot,
                 self.vips.maintenance,
                 self.vips.transitions,
@@ -129,8 +130,14 @@ class Exports:
             if self._state_mark is not None and file_mark(self.state_file) != self._state_mark:
                 self._state_drift = f"{self.state_file} was removed or replaced"
                 self.ledger.drift("state-file", self._state_drift)
-                event(log, "owned.drift", level=logging.WARNING, resource="state-file",
-                      drift=self._state_drift, action="writing it again")  # fmt: skip
+                event(
+                    log,
+                    "owned.drift",
+                    level=logging.WARNING,
+                    resource="state-file",
+                    drift=self._state_drift,
+                    action="writing it again",
+                )
                 self.state_due = True
         if not self.state_due or started < self._state_next:
             return
@@ -143,8 +150,15 @@ class Exports:
             wait = self._state_retry.failed(failure.kind)
             self._state_next = started + wait
             self.ledger.failed("state-file", failure)
-            event(log, "state_file.write_failed", level=logging.ERROR, file=str(self.state_file),
-                  kind=failure.kind, reason=failure.reason, retry_in=f"{wait:.1f}s")  # fmt: skip
+            event(
+                log,
+                "state_file.write_failed",
+                level=logging.ERROR,
+                file=str(self.state_file),
+                kind=failure.kind,
+                reason=failure.reason,
+                retry_in=f"{wait:.1f}s",
+            )
             return
         self.state_due = False
         self._state_retry.succeeded()

@@ -73,5 +73,10 @@ class Intake:
             elif self._node_problems.get(name) != problems:
                 self._node_problems[name] = problems
                 self.status.refused["nodes"] = self.status.refused.get("nodes", 0) + 1
-                event(log, "kube.node_refused_fields", level=logging.WARNING, node=name,
-                      problems="; ".join(problems))  # fmt: skip
+                event(
+                    log,
+                    "kube.node_refused_fields",
+                    level=logging.WARNING,
+                    node=name,
+                    problems="; ".join(problems),
+                )

@@ -51,8 +51,14 @@ class IntentStore:
             return  # nothing stored, nothing to store
         drift = f"{self.path} was removed or replaced"
         self.ledger.drift(RESOURCE, drift)
-        event(log, "owned.drift", level=logging.WARNING, resource=RESOURCE, drift=drift,
-              action="writing the intents in force again")  # fmt: skip
+        event(
+            log,
+            "owned.drift",
+            level=logging.WARNING,
+            resource=RESOURCE,
+            drift=drift,
+            action="writing the intents in force again",
+        )
         try:
             self.current.save(self.path)
         except OSError as exc:
@@ -96,8 +102,9 @@ class IntentStore:
             self.status.last_error = f"intents not stored: {reason}"
             event(log, "api.intent_not_stored", level=logging.ERROR, reason=reason)
             for reply in accepted:
-                reply.resolve(503, f"the change could not be stored ({reason}); "
-                              "nothing was changed")  # fmt: skip
+                reply.resolve(
+                    503, f"the change could not be stored ({reason}); nothing was changed"
+                )
             return False
         self.ledger.ok(RESOURCE)
         return True

@@ -29,26 +29,10 @@ from director.core.model import DestKey, ServiceKey, Table
 from director.core.snapshot import ALL, Snapshot
 from director.core.translate import Policy
 from director.dataplane.interface import Ipvs
-from director.engine import reload
+from director.engine import events, reload
 from director.engine.addresses import Addresses, reserved_addresses
 from director.engine.announcer import Announce, Routes
 from director.engine.draining import Draining
-from director.engine.events import (
-    Event,
-    IntentPosted,
-    LeaderChanged,
-    LeaseRefused,
-    Leaving,
-    Listed,
-    ObjectChanged,
-    Reloaded,
-    Reply,
-    TargetChecked,
-    VrrpChanged,
-    WatchState,
-    WriteFailed,
-    from_watch,
-)
 from director.engine.exports import Exports
 from director.engine.health_gate import HealthGate
 from director.engine.intake import Intake
@@ -99,27 +83,40 @@ class Controller:
         self.intake = Intake(self.health, set(RESOURCES) if settings.kubernetes else set())
         self.store = IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned)
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
-        self.syncer = Syncer(reconciler, self.health, recorder=recorder, observer=observer,
-                             ledger=owned)  # fmt: skip
+        self.syncer = Syncer(
+            reconciler, self.health, recorder=recorder, observer=observer, ledger=owned
+        )
         outbox = Outbox(writer, self.post) if writer is not None and not dry_run else None
         self.reporter = Reporter(outbox, self.health, dry_run=dry_run)
         allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.addresses = Addresses(allocator, self.reporter)
         self.gate = HealthGate(settings.health)
         self.drains = Draining(ipvs, clock, kube.drain_timeout_seconds)
-        self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run,
-                                   ledger=owned)  # fmt: skip
+        self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run, ledger=owned)
         self.table = Programmed(settings.services)
         self.exports = Exports(state_file, settings.bgp_pools, ledger=owned, clock=clock)
         translator = Translator(
-            settings, build_policy(settings, ipvs.schedulers()), intake=self.intake,
-            table=self.table, addresses=self.addresses, reporter=self.reporter, gate=self.gate,
-            drains=self.drains, source_filter=self.filter, store=self.store, reconciler=reconciler,
-        )  # fmt: skip
+            settings,
+            build_policy(settings, ipvs.schedulers()),
+            intake=self.intake,
+            table=self.table,
+            addresses=self.addresses,
+            reporter=self.reporter,
+            gate=self.gate,
+            drains=self.drains,
+            source_filter=self.filter,
+            store=self.store,
+            reconciler=reconciler,
+        )
         self.programmer = Programmer(
-            translator, intake=self.intake, syncer=self.syncer, pace=self.pace,
-            exports=self.exports, guarded=self._guarded, resync_seconds=kube.resync_seconds,
-        )  # fmt: skip
+            translator,
+            intake=self.intake,
+            syncer=self.syncer,
+            pace=self.pace,
+            exports=self.exports,
+            guarded=self._guarded,
+            resync_seconds=kube.resync_seconds,
+        )
 
     # -- the parts, as the runtime, the web and the tests know them -----------------------
     reconciler: Reconciler = _read("syncer.reconciler")
@@ -129,7 +126,7 @@ class Controller:
     outbox: Outbox | None = _read("reporter.outbox")
     leader: bool = _read("reporter.leader")
     snapshot: Snapshot = _read("intake.snapshot")
-    queue: queue.Queue[Event] = _read("intake.queue")
+    queue: queue.Queue[events.Event] = _read("intake.queue")
     intents: Intents = _read("store.current")
     intents_file: Path | None = _read("store.path")
     firewall: Firewall | None = _read("filter.firewall")
@@ -154,22 +151,22 @@ class Controller:
         return self.settings.kubernetes or KubeSettings()
 
     # -- input -----------------------------------------------------------------------
-    def post(self, ev: Event) -> None:
+    def post(self, ev: events.Event) -> None:
         """Hand the loop an event (from any thread)."""
         self.intake.queue.put(ev)
 
     def submit(self, resource: str, kind: str, payload: Any) -> None:
         """Watchers call this from their threads with ``(resource, kind, payload)``."""
-        self.post(from_watch(resource, kind, payload))
+        self.post(events.from_watch(resource, kind, payload))
 
     def set_leader(self, leader: bool) -> None:
-        self.post(LeaderChanged(leader))
+        self.post(events.LeaderChanged(leader))
 
-    def submit_intent(self, intent: Intent, timeout: float = 10.0) -> Reply:
+    def submit_intent(self, intent: Intent, timeout: float = 10.0) -> events.Reply:
         """Hand an admin-API intent to the loop and wait until it is stored and applied (or
         refused). An unresolved reply after ``timeout`` means the loop did not get to it."""
-        reply = Reply()
-        self.post(IntentPosted(intent, reply))
+        reply = events.Reply()
+        self.post(events.IntentPosted(intent, reply))
         reply.wait(timeout)
         return reply
 
@@ -186,7 +183,7 @@ class Controller:
         and the loop goes on (after a short pause when it keeps failing)."""
         self.pace.pause()  # a first sync with nothing left to list (static) waits for nothing:
         batch = self.intake.take(0.0 if not self.ready and self.intake.listed() else wait)
-        replies: list[Reply] = []
+        replies: list[events.Reply] = []
         with self.lock:
             try:
                 self._step(batch, replies)
@@ -223,11 +220,11 @@ class Controller:
             self.loop_error(where, exc)
             return False
 
-    def _step(self, batch: list[Event], replies: list[Reply]) -> None:
+    def _step(self, batch: list[events.Event], replies: list[events.Reply]) -> None:
         dirty: set[str] = set()
-        intents: list[IntentPosted] = []
+        intents: list[events.IntentPosted] = []
         for ev in batch:
-            if isinstance(ev, IntentPosted):
+            if isinstance(ev, events.IntentPosted):
                 intents.append(ev)
                 continue
             try:
@@ -247,9 +244,7 @@ class Controller:
         if self.pace.resync_due(now):
             self.programmer.full_resync()
         self._guarded("state file", self.exports.write_state, self)
-        self._guarded("announce", self.exports.vips.update, self.table.desired,
-                      self.reconciler.actual, self.ready, self.gate.all_down,
-                      self.intents.maintenance)  # fmt: skip
+        self._guarded("announce", self.programmer.announce, self.ready)
 
     def _timed(self, now: float) -> set[str]:
         """What timers make due: drains to check, a held-back filter to try again, owned
@@ -262,24 +257,24 @@ class Controller:
         self.exports.due |= changed
         return dirty
 
-    def _absorb(self, ev: Event) -> set[str]:
+    def _absorb(self, ev: events.Event) -> set[str]:
         """Fold one event into the loop's state; return the Services it touches."""
         match ev:
-            case TargetChecked(target, up):
+            case events.TargetChecked(target, up):
                 return self.table.refs(self.gate.observe(target, up))
-            case VrrpChanged(state):
+            case events.VrrpChanged(state):
                 if state != self.vrrp_state:
                     event(log, "vrrp.role", state=state, previous=self.vrrp_state or "-")
                 self.health.vrrp_state = state
-            case LeaderChanged(leader):
+            case events.LeaderChanged(leader):
                 return self._lead(leader)
-            case Leaving(reason):
+            case events.Leaving(reason):
                 self.exports.vips.leaving = reason
-            case Reloaded(settings, reply):
+            case events.Reloaded(settings, reply):
                 reply.resolve(*reload.apply(self, settings))
-            case WriteFailed() | LeaseRefused():
+            case events.WriteFailed() | events.LeaseRefused():
                 self.reporter.absorb(ev)
-            case WatchState() | Listed() | ObjectChanged():
+            case events.WatchState() | events.Listed() | events.ObjectChanged():
                 return self.intake.absorb(ev)
         return set()
 

@@ -111,8 +111,14 @@ class Outbox:
 
     def _drop(self, target: tuple[str, ...], code: str, reason: str) -> None:
         self.dropped += 1
-        event(log, "kube.write_dropped", level=logging.WARNING, target="/".join(target),
-              code=code, reason=reason)  # fmt: skip
+        event(
+            log,
+            "kube.write_dropped",
+            level=logging.WARNING,
+            target="/".join(target),
+            code=code,
+            reason=reason,
+        )
         if self.on_error is not None:
             verb, resource = KINDS.get(target[0], ("write", target[0]))
             self.on_error(WriteFailed(verb, resource, code, True))
@@ -205,8 +211,15 @@ class Outbox:
             level = logging.INFO if status in (404, 410) else logging.WARNING
             event(log, "kube.write_dropped", level=level, target=where, code=code, reason=reason)
         else:
-            event(log, "kube.write_failed", level=logging.WARNING, target=where, code=code,
-                  reason=reason, retry_in=f"{wait:.1f}s" if current else "-")  # fmt: skip
+            event(
+                log,
+                "kube.write_failed",
+                level=logging.WARNING,
+                target=where,
+                code=code,
+                reason=reason,
+                retry_in=f"{wait:.1f}s" if current else "-",
+            )
         if self.on_error is not None:
             self.on_error(WriteFailed(verb, resource, code, dropped))
 

@@ -15,5 +15,6 @@ def read(path: str) -> Any:
 def hook(part: str, name: str) -> Any:
     """A part's callback, set and read as the Controller's own."""
     get = attrgetter(part)
-    return property(lambda self: getattr(get(self), name),
-                    lambda self, value: setattr(get(self), name, value))  # fmt: skip
+    return property(
+        lambda self: getattr(get(self), name), lambda self, value: setattr(get(self), name, value)
+    )

@@ -85,8 +85,7 @@ class Programmer:
         self.full_resync(reread=False)
         done("program")
         self.exports.vips.keys_changed()
-        self.exports.vips.update(self.table.desired, self.syncer.reconciler.actual, True,
-                                 self.gate.all_down, self.translator.store.current.maintenance)
+        self.announce(ready=True)
         # The snapshot and tables are long-lived: keep the collector from walking them on
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
         gc.collect()
@@ -94,6 +93,17 @@ class Programmer:
         give_back_free_memory()
         done("publish")
         self.first_sync_phases = tuple(phases)
+
+    def announce(self, ready: bool) -> None:
+        """The VIPs as the table now stands: announced where served (``ready``: the first
+        sync is applied), withdrawn where every real server is down or in maintenance."""
+        self.exports.vips.update(
+            self.table.desired,
+            self.syncer.reconciler.actual,
+            ready,
+            self.gate.all_down,
+            self.translator.store.current.maintenance,
+        )
 
     def _adopt(self, ref: str) -> None:
         fresh = self.translator.service(ref)

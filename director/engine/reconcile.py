@@ -166,8 +166,14 @@ class Reconciler:
             apply_ops_to_table(self.actual, ops, set(result.failed))
         kinds = Counter(op.kind.value for op in ops) if bulk else Counter[str]()
         counts: dict[str, Any] = {k.replace("-", "_"): n for k, n in sorted(kinds.items())}
-        event(log, "ipvs.applied", ops=len(ops), failed=len(result.errors), sends=result.sends,
-              **counts)  # fmt: skip
+        event(
+            log,
+            "ipvs.applied",
+            ops=len(ops),
+            failed=len(result.errors),
+            sends=result.sends,
+            **counts,
+        )
         return result
 
 

@@ -61,8 +61,9 @@ def difference(old: Settings, new: Settings) -> Difference:
             return Difference(frozenset(), frozenset(), frozenset(changed))
     both = a.keys() & b.keys()
     changed = {key for key in both if a[key] != b[key]} | (changed & both)
-    return Difference(frozenset(b.keys() - a.keys()), frozenset(a.keys() - b.keys()),
-                      frozenset(changed))  # fmt: skip
+    return Difference(
+        frozenset(b.keys() - a.keys()), frozenset(a.keys() - b.keys()), frozenset(changed)
+    )
 
 
 def _check_changes(old: Settings, new: Settings) -> set[ServiceKey]:
@@ -78,8 +79,10 @@ def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
     for key in sorted(diff.added, key=str):
         holder = loop.table.owner.get(key)
         if holder is not None and holder != STATIC:
-            return (f"{new.services[key].origin}: {key} is programmed for Service {holder}; "
-                    "remove it there first (a restart would take it from the Service)")  # fmt: skip
+            return (
+                f"{new.services[key].origin}: {key} is programmed for Service {holder}; "
+                "remove it there first (a restart would take it from the Service)"
+            )
     allocator = loop.addresses.allocator
     for key in sorted(diff.added, key=str):
         if key.fwmark:
@@ -87,8 +90,10 @@ def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
         address = ipaddress.ip_address(key.address)
         users = allocator.users(address) if address not in allocator.reserved else ()
         if users:
-            return (f"static service {new.services[key].origin}: address {address} is "
-                    f"assigned to Service {', '.join(users)}; remove it there first")  # fmt: skip
+            return (
+                f"static service {new.services[key].origin}: address {address} is "
+                f"assigned to Service {', '.join(users)}; remove it there first"
+            )
     return None
 
 

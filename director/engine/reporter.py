@@ -144,8 +144,14 @@ class Reporter:
             told[topic] = current[topic][1]
         told[MANY] = message
         self._keep(svc.ref, told)
-        event(log, "service." + first.reason, level=logging.WARNING, service=svc.ref,
-              problems=len(fresh), message=message)  # fmt: skip
+        event(
+            log,
+            "service." + first.reason,
+            level=logging.WARNING,
+            service=svc.ref,
+            problems=len(fresh),
+            message=message,
+        )
         self._tell(svc, "Warning", first.reason, message, MANY)
 
     def _keep(self, ref: str, told: dict[str, str]) -> None:

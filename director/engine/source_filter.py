@@ -99,13 +99,15 @@ class SourceFilter:
         changed = wanted != self.enforced or wanted_snat != self.fullnat.enforced
         if self.retry.due() and (changed or not self.synced):
             self._attempted = (dict(wanted), wanted_snat)
-            if not (wanted or wanted_snat or self.enforced or self.fullnat.enforced
-                    or self._in_use()):  # fmt: skip
+            if not (
+                wanted or wanted_snat or self.enforced or self.fullnat.enforced or self._in_use()
+            ):
                 self.synced = True  # nothing wanted, nothing of ours in force
             else:
                 self._apply(wanted, wanted_snat)
-        return ({key for key in wanted if key not in self.enforced}
-                | (wanted_snat - self.fullnat.enforced))  # fmt: skip
+        return {key for key in wanted if key not in self.enforced} | (
+            wanted_snat - self.fullnat.enforced
+        )
 
     def timed(self, now: float) -> tuple[set[str], bool]:
         """What the filter's timers make due: the Services to recompute (all the restricted
@@ -141,13 +143,21 @@ class SourceFilter:
             self.ledger.ok(RESOURCE)
             return set()
         self._drift = (
-            "the table is gone (flushed by someone else)" if not found
+            "the table is gone (flushed by someone else)"
+            if not found
             else "the table differs from what the director wrote"
-        )  # fmt: skip
+        )
         self.ledger.drift(RESOURCE, self._drift)
-        event(log, "owned.drift", level=logging.ERROR, resource=RESOURCE, drift=self._drift,
-              restricted=len(self.enforced), action="writing the filter again; the "
-              "restricted virtual services leave IPVS should that fail")  # fmt: skip
+        event(
+            log,
+            "owned.drift",
+            level=logging.ERROR,
+            resource=RESOURCE,
+            drift=self._drift,
+            restricted=len(self.enforced),
+            action="writing the filter again; the "
+            "restricted virtual services leave IPVS should that fail",
+        )
         # Nothing is known to be in force: what cannot be written again is held back.
         self.enforced, self.fullnat.enforced = {}, frozenset()
         self.synced, self._print = False, None
@@ -157,9 +167,14 @@ class SourceFilter:
     def hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Not programmed until its filter is in force. ``vs``: say so (None: said before)."""
         if vs is not None:
-            event(log, "firewall.held_back", level=logging.WARNING, service=key,
-                  origin=vs.origin,
-                  reason="its source filter or full NAT is not in force")  # fmt: skip
+            event(
+                log,
+                "firewall.held_back",
+                level=logging.WARNING,
+                service=key,
+                origin=vs.origin,
+                reason="its source filter or full NAT is not in force",
+            )
         self.held_back[key] = ref
 
     def release(self, ref: str) -> set[ServiceKey]:
@@ -188,14 +203,26 @@ class SourceFilter:
                 self.synced = False
                 wait = self.retry.failed(exc.kind)
                 self.ledger.failed(RESOURCE, exc)
-                event(log, "firewall.rejected", level=logging.ERROR, services=len(wanted),
-                      kind=exc.kind, nft=str(exc)[:500], retry_in=f"{wait:.1f}s",
-                      action="old rules kept, new ones held back")  # fmt: skip
+                event(
+                    log,
+                    "firewall.rejected",
+                    level=logging.ERROR,
+                    services=len(wanted),
+                    kind=exc.kind,
+                    nft=str(exc)[:500],
+                    retry_in=f"{wait:.1f}s",
+                    action="old rules kept, new ones held back",
+                )
                 return
             self.ledger.ok(RESOURCE, repaired=self._drift is not None)
             if self._drift is not None:
-                event(log, "owned.repaired", resource=RESOURCE, drift=self._drift,
-                      services=len(wanted))  # fmt: skip
+                event(
+                    log,
+                    "owned.repaired",
+                    resource=RESOURCE,
+                    drift=self._drift,
+                    services=len(wanted),
+                )
                 self._drift = None
             event(log, "firewall.applied", services=len(wanted), snat=len(snat))
         self.retry.succeeded()

@@ -50,8 +50,12 @@ class Syncer:
         if reread:  # the first sync's operations are the table being built, not drift
             self.status.drift_ops += ops
         if ops:  # at start the table being built; later, drift repaired
-            event(log, "resync.repaired" if reread else "sync.first", ops=ops,
-                  failed=len(report.result.errors))  # fmt: skip
+            event(
+                log,
+                "resync.repaired" if reread else "sync.first",
+                ops=ops,
+                failed=len(report.result.errors),
+            )
         if not report.result.errors:
             self.ledger.ok("ipvs", repaired=reread and ops > 0)
 
@@ -79,7 +83,12 @@ class Syncer:
             self.status.failed_ops += len(report.result.errors)
             self.status.last_error = report.result.errors[0].describe()
             # Tried again by the next full resync (a refusal by the kernel, most often).
-            self.ledger.failed("ipvs", Refused(f"the kernel refused {len(report.result.errors)} "
-                                               f"operations: {self.status.last_error}"))
+            self.ledger.failed(
+                "ipvs",
+                Refused(
+                    f"the kernel refused {len(report.result.errors)} "
+                    f"operations: {self.status.last_error}"
+                ),
+            )
         if self.observer is not None and (report.result.requested or report.plan.refused):
             self.observer(ref, report)

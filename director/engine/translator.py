@@ -109,9 +109,13 @@ class Translator:
         for key, vs in result.services.items():
             holder = self.table.owner.get(key)
             if holder is not None and holder != ref:
-                self.reporter.report(svc, "Warning", "VirtualServiceTaken",
-                                     f"{key} is already programmed for {holder}",
-                                     f"taken:{key}")  # fmt: skip
+                self.reporter.report(
+                    svc,
+                    "Warning",
+                    "VirtualServiceTaken",
+                    f"{key} is already programmed for {holder}",
+                    f"taken:{key}",
+                )
                 continue
             self.gate.set_checks(key, result.checks.get(key, {}))
             out[key] = self.finish(key, vs, ref, result.draining)
@@ -123,14 +127,20 @@ class Translator:
         out: Table = {}
         settings = self.settings
         self.filter.want(STATIC, {}, settings.static_snat)  # the whole file's, always
-        chosen = settings.services.items() if keys is None else (
-            (key, settings.services[key]) for key in keys if key in settings.services)
+        chosen = (
+            settings.services.items()
+            if keys is None
+            else ((key, settings.services[key]) for key in keys if key in settings.services)
+        )
         for key, vs in chosen:
             spec = settings.static_checks.get(key, self.policy.check)  # None: unchecked
             checked = spec is not None and settings.health is not None
-            self.gate.set_checks(key, {
-                dest: (Target(rs.address, rs.port, spec),) for dest, rs in vs.real_servers.items()
-            } if checked and spec is not None else {})  # fmt: skip
+            self.gate.set_checks(
+                key,
+                {dest: (Target(rs.address, rs.port, spec),) for dest, rs in vs.real_servers.items()}
+                if checked and spec is not None
+                else {},
+            )
             out[key] = self.finish(key, vs, STATIC, frozenset())
         return out
 
@@ -140,11 +150,21 @@ class Translator:
         """A virtual service as programmed: the API's intents, health, then drains."""
         checked, alarm = self.gate.apply(key, self.store.current.apply(key, vs))
         if alarm:
-            event(log, "health.all_down", level=logging.ERROR, service=key, origin=vs.origin,
-                  action="kept: serving something beats serving nothing")  # fmt: skip
+            event(
+                log,
+                "health.all_down",
+                level=logging.ERROR,
+                service=key,
+                origin=vs.origin,
+                action="kept: serving something beats serving nothing",
+            )
             svc = self.intake.snapshot.services.get(ref)
             if svc is not None:
-                self.reporter.report(svc, "Warning", "AllBackendsDown",
-                                     f"every real server of {key} fails its health check; kept",
-                                     f"all-down:{key}")  # fmt: skip
+                self.reporter.report(
+                    svc,
+                    "Warning",
+                    "AllBackendsDown",
+                    f"every real server of {key} fails its health check; kept",
+                    f"all-down:{key}",
+                )
         return self.drains.apply(key, checked, self.reconciler.actual.get(key), terminating)

@@ -147,9 +147,13 @@ class LoopStatus:
         return bool(self.connected) and all(self.connected.values())
 
     def copy(self, synced: bool) -> LoopStatus:
-        return dataclasses.replace(self, synced=synced, connected=dict(self.connected),
-                                   refused=dict(self.refused),
-                                   write_errors=dict(self.write_errors))  # fmt: skip
+        return dataclasses.replace(
+            self,
+            synced=synced,
+            connected=dict(self.connected),
+            refused=dict(self.refused),
+            write_errors=dict(self.write_errors),
+        )
 
 
 @dataclass(frozen=True, slots=True)

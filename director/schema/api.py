@@ -100,8 +100,9 @@ def _address(value: object) -> str:
     except ValueError as exc:
         raise problem(str(exc)) from None
     if address.startswith("::ffff:") and "." in address:  # no real server is programmed so
-        raise problem(f"{address} is an IPv4 address written as IPv6: write "
-                      f"{address.removeprefix('::ffff:')}")  # fmt: skip
+        raise problem(
+            f"{address} is an IPv4 address written as IPv6: write {address.removeprefix('::ffff:')}"
+        )
     return address
 
 
@@ -127,18 +128,36 @@ SERVICE_PATTERN = r"^((tcp|udp|sctp) [0-9A-Fa-f.:\[\]]+:[0-9]+|fwmark [0-9]+ ipv
 class DrainRequest(Body):
     """Drain a real server: everywhere, or on one port, or in one virtual service."""
 
-    address: Annotated[str, Rule(_address, {
-        "anyOf": [{"type": "string", "format": "ipv4"}, {"type": "string", "format": "ipv6"}],
-        "example": "192.0.2.11",
-    })]  # fmt: skip
-    port: Annotated[int | None, Rule(_port, {
-        "type": "integer", "minimum": 1, "maximum": 65535, "nullable": True,
-    })] = None  # fmt: skip
-    service: Annotated[str | None, Rule(
-        lambda v: None if v is None else _string("service", "tcp 198.51.100.1:80")(v),
-        {"type": "string", "nullable": True, "maxLength": 64, "pattern": SERVICE_PATTERN,
-         "example": "tcp 198.51.100.10:80"},
-    )] = None  # fmt: skip
+    address: Annotated[
+        str,
+        Rule(
+            _address,
+            {
+                "anyOf": [
+                    {"type": "string", "format": "ipv4"},
+                    {"type": "string", "format": "ipv6"},
+                ],
+                "example": "192.0.2.11",
+            },
+        ),
+    ]
+    port: Annotated[
+        int | None,
+        Rule(_port, {"type": "integer", "minimum": 1, "maximum": 65535, "nullable": True}),
+    ] = None
+    service: Annotated[
+        str | None,
+        Rule(
+            lambda v: None if v is None else _string("service", "tcp 198.51.100.1:80")(v),
+            {
+                "type": "string",
+                "nullable": True,
+                "maxLength": 64,
+                "pattern": SERVICE_PATTERN,
+                "example": "tcp 198.51.100.10:80",
+            },
+        ),
+    ] = None
 
 
 @dataclass(frozen=True, slots=True, config=BODY)
@@ -165,10 +184,19 @@ class MaintenanceRequest(Body):
     """Take this director out: withdraw every BGP route, keep IPVS (connections drain
     through the other directors). Kept across restarts until undone."""
 
-    reason: Annotated[str, Rule(_reason, {
-        "type": "string", "minLength": 1, "maxLength": 200, "pattern": REASON_PATTERN,
-        "example": "kernel upgrade",
-    })]  # fmt: skip
+    reason: Annotated[
+        str,
+        Rule(
+            _reason,
+            {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "pattern": REASON_PATTERN,
+                "example": "kernel upgrade",
+            },
+        ),
+    ]
 
 
 # -- replies ------------------------------------------------------------------------------
@@ -347,9 +375,18 @@ class Plan(TypedDict):
 
 BODIES: tuple[type, ...] = (DrainRequest, SchedulerChoice, MaintenanceRequest)
 REPLIES: tuple[type, ...] = (
-    Problem, VirtualService, ServiceList, KubernetesService, SchedulerResult, Drain, DrainList,
-    Undrained, Status, Plan, Bgp,
-)  # fmt: skip
+    Problem,
+    VirtualService,
+    ServiceList,
+    KubernetesService,
+    SchedulerResult,
+    Drain,
+    DrainList,
+    Undrained,
+    Status,
+    Plan,
+    Bgp,
+)
 
 
 def schemas() -> dict[str, Any]:

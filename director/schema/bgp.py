@@ -30,13 +30,13 @@ ASN = integer(1, 4294967295)
 # A community as FRR writes it: AA:NN (each 0-65535), or a well-known name.
 # 0 to 65535: each half of a community is 16 bits (vtysh --dryrun passes 70000, bgpd not).
 _HALF = r"(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4})"
-COMMUNITY_RE = (
-    rf"({_HALF}:{_HALF}|no-export|no-advertise|local-AS|blackhole|graceful-shutdown)"
-)
+COMMUNITY_RE = rf"({_HALF}:{_HALF}|no-export|no-advertise|local-AS|blackhole|graceful-shutdown)"
 COMMUNITY = matching(
     COMMUNITY_RE,
-    lambda got: f"{got!r} is not a community (AA:NN with each half 0 to 65535, or no-export, "
-    "no-advertise, local-AS, blackhole, graceful-shutdown)",
+    lambda got: (
+        f"{got!r} is not a community (AA:NN with each half 0 to 65535, or no-export, "
+        "no-advertise, local-AS, blackhole, graceful-shutdown)"
+    ),
 )
 # FRR reads the password as one word: printable, no spaces, no quotes, no '!' (a comment).
 PASSWORD = matching(
@@ -78,8 +78,10 @@ class PeerEntry(Section):
     @model_validator(mode="after")
     def _timers(self) -> PeerEntry:
         if self.hold < 3 * self.keepalive:
-            raise problem(f"hold ({self.hold}) must be at least 3 keepalives "
-                          f"({3 * self.keepalive})", ("hold",))  # fmt: skip
+            raise problem(
+                f"hold ({self.hold}) must be at least 3 keepalives ({3 * self.keepalive})",
+                ("hold",),
+            )
         if self.source is not None and Family.of(self.source) is not Family.of(self.address):
             raise problem("the source must be of the peer's address family", ("source",))
         return self
@@ -125,7 +127,8 @@ class BgpSettings(Section):
         for index, peer in enumerate(self.peers):
             if peer.address in seen:
                 first = f"first at peers[{seen[peer.address]}]"
-                raise problem(f"peer {peer.address} is listed twice ({first})",
-                              ("peers", index, "address"))  # fmt: skip
+                raise problem(
+                    f"peer {peer.address} is listed twice ({first})", ("peers", index, "address")
+                )
             seen[peer.address] = index
         return self

@@ -319,8 +319,11 @@ def pools_apart(c: _Compiling) -> None:
     seen: dict[str, int] = {}
     for index, entry in enumerate(c.doc.pools):
         if entry.name in seen:
-            raise Refusal(("pools", index, "name"), f"pool {entry.name!r} is declared twice "
-                          "(first on line {first})", ("pools", seen[entry.name]))  # fmt: skip
+            raise Refusal(
+                ("pools", index, "name"),
+                f"pool {entry.name!r} is declared twice (first on line {{first}})",
+                ("pools", seen[entry.name]),
+            )
         try:
             pool = entry.compile()
         except Refusal as exc:
@@ -376,11 +379,15 @@ def pools_hold_none_of_the_boxs_addresses(c: _Compiling) -> None:
             except ValueError:
                 continue  # a host name, "::" and the like: not an address a pool can hold
             if pool.contains(address) and not address.is_unspecified:
-                label = ".".join(str(part) if isinstance(part, str) else f"[{part}]"
-                                 for part in where).replace(".[", "[")  # fmt: skip
-                raise Refusal(("pools", index, "addresses"), f"pool {pool.name!r} holds "
-                              f"{text}, this box's own address ({label}): a Service would be "
-                              "given it, and could take the box's ports")  # fmt: skip
+                label = ".".join(
+                    str(part) if isinstance(part, str) else f"[{part}]" for part in where
+                ).replace(".[", "[")
+                raise Refusal(
+                    ("pools", index, "addresses"),
+                    f"pool {pool.name!r} holds "
+                    f"{text}, this box's own address ({label}): a Service would be "
+                    "given it, and could take the box's ports",
+                )
 
 
 def paths_apart(c: _Compiling) -> None:
@@ -391,8 +398,10 @@ def paths_apart(c: _Compiling) -> None:
     reads: list[tuple[tuple[str | int, ...], str | None]] = [((), c.source)]
     writes: list[tuple[tuple[str | int, ...], str | None]] = []
     if doc.api is not None:
-        reads += [(("api", name), getattr(doc.api, name))
-                  for name in ("token_file", "tls_cert", "tls_key")]  # fmt: skip
+        reads += [
+            (("api", name), getattr(doc.api, name))
+            for name in ("token_file", "tls_cert", "tls_key")
+        ]
         writes.append((("api", "intents_file"), doc.api.intents_file))
     if doc.kubernetes is not None:
         reads.append((("kubernetes", "kubeconfig"), doc.kubernetes.kubeconfig))
@@ -411,8 +420,10 @@ def paths_apart(c: _Compiling) -> None:
         other = seen.get(_normal(path))
         if other is not None:
             named = ".".join(str(p) for p in other) or "the configuration file itself"
-            raise Refusal(where, f"{path} is also {named}: the director writes this file, "
-                          "and would overwrite it")  # fmt: skip
+            raise Refusal(
+                where,
+                f"{path} is also {named}: the director writes this file, and would overwrite it",
+            )
         seen[_normal(path)] = where
 
 
@@ -437,9 +448,12 @@ def services_unique_and_owned(c: _Compiling) -> None:
             reason = f"the name {vs.origin.partition('/')[2]!r} is taken (first on line {{first}})"
             raise Refusal((*here, "name"), reason, ("services", first[vs.origin]))
         if not c.ownership.owns(vs.key):
-            raise Refusal(here, f"{vs.key} is outside the owned ranges "
-                          f"({c.ownership.describe()}); add its network to ownership.networks "
-                          "(or its mark to ownership.fwmarks)")  # fmt: skip
+            raise Refusal(
+                here,
+                f"{vs.key} is outside the owned ranges "
+                f"({c.ownership.describe()}); add its network to ownership.networks "
+                "(or its mark to ownership.fwmarks)",
+            )
         first[vs.origin] = first[vs.key] = index
         c.services[vs.key] = vs
 
@@ -451,8 +465,11 @@ def bgp_pools_have_peers(c: _Compiling) -> None:
     then sends a flow to the same real server, as for Kubernetes Services."""
     index = next((i for i, pool in enumerate(c.pools) if pool.announce.bgp), None)
     if index is not None and c.doc.bgp is None:
-        raise Refusal(("pools", index, "announce"), f"pool {c.pools[index].name!r} is announced "
-                      "over BGP: add a bgp: section with its peers")  # fmt: skip
+        raise Refusal(
+            ("pools", index, "announce"),
+            f"pool {c.pools[index].name!r} is announced "
+            "over BGP: add a bgp: section with its peers",
+        )
     bgp_pools = [pool for pool in c.pools if pool.announce.bgp]
     defaults = c.doc.defaults or Defaults()
     for index, (key, vs) in enumerate(list(c.services.items())):
@@ -510,13 +527,18 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
     doc = c.doc
     defaults = doc.defaults or Defaults()
     if defaults.forwarding is Forwarding.FULLNAT and doc.snat is None:
-        raise Refusal(("defaults", "forwarding"), "fullnat needs snat.addresses (the box's "
-                      "address the real servers see and reply to)")  # fmt: skip
+        raise Refusal(
+            ("defaults", "forwarding"),
+            "fullnat needs snat.addresses (the box's address the real servers see and reply to)",
+        )
     families = {Family.of(a) for a in (doc.snat.addresses if doc.snat else ())}
     for index, entry in enumerate(doc.pools):
         if entry.forwarding is Forwarding.FULLNAT and not families:
-            raise Refusal(("pools", index, "forwarding"), "fullnat needs snat.addresses (the "
-                          "box's address the real servers see and reply to)")  # fmt: skip
+            raise Refusal(
+                ("pools", index, "forwarding"),
+                "fullnat needs snat.addresses (the "
+                "box's address the real servers see and reply to)",
+            )
         if entry.forwarding is Forwarding.NAT and entry.announce == "bgp":
             raise Refusal(("pools", index, "forwarding"), NAT_OVER_BGP)
     for index, (key, vs) in enumerate(list(c.services.items())):
@@ -524,14 +546,18 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
         if not any(full):
             continue
         if not all(full):
-            raise Refusal(("services", index, "real_servers"), "fullnat is the whole "
-                          "service's: every real server of it, or none")  # fmt: skip
+            raise Refusal(
+                ("services", index, "real_servers"),
+                "fullnat is the whole service's: every real server of it, or none",
+            )
         if key.family not in families:
             version = 4 if key.family is Family.INET else 6
-            raise Refusal(("services", index), f"fullnat needs an IPv{version} address in "
-                          "snat.addresses")  # fmt: skip
-        servers = {dest: rs._replace(forwarding=Forwarding.NAT)
-                   for dest, rs in vs.real_servers.items()}  # fmt: skip
+            raise Refusal(
+                ("services", index), f"fullnat needs an IPv{version} address in snat.addresses"
+            )
+        servers = {
+            dest: rs._replace(forwarding=Forwarding.NAT) for dest, rs in vs.real_servers.items()
+        }
         c.services[key] = dataclasses.replace(vs, real_servers=servers)
         c.static_snat.add(key)
     taken = {key.address: f"the address of {vs.origin or key}" for key, vs in c.services.items()}
@@ -539,8 +565,10 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
         taken.update({vip: "a NodePort VIP" for vip in doc.kubernetes.nodeport_vips})
     for index, address in enumerate(doc.snat.addresses if doc.snat else ()):
         if address in taken:
-            raise Refusal(("snat", "addresses", index), f"{address} is {taken[address]}: "
-                          "an SNAT address is the box's own, no service's")  # fmt: skip
+            raise Refusal(
+                ("snat", "addresses", index),
+                f"{address} is {taken[address]}: an SNAT address is the box's own, no service's",
+            )
 
 
 RULES: tuple[Rule, ...] = (
@@ -562,7 +590,17 @@ def _compile(doc: Document, source: str) -> Settings:
     for rule in RULES:
         rule(c)
     return Settings(
-        source, c.ownership, doc.defaults or Defaults(), c.services, doc.kubernetes,
-        tuple(c.pools), doc.api, doc.ha, doc.health, c.static_checks, doc.bgp, doc.snat,
+        source,
+        c.ownership,
+        doc.defaults or Defaults(),
+        c.services,
+        doc.kubernetes,
+        tuple(c.pools),
+        doc.api,
+        doc.ha,
+        doc.health,
+        c.static_checks,
+        doc.bgp,
+        doc.snat,
         frozenset(c.static_snat),
-    )  # fmt: skip
+    )

@@ -132,8 +132,9 @@ def convert(text: str) -> Converted:
         name = entry["name"]
         if name in seen:
             entry["name"] = _free(name, seen | {_label(n) for n in names})
-            result.notes.append(f"pool {_name(pool)} is named {entry['name']} here: {name} is "
-                                "taken by another pool")  # fmt: skip
+            result.notes.append(
+                f"pool {_name(pool)} is named {entry['name']} here: {name} is taken by another pool"
+            )
         if not _apart(entry, taken, result.notes):
             continue
         seen.add(entry["name"])
@@ -171,28 +172,37 @@ def _free(name: str, taken: set[str]) -> str:
 def _apart(entry: dict[str, Any], taken: list[tuple[int, int, int]], notes: list[str]) -> bool:
     """MetalLB lets pools overlap, the director does not: the addresses an earlier pool holds
     are taken out of this one (said in a note); False when nothing is left."""
-    pool = Pool.parse(entry["name"], entry["addresses"], True, bool(entry.get("all_addresses")),
-                      Announce())
+    pool = Pool.parse(
+        entry["name"], entry["addresses"], True, bool(entry.get("all_addresses")), Announce()
+    )
     kept: list[tuple[int, int, int]] = []
     for family, first, last in pool.ranges:
         pieces = [(first, last)]
         for fam, low, high in taken:
             if fam != family:
                 continue
-            pieces = [part for a, b in pieces for part in ((a, min(b, low - 1)),
-                      (max(a, high + 1), b)) if part[0] <= part[1]]  # fmt: skip
+            pieces = [
+                part
+                for a, b in pieces
+                for part in ((a, min(b, low - 1)), (max(a, high + 1), b))
+                if part[0] <= part[1]
+            ]
         kept += [(family, a, b) for a, b in pieces]
     if kept == list(pool.ranges):
         taken.extend(kept)
         return True
     if not kept:
-        notes.append(f"pool {entry['name']}: every address is also in a pool before it "
-                     "(MetalLB allows overlapping pools, the director does not); left out")
+        notes.append(
+            f"pool {entry['name']}: every address is also in a pool before it "
+            "(MetalLB allows overlapping pools, the director does not); left out"
+        )
         return False
     entry["addresses"] = [_range(family, a, b) for family, a, b in kept]
-    notes.append(f"pool {entry['name']}: the addresses it shares with a pool before it are "
-                 "left out (MetalLB allows overlapping pools, the director does not); it "
-                 f"holds {', '.join(entry['addresses'])} here")  # fmt: skip
+    notes.append(
+        f"pool {entry['name']}: the addresses it shares with a pool before it are "
+        "left out (MetalLB allows overlapping pools, the director does not); it "
+        f"holds {', '.join(entry['addresses'])} here"
+    )
     taken.extend(kept)
     return True
 
@@ -264,8 +274,10 @@ def _allocation(raw: object, entry: dict[str, Any], notes: list[str]) -> dict[st
     if not raw:
         return {}
     if not isinstance(raw, Mapping):
-        notes.append(f"pool {name}: serviceAllocation is not a mapping; the pool is given only "
-                     "to Services that name it (auto_assign: false)")  # fmt: skip
+        notes.append(
+            f"pool {name}: serviceAllocation is not a mapping; the pool is given only "
+            "to Services that name it (auto_assign: false)"
+        )
         entry["auto_assign"] = False
         return {}
     out: dict[str, Any] = {}
@@ -283,10 +295,14 @@ def _allocation(raw: object, entry: dict[str, Any], notes: list[str]) -> dict[st
         if isinstance(selector.get("matchLabels"), Mapping) and selector["matchLabels"]:
             ours["match_labels"] = dict(selector["matchLabels"])
         expressions = [
-            {"key": e.get("key"), "operator": e.get("operator"),
-             **({"values": list(e["values"])} if e.get("values") else {})}
-            for e in selector.get("matchExpressions") or () if isinstance(e, Mapping)
-        ]  # fmt: skip
+            {
+                "key": e.get("key"),
+                "operator": e.get("operator"),
+                **({"values": list(e["values"])} if e.get("values") else {}),
+            }
+            for e in selector.get("matchExpressions") or ()
+            if isinstance(e, Mapping)
+        ]
         if expressions:
             ours["match_expressions"] = expressions
         selectors.append(ours)
@@ -294,15 +310,19 @@ def _allocation(raw: object, entry: dict[str, Any], notes: list[str]) -> dict[st
         out["service_selectors"] = selectors
     if raw.get("namespaceSelectors"):
         if namespaces:
-            notes.append(f"pool {name}: namespaceSelectors are not carried over (the director "
-                         "does not read Namespace labels); it serves the namespaces listed "
-                         "alone: add the selected ones to allocate_to.namespaces")  # fmt: skip
+            notes.append(
+                f"pool {name}: namespaceSelectors are not carried over (the director "
+                "does not read Namespace labels); it serves the namespaces listed "
+                "alone: add the selected ones to allocate_to.namespaces"
+            )
         else:
             entry["auto_assign"] = False
-            notes.append(f"pool {name}: namespaceSelectors are not carried over (the director "
-                         "does not read Namespace labels); the pool is given only to Services "
-                         "that name it (auto_assign: false) until its namespaces are listed in "
-                         "allocate_to.namespaces")  # fmt: skip
+            notes.append(
+                f"pool {name}: namespaceSelectors are not carried over (the director "
+                "does not read Namespace labels); the pool is given only to Services "
+                "that name it (auto_assign: false) until its namespaces are listed in "
+                "allocate_to.namespaces"
+            )
     return out
 
 
@@ -314,9 +334,11 @@ def _bgp(entry: dict[str, Any], adverts: list[Mapping[str, Any]], notes: list[st
         if pref is None:
             continue
         if isinstance(pref, bool) or not isinstance(pref, int) or not 0 <= pref <= 2**32 - 1:
-            notes.append(f"pool {entry['name']}: {advert.get('kind')} {_name(advert)} has "
-                         f"localPref {_comment(repr(pref))}, not a number from 0 to "
-                         "4294967295; not carried over")  # fmt: skip
+            notes.append(
+                f"pool {entry['name']}: {advert.get('kind')} {_name(advert)} has "
+                f"localPref {_comment(repr(pref))}, not a number from 0 to "
+                "4294967295; not carried over"
+            )
             continue
         prefs.add(pref)
     for advert in adverts:

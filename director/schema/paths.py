@@ -20,8 +20,19 @@ DRAINS = "/api/v1/drains"
 DRAIN = "/api/v1/drains/<id>"
 OPENAPI = "/api/v1/openapi.json"  # the document of the others
 
-ALL = (STATUS, PLAN, BGP, MAINTENANCE, SERVICES, SERVICE, SERVICE_SCHEDULER, STATIC,
-       STATIC_SCHEDULER, DRAINS, DRAIN)  # fmt: skip
+ALL = (
+    STATUS,
+    PLAN,
+    BGP,
+    MAINTENANCE,
+    SERVICES,
+    SERVICE,
+    SERVICE_SCHEDULER,
+    STATIC,
+    STATIC_SCHEDULER,
+    DRAINS,
+    DRAIN,
+)
 
 
 def url(rule: str, **values: str) -> str:

@@ -139,8 +139,11 @@ class Reparser:
             if len(small.services) != len(fresh):
                 return None
             for text, (key, vs) in zip(fresh, small.services.items(), strict=True):
-                parsed[text] = (vs, small.static_checks.get(key, _UNCHECKED),
-                                key in small.static_snat)  # fmt: skip
+                parsed[text] = (
+                    vs,
+                    small.static_checks.get(key, _UNCHECKED),
+                    key in small.static_snat,
+                )
         services: Table = {}
         checks: dict[ServiceKey, CheckSpec | None] = {}
         snat: set[ServiceKey] = set()
@@ -157,7 +160,10 @@ class Reparser:
                 checks[vs.key] = check  # type: ignore[assignment]
         assert self._settings is not None
         settings = dataclasses.replace(
-            self._settings, source=source, services=services, static_checks=checks,
+            self._settings,
+            source=source,
+            services=services,
+            static_checks=checks,
             static_snat=frozenset(snat),
         )
         self._items = {text: parsed.get(text) or known[text] for text in parts.items}

@@ -114,9 +114,7 @@ _ONE_OR_TWO = {"oneOf": [ADDRESS.schema, {"type": "array", "items": ADDRESS.sche
 class SnatSettings(Section):
     """``snat:``: the source address of full-NAT traffic (``forwarding: fullnat``)."""
 
-    addresses: Annotated[
-        tuple[str, ...], Rule(lambda v: _vips(v, "snat address"), _ONE_OR_TWO)
-    ]
+    addresses: Annotated[tuple[str, ...], Rule(lambda v: _vips(v, "snat address"), _ONE_OR_TWO)]
     """Required: this box's own address, or one per family, that full-NAT connections leave
     for the real servers from: the real servers see it as the client and reply to it, so
     they need a route to it and none to the clients (an address on their own network needs
@@ -315,8 +313,11 @@ class HaSettings(Section):
     @model_validator(mode="after")
     def _peers(self) -> HaSettings:
         if self.sync_group is not None and not ipaddress.ip_address(self.sync_group).is_multicast:
-            raise problem("the kernel's sync daemon sends to a multicast group (224.0.0.0/4 or "
-                          "ff00::/8); unicast is not offered", ("sync_group",))  # fmt: skip
+            raise problem(
+                "the kernel's sync daemon sends to a multicast group (224.0.0.0/4 or "
+                "ff00::/8); unicast is not offered",
+                ("sync_group",),
+            )
         if not self.peers:
             raise problem("a pair needs its peer's address", ("peers",))
         for index, peer in enumerate(self.peers):
@@ -368,8 +369,7 @@ class HealthSettings(Section):
     fall: Annotated[int, integer(1, 100)] = 3
     """Failures in a row that take a real server down."""
     expect: Annotated[
-        tuple[int, int],
-        Rule(_expect, {"type": "string", "examples": ["200", "200-399"]}),
+        tuple[int, int], Rule(_expect, {"type": "string", "examples": ["200", "200-399"]})
     ] = Statuses(200, 399)
     """HTTP statuses that pass: one (200) or a range (200-399)."""
     on_failure: Annotated[str, one_of("quiesce", "remove")] = (

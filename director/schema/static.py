@@ -59,14 +59,7 @@ from director.schema.fields import (
     problem,
     scalar,
 )
-from director.schema.sections import (
-    FORWARDING,
-    SCHEDULER,
-    SECTION,
-    WEIGHT,
-    Defaults,
-    Section,
-)
+from director.schema.sections import FORWARDING, SCHEDULER, SECTION, WEIGHT, Defaults, Section
 
 MAX_THRESHOLD = 2**31 - 1
 MAX_PORT = 65535
@@ -132,9 +125,13 @@ def _long_form(data: dict[str, Any]) -> RealServerEntry | None:
     """``{address, port, weight}`` with a valid value in each, the form most files write
     (tens of thousands of times), as the rules would read it; None: let the rules read it."""
     address, port, weight = data["address"], data["port"], data["weight"]
-    if (address.__class__ is not str or port.__class__ is not int
-            or weight.__class__ is not int or not 0 <= port <= MAX_PORT
-            or not 0 <= weight <= MAX_WEIGHT):  # fmt: skip
+    if (
+        address.__class__ is not str
+        or port.__class__ is not int
+        or weight.__class__ is not int
+        or not 0 <= port <= MAX_PORT
+        or not 0 <= weight <= MAX_WEIGHT
+    ):
         return None
     try:
         return RealServerEntry(canonical_address(address), port, weight)
@@ -170,13 +167,20 @@ def _real_server_entry(data: object) -> RealServerEntry:
     return entry
 
 
-REAL_SERVER = Rule(_real_server_entry, {
-    "oneOf": [
-        {"type": "string", "examples": ["192.0.2.1:8080", "[2001:db8::1]:8080"]},
-        {"type": "object", "additionalProperties": False, "required": sorted(_RS_KEYS.required),
-         "properties": {key: rule.schema for key, (rule, _) in _RS_RULES.items()}},
-    ]
-})  # fmt: skip
+REAL_SERVER = Rule(
+    _real_server_entry,
+    {
+        "oneOf": [
+            {"type": "string", "examples": ["192.0.2.1:8080", "[2001:db8::1]:8080"]},
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": sorted(_RS_KEYS.required),
+                "properties": {key: rule.schema for key, (rule, _) in _RS_RULES.items()},
+            },
+        ]
+    },
+)
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
@@ -279,10 +283,13 @@ class ServiceEntry(Section):
                 reason = "a real server of an address:port service needs a port"
                 raise Refusal(("real_servers", index), reason)
             if (":" in address) is not v6 and fwd is not tun:
-                raise Refusal(("real_servers", index), f"real server {address} is "
-                              f"{Family.of(address).label} but the service is "
-                              f"{key.family.label}; mixing families only works with "
-                              "forwarding: tun")  # fmt: skip
+                raise Refusal(
+                    ("real_servers", index),
+                    f"real server {address} is "
+                    f"{Family.of(address).label} but the service is "
+                    f"{key.family.label}; mixing families only works with "
+                    "forwarding: tun",
+                )
             if (address, port) in out:
                 first = ("real_servers", index_of[address, port])
                 reason = "real server declared twice (first on line {first})"
@@ -293,12 +300,15 @@ class ServiceEntry(Section):
         return out
 
 
-LABEL_KEY = matching(QUALIFIED_RE, lambda key: f"{key!r} is not a label key (such as app or "
-                     "example.com/tier)")  # fmt: skip
+LABEL_KEY = matching(
+    QUALIFIED_RE, lambda key: f"{key!r} is not a label key (such as app or example.com/tier)"
+)
 LABEL_VALUE = matching(
     r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?",
-    lambda value: f"{value!r} is not a label value (63 characters at most: letters, digits, "
-    "-_., starting and ending with a letter or digit)",
+    lambda value: (
+        f"{value!r} is not a label value (63 characters at most: letters, digits, "
+        "-_., starting and ending with a letter or digit)"
+    ),
 )
 
 
@@ -350,8 +360,9 @@ class SelectorEntry(Section):
     """Further conditions on its labels."""
 
     def compile(self) -> LabelSelector:
-        return LabelSelector(self.match_labels, tuple(
-            (e.key, e.operator, e.values) for e in self.match_expressions))  # fmt: skip
+        return LabelSelector(
+            self.match_labels, tuple((e.key, e.operator, e.values) for e in self.match_expressions)
+        )
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
@@ -368,8 +379,11 @@ class AllocationEntry(Section):
     """Only Services whose labels match one of these selectors (none: any Service)."""
 
     def compile(self) -> Allocation:
-        return Allocation(self.priority, frozenset(self.namespaces),
-                          tuple(s.compile() for s in self.service_selectors))  # fmt: skip
+        return Allocation(
+            self.priority,
+            frozenset(self.namespaces),
+            tuple(s.compile() for s in self.service_selectors),
+        )
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
@@ -413,15 +427,18 @@ class PoolEntry(Section):
         if self.announce != "bgp":
             for key in ("communities", "local_preference"):
                 if getattr(self, key) not in ((), None):
-                    raise Refusal((key,), f"{key} is for pools announced over BGP "
-                                  "(announce: bgp)")  # fmt: skip
+                    raise Refusal((key,), f"{key} is for pools announced over BGP (announce: bgp)")
         announce = Announce(self.announce, self.communities, self.local_preference)
         try:
             return Pool.parse(
-                self.name, self.addresses, self.auto_assign, self.all_addresses, announce,
+                self.name,
+                self.addresses,
+                self.auto_assign,
+                self.all_addresses,
+                announce,
                 allocation=self.allocate_to.compile() if self.allocate_to else NO_LIMIT,
                 forwarding=self.forwarding,
-            )  # fmt: skip
+            )
         except PoolError as exc:
             raise Refusal(("addresses",), str(exc)) from None
 

@@ -136,8 +136,14 @@ def _gate(app: Flask, expected: bytes, opened: frozenset[str]) -> None:
     def _audit(response: Response) -> Response:
         """Every change asked of the API, by whom (the client's address) and its answer."""
         if request.method not in ("GET", "HEAD", "OPTIONS"):
-            event(log, "api.audit", method=request.method, path=request.path,
-                  status=response.status_code, client=request.remote_addr or "-")  # fmt: skip
+            event(
+                log,
+                "api.audit",
+                method=request.method,
+                path=request.path,
+                status=response.status_code,
+                client=request.remote_addr or "-",
+            )
         return response
 
     @app.teardown_request

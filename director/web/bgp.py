@@ -15,27 +15,37 @@ from director.web.registry import Operation, documented
 routes = Blueprint("bgp", __name__)
 
 
-@documented(routes, Operation(
-    paths.BGP, "get", "Each VIP's announcement (and why), each BGP session", shapes.Bgp,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(paths.BGP, "get", "Each VIP's announcement (and why), each BGP session", shapes.Bgp),
+)
 def bgp() -> Response:
     return jsonify(views.bgp(api()))
 
 
-@documented(routes, Operation(
-    paths.MAINTENANCE, "put",
-    "Maintenance: withdraw every BGP route, keep IPVS (kept across restarts)", shapes.Bgp,
-    (400, 413, 415, 503), body=shapes.MaintenanceRequest,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.MAINTENANCE,
+        "put",
+        "Maintenance: withdraw every BGP route, keep IPVS (kept across restarts)",
+        shapes.Bgp,
+        (400, 413, 415, 503),
+        body=shapes.MaintenanceRequest,
+    ),
+)
 def enter_maintenance() -> Response:
     ctx = api()
     ctx.intent(SetMaintenance(body(shapes.MaintenanceRequest).reason))
     return jsonify(views.bgp(ctx))
 
 
-@documented(routes, Operation(
-    paths.MAINTENANCE, "delete", "Back from maintenance: announce again", shapes.Bgp, (503,),
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.MAINTENANCE, "delete", "Back from maintenance: announce again", shapes.Bgp, (503,)
+    ),
+)
 def leave_maintenance() -> Response:
     ctx = api()
     ctx.intent(SetMaintenance(None))

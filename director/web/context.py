@@ -80,8 +80,9 @@ class ApiContext:
         keys = sorted(view.produced.get(f"{namespace}/{name}", ()), key=str)
         svc = view.services.get(f"{namespace}/{name}")
         if svc is None or not relevant(svc, self.loop.policy):
-            raise Problem(404, f"no Service {shown(namespace)}/{shown(name)} served by this "
-                          "director")  # fmt: skip
+            raise Problem(
+                404, f"no Service {shown(namespace)}/{shown(name)} served by this director"
+            )
         return keys, frozenset(PROTOCOLS.get(p.protocol) for p in svc.ports)
 
     def static_key(self, name: str) -> ServiceKey:

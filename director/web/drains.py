@@ -17,18 +17,29 @@ from director.web.registry import Operation, documented
 routes = Blueprint("drains", __name__)
 
 
-@documented(routes, Operation(
-    paths.DRAINS, "get", "Drains and their progress (connections left)", shapes.DrainList,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.DRAINS, "get", "Drains and their progress (connections left)", shapes.DrainList
+    ),
+)
 def list_drains() -> Response:
     return jsonify({"items": views.drains(api())})
 
 
-@documented(routes, Operation(
-    paths.DRAINS, "post",
-    "Drain a real server: weight 0 everywhere (or in one service)", shapes.Drain,
-    (400, 404, 409, 413, 415, 503), body=shapes.DrainRequest, status="201", status_text="Created",
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.DRAINS,
+        "post",
+        "Drain a real server: weight 0 everywhere (or in one service)",
+        shapes.Drain,
+        (400, 404, 409, 413, 415, 503),
+        body=shapes.DrainRequest,
+        status="201",
+        status_text="Created",
+    ),
+)
 def add_drain() -> Response:
     ctx = api()
     asked = body(shapes.DrainRequest)
@@ -50,10 +61,16 @@ def add_drain() -> Response:
     return response
 
 
-@documented(routes, Operation(
-    paths.DRAIN, "delete",
-    "Undrain: weights return to their desired values", shapes.Undrained, (404, 503),
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.DRAIN,
+        "delete",
+        "Undrain: weights return to their desired values",
+        shapes.Undrained,
+        (404, 503),
+    ),
+)
 def remove_drain(**path: str) -> Response:
     ident = path["id"]  # the path names it id; a parameter may not shadow the builtin
     api().intent(RemoveDrain(ident))

@@ -49,8 +49,12 @@ _EXAMPLES = {"namespace": "default", "name": "web"}  # path parameters' examples
 
 
 def _parameter(name: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": name, "in": "path", "required": True,
-                           "schema": {"type": "string"}}  # fmt: skip
+    out: dict[str, Any] = {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+    }
     if name in _EXAMPLES:
         out["example"] = _EXAMPLES[name]
     return out

@@ -20,18 +20,29 @@ log = logging.getLogger("director.api")
 routes = Blueprint("services", __name__)
 
 
-@documented(routes, Operation(
-    paths.SERVICES, "get",
-    "Every virtual service, with real servers and live counters", shapes.ServiceList,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.SERVICES,
+        "get",
+        "Every virtual service, with real servers and live counters",
+        shapes.ServiceList,
+    ),
+)
 def list_services() -> Response:
     return jsonify({"items": views.services(api())})
 
 
-@documented(routes, Operation(
-    paths.SERVICE, "get",
-    "The virtual services of one Kubernetes Service", shapes.KubernetesService, (404,),
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.SERVICE,
+        "get",
+        "The virtual services of one Kubernetes Service",
+        shapes.KubernetesService,
+        (404,),
+    ),
+)
 def get_service(namespace: str, name: str) -> Response:
     ctx = api()
     keys, _protocols = ctx.kube_service(namespace, name)
@@ -39,11 +50,17 @@ def get_service(namespace: str, name: str) -> Response:
     return jsonify({"service": f"{namespace}/{name}", "virtual_services": listing})
 
 
-@documented(routes, Operation(
-    paths.SERVICE_SCHEDULER, "put",
-    "Set the scheduler, stored on the Service (both directors follow)", shapes.SchedulerResult,
-    (400, 404, 409, 413, 415, 503), body=shapes.SchedulerChoice,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.SERVICE_SCHEDULER,
+        "put",
+        "Set the scheduler, stored on the Service (both directors follow)",
+        shapes.SchedulerResult,
+        (400, 404, 409, 413, 415, 503),
+        body=shapes.SchedulerChoice,
+    ),
+)
 def set_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
     asked = body(shapes.SchedulerChoice)
@@ -63,10 +80,16 @@ def set_kube_scheduler(namespace: str, name: str) -> Response:
     )
 
 
-@documented(routes, Operation(
-    paths.SERVICE_SCHEDULER, "delete",
-    "Back to the annotation or the default", shapes.SchedulerResult, (404, 409, 503),
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.SERVICE_SCHEDULER,
+        "delete",
+        "Back to the annotation or the default",
+        shapes.SchedulerResult,
+        (404, 409, 503),
+    ),
+)
 def unset_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
     ctx.kube_service(namespace, name)
@@ -75,20 +98,32 @@ def unset_kube_scheduler(namespace: str, name: str) -> Response:
     return jsonify({"service": f"{namespace}/{name}", "source": "annotation or default"})
 
 
-@documented(routes, Operation(
-    paths.STATIC, "get",
-    "One static service of the configuration", shapes.VirtualService, (404,),
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.STATIC,
+        "get",
+        "One static service of the configuration",
+        shapes.VirtualService,
+        (404,),
+    ),
+)
 def get_static(name: str) -> Response:
     ctx = api()
     return jsonify(views.services(ctx, [ctx.static_key(name)])[0])
 
 
-@documented(routes, Operation(
-    paths.STATIC_SCHEDULER, "put",
-    "Choose the scheduler of a static service (this director)", shapes.SchedulerResult,
-    (400, 404, 409, 413, 415, 503), body=shapes.SchedulerChoice,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.STATIC_SCHEDULER,
+        "put",
+        "Choose the scheduler of a static service (this director)",
+        shapes.SchedulerResult,
+        (400, 404, 409, 413, 415, 503),
+        body=shapes.SchedulerChoice,
+    ),
+)
 def set_static_scheduler(name: str) -> Response:
     ctx = api()
     asked = body(shapes.SchedulerChoice)
@@ -106,10 +141,16 @@ def set_static_scheduler(name: str) -> Response:
     )
 
 
-@documented(routes, Operation(
-    paths.STATIC_SCHEDULER, "delete",
-    "Back to the configuration's scheduler", shapes.SchedulerResult, (404, 503),
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.STATIC_SCHEDULER,
+        "delete",
+        "Back to the configuration's scheduler",
+        shapes.SchedulerResult,
+        (404, 503),
+    ),
+)
 def unset_static_scheduler(name: str) -> Response:
     ctx = api()
     ctx.static_key(name)

@@ -14,18 +14,28 @@ from director.web.registry import Operation, documented
 routes = Blueprint("status", __name__)
 
 
-@documented(routes, Operation(
-    paths.STATUS, "get",
-    "Role, Kubernetes connection, leader, last sync, last error", shapes.Status,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.STATUS,
+        "get",
+        "Role, Kubernetes connection, leader, last sync, last error",
+        shapes.Status,
+    ),
+)
 def status() -> Response:
     return jsonify(views.status(api()))
 
 
-@documented(routes, Operation(
-    paths.PLAN, "get",
-    "What the director would change right now (empty when healthy)", shapes.Plan,
-))  # fmt: skip
+@documented(
+    routes,
+    Operation(
+        paths.PLAN,
+        "get",
+        "What the director would change right now (empty when healthy)",
+        shapes.Plan,
+    ),
+)
 def plan() -> Response:
     ctx = api()
     kernel = ctx.ipvs.read().services
@@ -33,14 +43,18 @@ def plan() -> Response:
     return jsonify(
         {
             "ops": [
-                {"op": op.kind.value, "service": str(op.key), "detail": op.describe(),
-                 "origin": op.origin}
+                {
+                    "op": op.kind.value,
+                    "service": str(op.key),
+                    "detail": op.describe(),
+                    "origin": op.origin,
+                }
                 for op in result.ops
             ],
             "foreign": [str(k) for k in result.foreign],
             "refused": [{"service": str(k), "reason": r} for k, r in result.refused],
         }
-    )  # fmt: skip
+    )
 
 
 @routes.get(paths.OPENAPI)

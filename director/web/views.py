@@ -36,10 +36,16 @@ def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[shap
         desired = {k: desired[k] for k in keys if k in desired}
     drains = tuple(view.intents.drains.values())
     return [
-        service(key, desired[key], kernel, source=_scheduler_source(view, key, desired[key]),
-                view=view, drains=drains)
+        service(
+            key,
+            desired[key],
+            kernel,
+            source=_scheduler_source(view, key, desired[key]),
+            view=view,
+            drains=drains,
+        )
         for key in sorted(desired, key=str)
-    ]  # fmt: skip
+    ]
 
 
 def _scheduler_source(view: LoopView, key: ServiceKey, vs: VirtualService) -> str:
@@ -168,9 +174,15 @@ def status(ctx: ApiContext) -> shapes.Status:
         "failed_operations": h.failed_ops,
         "counts": counts,
         "owned": [
-            {"resource": o.resource, "in_sync": o.in_sync, "repairs": o.repairs,
-             "failures": o.failures, "last_error": o.last_error, "kind": o.kind,
-             "since": iso(o.since)}
+            {
+                "resource": o.resource,
+                "in_sync": o.in_sync,
+                "repairs": o.repairs,
+                "failures": o.failures,
+                "last_error": o.last_error,
+                "kind": o.kind,
+                "since": iso(o.since),
+            }
             for o in ctx.loop.view.status.owned.snapshot().values()
         ],
     }
@@ -193,9 +205,14 @@ def bgp(ctx: ApiContext) -> shapes.Bgp:
             for r in routes
         ],
         "peers": [
-            {"address": p.address, "asn": p.asn, "state": p.state,
-             "uptime_seconds": round(p.uptime_seconds, 1), "prefixes_sent": p.prefixes_sent,
-             "bfd": p.bfd}
+            {
+                "address": p.address,
+                "asn": p.asn,
+                "state": p.state,
+                "uptime_seconds": round(p.uptime_seconds, 1),
+                "prefixes_sent": p.prefixes_sent,
+                "bfd": p.bfd,
+            }
             for p in ctx.peers()
         ],
     }
