@@ -29,7 +29,7 @@ from typing import Any
 
 from lab.bench_config import REAL_SERVERS, write_tables
 from lab.netns import Netns
-from lab.wait import wait_for
+from lab.wait import stop_group, wait_for
 
 REPEAT = 3
 
@@ -107,12 +107,7 @@ def contender(
             "median": round(statistics.median(runs), 3),
         }
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         log.close()
 
 

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from typing import Any
 
 from lab.bench_config import REAL_SERVERS, write_tables
 from lab.netns import Netns
+from lab.wait import stop_group
 
 REPEAT = 3
 TIMEOUT = 900.0
@@ -181,12 +181,7 @@ def start_once(
             if seen < want:
                 raise SystemExit(f"{name}: {seen} of {want} after {TIMEOUT:.0f} s; see {log.name}")
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
             ns.close()
     return {"seconds": round(took, 3)}
 

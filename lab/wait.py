@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -39,3 +42,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """SIGTERM to ``proc``'s process group (started with ``start_new_session``), SIGKILL if it
+    is still there after ``grace`` seconds; returns once it has exited."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
