@@ -548,21 +548,29 @@ def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_lin
 
 # -- a static box loads what its file uses (issue 38) -------------------------------------------
 def modules_loaded_by_run(config: Path) -> set[str]:
-    """The top-level packages a running ``director run`` has imported once it is ready: the
-    real process (fake dataplane), read from ``python -X importtime``."""
+    """The top-level packages a real ``director run`` process (fake dataplane) imported from
+    its start until it stopped, once ready: ``sys.modules`` as it exits (``-X importtime``
+    misses what ``importlib.import_module`` loads, as pydantic does its own parts)."""
     said = run_until(config, "event=controller.ready")
-    return {name.split(".")[0] for name in imported(said)}
+    (names,) = [text[len(MODULES) :] for text in said if text.startswith(MODULES)]
+    return {name.split(".")[0] for name in names.split()}
+
+
+MODULES = "modules loaded: "
 
 
 def run_until(config: Path, line: str) -> list[str]:
     """What a real ``director run`` process (fake dataplane, ``-X importtime``) writes to
-    stderr until ``line`` appears; then it is stopped with SIGTERM and must exit 0."""
+    stderr until ``line`` appears, then (stopped with SIGTERM, it must exit 0) the rest,
+    the names in ``sys.modules`` at its exit last."""
     import signal
 
     script = (
-        "import sys; import director.cli.main as cli; "
+        "import atexit, sys; import director.cli.main as cli; "
         "from director.dataplane.fake import FakeIpvs; "
         "cli.open_ipvs = lambda netns: FakeIpvs(); "
+        f"atexit.register(lambda: print({MODULES!r} + ' '.join(sorted(sys.modules)), "
+        "file=sys.stderr, flush=True)); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
     proc = subprocess.Popen(
@@ -577,10 +585,10 @@ def run_until(config: Path, line: str) -> list[str]:
                 break
     finally:
         proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=30)
+        _, rest = proc.communicate(timeout=30)
     assert any(line in text for text in said), "".join(said)[-2000:]
     assert proc.returncode == 0, rest
-    return said
+    return said + rest.splitlines(keepends=True)
 
 
 def imported(lines: list[str]) -> set[str]:
