@@ -184,6 +184,21 @@ def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> 
     ]
 
 
+def _sysctls(netns: str | None, values: dict[str, str], *, effect: str) -> None:
+    """Set kernel parameters the director needs; each one that cannot be set is logged with
+    why, and what breaks without it (``effect``)."""
+    for name, why in write_sysctls(netns, values).items():
+        event(
+            log,
+            "sysctl.not_set",
+            level=logging.ERROR,
+            sysctl=name,
+            value=values[name],
+            reason=why,
+            effect=effect,
+        )
+
+
 def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -> Firewall:
     """The source filter and full NAT: the fake beside the fake, nftables beside the
     kernel's IPVS (in its namespace). With full NAT, IPVS's connections are tracked, so that
@@ -195,16 +210,7 @@ def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) 
     where = netns or getattr(ipvs, "netns", None)
     snat_to = {Family.of(a): a for a in (settings.snat.addresses if settings.snat else ())}
     if snat_to and not dry_run:
-        for name, why in write_sysctls(where, FULLNAT_SYSCTLS).items():
-            event(
-                log,
-                "sysctl.not_set",
-                level=logging.ERROR,
-                sysctl=name,
-                value=FULLNAT_SYSCTLS[name],
-                reason=why,
-                effect="full-NAT replies are not translated back",
-            )
+        _sysctls(where, FULLNAT_SYSCTLS, effect="full-NAT replies are not translated back")
     return NftFirewall(where, snat_to=snat_to)
 
 
@@ -369,17 +375,7 @@ class Runtime:
         if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
             event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
             return None
-        failed = write_sysctls(netns, SLOPPY)
-        for name, why in failed.items():
-            event(
-                log,
-                "sysctl.not_set",
-                level=logging.ERROR,
-                sysctl=name,
-                value=SLOPPY[name],
-                reason=why,
-                effect="connections break when directors join or leave",
-            )
+        _sysctls(netns, SLOPPY, effect="connections break when directors join or leave")
         from director.adapters.frr import FrrSync
 
         sync = FrrSync(
