@@ -30,6 +30,7 @@ from director.schema.config import parse_config
 from lab.netns import Backend, BackendServers, Netns, run
 
 NAT_VIP, DR_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.1"
+FULLNAT_VIP = "203.0.113.102"  # full NAT: leaves for the backends from GATEWAY, which floats
 NAT_PORT = 8080
 CLIENTS = [f"203.0.113.{2 + i}" for i in range(8)]
 
@@ -65,6 +66,7 @@ class Director:
     runtime: Runtime | None = None
     ipvs: KernelIpvs | None = None
     keepalived: subprocess.Popen[bytes] | None = None
+    conntrackd: subprocess.Popen[bytes] | None = None
 
     @property
     def conf(self) -> Path:
@@ -226,16 +228,39 @@ def restart_director(lab: HaLab, d: Director, preempt_delay: int = 5) -> float:
 
 
 def director_config(
-    lab: HaLab, d: Director, preempt_delay: int, advert_int: float = 0.1, realtime: int = 50
+    lab: HaLab,
+    d: Director,
+    preempt_delay: int,
+    advert_int: float = 0.1,
+    realtime: int = 50,
+    *,
+    fullnat: bool = False,
 ) -> str:
+    """``fullnat``: a full-NAT service on FULLNAT_VIP whose SNAT address is the floating
+    GATEWAY, and conntrackd (primary-backup over the back network) beside keepalived."""
     peer = next(o for o in lab.directors if o is not d)
     nat = ", ".join(f"{be.ipv4}:{NAT_PORT}" for be in lab.backends)
     dr = ", ".join(f"{{address: {be.ipv4}, port: 80, forwarding: dr}}" for be in lab.backends)
+    full, conntrackd = "", ""
+    if fullnat:
+        full = (
+            f"  - {{name: web-full, address: {FULLNAT_VIP}, port: 80, scheduler: rr, "
+            f"forwarding: fullnat, real_servers: [{nat}]}}\nsnat: {{addresses: [{GATEWAY}]}}"
+        )
+        conntrackd = f"""
+  conntrackd:
+    source: {d.back}
+    peer: {peer.back}
+    interface: back
+    config_file: {d.workdir / "conntrackd.conf"}
+    socket: {d.workdir / "conntrackd.sock"}
+    lock_file: {d.workdir / "conntrackd.lock"}"""
     return f"""
 ownership: {{networks: [203.0.113.96/28]}}
 services:
   - {{name: web-nat, address: {NAT_VIP}, port: 80, scheduler: rr, real_servers: [{nat}]}}
   - {{name: web-dr, address: {DR_VIP}, port: 80, scheduler: rr, real_servers: [{dr}]}}
+{full}
 ha:
   interface: front
   router_id: {d.name}
@@ -255,15 +280,21 @@ ha:
   config_file: {d.conf}
   pid_file: {d.pid_file}
   fifo: {d.workdir / "keepalived.fifo"}
-  netns: {d.ns.name}
+  netns: {d.ns.name}{conntrackd}
 """
 
 
 def start_director(
-    lab: HaLab, d: Director, preempt_delay: int = 5, advert_int: float = 0.1, realtime: int = 50
+    lab: HaLab,
+    d: Director,
+    preempt_delay: int = 5,
+    advert_int: float = 0.1,
+    realtime: int = 50,
+    *,
+    fullnat: bool = False,
 ) -> None:
     """The director (IPVS and keepalived.conf), then keepalived itself."""
-    text = director_config(lab, d, preempt_delay, advert_int, realtime)
+    text = director_config(lab, d, preempt_delay, advert_int, realtime, fullnat=fullnat)
     settings = parse_config(text, f"{d.name}.yaml")
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(settings, d.ipvs).start()
@@ -301,6 +332,34 @@ def start_keepalived(d: Director) -> None:
     )
 
 
+def start_conntrackd(d: Director) -> None:
+    """conntrackd in the director's namespace, from the file the director wrote."""
+    assert d.runtime is not None and d.runtime.conntrackd is not None
+    if not d.runtime.conntrackd.settle(60):
+        raise RuntimeError(f"{d.name}: the director never wrote conntrackd.conf")
+    run(["modprobe", "nf_conntrack_netlink"], check=False)
+    d.conntrackd = subprocess.Popen(
+        ["ip", "netns", "exec", d.ns.name, "conntrackd", "-C", str(d.workdir / "conntrackd.conf")],
+        stdout=(d.workdir / "conntrackd.log").open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop_conntrackd(d: Director) -> None:
+    if d.conntrackd is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(d.conntrackd.pid, signal.SIGTERM)
+        try:
+            d.conntrackd.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(d.conntrackd.pid, signal.SIGKILL)
+            d.conntrackd.wait(timeout=10)
+        d.conntrackd = None
+    with contextlib.suppress(FileNotFoundError):
+        (d.workdir / "conntrackd.lock").unlink()  # a daemon killed leaves it behind
+
+
 def kill_keepalived(d: Director) -> None:
     """kill -9 keepalived and its VRRP process: a crash, no goodbye advert, VIPs left."""
     if d.keepalived is not None:
@@ -311,6 +370,7 @@ def kill_keepalived(d: Director) -> None:
 
 
 def stop_director(d: Director) -> None:
+    stop_conntrackd(d)
     if d.keepalived is not None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(d.keepalived.pid, signal.SIGTERM)
@@ -333,8 +393,18 @@ class Talkers:
     failure. One selector thread drives them all."""
 
     def __init__(
-        self, lab: HaLab, vip: str, count: int = 50, period: float = 0.1, patience: float = 10.0
+        self,
+        lab: HaLab,
+        vip: str,
+        count: int = 50,
+        period: float = 0.1,
+        patience: float = 10.0,
+        *,
+        same_ports: int | None = None,
     ) -> None:
+        """``same_ports``: connection i leaves from port same_ports + i // len(CLIENTS), so
+        each port is used from every client address at once (to one backend, SNAT has to
+        give all but one of them another port)."""
         self.period, self.patience = period, patience
         self.answered = 0
         self.failed = 0
@@ -346,7 +416,10 @@ class Talkers:
         self._next: dict[int, float] = {}
         for i in range(count):
             sock = lab.client.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((CLIENTS[i % len(CLIENTS)], 0))
+            port = 0 if same_ports is None else same_ports + i // len(CLIENTS)
+            if port:  # the same port again in a later run: a closed one waits in TIME_WAIT
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((CLIENTS[i % len(CLIENTS)], port))
             sock.settimeout(5)
             sock.connect((vip, 80))
             sock.setblocking(False)

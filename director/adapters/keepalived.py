@@ -63,6 +63,9 @@ ALIVE_CHECK = TEMPLATES / "alive-check.sh"
 # on 3 failures or 2 passes in a row.
 ALIVE_INTERVAL, ALIVE_TIMEOUT, ALIVE_FALL, ALIVE_RISE = 2, 4, 3, 2
 ALIVE_WEIGHT = -253  # a failing box drops to priority 1: its peer takes over (if preempting)
+# keepalived's notify commands for conntrackd in primary-backup (templates/conntrackd-notify.sh,
+# through /bin/sh as the alive check): commit the peer's connections on becoming master.
+CONNTRACKD_NOTIFY = TEMPLATES / "conntrackd-notify.sh"
 
 
 def heartbeat_path(ha: HaSettings) -> Path | None:
@@ -71,6 +74,18 @@ def heartbeat_path(ha: HaSettings) -> Path | None:
     if not ha.alive_seconds or ha.nopreempt or not _plain(str(ALIVE_CHECK)):
         return None
     return Path(ha.fifo).parent / "alive"
+
+
+def notify_command(ha: HaSettings) -> str | None:
+    """keepalived's notify line for conntrackd (its state is appended), or None."""
+    ct = ha.conntrackd
+    if ct is None:
+        return None
+    paths = (str(CONNTRACKD_NOTIFY), ct.conntrackd, ct.config_file)
+    bad = [p for p in paths if not _plain(p)]
+    if bad:
+        raise ValueError(f"ha.conntrackd: {bad[0]} cannot be quoted for keepalived")
+    return "/bin/sh " + " ".join(paths)
 
 
 def _plain(path: str) -> bool:
@@ -156,6 +171,7 @@ def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> di
         "track_interfaces": list(ha.track_interfaces),
         "inline": lines_inline,
         "excluded": lines_excluded,
+        "notify": notify_command(ha),
         "alive": None
         if heartbeat is None
         else {
@@ -334,6 +350,7 @@ class KeepalivedSync(Keeper[frozenset[str]]):
         super().__init__(ledger)
 
     def start(self) -> None:
+        notify_command(self.ha)  # a path keepalived could not run: said at start, not later
         if self.heartbeat is not None:
             try:
                 self.heartbeat.start()

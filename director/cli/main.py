@@ -296,6 +296,24 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_conntrackd_config(args: argparse.Namespace) -> int:
+    """conntrackd.conf for this box's half of the pair (ha.conntrackd): what conntrackd
+    starts with on a new box (the director keeps the file as rendered from then on)."""
+    from director.adapters.conntrackd import render_conntrackd
+    from director.schema.config import load_config
+
+    settings = load_config(args.config)
+    if settings.ha is None or settings.ha.conntrackd is None:
+        print(
+            f"director: {settings.source} is valid but has no ha.conntrackd section: this "
+            "box runs no conntrackd",
+            file=sys.stderr,
+        )
+        return 1
+    sys.stdout.write(render_conntrackd(settings.ha.conntrackd, settings.source))
+    return 0
+
+
 def cmd_schedulers(args: argparse.Namespace) -> int:
     from director.dataplane.kernel import offered_schedulers
 
@@ -411,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
         "installs it once, checked with keepalived -t; the director rewrites it from then on)",
     )
     p.add_argument("--config", required=True, help="the director's YAML configuration")
+    p = sub.add_parser(
+        "conntrackd-config",
+        help="print this director's conntrackd.conf (ha.conntrackd; the Ansible role installs "
+        "it once, the director keeps it as rendered from then on)",
+    )
+    p.add_argument("--config", required=True, help="the director's YAML configuration")
     p = sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
     p.add_argument("--json", action="store_true", help='{"schedulers": [...]}')
     sub.add_parser(
@@ -437,12 +461,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "check":
-            return cmd_check(args)
-        if args.command == "keepalived-config":
-            return cmd_keepalived_config(args)
+        simple = {
+            "run": cmd_run,
+            "check": cmd_check,
+            "keepalived-config": cmd_keepalived_config,
+            "conntrackd-config": cmd_conntrackd_config,
+            "metallb-pools": cmd_metallb_pools,
+        }
+        if args.command in simple:
+            return simple[args.command](args)
         if args.command == "decommission":
             from director.cli.decommission import cmd_decommission
 
@@ -451,8 +478,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from director.cli.bundle import cmd_bundle
 
             return cmd_bundle(args)
-        if args.command == "metallb-pools":
-            return cmd_metallb_pools(args)
         if args.command == "completion":
             from director.cli.completion import script
 

@@ -54,7 +54,6 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
     (a port in use is only a note: the running director holds it)."""
     import errno
     import ssl
-    import stat as stat_
 
     from director.core.intents import Intents
 
@@ -98,7 +97,8 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
     notes += bgp_notes(settings)
     notes += _unheld(settings, host)
     if host and settings.snat is not None:
-        away = [a for a in settings.snat.addresses if not _local(a)]
+        floating = {gw[0] for gw in settings.ha.gateways} if settings.ha else set()
+        away = [a for a in settings.snat.addresses if a not in floating and not _local(a)]
         if away:
             notes.append(
                 f"snat.addresses {', '.join(away)}: not this box's address now; "
@@ -107,12 +107,54 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
             )
     problems += _kubeconfig(settings)
     if settings.ha is not None:
-        fifo = Path(settings.ha.fifo)
-        if fifo.exists() and not stat_.S_ISFIFO(fifo.lstat().st_mode):
-            problems.append(
-                ("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be replaced)")
-            )
+        found, said = _pair(settings)
+        problems += found
+        notes += said
     return problems, notes
+
+
+def _pair(settings: Settings) -> tuple[list[Problem], list[str]]:
+    """The FIFO is one (or nothing yet); conntrackd's parser takes its file."""
+    import stat
+
+    assert settings.ha is not None
+    problems: list[Problem] = []
+    notes: list[str] = []
+    fifo = Path(settings.ha.fifo)
+    if fifo.exists() and not stat.S_ISFIFO(fifo.lstat().st_mode):
+        problems.append(("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be replaced)"))
+    if settings.ha.conntrackd is not None:
+        found, said = _conntrackd(settings)
+        problems += found
+        notes += said
+    return problems, notes
+
+
+def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
+    """conntrackd's own parser reads the file this box would give it."""
+    import shutil
+    import tempfile
+
+    from director.adapters.conntrackd import ConntrackdRejected, parse_check, render_conntrackd
+    from director.core.owned import Transient
+
+    assert settings.ha is not None and settings.ha.conntrackd is not None
+    ct = settings.ha.conntrackd
+    if shutil.which(ct.conntrackd) is None:
+        return [], [
+            f"ha.conntrackd: {ct.conntrackd} is not installed here: its file was not "
+            "checked by conntrackd itself"
+        ]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "conntrackd.conf"
+        path.write_text(render_conntrackd(ct, settings.source))
+        try:
+            parse_check(ct.conntrackd, path)
+        except ConntrackdRejected as exc:
+            return [("ha.conntrackd", f"conntrackd refuses the file it would be given: {exc}")], []
+        except Transient as exc:
+            return [], [f"ha.conntrackd: the file was not checked by conntrackd: {exc}"]
+    return [], []
 
 
 def _unheld(settings: Settings, host: bool) -> list[str]:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from director.adapters.metrics import FrrFigures, Metrics, Registry, Scrape
 from director.adapters.prober import Checker
@@ -47,6 +47,7 @@ from director.schema.reparse import Reparser
 
 if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
     # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
+    from director.adapters.conntrackd import ConntrackdFile
     from director.adapters.frr import FrrSync
     from director.adapters.http import HttpServer as ApiServer
     from director.adapters.keepalived import KeepalivedSync, VrrpFifo
@@ -59,6 +60,16 @@ SLOPPY = {"net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
 # Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
 # replies (the IPv4 switch covers IPv6 too).
 FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": "1"}
+
+
+class Vrrp(NamedTuple):
+    """A pair's parts: keepalived's file, its state FIFO, and conntrackd's file."""
+
+    sync: KeepalivedSync
+    fifo: VrrpFifo
+    conntrackd: ConntrackdFile | None
+
+
 RELEASE_SECONDS = 5.0  # a clean stop waits at most this for the Lease's release
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
 
@@ -347,23 +358,31 @@ class Runtime:
 
     @property
     def keepalived(self) -> KeepalivedSync | None:
-        return self.vrrp[0] if self.vrrp else None
+        return self.vrrp.sync if self.vrrp else None
 
     @property
     def fifo(self) -> VrrpFifo | None:
-        return self.vrrp[1] if self.vrrp else None
+        return self.vrrp.fifo if self.vrrp else None
 
-    def _keepalived(
-        self, settings: Settings, dry_run: bool
-    ) -> tuple[KeepalivedSync, VrrpFifo] | None:
+    @property
+    def conntrackd(self) -> ConntrackdFile | None:
+        return self.vrrp.conntrackd if self.vrrp else None
+
+    def _keepalived(self, settings: Settings, dry_run: bool) -> Vrrp | None:
         if settings.ha is None or dry_run:
             return None
         from director.adapters.keepalived import KeepalivedSync, VrrpFifo
 
-        sync = KeepalivedSync(settings.ha, settings.source, ledger=self.controller.health.owned)
+        owned = self.controller.health.owned
+        sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
         self.controller.on_vips = sync.submit
         fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
-        return sync, fifo
+        conntrackd = None
+        if settings.ha.conntrackd is not None:
+            from director.adapters.conntrackd import ConntrackdFile
+
+            conntrackd = ConntrackdFile(settings.ha.conntrackd, settings.source, ledger=owned)
+        return Vrrp(sync, fifo, conntrackd)
 
     def _frr(
         self, settings: Settings, dry_run: bool, netns: str | None, ipvs: Ipvs
@@ -417,9 +436,11 @@ class Runtime:
             self.api.start()
         if self.checker is not None:
             self.checker.start()
-        if self.keepalived is not None and self.fifo is not None:
-            self.fifo.start()
-            self.keepalived.start()
+        if self.vrrp is not None:
+            self.vrrp.fifo.start()
+            self.vrrp.sync.start()
+            if self.vrrp.conntrackd is not None:
+                self.vrrp.conntrackd.start()
         if self.frr is not None:
             self.frr.start()
         if self.elector is not None:
@@ -434,7 +455,8 @@ class Runtime:
         threads = [self._thread, *(w._thread for w in self.watchers)]
         if self.controller.outbox is not None:
             threads += self.controller.outbox.threads
-        for part in (self.elector, self.checker, self.keepalived, self.fifo, self.frr, self.api):
+        parts = (self.elector, self.checker, self.keepalived, self.fifo, self.conntrackd)
+        for part in (*parts, self.frr, self.api):
             if part is not None:
                 threads.append(part._thread)
         return threads
@@ -572,9 +594,11 @@ class Runtime:
             self.api.stop()
         if self.checker is not None:
             self.checker.stop()
-        if self.keepalived is not None and self.fifo is not None:
-            self.keepalived.stop()
-            self.fifo.stop()
+        if self.vrrp is not None:
+            self.vrrp.sync.stop()
+            self.vrrp.fifo.stop()
+            if self.vrrp.conntrackd is not None:
+                self.vrrp.conntrackd.stop()
         if self.frr is not None:
             self.frr.stop()
         self._stop.set()

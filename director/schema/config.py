@@ -362,6 +362,11 @@ def pools_hold_none_of_the_boxs_addresses(c: _Compiling) -> None:
         own.append((("ha", "unicast_source"), doc.ha.unicast_source))
         own += [(("ha", "peers", i), peer) for i, peer in enumerate(doc.ha.peers)]
         own += [(("ha", "gateways", i), gw[0]) for i, gw in enumerate(doc.ha.gateways)]
+        if doc.ha.conntrackd is not None:
+            own += [
+                (("ha", "conntrackd", name), getattr(doc.ha.conntrackd, name))
+                for name in ("source", "peer")
+            ]
     if doc.bgp is not None:
         own.append((("bgp", "router_id"), doc.bgp.router_id))
         for i, peer in enumerate(doc.bgp.peers):
@@ -408,6 +413,8 @@ def paths_apart(c: _Compiling) -> None:
     if doc.ha is not None:
         reads.append((("ha", "pid_file"), doc.ha.pid_file))
         writes += [(("ha", "config_file"), doc.ha.config_file), (("ha", "fifo"), doc.ha.fifo)]
+        if doc.ha.conntrackd is not None:
+            writes.append((("ha", "conntrackd", "config_file"), doc.ha.conntrackd.config_file))
     if doc.bgp is not None:
         writes.append((("bgp", "config_file"), doc.bgp.config_file))
     seen: dict[str, tuple[str | int, ...]] = {}
@@ -568,6 +575,24 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
             raise Refusal(
                 ("snat", "addresses", index),
                 f"{address} is {taken[address]}: an SNAT address is the box's own, no service's",
+            )
+    snat_floats_with_conntrackd(c)
+
+
+def snat_floats_with_conntrackd(c: _Compiling) -> None:
+    """conntrackd carries a full-NAT connection's SNAT mapping to the peer; the peer can only
+    use it if the SNAT address moves there too, with the VIPs: one of ha.gateways."""
+    doc = c.doc
+    if doc.ha is None or doc.ha.conntrackd is None or doc.snat is None:
+        return
+    floating = {ipaddress.ip_address(gw[0]) for gw in doc.ha.gateways}
+    for index, address in enumerate(doc.snat.addresses):
+        if ipaddress.ip_address(address) not in floating:
+            raise Refusal(
+                ("snat", "addresses", index),
+                f"{address} stays on this box when the VIPs move: with ha.conntrackd the SNAT "
+                "address must float with them (list it in ha.gateways), or the peer that takes "
+                "the connections over has their mappings but not the address they are to",
             )
 
 

@@ -118,7 +118,8 @@ class SnatSettings(Section):
     """Required: this box's own address, or one per family, that full-NAT connections leave
     for the real servers from: the real servers see it as the client and reply to it, so
     they need a route to it and none to the clients (an address on their own network needs
-    nothing at all). Each director has its own."""
+    nothing at all). Each director has its own; in a pair with ha.conntrackd, the floating
+    address both share (one of ha.gateways), so connections survive a failover."""
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
@@ -238,6 +239,38 @@ _GATEWAY = {
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
+class ConntrackdSettings(Section):
+    """``ha.conntrackd:``: conntrackd in primary-backup beside keepalived, so full-NAT
+    connections survive a failover (the IPVS sync daemon carries IPVS's connections, not
+    the SNAT mappings in conntrack)."""
+
+    source: Annotated[str, ADDRESS]
+    """Required: this box's address on the link the two conntrackd talk over."""
+    peer: Annotated[str, ADDRESS]
+    """Required: the other box's address on that link (of source's family)."""
+    interface: Annotated[str, IFNAME]
+    """Required: the interface of that link."""
+    port: Annotated[int, integer(1, 65535)] = 3780
+    """The UDP port both conntrackd send to and listen on."""
+    config_file: Annotated[str, FILE_PATH] = "/etc/conntrackd/conntrackd.conf"
+    """conntrackd's configuration file: the director owns it and writes it."""
+    socket: Annotated[str, FILE_PATH] = "/var/run/conntrackd.sock"
+    """conntrackd's control socket (keepalived's notify commands talk to it)."""
+    lock_file: Annotated[str, FILE_PATH] = "/var/lock/conntrackd.lock"
+    """conntrackd's lock file (one daemon per file)."""
+    conntrackd: Annotated[str, FILE_PATH] = "/usr/sbin/conntrackd"
+    """The conntrackd binary (keepalived's notify commands run it by this path)."""
+
+    @model_validator(mode="after")
+    def _family(self) -> ConntrackdSettings:
+        if Family.of(self.peer) is not Family.of(self.source):
+            raise problem("the peer must be of the source's address family", ("peer",))
+        if self.peer == self.source:
+            raise problem("the peer is the other box, not this one", ("peer",))
+        return self
+
+
+@dataclass(frozen=True, slots=True, config=SECTION)
 class HaSettings(Section):
     """``ha:``: this director's half of a keepalived VRRP pair."""
 
@@ -309,6 +342,9 @@ class HaSettings(Section):
     alive_seconds: Annotated[int, integer(0, 3600)] = 30
     """keepalived gives up mastership once the director's control loop has not stepped for this
     long (0: never; no effect with nopreempt)."""
+    conntrackd: ConntrackdSettings | None = None
+    """conntrackd beside keepalived (full NAT's connections kept across a failover); unset:
+    full-NAT connections break when the VIPs move."""
 
     @model_validator(mode="after")
     def _peers(self) -> HaSettings:

@@ -1,0 +1,158 @@
+"""conntrackd: render its primary-backup file (pure), have the daemon parse it, keep it true.
+
+conntrackd carries the conntrack table (so full NAT's SNAT mappings) to the peer, where it
+waits in the external cache; keepalived's notify_master commits it to the kernel when the
+box takes the VIPs over (``templates/conntrackd-notify.sh``). The IPVS sync daemon carries
+IPVS's own connections; the two together keep a full-NAT connection across a failover.
+
+- ``render_conntrackd``: ``ha.conntrackd`` -> conntrackd.conf, from
+  ``templates/conntrackd.conf.j2`` (every value validated by the schema, addresses
+  canonical here).
+- ``parse_check``: conntrackd's own parser reads a file (``conntrackd -C FILE -s``: it parses
+  the file, then asks a running daemon for its figures; "can't connect" means it parsed).
+- ``ConntrackdFile``: the director owns the file: written when it differs (after the parse
+  check), read back on a schedule, put back when changed or removed. conntrackd reads it
+  when it starts; nothing is signalled (the file changes only with ``ha:``, at a restart).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import subprocess
+from pathlib import Path
+
+import jinja2
+
+from director.adapters.keepalived import TEMPLATES
+from director.adapters.worker import Keeper
+from director.core.model import Family, canonical_address
+from director.core.owned import Ledger, Refused, classify, not_run, run_failure, write_atomic
+from director.logs import event
+from director.schema.sections import ConntrackdSettings
+
+log = logging.getLogger("director.conntrackd")
+_PARSE_ERROR = re.compile(r"parsing config file in line \((\d+)\), symbol '([^']*)': (.*)")
+_NOT_RUNNING = "can't connect"
+
+
+class ConntrackdRejected(Refused):
+    """conntrackd's parser refused a rendered file (its own words in the message)."""
+
+
+def _family(address: str) -> str:
+    return "IPv4" if Family.of(address) is Family.INET else "IPv6"
+
+
+def render_conntrackd(
+    ct: ConntrackdSettings, source_config: str = "director", templates: Path = TEMPLATES
+) -> str:
+    source, peer = canonical_address(ct.source), canonical_address(ct.peer)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # not HTML; every value is validated by the schema
+    )
+    return env.get_template("conntrackd.conf.j2").render(
+        source_config="".join(c if c.isprintable() else "?" for c in source_config)[:200],
+        family=_family(source),
+        source=source,
+        peer=peer,
+        port=ct.port,
+        interface=ct.interface,
+        socket=ct.socket,
+        lock_file=ct.lock_file,
+        ignore=[{"family": _family(a), "text": a} for a in (source, peer)],
+    )
+
+
+def parse_check(binary: str, path: Path) -> None:
+    """conntrackd's parser reads ``path``: raises ConntrackdRejected with its words (the
+    file's line) when it refuses it, Transient when conntrackd could not be run."""
+    try:
+        done = subprocess.run(
+            [binary, "-C", str(path), "-s"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise run_failure(binary, exc) from None
+    words = done.stderr + done.stdout
+    if done.returncode == 0 or _NOT_RUNNING in words:
+        return  # parsed: a running daemon answered, or there is none to answer
+    failed = not_run(f"{binary} -s", done.returncode, done.stderr)
+    if failed is not None:
+        raise failed
+    match = _PARSE_ERROR.search(words)
+    if match:
+        line, symbol, why = match.groups()
+        raise ConntrackdRejected(f"line {line} of the file, at {symbol!r}: {why}")
+    errors = [ln.split("[ERROR]", 1)[1].strip() for ln in words.splitlines() if "[ERROR]" in ln]
+    raise ConntrackdRejected(" | ".join(errors)[-2000:] or f"exited {done.returncode}")
+
+
+class ConntrackdFile(Keeper[str]):
+    """conntrackd.conf, rendered once from ``ha.conntrackd`` and kept as rendered."""
+
+    name = "conntrackd"
+    resource = "conntrackd"
+    verify_seconds = 5.0
+
+    def __init__(
+        self, ct: ConntrackdSettings, source_config: str, ledger: Ledger | None = None
+    ) -> None:
+        self.ct = ct
+        self.path = Path(ct.config_file)
+        self.text = render_conntrackd(ct, source_config)
+        self.rejected = 0  # files conntrackd's parser refused (a metric)
+        self.writes = 0
+        super().__init__(ledger)
+
+    def start(self) -> None:
+        super().start()
+        self.submit(self.text)
+
+    def install(self, value: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.read_text() == value:
+                return
+        candidate = self.path.with_name(self.path.name + ".new")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            candidate.write_text(value)
+            try:
+                parse_check(self.ct.conntrackd, candidate)
+            except ConntrackdRejected as exc:
+                self.rejected += 1
+                event(
+                    log,
+                    "conntrackd.config_rejected",
+                    level=logging.ERROR,
+                    file=str(candidate),
+                    conntrackd=str(exc),
+                )
+                raise
+            write_atomic(self.path, value, mode=0o644)
+        except OSError as exc:
+            raise classify(exc) from None
+        finally:
+            with contextlib.suppress(OSError):
+                candidate.unlink()
+        self.writes += 1
+        event(
+            log,
+            "conntrackd.config_written",
+            file=str(self.path),
+            effect="conntrackd reads it when it next starts",
+        )
+
+    def verify(self, value: str) -> str | None:
+        try:
+            live = self.path.read_text()
+        except FileNotFoundError:
+            return f"{self.path} is gone"
+        except OSError as exc:
+            raise classify(exc) from None
+        if live != value:
+            return f"{self.path} was changed by someone else"
+        return None

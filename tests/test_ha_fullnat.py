@@ -1,0 +1,126 @@
+"""In the lab VM: full NAT in a keepalived pair, with and without conntrackd.
+
+The IPVS sync daemon carries IPVS's connections to the backup; the SNAT mapping of a
+full-NAT connection lives in conntrack, which it does not carry. conntrackd (primary-backup,
+FT-FW over the back network, keepalived's notify_master committing the peer's table) does.
+The SNAT address is the floating gateway, so it moves with the VIPs.
+
+To make the mapping matter, every client address opens its connections from the same ports:
+to one backend SNAT can keep the port for one of them only and gives the others new ones.
+A backup that rebuilds the mappings from the packets it sees (no conntrackd) gives the port
+to whichever packet comes first, so some connections break; with conntrackd none may."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.ha import (
+    FULLNAT_VIP,
+    HaLab,
+    Talkers,
+    build_ha_lab,
+    kill_keepalived,
+    start_conntrackd,
+    start_director,
+    start_keepalived,
+)
+from lab.netns import run
+from lab.wait import wait_for
+from tests.test_ha import SETTLE, one_master, switch_over
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaLab]:
+    lab = build_ha_lab("hf", tmp_path_factory.mktemp("hf"))
+    try:
+        d1, d2 = lab.directors
+        start_director(lab, d1, fullnat=True)
+        assert wait_for(lambda: d1.has(FULLNAT_VIP), 20) is not None, "d1 never became master"
+        start_director(lab, d2, fullnat=True)
+        assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
+        heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+        assert heard is not None, "d1's director never heard MASTER from its keepalived"
+        yield lab
+    finally:
+        lab.close()
+
+
+def external_cache(conf: Path) -> int:
+    """Entries for FULLNAT_VIP in this box's conntrackd external cache (the peer's table)."""
+    out = run(["conntrackd", "-C", str(conf), "-e"], check=False)
+    return sum(f"dst={FULLNAT_VIP}" in line for line in out.splitlines())
+
+
+def fail_over_and_back(pair: HaLab, talkers: Talkers) -> tuple[int, int, list[str]]:
+    """kill -9 of d1's keepalived, then its return: (broken at failover, broken in all,
+    the report)."""
+    d1, d2 = pair.directors
+    held, answering, (ok, tried) = switch_over(pair, FULLNAT_VIP, d2, lambda: kill_keepalived(d1))
+    report = [
+        f"fullnat kill -9 of the master's keepalived: VIP on the backup in {held:.2f}s, "
+        f"answering in {answering:.2f}s; new connections during the switch {ok}/{tried}"
+    ]
+    wait_for(lambda: d2.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+    before = talkers.answered
+    wait_for(lambda: talkers.answered >= before + 300, 30)
+    at_failover = 50 - talkers.alive
+    held, _answering, (ok, tried) = switch_over(
+        pair, FULLNAT_VIP, d1, lambda: start_keepalived(d1), timeout=30, exclusive=True
+    )
+    report.append(
+        f"fullnat failback: d1 took the VIP back after {held:.2f}s; new connections during "
+        f"the switch {ok}/{tried}"
+    )
+    before = talkers.answered
+    wait_for(lambda: talkers.answered >= before + 300, 30)
+    one_master(pair, FULLNAT_VIP, d1)
+    return at_failover, 50 - talkers.alive, report
+
+
+def test_without_conntrackd_a_failover_breaks_the_connections_whose_snat_port_moved(
+    pair: HaLab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    talkers = Talkers(pair, FULLNAT_VIP, count=50, period=0.1, same_ports=41000)
+    try:
+        assert wait_for(lambda: talkers.answered >= 500, 30) is not None, "no traffic"
+        assert talkers.alive == 50
+        at_failover, broken, report = fail_over_and_back(pair, talkers)
+        report.append(
+            f"fullnat without conntrackd: {at_failover}/50 connections broke at failover, "
+            f"{broken}/50 across failover and failback ({talkers.failed} failed requests)"
+        )
+        with capsys.disabled():
+            print("\n" + "\n".join(report))
+        # Without the mappings, the new master cannot give each connection its old port.
+        assert at_failover > 0, report[-1]
+    finally:
+        talkers.close()
+
+
+def test_conntrackd_keeps_50_fullnat_connections_through_failover_and_failback(
+    pair: HaLab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d2 = pair.directors[1]
+    for d in pair.directors:
+        start_conntrackd(d)
+    talkers = Talkers(pair, FULLNAT_VIP, count=50, period=0.1, same_ports=42000)
+    try:
+        assert wait_for(lambda: talkers.answered >= 500, 30) is not None, "no traffic"
+        synced = wait_for(lambda: external_cache(d2.workdir / "conntrackd.conf") >= 50, 30)
+        assert synced is not None, "d2's conntrackd never held d1's 50 connections"
+        at_failover, broken, report = fail_over_and_back(pair, talkers)
+        report.append(
+            f"fullnat with conntrackd: {at_failover}/50 connections broke at failover, "
+            f"{broken}/50 across failover and failback, {talkers.answered} requests answered, "
+            f"{talkers.failed} failed"
+        )
+        with capsys.disabled():
+            print("\n" + "\n".join(report))
+        assert talkers.alive == 50 and talkers.failed == 0, report[-1]
+    finally:
+        talkers.close()
