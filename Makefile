@@ -7,13 +7,13 @@ PY := $(VENV)/bin/python
 # qemu + Debian's kernel (it has ip_vs and every scheduler as modules), a static busybox
 # (virtme-ng's guest init), and binutils' strings and file (virtme-ng reads the kernel's
 # version with them) for the lab VM; ipvsadm to cross-check the kernel; keepalived for
-# the HA pair; frr (zebra, bfdd, bgpd, vtysh, frr-reload.py) to announce VIPs over BGP and
+# the HA pair, conntrackd to carry its full-NAT connections across a failover; frr (zebra, bfdd, bgpd, vtysh, frr-reload.py) to announce VIPs over BGP and
 # to be the lab's router; nftables for source filtering; promtool (prometheus) to check the metrics
 # and the alert rules; chromium to render the status page; openssl for the TLS test; zsh to test
 # shell completion; debootstrap for the Debian root the Ansible role is applied to; ruby to check
 # the Vagrantfile.
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static binutils file \
-	ipvsadm keepalived frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
+	ipvsadm keepalived conntrackd frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
 
 .PHONY: setup system venv lint unit role-test kernel-test test demo bench chaos wheelhouse lock fresh boot-test docs clean
 
