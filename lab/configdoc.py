@@ -18,7 +18,18 @@ from director.schema.config import json_schema
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 # The sections in the order an operator meets them (the file's own order is free).
-ORDER = ("ownership", "defaults", "services", "pools", "kubernetes", "api", "ha", "health", "bgp")
+ORDER = (
+    "ownership",
+    "defaults",
+    "services",
+    "pools",
+    "snat",
+    "kubernetes",
+    "api",
+    "ha",
+    "health",
+    "bgp",
+)
 HEAD = """\
 # Configuration reference
 
@@ -111,14 +122,21 @@ def _table(schema: dict[str, Any], node: dict[str, Any], section: str) -> list[s
         values = _values(schema, prop)
         if "$ref" in prop.get("items", {}):  # a list of sections: its own table, below
             values = f"list of mappings ([`{section}.{name}`](#{section}{name}-a-list))"
+        elif _section_ref(prop):  # a section within the section: its own table, below
+            values = f"mapping ([`{section}.{name}`](#{section}{name}))"
         rows.append(f"| `{name}` | {text} | {values} | {_default(prop, name in required)} |")
     return rows
+
+
+def _section_ref(prop: dict[str, Any]) -> str | None:
+    """The $ref of a field that is one section (or null), if it is one."""
+    return next((p["$ref"] for p in prop.get("anyOf", ()) if "$ref" in p), None)
 
 
 def page() -> str:
     schema = json_schema()
     out = [HEAD]
-    nested: list[tuple[str, dict[str, Any]]] = []
+    nested: list[tuple[str, dict[str, Any], bool]] = []
     for section in ORDER:
         prop = schema["properties"][section]
         listed = "items" in prop or any("items" in p for p in prop.get("anyOf", ()))
@@ -135,9 +153,11 @@ def page() -> str:
         for name, field in node.get("properties", {}).items():
             items = field.get("items", {})
             if "$ref" in items:
-                nested.append((f"{section}.{name}", _resolve(schema, items)))
-    for where, node in nested:
-        out.append(f"## `{where}` (a list)\n")
+                nested.append((f"{section}.{name}", _resolve(schema, items), True))
+            elif (ref := _section_ref(field)) is not None:
+                nested.append((f"{section}.{name}", _resolve(schema, {"$ref": ref}), False))
+    for where, node, listed in nested:
+        out.append(f"## `{where}`" + (" (a list)" if listed else "") + "\n")
         out.append(_intro(node) + "\n")
         out.extend(_table(schema, node, where))
         out.append("")

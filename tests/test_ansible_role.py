@@ -161,6 +161,8 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Run
         "director_vrrp_peers": ["192.0.2.12"],
         "director_sync_interface": "edge0",
         "director_nat_gateways": [{"address": "10.1.0.1/24", "interface": "edge0"}],
+        "director_conntrackd_source": "10.1.0.2",
+        "director_conntrackd_peer": "10.1.0.3",
         "director_forwarding_modes": ["nat", "dr"],
         "director_ipvs_rate_estimation": False,
         "director_api_token": TOKEN,
@@ -270,6 +272,25 @@ def test_keepalived_accepts_the_rendered_config(applied: tuple[Run, Run, Run]) -
     checked = chroot("keepalived", "-t", "-f", "/etc/keepalived/keepalived.conf", check=False)
     assert checked.returncode == 0, checked.stderr + checked.stdout
     assert (ROOT / "etc/default/keepalived").read_text().count('DAEMON_ARGS="--vrrp"') == 1
+
+
+@pytest.mark.role
+def test_conntrackd_gets_the_directors_file_and_runs_beside_keepalived(
+    applied: tuple[Run, Run, Run],
+) -> None:
+    conf = (ROOT / "etc/conntrackd/conntrackd.conf").read_text()
+    assert "IPv4_address 10.1.0.2" in conf and "IPv4_Destination_Address 10.1.0.3" in conf
+    assert "Interface edge0" in conf and "Systemd on" in conf  # Debian's unit is Type=notify
+    parsed = chroot("conntrackd", "-C", "/etc/conntrackd/conntrackd.conf", "-s", check=False)
+    assert "can't connect" in parsed.stderr + parsed.stdout, parsed.stderr  # parsed, not running
+    keepalived = (ROOT / "etc/keepalived/keepalived.conf").read_text()
+    assert "conntrackd-notify.sh /usr/sbin/conntrackd /etc/conntrackd/conntrackd.conf primary" in (
+        keepalived
+    )
+    wants = ROOT / "etc/systemd/system/multi-user.target.wants"
+    assert (wants / "conntrackd.service").is_symlink()
+    unit = (ROOT / "etc/systemd/system/director.service").read_text()
+    assert "ReadWritePaths=-/etc/conntrackd" in unit  # the director keeps the file
 
 
 @pytest.mark.role

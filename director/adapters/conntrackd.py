@@ -40,6 +40,31 @@ _NOT_RUNNING = "can't connect"
 class ConntrackdRejected(Refused):
     """conntrackd's parser refused a rendered file (its own words in the message)."""
 
+    def __init__(self, reason: str, line: int | None = None) -> None:
+        super().__init__(reason)
+        self.line = line  # the file's line it names, if it names one
+
+
+# The ha.conntrackd field each setting of the file comes from (by its first word).
+FIELDS = {
+    "IPv4_address": "source",
+    "IPv6_address": "source",
+    "IPv4_Destination_Address": "peer",
+    "IPv6_Destination_Address": "peer",
+    "Port": "port",
+    "Interface": "interface",
+    "LockFile": "lock_file",
+    "Path": "socket",
+}
+
+
+def field_at_fault(text: str, exc: ConntrackdRejected) -> str | None:
+    """The ha.conntrackd field behind what conntrackd refused in ``text``, if one is."""
+    words = str(exc).split()
+    if exc.line is not None and 0 < exc.line <= len(text.splitlines()):
+        words = text.splitlines()[exc.line - 1].split()[:1]
+    return next((FIELDS[w] for w in words if w in FIELDS), None)
+
 
 def _family(address: str) -> str:
     return "IPv4" if Family.of(address) is Family.INET else "IPv6"
@@ -86,7 +111,7 @@ def parse_check(binary: str, path: Path) -> None:
     match = _PARSE_ERROR.search(words)
     if match:
         line, symbol, why = match.groups()
-        raise ConntrackdRejected(f"line {line} of the file, at {symbol!r}: {why}")
+        raise ConntrackdRejected(f"line {line} of the file, at {symbol!r}: {why}", int(line))
     errors = [ln.split("[ERROR]", 1)[1].strip() for ln in words.splitlines() if "[ERROR]" in ln]
     raise ConntrackdRejected(" | ".join(errors)[-2000:] or f"exited {done.returncode}")
 

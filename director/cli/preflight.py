@@ -135,7 +135,12 @@ def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
     import shutil
     import tempfile
 
-    from director.adapters.conntrackd import ConntrackdRejected, parse_check, render_conntrackd
+    from director.adapters.conntrackd import (
+        ConntrackdRejected,
+        field_at_fault,
+        parse_check,
+        render_conntrackd,
+    )
     from director.core.owned import Transient
 
     assert settings.ha is not None and settings.ha.conntrackd is not None
@@ -147,11 +152,14 @@ def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
         ]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "conntrackd.conf"
-        path.write_text(render_conntrackd(ct, settings.source))
+        text = render_conntrackd(ct, settings.source)
+        path.write_text(text)
         try:
             parse_check(ct.conntrackd, path)
         except ConntrackdRejected as exc:
-            return [("ha.conntrackd", f"conntrackd refuses the file it would be given: {exc}")], []
+            field = field_at_fault(text, exc)
+            where = "ha.conntrackd" + (f".{field}" if field else "")
+            return [(where, f"conntrackd refuses the file it would be given: {exc}")], []
         except Transient as exc:
             return [], [f"ha.conntrackd: the file was not checked by conntrackd: {exc}"]
     return [], []

@@ -29,7 +29,6 @@ from director.core.model import Family
 from director.core.owned import Ledger, Refused, Transient
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
-from director.dataplane.netns import write_sysctls
 from director.engine.events import (
     LeaseRefused,
     Leaving,
@@ -52,14 +51,18 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.http import HttpServer as ApiServer
     from director.adapters.keepalived import KeepalivedSync, VrrpFifo
     from director.adapters.kube import Handler, KubeApi, KubeWriter, Watcher
+    from director.adapters.sysctl import Sysctls
 
 log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
 # IPVS schedules a non-SYN packet only with these set.
-SLOPPY = {"net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
+SLOPPY = {
+    name: ("1", "connections break when directors join or leave")
+    for name in ("net.ipv4.vs.sloppy_tcp", "net.ipv4.vs.sloppy_sctp")
+}
 # Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
 # replies (the IPv4 switch covers IPv6 too).
-FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": "1"}
+FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": ("1", "full-NAT replies are not translated back")}
 
 
 class Vrrp(NamedTuple):
@@ -68,6 +71,15 @@ class Vrrp(NamedTuple):
     sync: KeepalivedSync
     fifo: VrrpFifo
     conntrackd: ConntrackdFile | None
+
+
+class Daemons(NamedTuple):
+    """What the director keeps beside its table: the pair's files, FRR's, the kernel's
+    parameters (each None when the file asks for none)."""
+
+    vrrp: Vrrp | None
+    frr: FrrSync | None
+    sysctls: Sysctls | None
 
 
 RELEASE_SECONDS = 5.0  # a clean stop waits at most this for the Lease's release
@@ -195,19 +207,19 @@ def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> 
     ]
 
 
-def _sysctls(netns: str | None, values: dict[str, str], *, effect: str) -> None:
-    """Set kernel parameters the director needs; each one that cannot be set is logged with
-    why, and what breaks without it (``effect``)."""
-    for name, why in write_sysctls(netns, values).items():
-        event(
-            log,
-            "sysctl.not_set",
-            level=logging.ERROR,
-            sysctl=name,
-            value=values[name],
-            reason=why,
-            effect=effect,
-        )
+def _kernel_settings(
+    settings: Settings, ipvs: Ipvs, netns: str | None, dry_run: bool, ledger: Ledger
+) -> Sysctls | None:
+    """The kernel parameters full NAT and BGP need, kept (none beside the fake: the host is
+    not touched)."""
+    if dry_run or isinstance(ipvs, FakeIpvs):
+        return None
+    wanted = {**(FULLNAT_SYSCTLS if settings.snat else {}), **(SLOPPY if settings.bgp else {})}
+    if not wanted:
+        return None
+    from director.adapters.sysctl import Sysctls
+
+    return Sysctls(netns or getattr(ipvs, "netns", None), wanted, ledger=ledger)
 
 
 def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -> Firewall:
@@ -220,8 +232,6 @@ def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) 
 
     where = netns or getattr(ipvs, "netns", None)
     snat_to = {Family.of(a): a for a in (settings.snat.addresses if settings.snat else ())}
-    if snat_to and not dry_run:
-        _sysctls(where, FULLNAT_SYSCTLS, effect="full-NAT replies are not translated back")
     return NftFirewall(where, snat_to=snat_to)
 
 
@@ -279,8 +289,11 @@ class Runtime:
         )
         self.api = self._api(settings, None if dry_run else writer, scrape, reader)
         self.checker = self._checker(settings, netns)
-        self.vrrp = self._keepalived(settings, dry_run)  # keepalived.conf, the notify FIFO
-        self.frr = self._frr(settings, dry_run, netns, ipvs)
+        self.daemons = Daemons(
+            self._keepalived(settings, dry_run),  # keepalived.conf, the FIFO, conntrackd.conf
+            self._frr(settings, dry_run, netns, ipvs),
+            _kernel_settings(settings, ipvs, netns, dry_run, self.controller.health.owned),
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self.controller.run, args=(self._stop,), name="controller", daemon=True
@@ -357,6 +370,14 @@ class Runtime:
         return checker
 
     @property
+    def vrrp(self) -> Vrrp | None:
+        return self.daemons.vrrp
+
+    @property
+    def frr(self) -> FrrSync | None:
+        return self.daemons.frr
+
+    @property
     def keepalived(self) -> KeepalivedSync | None:
         return self.vrrp.sync if self.vrrp else None
 
@@ -394,7 +415,6 @@ class Runtime:
         if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
             event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
             return None
-        _sysctls(netns, SLOPPY, effect="connections break when directors join or leave")
         from director.adapters.frr import FrrSync
 
         sync = FrrSync(
@@ -443,6 +463,8 @@ class Runtime:
                 self.vrrp.conntrackd.start()
         if self.frr is not None:
             self.frr.start()
+        if self.daemons.sysctls is not None:
+            self.daemons.sysctls.start()
         if self.elector is not None:
             self.elector.start()
         for watcher in self.watchers:
@@ -456,7 +478,7 @@ class Runtime:
         if self.controller.outbox is not None:
             threads += self.controller.outbox.threads
         parts = (self.elector, self.checker, self.keepalived, self.fifo, self.conntrackd)
-        for part in (*parts, self.frr, self.api):
+        for part in (*parts, self.frr, self.daemons.sysctls, self.api):
             if part is not None:
                 threads.append(part._thread)
         return threads
@@ -601,6 +623,8 @@ class Runtime:
                 self.vrrp.conntrackd.stop()
         if self.frr is not None:
             self.frr.stop()
+        if self.daemons.sysctls is not None:
+            self.daemons.sysctls.stop()
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(timeout=10)

@@ -64,3 +64,20 @@ def write_sysctls(netns: str | None, values: dict[str, str]) -> dict[str, str]:
 
     in_netns(netns, write)
     return failed
+
+
+def read_sysctls(netns: str | None, names: list[str]) -> dict[str, str]:
+    """Kernel parameters as seen from ``netns`` (a missing one reads as ""). Raises OSError
+    when one exists and cannot be read."""
+    from pathlib import Path
+
+    def read() -> dict[str, str]:
+        found: dict[str, str] = {}
+        for name in names:
+            try:
+                found[name] = (Path("/proc/sys") / name.replace(".", "/")).read_text().strip()
+            except FileNotFoundError:
+                found[name] = ""
+        return found
+
+    return in_netns(netns, read)

@@ -240,7 +240,7 @@ _GATEWAY = {
 
 @dataclass(frozen=True, slots=True, config=SECTION)
 class ConntrackdSettings(Section):
-    """``ha.conntrackd:``: conntrackd in primary-backup beside keepalived, so full-NAT
+    """``ha.conntrackd:``: run conntrackd in primary-backup beside keepalived, so full-NAT
     connections survive a failover (the IPVS sync daemon carries IPVS's connections, not
     the SNAT mappings in conntrack)."""
 
