@@ -63,6 +63,15 @@ SLOPPY = {
 # Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
 # replies (the IPv4 switch covers IPv6 too).
 FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": ("1", "full-NAT replies are not translated back")}
+# With conntrackd in the pair: the middle of a connection this box has no entry for is not
+# taken up (with a new SNAT port) but dropped until conntrackd's commit gives it its own.
+STRICT_PICKUP = {
+    "net.netfilter.nf_conntrack_tcp_loose": (
+        "0",
+        "a full-NAT connection taken over before conntrackd's commit gets a new SNAT port "
+        "and breaks",
+    )
+}
 
 
 class Vrrp(NamedTuple):
@@ -215,6 +224,8 @@ def _kernel_settings(
     if dry_run or isinstance(ipvs, FakeIpvs):
         return None
     wanted = {**(FULLNAT_SYSCTLS if settings.snat else {}), **(SLOPPY if settings.bgp else {})}
+    if settings.snat and settings.ha is not None and settings.ha.conntrackd is not None:
+        wanted.update(STRICT_PICKUP)
     if not wanted:
         return None
     from director.adapters.sysctl import Sysctls

@@ -191,6 +191,23 @@ def _snat_lines(t: str, snat: frozenset[ServiceKey], snat_to: Mapping[Family, st
         f"add chain {t} fullnat_mark {{ type filter hook prerouting priority -150 ; "
         "policy accept ; }",
         f"flush chain {t} fullnat_mark",
+    ]
+    # A packet conntrack cannot place (``ct state invalid``: the middle of a connection this
+    # box has no entry for, as after a takeover before conntrackd's commit with
+    # nf_conntrack_tcp_loose=0) is dropped, not forwarded without its SNAT or answered with
+    # a reset by this box's own stack: TCP sends it again, and it then finds its entry.
+    for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
+        source = snat_to.get(family)
+        if source is not None:
+            lines.append(
+                f"add rule {t} fullnat_mark meta nfproto {match} {verb} daddr {source} "
+                "ct state invalid drop"
+            )
+    lines += [
+        f"add rule {t} fullnat_mark meta nfproto ipv4 ip daddr . meta l4proto . th dport "
+        "@fullnat4 ct state invalid drop",
+        f"add rule {t} fullnat_mark meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
+        "@fullnat6 ct state invalid drop",
         f"add rule {t} fullnat_mark meta nfproto ipv4 ip daddr . meta l4proto . th dport "
         f"@fullnat4 meta mark set meta mark | {mark}",
         f"add rule {t} fullnat_mark meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
