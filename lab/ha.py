@@ -235,19 +235,21 @@ def director_config(
     realtime: int = 50,
     *,
     fullnat: bool = False,
+    conntrackd: bool = False,
 ) -> str:
     """``fullnat``: a full-NAT service on FULLNAT_VIP whose SNAT address is the floating
-    GATEWAY, and conntrackd (primary-backup over the back network) beside keepalived."""
+    GATEWAY; ``conntrackd``: its settings (primary-backup over the back network)."""
     peer = next(o for o in lab.directors if o is not d)
     nat = ", ".join(f"{be.ipv4}:{NAT_PORT}" for be in lab.backends)
     dr = ", ".join(f"{{address: {be.ipv4}, port: 80, forwarding: dr}}" for be in lab.backends)
-    full, conntrackd = "", ""
+    full, with_conntrackd = "", ""
     if fullnat:
         full = (
             f"  - {{name: web-full, address: {FULLNAT_VIP}, port: 80, scheduler: rr, "
             f"forwarding: fullnat, real_servers: [{nat}]}}\nsnat: {{addresses: [{GATEWAY}]}}"
         )
-        conntrackd = f"""
+    if conntrackd:
+        with_conntrackd = f"""
   conntrackd:
     source: {d.back}
     peer: {peer.back}
@@ -280,7 +282,7 @@ ha:
   config_file: {d.conf}
   pid_file: {d.pid_file}
   fifo: {d.workdir / "keepalived.fifo"}
-  netns: {d.ns.name}{conntrackd}
+  netns: {d.ns.name}{with_conntrackd}
 """
 
 
@@ -292,9 +294,12 @@ def start_director(
     realtime: int = 50,
     *,
     fullnat: bool = False,
+    conntrackd: bool = False,
 ) -> None:
     """The director (IPVS and keepalived.conf), then keepalived itself."""
-    text = director_config(lab, d, preempt_delay, advert_int, realtime, fullnat=fullnat)
+    text = director_config(
+        lab, d, preempt_delay, advert_int, realtime, fullnat=fullnat, conntrackd=conntrackd
+    )
     settings = parse_config(text, f"{d.name}.yaml")
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(settings, d.ipvs).start()

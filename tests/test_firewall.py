@@ -596,6 +596,14 @@ def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
     assert any("hook prerouting" in line and "fullnat_mark" in line for line in lines)
     assert any(line.endswith("snat ip to 192.0.2.1") for line in lines)
     assert any(line.endswith("snat ip6 to 2001:db8::1") for line in lines)
+    # What conntrack cannot place (a taken-over connection before conntrackd's commit) is
+    # dropped, before it is marked: never forwarded without its SNAT, never reset here.
+    mark = [line for line in lines if " fullnat_mark " in line and "add rule" in line]
+    assert mark.index(
+        "add rule inet director fullnat_mark meta nfproto ipv4 ip daddr 192.0.2.1 "
+        "ct state invalid drop"
+    ) < next(i for i, line in enumerate(mark) if "@fullnat4 meta mark set" in line)
+    assert any("@fullnat4 ct state invalid drop" in line for line in mark)
     only4 = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to={Family.INET: "192.0.2.1"})
     assert "fullnat6 {" not in only4.split("add element")[-1] and "snat ip6" not in only4
     gone = render_nft(

@@ -8,7 +8,11 @@ The SNAT address is the floating gateway, so it moves with the VIPs.
 To make the mapping matter, every client address opens its connections from the same ports:
 to one backend SNAT can keep the port for one of them only and gives the others new ones.
 A backup that rebuilds the mappings from the packets it sees (no conntrackd) gives the port
-to whichever packet comes first, so some connections break; with conntrackd none may."""
+to whichever packet comes first, so some connections break (and the old master's stale
+entries break more at failback). With conntrackd the new master takes up no connection it
+has no entry for (nf_conntrack_tcp_loose=0; what conntrack cannot place is dropped, and TCP
+sends it again) until keepalived's notify_master has committed the peer's table: none may
+break."""
 
 from __future__ import annotations
 
@@ -34,17 +38,39 @@ from tests.test_ha import SETTLE, one_master, switch_over
 pytestmark = pytest.mark.kernel
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaLab]:
-    lab = build_ha_lab("hf", tmp_path_factory.mktemp("hf"))
+def make_pair(prefix: str, workdir: Path, *, conntrackd: bool) -> HaLab:
+    """A pair serving FULLNAT_VIP, d1 master; with conntrackd running beside keepalived."""
+    lab = build_ha_lab(prefix, workdir)
     try:
         d1, d2 = lab.directors
-        start_director(lab, d1, fullnat=True)
+        start_director(lab, d1, fullnat=True, conntrackd=conntrackd)
         assert wait_for(lambda: d1.has(FULLNAT_VIP), 20) is not None, "d1 never became master"
-        start_director(lab, d2, fullnat=True)
+        start_director(lab, d2, fullnat=True, conntrackd=conntrackd)
         assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
         heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
         assert heard is not None, "d1's director never heard MASTER from its keepalived"
+        if conntrackd:
+            for d in lab.directors:
+                start_conntrackd(d)
+        return lab
+    except BaseException:
+        lab.close()
+        raise
+
+
+@pytest.fixture
+def plain_pair(tmp_path: Path) -> Iterator[HaLab]:
+    lab = make_pair("hf", tmp_path, conntrackd=False)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[HaLab]:
+    lab = make_pair("hc", tmp_path, conntrackd=True)
+    try:
         yield lab
     finally:
         lab.close()
@@ -83,8 +109,9 @@ def fail_over_and_back(pair: HaLab, talkers: Talkers) -> tuple[int, int, list[st
 
 
 def test_without_conntrackd_a_failover_breaks_the_connections_whose_snat_port_moved(
-    pair: HaLab, capsys: pytest.CaptureFixture[str]
+    plain_pair: HaLab, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pair = plain_pair
     talkers = Talkers(pair, FULLNAT_VIP, count=50, period=0.1, same_ports=41000)
     try:
         assert wait_for(lambda: talkers.answered >= 500, 30) is not None, "no traffic"
@@ -106,8 +133,6 @@ def test_conntrackd_keeps_50_fullnat_connections_through_failover_and_failback(
     pair: HaLab, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d2 = pair.directors[1]
-    for d in pair.directors:
-        start_conntrackd(d)
     talkers = Talkers(pair, FULLNAT_VIP, count=50, period=0.1, same_ports=42000)
     try:
         assert wait_for(lambda: talkers.answered >= 500, 30) is not None, "no traffic"
