@@ -120,10 +120,11 @@ def _table(schema: dict[str, Any], node: dict[str, Any], section: str) -> list[s
     for name, prop in node.get("properties", {}).items():
         text = _markdown(prop.get("description", ""))
         values = _values(schema, prop)
+        slug = f"{section}{name}".replace(".", "")  # the heading's anchor
         if "$ref" in prop.get("items", {}):  # a list of sections: its own table, below
-            values = f"list of mappings ([`{section}.{name}`](#{section}{name}-a-list))"
+            values = f"list of mappings ([`{section}.{name}`](#{slug}-a-list))"
         elif _section_ref(prop):  # a section within the section: its own table, below
-            values = f"mapping ([`{section}.{name}`](#{section}{name}))"
+            values = f"mapping ([`{section}.{name}`](#{slug}))"
         rows.append(f"| `{name}` | {text} | {values} | {_default(prop, name in required)} |")
     return rows
 
@@ -131,6 +132,20 @@ def _table(schema: dict[str, Any], node: dict[str, Any], section: str) -> list[s
 def _section_ref(prop: dict[str, Any]) -> str | None:
     """The $ref of a field that is one section (or null), if it is one."""
     return next((p["$ref"] for p in prop.get("anyOf", ()) if "$ref" in p), None)
+
+
+def _within(
+    schema: dict[str, Any], node: dict[str, Any], section: str
+) -> list[tuple[str, dict[str, Any], bool]]:
+    """The sections within ``node``'s fields: (where, the section, whether a list of them)."""
+    found: list[tuple[str, dict[str, Any], bool]] = []
+    for name, field in node.get("properties", {}).items():
+        items = field.get("items", {})
+        if "$ref" in items:
+            found.append((f"{section}.{name}", _resolve(schema, items), True))
+        elif (ref := _section_ref(field)) is not None:
+            found.append((f"{section}.{name}", _resolve(schema, {"$ref": ref}), False))
+    return found
 
 
 def page() -> str:
@@ -150,17 +165,14 @@ def page() -> str:
         out.append(_intro(node) + "\n")
         out.extend(_table(schema, node, section))
         out.append("")
-        for name, field in node.get("properties", {}).items():
-            items = field.get("items", {})
-            if "$ref" in items:
-                nested.append((f"{section}.{name}", _resolve(schema, items), True))
-            elif (ref := _section_ref(field)) is not None:
-                nested.append((f"{section}.{name}", _resolve(schema, {"$ref": ref}), False))
-    for where, node, listed in nested:
+        nested += _within(schema, node, section)
+    while nested:  # breadth first: a section's sections, then theirs
+        where, node, listed = nested.pop(0)
         out.append(f"## `{where}`" + (" (a list)" if listed else "") + "\n")
         out.append(_intro(node) + "\n")
         out.extend(_table(schema, node, where))
         out.append("")
+        nested += _within(schema, node, where)
     return "\n".join(out).rstrip() + "\n"
 
 
