@@ -45,6 +45,8 @@ from lab.netns import Backend, BackendServers, Netns, run
 
 VIP, PORT = "198.51.100.10", 80
 DR_VIP = "198.51.100.11"  # the same backends by direct routing (directors and backends share brb)
+# The same backends by full NAT: each director leaves for them from its own back address.
+FULLNAT_VIP = "198.51.100.12"
 NODE = Path(__file__).resolve().parent.parent / "ansible/roles/director_node/files/director-node"
 ROUTER_ASN, DIRECTOR_ASN = 64500, 64512
 ROUTER_FRONT, ROUTER_BACK = "198.18.0.1", "192.0.2.1"
@@ -403,6 +405,14 @@ services:
     flags: [mh-port]
     forwarding: dr
     real_servers: [{real}]
+  - name: web-full
+    address: {FULLNAT_VIP}
+    port: {PORT}
+    scheduler: mh
+    flags: [mh-port]
+    forwarding: fullnat
+    real_servers: [{real}]
+snat: {{addresses: [{d.back}]}}
 health: {{check: tcp, interval: 0.5, timeout: 0.4, rise: 1, fall: 2}}
 api:
   listen: 127.0.0.1:{api_port}

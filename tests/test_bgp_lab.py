@@ -15,6 +15,7 @@ import pytest
 
 from lab.bgp import (
     DR_VIP,
+    FULLNAT_VIP,
     NOBODY,
     VIP,
     BgpLab,
@@ -142,15 +143,23 @@ def test_full_size_packets_get_through_ipip_and_dr(lab: BgpLab) -> None:
 def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: BgpLab) -> None:
     """kill -9 of a director's process and of its FRR (a box whose software died): no
     goodbye to the router; BFD drops it, and the flows it carried go on through the others
-    (sloppy TCP, the same Maglev table). Its IPVS table and VIPs stay, as after any kill."""
+    (sloppy TCP, the same Maglev table). Its IPVS table and VIPs stay, as after any kill.
+
+    The same for dr, and the figure full NAT gives: each director leaves from its own SNAT
+    address, so the dead director's full-NAT flows break, and so does any the router moves
+    from one director to another when one joins."""
     victim = lab.directors[0]
     stop_director(victim)  # the in-process director, replaced by a process of its own
     start_director_process(lab, victim)
     assert wait_nexthops(lab, 3, SETTLE) is not None
-    talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
+    talkers = {
+        mode: Talkers(lab, vip, count=count, period=0.1)  # type: ignore[arg-type]
+        for mode, vip, count in (("tun", VIP, 60), ("dr", DR_VIP, 30), ("fullnat", FULLNAT_VIP, 30))
+    }
+    vips = {"tun": VIP, "dr": DR_VIP, "fullnat": FULLNAT_VIP}
     try:
         time.sleep(2)
-        before = connections_per_director(lab)
+        before = {mode: connections_per_director(lab, vip) for mode, vip in vips.items()}
         killed, killed_at = time.monotonic(), time.time()
         kill_frr(victim.ns)  # kill -9 of zebra, bfdd and bgpd: no goodbye to the router
         kill_director_process(victim)  # kill -9 of the director
@@ -160,25 +169,44 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         # Each new connection as patient as TCP (its SYN sent again at 1, 3 and 7 s): a
         # starved machine is waited for, a flow sent to the dead director is not answered.
         ok, tried = new_connections(lab, VIP, 3, timeout=10.0)  # type: ignore[arg-type]
+        tun = talkers["tun"]
         print(
-            f"\nbgp kill -9 of {victim.name} (carrying {before[victim.name]} of "
-            f"{sum(before.values())}): router dropped it in {dropped} s (bgpd: {down}); "
+            f"\nbgp kill -9 of {victim.name} (carrying {before['tun'][victim.name]} of "
+            f"{sum(before['tun'].values())}): router dropped it in {dropped} s (bgpd: {down}); "
             f"connections "
-            f"survived {talkers.alive}/60, failed requests {talkers.failed}; "
+            f"survived {tun.alive}/60, failed requests {tun.failed}; "
             f"new connections {ok}/{tried}"
         )
+        alive = {mode: t.alive for mode, t in talkers.items()}
+        for mode in ("dr", "fullnat"):
+            print(
+                f"bgp kill -9 of {victim.name}, {mode}: it carried {before[mode][victim.name]} "
+                f"of {sum(before[mode].values())}; survived {alive[mode]}/30"
+            )
         assert dropped is not None, "the router kept the dead director"
-        assert talkers.alive >= 59
+        assert tun.alive >= 59 and talkers["dr"].alive >= 29
+        # Full NAT: what the dead director carried breaks (another leaves from another
+        # address); what the others carried does not.
+        assert 30 - alive["fullnat"] <= before["fullnat"][victim.name] + 1
         assert ok == tried
-        survived = talkers.alive
         start_director(lab, victim)  # it comes back with an empty connection table
         back = wait_nexthops(lab, 3, SETTLE)
         time.sleep(3)
-        print(f"bgp {victim.name} back after {back} s; connections alive {talkers.alive}/60")
+        after = {mode: t.alive for mode, t in talkers.items()}
+        moved = connections_per_director(lab, FULLNAT_VIP)[victim.name]
+        print(
+            f"bgp {victim.name} back after {back} s; connections alive: tun "
+            f"{after['tun']}/60, dr {after['dr']}/30, fullnat {after['fullnat']}/30 (the join "
+            f"broke {alive['fullnat'] - after['fullnat']}; the router gave the joining "
+            f"director {moved} live full-NAT flows)"
+        )
         assert back is not None
-        assert talkers.alive == survived, "a director joining broke connections"
+        assert after["tun"] == alive["tun"] and after["dr"] == alive["dr"], (
+            "a director joining broke connections"
+        )
     finally:
-        talkers.close()
+        for t in talkers.values():
+            t.close()
 
 
 def test_a_peer_that_never_answers_is_shown_and_the_others_serve_on(lab: BgpLab) -> None:
@@ -337,10 +365,10 @@ def test_a_vip_with_no_healthy_backend_is_withdrawn_and_announced_again(lab: Bgp
     for be in lab.backends:
         lab.servers.stop_listening(be, 80)
     gone = wait_nexthops(lab, 0, 60)
-    print(
-        f"\nbgp every backend down: route withdrawn by all three after {gone} s; reason "
-        f"{lab.directors[0].runtime.controller.view.addressing.routes[VIP].reason!r}"
-    )  # type: ignore[union-attr]
+    runtime = lab.directors[0].runtime
+    assert runtime is not None
+    reason = runtime.controller.view.addressing.routes[VIP].reason
+    print(f"\nbgp every backend down: route withdrawn by all three after {gone} s; {reason=}")
     for be in lab.backends:
         lab.servers.start_listening(be, 80)
     back = wait_nexthops(lab, 3, 60)
