@@ -17,7 +17,6 @@ IPVS's own connections; the two together keep a full-NAT connection across a fai
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import subprocess
@@ -26,9 +25,9 @@ from pathlib import Path
 import jinja2
 
 from director.adapters.keepalived import TEMPLATES
-from director.adapters.worker import Keeper
+from director.adapters.worker import Keeper, install_checked
 from director.core.model import Family, canonical_address
-from director.core.owned import Ledger, Refused, classify, not_run, run_failure, write_atomic
+from director.core.owned import Ledger, Refused, classify, not_run, run_failure
 from director.logs import event
 from director.schema.sections import ConntrackdSettings
 
@@ -138,31 +137,8 @@ class ConntrackdFile(Keeper[str]):
         self.submit(self.text)
 
     def install(self, value: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if self.path.read_text() == value:
-                return
-        candidate = self.path.with_name(self.path.name + ".new")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            candidate.write_text(value)
-            try:
-                parse_check(self.ct.conntrackd, candidate)
-            except ConntrackdRejected as exc:
-                self.rejected += 1
-                event(
-                    log,
-                    "conntrackd.config_rejected",
-                    level=logging.ERROR,
-                    file=str(candidate),
-                    conntrackd=str(exc),
-                )
-                raise
-            write_atomic(self.path, value, mode=0o644)
-        except OSError as exc:
-            raise classify(exc) from None
-        finally:
-            with contextlib.suppress(OSError):
-                candidate.unlink()
+        if not install_checked(self.path, value, self._checked, mode=0o644):
+            return
         self.writes += 1
         event(
             log,
@@ -170,6 +146,20 @@ class ConntrackdFile(Keeper[str]):
             file=str(self.path),
             effect="conntrackd reads it when it next starts",
         )
+
+    def _checked(self, candidate: Path) -> None:
+        try:
+            parse_check(self.ct.conntrackd, candidate)
+        except ConntrackdRejected as exc:
+            self.rejected += 1
+            event(
+                log,
+                "conntrackd.config_rejected",
+                level=logging.ERROR,
+                file=str(candidate),
+                conntrackd=str(exc),
+            )
+            raise
 
     def verify(self, value: str) -> str | None:
         try:

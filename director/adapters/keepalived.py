@@ -29,9 +29,9 @@ from typing import Any
 
 import jinja2
 
-from director.adapters.worker import Keeper
+from director.adapters.worker import Keeper, install_checked
 from director.core.model import Family, canonical_address
-from director.core.owned import Ledger, Refused, classify, not_run, run_failure, write_atomic
+from director.core.owned import Ledger, Refused, classify, not_run, run_failure
 from director.logs import event
 from director.schema.config import HaSettings
 
@@ -259,15 +259,12 @@ class Keepalived:
         told). Raises ConfigRejected (the live file untouched) when keepalived refuses it,
         Transient when it could not be checked or written (a full disk, keepalived missing
         mid-upgrade)."""
-        with contextlib.suppress(FileNotFoundError):
-            if self.path.read_text() == text:
-                return False
-        candidate = self.path.with_name(self.path.name + ".new")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            candidate.write_text(text)
-        except OSError as exc:
-            raise classify(exc) from None
+        if not install_checked(self.path, text, self._checked, mode=0o600):
+            return False
+        self.reload()
+        return True
+
+    def _checked(self, candidate: Path) -> None:
         try:
             self.validate(candidate)
         except ConfigRejected as exc:
@@ -281,15 +278,6 @@ class Keepalived:
                 keepalived=str(exc),
             )
             raise
-        try:
-            write_atomic(self.path, text, mode=0o600)  # fsync'd: a crash leaves one or the other
-        except OSError as exc:
-            raise classify(exc) from None
-        finally:
-            with contextlib.suppress(OSError):
-                candidate.unlink()
-        self.reload()
-        return True
 
     def reload(self) -> None:
         """SIGHUP keepalived (it rereads its configuration, keeping its VRRP state), if the

@@ -12,17 +12,41 @@ backoff; a refusal (the daemon said no) when a new value comes, or after a long 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Generic, TypeVar
 
-from director.core.owned import REFUSED, Failure, Ledger, Retry, Transient, classify
+from director.core.owned import REFUSED, Failure, Ledger, Retry, Transient, classify, write_atomic
 from director.logs import event
 
 T = TypeVar("T")
 log = logging.getLogger("director.worker")
+
+
+def install_checked(path: Path, text: str, check: Callable[[Path], None], mode: int) -> bool:
+    """Make ``text`` the content of daemon file ``path``: written beside it, read by the
+    daemon's own check (``check`` raises to refuse it, and the live file stays), then put in
+    place atomically and durably. False when it already was; raises Transient when it could
+    not be written."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.read_text() == text:
+            return False
+    candidate = path.with_name(path.name + ".new")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        candidate.write_text(text)
+        check(candidate)
+        write_atomic(path, text, mode=mode)  # fsync'd: a crash leaves one or the other
+    except OSError as exc:
+        raise classify(exc) from None
+    finally:
+        with contextlib.suppress(OSError):
+            candidate.unlink()
+    return True
 
 
 class Keeper(Generic[T]):
