@@ -67,8 +67,8 @@ def test_every_alert_is_shown_firing_and_every_rule_has_a_severity_and_summary()
 
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
-    """The names of every series a director speaking BGP, in a VRRP pair and watching a
-    cluster exports (counters with no sample yet by their ``_total`` name)."""
+    """The names of every series a director speaking BGP, in a VRRP pair, with full NAT and
+    watching a cluster exports (counters with no sample yet by their ``_total`` name)."""
     controller = Controller(FakeIpvs(), config())
     stop = threading.Event()
     threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
@@ -78,7 +78,13 @@ def exported() -> set[str]:
         eventually(lambda: controller.view.status.connected, what="the watch's report")
         peer = PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up")
         metrics = Metrics()
-        metrics.serve(controller, FakeIpvs(), lambda: (0, 0), lambda: FrrFigures((peer,), 0, 0))
+        metrics.serve(
+            controller,
+            FakeIpvs(),
+            lambda: (0, 0),
+            lambda: FrrFigures((peer,), 0, 0),
+            lambda: {"entries": 3, "insert_failed": 0},  # full NAT's conntrack figures
+        )
         text = generate_latest(metrics.registry).decode()
     finally:
         stop.set()

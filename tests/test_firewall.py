@@ -584,6 +584,72 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
         eventually(lambda: client.get("/readyz").status_code == 200, what="verified again")
 
 
+@pytest.mark.kernel
+def test_full_nat_out_of_snat_ports_drops_the_new_connection_and_counts_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """snat.ports 40000-40001 and one real server: two connections at once, each leaving
+    from one of the two ports; a third finds no port free, is never answered, and is counted
+    (director_conntrack_insert_failed, the alert DirectorSnatPortsExhausted's)."""
+    from director.dataplane.kernel import KernelIpvs
+    from director.engine.reconcile import Reconciler
+    from director.schema.config import parse_config
+    from lab.netns import BACKEND_NET4, NAT_PORT, Connection, build_lab, start_servers
+
+    vip = "198.51.100.20"
+    lab = build_lab(prefix="fp", vips=[vip])
+    try:
+        start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())
+        be = lab.backends[0]
+        config = parse_config(
+            f"""
+ownership: {{networks: [198.51.100.0/24]}}
+services:
+  - {{name: web, address: {vip}, port: 80, forwarding: fullnat,
+     real_servers: [{be.ipv4}:{NAT_PORT}]}}
+snat: {{addresses: [{BACKEND_NET4}.1], ports: 40000-40001}}
+""",
+            "fp.yaml",
+        )
+        ipvs = KernelIpvs(netns=lab.lvs.name)
+        runtime = Runtime(config, ipvs).start()
+        opened: list[Connection] = []
+        try:
+            assert runtime.wait_ready(60)
+            key = ServiceKey.inet(Protocol.TCP, vip, 80)
+            eventually(lambda: ipvs.read_service(key), timeout=60, what="the service")
+            sources = lab.client_sources4
+            for source in sources[:2]:
+                opened.append(Connection(lab.client, vip, 80, source, timeout=10))
+                assert opened[-1].ask() == be.name
+            with pytest.raises(OSError):  # no port left towards this real server
+                Connection(lab.client, vip, 80, sources[2], timeout=3)
+            failed = eventually(
+                lambda: (runtime._conntrack() or {}).get("insert_failed", 0), what="counted"
+            )
+            scrape = generate_latest(runtime.registry).decode()
+            exported = {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(scrape)
+                for sample in family.samples
+            }
+            assert exported["director_conntrack_insert_failed_total"] >= 1
+            assert all(c.ask() == be.name for c in opened), "the two go on"
+            with capsys.disabled():
+                print(
+                    f"\nfull NAT with snat.ports 40000-40001: 2 connections served, the third "
+                    f"dropped; conntrack insert_failed {failed}"
+                )
+        finally:
+            for c in opened:
+                c.close()
+            runtime.stop()
+            Reconciler(ipvs, config.ownership).full_sync({})
+            ipvs.close()
+    finally:
+        lab.close()
+
+
 # -- full NAT: the same table, the same read-back ------------------------------------------
 SNAT_TO = {Family.INET: "192.0.2.1", Family.INET6: "2001:db8::1"}
 

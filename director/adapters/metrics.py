@@ -12,7 +12,7 @@ import datetime as dt
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from prometheus_client import (
@@ -459,10 +459,12 @@ class Metrics:
         reader: Ipvs | None,
         keepalived: Callable[[], tuple[int, int] | None],
         frr: Callable[[], FrrFigures | None] = lambda: None,
+        conntrack: Callable[[], Mapping[str, int] | None] = lambda: None,
     ) -> Scrape:
         self.registry.register(DirectorCollector(loop))
         self.registry.register(KeepalivedCollector(keepalived))
         self.registry.register(FrrCollector(frr))
+        self.registry.register(ConntrackCollector(conntrack))
         return Scrape(self.registry, IpvsExposition(loop, reader))
 
 
@@ -487,6 +489,34 @@ class KeepalivedCollector(Collector):
             "director_keepalived_reloads",
             "keepalived reloads after a new configuration.",
             value=reloads,
+        )
+
+
+class ConntrackCollector(Collector):
+    """netfilter's connection table where full NAT runs (``figures()``: its counters, or
+    None without full NAT): connections that could not be inserted, among them a full-NAT
+    connection that found no free port of its SNAT address."""
+
+    def __init__(self, figures: Callable[[], Mapping[str, int] | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures()
+        if not figures:
+            return
+        yield CounterMetricFamily(
+            "director_conntrack_insert_failed",
+            "New connections conntrack could not insert in the director's namespace and "
+            "dropped: with full NAT, one to a real server for which no port of the SNAT "
+            "address was free (port exhaustion). node_exporter's "
+            "node_nf_conntrack_stat_insert_failed is the host's own.",
+            value=figures.get("insert_failed", 0),
+        )
+        yield GaugeMetricFamily(
+            "director_conntrack_entries",
+            "Entries in netfilter's connection table in the director's namespace (full NAT "
+            "keeps one per connection).",
+            value=figures.get("entries", 0),
         )
 
 

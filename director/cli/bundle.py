@@ -100,14 +100,19 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
     part("kernel/ipvsadm-Ln.txt", lambda: _run(["ipvsadm", "-Ln", "--stats"]))
     part("kernel/ipvsadm-daemon.txt", lambda: _run(["ipvsadm", "-Ln", "--daemon"]))
     part("kernel/sysctl-net.ipv4.vs.txt", lambda: _run(["sysctl", "net.ipv4.vs"]))
+    part("kernel/nf_conntrack-stat.txt", lambda: Path("/proc/net/stat/nf_conntrack").read_text())
     part("kernel/uname.txt", lambda: " ".join(platform.uname()) + "\n")
     if settings is not None and settings.ha is not None:
         ha = settings.ha
         part("keepalived/keepalived.conf", lambda: Path(ha.config_file).read_text())
+        ct = ha.conntrackd
+        if ct is not None:
+            part("conntrackd/conntrackd.conf", lambda: Path(ct.config_file).read_text())
+            part("conntrackd/stats.txt", lambda: _run([ct.conntrackd, "-C", ct.config_file, "-s"]))
     if settings is not None and settings.bgp is not None:
         bgp = settings.bgp  # FRR's file holds the peers' passwords: redacted too
         part("frr/frr.conf", lambda: _redact_frr(Path(bgp.config_file).read_text()))
-    for unit in ("director", "keepalived", "frr"):
+    for unit in ("director", "keepalived", "conntrackd", "frr"):
         part(f"journal/{unit}.log", _journal(unit, args.lines))
     return parts, manifest
 

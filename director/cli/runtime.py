@@ -243,7 +243,8 @@ def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) 
 
     where = netns or getattr(ipvs, "netns", None)
     snat_to = {Family.of(a): a for a in (settings.snat.addresses if settings.snat else ())}
-    return NftFirewall(where, snat_to=snat_to)
+    ports = settings.snat.ports if settings.snat else None
+    return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
 
 
 class Runtime:
@@ -281,7 +282,7 @@ class Runtime:
             firewall=firewall or _firewall(ipvs, netns, settings, dry_run),
         )
         scrape = self.metrics.serve(
-            self.controller, reader, self._keepalived_counts, self._frr_figures
+            self.controller, reader, self._keepalived_counts, self._frr_figures, self._conntrack
         )
         self.watchers = _watchers(kube_api, self.controller.submit, watch_seconds)
         kube = settings.kubernetes
@@ -443,6 +444,19 @@ class Runtime:
         if sync is None:
             return None
         return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
+
+    def _conntrack(self) -> dict[str, int] | None:
+        """netfilter's counters where full NAT runs (None without it, or beside the fake)."""
+        daemons = getattr(self, "daemons", None)  # a scrape may come before they are made
+        keeper = daemons.sysctls if daemons is not None else None
+        if keeper is None or "net.ipv4.vs.conntrack" not in keeper.effects:
+            return None
+        from director.dataplane.netns import conntrack_stats
+
+        try:
+            return conntrack_stats(keeper.netns)
+        except OSError:
+            return None
 
     def _keepalived_counts(self) -> tuple[int, int] | None:
         sync = getattr(self, "keepalived", None)  # a scrape may come before it is made

@@ -111,6 +111,7 @@ def render_nft(
     existing: Iterable[str] = (),
     snat: frozenset[ServiceKey] = frozenset(),
     snat_to: Mapping[Family, str] | None = None,
+    snat_ports: tuple[int, int] | None = None,
 ) -> str:
     """The ``nft -f`` script that makes table ``inet director`` hold exactly
     ``restrictions`` and full NAT for ``snat`` (from the addresses ``snat_to`` gives per
@@ -166,7 +167,7 @@ def render_nft(
     marked = frozenset(k for k in snat if k.family in to)  # no address of its family: held back
     if marked:  # no full-NAT service: none of its objects either
         wanted.update(SNAT_OBJECTS)
-        lines += _snat_lines(t, marked, to)
+        lines += _snat_lines(t, marked, to, snat_ports)
     gone = sorted(set(existing) - wanted)
     # Full NAT's chains first (they name its sets), then its sets.
     lines += [
@@ -180,8 +181,14 @@ def render_nft(
     return "\n".join(lines) + "\n"
 
 
-def _snat_lines(t: str, snat: frozenset[ServiceKey], snat_to: Mapping[Family, str]) -> list[str]:
-    """Full NAT: mark what is bound for a full-NAT virtual service, SNAT what is marked."""
+def _snat_lines(
+    t: str,
+    snat: frozenset[ServiceKey],
+    snat_to: Mapping[Family, str],
+    ports: tuple[int, int] | None = None,
+) -> list[str]:
+    """Full NAT: mark what is bound for a full-NAT virtual service, SNAT what is marked
+    (from ``ports``, LOW-HIGH, when given)."""
     mark = f"0x{SNAT_MARK:08x}"
     lines = [
         f"add set {t} fullnat4 {{ type ipv4_addr . inet_proto . inet_service ; }}",
@@ -219,9 +226,13 @@ def _snat_lines(t: str, snat: frozenset[ServiceKey], snat_to: Mapping[Family, st
     for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
         source = snat_to.get(family)
         if source is not None:
+            to, l4 = source, ""
+            if ports:  # a port mapping needs a transport protocol matched first
+                to = source if family is Family.INET else f"[{source}]"
+                to, l4 = f"{to}:{ports[0]}-{ports[1]}", " meta l4proto { tcp, udp, sctp }"
             lines.append(
                 f"add rule {t} fullnat_snat meta nfproto {match} meta mark & {mark} "
-                f"== {mark} snat {verb} to {source}"
+                f"== {mark}{l4} snat {verb} to {to}"
             )
     by_set: dict[str, list[str]] = {"fullnat4": [], "fullnat6": []}
     for key in sorted(k for k in snat if not k.fwmark and k.protocol is not None):

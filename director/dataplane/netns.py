@@ -81,3 +81,26 @@ def read_sysctls(netns: str | None, names: list[str]) -> dict[str, str]:
         return found
 
     return in_netns(netns, read)
+
+
+def conntrack_stats(netns: str | None) -> dict[str, int]:
+    """netfilter's connection-tracking counters as seen from ``netns``, summed over the
+    CPUs (``/proc/net/stat/nf_conntrack``: a header, then one row of hex figures per CPU;
+    ``entries`` is the table's size, the same in every row). Empty when conntrack is not
+    loaded there. Raises OSError when the file cannot be read."""
+    from pathlib import Path
+
+    def read() -> dict[str, int]:
+        try:
+            lines = Path("/proc/thread-self/net/stat/nf_conntrack").read_text().splitlines()
+        except FileNotFoundError:
+            return {}
+        names = lines[0].split() if lines else []
+        totals = dict.fromkeys(names, 0)
+        for row in lines[1:]:
+            for name, figure in zip(names, row.split(), strict=False):
+                value = int(figure, 16)
+                totals[name] = value if name == "entries" else totals[name] + value
+        return totals
+
+    return in_netns(netns, read)

@@ -37,10 +37,16 @@ _VOLATILE = frozenset({"packets", "bytes", "handle"})
 
 class NftFirewall:
     def __init__(
-        self, netns: str | None = None, nft: str = "nft", snat_to: dict[Family, str] | None = None
+        self,
+        netns: str | None = None,
+        nft: str = "nft",
+        snat_to: dict[Family, str] | None = None,
+        snat_ports: tuple[int, int] | None = None,
     ) -> None:
-        """``snat_to``: the box's SNAT address per family (full NAT; none: no full NAT)."""
+        """``snat_to``: the box's SNAT address per family (full NAT; none: no full NAT),
+        ``snat_ports``: the source ports it leaves from (None: the kernel's choice)."""
         self.netns, self.nft, self.snat_to = netns, nft, snat_to or {}
+        self.snat_ports = snat_ports
         self._names: dict[str, ServiceKey] = {}  # counter name -> service
         self._existing: list[str] | None = None  # chains, sets, counters (None: not known)
         self._lock = threading.Lock()
@@ -83,14 +89,19 @@ class NftFirewall:
             known = self._existing
             try:
                 existing = known if known is not None else _names(self._objects())
-                self._run(["-f", "-"], render_nft(restrictions, existing, snat, self.snat_to))
+                self._run(
+                    ["-f", "-"],
+                    render_nft(restrictions, existing, snat, self.snat_to, self.snat_ports),
+                )
             except FirewallError:
                 if known is None:
                     raise
                 self._existing = None
                 self._run(
                     ["-f", "-"],
-                    render_nft(restrictions, _names(self._objects()), snat, self.snat_to),
+                    render_nft(
+                        restrictions, _names(self._objects()), snat, self.snat_to, self.snat_ports
+                    ),
                 )
             self._existing = None  # changed: read again (fingerprint, or the next apply)
             self._names = {object_name(COUNTER_PREFIX, key): key for key in restrictions}

@@ -110,6 +110,20 @@ def _vips(value: object, what: str = "nodeport_vip") -> tuple[str, ...]:
 _ONE_OR_TWO = {"oneOf": [ADDRESS.schema, {"type": "array", "items": ADDRESS.schema, "maxItems": 2}]}
 
 
+def _port_range(value: object) -> tuple[int, int]:
+    low_text, dash, high_text = scalar(value).partition("-")
+    try:
+        low, high = int(low_text), int(high_text)
+    except ValueError:
+        raise problem("a port range like 20000-59999") from None
+    if not dash or not 1 <= low <= high <= 65535:
+        raise problem("a port range like 20000-59999 (1-65535, the low end first)")
+    return low, high
+
+
+_PORT_RANGE = {"type": "string", "pattern": r"^[0-9]{1,5}-[0-9]{1,5}$", "examples": ["20000-59999"]}
+
+
 @dataclass(frozen=True, slots=True, config=SECTION)
 class SnatSettings(Section):
     """``snat:``: the source address of full-NAT traffic (``forwarding: fullnat``)."""
@@ -120,6 +134,11 @@ class SnatSettings(Section):
     they need a route to it and none to the clients (an address on their own network needs
     nothing at all). Each director has its own; in a pair with ha.conntrackd, the floating
     address both share (one of ha.gateways), so connections survive a failover."""
+    ports: Annotated[tuple[int, int] | None, Rule(_port_range, _PORT_RANGE)] = None
+    """The source ports full-NAT connections leave from, as LOW-HIGH (default: the kernel's
+    choice, the client's own port where it is free). One address carries at most this many
+    connections at once to each real server address and port; a connection that finds none
+    free is dropped and counted (director_conntrack_insert_failed)."""
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
