@@ -481,3 +481,33 @@ def test_numbers_are_ascii_digits_only(text: str, where: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config("ownership: {networks: [198.51.100.0/24]}\n" + text, "d.yaml")
     assert caught.value.where == where, caught.value
+
+
+FULLNAT = """
+ownership: {networks: [203.0.113.96/28]}
+services:
+  - {name: full, address: 203.0.113.102, port: 80, forwarding: fullnat,
+     real_servers: [192.0.2.11:8080]}
+snat: {addresses: [192.0.2.1]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("ports", "reason"),
+    [("40001-40000", "the low end first"), ("40000", "a port range"), ("0-10", "1-65535")],
+)
+def test_an_snat_port_range_that_is_not_one_is_refused(ports: str, reason: str) -> None:
+    text = FULLNAT.replace(
+        "snat: {addresses: [192.0.2.1]}", f"snat: {{addresses: [192.0.2.1], ports: {ports}}}"
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "fullnat.yaml")
+    assert caught.value.where == "snat.ports" and reason in caught.value.reason
+
+
+def test_an_snat_port_range_is_read() -> None:
+    text = FULLNAT.replace(
+        "snat: {addresses: [192.0.2.1]}", "snat: {addresses: [192.0.2.1], ports: 20000-59999}"
+    )
+    snat = parse_config(text, "fullnat.yaml").snat
+    assert snat is not None and snat.ports == (20000, 59999)

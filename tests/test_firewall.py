@@ -670,6 +670,10 @@ def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
         "ct state invalid drop"
     ) < next(i for i, line in enumerate(mark) if "@fullnat4 meta mark set" in line)
     assert any("@fullnat4 ct state invalid drop" in line for line in mark)
+    # snat.ports: a port range, which nft takes after a transport protocol is matched.
+    ranged = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to=SNAT_TO, snat_ports=(40000, 50000))
+    assert "meta l4proto { tcp, udp, sctp } snat ip to 192.0.2.1:40000-50000" in ranged
+    assert "meta l4proto { tcp, udp, sctp } snat ip6 to [2001:db8::1]:40000-50000" in ranged
     only4 = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to={Family.INET: "192.0.2.1"})
     assert "fullnat6 {" not in only4.split("add element")[-1] and "snat ip6" not in only4
     gone = render_nft(
