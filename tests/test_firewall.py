@@ -204,6 +204,14 @@ kubernetes: {{kubeconfig: {api.kubeconfig(tmp_path / "kc")}, identity: a, lease_
         eventually(lambda: firewall.snat, what="the SNAT rule for the pool's Service")
         (key,) = firewall.snat
         assert key.address == "198.51.100.0" and key in ipvs.read().services
+        # The kernel reads its real servers back as nat: the API says what they are.
+        listed = (
+            create_app(runtime.controller, "t")
+            .test_client()
+            .get("/api/v1/services", headers={"Authorization": "Bearer t"})
+        )
+        (item,) = listed.get_json()["items"]
+        assert {rs["forwarding"] for rs in item["real_servers"]} == {"fullnat"}
 
 
 STATIC_FULLNAT = """
@@ -236,10 +244,18 @@ def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(tmp_p
         assert firewall.snat == {key}
         dests = ipvs.read().services[key].real_servers.values()
         assert {d.forwarding for d in dests} == {Forwarding.NAT}
+        client = create_app(runtime.controller, "t").test_client()
+
+        def shown() -> set[str]:
+            listed = client.get("/api/v1/services", headers={"Authorization": "Bearer t"})
+            return {rs["forwarding"] for rs in listed.get_json()["items"][0]["real_servers"]}
+
+        assert runtime.controller.view.owner.get(key) == "static", "the view's owner, back"
+        assert shown() == {"fullnat"}, "the API says full NAT, not the kernel's nat"
         path.write_text(STATIC_FULLNAT.format(forwarding="nat"))
         assert runtime.reload(str(path))[0] == "applied"
         eventually(lambda: firewall.snat == frozenset(), what="the rule gone with fullnat")
-        assert key in ipvs.read().services
+        assert key in ipvs.read().services and shown() == {"nat"}
         path.write_text(STATIC_FULLNAT.format(forwarding="fullnat"))
         assert runtime.reload(str(path))[0] == "applied"
         eventually(lambda: firewall.snat == {key}, what="the rule back")

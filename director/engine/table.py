@@ -25,12 +25,15 @@ class Programmed:
 
     def put(self, key: ServiceKey, vs: VirtualService, ref: str) -> None:
         self.desired[key] = vs
-        self.owner[key] = ref
+        if self.owner.get(key) != ref:  # a new owner (or one back after a hold): the view's
+            self.owner[key] = ref
+            self.stale.add("keys")
         self.changed.add(key)
 
     def drop(self, key: ServiceKey) -> None:
         self.desired.pop(key, None)
-        self.owner.pop(key, None)
+        if self.owner.pop(key, None) is not None:
+            self.stale.add("keys")
         self.changed.add(key)
 
     def refs(self, keys: Iterable[ServiceKey]) -> set[str]:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from director.core.intents import Drain
-from director.core.model import KernelTable, ServiceKey, VirtualService
+from director.core.model import Forwarding, KernelTable, ServiceKey, VirtualService
 from director.engine.view import STATIC, LoopView
 from director.schema import api as shapes
 from director.web.context import ApiContext
@@ -43,9 +43,20 @@ def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[shap
             source=_scheduler_source(view, key, desired[key]),
             view=view,
             drains=drains,
+            full_nat=_full_nat(ctx, view, key),
         )
         for key in sorted(desired, key=str)
     ]
+
+
+def _full_nat(ctx: ApiContext, view: LoopView, key: ServiceKey) -> bool:
+    """Whether ``key`` is full NAT (IPVS masquerades it, nftables SNATs it): the kernel
+    reads its real servers back as nat."""
+    ref = view.owner.get(key, "")
+    if ref == STATIC:
+        return key in ctx.loop.settings.static_snat
+    opts = view.options.get(ref)
+    return opts is not None and opts.forwarding is Forwarding.FULLNAT
 
 
 def _scheduler_source(view: LoopView, key: ServiceKey, vs: VirtualService) -> str:
@@ -64,6 +75,7 @@ def service(
     source: str,
     view: LoopView,
     drains: tuple[Drain, ...],
+    full_nat: bool = False,
 ) -> shapes.VirtualService:
     draining = view.draining.get(key, frozenset())
     unhealthy = view.unhealthy.get(key, frozenset())
@@ -76,7 +88,7 @@ def service(
                 "address": rs.address,
                 "port": rs.port,
                 "weight": rs.weight,
-                "forwarding": rs.forwarding.label,
+                "forwarding": "fullnat" if full_nat else rs.forwarding.label,
                 "state": "unhealthy"
                 if dkey in unhealthy
                 else ("draining" if (dkey in draining or admin) else "active"),
