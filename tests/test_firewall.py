@@ -601,29 +601,41 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("family", [4, 6], ids=["ipv4", "ipv6"])
 def test_full_nat_out_of_snat_ports_drops_the_new_connection_and_counts_it(
-    capsys: pytest.CaptureFixture[str],
+    family: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """snat.ports 40000-40001 and one real server: two connections at once, each leaving
-    from one of the two ports; a third finds no port free, is never answered, and is counted
-    (director_conntrack_insert_failed, the alert DirectorSnatPortsExhausted's)."""
+    from one of the two ports and seen by the real server as from the SNAT address; a third
+    finds no port free, is never answered, and is counted (director_conntrack_insert_failed,
+    the alert DirectorSnatPortsExhausted's). IPv4 and IPv6."""
     from director.dataplane.kernel import KernelIpvs
     from director.engine.reconcile import Reconciler
     from director.schema.config import parse_config
-    from lab.netns import BACKEND_NET4, NAT_PORT, Connection, build_lab, start_servers
+    from lab.netns import (
+        BACKEND_NET4,
+        BACKEND_NET6,
+        CLIENT_NET6,
+        NAT_PORT,
+        Connection,
+        build_lab,
+        start_servers,
+    )
 
-    vip = "198.51.100.20"
+    v6 = family == 6
+    vip = "2001:db8:100::20" if v6 else "198.51.100.20"
     lab = build_lab(prefix="fp", vips=[vip])
     try:
-        start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())
+        servers = start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())
         be = lab.backends[0]
+        real = f"[{be.ipv6}]:{NAT_PORT}" if v6 else f"{be.ipv4}:{NAT_PORT}"
+        snat = f"{BACKEND_NET6}1" if v6 else f"{BACKEND_NET4}.1"
         config = parse_config(
             f"""
-ownership: {{networks: [198.51.100.0/24]}}
+ownership: {{networks: [198.51.100.0/24, "2001:db8:100::/64"]}}
 services:
-  - {{name: web, address: {vip}, port: 80, forwarding: fullnat,
-     real_servers: [{be.ipv4}:{NAT_PORT}]}}
-snat: {{addresses: [{BACKEND_NET4}.1], ports: 40000-40001}}
+  - {{name: web, address: "{vip}", port: 80, forwarding: fullnat, real_servers: ["{real}"]}}
+snat: {{addresses: ["{snat}"], ports: 40000-40001}}
 """,
             "fp.yaml",
         )
@@ -632,12 +644,13 @@ snat: {{addresses: [{BACKEND_NET4}.1], ports: 40000-40001}}
         opened: list[Connection] = []
         try:
             assert runtime.wait_ready(60)
-            key = ServiceKey.inet(Protocol.TCP, vip, 80)
+            key = next(iter(config.services))
             eventually(lambda: ipvs.read_service(key), timeout=60, what="the service")
-            sources = lab.client_sources4
+            sources = [f"{CLIENT_NET6}2"] * 3 if v6 else lab.client_sources4
             for source in sources[:2]:
                 opened.append(Connection(lab.client, vip, 80, source, timeout=10))
                 assert opened[-1].ask() == be.name
+            assert {address for _name, address in servers.peers} == {snat}, "full NAT"
             with pytest.raises(OSError):  # no port left towards this real server
                 Connection(lab.client, vip, 80, sources[2], timeout=3)
             failed = eventually(
@@ -646,15 +659,15 @@ snat: {{addresses: [{BACKEND_NET4}.1], ports: 40000-40001}}
             scrape = generate_latest(runtime.registry).decode()
             exported = {
                 sample.name: sample.value
-                for family in text_string_to_metric_families(scrape)
-                for sample in family.samples
+                for family_ in text_string_to_metric_families(scrape)
+                for sample in family_.samples
             }
             assert exported["director_conntrack_insert_failed_total"] >= 1
             assert all(c.ask() == be.name for c in opened), "the two go on"
             with capsys.disabled():
                 print(
-                    f"\nfull NAT with snat.ports 40000-40001: 2 connections served, the third "
-                    f"dropped; conntrack insert_failed {failed}"
+                    f"\nfull NAT (IPv{family}) with snat.ports 40000-40001: 2 connections "
+                    f"served from {snat}, the third dropped; conntrack insert_failed {failed}"
                 )
         finally:
             for c in opened:
