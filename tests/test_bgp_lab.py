@@ -185,9 +185,9 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
             )
         assert dropped is not None, "the router kept the dead director"
         assert tun.alive >= 59 and talkers["dr"].alive >= 29
-        # Full NAT: what the dead director carried breaks (another leaves from another
-        # address); what the others carried does not.
-        assert 30 - alive["fullnat"] <= before["fullnat"][victim.name] + 1
+        # Full NAT: a figure, not a property. What the dead director carried breaks (another
+        # leaves from another address), and so does every flow the router's ECMP hash moves
+        # from one survivor to another (Linux's hash-threshold moves about half of them).
         assert ok == tried
         start_director(lab, victim)  # it comes back with an empty connection table
         back = wait_nexthops(lab, 3, SETTLE)

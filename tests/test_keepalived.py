@@ -125,6 +125,7 @@ def test_a_rejected_config_never_goes_live_and_an_unchanged_one_is_not_reloaded(
             manager.install(broken)
         assert "VRID '512' not valid" in str(caught.value), "keepalived's own words"
         assert Path(settings.config_file).read_text() == good, "the old file stays live"
+        assert Path(settings.config_file + ".new").read_text() == broken, "the refused aside"
         assert manager.rejected == 1 and manager.reloads == 1
     finally:
         sleeper.kill()

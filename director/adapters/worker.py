@@ -28,10 +28,10 @@ log = logging.getLogger("director.worker")
 
 
 def install_checked(path: Path, text: str, check: Callable[[Path], None], mode: int) -> bool:
-    """Make ``text`` the content of daemon file ``path``: written beside it, read by the
-    daemon's own check (``check`` raises to refuse it, and the live file stays), then put in
-    place atomically and durably. False when it already was; raises Transient when it could
-    not be written."""
+    """Make ``text`` the content of daemon file ``path``: written beside it (``FILE.new``),
+    read by the daemon's own check, then put in place atomically and durably. ``check``
+    raises to refuse it: the live file stays, and the refused one beside it, for whoever
+    looks. False when it already was; raises Transient when it could not be written."""
     with contextlib.suppress(FileNotFoundError):
         if path.read_text() == text:
             return False
@@ -39,7 +39,10 @@ def install_checked(path: Path, text: str, check: Callable[[Path], None], mode: 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         candidate.write_text(text)
-        check(candidate)
+    except OSError as exc:
+        raise classify(exc) from None
+    check(candidate)
+    try:
         write_atomic(path, text, mode=mode)  # fsync'd: a crash leaves one or the other
     except OSError as exc:
         raise classify(exc) from None
