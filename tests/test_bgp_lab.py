@@ -152,9 +152,15 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
     stop_director(victim)  # the in-process director, replaced by a process of its own
     start_director_process(lab, victim)
     assert wait_nexthops(lab, 3, SETTLE) is not None
+    # 60 tun connections as before, and 20 each of dr and full NAT at a third of the rate:
+    # the emulated machine must still answer a new connection on time.
     talkers = {
-        mode: Talkers(lab, vip, count=count, period=0.1)  # type: ignore[arg-type]
-        for mode, vip, count in (("tun", VIP, 60), ("dr", DR_VIP, 30), ("fullnat", FULLNAT_VIP, 30))
+        mode: Talkers(lab, vip, count=count, period=period)  # type: ignore[arg-type]
+        for mode, vip, count, period in (
+            ("tun", VIP, 60, 0.1),
+            ("dr", DR_VIP, 20, 0.3),
+            ("fullnat", FULLNAT_VIP, 20, 0.3),
+        )
     }
     vips = {"tun": VIP, "dr": DR_VIP, "fullnat": FULLNAT_VIP}
     try:
@@ -181,10 +187,10 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         for mode in ("dr", "fullnat"):
             print(
                 f"bgp kill -9 of {victim.name}, {mode}: it carried {before[mode][victim.name]} "
-                f"of {sum(before[mode].values())}; survived {alive[mode]}/30"
+                f"of {sum(before[mode].values())}; survived {alive[mode]}/20"
             )
         assert dropped is not None, "the router kept the dead director"
-        assert tun.alive >= 59 and talkers["dr"].alive >= 29
+        assert tun.alive >= 59 and talkers["dr"].alive >= 19
         # Full NAT: a figure, not a property. What the dead director carried breaks (another
         # leaves from another address), and so does every flow the router's ECMP hash moves
         # from one survivor to another (Linux's hash-threshold moves about half of them).
@@ -196,7 +202,7 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         moved = connections_per_director(lab, FULLNAT_VIP)[victim.name]
         print(
             f"bgp {victim.name} back after {back} s; connections alive: tun "
-            f"{after['tun']}/60, dr {after['dr']}/30, fullnat {after['fullnat']}/30 (the join "
+            f"{after['tun']}/60, dr {after['dr']}/20, fullnat {after['fullnat']}/20 (the join "
             f"broke {alive['fullnat'] - after['fullnat']}; the router gave the joining "
             f"director {moved} live full-NAT flows)"
         )
