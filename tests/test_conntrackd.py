@@ -24,10 +24,8 @@ from director.schema.config import ConfigError, parse_config
 from director.schema.sections import ConntrackdSettings
 from lab.wait import eventually
 
+# The real daemon's parser (`make system` installs conntrackd): missing, these fail, never skip.
 CONNTRACKD = shutil.which("conntrackd") or "/usr/sbin/conntrackd"
-needs_conntrackd = pytest.mark.skipif(
-    not Path(CONNTRACKD).exists(), reason="conntrackd is not installed (make system)"
-)
 
 
 def settings(
@@ -69,7 +67,6 @@ def pair(snat: str = "192.0.2.1", peer: str = "192.0.2.3", socket: str = "/run/c
     return PAIR.replace("SNAT", snat).replace("PEER", peer).replace("SOCKET", socket)
 
 
-@needs_conntrackd
 @pytest.mark.parametrize(
     ("source", "peer"), [("192.0.2.2", "192.0.2.3"), ("2001:db8:2::2", "2001:db8:2:0::3")]
 )
@@ -85,7 +82,6 @@ def test_the_rendered_file_is_one_conntrackd_parses(tmp_path: Path, source: str,
     parse_check(CONNTRACKD, path)  # raises with conntrackd's words when it refuses it
 
 
-@needs_conntrackd
 def test_conntrackd_refuses_a_broken_file_naming_its_line(tmp_path: Path) -> None:
     text = render_conntrackd(settings(tmp_path)).replace("HashSize 32768", "HashSize many")
     path = tmp_path / "broken.conf"
@@ -96,7 +92,6 @@ def test_conntrackd_refuses_a_broken_file_naming_its_line(tmp_path: Path) -> Non
     assert caught.value.line == line and "'many'" in str(caught.value)
 
 
-@needs_conntrackd
 def test_the_director_puts_back_a_conntrackd_file_changed_or_removed(tmp_path: Path) -> None:
     ledger = Ledger()
     keeper = ConntrackdFile(settings(tmp_path), "d1.yaml", ledger=ledger)
@@ -147,7 +142,6 @@ def test_conntrackd_settings_that_cannot_keep_a_connection_are_refused(
     assert caught.value.where == where and reason in caught.value.reason
 
 
-@needs_conntrackd
 def test_check_names_the_line_of_a_setting_conntrackd_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
