@@ -82,6 +82,15 @@ def external_cache(conf: Path) -> int:
     return sum(f"dst={FULLNAT_VIP}" in line for line in out.splitlines())
 
 
+def conntrackd_state(d) -> str:  # type: ignore[no-untyped-def]
+    """What a failure shows of a conntrackd: its figures and the end of its log."""
+    conf = str(d.workdir / "conntrackd.conf")
+    stats = run(["conntrackd", "-C", conf, "-s"], check=False)
+    log = (d.workdir / "conntrackd.log").read_text()[-1500:]
+    alive = d.conntrackd is not None and d.conntrackd.poll() is None
+    return f"running {alive}, external {external_cache(Path(conf))}; {stats[-1200:]!r}; {log!r}"
+
+
 def fail_over_and_back(pair: HaLab, talkers: Talkers) -> tuple[int, int, list[str]]:
     """kill -9 of d1's keepalived, then its return: (broken at failover, broken in all,
     the report)."""
@@ -136,8 +145,10 @@ def test_conntrackd_keeps_50_fullnat_connections_through_failover_and_failback(
     talkers = Talkers(pair, FULLNAT_VIP, count=50, period=0.1, same_ports=42000)
     try:
         assert wait_for(lambda: talkers.answered >= 500, 30) is not None, "no traffic"
-        synced = wait_for(lambda: external_cache(d2.workdir / "conntrackd.conf") >= 50, 30)
-        assert synced is not None, "d2's conntrackd never held d1's 50 connections"
+        synced = wait_for(lambda: external_cache(d2.workdir / "conntrackd.conf") >= 50, 60)
+        assert synced is not None, "d2's conntrackd never held d1's 50 connections: " + "; ".join(
+            f"{d.name}: {conntrackd_state(d)}" for d in pair.directors
+        )
         at_failover, broken, report = fail_over_and_back(pair, talkers)
         report.append(
             f"fullnat with conntrackd: {at_failover}/50 connections broke at failover, "
