@@ -28,6 +28,7 @@ from director.cli.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.schema.config import parse_config
 from lab.netns import Backend, BackendServers, Netns, run
+from lab.wait import wait_for
 
 NAT_VIP, DR_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.1"
 FULLNAT_VIP = "203.0.113.102"  # full NAT: leaves for the backends from GATEWAY, which floats
@@ -343,12 +344,27 @@ def start_conntrackd(d: Director) -> None:
     if not d.runtime.conntrackd.settle(60):
         raise RuntimeError(f"{d.name}: the director never wrote conntrackd.conf")
     run(["modprobe", "nf_conntrack_netlink"], check=False)
+    conf = str(d.workdir / "conntrackd.conf")
     d.conntrackd = subprocess.Popen(
-        ["ip", "netns", "exec", d.ns.name, "conntrackd", "-C", str(d.workdir / "conntrackd.conf")],
+        ["ip", "netns", "exec", d.ns.name, "conntrackd", "-C", conf],
         stdout=(d.workdir / "conntrackd.log").open("ab"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    # Ready once it answers on its socket (its first dump of the kernel's table done and its
+    # events subscribed): a connection opened before would reach it only by a resync.
+    answers = wait_for(
+        lambda: (
+            subprocess.run(
+                ["conntrackd", "-C", conf, "-s"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ),
+        30,
+        step=0.2,
+    )
+    if answers is None:
+        raise RuntimeError(f"{d.name}: conntrackd never answered on its socket")
 
 
 def stop_conntrackd(d: Director) -> None:
