@@ -25,9 +25,9 @@ from pathlib import Path
 import jinja2
 
 from director.adapters.keepalived import TEMPLATES
-from director.adapters.worker import Keeper, install_checked
+from director.adapters.worker import Keeper, file_drift, install_checked
 from director.core.model import Family, canonical_address
-from director.core.owned import Ledger, Refused, classify, not_run, run_failure
+from director.core.owned import Ledger, Refused, not_run, run_failure
 from director.logs import event
 from director.schema.sections import ConntrackdSettings
 
@@ -128,8 +128,6 @@ class ConntrackdFile(Keeper[str]):
         self.ct = ct
         self.path = Path(ct.config_file)
         self.text = render_conntrackd(ct, source_config)
-        self.rejected = 0  # files conntrackd's parser refused (a metric)
-        self.writes = 0
         super().__init__(ledger)
 
     def start(self) -> None:
@@ -139,7 +137,6 @@ class ConntrackdFile(Keeper[str]):
     def install(self, value: str) -> None:
         if not install_checked(self.path, value, self._checked, mode=0o644):
             return
-        self.writes += 1
         event(
             log,
             "conntrackd.config_written",
@@ -151,7 +148,6 @@ class ConntrackdFile(Keeper[str]):
         try:
             parse_check(self.ct.conntrackd, candidate)
         except ConntrackdRejected as exc:
-            self.rejected += 1
             event(
                 log,
                 "conntrackd.config_rejected",
@@ -162,12 +158,4 @@ class ConntrackdFile(Keeper[str]):
             raise
 
     def verify(self, value: str) -> str | None:
-        try:
-            live = self.path.read_text()
-        except FileNotFoundError:
-            return f"{self.path} is gone"
-        except OSError as exc:
-            raise classify(exc) from None
-        if live != value:
-            return f"{self.path} was changed by someone else"
-        return None
+        return file_drift(self.path, value)

@@ -29,9 +29,9 @@ from typing import Any
 
 import jinja2
 
-from director.adapters.worker import Keeper, install_checked
+from director.adapters.worker import Keeper, file_drift, install_checked
 from director.core.model import Family, canonical_address
-from director.core.owned import Ledger, Refused, classify, not_run, run_failure
+from director.core.owned import Ledger, Refused, not_run, run_failure
 from director.logs import event
 from director.schema.config import HaSettings
 
@@ -361,15 +361,7 @@ class KeepalivedSync(Keeper[frozenset[str]]):
         self.text = text
 
     def verify(self, value: frozenset[str]) -> str | None:
-        try:
-            live = self.keepalived.path.read_text()
-        except FileNotFoundError:
-            return f"{self.keepalived.path} is gone"
-        except OSError as exc:
-            raise classify(exc) from None
-        if live != self.text:
-            return f"{self.keepalived.path} was changed by someone else"
-        return None
+        return file_drift(self.keepalived.path, self.text)
 
 
 class VrrpFifo:

@@ -27,6 +27,18 @@ T = TypeVar("T")
 log = logging.getLogger("director.worker")
 
 
+def file_drift(path: Path, wanted: str | None) -> str | None:
+    """A daemon file read back: None when it holds ``wanted``, else what drifted. Raises a
+    ``Failure`` when it cannot be read."""
+    try:
+        live = path.read_text()
+    except FileNotFoundError:
+        return f"{path} is gone"
+    except OSError as exc:
+        raise classify(exc) from None
+    return None if live == wanted else f"{path} was changed by someone else"
+
+
 def install_checked(path: Path, text: str, check: Callable[[Path], None], mode: int) -> bool:
     """Make ``text`` the content of daemon file ``path``: written beside it (``FILE.new``),
     read by the daemon's own check, then put in place atomically and durably. ``check``
