@@ -601,14 +601,16 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("addresses", [1, 2], ids=["one-address", "two-addresses"])
 @pytest.mark.parametrize("family", [4, 6], ids=["ipv4", "ipv6"])
 def test_full_nat_out_of_snat_ports_drops_the_new_connection_and_counts_it(
-    family: int, capsys: pytest.CaptureFixture[str]
+    family: int, addresses: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """snat.ports 40000-40001 and one real server: two connections at once, each leaving
-    from one of the two ports and seen by the real server as from the SNAT address; a third
-    finds no port free, is never answered, and is counted (director_conntrack_insert_failed,
-    the alert DirectorSnatPortsExhausted's). IPv4 and IPv6."""
+    """snat.ports 40000-40001 and one real server: two connections at once per SNAT
+    address, each leaving from one of the two ports and seen by the real server as from an
+    SNAT address (with two addresses, both are used, in turn); the next finds no port free,
+    is never answered, and is counted (director_conntrack_insert_failed, the alert
+    DirectorSnatPortsExhausted's). IPv4 and IPv6."""
     from director.dataplane.kernel import KernelIpvs
     from director.engine.reconcile import Reconciler
     from director.schema.config import parse_config
@@ -629,30 +631,41 @@ def test_full_nat_out_of_snat_ports_drops_the_new_connection_and_counts_it(
         servers = start_servers(lab, tcp_ports=(NAT_PORT,), udp_ports=())
         be = lab.backends[0]
         real = f"[{be.ipv6}]:{NAT_PORT}" if v6 else f"{be.ipv4}:{NAT_PORT}"
-        snat = f"{BACKEND_NET6}1" if v6 else f"{BACKEND_NET4}.1"
+        # The director's address on the real servers' network, and another beside it.
+        snats = (
+            [f"{BACKEND_NET6}1", f"{BACKEND_NET6}fa"]
+            if v6
+            else [f"{BACKEND_NET4}.1", f"{BACKEND_NET4}.250"]
+        )
+        snats = snats[:addresses]
+        if addresses > 1:
+            lab.lvs.ip(f"addr add {snats[1]}/{64 if v6 else 24} dev br0" + (" nodad" if v6 else ""))
         config = parse_config(
             f"""
 ownership: {{networks: [198.51.100.0/24, "2001:db8:100::/64"]}}
 services:
   - {{name: web, address: "{vip}", port: 80, forwarding: fullnat, real_servers: ["{real}"]}}
-snat: {{addresses: ["{snat}"], ports: 40000-40001}}
+snat: {{addresses: {json.dumps(snats)}, ports: 40000-40001}}
 """,
             "fp.yaml",
         )
         ipvs = KernelIpvs(netns=lab.lvs.name)
         runtime = Runtime(config, ipvs).start()
         opened: list[Connection] = []
+        capacity = 2 * addresses  # two source ports per address towards the one real server
         try:
             assert runtime.wait_ready(60)
             key = next(iter(config.services))
             eventually(lambda: ipvs.read_service(key), timeout=60, what="the service")
-            sources = [f"{CLIENT_NET6}2"] * 3 if v6 else lab.client_sources4
-            for source in sources[:2]:
+            pool = [f"{CLIENT_NET6}2"] if v6 else lab.client_sources4
+            sources = [pool[i % len(pool)] for i in range(capacity + 1)]
+            for source in sources[:capacity]:
                 opened.append(Connection(lab.client, vip, 80, source, timeout=10))
                 assert opened[-1].ask() == be.name
-            assert {address for _name, address in servers.peers} == {snat}, "full NAT"
+            seen = [address for _name, address in servers.peers]
+            assert set(seen) == set(snats), f"full NAT from every snat address: {seen}"
             with pytest.raises(OSError):  # no port left towards this real server
-                Connection(lab.client, vip, 80, sources[2], timeout=3)
+                Connection(lab.client, vip, 80, sources[capacity], timeout=3)
             failed = eventually(
                 lambda: (runtime._conntrack() or {}).get("insert_failed", 0), what="counted"
             )
@@ -663,11 +676,12 @@ snat: {{addresses: ["{snat}"], ports: 40000-40001}}
                 for sample in family_.samples
             }
             assert exported["director_conntrack_insert_failed_total"] >= 1
-            assert all(c.ask() == be.name for c in opened), "the two go on"
+            assert all(c.ask() == be.name for c in opened), "those served go on"
             with capsys.disabled():
                 print(
-                    f"\nfull NAT (IPv{family}) with snat.ports 40000-40001: 2 connections "
-                    f"served from {snat}, the third dropped; conntrack insert_failed {failed}"
+                    f"\nfull NAT (IPv{family}) with snat.ports 40000-40001 and {addresses} "
+                    f"address(es): {capacity} connections served from {', '.join(snats)}, "
+                    f"the next dropped; conntrack insert_failed {failed}"
                 )
         finally:
             for c in opened:
@@ -680,7 +694,7 @@ snat: {{addresses: ["{snat}"], ports: 40000-40001}}
 
 
 # -- full NAT: the same table, the same read-back ------------------------------------------
-SNAT_TO = {Family.INET: "192.0.2.1", Family.INET6: "2001:db8::1"}
+SNAT_TO = {Family.INET: ("192.0.2.1",), Family.INET6: ("2001:db8::1",)}
 
 
 def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
@@ -703,7 +717,7 @@ def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
     ranged = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to=SNAT_TO, snat_ports=(40000, 50000))
     assert "meta l4proto { tcp, udp, sctp } snat ip to 192.0.2.1:40000-50000" in ranged
     assert "meta l4proto { tcp, udp, sctp } snat ip6 to [2001:db8::1]:40000-50000" in ranged
-    only4 = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to={Family.INET: "192.0.2.1"})
+    only4 = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to={Family.INET: ("192.0.2.1",)})
     assert "fullnat6 {" not in only4.split("add element")[-1] and "snat ip6" not in only4
     gone = render_nft(
         {},
@@ -717,6 +731,23 @@ def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
         "delete set inet director fullnat4",
         "delete set inet director fullnat6",
     ]
+
+
+def test_several_snat_addresses_of_a_family_are_taken_in_turn() -> None:
+    """Two SNAT addresses of a family: each new connection takes the next (nft's numgen,
+    kept by conntrack for the connection's life), with the port range after the choice; a
+    taken-over connection bound to either is dropped until its entry is known."""
+    two = {Family.INET: ("192.0.2.1", "192.0.2.2"), Family.INET6: ("2001:db8::1", "2001:db8::2")}
+    text = render_nft({}, snat=frozenset({WEB, DNS6}), snat_to=two, snat_ports=(40000, 50000))
+    assert "snat ip to numgen inc mod 2 map { 0 : 192.0.2.1, 1 : 192.0.2.2 } : 40000-50000" in text
+    assert (
+        "snat ip6 to numgen inc mod 2 map { 0 : 2001:db8::1, 1 : 2001:db8::2 } : 40000-50000"
+        in text
+    )
+    assert "ip daddr { 192.0.2.1, 192.0.2.2 } ct state invalid drop" in text
+    assert "ip6 daddr { 2001:db8::1, 2001:db8::2 } ct state invalid drop" in text
+    unranged = render_nft({}, snat=frozenset({WEB}), snat_to=two)
+    assert "snat ip to numgen inc mod 2 map { 0 : 192.0.2.1, 1 : 192.0.2.2 }\n" in unranged
 
 
 def test_full_nat_is_held_and_read_back_as_the_filter_is(firewall) -> None:  # type: ignore[no-untyped-def]

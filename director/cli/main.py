@@ -69,14 +69,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from director.cli.runtime import Runtime
     from director.dataplane.fake import FakeIpvs
-    from director.schema.config import ConfigError, bgp_notes
+    from director.schema.config import ConfigError, bgp_notes, snat_notes
     from director.schema.reparse import Reparser
 
     STARTUP.mark("imports")
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
     settings = config_reader.load(args.config)
     STARTUP.mark("config")
-    for note in bgp_notes(settings):
+    for note in bgp_notes(settings) + snat_notes(settings):
         logs.event(_log, "config.note", level=logging.WARNING, note=note)
     try:
         ipvs = open_ipvs(args.netns)

@@ -11,7 +11,7 @@ import socket
 import string
 from pathlib import Path
 
-from director.schema.config import Settings, bgp_notes
+from director.schema.config import Settings, bgp_notes, snat_notes
 
 TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
 
@@ -94,7 +94,7 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
                             why = f"{where}: {exc.strerror or exc}"
                             problems.append(_problem("api.listen", why))
                         break
-    notes += bgp_notes(settings)
+    notes += bgp_notes(settings) + snat_notes(settings)
     notes += _unheld(settings, host)
     if host and settings.snat is not None:
         floating = {gw[0] for gw in settings.ha.gateways} if settings.ha else set()

@@ -242,7 +242,9 @@ def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) 
     from director.dataplane.nft import NftFirewall
 
     where = netns or getattr(ipvs, "netns", None)
-    snat_to = {Family.of(a): a for a in (settings.snat.addresses if settings.snat else ())}
+    snat_to: dict[Family, tuple[str, ...]] = {}
+    for address in settings.snat.addresses if settings.snat else ():
+        snat_to[Family.of(address)] = (*snat_to.get(Family.of(address), ()), address)
     ports = settings.snat.ports if settings.snat else None
     return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
 

@@ -110,12 +110,13 @@ def render_nft(
     restrictions: Restrictions,
     existing: Iterable[str] = (),
     snat: frozenset[ServiceKey] = frozenset(),
-    snat_to: Mapping[Family, str] | None = None,
+    snat_to: Mapping[Family, tuple[str, ...]] | None = None,
     snat_ports: tuple[int, int] | None = None,
 ) -> str:
     """The ``nft -f`` script that makes table ``inet director`` hold exactly
     ``restrictions`` and full NAT for ``snat`` (from the addresses ``snat_to`` gives per
-    family; none: no full NAT at all); ``existing``: names of chains, sets and counters the
+    family, in turn when several; none: no full NAT at all); ``existing``: names of chains,
+    sets and counters the
     table holds now (the obsolete ones are deleted in the same transaction). Linear in the
     number of services and ranges."""
     t = f"{FAMILY} {TABLE}"
@@ -164,7 +165,7 @@ def render_nft(
             f"goto {chain} }}"
         )
     to = snat_to or {}
-    marked = frozenset(k for k in snat if k.family in to)  # no address of its family: held back
+    marked = frozenset(k for k in snat if to.get(k.family))  # none of its family: held back
     if marked:  # no full-NAT service: none of its objects either
         wanted.update(SNAT_OBJECTS)
         lines += _snat_lines(t, marked, to, snat_ports)
@@ -184,11 +185,12 @@ def render_nft(
 def _snat_lines(
     t: str,
     snat: frozenset[ServiceKey],
-    snat_to: Mapping[Family, str],
+    snat_to: Mapping[Family, tuple[str, ...]],
     ports: tuple[int, int] | None = None,
 ) -> list[str]:
     """Full NAT: mark what is bound for a full-NAT virtual service, SNAT what is marked
-    (from ``ports``, LOW-HIGH, when given)."""
+    (from ``ports``, LOW-HIGH, when given; several addresses of a family in turn, one per
+    new connection: conntrack keeps a connection's choice)."""
     mark = f"0x{SNAT_MARK:08x}"
     lines = [
         f"add set {t} fullnat4 {{ type ipv4_addr . inet_proto . inet_service ; }}",
@@ -204,11 +206,11 @@ def _snat_lines(
     # nf_conntrack_tcp_loose=0) is dropped, not forwarded without its SNAT or answered with
     # a reset by this box's own stack: TCP sends it again, and it then finds its entry.
     for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
-        source = snat_to.get(family)
-        if source is not None:
+        sources = snat_to.get(family)
+        if sources:
             lines.append(
-                f"add rule {t} fullnat_mark meta nfproto {match} {verb} daddr {source} "
-                "ct state invalid drop"
+                f"add rule {t} fullnat_mark meta nfproto {match} {verb} daddr "
+                f"{_one_or_set(sources)} ct state invalid drop"
             )
     lines += [
         f"add rule {t} fullnat_mark meta nfproto ipv4 ip daddr . meta l4proto . th dport "
@@ -224,12 +226,11 @@ def _snat_lines(
         f"flush chain {t} fullnat_snat",
     ]
     for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
-        source = snat_to.get(family)
-        if source is not None:
-            to, l4 = source, ""
+        sources = snat_to.get(family)
+        if sources:
+            to, l4 = _snat_to(family, sources, ports), ""
             if ports:  # a port mapping needs a transport protocol matched first
-                to = source if family is Family.INET else f"[{source}]"
-                to, l4 = f"{to}:{ports[0]}-{ports[1]}", " meta l4proto { tcp, udp, sctp }"
+                l4 = " meta l4proto { tcp, udp, sctp }"
             lines.append(
                 f"add rule {t} fullnat_snat meta nfproto {match} meta mark & {mark} "
                 f"== {mark}{l4} snat {verb} to {to}"
@@ -243,6 +244,25 @@ def _snat_lines(
         if elements:
             lines.append(f"add element {t} {name} {{ {', '.join(elements)} }}")
     return lines
+
+
+def _one_or_set(addresses: tuple[str, ...]) -> str:
+    return addresses[0] if len(addresses) == 1 else f"{{ {', '.join(addresses)} }}"
+
+
+def _snat_to(family: Family, sources: tuple[str, ...], ports: tuple[int, int] | None) -> str:
+    """nft's ``snat to`` argument: one address (``A``, ``A:L-H``, ``[A6]:L-H``), or several
+    taken in turn by each new connection (``numgen inc mod N map { 0 : A, 1 : B }``, ``:
+    L-H`` after the map)."""
+    span = f"{ports[0]}-{ports[1]}" if ports else None
+    if len(sources) == 1:
+        one = sources[0]
+        if span is None:
+            return one
+        return f"{one}:{span}" if family is Family.INET else f"[{one}]:{span}"
+    pairs = ", ".join(f"{i} : {a}" for i, a in enumerate(sources))
+    chosen = f"numgen inc mod {len(sources)} map {{ {pairs} }}"
+    return chosen if span is None else f"{chosen} : {span}"
 
 
 class FakeFirewall:

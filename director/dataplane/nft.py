@@ -40,10 +40,10 @@ class NftFirewall:
         self,
         netns: str | None = None,
         nft: str = "nft",
-        snat_to: dict[Family, str] | None = None,
+        snat_to: dict[Family, tuple[str, ...]] | None = None,
         snat_ports: tuple[int, int] | None = None,
     ) -> None:
-        """``snat_to``: the box's SNAT address per family (full NAT; none: no full NAT),
+        """``snat_to``: the box's SNAT addresses per family (full NAT; none: no full NAT),
         ``snat_ports``: the source ports it leaves from (None: the kernel's choice)."""
         self.netns, self.nft, self.snat_to = netns, nft, snat_to or {}
         self.snat_ports = snat_ports

@@ -108,6 +108,29 @@ def _vips(value: object, what: str = "nodeport_vip") -> tuple[str, ...]:
 
 
 _ONE_OR_TWO = {"oneOf": [ADDRESS.schema, {"type": "array", "items": ADDRESS.schema, "maxItems": 2}]}
+MAX_SNAT = 64  # addresses in snat.addresses
+_ONE_OR_MANY = {
+    "oneOf": [ADDRESS.schema, {"type": "array", "items": ADDRESS.schema, "maxItems": MAX_SNAT}]
+}
+
+
+def _snat_addresses(value: object) -> tuple[str, ...]:
+    """One address or a list of them (any number per family, each once)."""
+    many = isinstance(value, (list, tuple))
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) > MAX_SNAT:
+        raise problem(f"at most {MAX_SNAT} snat addresses")
+    out: list[str] = []
+    for index, item in enumerate(items):
+        at = (index,) if many else ()
+        try:
+            address = ADDRESS(item)
+        except PydanticCustomError as exc:
+            raise below(exc, *at) from None
+        if address in out:
+            raise problem(f"{address} is listed twice", at)
+        out.append(address)
+    return tuple(out)
 
 
 def _port_range(value: object) -> tuple[int, int]:
@@ -128,17 +151,21 @@ _PORT_RANGE = {"type": "string", "pattern": r"^[0-9]{1,5}-[0-9]{1,5}$", "example
 class SnatSettings(Section):
     """``snat:``: the source address of full-NAT traffic (``forwarding: fullnat``)."""
 
-    addresses: Annotated[tuple[str, ...], Rule(lambda v: _vips(v, "snat address"), _ONE_OR_TWO)]
-    """Required: this box's own address, or one per family, that full-NAT connections leave
-    for the real servers from: the real servers see it as the client and reply to it, so
-    they need a route to it and none to the clients (an address on their own network needs
-    nothing at all). Each director has its own; in a pair with ha.conntrackd, the floating
-    address both share (one of ha.gateways), so connections survive a failover."""
+    addresses: Annotated[tuple[str, ...], Rule(_snat_addresses, _ONE_OR_MANY)]
+    """Required: this box's own address, or a list (one or more per family), that full-NAT
+    connections leave for the real servers from: the real servers see it as the client and
+    reply to it, so they need a route to it and none to the clients (an address on their own
+    network needs nothing at all). Each director has its own; in a pair with ha.conntrackd,
+    floating addresses both share (among ha.gateways), so connections survive a failover.
+    Several of a family: each new connection takes the next in turn; one address carries
+    about 64,000 connections at once to each real server address and port (or as many as
+    snat.ports holds), so a busy real server wants more than one."""
     ports: Annotated[tuple[int, int] | None, Rule(_port_range, _PORT_RANGE)] = None
     """The source ports full-NAT connections leave from, as LOW-HIGH (default: the kernel's
-    choice, the client's own port where it is free). One address carries at most this many
-    connections at once to each real server address and port; a connection that finds none
-    free is dropped and counted (director_conntrack_insert_failed)."""
+    choice, the client's own port where it is free, else one of 1024-65535). One address
+    carries at most this many connections at once to each real server address and port; a
+    connection that finds none free is dropped and counted
+    (director_conntrack_insert_failed)."""
 
 
 @dataclass(frozen=True, slots=True, config=SECTION)
