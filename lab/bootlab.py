@@ -93,6 +93,11 @@ def inventory(path: Path, kubeconfig: str) -> None:
         "director_vrrp_priority": 150,
         "director_vrrp_unicast_source": FRONT,
         "director_vrrp_peers": [PEER],
+        # conntrackd beside keepalived, as a pair running full NAT has it (its peer, like
+        # keepalived's, never answers here): the hardened unit is judged with it.
+        "director_sync_interface": "eth0",
+        "director_conntrackd_source": FRONT,
+        "director_conntrackd_peer": PEER,
         "director_api_listen": f"{BACK}:9180",
         "director_api_token": TOKEN,
         "director_api_public": ["health"],

@@ -90,8 +90,12 @@ def settled(lab: Lab, timeout: float = 300) -> None:
 
 def test_director_and_keepalived_run_and_no_unit_failed(lab: Lab) -> None:
     settled(lab)
-    active = lab.box.sh("systemctl is-active director keepalived").split()
-    assert active == ["active", "active"], lab.box.sh("journalctl -b -u director -n 50")
+    active = lab.box.sh("systemctl is-active director keepalived conntrackd").split()
+    assert active == ["active"] * 3, lab.box.sh(
+        "journalctl -b -u director -u conntrackd -n 80", check=False
+    )
+    # conntrackd runs from the file the director keeps (ha.conntrackd), and answers.
+    assert lab.box.sh("conntrackd -C /etc/conntrackd/conntrackd.conf -s").strip()
     failed = lab.box.sh("systemctl --failed --no-legend --plain").strip()
     assert failed == "", failed
     assert lab.box.sh("systemctl is-system-running").strip() == "running"
@@ -175,8 +179,8 @@ def test_the_journal_has_the_events_and_the_unit_is_hardened(lab: Lab) -> None:
     level = re.search(r"Overall exposure level for director.service: ([\d.]+) (\w+)", security)
     assert level, security[-2000:]
     print(
-        f"\nboot: systemd-analyze security director.service on the booted box: "
-        f"{level.group(1)} {level.group(2)}"
+        f"\nboot: systemd-analyze security director.service on the booted box (conntrackd "
+        f"beside it): {level.group(1)} {level.group(2)}"
     )
     assert float(level.group(1)) <= 3.0
 
@@ -376,7 +380,8 @@ def test_a_reboot_comes_back_serving_with_no_operator_action(lab: Lab) -> None:
     back = wait_for(lambda: boot_id() not in ("", before), 600, step=2.0)
     assert back is not None, f"the box did not come back; see {lab.box.console}"
     settled(lab)
-    assert lab.box.sh("systemctl is-active director keepalived").split() == ["active", "active"]
+    active = lab.box.sh("systemctl is-active director keepalived conntrackd").split()
+    assert active == ["active"] * 3
     served = wait_for(lambda: _answers(lab), 120, step=2.0)
     assert served is not None
     print(
