@@ -129,7 +129,7 @@ bgp:
                 "created_to_route_s_max": round(max(created), 3),
                 "endpoint_down_to_withdrawn_s_p50": round(statistics.median(withdrawn), 3),
                 "endpoint_down_to_withdrawn_s_max": round(max(withdrawn), 3),
-                "frr_reloads": runtime.frr.frr.reloads if runtime.frr else 0,
+                "frr_reloads": runtime.daemons.frr.frr.reloads if runtime.daemons.frr else 0,
             }
             print(f"bench bgp: {result}", flush=True)
             return result

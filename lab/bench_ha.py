@@ -108,7 +108,7 @@ def scenario(advert: float, realtime: int, starve: bool, seconds: float) -> dict
         start_director(lab, d1, advert_int=advert, realtime=realtime)
         assert wait_for(lambda: d1.has(NAT_VIP), 30) is not None, "d1 never became master"
         start_director(lab, d2, advert_int=advert, realtime=realtime)
-        assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 30) is not None  # type: ignore[union-attr]
+        assert wait_for(lambda: d2.runtime.controller.health.vrrp_state == "BACKUP", 30) is not None  # type: ignore[union-attr]
         time.sleep(2)
         talkers = Talkers(lab, NAT_VIP, count=50, period=0.1)
         wait_for(lambda: talkers.answered >= 300, 30)

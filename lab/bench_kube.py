@@ -322,7 +322,7 @@ def run(
         # Wait for the lease and its recomputation to settle (they are not the figure).
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not (
-            runtime.controller.leader and runtime.controller.queue.empty()
+            runtime.controller.reporter.leader and runtime.controller.intake.queue.empty()
         ):
             time.sleep(0.1)
         time.sleep(1)
@@ -410,7 +410,7 @@ def run(
         after_resync = rss_mb()
         # What Prometheus then costs: one scrape of every kernel counter (the director's
         # /metrics), and the memory it leaves.
-        scrape = Scrape(CollectorRegistry(), IpvsExposition(runtime.controller))
+        scrape = Scrape(CollectorRegistry(), IpvsExposition(runtime.controller.door()))
         t0 = time.perf_counter()
         scraped = len(scrape.gzipped())
         scrape_s = time.perf_counter() - t0

@@ -222,10 +222,11 @@ def failover_demo() -> None:
         wait_for(lambda: d1.has(NAT_VIP), 30)
         start_director(lab, d2)
         wait_for(
-            lambda: d2.runtime is not None and d2.runtime.controller.vrrp_state == "BACKUP", 30
+            lambda: d2.runtime is not None and d2.runtime.controller.health.vrrp_state == "BACKUP",
+            30,
         )
         for d in lab.directors:
-            role = d.runtime.controller.vrrp_state if d.runtime else "?"
+            role = d.runtime.controller.health.vrrp_state if d.runtime else "?"
             print(f"{d.name}: {role:<7} VIP {NAT_VIP} {'here' if d.has(NAT_VIP) else '-'}")
         talkers = Talkers(lab, NAT_VIP, count=50, period=0.1)
         wait_for(lambda: talkers.answered >= 500, 30)

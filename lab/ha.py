@@ -306,10 +306,10 @@ def start_director(
     d.runtime = Runtime(settings, d.ipvs).start()
     if not d.runtime.wait_ready(60):
         raise RuntimeError(f"{d.name}: the director never synced")
-    assert d.runtime.keepalived is not None
-    if not d.runtime.keepalived.settle(60) or not d.conf.exists():
+    assert d.runtime.daemons.keepalived is not None
+    if not d.runtime.daemons.keepalived.settle(60) or not d.conf.exists():
         raise RuntimeError(
-            f"{d.name}: no keepalived.conf ({d.runtime.keepalived.keepalived.last_error})"
+            f"{d.name}: no keepalived.conf ({d.runtime.daemons.keepalived.keepalived.last_error})"
         )
     start_keepalived(d)
 
@@ -340,8 +340,8 @@ def start_keepalived(d: Director) -> None:
 
 def start_conntrackd(d: Director) -> None:
     """conntrackd in the director's namespace, from the file the director wrote."""
-    assert d.runtime is not None and d.runtime.conntrackd is not None
-    if not d.runtime.conntrackd.settle(60):
+    assert d.runtime is not None and d.runtime.daemons.conntrackd is not None
+    if not d.runtime.daemons.conntrackd.settle(60):
         raise RuntimeError(f"{d.name}: the director never wrote conntrackd.conf")
     run(["modprobe", "nf_conntrack_netlink"], check=False)
     conf = str(d.workdir / "conntrackd.conf")

@@ -2,8 +2,15 @@
 
 - no function or method in ``director/`` longer than 80 lines;
 - the loop module (``director/engine/loop.py``) under 300 lines;
+- no import circle among the modules of ``director/`` (imports made for type checking
+  only count too: they are the same knot to a reader);
+- the web and the adapters import from the engine only its door: ``engine.events``,
+  ``engine.view`` and ``engine.ports`` (an allow-list: a new engine module is closed to them
+  until it is named here);
 - no class with more than 15 instance attributes (fields of a dataclass or NamedTuple,
-  annotated names in the class body, and ``self.x = ...`` in its methods).
+  annotated names in the class body, ``self.x = ...`` in its methods, and what only
+  forwards to another object: a property whose body returns ``self.part.x``, and a
+  descriptor built in the class body such as ``x = property(attrgetter("part.x"))``).
 
 Records whose fields are the keys of a document someone else defines are exempt, by name
 and with the document they mirror: splitting them would make their fields stop matching
@@ -44,6 +51,28 @@ def _record(cls: ast.ClassDef) -> bool:
     )
 
 
+def _depth(node: ast.AST) -> int:
+    """How deep ``node`` reaches into ``self`` (``self.a.b``: 2; anything else: 0)."""
+    depth = 0
+    while isinstance(node, ast.Attribute):
+        node, depth = node.value, depth + 1
+    return depth if isinstance(node, ast.Name) and node.id == "self" else 0
+
+
+def _forwards(node: ast.FunctionDef) -> bool:
+    """A property whose whole body returns what another object holds: ``self.a.b``, or
+    ``self.a.b if self.a else None`` (nothing computed: no call)."""
+    if not any(ast.unparse(d) == "property" for d in node.decorator_list):
+        return False
+    body = [n for n in node.body if not isinstance(n, ast.Expr)]  # a docstring aside
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False
+    inside = list(ast.walk(body[0].value))
+    if any(isinstance(n, ast.Call) for n in inside):
+        return False
+    return any(_depth(n) >= 2 for n in inside)
+
+
 def attributes(cls: ast.ClassDef) -> set[str]:
     names: set[str] = set()
     record = _record(cls)
@@ -51,9 +80,13 @@ def attributes(cls: ast.ClassDef) -> set[str]:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if "ClassVar" in ast.unparse(node.annotation):
                 continue
-            # In a plain class, ``x: T = make(...)`` is a descriptor (a property), not a field.
-            if record or not isinstance(node.value, ast.Call):
-                names.add(node.target.id)
+            # In a plain class, ``x: T = make(...)`` is a descriptor: a forwarding property
+            # is still one of the class's attributes to whoever reads it.
+            names.add(node.target.id)
+        elif not record and isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.FunctionDef) and _forwards(node):
+            names.add(node.name)
     for node in ast.walk(cls):
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -68,10 +101,87 @@ def attributes(cls: ast.ClassDef) -> set[str]:
     return names
 
 
+ENGINE_DOOR = frozenset({"director.engine.events", "director.engine.view", "director.engine.ports"})
+BEHIND_THE_DOOR = ("director/web/", "director/adapters/")
+
+
+def _engine_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The engine modules a module imports (``from director.engine import x`` names x)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            base = node.module
+            names = [(node.lineno, base)]
+            if base == "director.engine":
+                names = [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+        else:
+            continue
+        for line, name in names:
+            if name == "director.engine" or name.startswith("director.engine."):
+                yield line, name
+
+
+def _imports(root: Path) -> dict[str, set[str]]:
+    """Each module of the tree and the modules of the tree it imports."""
+    modules: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        modules[name] = found
+    return {name: {d for d in deps if d in modules and d != name} for name, deps in modules.items()}
+
+
+def circles(root: Path = ROOT) -> list[list[str]]:
+    """The import circles (strongly connected groups of two or more modules), each sorted."""
+    graph = _imports(root)
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            group = []
+            while True:
+                item = stack.pop()
+                group.append(item)
+                if item == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return sorted(found)
+
+
 def findings(root: Path = ROOT) -> Iterator[str]:
+    for group in circles(root):
+        yield f"import circle: {' -> '.join(group)}"
     for path in sorted(root.rglob("*.py")):
         where = path.relative_to(root.parent).as_posix()
         text = path.read_text()
+        if where.startswith(BEHIND_THE_DOOR):
+            for line, name in _engine_imports(ast.parse(text, where)):
+                if name not in ENGINE_DOOR:
+                    yield f"{where}:{line}: imports {name} (the engine's door: events, view, ports)"
         if where == "director/engine/loop.py" and len(text.splitlines()) >= MAX_LOOP_LINES:
             yield f"{where}: {len(text.splitlines())} lines (the loop stays under 300)"
         for node in ast.walk(ast.parse(text, where)):

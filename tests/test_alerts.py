@@ -75,11 +75,11 @@ def exported() -> set[str]:
     try:
         eventually(lambda: controller.health.synced, what="the first sync")
         controller.post(WatchState("services", True))  # as a watch of the cluster reports
-        eventually(lambda: controller.view.status.connected, what="the watch's report")
+        eventually(lambda: controller.exports.view.status.connected, what="the watch's report")
         peer = PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up")
         metrics = Metrics()
         metrics.serve(
-            controller,
+            controller.door(),
             FakeIpvs(),
             lambda: (0, 0),
             lambda: FrrFigures((peer,), 0, 0),
@@ -117,7 +117,7 @@ def test_the_loop_heartbeat_is_wall_time_and_a_static_box_reports_no_cluster(
     not look disconnected from it (or leaderless)."""
     controller = Controller(FakeIpvs(), config())
     metrics = Metrics()
-    metrics.serve(controller, None, lambda: None)
+    metrics.serve(controller.door(), None, lambda: None)
     samples = {
         s.name: s.value
         for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())

@@ -55,9 +55,9 @@ class Director:
         self.controller = Controller(
             self.ipvs, settings, intents_file=intents, recorder=Recorder(self.registry)
         )
-        self.registry.register(DirectorCollector(self.controller))
-        self.scrape = Scrape(self.registry, IpvsExposition(self.controller))
-        self.app = create_app(self.controller, TOKEN, metrics=self.scrape)
+        self.registry.register(DirectorCollector(self.controller.door()))
+        self.scrape = Scrape(self.registry, IpvsExposition(self.controller.door()))
+        self.app = create_app(self.controller.door(), TOKEN, metrics=self.scrape)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.controller.run, args=(self.stop, 0.05))
 
@@ -135,7 +135,7 @@ def test_static_scheduler_set_in_place_survives_restart_and_unsets(
     assert (web["scheduler"], web["scheduler_source"]) == ("sh", "api")
     # A restarted director finds the choice in its intents file.
     again = Director(parse_config(STATIC, "static.yaml"), tmp_path / "intents.json")
-    assert again.controller.intents.schedulers["web"] == ("sh", frozenset({"sh-port"}))
+    assert again.controller.store.current.schedulers["web"] == ("sh", frozenset({"sh-port"}))
     assert client.delete("/api/v1/static/web/scheduler", headers=AUTH).status_code == 200
     eventually(lambda: director.vs().config.scheduler == "rr", what="back to the config's rr")
 
@@ -318,7 +318,9 @@ def kube(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Runtime, FlaskClient, 
         runtime = Runtime(config, ipvs)
         runtime.start()
         assert runtime.wait_ready(20)
-        app = create_app(runtime.controller, TOKEN, writer=runtime.controller.outbox.writer)  # type: ignore[union-attr, arg-type]
+        app = create_app(
+            runtime.controller.door(), TOKEN, writer=runtime.controller.reporter.outbox.writer
+        )  # type: ignore[union-attr, arg-type]
         try:
             yield api, runtime, app.test_client(), ipvs
         finally:
@@ -420,7 +422,7 @@ def test_onepacket_is_refused_for_a_tcp_service_and_taken_for_udp(client: FlaskC
 
 def test_open_endpoints_can_require_the_token(tmp_path: Path) -> None:
     d = Director(parse_config(STATIC, "static.yaml"), tmp_path / "i.json")
-    app = create_app(d.controller, TOKEN, metrics=d.scrape, public=("health",))
+    app = create_app(d.controller.door(), TOKEN, metrics=d.scrape, public=("health",))
     client = app.test_client()
     assert client.get("/healthz").status_code == 200
     for path in ("/metrics", "/ui/status"):
@@ -429,7 +431,7 @@ def test_open_endpoints_can_require_the_token(tmp_path: Path) -> None:
     page = client.get("/")  # the page holds no data: it asks for the token for /ui/status
     assert page.status_code == 200 and b'id="login"' in page.data
     with pytest.raises(ValueError, match=r"api\.public: unknown everything"):
-        create_app(d.controller, TOKEN, public=("everything",))
+        create_app(d.controller.door(), TOKEN, public=("everything",))
 
 
 def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
@@ -558,7 +560,7 @@ def test_a_lease_namespace_that_does_not_exist_makes_the_director_unready_and_sa
         runtime.start()
         try:
             assert runtime.wait_ready(20)
-            client = create_app(runtime.controller, TOKEN).test_client()
+            client = create_app(runtime.controller.door(), TOKEN).test_client()
             reason = (
                 "the API server refuses the Lease lvs-director/lvs-director: HTTP 404 "
                 'NotFound: namespaces "lvs-director" not found'
@@ -569,7 +571,9 @@ def test_a_lease_namespace_that_does_not_exist_makes_the_director_unready_and_sa
             assert (status["leader"], status["lease_refused"]) == (False, reason)
             api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
             eventually(lambda: client.get("/readyz").status_code == 200, what="ready again")
-            eventually(lambda: runtime.controller.view.leader, what="the Lease taken")
+            eventually(
+                lambda: runtime.controller.exports.view.status.leader, what="the Lease taken"
+            )
             assert client.get("/api/v1/status", headers=AUTH).get_json()["lease_refused"] is None
         finally:
             runtime.stop()

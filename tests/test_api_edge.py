@@ -200,7 +200,7 @@ class Slow(Collector):
 def test_scrapes_never_take_every_worker_from_the_api(director: tuple[str, Runtime]) -> None:
     where, runtime = director
     slow = Slow()
-    runtime.registry.register(slow)
+    runtime.metrics.registry.register(slow)
     results: list[int] = []
 
     def scrape() -> None:
@@ -257,11 +257,11 @@ def test_fifty_clients_writing_at_once_lose_nothing(director: tuple[str, Runtime
         f"({CLIENTS * WRITES / seconds:.0f}/s), {len(failures)} failed"
     )
     assert failures == [], failures[:10]
-    table = runtime.controller.ipvs.read().services
+    table = runtime.controller.syncer.reconciler.ipvs.read().services
     for index in range(CLIENTS):
         key = ServiceKey.inet(Protocol.TCP, f"198.51.100.{1 + index}", 80)
         assert table[key].config.scheduler == last[index], f"s{index}"
-    stored = json.loads(Path(runtime.controller.intents_file or "").read_text())["schedulers"]
+    stored = json.loads(Path(runtime.controller.store.path or "").read_text())["schedulers"]
     assert {name: v["scheduler"] for name, v in stored.items()} == {
         f"s{i}": last[i] for i in range(CLIENTS)
     }

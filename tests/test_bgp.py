@@ -299,9 +299,9 @@ def test_the_loop_announces_a_static_vip_once_programmed_and_withdraws_it_when_d
     ipvs = FakeIpvs()
     controller = Controller(ipvs, config())
     heard: list[Mapping[str, Route]] = []
-    controller.on_routes = heard.append
+    controller.exports.vips.on_routes = heard.append
     told: list[frozenset[str]] = []
-    controller.on_vips = told.append
+    controller.exports.vips.announce = told.append
     controller.step(0.01)
     assert heard and heard[-1][VIP].announced
     assert told == [frozenset({"203.0.113.5"})]
@@ -335,7 +335,7 @@ def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
 
     ipvs = FakeIpvs()
     controller, stop = run(config(), ipvs)
-    client = create_app(controller, "t", peers=lambda: peers).test_client()
+    client = create_app(controller.door(), "t", peers=lambda: peers).test_client()
     body = client.get("/api/v1/bgp", headers=auth).get_json()
     assert body["routes"] == [
         {
@@ -358,8 +358,8 @@ def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
     stop.set()
 
     controller, stop = run(config(), ipvs)  # a restart stays out until put back
-    assert controller.view.addressing.routes[VIP].reason == "maintenance: kernel upgrade"
-    client = create_app(controller, "t").test_client()
+    assert controller.exports.view.addressing.routes[VIP].reason == "maintenance: kernel upgrade"
+    client = create_app(controller.door(), "t").test_client()
     back = client.delete("/api/v1/maintenance", headers=auth).get_json()
     assert back["maintenance"] is None and back["announced"] == 1
     stop.set()
@@ -535,7 +535,7 @@ def test_the_status_page_shows_the_bgp_routes_and_sessions(tmp_path: Path) -> No
         PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up"),
         PeerState("2001:db8::1", 64500, "Active"),
     )
-    app = create_app(controller, "t", peers=lambda: peers)
+    app = create_app(controller.door(), "t", peers=lambda: peers)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

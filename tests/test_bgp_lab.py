@@ -217,8 +217,8 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
 
 def test_a_peer_that_never_answers_is_shown_and_the_others_serve_on(lab: BgpLab) -> None:
     d = lab.directors[1]
-    assert d.runtime is not None and d.runtime.frr is not None
-    sessions = {p.address: p for p in d.runtime.frr.sessions}
+    assert d.runtime is not None and d.runtime.daemons.frr is not None
+    sessions = {p.address: p for p in d.runtime.daemons.frr.sessions}
     print(f"\nbgp sessions of {d.name}: {sessions}")
     assert sessions[NOBODY].state != "Established"
     assert sessions["198.18.0.1"].up and sessions["198.18.0.1"].bfd == "up"
@@ -234,8 +234,8 @@ def test_a_configuration_frr_refuses_stays_out_and_the_director_serves_on(lab: B
     before = d.frr_conf.read_text()
     stop_director(d)
     start_director(lab, d, frr=False, extra_peer=d.front)
-    assert d.runtime is not None and d.runtime.frr is not None
-    sync = d.runtime.frr
+    assert d.runtime is not None and d.runtime.daemons.frr is not None
+    sync = d.runtime.daemons.frr
     refused = wait_for(lambda: sync.frr.rejected > 0, 300, 0.5)
     running = vtysh(d.ns, "show running-config")
     flows = probe_flows(lab, d, range(31000, 31050))
@@ -373,7 +373,7 @@ def test_a_vip_with_no_healthy_backend_is_withdrawn_and_announced_again(lab: Bgp
     gone = wait_nexthops(lab, 0, 60)
     runtime = lab.directors[0].runtime
     assert runtime is not None
-    reason = runtime.controller.view.addressing.routes[VIP].reason
+    reason = runtime.controller.exports.view.addressing.routes[VIP].reason
     print(f"\nbgp every backend down: route withdrawn by all three after {gone} s; {reason=}")
     for be in lab.backends:
         lab.servers.start_listening(be, 80)

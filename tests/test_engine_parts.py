@@ -31,6 +31,7 @@ from director.core.ownership import Ownership
 from director.core.plan import build_plan
 from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs
+from director.dataplane.memory import give_back_free_memory
 from director.engine.announcer import VipAnnouncer
 from director.engine.draining import Draining
 from director.engine.events import (
@@ -48,7 +49,6 @@ from director.engine.events import (
 from director.engine.health_gate import HealthGate
 from director.engine.loop import Controller
 from director.engine.outbox import Outbox
-from director.engine.programming import give_back_free_memory
 from director.engine.reporter import Reporter
 from director.engine.source_filter import SourceFilter
 from director.engine.table import Programmed
@@ -436,9 +436,9 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
     loop.start()
     try:
         eventually(lambda: controller.health.synced, what="the first sync")
-        client = create_app(controller, "t0ken-for-the-admin-api").test_client()
+        client = create_app(controller.door(), "t0ken-for-the-admin-api").test_client()
         auth = {"Authorization": "Bearer t0ken-for-the-admin-api"}
-        before = controller.view.version
+        before = controller.exports.view.version
         answers: list[Any] = []
         with controller.lock:  # the loop is busy: it cannot step
             reader = threading.Thread(
@@ -450,8 +450,8 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
         assert answers[0].get_json()["counts"]["virtual_services"] == 1
         # An intent is answered once the view shows it.
         reply = controller.submit_intent(AddDrain(Drain("192.0.2.1", None, None)))
-        assert reply.ok and controller.view.version > before
-        assert len(controller.view.intents.drains) == 1
+        assert reply.ok and controller.exports.view.version > before
+        assert len(controller.exports.view.intents.drains) == 1
     finally:
         stop.set()
         loop.join(5)
@@ -514,18 +514,18 @@ def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:
     controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"))
     for _ in range(3):
         controller.step(0.01)
-    assert controller.view.status.synced and controller.view.unhealthy == {}
-    before = controller.view
+    assert controller.exports.view.status.synced and controller.exports.view.unhealthy == {}
+    before = controller.exports.view
     (target,) = controller.gate.checks[TCP][A]
     controller.post(TargetChecked(target, up=False))
     controller.step(0.01)
-    assert controller.view.unhealthy == {TCP: frozenset({A})}
-    assert controller.view.desired[TCP].real_servers[A].weight == 0  # quiesced
+    assert controller.exports.view.unhealthy == {TCP: frozenset({A})}
+    assert controller.exports.view.desired[TCP].real_servers[A].weight == 0  # quiesced
     assert before.desired[TCP].real_servers[A].weight == 1  # an older view is unchanged
     controller.post(TargetChecked(target, up=True))
     controller.step(0.01)
-    assert controller.view.unhealthy == {}
-    assert controller.view.desired[TCP].real_servers[A].weight == 1
+    assert controller.exports.view.unhealthy == {}
+    assert controller.exports.view.desired[TCP].real_servers[A].weight == 1
 
 
 def test_the_views_fresh_copy_of_the_table_is_out_of_the_young_generation_after_its_step() -> None:
@@ -542,13 +542,13 @@ def test_the_views_fresh_copy_of_the_table_is_out_of_the_young_generation_after_
     controller = Controller(FakeIpvs(), parse_config(config, "static.yaml"))
     for _ in range(3):
         controller.step(0.01)
-    assert len(controller.view.desired) == 100
+    assert len(controller.exports.view.desired) == 100
     target = controller.gate.checks[TCP][A][0]  # checks 192.0.2.1:8080, for all 100
     for up in (False, True, False):
-        before = controller.view.desired
+        before = controller.exports.view.desired
         controller.post(TargetChecked(target, up))
         controller.step(0.01)
-        desired = controller.view.desired
+        desired = controller.exports.view.desired
         assert desired.rebased(before)  # 100 virtual services changed: a fresh copy
         assert {vs.real_servers[A].weight for vs in desired.values()} == {int(up)}
         base = gc.get_referents(desired)[0]
@@ -571,7 +571,7 @@ def test_the_state_file_follows_the_table_at_most_once_a_second(tmp_path: Any) -
     (target,) = controller.gate.checks[TCP][A]
     controller.post(TargetChecked(target, up=False))
     controller.step(0.01)
-    assert controller.view.desired[TCP].real_servers[A].weight == 0
+    assert controller.exports.view.desired[TCP].real_servers[A].weight == 0
     assert weights() == [1, 1]  # written less than a second ago: not yet
     clock.now += 1.0
     controller.step(0.01)
@@ -596,7 +596,7 @@ def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vi
         FakeIpvs(), parse_config(CHECKED, "static.yaml"), state_file=state, clock=clock
     )
     told: list[frozenset[str]] = []
-    controller.on_vips = told.append
+    controller.exports.vips.announce = told.append
     folder.rename(tmp_path / "elsewhere")
     (tmp_path / "state").write_text("a file where the folder was")  # ENOTDIR, every try
     for _ in range(3):
@@ -658,19 +658,19 @@ def test_a_view_that_cannot_be_published_is_an_error_survived(
     real = controller.exports.publish
     calls = {"n": 0}
 
-    def flaky(loop: Controller) -> None:
+    def flaky(*args: Any) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("a bug in the read model")
-        real(loop)
+        real(*args)
 
     monkeypatch.setattr(controller.exports, "publish", flaky)
     controller.step(0.01)  # does not raise: counted, shown, and tried again
     assert controller.health.loop_errors == 1
     assert controller.health.last_error == "publish: RuntimeError: a bug in the read model"
-    assert not controller.view.status.synced
+    assert not controller.exports.view.status.synced
     controller.step(0.01)
-    assert controller.view.status.synced and controller.health.synced
+    assert controller.exports.view.status.synced and controller.health.synced
 
 
 def test_the_vip_set_is_announced_when_it_changes_and_only_then() -> None:

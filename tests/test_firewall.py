@@ -118,7 +118,7 @@ def test_a_services_source_ranges_are_enforced_and_its_drops_counted(
         warning = eventually(lambda: [e for e in api.events_for("web") if e["type"] == "Warning"])
         assert warning[0]["reason"] == "InvalidServiceField"
         assert "'bogus' is not a CIDR" in warning[0]["message"]
-        scrape = generate_latest(runtime.registry).decode()
+        scrape = generate_latest(runtime.metrics.registry).decode()
         dropped = {
             tuple(sorted(s.labels.items())): s.value
             for family in text_string_to_metric_families(scrape)
@@ -146,7 +146,7 @@ def test_a_filter_nft_refuses_holds_the_restricted_service_back_and_nothing_else
         eventually(lambda: len(ipvs.read().services) == 1, what="the open Service served")
         eventually(lambda: getattr(runtime.controller.health.owned.get("nftables"), "failures", 0))
         (served,) = ipvs.read().services
-        assert runtime.controller.owner[served] == "default/public"
+        assert runtime.controller.table.owner[served] == "default/public"
         assert "Could not process rule" in (runtime.controller.health.last_error or "")
         firewall.fail = None  # nft works again: the held-back Service follows, filtered
         eventually(lambda: len(ipvs.read().services) == 2, timeout=15, what="the retry")
@@ -176,11 +176,11 @@ def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
         api.create("services", service("public", [("http", "TCP", 80)]))
         eventually(lambda: len(ipvs.read().services) == 1, what="the other Service served")
         (served,) = ipvs.read().services
-        assert runtime.controller.owner[served] == "default/public"
+        assert runtime.controller.table.owner[served] == "default/public"
         firewall.fail = None
         eventually(lambda: len(ipvs.read().services) == 2, timeout=15, what="the retry")
         (fullnat,) = firewall.snat
-        assert runtime.controller.owner[fullnat] == "default/untouched-nodes"
+        assert runtime.controller.table.owner[fullnat] == "default/untouched-nodes"
         dests = ipvs.read().services[fullnat].real_servers.values()
         assert {d.forwarding for d in dests} == {Forwarding.NAT}
 
@@ -206,7 +206,7 @@ kubernetes: {{kubeconfig: {api.kubeconfig(tmp_path / "kc")}, identity: a, lease_
         assert key.address == "198.51.100.0" and key in ipvs.read().services
         # The kernel reads its real servers back as nat: the API says what they are.
         listed = (
-            create_app(runtime.controller, "t")
+            create_app(runtime.controller.door(), "t")
             .test_client()
             .get("/api/v1/services", headers={"Authorization": "Bearer t"})
         )
@@ -244,13 +244,13 @@ def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(tmp_p
         assert firewall.snat == {key}
         dests = ipvs.read().services[key].real_servers.values()
         assert {d.forwarding for d in dests} == {Forwarding.NAT}
-        client = create_app(runtime.controller, "t").test_client()
+        client = create_app(runtime.controller.door(), "t").test_client()
 
         def shown() -> set[str]:
             listed = client.get("/api/v1/services", headers={"Authorization": "Bearer t"})
             return {rs["forwarding"] for rs in listed.get_json()["items"][0]["real_servers"]}
 
-        assert runtime.controller.view.owner.get(key) == "static", "the view's owner, back"
+        assert runtime.controller.exports.view.owner.get(key) == "static", "the view's owner, back"
         assert shown() == {"fullnat"}, "the API says full NAT, not the kernel's nat"
         path.write_text(STATIC_FULLNAT.format(forwarding="nat"))
         assert runtime.reload(str(path))[0] == "applied"
@@ -408,7 +408,9 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                 assert answered in {b.name for b in lab.backends}
                 with pytest.raises(OSError):  # dropped: the connection times out
                     ask_tcp(lab.client, vip, 80, source=excluded, timeout=2)
-                dropped = eventually(lambda: runtime.firewall.dropped().get(key), what="drops")
+                dropped = eventually(
+                    lambda: runtime.controller.filter.firewall.dropped().get(key), what="drops"
+                )
                 assert dropped >= 1
                 ruleset = json.loads(lab.lvs.exec(["nft", "-j", "list", "ruleset"]))["nftables"]
                 tables = sorted(i["table"]["name"] for i in ruleset if "table" in i)
@@ -421,7 +423,10 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                     )
                 # The Service opened up: the filter goes, the excluded client gets in.
                 api.patch("services", "web", {"spec": {"loadBalancerSourceRanges": None}})
-                eventually(lambda: not runtime.firewall.dropped(), what="the filter removed")
+                eventually(
+                    lambda: not runtime.controller.filter.firewall.dropped(),
+                    what="the filter removed",
+                )
                 assert ask_tcp(lab.client, vip, 80, source=excluded)
                 chains = lab.lvs.exec(["nft", "list", "table", "inet", "director"])
                 assert "svc4_" not in chains
@@ -578,16 +583,16 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
             what="the filter written again",
         )
         state = eventually(lambda: (s := owned.get("nftables")) and s.in_sync and s.repairs and s)
-        assert state.repairs == 1 and key in runtime.controller.view.filtered
+        assert state.repairs == 1 and key in runtime.controller.exports.view.filtered
         assert not firewall.admits(key, "203.0.113.3")
         # Flushed again, and nft now refuses the table: closed until it takes it.
         firewall.fail = "Error: Could not process rule: Operation not supported"
         flush_ruleset(firewall)
         eventually(lambda: key not in ipvs.read().services, timeout=10, what="held back")
-        client = create_app(runtime.controller, "t").test_client()
+        client = create_app(runtime.controller.door(), "t").test_client()
         ready = client.get("/readyz")
         assert ready.status_code == 503 and "nftables" in ready.get_json()["detail"]
-        assert key not in runtime.controller.view.filtered
+        assert key not in runtime.controller.exports.view.filtered
         firewall.fail = None
         eventually(lambda: key in ipvs.read().services, timeout=15, what="served, filtered")
         assert firewall.rules == {key: ("203.0.113.2/32",)}
@@ -669,7 +674,7 @@ snat: {{addresses: {json.dumps(snats)}, ports: 40000-40001}}
             failed = eventually(
                 lambda: (runtime._conntrack() or {}).get("insert_failed", 0), what="counted"
             )
-            scrape = generate_latest(runtime.registry).decode()
+            scrape = generate_latest(runtime.metrics.registry).decode()
             exported = {
                 sample.name: sample.value
                 for family_ in text_string_to_metric_families(scrape)

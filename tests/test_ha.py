@@ -56,10 +56,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaLab]:
         start_director(lab, d1)
         assert wait_for(lambda: d1.has(NAT_VIP), 20) is not None, "d1 never became master"
         start_director(lab, d2)
-        assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
+        assert wait_for(lambda: d2.runtime.controller.health.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
         # keepalived adds the VIP before it tells the FIFO: steady state is when d1's
         # director has heard MASTER too (a loaded machine may take a while).
-        heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+        heard = wait_for(lambda: d1.runtime.controller.health.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
         assert heard is not None, "d1's director never heard MASTER from its keepalived"
         yield lab
     finally:
@@ -100,8 +100,8 @@ def test_failover_and_failback_keep_50_connections(
     pair: HaLab, vip: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d1, d2 = pair.directors
-    assert d1.runtime.controller.vrrp_state == "MASTER"  # type: ignore[union-attr]
-    assert d2.runtime.controller.vrrp_state == "BACKUP"  # type: ignore[union-attr]
+    assert d1.runtime.controller.health.vrrp_state == "MASTER"  # type: ignore[union-attr]
+    assert d2.runtime.controller.health.vrrp_state == "BACKUP"  # type: ignore[union-attr]
     talkers = Talkers(pair, vip, count=50, period=0.1)
     try:
         wait_for(lambda: talkers.answered >= 500, 30)  # every connection busy, syncs sent
@@ -110,8 +110,8 @@ def test_failover_and_failback_keep_50_connections(
             f"{vip} kill -9 of the master's keepalived: VIP on the backup in {held:.2f}s, "
             f"answering in {answering:.2f}s; new connections during the switch {ok}/{tried}"
         ]
-        wait_for(lambda: d2.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
-        assert d2.runtime.controller.vrrp_state == "MASTER"  # type: ignore[union-attr]
+        wait_for(lambda: d2.runtime.controller.health.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+        assert d2.runtime.controller.health.vrrp_state == "MASTER"  # type: ignore[union-attr]
         before = talkers.answered
         wait_for(lambda: talkers.answered >= before + 300, 30)
         assert talkers.alive == 50, f"{50 - talkers.alive} connections broke at failover"
@@ -136,7 +136,7 @@ def test_failover_and_failback_keep_50_connections(
         one_master(pair, vip, d1)
     finally:
         talkers.close()
-    assert wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE) is not None  # type: ignore[union-attr]
+    assert wait_for(lambda: d1.runtime.controller.health.vrrp_state == "MASTER", SETTLE) is not None  # type: ignore[union-attr]
 
 
 def test_link_down_moves_the_vips_within_a_second(
@@ -154,7 +154,9 @@ def test_link_down_moves_the_vips_within_a_second(
                 f"\nlink down on the master: VIP on the backup in {held:.2f}s, answering in "
                 f"{answering:.2f}s; new connections during the switch {ok}/{tried}"
             )
-        assert wait_for(lambda: d1.runtime.controller.vrrp_state == "FAULT", SETTLE) is not None  # type: ignore[union-attr]
+        assert (
+            wait_for(lambda: d1.runtime.controller.health.vrrp_state == "FAULT", SETTLE) is not None
+        )  # type: ignore[union-attr]
         one_master(pair, NAT_VIP, d2)
         before = talkers.answered
         wait_for(lambda: talkers.answered >= before + 300, 30)
@@ -236,13 +238,13 @@ def test_a_wedged_director_gives_up_mastership_and_a_restart_does_not(
                     f"{d.name} keepalived:", *said.decode(errors="replace").splitlines(), sep="\n  "
                 )
     one_master(pair, NAT_VIP, d1)
-    heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+    heard = wait_for(lambda: d1.runtime.controller.health.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
     assert heard is not None
 
 
 def test_a_config_keepalived_rejects_is_never_installed(pair: HaLab) -> None:
     d1 = pair.directors[0]
-    sync = d1.runtime.keepalived  # type: ignore[union-attr]
+    sync = d1.runtime.daemons.keepalived  # type: ignore[union-attr]
     assert sync is not None
     live = d1.conf.read_text()
     with pytest.raises(ConfigRejected):

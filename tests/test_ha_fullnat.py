@@ -46,8 +46,8 @@ def make_pair(prefix: str, workdir: Path, *, conntrackd: bool) -> HaLab:
         start_director(lab, d1, fullnat=True, conntrackd=conntrackd)
         assert wait_for(lambda: d1.has(FULLNAT_VIP), 20) is not None, "d1 never became master"
         start_director(lab, d2, fullnat=True, conntrackd=conntrackd)
-        assert wait_for(lambda: d2.runtime.controller.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
-        heard = wait_for(lambda: d1.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+        assert wait_for(lambda: d2.runtime.controller.health.vrrp_state == "BACKUP", 20) is not None  # type: ignore[union-attr]
+        heard = wait_for(lambda: d1.runtime.controller.health.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
         assert heard is not None, "d1's director never heard MASTER from its keepalived"
         if conntrackd:
             for d in lab.directors:
@@ -100,7 +100,7 @@ def fail_over_and_back(pair: HaLab, talkers: Talkers) -> tuple[int, int, list[st
         f"fullnat kill -9 of the master's keepalived: VIP on the backup in {held:.2f}s, "
         f"answering in {answering:.2f}s; new connections during the switch {ok}/{tried}"
     ]
-    wait_for(lambda: d2.runtime.controller.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
+    wait_for(lambda: d2.runtime.controller.health.vrrp_state == "MASTER", SETTLE)  # type: ignore[union-attr]
     before = talkers.answered
     wait_for(lambda: talkers.answered >= before + 300, 30)
     at_failover = 50 - talkers.alive

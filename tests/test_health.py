@@ -275,7 +275,7 @@ def run_static(text: str) -> tuple[Controller, FakeIpvs, Checker, threading.Even
     ipvs = FakeIpvs()
     controller = Controller(ipvs, parse_config(text, "static.yaml"))
     checker = Checker(lambda t, h: controller.submit("health", "UP" if h.up else "DOWN", t))
-    controller.on_targets = checker.update
+    controller.gate.on_targets = checker.update
     stop = threading.Event()
     threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
     checker.start()
@@ -316,7 +316,7 @@ def test_when_every_real_server_fails_they_are_kept_and_it_is_said_loudly(
     controller, ipvs, checker, stop = run_static(STATIC.format(a=free_port(), b=free_port()))
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
     try:
-        eventually(lambda: key in controller.all_down, timeout=10, what="all down")
+        eventually(lambda: key in controller.gate.all_down, timeout=10, what="all down")
         weights = {rs.weight for rs in ipvs.read().services[key].real_servers.values()}
         assert weights == {1}, "kept: serving something beats serving nothing"
         assert any("event=health.all_down" in r.getMessage() for r in caplog.records)

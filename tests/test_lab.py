@@ -60,3 +60,55 @@ def test_the_shape_check_names_a_long_function_and_a_class_with_too_many_attribu
         "director/big.py:1: long is 82 lines (80 at most)",
         "director/big.py:85: Wide has 16 instance attributes (15 at most)",
     ]
+
+
+def test_the_shape_check_counts_forwarding_properties_and_keeps_the_engine_door(
+    tmp_path: Path,
+) -> None:
+    """A property that only hands on another object's attribute is still one of the class's
+    attributes (the Controller once showed 25 of its parts' this way); the web and the
+    adapters import the engine's events, view and ports only, whatever module is added."""
+    from lab import shape
+
+    tree = tmp_path / "director"
+    (tree / "web").mkdir(parents=True)
+    selves = "\n".join(f"        self.s{i} = {i}" for i in range(12))
+    forwards = "".join(
+        f"    @property\n    def f{i}(self):\n        return self.s0.part{i}\n\n" for i in range(3)
+    )
+    (tree / "hub.py").write_text(
+        f"class Hub:\n    def __init__(self):\n{selves}\n\n{forwards}"
+        "    @property\n    def maybe(self):\n        return self.s1.x if self.s1 else None\n\n"
+        "    @property\n    def computed(self):\n        return len(self.s2.items)\n\n"
+        "    @property\n    def own(self):\n        return self.s3\n"
+    )
+    (tree / "web" / "page.py").write_text(
+        "from director.engine.view import LoopView\n"
+        "from director.engine import events, loop\n"
+        "import director.engine.reconcile\n"
+    )
+    assert list(shape.findings(tree)) == [
+        "director/hub.py:1: Hub has 16 instance attributes (15 at most)",
+        "director/web/page.py:2: imports director.engine.loop (the engine's door: events, "
+        "view, ports)",
+        "director/web/page.py:3: imports director.engine.reconcile (the engine's door: "
+        "events, view, ports)",
+    ]
+
+
+def test_the_shape_check_names_an_import_circle_even_one_for_type_checking_only(
+    tmp_path: Path,
+) -> None:
+    from lab import shape
+
+    tree = tmp_path / "director"
+    (tree / "engine").mkdir(parents=True)
+    (tree / "engine" / "loop.py").write_text("from director.engine import exports\n")
+    (tree / "engine" / "exports.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from director.engine.loop import Controller\n"
+    )
+    (tree / "engine" / "view.py").write_text("from director.engine.exports import x\n")
+    assert list(shape.findings(tree)) == [
+        "import circle: director.engine.exports -> director.engine.loop"
+    ]

@@ -74,7 +74,7 @@ def test_a_holder_that_stops_is_replaced_after_a_lease_duration_whatever_its_clo
 def test_a_clean_stop_hands_the_lease_over_at_once(api: FakeApiServer, tmp_path: Path) -> None:
     """A planned switch-over (``systemctl stop`` on the status writer) does not wait out the
     lease: the stopping director gives it up and the other takes it at its next attempt."""
-    from director.cli.runtime import Elector
+    from director.adapters.lease import Elector
 
     clock = Clock(1000.0)
     changes: list[bool] = []

@@ -107,7 +107,7 @@ def test_every_change_asked_of_the_api_is_audited_with_the_client(
     from director.web.app import create_app
 
     controller = Controller(FakeIpvs(), parse_config("ownership: {networks: [10.0.0.0/8]}\n"))
-    client = create_app(controller, "t0ken-for-the-admin-api").test_client()
+    client = create_app(controller.door(), "t0ken-for-the-admin-api").test_client()
     caplog.set_level("INFO", logger="director.api")
     client.post(
         "/api/v1/drains",

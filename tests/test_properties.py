@@ -198,7 +198,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlaskClient]:
     loop = threading.Thread(target=controller.run, args=(stop, 0.02), daemon=True)
     loop.start()
     eventually(lambda: controller.health.synced, what="the first sync")
-    yield create_app(controller, TOKEN).test_client()
+    yield create_app(controller.door(), TOKEN).test_client()
     stop.set()
     loop.join(5)
 
@@ -257,7 +257,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeApiS
         runtime = Runtime(config, FakeIpvs())
         with runtime.start():
             assert runtime.wait_ready(20)
-            eventually(lambda: runtime.controller.leader, what="the lease")
+            eventually(lambda: runtime.controller.reporter.leader, what="the lease")
             yield api, runtime
 
 
@@ -297,7 +297,7 @@ def test_a_running_loop_fed_garbage_keeps_programming_the_good_services(
     made.append(("services", good))
     try:
         eventually(
-            lambda: runtime.controller.produced.get(f"default/{good}"),
+            lambda: runtime.controller.table.produced.get(f"default/{good}"),
             timeout=20,
             what="the good Service programmed",
         )

@@ -48,7 +48,7 @@ def weight(ipvs: FakeIpvs, i: int, rs: str = "192.0.2.1") -> int:
 
 
 def metric(runtime: Runtime, name: str, labels: dict[str, str] | None = None) -> float | None:
-    return runtime.registry.get_sample_value(name, labels or {})
+    return runtime.metrics.registry.get_sample_value(name, labels or {})
 
 
 @pytest.fixture
@@ -77,7 +77,10 @@ def test_a_one_line_change_reaches_the_kernel_as_one_operation(
     assert runtime.reload(str(path)) == ("applied", "added=0 removed=0 changed=1")
     assert weight(ipvs, 0) == 5, "the change is in the kernel when reload returns"
     assert len(ipvs.applied) - before == 1, ipvs.applied[before:]
-    assert runtime.controller.view.desired[key(0)].real_servers[("192.0.2.1", 8080)].weight == 5
+    assert (
+        runtime.controller.exports.view.desired[key(0)].real_servers[("192.0.2.1", 8080)].weight
+        == 5
+    )
     assert metric(runtime, "director_config_reloads_total", {"result": "applied"}) == 1
     assert metric(runtime, "director_config_last_reload_successful") == 1
 
@@ -101,7 +104,8 @@ def test_services_added_and_removed_and_nothing_foreign_touched(
     # The API and the metrics show the new table (the view is published after the step).
     eventually(
         lambda: (
-            ServiceKey.inet(Protocol.TCP, "198.51.100.60", 443) in runtime.controller.view.desired
+            ServiceKey.inet(Protocol.TCP, "198.51.100.60", 443)
+            in runtime.controller.exports.view.desired
         ),
         5,
     )

@@ -31,8 +31,8 @@ from director.core.announce import PeerState
 from director.core.model import DEST_COUNTERS, SERVICE_COUNTERS, ServiceKey
 from director.core.owned import Failure
 from director.dataplane.interface import Ipvs
+from director.dataplane.memory import give_back_free_memory
 from director.engine.ports import LoopPort
-from director.engine.programming import give_back_free_memory
 from director.engine.view import LoopView
 
 Registry = CollectorRegistry  # what the runtime hands to extra collectors
@@ -283,7 +283,7 @@ class DirectorCollector(Collector):
             yield GaugeMetricFamily(
                 "director_leader",
                 "1 when this director holds the status-writing Lease.",
-                value=1 if view.leader else 0,
+                value=1 if view.status.leader else 0,
             )
         yield CounterMetricFamily(
             "director_reconcile_errors",
@@ -360,7 +360,7 @@ class DirectorCollector(Collector):
             "director_vrrp_state", "1 for this director's VRRP state.", labels=["state"]
         )
         for name in VRRP_STATES:
-            role.add_metric([name], 1 if view.vrrp_state == name else 0)
+            role.add_metric([name], 1 if view.status.vrrp_state == name else 0)
         yield role
         in_use = GaugeMetricFamily(
             "director_pool_addresses_in_use", "Addresses allocated from the pool.", labels=["pool"]
@@ -368,7 +368,7 @@ class DirectorCollector(Collector):
         free = GaugeMetricFamily(
             "director_pool_addresses_free", "Addresses left in the pool.", labels=["pool"]
         )
-        for pool in view.pools:
+        for pool in view.addressing.pools:
             in_use.add_metric([pool.name], pool.in_use)
             free.add_metric([pool.name], pool.size - pool.in_use)
         yield in_use

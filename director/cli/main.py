@@ -115,7 +115,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_fatal=lambda _reason: ask("stop"),
         )
         STARTUP.mark("start")
-        runtime.controller.on_ready = _timed_ready(runtime, runtime.controller.on_ready)
+        runtime.controller.exports.on_ready = _timed_ready(
+            runtime, runtime.controller.exports.on_ready
+        )
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None

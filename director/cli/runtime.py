@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from director.adapters.metrics import FrrFigures, Metrics, Registry, Scrape
+from director.adapters.lease import Elector
+from director.adapters.metrics import FrrFigures, Metrics, Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.cli.preflight import read_token
@@ -26,7 +27,7 @@ from director.core.announce import PeerState
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
-from director.core.owned import Ledger, Refused, Transient
+from director.core.owned import Ledger
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.engine.events import (
@@ -90,90 +91,20 @@ class Daemons(NamedTuple):
     frr: FrrSync | None
     sysctls: Sysctls | None
 
+    @property
+    def keepalived(self) -> KeepalivedSync | None:
+        return self.vrrp.sync if self.vrrp else None
 
-RELEASE_SECONDS = 5.0  # a clean stop waits at most this for the Lease's release
+    @property
+    def fifo(self) -> VrrpFifo | None:
+        return self.vrrp.fifo if self.vrrp else None
+
+    @property
+    def conntrackd(self) -> ConntrackdFile | None:
+        return self.vrrp.conntrackd if self.vrrp else None
+
+
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
-
-
-class Elector:
-    """Holds the Lease that decides which director of the pair writes Service status."""
-
-    def __init__(
-        self,
-        writer: KubeWriter,
-        namespace: str,
-        name: str,
-        seconds: int,
-        on_change: Callable[[bool], None],
-        *,
-        on_refused: Callable[[str | None], None] | None = None,
-        ledger: Ledger | None = None,
-    ) -> None:
-        self.writer, self.namespace, self.name, self.seconds = writer, namespace, name, seconds
-        self.on_change, self.on_refused = on_change, on_refused
-        self.ledger = ledger or Ledger()
-        self.refused: str | None = None
-        self.leader = False
-        self._last_renewal = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
-
-    def start(self) -> None:
-        self.ledger.track("lease")
-        self._thread.start()
-
-    def stop(self, release: bool = True) -> None:
-        """Stop renewing; with ``release`` (a clean stop), give the Lease up so the other
-        box writes status at its next attempt, not a lease duration later."""
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join(timeout=RELEASE_SECONDS)  # no renewal after the release
-        if not (release and self.leader):
-            return
-        self.leader = False
-        try:
-            released = self.writer.release_lease(self.namespace, self.name, timeout=RELEASE_SECONDS)
-        except Exception as exc:  # the API is away: the Lease expires on its own
-            event(log, "lease.release_failed", level=logging.WARNING, reason=str(exc)[:200])
-            return
-        event(log, "lease.released", lease=f"{self.namespace}/{self.name}", released=released)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                held = self.writer.acquire_lease(self.namespace, self.name, self.seconds)
-                if held:
-                    self._last_renewal = time.monotonic()
-                self._refused(None)
-                self.ledger.ok("lease")
-            except Exception as exc:
-                event(log, "lease.renew_failed", level=logging.WARNING, reason=str(exc)[:200])
-                lease = f"the Lease {self.namespace}/{self.name}: {str(exc)[:200]}"
-                if lease_refusal(exc):  # a refusal, not an outage: it stays until fixed
-                    self.ledger.failed("lease", Refused(f"the API server refuses {lease}"))
-                    self._refused(f"the API server refuses {lease}")
-                else:
-                    self.ledger.failed("lease", Transient(f"cannot renew {lease}"))
-                # Leadership lapses when the lease would have expired for the others too.
-                held = self.leader and time.monotonic() - self._last_renewal < self.seconds
-            if held != self.leader:
-                self.leader = held
-                self.on_change(held)
-            self._stop.wait(max(0.2, self.seconds / 3))
-
-    def _refused(self, reason: str | None) -> None:
-        if reason != self.refused:
-            self.refused = reason
-            if self.on_refused is not None:
-                self.on_refused(reason)
-
-
-def lease_refusal(exc: BaseException) -> bool:
-    """An answer that will not change until someone fixes the cluster: 401, 403 (RBAC), 404
-    (the namespace does not exist), 422. Outages, 409 and 429 are passing."""
-    from director.adapters.kube import KubeError
-
-    return isinstance(exc, KubeError) and exc.status in (401, 403, 404, 422)
 
 
 PARSERS = {
@@ -284,7 +215,11 @@ class Runtime:
             firewall=firewall or _firewall(ipvs, netns, settings, dry_run),
         )
         scrape = self.metrics.serve(
-            self.controller, reader, self._keepalived_counts, self._frr_figures, self._conntrack
+            self.controller.door(),
+            reader,
+            self._keepalived_counts,
+            self._frr_figures,
+            self._conntrack,
         )
         self.watchers = _watchers(kube_api, self.controller.submit, watch_seconds)
         kube = settings.kubernetes
@@ -315,8 +250,8 @@ class Runtime:
         # systemd (Type=notify): ready once the first sync is applied; the watchdog is fed by
         # the control loop itself, so a loop that stops stepping gets the director restarted.
         self.notifier = Notifier()
-        self.controller.on_ready = self.notifier.ready
-        self.controller.on_step = self._stepped
+        self.controller.exports.on_ready = self.notifier.ready
+        self.controller.pace.on_step = self._stepped
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 
@@ -324,17 +259,13 @@ class Runtime:
         """After each step of the control loop: systemd's watchdog, and (once the first sync
         is applied) the heartbeat keepalived's liveness check reads."""
         self.notifier.watchdog()
-        sync = self.keepalived
-        if sync is not None and sync.heartbeat is not None and self.controller.ready:
+        sync = self.daemons.keepalived
+        if (
+            sync is not None
+            and sync.heartbeat is not None
+            and self.controller.health.first_sync_done
+        ):
             sync.heartbeat.beat()
-
-    @property
-    def firewall(self) -> Firewall | None:
-        return self.controller.firewall
-
-    @property
-    def registry(self) -> Registry:
-        return self.metrics.registry
 
     def _api(
         self, settings: Settings, writer: KubeWriter | None, scrape: Scrape, reader: Ipvs | None
@@ -346,7 +277,7 @@ class Runtime:
         from director.web.bodies import MAX_BODY
 
         app = create_app(
-            self.controller,
+            self.controller.door(),
             read_token(settings.api.token_file),
             writer=writer,
             metrics=scrape,
@@ -367,7 +298,8 @@ class Runtime:
         )
 
     def _peers(self) -> tuple[PeerState, ...]:
-        frr = getattr(self, "frr", None)  # the API is made before FRR's part
+        daemons = getattr(self, "daemons", None)  # the API is made before FRR's part
+        frr = daemons.frr if daemons is not None else None
         return frr.sessions if frr is not None else ()
 
     def _checker(self, settings: Settings, netns: str | None) -> Checker | None:
@@ -380,28 +312,8 @@ class Runtime:
             netns=netns,
             on_result=lambda _target, health: recorder.health.observe(health.last_seconds),
         )
-        self.controller.on_targets = checker.update
+        self.controller.gate.on_targets = checker.update
         return checker
-
-    @property
-    def vrrp(self) -> Vrrp | None:
-        return self.daemons.vrrp
-
-    @property
-    def frr(self) -> FrrSync | None:
-        return self.daemons.frr
-
-    @property
-    def keepalived(self) -> KeepalivedSync | None:
-        return self.vrrp.sync if self.vrrp else None
-
-    @property
-    def fifo(self) -> VrrpFifo | None:
-        return self.vrrp.fifo if self.vrrp else None
-
-    @property
-    def conntrackd(self) -> ConntrackdFile | None:
-        return self.vrrp.conntrackd if self.vrrp else None
 
     def _keepalived(self, settings: Settings, dry_run: bool) -> Vrrp | None:
         if settings.ha is None or dry_run:
@@ -410,7 +322,7 @@ class Runtime:
 
         owned = self.controller.health.owned
         sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
-        self.controller.on_vips = sync.submit
+        self.controller.exports.vips.announce = sync.submit
         fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
         conntrackd = None
         if settings.ha.conntrackd is not None:
@@ -438,11 +350,12 @@ class Runtime:
             netns=netns,
             ledger=self.controller.health.owned,
         )
-        self.controller.on_routes = sync.submit
+        self.controller.exports.vips.on_routes = sync.submit
         return sync
 
     def _frr_figures(self) -> FrrFigures | None:
-        sync = getattr(self, "frr", None)  # a scrape may come before it is made
+        daemons = getattr(self, "daemons", None)  # a scrape may come before they are made
+        sync = daemons.frr if daemons is not None else None
         if sync is None:
             return None
         return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
@@ -461,7 +374,8 @@ class Runtime:
             return None
 
     def _keepalived_counts(self) -> tuple[int, int] | None:
-        sync = getattr(self, "keepalived", None)  # a scrape may come before it is made
+        daemons = getattr(self, "daemons", None)  # a scrape may come before they are made
+        sync = daemons.keepalived if daemons is not None else None
         if sync is None:
             return None
         return sync.keepalived.rejected, sync.keepalived.reloads
@@ -483,13 +397,13 @@ class Runtime:
             self.api.start()
         if self.checker is not None:
             self.checker.start()
-        if self.vrrp is not None:
-            self.vrrp.fifo.start()
-            self.vrrp.sync.start()
-            if self.vrrp.conntrackd is not None:
-                self.vrrp.conntrackd.start()
-        if self.frr is not None:
-            self.frr.start()
+        if self.daemons.vrrp is not None:
+            self.daemons.vrrp.fifo.start()
+            self.daemons.vrrp.sync.start()
+            if self.daemons.vrrp.conntrackd is not None:
+                self.daemons.vrrp.conntrackd.start()
+        if self.daemons.frr is not None:
+            self.daemons.frr.start()
         if self.daemons.sysctls is not None:
             self.daemons.sysctls.start()
         if self.elector is not None:
@@ -502,10 +416,16 @@ class Runtime:
     def essential_threads(self) -> list[threading.Thread]:
         """The threads without which the director silently stops doing its job."""
         threads = [self._thread, *(w._thread for w in self.watchers)]
-        if self.controller.outbox is not None:
-            threads += self.controller.outbox.threads
-        parts = (self.elector, self.checker, self.keepalived, self.fifo, self.conntrackd)
-        for part in (*parts, self.frr, self.daemons.sysctls, self.api):
+        if self.controller.reporter.outbox is not None:
+            threads += self.controller.reporter.outbox.threads
+        parts = (
+            self.elector,
+            self.checker,
+            self.daemons.keepalived,
+            self.daemons.fifo,
+            self.daemons.conntrackd,
+        )
+        for part in (*parts, self.daemons.frr, self.daemons.sysctls, self.api):
             if part is not None:
                 threads.append(part._thread)
         return threads
@@ -597,12 +517,12 @@ class Runtime:
         """Withdraw every BGP route and give the routers ``bgp.leave_seconds`` to move the
         flows to the other directors; IPVS is kept, so connections already here carry on
         through them (sloppy TCP, the same Maglev table). True once FRR has withdrawn."""
-        if self.frr is None or not self._thread.is_alive():
+        if self.daemons.frr is None or not self._thread.is_alive():
             return False
         self.controller.post(Leaving(reason))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            maintenance = self.controller.view.addressing.maintenance or ""
+            maintenance = self.controller.exports.view.addressing.maintenance or ""
             if maintenance.startswith("the director is stopping"):
                 break
             time.sleep(0.05)
@@ -613,7 +533,9 @@ class Runtime:
         # says whether anything is still announced.
         from director.adapters.frr import RELOAD_SECONDS
 
-        settled = self.frr.quiet(RELOAD_SECONDS + 30) and self.frr.withdrawn(timeout=10)
+        settled = self.daemons.frr.quiet(RELOAD_SECONDS + 30) and self.daemons.frr.withdrawn(
+            timeout=10
+        )
         effect = "-" if settled else "FRR may go on announcing the VIPs after the stop"
         event(
             log,
@@ -622,10 +544,10 @@ class Runtime:
             reason=reason,
             withdrawn=settled,
             seconds=round(time.monotonic() - started, 1),
-            wait_seconds=self.frr.bgp.leave_seconds,
+            wait_seconds=self.daemons.frr.bgp.leave_seconds,
             effect=effect,
         )
-        time.sleep(self.frr.bgp.leave_seconds)
+        time.sleep(self.daemons.frr.bgp.leave_seconds)
         return settled
 
     def stop(self, leave: bool = True) -> None:
@@ -643,13 +565,13 @@ class Runtime:
             self.api.stop()
         if self.checker is not None:
             self.checker.stop()
-        if self.vrrp is not None:
-            self.vrrp.sync.stop()
-            self.vrrp.fifo.stop()
-            if self.vrrp.conntrackd is not None:
-                self.vrrp.conntrackd.stop()
-        if self.frr is not None:
-            self.frr.stop()
+        if self.daemons.vrrp is not None:
+            self.daemons.vrrp.sync.stop()
+            self.daemons.vrrp.fifo.stop()
+            if self.daemons.vrrp.conntrackd is not None:
+                self.daemons.vrrp.conntrackd.stop()
+        if self.daemons.frr is not None:
+            self.daemons.frr.stop()
         if self.daemons.sysctls is not None:
             self.daemons.sysctls.stop()
         self._stop.set()

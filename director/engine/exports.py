@@ -11,23 +11,40 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
+from director.core.intents import Intents
 from director.core.ipam import Pool
+from director.core.model import DestKey, ServiceKey
 from director.core.owned import Ledger, Retry, classify, file_mark
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
-from director.engine.view import Addressing, LoopView, PoolUse
+from director.engine.view import Addressing, LoopStatus, LoopView, PoolUse
 from director.logs import event
 
 if TYPE_CHECKING:
-    from director.engine.loop import Controller
+    from director.core.snapshot import Snapshot
+    from director.engine.addresses import Addresses
+    from director.engine.health_gate import HealthGate
+    from director.engine.table import Programmed
 
 K = TypeVar("K")
 V = TypeVar("V")
 STATE_FILE_SECONDS = 1.0
 VERIFY_SECONDS = 5.0  # the state file is looked at (stat) this often
 log = logging.getLogger("director.controller")
+
+
+class Step(NamedTuple):
+    """What a step of the loop leaves for the view, taken from each part as the step ends
+    (under the loop's lock): frozen, so the view holds it as it was."""
+
+    status: LoopStatus
+    draining: Mapping[ServiceKey, frozenset[DestKey]]
+    intents: Intents
+    pools: tuple[PoolUse, ...]
+    filtered: frozenset[ServiceKey]
+    lease_refused: str | None
 
 
 class Exports:
@@ -49,6 +66,7 @@ class Exports:
         self.settle_due = False  # the view copied its base afresh: see settle
         self._state_next = float("-inf")  # when the state file may be written again
         self.ledger = ledger or Ledger()
+        self._clock = clock
         self._state_retry = Retry(clock)
         self._state_mark: tuple[int, int, int] | None = None  # the file as last written
         self._state_verify = float("-inf")
@@ -57,13 +75,12 @@ class Exports:
             self.ledger.track("state-file")
         self._seen = (-1, -1, -1)  # snapshot, checks and verdicts versions last published
 
-    def publish(self, loop: Controller) -> None:
-        """Publish what the loop holds now as a frozen ``LoopView`` (under the loop's lock).
-        Of the desired table, what changed since the last view; the rest only when it
-        changed."""
+    def publish(self, step: Step, table: Programmed, gate: HealthGate, snapshot: Snapshot) -> None:
+        """Publish ``step`` with the programmed table, the checks and the cluster's snapshot
+        as a frozen ``LoopView`` (under the loop's lock). Of the desired table, what changed
+        since the last view; the rest only when it changed."""
         self.due = False
-        prev, table, gate = self.view, loop.table, loop.gate
-        stale, snapshot = table.stale, loop.snapshot
+        prev, stale = self.view, table.stale
         seen = (snapshot.services_version, gate.version, gate.verdicts)
         if seen[0] != self._seen[0]:
             stale.add("services")
@@ -72,32 +89,26 @@ class Exports:
         if seen[1:] != self._seen[1:]:
             stale.add("verdicts")
         self._seen = seen
-        allocator = loop.addresses.allocator
         desired = prev.desired.then(table.desired, table.changed)
         self.settle_due |= desired.rebased(prev.desired)
         self.view = LoopView(
             version=prev.version + 1,
-            status=loop.health.copy(synced=loop.ready),
+            status=step.status,
             desired=desired,
             owner=_frozen(table.owner) if "keys" in stale else prev.owner,
             options=_frozen(table.options) if "options" in stale else prev.options,
             produced=_frozen(table.produced) if "keys" in stale else prev.produced,
             services=_frozen(snapshot.services) if "services" in stale else prev.services,
-            draining=_frozen({k: frozenset(v) for k, v in loop.drains.waiting.items()}),
+            draining=step.draining,
             checks=_frozen(gate.checks) if "checks" in stale else prev.checks,
             unhealthy=_frozen(gate.failing()) if "verdicts" in stale else prev.unhealthy,
-            intents=loop.intents,
+            intents=step.intents,
             addressing=Addressing(
-                tuple(
-                    PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in loop.settings.pools
-                ),
-                self.vips.snapshot,
-                self.vips.maintenance,
-                self.vips.transitions,
+                step.pools, self.vips.snapshot, self.vips.maintenance, self.vips.transitions
             ),
             all_down=len(gate.all_down),
-            filtered=frozenset(loop.filter.enforced),
-            lease_refused=loop.reporter.lease_refused,
+            filtered=step.filtered,
+            lease_refused=step.lease_refused,
         )
         stale.clear()
         table.changed.clear()
@@ -112,7 +123,7 @@ class Exports:
         self.settle_due = False
         gc.collect(1)
 
-    def write_state(self, loop: Controller) -> None:
+    def write_state(self, table: Programmed, addresses: Addresses) -> None:
         """Rewrite the state file if the table changed: at most once every
         ``STATE_FILE_SECONDS``, and spending at most a tenth of the loop's time on it. Each
         write is the whole table (12.7 MB and 0.8 s natively at 10,000 Services) where a
@@ -123,8 +134,7 @@ class Exports:
         stops the step."""
         if self.state_file is None:
             return
-        clock = loop.pace.clock
-        started = clock()
+        started = self._clock()
         if not self.state_due and started >= self._state_verify:
             self._state_verify = started + VERIFY_SECONDS
             if self._state_mark is not None and file_mark(self.state_file) != self._state_mark:
@@ -141,9 +151,9 @@ class Exports:
                 self.state_due = True
         if not self.state_due or started < self._state_next:
             return
-        held = {ref: loop.addresses.held(ref) for ref in sorted(loop.table.produced)}
+        held = {ref: addresses.held(ref) for ref in sorted(table.produced)}
         try:
-            write_state(self.state_file, loop.table.desired, held)
+            write_state(self.state_file, table.desired, held)
             self._state_mark = file_mark(self.state_file)
         except OSError as exc:
             failure = classify(exc)
@@ -166,7 +176,7 @@ class Exports:
         if self._state_drift is not None:
             event(log, "owned.repaired", resource="state-file", drift=self._state_drift)
             self._state_drift = None
-        took = clock() - started
+        took = self._clock() - started
         self._state_next = started + max(STATE_FILE_SECONDS, 10 * took)
 
     def ready(self, message: str) -> None:

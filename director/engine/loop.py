@@ -14,32 +14,28 @@ flushes: an API outage stops the events, and the kernel keeps what it has.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from director.core.checks import Target
 from director.core.firewall import Firewall
-from director.core.intents import Intent, Intents
+from director.core.intents import Intent
 from director.core.ipam import Allocator
-from director.core.model import DestKey, ServiceKey, Table
-from director.core.snapshot import ALL, Snapshot
-from director.core.translate import Policy
+from director.core.snapshot import ALL
 from director.dataplane.interface import Ipvs
 from director.engine import events, reload
 from director.engine.addresses import Addresses, reserved_addresses
-from director.engine.announcer import Announce, Routes
+from director.engine.door import Door
 from director.engine.draining import Draining
-from director.engine.exports import Exports
+from director.engine.exports import Exports, Step
 from director.engine.health_gate import HealthGate
 from director.engine.intake import Intake
 from director.engine.intent_store import IntentStore
 from director.engine.outbox import Outbox
 from director.engine.pace import Pace
-from director.engine.parts import hook as _hook, read as _read
 from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.programming import Programmer
 from director.engine.reconcile import Reconciler, SyncReport
@@ -48,7 +44,7 @@ from director.engine.source_filter import SourceFilter
 from director.engine.syncer import Syncer
 from director.engine.table import Programmed
 from director.engine.translator import Translator, build_policy
-from director.engine.view import LoopStatus, LoopView
+from director.engine.view import LoopStatus, PoolUse
 from director.logs import event
 from director.schema.config import KubeSettings, Settings
 
@@ -118,37 +114,21 @@ class Controller:
             resync_seconds=kube.resync_seconds,
         )
 
-    # -- the parts, as the runtime, the web and the tests know them -----------------------
-    reconciler: Reconciler = _read("syncer.reconciler")
-    ipvs: Ipvs = _read("syncer.reconciler.ipvs")
-    dry_run: bool = _read("syncer.reconciler.dry_run")
-    policy: Policy = _read("programmer.translator.policy")
-    outbox: Outbox | None = _read("reporter.outbox")
-    leader: bool = _read("reporter.leader")
-    snapshot: Snapshot = _read("intake.snapshot")
-    queue: queue.Queue[events.Event] = _read("intake.queue")
-    intents: Intents = _read("store.current")
-    intents_file: Path | None = _read("store.path")
-    firewall: Firewall | None = _read("filter.firewall")
-    all_down: set[ServiceKey] = _read("gate.all_down")
-    draining: dict[ServiceKey, dict[DestKey, float]] = _read("drains.waiting")
-    desired: Table = _read("table.desired")
-    produced: dict[str, tuple[ServiceKey, ...]] = _read("table.produced")
-    owner: dict[ServiceKey, str] = _read("table.owner")
-    view: LoopView = _read("exports.view")
-    last_step: float = _read("pace.last_step")
-    vrrp_state: str | None = _read("health.vrrp_state")
-    ready: bool = _read("health.first_sync_done")
-    # Hooks the runtime sets: VIPs (keepalived), routes (FRR), check targets, steps, READY=1.
-    on_vips: Announce | None = _hook("exports.vips", "announce")
-    on_routes: Routes | None = _hook("exports.vips", "on_routes")
-    on_targets: Callable[[set[Target], set[Target]], None] | None = _hook("gate", "on_targets")
-    on_step: Callable[[], None] | None = _hook("pace", "on_step")
-    on_ready: Callable[[str], None] | None = _hook("exports", "on_ready")
-
     @property
     def kube(self) -> KubeSettings:
         return self.settings.kubernetes or KubeSettings()
+
+    def door(self) -> Door:
+        """The loop as the web and the metrics see it (``LoopPort``)."""
+        return Door(
+            lambda: self.settings,
+            translator=self.programmer.translator,
+            reconciler=self.syncer.reconciler,
+            pace=self.pace,
+            source_filter=self.filter,
+            exports=self.exports,
+            submit=self.submit_intent,
+        )
 
     # -- input -----------------------------------------------------------------------
     def post(self, ev: events.Event) -> None:
@@ -174,15 +154,17 @@ class Controller:
     def run(self, stop: threading.Event, tick: float = 0.5) -> None:
         while not stop.is_set():
             self.step(tick)
-        if self.outbox is not None:
-            self.outbox.close()
+        if self.reporter.outbox is not None:
+            self.reporter.outbox.close()
 
     def step(self, wait: float = 0.5) -> None:
         """Take a burst of queued events, then sync what they touched. Never raises: an
         unexpected error is logged with its traceback, counted, shown as ``last_error``,
         and the loop goes on (after a short pause when it keeps failing)."""
         self.pace.pause()  # a first sync with nothing left to list (static) waits for nothing:
-        batch = self.intake.take(0.0 if not self.ready and self.intake.listed() else wait)
+        batch = self.intake.take(
+            0.0 if not self.health.first_sync_done and self.intake.listed() else wait
+        )
         replies: list[events.Reply] = []
         with self.lock:
             try:
@@ -195,14 +177,29 @@ class Controller:
                 # Publishing is a unit of work (a failure is tried again next step). Ready
                 # only once the view says so: /readyz never lags the flag.
                 due = batch or self.exports.due
-                if due and self._guarded("publish", self.exports.publish, self):
-                    self.health.synced = self.ready
+                if due and self._guarded("publish", self._publish):
+                    self.health.synced = self.health.first_sync_done
                 for reply in replies:  # stored: the change is in force as far as it could be
                     reply.resolve(200)
                 self.pace.beat()
         if self.exports.settle_due:
             self._guarded("settle", self.exports.settle)
         self.pace.after_step()
+
+    def _publish(self) -> None:
+        """The step's record (each part's state as the step ends) to the view."""
+        allocator, health = self.addresses.allocator, self.health
+        step = Step(
+            status=health.copy(synced=health.first_sync_done),
+            draining=MappingProxyType({k: frozenset(v) for k, v in self.drains.waiting.items()}),
+            intents=self.store.current,
+            pools=tuple(
+                PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in self.settings.pools
+            ),
+            filtered=frozenset(self.filter.enforced),
+            lease_refused=self.reporter.lease_refused,
+        )
+        self.exports.publish(step, self.table, self.gate, self.intake.snapshot)
 
     def loop_error(self, where: str, exc: BaseException) -> None:
         self.exports.due = True
@@ -234,7 +231,7 @@ class Controller:
         if intents:
             dirty |= self.store.take(intents, replies)
         now = self.pace.clock()
-        if not self.ready:
+        if not self.health.first_sync_done:
             if self.intake.listed():
                 self._first_sync()
             return
@@ -243,8 +240,8 @@ class Controller:
             self.programmer.sync(dirty)
         if self.pace.resync_due(now):
             self.programmer.full_resync()
-        self._guarded("state file", self.exports.write_state, self)
-        self._guarded("announce", self.programmer.announce, self.ready)
+        self._guarded("state file", self.exports.write_state, self.table, self.addresses)
+        self._guarded("announce", self.programmer.announce, self.health.first_sync_done)
 
     def _timed(self, now: float) -> set[str]:
         """What timers make due: drains to check, a held-back filter to try again, owned
@@ -263,8 +260,8 @@ class Controller:
             case events.TargetChecked(target, up):
                 return self.table.refs(self.gate.observe(target, up))
             case events.VrrpChanged(state):
-                if state != self.vrrp_state:
-                    event(log, "vrrp.role", state=state, previous=self.vrrp_state or "-")
+                if state != self.health.vrrp_state:
+                    event(log, "vrrp.role", state=state, previous=self.health.vrrp_state or "-")
                 self.health.vrrp_state = state
             case events.LeaderChanged(leader):
                 return self._lead(leader)
@@ -279,7 +276,7 @@ class Controller:
         return set()
 
     def _lead(self, leader: bool) -> set[str]:
-        if leader == self.leader or self.dry_run:
+        if leader == self.reporter.leader or self.syncer.reconciler.dry_run:
             return set()
         self.health.leader = leader
         event(log, "lease.changed", leader=leader, identity=self.kube.identity)
@@ -290,5 +287,5 @@ class Controller:
         self.programmer.first_sync()
         self.health.first_sync_done = True
         desired = len(self.table.desired)
-        event(log, "controller.ready", services=len(self.produced), virtual_services=desired)
+        event(log, "controller.ready", services=len(self.table.produced), virtual_services=desired)
         self.exports.ready(f"{desired} virtual services programmed")

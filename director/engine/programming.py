@@ -5,13 +5,13 @@ decides when; this part decides how."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import time
 from collections.abc import Callable, Iterable
 
 from director.core.model import ServiceKey, VirtualService
 from director.core.snapshot import ALL
+from director.dataplane.memory import give_back_free_memory
 from director.engine.draining import Draining
 from director.engine.exports import Exports
 from director.engine.health_gate import HealthGate
@@ -24,18 +24,6 @@ from director.engine.translator import Translator
 from director.engine.view import STATIC
 
 Guard = Callable[..., bool]  # (where, action, *args): run one unit of work, survive its fault
-
-
-# Looked up once: each ctypes.CDLL makes classes of its own, which (made after a big sync or
-# a scrape, among its garbage) held arenas of the heap they were meant to give back.
-_MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
-
-
-def give_back_free_memory() -> bool:
-    """Return the C heap's free pages to the system (glibc's malloc_trim; elsewhere nothing,
-    False). The first sync's lists and plan leave the heap grown with free space between what
-    is kept, which free() alone never returns: 4 MB at 10,000 Services."""
-    return bool(_MALLOC_TRIM(0)) if _MALLOC_TRIM is not None else False
 
 
 class Programmer:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from director.core.model import ServiceKey
 from director.engine.addresses import reserved_addresses
@@ -22,7 +22,32 @@ from director.engine.view import STATIC
 from director.schema.config import Settings
 
 if TYPE_CHECKING:
-    from director.engine.loop import Controller
+    from director.engine.addresses import Addresses
+    from director.engine.draining import Draining
+    from director.engine.exports import Exports
+    from director.engine.health_gate import HealthGate
+    from director.engine.programming import Programmer
+    from director.engine.syncer import Syncer
+    from director.engine.table import Programmed
+    from director.engine.view import LoopStatus
+
+
+class Reloadable(Protocol):
+    """What a reload reads and changes of the loop (the Controller is one): the settings,
+    and the parts that hold a service's state."""
+
+    settings: Settings
+    table: Programmed
+    addresses: Addresses
+    gate: HealthGate
+    drains: Draining
+    health: LoopStatus
+    syncer: Syncer
+    exports: Exports
+    programmer: Programmer
+
+    def loop_error(self, where: str, exc: BaseException) -> None: ...
+
 
 _NONE = object()  # no check line (None is "health_check: none")
 RELOADABLE = frozenset({"source", "services", "static_checks", "static_snat"})
@@ -74,7 +99,7 @@ def _check_changes(old: Settings, new: Settings) -> set[ServiceKey]:
     return {key for key in a.keys() | b.keys() if a.get(key, _NONE) != b.get(key, _NONE)}
 
 
-def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
+def conflict(loop: Reloadable, new: Settings, diff: Difference) -> str | None:
     """Why the new services cannot be taken now (None: they can)."""
     for key in sorted(diff.added, key=str):
         holder = loop.table.owner.get(key)
@@ -97,7 +122,7 @@ def conflict(loop: Controller, new: Settings, diff: Difference) -> str | None:
     return None
 
 
-def apply(loop: Controller, new: Settings) -> tuple[int, str]:
+def apply(loop: Reloadable, new: Settings) -> tuple[int, str]:
     """Take ``new``'s services (the loop's thread, holding its lock): (200, what changed),
     (409, why nothing did), or (500, the fault, logged as a loop error). Once the first sync
     is done, the kernel has the change on return."""
@@ -108,7 +133,7 @@ def apply(loop: Controller, new: Settings) -> tuple[int, str]:
         return 500, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
-def _apply(loop: Controller, new: Settings) -> tuple[int, str]:
+def _apply(loop: Reloadable, new: Settings) -> tuple[int, str]:
     old = loop.settings
     diff = difference(old, new)
     why = conflict(loop, new, diff)
@@ -123,14 +148,14 @@ def _apply(loop: Controller, new: Settings) -> tuple[int, str]:
         table.drop(key)
         loop.gate.forget(key)
         loop.drains.forget(key)
-        if loop.ready:
+        if loop.health.first_sync_done:
             loop.syncer.one(key, None, STATIC)
     for key in diff.added:
         table.owner[key] = STATIC
     table.stale |= {"keys", "services", "checks"}
     loop.exports.due = loop.exports.state_due = True
     flipped = (old.static_snat ^ new.static_snat) & new.services.keys()  # nat <-> fullnat
-    if loop.ready and (diff.added or diff.removed or diff.changed or flipped):
+    if loop.health.first_sync_done and (diff.added or diff.removed or diff.changed or flipped):
         loop.exports.vips.keys_changed()
         loop.exports.vips.touched(diff.removed)
         loop.programmer.sync_static(diff.added | diff.changed | flipped)

@@ -66,10 +66,6 @@ class SourceFilter:
         self._next_verify = 0.0
         self._drift: str | None = None  # found, not yet repaired
 
-    @property
-    def next_retry(self) -> float:
-        return self.retry.next_at
-
     def want(
         self,
         ref: str,

@@ -196,18 +196,6 @@ class LoopView:
     lease_refused: str | None = None  # why the API server refuses the status Lease
 
     @property
-    def pools(self) -> tuple[PoolUse, ...]:
-        return self.addressing.pools
-
-    @property
-    def leader(self) -> bool:
-        return self.status.leader
-
-    @property
-    def vrrp_state(self) -> str | None:
-        return self.status.vrrp_state
-
-    @property
     def real_servers(self) -> int:
         return sum(len(vs.real_servers) for vs in self.desired.values())
 

@@ -170,7 +170,7 @@ def status(ctx: ApiContext) -> shapes.Status:
         "drains": len(view.intents.drains),
     }
     out: shapes.Status = {
-        "role": view.vrrp_state or "standalone",
+        "role": view.status.vrrp_state or "standalone",
         "ready": h.synced,
         "dry_run": ctx.loop.dry_run,
         "kubernetes": {
@@ -178,7 +178,7 @@ def status(ctx: ApiContext) -> shapes.Status:
             "connected": h.kubernetes_connected,
             "disconnected_since": iso(h.disconnected_since),
         },
-        "leader": view.leader,
+        "leader": view.status.leader,
         "lease_refused": view.lease_refused,
         "last_sync": iso(h.last_sync),
         "last_sync_seconds": round(h.last_sync_seconds, 4),
