@@ -23,6 +23,7 @@ import pytest
 
 from lab.ha import (
     FULLNAT_VIP,
+    NAT_VIP,
     HaLab,
     Talkers,
     build_ha_lab,
@@ -141,10 +142,15 @@ def test_without_conntrackd_a_failover_breaks_the_connections_whose_snat_port_mo
 def test_conntrackd_keeps_50_fullnat_connections_through_failover_and_failback(
     pair: HaLab, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """And plain nat beside it, through the same switches: conntrackd and the strict pickup
+    it asks for (nf_conntrack_tcp_loose=0) take nothing from what the IPVS sync daemon
+    keeps."""
     d2 = pair.directors[1]
     talkers = Talkers(pair, FULLNAT_VIP, count=50, period=0.1, same_ports=42000)
+    nat = Talkers(pair, NAT_VIP, count=20, period=0.3)
     try:
         assert wait_for(lambda: talkers.answered >= 500, 30) is not None, "no traffic"
+        assert wait_for(lambda: nat.answered >= 100, 30) is not None, "no nat traffic"
         synced = wait_for(lambda: external_cache(d2.workdir / "conntrackd.conf") >= 50, 60)
         assert synced is not None, "d2's conntrackd never held d1's 50 connections: " + "; ".join(
             f"{d.name}: {conntrackd_state(d)}" for d in pair.directors
@@ -155,8 +161,14 @@ def test_conntrackd_keeps_50_fullnat_connections_through_failover_and_failback(
             f"{broken}/50 across failover and failback, {talkers.answered} requests answered, "
             f"{talkers.failed} failed"
         )
+        report.append(
+            f"nat beside it in the same pair: {20 - nat.alive}/20 connections broke across "
+            f"failover and failback, {nat.answered} requests answered, {nat.failed} failed"
+        )
         with capsys.disabled():
             print("\n" + "\n".join(report))
-        assert talkers.alive == 50 and talkers.failed == 0, report[-1]
+        assert talkers.alive == 50 and talkers.failed == 0, report[-2]
+        assert nat.alive == 20 and nat.failed == 0, report[-1]
     finally:
         talkers.close()
+        nat.close()
