@@ -22,6 +22,7 @@ from director.dataplane.interface import IpvsUnavailable
 if TYPE_CHECKING:
     from director.cli.runtime import Runtime
     from director.schema.config import ConfigError, KubeSettings, Settings
+    from director.schema.reparse import Reparser
 
 _log = logging.getLogger("director.cli")
 DESCRIPTION = (
@@ -74,8 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     STARTUP.mark("imports")
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
-    settings = config_reader.load(args.config)
+    cache = _config_cache(args.config_cache)
+    settings = config_reader.load(args.config, cache)
     STARTUP.mark("config")
+
     for note in bgp_notes(settings) + snat_notes(settings):
         logs.event(_log, "config.note", level=logging.WARNING, note=note)
     try:
@@ -116,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         STARTUP.mark("start")
         runtime.controller.exports.on_ready = _timed_ready(
-            runtime, runtime.controller.exports.on_ready
+            runtime, runtime.controller.exports.on_ready, _keeper(config_reader, cache)
         )
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
@@ -128,6 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if "reload" in asked and "stop" not in asked:
                 asked.discard("reload")
                 runtime.reload(args.config, config_reader)
+                _keeper(config_reader, cache)()  # the parse of the file now running
     finally:
         runtime.stop()
         ipvs.close()
@@ -139,9 +143,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed_ready(runtime: Runtime, ready: Callable[[str], None] | None) -> Callable[[str], None]:
+def _config_cache(given: str | None) -> Path | None:
+    """``--config-cache``: a path, '' for none, unset for systemd's state directory's."""
+    from director.schema.cache import default_path
+
+    if given is None:
+        return default_path()
+    return Path(given) if given else None
+
+
+def _keeper(reader: Reparser, cache: Path | None) -> Callable[[], None]:
+    """What keeps the file's parse for the next start: a write on a thread of its own (the
+    loop and the reload go on meanwhile); nothing without a cache."""
+    import threading
+
+    def keep() -> None:
+        if cache is not None:
+            threading.Thread(
+                target=reader.save, args=(cache,), name="config-cache", daemon=True
+            ).start()
+
+    return keep
+
+
+def _timed_ready(
+    runtime: Runtime, ready: Callable[[str], None] | None, then: Callable[[], None]
+) -> Callable[[str], None]:
     """``ready``, and then (the loop's own thread, once the first sync is applied) where the
-    start's time went, since exec."""
+    start's time went, since exec, and ``then``."""
 
     def timed(message: str) -> None:
         if ready is not None:
@@ -150,6 +179,7 @@ def _timed_ready(runtime: Runtime, ready: Callable[[str], None] | None) -> Calla
         first_sync = runtime.controller.programmer.first_sync_phases
         phases = {f"first_sync_{name}": seconds for name, seconds in first_sync}
         logs.event(_log, "startup.timing", fields=STARTUP.figures(**phases))
+        then()
 
     return timed
 
@@ -412,6 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="shadow mode: write nothing to the kernel or the cluster, log what would change",
     )
     p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
+    p.add_argument(
+        "--config-cache",
+        help="keep the parsed file here, and start from it while the file and the director are "
+        "unchanged (default: config.cache in systemd's $STATE_DIRECTORY; '' for none)",
+    )
     ctl.build(sub)
     p = sub.add_parser("check", help="validate a configuration file (and a kubeconfig) and exit")
     p.add_argument("--config", help="the director's YAML configuration to validate")

@@ -17,6 +17,8 @@ from director.engine.events import IntentPosted, Reply
 from director.engine.view import STATIC, LoopStatus
 from director.logs import event
 
+Answer = tuple[Reply, int, str]  # a reply, and its status and detail, given after the step
+
 log = logging.getLogger("director.controller")
 VERIFY_SECONDS = 5.0
 RESOURCE = "intents-file"
@@ -68,9 +70,12 @@ class IntentStore:
         self.ledger.ok(RESOURCE, repaired=True)
         event(log, "owned.repaired", resource=RESOURCE, drift=drift)
 
-    def take(self, items: list[IntentPosted], replies: list[Reply]) -> set[str]:
-        """Apply the burst; the stored changes' replies join ``replies`` (answered once the
-        step has applied them), refused ones are answered now. Returns what to resync."""
+    def take(self, items: list[IntentPosted], replies: list[Answer]) -> set[str]:
+        """Apply the burst. The answers to what was taken join ``replies``: 200 for a stored
+        change, 503 when it could not be stored (then nothing changed); the loop gives them
+        once the step's view is published, so a status read after an answer shows what the
+        answer says. Refused ones (a bad request) are answered now. Returns what to
+        resync."""
         new = self.current.copy()
         accepted: list[Reply] = []
         dirty: set[str] = set()
@@ -84,15 +89,20 @@ class IntentStore:
             if not isinstance(posted.intent, SetMaintenance):  # the announcer reads it
                 dirty.add(STATIC if isinstance(posted.intent, SetScheduler) else ALL)
             event(log, "api.intent", intent=type(posted.intent).__name__, detail=posted.intent)
-        if not accepted or not self._store(new, accepted):
+        if not accepted:
+            return set()
+        failed = self._store(new)
+        if failed is not None:
+            replies.extend((reply, 503, failed) for reply in accepted)
             return set()
         self.current = new
-        replies.extend(accepted)
+        replies.extend((reply, 200, "") for reply in accepted)
         return dirty
 
-    def _store(self, new: Intents, accepted: list[Reply]) -> bool:
+    def _store(self, new: Intents) -> str | None:
+        """Write ``new``; None when stored, else the answer's detail."""
         if self.path is None or self.dry_run:
-            return True
+            return None
         try:
             new.save(self.path)
             self._mark = file_mark(self.path)
@@ -101,10 +111,6 @@ class IntentStore:
             self.ledger.failed(RESOURCE, classify(exc))
             self.status.last_error = f"intents not stored: {reason}"
             event(log, "api.intent_not_stored", level=logging.ERROR, reason=reason)
-            for reply in accepted:
-                reply.resolve(
-                    503, f"the change could not be stored ({reason}); nothing was changed"
-                )
-            return False
+            return f"the change could not be stored ({reason}); nothing was changed"
         self.ledger.ok(RESOURCE)
-        return True
+        return None

@@ -33,7 +33,7 @@ from director.engine.draining import Draining
 from director.engine.exports import Exports, Step
 from director.engine.health_gate import HealthGate
 from director.engine.intake import Intake
-from director.engine.intent_store import IntentStore
+from director.engine.intent_store import Answer, IntentStore
 from director.engine.outbox import Outbox
 from director.engine.pace import Pace
 from director.engine.ports import ClusterWriter, LoopMetrics
@@ -165,7 +165,7 @@ class Controller:
         batch = self.intake.take(
             0.0 if not self.health.first_sync_done and self.intake.listed() else wait
         )
-        replies: list[events.Reply] = []
+        replies: list[Answer] = []
         with self.lock:
             try:
                 self._step(batch, replies)
@@ -179,8 +179,10 @@ class Controller:
                 due = batch or self.exports.due
                 if due and self._guarded("publish", self._publish):
                     self.health.synced = self.health.first_sync_done
-                for reply in replies:  # stored: the change is in force as far as it could be
-                    reply.resolve(200)
+                # Answered once the view shows the step: a change in force as far as it could
+                # be (200), or not stored and not made (503, the status shows why).
+                for reply, status, detail in replies:
+                    reply.resolve(status, detail)
                 self.pace.beat()
         if self.exports.settle_due:
             self._guarded("settle", self.exports.settle)
@@ -217,7 +219,7 @@ class Controller:
             self.loop_error(where, exc)
             return False
 
-    def _step(self, batch: list[events.Event], replies: list[events.Reply]) -> None:
+    def _step(self, batch: list[events.Event], replies: list[Answer]) -> None:
         dirty: set[str] = set()
         intents: list[events.IntentPosted] = []
         for ev in batch:

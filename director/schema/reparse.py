@@ -18,12 +18,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from director.core.checks import CheckSpec
 from director.core.model import ServiceKey, Table, VirtualService
+from director.schema.cache import key_of as cache_key, load as cache_load, store as cache_store
 from director.schema.config import ConfigError, Settings, parse_config, read_config
 
 _SECTION = re.compile(r"services:[ \t]*(?:#[^\n]*)?\r?(?:\n|$)")
@@ -34,7 +37,13 @@ _ITEM_MARK = "\0items\0"
 # the start of a value or a flow item). Also found inside quoted strings and comments:
 # such a file is only parsed whole, never wrongly.
 _NOT_PLAIN = re.compile(r"(?:^|[\s\[{,:?-])[&*!]\S|<<")
-_UNCHECKED = object()  # a service without a health_check line: the section's default
+
+
+class _Check(Enum):
+    UNCHECKED = "no health_check line"  # an Enum member: one object, pickled or not
+
+
+_UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the section's default
 
 # a service, its check (or _UNCHECKED), and whether it is full NAT
 Parsed = tuple[VirtualService, object, bool]
@@ -100,10 +109,41 @@ class Reparser:
         self._settings: Settings | None = None
         self._items: dict[str, Parsed] = {}
         self.reused = 0  # items the last parse took from the one before (a figure for logs)
+        # The last file loaded whole and well: its cache key and what it parsed to.
+        self._last: tuple[str, Settings] | None = None
+        self._cached: str | None = None  # the key the cache holds (None: not known)
+        self._lock = threading.Lock()  # a save (its own thread) sees one load's state whole
 
-    def load(self, path: str | Path) -> Settings:
+    def load(self, path: str | Path, cache: Path | None = None) -> Settings:
+        """The file's settings; with ``cache``, taken from it when it holds this very file
+        parsed by this very code (see ``schema.cache``)."""
+        with self._lock:
+            return self._load(path, cache)
+
+    def _load(self, path: str | Path, cache: Path | None) -> Settings:
         text, source = read_config(path)
-        return self.parse(text, source)
+        key = cache_key(text.encode(), source)
+        if cache is not None:
+            found = cache_load(cache, key)
+            if found is not None:
+                settings, (self._outside, self._settings, self._items) = found
+                self._last, self._cached = (key, settings), key
+                return settings
+        settings = self.parse(text, source)
+        self._last = (key, settings)
+        return settings
+
+    def save(self, cache: Path) -> bool:
+        """Keep what the last load made of its file in ``cache`` (nothing to do when the
+        cache already holds it); False when it could not be written."""
+        with self._lock:  # what one load left (each load makes new dicts, never edits old ones)
+            last, memory = self._last, (self._outside, self._settings, self._items)
+        if last is None or last[0] == self._cached:
+            return True
+        saved = cache_store(cache, last[0], last[1], memory)
+        if saved:
+            self._cached = last[0]
+        return saved
 
     def parse(self, text: str, source: str) -> Settings:
         parts = split(text) if not _NOT_PLAIN.search(text) else None

@@ -1,0 +1,113 @@
+"""A start with the file unchanged since the last one takes its parse from a cache.
+
+Parsing and validating a 5,000-service file is most of a second natively and about twenty
+under emulation, every start, for a file that has usually not changed since the last one (a
+restart, an upgrade of something else, a reboot). ``director run`` keeps what the last start
+(or reload) made of the file, with the reader's memory of each services item (so the first
+reload after a start is still paid by the edit alone), in its state directory.
+
+The cache is taken only when everything the parse depended on is the same: the file's exact
+bytes and its name, the working directory (relative paths are resolved against it), the
+director's own code (every module's size and modification time: an upgrade, or an edit of a
+development tree, makes a new key) and the Python that runs it. Anything else - no cache,
+another key, a file that does not unpickle, a version of this format that is not ours - and
+the file is parsed as ever, with its faults reported with their lines; the cache is written
+again once the director is serving. It is written whole to a new file and renamed into
+place (never half), readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import pickle
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from director import __version__
+from director.logs import event
+from director.schema.config import Settings
+
+log = logging.getLogger("director.config")
+FORMAT = "director-config-cache-1"  # changed when what is pickled changes shape
+FILE_NAME = "config.cache"
+_CODE = Path(__file__).resolve().parent.parent  # the director package
+
+
+@lru_cache(maxsize=1)
+def code_stamp() -> str:
+    """The director's code as it is on disk now: every module's path, size and mtime."""
+    digest = hashlib.sha256(f"{__version__} {sys.version} {sys.implementation.name}".encode())
+    for path in sorted(_CODE.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(_CODE)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def key_of(raw: bytes, source: str) -> str:
+    """What a parse of ``raw`` (the file named ``source``) depended on, as one digest."""
+    digest = hashlib.sha256(FORMAT.encode())
+    for part in (source, os.getcwd(), code_stamp()):
+        digest.update(part.encode() + b"\0")
+    digest.update(raw)
+    return digest.hexdigest()
+
+
+def default_path() -> Path | None:
+    """The cache in systemd's state directory for the unit (``StateDirectory=``: the
+    environment's ``STATE_DIRECTORY``), or no cache outside such a unit."""
+    state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(state) / FILE_NAME if state else None
+
+
+def load(path: Path, key: str) -> tuple[Settings, Any] | None:
+    """The settings and the reader's memory stored under ``key``; None (and why, logged)
+    when there is none to take."""
+    started = time.monotonic()
+    try:
+        with path.open("rb") as handle:
+            stored = pickle.load(handle)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # anything a damaged or foreign file raises: parse instead
+        event(log, "config.cache_ignored", cache=str(path), reason=f"unreadable: {exc}"[:200])
+        return None
+    if not (isinstance(stored, tuple) and len(stored) == 4 and stored[0] == FORMAT):
+        event(log, "config.cache_ignored", cache=str(path), reason="not this format")
+        return None
+    _format, stored_key, settings, memory = stored
+    if stored_key != key or not isinstance(settings, Settings):
+        event(log, "config.cache_ignored", cache=str(path), reason="the file or the code changed")
+        return None
+    took = time.monotonic() - started
+    event(log, "config.cache_used", cache=str(path), seconds=f"{took:.3f}")
+    return settings, memory
+
+
+def store(path: Path, key: str, settings: Settings, memory: Any) -> bool:
+    """Write the cache (a new file, renamed into place); False, logged, when it cannot be."""
+    started = time.monotonic()
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            pickle.dump((FORMAT, key, settings, memory), handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, path)
+    except Exception as exc:  # a full disk, a read-only folder: the next start parses
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        event(
+            log,
+            "config.cache_not_saved",
+            level=logging.WARNING,
+            cache=str(path),
+            reason=str(exc)[:200],
+        )
+        return False
+    event(log, "config.cache_saved", cache=str(path), seconds=f"{time.monotonic() - started:.3f}")
+    return True

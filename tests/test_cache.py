@@ -1,0 +1,177 @@
+"""A start with the file unchanged takes its parse from the cache (director.schema.cache);
+anything changed, damaged or foreign, and the file is parsed as ever."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from director.schema import cache as config_cache
+from director.schema.config import ConfigError
+from director.schema.reparse import Reparser
+
+FILE = """
+ownership: {networks: [198.51.100.0/24]}
+services:
+"""
+
+
+def services(n: int, weight: int = 1) -> str:
+    return FILE + "".join(
+        f"  - name: s{i}\n    address: 198.51.100.{i + 1}\n    port: 80\n"
+        f"    real_servers: [{{address: 192.0.2.{i + 1}, port: 8080, weight: {weight}}}]\n"
+        for i in range(n)
+    )
+
+
+def not_parsed(*_args: object, **_kwargs: object) -> None:
+    raise AssertionError("the file was parsed: the cache was not taken")
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> tuple[Path, Path]:
+    """A file, and the cache of its parse as a start leaves it."""
+    path, cache = tmp_path / "director.yaml", tmp_path / "state" / "config.cache"
+    cache.parent.mkdir()
+    path.write_text(services(20))
+    reader = Reparser()
+    reader.load(path, cache)
+    assert reader.save(cache) and cache.exists()
+    assert cache.stat().st_mode & 0o077 == 0, "readable by its owner only"
+    return path, cache
+
+
+def test_an_unchanged_file_starts_from_the_cache_and_its_first_reload_is_paid_by_the_edit(
+    written: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, cache = written
+    expected = Reparser().load(path)
+    with monkeypatch.context() as patch:
+        patch.setattr("director.schema.reparse.parse_config", not_parsed)
+        with caplog.at_level(logging.INFO, logger="director.config"):
+            reader = Reparser()
+            settings = reader.load(path, cache)
+    assert settings == expected and settings.source == str(path)
+    assert "event=config.cache_used" in caplog.text or any(
+        "config.cache_used" in r.getMessage() for r in caplog.records
+    )
+    path.write_text(services(20).replace("weight: 1}", "weight: 3}", 1))
+    reloaded = reader.load(path)
+    assert reader.reused == 19, "the reader's memory of each item came with the cache"
+    assert (
+        next(iter(reloaded.services.values())).real_servers.values().__iter__().__next__().weight
+        == 3
+    )
+    assert reader.save(cache)  # the reloaded file's parse, for the next start
+    with monkeypatch.context() as patch:
+        patch.setattr("director.schema.reparse.parse_config", not_parsed)
+        assert Reparser().load(path, cache) == reloaded
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "the file",
+        "a file made invalid",
+        "the code",
+        "the name",
+        "damaged",
+        "foreign",
+        "another key",
+    ],
+)
+def test_anything_changed_or_damaged_and_the_file_is_parsed_as_ever(
+    written: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    path, cache = written
+    if change == "the file":
+        path.write_text(services(21))
+    elif change == "made invalid":
+        path.write_text(services(20).replace("port: 80\n", "port: 80000\n", 1))
+    elif change == "the code":
+        monkeypatch.setattr(config_cache, "code_stamp", lambda: "an upgraded director")
+    elif change == "the name":
+        moved = path.with_name("other.yaml")
+        path.rename(moved)
+        path = moved
+    elif change == "damaged":
+        cache.write_bytes(cache.read_bytes()[:100])
+    elif change == "foreign":
+        cache.write_bytes(pickle.dumps({"not": "ours"}))
+    else:
+        stored = pickle.loads(cache.read_bytes())
+        cache.write_bytes(pickle.dumps((stored[0], "x" * 64, *stored[2:])))
+    if change == "made invalid":
+        with pytest.raises(ConfigError) as caught:
+            Reparser().load(path, cache)
+        assert caught.value.line == 5 and caught.value.where == "services[0].port"
+        return
+    reader = Reparser()
+    settings = reader.load(path, cache)
+    assert settings == Reparser().load(path)  # what a parse makes of the file as it is now
+    assert settings.source == str(path)
+    assert reader.save(cache)
+    with monkeypatch.context() as patch:  # written again: the next start takes it
+        patch.setattr("director.schema.reparse.parse_config", not_parsed)
+        assert Reparser().load(path, cache) == settings
+
+
+def test_a_cache_that_cannot_be_written_costs_the_next_start_a_parse_and_nothing_else(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "director.yaml"
+    path.write_text(services(3))
+    reader = Reparser()
+    settings = reader.load(path, tmp_path / "gone" / "config.cache")
+    with caplog.at_level(logging.WARNING, logger="director.config"):
+        assert reader.save(tmp_path / "gone" / "config.cache") is False
+    assert any("config.cache_not_saved" in r.getMessage() for r in caplog.records)
+    assert list(tmp_path.iterdir()) == [path]
+    assert Reparser().load(path, tmp_path / "gone" / "config.cache") == settings
+
+
+def _run_until(config: Path, state: Path, line: str) -> str:
+    """A real ``director run`` (fake dataplane) under a unit's state directory, until
+    ``line``; stopped with SIGTERM, it must exit 0."""
+    script = (
+        "import sys; import director.cli.main as cli; "
+        "from director.dataplane.fake import FakeIpvs; "
+        "cli.open_ipvs = lambda netns: FakeIpvs(); "
+        f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
+    )
+    env = {**os.environ, "STATE_DIRECTORY": str(state)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stderr is not None
+    said: list[str] = []
+    try:
+        for text in proc.stderr:
+            said.append(text)
+            if line in text:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 0, rest
+    return "".join(said) + rest
+
+
+def test_director_run_keeps_its_parse_in_the_units_state_directory(tmp_path: Path) -> None:
+    config, state = tmp_path / "director.yaml", tmp_path / "state"
+    state.mkdir()
+    config.write_text(services(5))
+    first = _run_until(config, state, "event=config.cache_saved")
+    assert "event=config.cache_used" not in first and (state / "config.cache").exists()
+    second = _run_until(config, state, "event=startup.timing")
+    assert "event=config.cache_used" in second, second[-2000:]
+    config.write_text(services(6))
+    third = _run_until(config, state, "event=config.cache_saved")
+    assert "event=config.cache_ignored" in third and "the file or the code changed" in third
