@@ -261,3 +261,62 @@ def test_sighup_to_director_run_reloads_and_tells_systemd(tmp_path: Path) -> Non
     assert proc.returncode == 0, err
     assert "event=config.reloaded" in err and 'changes="added=1 removed=0 changed=0"' in err
     assert "event=config.reload_refused" in err and "result=invalid" in err
+
+
+def test_a_storm_of_sighups_never_leaves_sigterm_unanswered(tmp_path: Path) -> None:
+    """200 SIGHUPs as fast as they go (each a reload the main thread runs), then SIGTERM:
+    the director stops, with exit status 0."""
+    config = tmp_path / "director.yaml"
+    config.write_text(services(3))
+    script = (
+        "import sys\n"
+        "import director.cli.main as cli\n"
+        "from director.dataplane.fake import FakeIpvs\n"
+        "cli.open_ipvs = lambda netns: FakeIpvs()\n"
+        f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "event=controller.ready" in line:
+            break
+    for _ in range(200):
+        proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("SIGTERM went unanswered after a storm of SIGHUPs") from None
+    assert proc.returncode == 0, err[-2000:]
+
+
+def test_the_main_thread_wakes_for_a_signal_whose_handler_takes_no_lock() -> None:
+    """``director run``'s handlers only note what was asked; the kernel's wakeup byte wakes
+    the main thread. (An Event.set() in a handler deadlocks when the signal lands while the
+    main thread holds that Event's lock inside wait(): seen under load, a SIGTERM never
+    answered until systemd's kill -9.) A thread's ask wakes it too, and a full pipe is no
+    error."""
+    import threading
+
+    from director.cli.main import _Wake
+
+    asked: set[str] = set()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: asked.add("stop"))
+    wake = _Wake()
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        wake.wait()
+        assert asked == {"stop"}
+        threading.Timer(0.2, wake.ask, (asked, "reload")).start()
+        wake.wait()
+        assert asked == {"stop", "reload"}
+        for _ in range(100_000):  # far beyond a pipe's buffer
+            wake.ask(asked, "stop")
+    finally:
+        wake.close()
+        signal.signal(signal.SIGUSR1, previous)

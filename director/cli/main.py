@@ -6,8 +6,10 @@ operator's quick look) load neither the configuration's schema (pydantic) nor th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,7 +68,6 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The appliance: follow the cluster until SIGTERM/SIGINT; SIGHUP reloads the file."""
     import signal
-    import threading
 
     from director.cli.runtime import Runtime
     from director.dataplane.fake import FakeIpvs
@@ -91,15 +92,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         ipvs = FakeIpvs()
     # The main thread sleeps until a signal (or a fatal fault) wakes it: SIGTERM/SIGINT stop,
     # SIGHUP reloads (systemctl reload: ExecReload=kill -HUP), without polling.
-    wake, asked = threading.Event(), set[str]()
-
-    def ask(what: str) -> None:
-        asked.add(what)
-        wake.set()
-
+    asked, wake = set[str](), _Wake()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: ask("stop"))
-    signal.signal(signal.SIGHUP, lambda *_: ask("reload"))
+        signal.signal(sig, lambda *_: asked.add("stop"))
+    signal.signal(signal.SIGHUP, lambda *_: asked.add("reload"))
     # The API and the metrics read through their own socket (no waiting on the loop's).
     reader = (
         open_ipvs(args.netns)
@@ -115,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             state_file=Path(args.state_file) if args.state_file else None,
             kubeconfig=args.kubeconfig,
             netns=args.netns,
-            on_fatal=lambda _reason: ask("stop"),
+            on_fatal=lambda _reason: wake.ask(asked, "stop"),
         )
         STARTUP.mark("start")
         runtime.controller.exports.on_ready = _timed_ready(
@@ -127,13 +123,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         while "stop" not in asked:
             wake.wait()
-            wake.clear()
             if "reload" in asked and "stop" not in asked:
                 asked.discard("reload")
                 runtime.reload(args.config, config_reader)
                 _keeper(config_reader, cache)()  # the parse of the file now running
     finally:
         runtime.stop()
+        wake.close()
         ipvs.close()
         if reader is not None:
             reader.close()
@@ -141,6 +137,52 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"director: stopped: {runtime.failed}", file=sys.stderr)
         return EXIT_FATAL
     return 0
+
+
+class _Wake:
+    """What wakes ``director run``'s main thread: a signal (the kernel's wakeup byte through
+    Python's wakeup fd; the handler itself only notes what was asked, and so never waits on
+    a lock the interrupted main thread holds, as ``Event.set()`` in a handler can: that
+    deadlock left a SIGTERM unanswered), or another thread's ``ask``."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous = signal.set_wakeup_fd(self._write)
+
+    def wait(self) -> None:
+        """Until a signal or an ``ask`` (the caller looks at what was asked)."""
+        os.read(self._read, 512)
+
+    def ask(self, asked: set[str], what: str) -> None:
+        asked.add(what)
+        with contextlib.suppress(BlockingIOError):  # full: it will wake anyway
+            os.write(self._write, b"\0")
+
+    def close(self) -> None:
+        import signal
+
+        signal.set_wakeup_fd(self._previous)
+        os.close(self._read)
+        os.close(self._write)
+
+
+def _checked_file(path: str, load: Callable[[str], Settings]) -> Settings:
+    """The file check validates: parsed, or (in a unit with a state directory: the unit's
+    ExecStartPre) taken from the cache when the cache holds this very file, which is
+    then kept there for the start that follows."""
+    from director.schema.cache import default_path
+    from director.schema.reparse import Reparser
+
+    cache = default_path()
+    if cache is None:
+        return load(path)
+    reader = Reparser()
+    settings = reader.load(path, cache)
+    reader.save(cache)
+    return settings
 
 
 def _config_cache(given: str | None) -> Path | None:
@@ -238,7 +280,7 @@ def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
         return _refuse(args, report, "check needs --config, --kubeconfig or both")
     settings: Settings | None = None
     if args.config is not None:
-        settings = load_config(args.config)
+        settings = _checked_file(args.config, load_config)
         from director.cli.preflight import preflight
 
         problems, notes = preflight(settings, host=not args.offline)
