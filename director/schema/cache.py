@@ -13,7 +13,8 @@ development tree, makes a new key) and the Python that runs it. Anything else - 
 another key, a file that does not unpickle, a version of this format that is not ours - and
 the file is parsed as ever, with its faults reported with their lines; the cache is written
 again once the director is serving. It is written whole to a new file and renamed into
-place (never half), readable by its owner only.
+place (never half), readable by its owner only, its key ahead of the pickle: nothing is
+unpickled from a file written for another key (another release's, say).
 """
 
 from __future__ import annotations
@@ -71,22 +72,28 @@ def load(path: Path, key: str) -> tuple[Settings, Any] | None:
     started = time.monotonic()
     try:
         with path.open("rb") as handle:
+            # The header first: nothing is unpickled from a file of another format or key.
+            if handle.readline() != f"{FORMAT}\n".encode():
+                return _ignored(path, "not this format")
+            if handle.readline() != f"{key}\n".encode():
+                return _ignored(path, "the file or the code changed")
             stored = pickle.load(handle)
     except FileNotFoundError:
         return None
-    except Exception as exc:  # anything a damaged or foreign file raises: parse instead
-        event(log, "config.cache_ignored", cache=str(path), reason=f"unreadable: {exc}"[:200])
-        return None
-    if not (isinstance(stored, tuple) and len(stored) == 4 and stored[0] == FORMAT):
-        event(log, "config.cache_ignored", cache=str(path), reason="not this format")
-        return None
-    _format, stored_key, settings, memory = stored
-    if stored_key != key or not isinstance(settings, Settings):
-        event(log, "config.cache_ignored", cache=str(path), reason="the file or the code changed")
-        return None
+    except Exception as exc:  # anything a damaged file raises: parse instead
+        return _ignored(path, f"unreadable: {exc}"[:200])
+    if not (isinstance(stored, tuple) and len(stored) == 2 and isinstance(stored[0], Settings)):
+        return _ignored(path, "not this format")
+    settings, memory = stored
     took = time.monotonic() - started
     event(log, "config.cache_used", cache=str(path), seconds=f"{took:.3f}")
     return settings, memory
+
+
+def _ignored(path: Path, reason: str) -> tuple[Settings, Any] | None:
+    """Log why the cache is not taken; None (the file is parsed)."""
+    event(log, "config.cache_ignored", cache=str(path), reason=reason)
+    return None
 
 
 def store(path: Path, key: str, settings: Settings, memory: Any) -> bool:
@@ -96,7 +103,8 @@ def store(path: Path, key: str, settings: Settings, memory: Any) -> bool:
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as handle:
-            pickle.dump((FORMAT, key, settings, memory), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            handle.write(f"{FORMAT}\n{key}\n".encode())
+            pickle.dump((settings, memory), handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(temporary, path)
     except Exception as exc:  # a full disk, a read-only folder: the next start parses
         with contextlib.suppress(OSError):
