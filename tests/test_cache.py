@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -146,28 +145,9 @@ def test_a_cache_that_cannot_be_written_costs_the_next_start_a_parse_and_nothing
 def _run_until(config: Path, state: Path, line: str) -> str:
     """A real ``director run`` (fake dataplane) under a unit's state directory, until
     ``line``; stopped with SIGTERM, it must exit 0."""
-    script = (
-        "import sys; import director.cli.main as cli; "
-        "from director.dataplane.fake import FakeIpvs; "
-        "cli.open_ipvs = lambda netns: FakeIpvs(); "
-        f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
-    )
-    env = {**os.environ, "STATE_DIRECTORY": str(state)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], stderr=subprocess.PIPE, text=True, env=env
-    )
-    assert proc.stderr is not None
-    said: list[str] = []
-    try:
-        for text in proc.stderr:
-            said.append(text)
-            if line in text:
-                break
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=30)
-    assert proc.returncode == 0, rest
-    return "".join(said) + rest
+    from tests.test_cli import run_until
+
+    return "".join(run_until(config, line, {"STATE_DIRECTORY": str(state)}))
 
 
 def test_director_run_keeps_its_parse_in_the_units_state_directory(tmp_path: Path) -> None:

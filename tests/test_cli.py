@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -559,7 +560,7 @@ def modules_loaded_by_run(config: Path) -> set[str]:
 MODULES = "modules loaded: "
 
 
-def run_until(config: Path, line: str) -> list[str]:
+def run_until(config: Path, line: str, env: dict[str, str] | None = None) -> list[str]:
     """What a real ``director run`` process (fake dataplane, ``-X importtime``) writes to
     stderr until ``line`` appears, then (stopped with SIGTERM, it must exit 0) the rest,
     the names in ``sys.modules`` at its exit last."""
@@ -574,7 +575,10 @@ def run_until(config: Path, line: str) -> list[str]:
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-c", script], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-X", "importtime", "-c", script],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=None if env is None else {**os.environ, **env},
     )
     assert proc.stderr is not None
     said: list[str] = []

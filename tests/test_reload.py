@@ -227,10 +227,8 @@ def test_a_static_service_on_an_address_a_kubernetes_service_holds_is_refused(
             assert "198.51.100.5" not in given, given
 
 
-def test_sighup_to_director_run_reloads_and_tells_systemd(tmp_path: Path) -> None:
-    sock = listen(tmp_path / "notify")
-    config = tmp_path / "director.yaml"
-    config.write_text(services(3))
+def director_run(config: Path, **env: str) -> subprocess.Popen[str]:
+    """A real ``director run`` process on the fake dataplane, its stderr piped."""
     script = (
         "import sys\n"
         "import director.cli.main as cli\n"
@@ -238,10 +236,19 @@ def test_sighup_to_director_run_reloads_and_tells_systemd(tmp_path: Path) -> Non
         "cli.open_ipvs = lambda netns: FakeIpvs()\n"
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
     )
-    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(REPO), **env),
+        stderr=subprocess.PIPE,
+        text=True,
     )
+
+
+def test_sighup_to_director_run_reloads_and_tells_systemd(tmp_path: Path) -> None:
+    sock = listen(tmp_path / "notify")
+    config = tmp_path / "director.yaml"
+    config.write_text(services(3))
+    proc = director_run(config, NOTIFY_SOCKET=str(tmp_path / "notify"))
     try:
         assert "READY=1" in received(sock, 5.0)
         config.write_text(services(4))
@@ -268,17 +275,7 @@ def test_a_storm_of_sighups_never_leaves_sigterm_unanswered(tmp_path: Path) -> N
     the director stops, with exit status 0."""
     config = tmp_path / "director.yaml"
     config.write_text(services(3))
-    script = (
-        "import sys\n"
-        "import director.cli.main as cli\n"
-        "from director.dataplane.fake import FakeIpvs\n"
-        "cli.open_ipvs = lambda netns: FakeIpvs()\n"
-        f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
-    )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True
-    )
+    proc = director_run(config)
     assert proc.stderr is not None
     for line in proc.stderr:
         if "event=controller.ready" in line:
