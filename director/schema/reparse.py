@@ -112,6 +112,7 @@ class Reparser:
         # The last file loaded whole and well: its cache key and what it parsed to.
         self._last: tuple[str, Settings] | None = None
         self._cached: str | None = None  # the key the cache holds (None: not known)
+        self._keyed = False  # a cache was named: each load's key is kept, for a save
         self._lock = threading.Lock()  # a save (its own thread) sees one load's state whole
 
     def load(self, path: str | Path, cache: Path | None = None) -> Settings:
@@ -122,6 +123,9 @@ class Reparser:
 
     def _load(self, path: str | Path, cache: Path | None) -> Settings:
         text, source = read_config(path)
+        self._keyed |= cache is not None
+        if not self._keyed:  # no cache: the file is not hashed for one
+            return self.parse(text, source)
         key = cache_key(text.encode(), source)
         if cache is not None:
             found = cache_load(cache, key)
