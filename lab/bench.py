@@ -24,10 +24,9 @@ from director.core.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,
-    Table,
-    VirtualService,
 )
 from director.core.ownership import Ownership
+from director.core.services import Table, VirtualService
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from lab.netns import Netns

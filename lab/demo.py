@@ -15,13 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from director.cli import main as cli
-from director.core.model import (
-    Forwarding,
-    IpProtocol as Protocol,
-    ServiceConfig,
-    ServiceKey,
-    VirtualService,
-)
+from director.core.model import Forwarding, IpProtocol as Protocol, ServiceConfig, ServiceKey
+from director.core.services import VirtualService
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from director.schema.config import load_config

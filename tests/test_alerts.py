@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics import FrrFigures, Metrics
 from director.core.announce import PeerState
-from director.core.model import Op, OpKind
+from director.core.services import Op, OpKind
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import WatchState
 from director.engine.loop import Controller

@@ -252,7 +252,7 @@ def test_status_and_plan(director: Director, client: FlaskClient) -> None:
     assert status["counts"]["virtual_services"] == 2 and status["counts"]["real_servers"] == 4
     assert status["kubernetes"]["configured"] is False
     assert client.get("/api/v1/plan", headers=AUTH).get_json()["ops"] == []
-    from director.core.model import Op, OpKind
+    from director.core.services import Op, OpKind
 
     director.ipvs.apply([Op(OpKind.DEL_SERVICE, WEB)])  # drift: someone deletes it by hand
     ops = client.get("/api/v1/plan", headers=AUTH).get_json()["ops"]
@@ -468,7 +468,8 @@ def test_each_real_server_is_scraped_with_its_own_figures_and_health() -> None:
     the one failing its checks; a service with no real servers still has its totals."""
     from types import SimpleNamespace
 
-    from director.core.model import Forwarding, Op, OpKind, RealServer, ServiceConfig, Stats
+    from director.core.model import Forwarding, RealServer, ServiceConfig
+    from director.core.services import Op, OpKind, Stats
 
     web, empty = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80), ServiceKey.mark(4, 9)
     a, b = RealServer("192.0.2.11", 8080, 2), RealServer("2001:db8::7", 8080, 5, Forwarding.TUN)
@@ -518,7 +519,8 @@ def test_a_scrape_of_a_big_table_leaves_the_director_the_size_it_was() -> None:
     from types import SimpleNamespace
 
     from director.adapters.metrics import UNPACK_BYTES
-    from director.core.model import Op, OpKind, RealServer, ServiceConfig
+    from director.core.model import RealServer, ServiceConfig
+    from director.core.services import Op, OpKind
 
     def resident_mib() -> float:
         status = Path("/proc/self/status").read_text()

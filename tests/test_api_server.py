@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from director.cli.runtime import Runtime
-from director.core.model import Op, OpKind
+from director.core.services import Op, OpKind
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, node, service
@@ -287,7 +287,8 @@ def test_the_status_page_renders_in_headless_chromium(running) -> None:  # type:
     its health, drains, and its rates charted (the kernel's estimates, sampled by the page
     every 2 s); nothing wider than the screen."""
     _runtime, ipvs, url, _api = running
-    from director.core.model import IpProtocol as Protocol, ServiceKey, Stats
+    from director.core.model import IpProtocol as Protocol, ServiceKey
+    from director.core.services import Stats
     from lab.browser import Browser
 
     web = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)

@@ -125,7 +125,8 @@ def test_a_bad_bgp_setting_is_refused_with_its_line_and_reason(text: str, expect
 
 # -- the decision ----------------------------------------------------------------------------
 def table(*weights: int) -> dict[ServiceKey, object]:
-    from director.core.model import ServiceConfig, VirtualService
+    from director.core.model import ServiceConfig
+    from director.core.services import VirtualService
 
     servers = {
         (f"192.0.2.{11 + i}", 80): RealServer(f"192.0.2.{11 + i}", 80, w, Forwarding.TUN)

@@ -14,13 +14,11 @@ from director.core.model import (
     Family,
     Forwarding,
     IpProtocol as Protocol,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
-    VirtualService,
 )
+from director.core.services import Op, OpKind, VirtualService
 from director.dataplane.interface import Ipvs
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)

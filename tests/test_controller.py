@@ -14,14 +14,8 @@ from pathlib import Path
 import pytest
 
 from director.cli.runtime import Runtime
-from director.core.model import (
-    Forwarding,
-    IpProtocol as Protocol,
-    Op,
-    OpKind,
-    ServiceConfig,
-    ServiceKey,
-)
+from director.core.model import Forwarding, IpProtocol as Protocol, ServiceConfig, ServiceKey
+from director.core.services import Op, OpKind
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually

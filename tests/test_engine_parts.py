@@ -19,16 +19,10 @@ from director.core.checks import CheckSpec, Target
 from director.core.cluster import service_from_json
 from director.core.firewall import FakeFirewall
 from director.core.intents import AddDrain, Drain
-from director.core.model import (
-    Forwarding,
-    IpProtocol,
-    RealServer,
-    ServiceConfig,
-    ServiceKey,
-    VirtualService,
-)
+from director.core.model import Forwarding, IpProtocol, RealServer, ServiceConfig, ServiceKey
 from director.core.ownership import Ownership
 from director.core.plan import build_plan
+from director.core.services import VirtualService
 from director.core.translate import Problem
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.memory import give_back_free_memory

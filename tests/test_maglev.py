@@ -19,14 +19,12 @@ import pytest
 from director.core.model import (
     Forwarding,
     IpProtocol as Protocol,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
-    VirtualService,
 )
 from director.core.ownership import Ownership
+from director.core.services import Op, OpKind, VirtualService
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from lab.netns import Lab, build_lab

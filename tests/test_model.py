@@ -5,25 +5,23 @@ import socket
 import pytest
 from hypothesis import given, strategies as st
 
+from director.core.counters import DEST_COUNTERS, SERVICE_COUNTERS, Counters
+from director.core.dests import DestEdit, Dests
 from director.core.model import (
-    DEST_COUNTERS,
-    SERVICE_COUNTERS,
-    SVC_F_ONEPACKET,
-    SVC_F_PERSISTENT,
-    SVC_F_SCHED1,
-    SVC_F_SCHED2,
-    Counters,
-    DestEdit,
-    Dests,
     Family,
     Forwarding,
     IpProtocol as Protocol,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
     canonical_address,
+)
+from director.core.services import Op, OpKind
+from director.dataplane.flags import (
+    SVC_F_ONEPACKET,
+    SVC_F_PERSISTENT,
+    SVC_F_SCHED1,
+    SVC_F_SCHED2,
     decode_flags,
     encode_flags,
 )

@@ -9,20 +9,21 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 from pyroute2.netlink import ctrlmsg
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
+from director.core.counters import Counters
+from director.core.dests import packed_key
 from director.core.model import (
-    Counters,
     Family,
     Forwarding,
     IpProtocol as Protocol,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
 )
+from director.core.services import Op, OpKind
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
@@ -34,6 +35,7 @@ from director.dataplane.codec import (
     family_id,
     family_request,
     parse_attrs as _attrs,
+    wire_key,
 )
 from director.dataplane.kernel import RECV_BYTES, KernelIpvs
 
@@ -407,3 +409,13 @@ def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(tmp_p
     (tmp_path / os.uname().release).write_text("not a folder: every read of it fails")
     loaded = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}
     assert offered_schedulers(tmp_path) == frozenset(loaded) - NOT_SCHEDULERS
+
+
+@given(address=st.ip_addresses().map(str), port=st.integers(0, 65535))
+def test_the_codec_packs_a_real_server_s_key_as_dests_holds_it(address: str, port: int) -> None:
+    """``Dests`` (the core's) and the codec (the kernel's attributes: a 16-byte address,
+    IPv4's in the first four, the port in network order, the family) make one key alike:
+    a dump's real servers are found by the keys the configuration made."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    raw = socket.inet_pton(family, address).ljust(16, b"\0")
+    assert wire_key(raw, port.to_bytes(2, "big"), family) == packed_key(address, port)

@@ -9,15 +9,13 @@ import pytest
 from director.core.model import (
     Forwarding,
     IpProtocol as Protocol,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
-    VirtualService,
 )
 from director.core.ownership import Ownership
 from director.core.plan import apply_ops_to_table, build_plan, plan_service
+from director.core.services import Op, OpKind, VirtualService
 from director.dataplane.fake import FakeIpvs
 from director.engine.reconcile import Reconciler
 

@@ -58,8 +58,9 @@ def static(tmp_path: Path) -> Iterator[tuple[Path, FakeIpvs, Runtime]]:
     ipvs = FakeIpvs()
     # A service the director did not make (outside its networks): never touched.
     foreign = ServiceKey.inet(Protocol.TCP, "203.0.113.9", 443)
-    from director.core.model import ServiceConfig, VirtualService
+    from director.core.model import ServiceConfig
     from director.core.plan import Op, OpKind
+    from director.core.services import VirtualService
 
     ipvs.apply([Op(OpKind.ADD_SERVICE, foreign, ServiceConfig())])
     with Runtime(load_config(path), ipvs).start() as runtime:

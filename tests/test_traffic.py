@@ -19,9 +19,9 @@ from director.core.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,
-    VirtualService,
 )
 from director.core.ownership import Ownership
+from director.core.services import VirtualService
 from director.dataplane.kernel import KernelIpvs, resolve_family
 from director.engine.reconcile import Reconciler
 from lab.netns import (

@@ -28,7 +28,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from director.core.announce import PeerState
-from director.core.model import DEST_COUNTERS, SERVICE_COUNTERS, ServiceKey
+from director.core.counters import DEST_COUNTERS, SERVICE_COUNTERS
+from director.core.model import ServiceKey
 from director.core.owned import Failure
 from director.dataplane.interface import Ipvs
 from director.dataplane.memory import give_back_free_memory

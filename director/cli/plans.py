@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from director.core.model import Op, OpKind
+from director.core.services import Op, OpKind
 
 if TYPE_CHECKING:  # `director status` imports this module: no schema, no planner
     from director.core.plan import Plan

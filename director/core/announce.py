@@ -15,7 +15,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from director.core.ipam import Pool
-from director.core.model import ServiceKey, VirtualService
+from director.core.model import ServiceKey
+from director.core.services import VirtualService
 
 
 @dataclass(frozen=True, slots=True)

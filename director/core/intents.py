@@ -17,14 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from director.core.errors import DirectorError
-from director.core.model import (
-    RealServer,
-    ServiceConfig,
-    ServiceKey,
-    VirtualService,
-    canonical_address,
-)
+from director.core.model import RealServer, ServiceConfig, ServiceKey, canonical_address
 from director.core.owned import write_atomic
+from director.core.services import VirtualService
 
 MAX_DRAINS = 1000  # each is matched against every real server on every sync
 

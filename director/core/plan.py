@@ -9,19 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from director.core.model import (
-    HASHING_SCHEDULERS,
-    DestEdit,
-    DestKey,
-    Op,
-    OpKind,
-    RealServer,
-    ServiceKey,
-    Table,
-    VirtualService,
-    hash_order,
-)
+from director.core.dests import HASHING_SCHEDULERS, DestEdit, hash_order
+from director.core.model import DestKey, RealServer, ServiceKey
 from director.core.ownership import Ownership
+from director.core.services import Op, OpKind, Table, VirtualService
 
 
 @dataclass(frozen=True, slots=True)

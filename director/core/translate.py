@@ -19,6 +19,7 @@ from typing import TypeVar, cast
 
 from director.core.checks import CheckSpec, Target, parse_check
 from director.core.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
+from director.core.dests import hash_order
 from director.core.ipam import Address, Request
 from director.core.model import (
     CONFIGURABLE_FORWARDING,
@@ -31,12 +32,11 @@ from director.core.model import (
     ServiceConfig,
     ServiceKey,
     UdpOnly,
-    VirtualService,
     check_flags,
-    hash_order,
     shown,
     sloppy_address,
 )
+from director.core.services import VirtualService
 
 A_SCHEDULER = PREFIX + "scheduler"
 A_OVERRIDE = PREFIX + "scheduler-override"  # written by the admin API

@@ -14,24 +14,33 @@ import socket
 import struct
 from typing import Any, NamedTuple
 
+from director.core.dests import shared_attrs
 from director.core.model import (
-    SVC_F_HASHED,
-    SVC_F_PERSISTENT,
-    DestState,
     Family,
     Forwarding,
     IpProtocol,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
-    Stats,
-    decode_flags,
-    shared_attrs,
-    wire_key,
 )
+from director.core.services import DestState, Op, OpKind, Stats
+from director.dataplane.flags import SVC_F_HASHED, SVC_F_PERSISTENT, config_bits, decode_flags
 from director.dataplane.interface import error_message
+
+# A real server's key as ``Dests`` packs it (director.core.dests), made from the kernel's
+# attributes without making text.
+_ZEROS = bytes(12)
+_V4_BYTE, _V6_BYTE = bytes((socket.AF_INET,)), bytes((socket.AF_INET6,))
+
+
+def wire_key(address: bytes, port: bytes, family: int) -> bytes:
+    """The same from the kernel's attributes: a 16-byte address (IPv4's in the first four),
+    the port as sent (network order), the family (any but IPv6's read as IPv4's, as the
+    codec reads an address)."""
+    if family != socket.AF_INET6:
+        return address[:4] + _ZEROS + port + _V4_BYTE
+    return address + port + _V6_BYTE
+
 
 # --- netlink ---------------------------------------------------------------------------
 NETLINK_GENERIC = 16
@@ -120,7 +129,7 @@ def encode_service_key(key: ServiceKey) -> bytes:
 def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
     return (
         pack_nla(SVC_SCHED_NAME, config.scheduler.encode() + b"\0")
-        + pack_nla(SVC_FLAGS, _FLAGS.pack(config.flag_bits(), 0xFFFFFFFF))
+        + pack_nla(SVC_FLAGS, _FLAGS.pack(config_bits(config), 0xFFFFFFFF))
         + pack_nla(SVC_TIMEOUT, _U32.pack(config.persistence))
         + pack_nla(SVC_NETMASK, _netmask(key.family, config.netmask))
     )

@@ -12,24 +12,19 @@ import socket
 import threading
 from collections.abc import Iterable, Sequence
 
+from director.core.counters import Counters
+from director.core.dests import DestEdit
 from director.core.model import (
     KNOWN_SCHEDULERS,
-    Counters,
-    DestEdit,
     DestKey,
-    DestState,
     Family,
     Forwarding,
-    KernelTable,
-    Op,
-    OpKind,
     RealServer,
     ServiceConfig,
     ServiceKey,
-    Stats,
-    VirtualService,
     canonical_flags,
 )
+from director.core.services import DestState, KernelTable, Op, OpKind, Stats, VirtualService
 from director.dataplane.interface import ApplyResult, OpError, error_message, scheduler_refusals
 
 

@@ -13,18 +13,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from director.core.counters import Counters
 from director.core.errors import DirectorError
-from director.core.model import (
-    Counters,
-    DestKey,
-    DestState,
-    Forwarding,
-    KernelTable,
-    Op,
-    OpKind,
-    ServiceKey,
-    VirtualService,
-)
+from director.core.model import DestKey, Forwarding, ServiceKey
+from director.core.services import DestState, KernelTable, Op, OpKind, VirtualService
+from director.dataplane.flags import config_bits
 
 
 class IpvsUnavailable(DirectorError, RuntimeError):
@@ -119,7 +112,7 @@ def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int,
             )
         elif op.config is not None:
             try:  # flag names that have no bit cannot be sent at all
-                op.config.flag_bits()
+                config_bits(op.config)
             except ValueError as exc:
                 refused[index] = OpError(op, "EINVAL", str(exc))
         if op.dest is not None and op.dest.forwarding is Forwarding.FULLNAT:

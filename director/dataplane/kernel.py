@@ -24,20 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from director.core.model import (
-    SERVICE_COUNTERS,
-    Counters,
-    DestKey,
-    Dests,
-    DestState,
-    KernelTable,
-    Op,
-    OpKind,
-    RealServer,
-    ServiceConfig,
-    ServiceKey,
-    VirtualService,
-)
+from director.core.counters import SERVICE_COUNTERS, Counters
+from director.core.dests import Dests
+from director.core.model import DestKey, RealServer, ServiceConfig, ServiceKey
+from director.core.services import DestState, KernelTable, Op, OpKind, VirtualService
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,

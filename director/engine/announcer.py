@@ -20,7 +20,8 @@ from types import MappingProxyType
 
 from director.core.announce import Route, decide, pool_of
 from director.core.ipam import Pool
-from director.core.model import ServiceKey, Table
+from director.core.model import ServiceKey
+from director.core.services import Table
 from director.logs import event
 
 Announce = Callable[[frozenset[str]], None]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from director.core.model import DestKey, Dests, IpProtocol, RealServer, ServiceKey, VirtualService
+from director.core.dests import Dests
+from director.core.model import DestKey, IpProtocol, RealServer, ServiceKey
+from director.core.services import VirtualService
 from director.dataplane.interface import Ipvs
 from director.logs import event
 

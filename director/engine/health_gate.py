@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from director.core.checks import Target
-from director.core.model import DestKey, ServiceKey, VirtualService
+from director.core.model import DestKey, ServiceKey
+from director.core.services import VirtualService
 from director.schema.config import HealthSettings
 
 Checks = dict[DestKey, tuple[Target, ...]]

@@ -9,7 +9,8 @@ import gc
 import time
 from collections.abc import Callable, Iterable
 
-from director.core.model import ServiceKey, VirtualService
+from director.core.model import ServiceKey
+from director.core.services import VirtualService
 from director.core.snapshot import ALL
 from director.dataplane.memory import give_back_free_memory
 from director.engine.draining import Draining

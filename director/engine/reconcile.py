@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from director.core.model import Dests, Op, ServiceKey, Table, VirtualService
+from director.core.dests import Dests
+from director.core.model import ServiceKey
 from director.core.ownership import Ownership
 from director.core.plan import (
     Plan,
@@ -26,6 +27,7 @@ from director.core.plan import (
     outlined_ops,
     plan_service,
 )
+from director.core.services import Op, Table, VirtualService
 from director.dataplane.interface import ApplyResult, Ipvs
 from director.logs import event
 

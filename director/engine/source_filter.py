@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from director.core.firewall import Firewall, FirewallError
-from director.core.model import ServiceKey, VirtualService
+from director.core.model import ServiceKey
 from director.core.owned import Failure, Ledger, Retry
+from director.core.services import VirtualService
 from director.engine.view import LoopStatus
 from director.logs import event
 

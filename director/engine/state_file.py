@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from director.core.model import Table
 from director.core.owned import write_atomic
+from director.core.services import Table
 
 
 def table_json(table: Table) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from director.core.model import ServiceKey, Table, VirtualService
+from director.core.model import ServiceKey
 from director.core.owned import Ledger, Refused
+from director.core.services import Table, VirtualService
 from director.engine.ports import LoopMetrics
 from director.engine.reconcile import Reconciler, SyncReport
 from director.engine.view import LoopStatus

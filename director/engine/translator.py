@@ -8,7 +8,8 @@ import logging
 from collections.abc import Iterable
 
 from director.core.checks import Target
-from director.core.model import Family, ServiceKey, Table, VirtualService
+from director.core.model import Family, ServiceKey
+from director.core.services import Table, VirtualService
 from director.core.translate import Policy, relevant, translate
 from director.engine.addresses import Addresses
 from director.engine.draining import Draining, Terminating

@@ -19,8 +19,9 @@ from director.core.announce import Route
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
 from director.core.intents import Intents
-from director.core.model import DestKey, ServiceKey, VirtualService
+from director.core.model import DestKey, ServiceKey
 from director.core.owned import Ledger
+from director.core.services import VirtualService
 from director.core.translate import Options
 
 STATIC = "static"  # the owner of the configuration's own services

@@ -30,7 +30,8 @@ from pydantic_core import ArgsKwargs
 from typing_extensions import TypedDict
 
 from director.core.errors import DirectorError
-from director.core.model import Family, Forwarding, Stats, canonical_address
+from director.core.model import Family, Forwarding, canonical_address
+from director.core.services import Stats
 from director.schema.fields import Rule, problem
 
 BODY = ConfigDict(extra="forbid")

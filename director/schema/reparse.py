@@ -25,7 +25,8 @@ from enum import Enum
 from pathlib import Path
 
 from director.core.checks import CheckSpec
-from director.core.model import ServiceKey, Table, VirtualService
+from director.core.model import ServiceKey
+from director.core.services import Table, VirtualService
 from director.schema.cache import key_of as cache_key, load as cache_load, store as cache_store
 from director.schema.config import ConfigError, Settings, parse_config, read_config
 

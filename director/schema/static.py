@@ -30,13 +30,13 @@ from director.core.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,
-    VirtualService,
     canonical_address,
     check_flags,
     plain_network,
     shown,
 )
 from director.core.ownership import Network
+from director.core.services import VirtualService
 from director.schema.bgp import COMMUNITY
 from director.schema.fields import (
     ADDRESS,

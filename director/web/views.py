@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from director.core.intents import Drain
-from director.core.model import Forwarding, KernelTable, ServiceKey, VirtualService
+from director.core.model import Forwarding, ServiceKey
+from director.core.services import KernelTable, VirtualService
 from director.engine.view import STATIC, LoopView
 from director.schema import api as shapes
 from director.web.context import ApiContext
