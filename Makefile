@@ -60,7 +60,7 @@ kernel-test: setup
 
 # The role's image booted in qemu with systemd as PID 1: units, watchdog, traffic, reboot.
 boot-test: setup
-	$(PY) -m pytest -m boot -s tests/test_boot.py
+	$(PY) -m pytest -m boot -s tests/system/test_boot.py
 
 # Host unit tests, the Ansible role on a Debian root, the kernel suite in the lab VM (one
 # boot, one pytest process), then the role's image booted with systemd.
@@ -97,7 +97,7 @@ bench: setup
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.
 # The configuration reference and the JSON Schema, made from the schema (director/schema/):
-# run after changing a field; tests/test_docs.py and tests/test_schema.py fail until then.
+# run after changing a field; tests/test_docs.py and tests/schema/test_schema.py fail until then.
 docs: venv
 	$(PY) -m lab.configdoc
 	$(VENV)/bin/director schema > docs/config.schema.json

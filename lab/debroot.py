@@ -2,7 +2,7 @@
 .lab/debian-base), copied fresh to .lab/debian-root for every run of the role, plus the
 wheelhouse the role installs the director from (.lab/wheelhouse).
 
-`tests/test_ansible_role.py` applies the role to that tree through Ansible's chroot
+`tests/system/test_ansible_role.py` applies the role to that tree through Ansible's chroot
 connection, on the host (it needs the package registries); its kernel test then checks, in the
 lab VM, what the role wrote.
 """

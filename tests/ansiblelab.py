@@ -1,4 +1,5 @@
-"""Helpers shared by the Ansible tests (tests/test_ansible.py, tests/test_ansible_role.py)."""
+"""Helpers shared by the Ansible tests (tests/test_ansible.py and
+tests/system/test_ansible_role.py)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from director.dataplane.fake import FakeIpvs
 from director.engine.events import WatchState
 from director.engine.loop import Controller
 from lab.wait import eventually
-from tests.test_bgp import KEY, config
+from tests.adapters.test_bgp import KEY, config
 
 RULES = Path(__file__).parent.parent / "deploy" / "prometheus"
 ALERTS = RULES / "director-alerts.yml"
@@ -209,7 +209,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     from director.cli.runtime import Runtime
     from director.schema.config import parse_config
     from lab.kubeapi import FakeApiServer, node
-    from tests.test_api_server import TOKEN, config as api_config
+    from tests.web.test_api_server import TOKEN, config as api_config
 
     tmp = tmp_path_factory.mktemp("served")
     with FakeApiServer() as api:

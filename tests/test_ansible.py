@@ -1,7 +1,7 @@
 """The Ansible role, the inventories and the Vagrant lab, checked on the host: ansible-lint,
 the playbook's syntax, the variables' documentation, and the Vagrantfile (parsed by Ruby and
 evaluated) against the example inventory. The role's real application to a Debian root is
-tests/test_ansible_role.py (in the lab VM)."""
+tests/system/test_ansible_role.py (in the lab VM)."""
 
 from __future__ import annotations
 

@@ -138,3 +138,23 @@ def test_the_shape_check_keeps_modules_short_and_the_kernel_s_format_out_of_the_
         "director/core/model.py:5: SVC_F_PERSISTENT is the kernel's wire format (not the core's)",
         "director/long.py: 401 lines (400 at most)",
     ]
+
+
+def test_the_shape_check_holds_tests_to_mirror_the_code(tmp_path: Path) -> None:
+    """A module needs ``tests/<package>/test_<module>.py`` unless the list names the file
+    that covers it; a listed module that has its own test now is a finding (the list
+    shrinks), and so is a listed test file that is gone."""
+    from lab import shape
+
+    tree = tmp_path / "director"
+    for folder in ("director/core", "director/web", "tests/core"):
+        (tmp_path / folder).mkdir(parents=True)
+    for module in ("core/model.py", "core/cluster.py", "core/new.py", "web/app.py"):
+        (tree / module).write_text("x = 1\n")
+    (tmp_path / "tests" / "core" / "test_model.py").write_text("")
+    (tmp_path / "tests" / "core" / "test_cluster.py").write_text("")  # listed, now mirrored
+    assert list(shape.mirror(tree)) == [
+        "director/core/cluster.py: has tests/core/test_cluster.py: take it out of UNMIRRORED",
+        "director/core/new.py: no tests/core/test_new.py (tests mirror director/)",
+        "director/web/app.py: UNMIRRORED names tests/web/test_api.py, which is not there",
+    ]

@@ -2,7 +2,7 @@
 
 The hot paths (encoding thousands of requests, decoding dumps of 100,000 real servers) pack
 and unpack the wire format directly with ``struct``: pyroute2's per-message NLA objects cost
-20-35x the kernel's own work (see ``../shared/LAB-FACTS.md``). ``tests/test_netlink.py``
+20-35x the kernel's own work (see ``../shared/LAB-FACTS.md``). ``tests/dataplane/test_codec.py``
 holds this codec to pyroute2's own encoding on the host; ``director.dataplane.kernel`` sends
 and receives it.
 """

@@ -1,7 +1,7 @@
 """A stateful fake of the IPVS adapter that enforces the kernel's rules.
 
 It answers each operation the way net/netfilter/ipvs/ip_vs_ctl.c does (same errno), so the
-engine can be tested on a host without IPVS; ``tests/test_conformance.py`` holds it to the
+engine can be tested on a host without IPVS; ``tests/dataplane/test_conformance.py`` holds it to the
 real kernel's behaviour in the lab VM.
 """
 

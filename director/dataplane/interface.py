@@ -2,7 +2,7 @@
 
 Two implementations: ``director.dataplane.kernel.KernelIpvs`` (netlink, the only code that
 touches the kernel) and ``director.dataplane.fake.FakeIpvs`` (a stateful fake that enforces
-the kernel's rules). ``tests/test_conformance.py`` runs one suite against both.
+the kernel's rules). ``tests/dataplane/test_conformance.py`` runs one suite against both.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """conntrackd beside keepalived (``ha.conntrackd``): the file rendered and read by the real
 conntrackd's parser, kept as rendered by the director, wired into keepalived's notify, and
 refused with the line at fault. The pair carrying full-NAT connections across a failover
-with it is tests/test_ha_fullnat.py (lab VM)."""
+with it is tests/system/test_ha_fullnat.py (lab VM)."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ def test_a_cache_that_cannot_be_written_costs_the_next_start_a_parse_and_nothing
 def _run_until(config: Path, state: Path, line: str) -> str:
     """A real ``director run`` (fake dataplane) under a unit's state directory, until
     ``line``; stopped with SIGTERM, it must exit 0."""
-    from tests.test_cli import run_until
+    from tests.cli.test_main import run_until
 
     return "".join(run_until(config, line, {"STATE_DIRECTORY": str(state)}))
 

@@ -28,7 +28,7 @@ from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
 
 TOKEN = "t0ken-for-the-admin-api"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def config(tmp_path: Path, api: FakeApiServer, extra_api: str = "") -> str:

@@ -20,9 +20,9 @@ from director.engine.reload import RESTART_ONLY
 from director.schema.config import load_config
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
-from tests.test_systemd import listen, received
+from tests.adapters.test_systemd import listen, received
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HEAD = "ownership: {networks: [198.51.100.0/24]}\n"
 
 

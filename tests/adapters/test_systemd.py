@@ -13,7 +13,7 @@ from pathlib import Path
 
 from director.adapters.systemd import Notifier
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def listen(path: Path) -> socket.socket:

@@ -10,7 +10,7 @@ import pytest
 from director.core.model import Forwarding, IpProtocol as Protocol, ServiceKey
 from director.schema.config import ConfigError, load_config, parse_config
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "static.yaml"
 
 HEAD = """\
 ownership:

@@ -15,7 +15,7 @@ import pytest
 from director.cli import main as cli
 from tests.conftest import kernel_unavailable
 
-EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "static.yaml")
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "static.yaml")
 
 
 def test_check_validates_a_file(capsys: pytest.CaptureFixture[str]) -> None:

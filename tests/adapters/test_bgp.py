@@ -1,7 +1,7 @@
 """Announcing VIPs over BGP on the host: the bgp: section, the decision and its reasons, the
 FRR configuration (checked by FRR's own vtysh), the defaults of a Service announced over
 BGP, and the loop end to end on the fake dataplane. The routers, ECMP and real traffic are
-in ``tests/test_bgp_lab.py`` (the lab VM)."""
+in ``tests/system/test_bgp_lab.py`` (the lab VM)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from director.engine.events import IntentPosted, Reply
 from director.engine.loop import Controller
 from director.schema.config import ConfigError, Settings, parse_config
 from lab.netns import Netns
-from tests.test_translate import NODES, POLICY, svc
+from tests.core.test_translate import NODES, POLICY, svc
 
 VIP = "198.51.100.10"
 KEY = ServiceKey.inet(IpProtocol.TCP, VIP, 80)
@@ -509,7 +509,9 @@ def test_the_scale_out_example_is_valid_and_renders_a_configuration_frr_accepts(
 ) -> None:
     from director.core.announce import decide
 
-    settings = parse_config((Path(__file__).parent.parent / "examples" / "bgp.yaml").read_text())
+    settings = parse_config(
+        (Path(__file__).resolve().parents[2] / "examples" / "bgp.yaml").read_text()
+    )
     assert settings.bgp is not None and [p.name for p in settings.bgp_pools] == ["edge"]
     web = next(iter(settings.services.values()))
     route = decide(web.key.address, settings.bgp_pools[0], [web.key], settings.services, ready=True)
@@ -595,7 +597,7 @@ def test_vips_are_held_on_lo_and_a_restart_releases_those_no_longer_served(netns
 
 
 # -- the backends' side: the director_node role's director-node ------------------------------
-NODE = Path(__file__).resolve().parent.parent / "ansible/roles/director_node/files/director-node"
+NODE = Path(__file__).resolve().parents[2] / "ansible/roles/director_node/files/director-node"
 
 
 def node(netns: str, *args: str) -> tuple[int, str]:

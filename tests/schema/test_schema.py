@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from director.schema import yamldoc
 from director.schema.config import ConfigError, json_schema, json_schema_text, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "docs" / "config.schema.json"
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
