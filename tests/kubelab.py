@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from director.schema.config import Settings, parse_config
+from lab.kubeapi import service
 
 
 def settings(
@@ -30,3 +31,10 @@ kubernetes:
 {extra}
 """
     return parse_config(text, "test.yaml")
+
+
+def restricted(name: str, ranges: list[str]) -> dict[str, object]:
+    """A LoadBalancer Service on port 80 that admits only ``ranges``."""
+    obj = service(name, [("http", "TCP", 80)])
+    obj["spec"]["loadBalancerSourceRanges"] = ranges  # type: ignore[index]
+    return obj

@@ -23,7 +23,7 @@ from director.dataplane.fake import FakeIpvs
 from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
-from tests.kubelab import settings
+from tests.kubelab import restricted, settings
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80)
 DNS6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
@@ -94,12 +94,6 @@ def api() -> Iterator[FakeApiServer]:
     with FakeApiServer() as server:
         server.create("nodes", node("n1", "192.0.2.11"))
         yield server
-
-
-def restricted(name: str, ranges: list[str]) -> dict[str, object]:
-    obj = service(name, [("http", "TCP", 80)])
-    obj["spec"]["loadBalancerSourceRanges"] = ranges  # type: ignore[index]
-    return obj
 
 
 def test_a_services_source_ranges_are_enforced_and_its_drops_counted(

@@ -14,16 +14,10 @@ from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
-from tests.kubelab import settings
+from tests.kubelab import restricted, settings
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80)
 DNS6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
-
-
-def restricted(name: str, ranges: list[str]) -> dict[str, object]:
-    obj = service(name, [("http", "TCP", 80)])
-    obj["spec"]["loadBalancerSourceRanges"] = ranges  # type: ignore[index]
-    return obj
 
 
 @pytest.mark.kernel
