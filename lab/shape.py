@@ -52,7 +52,6 @@ OVER_400 = frozenset(
         "director/cli/main.py",
         "director/cli/runtime.py",
         "director/core/cluster.py",
-        "director/core/ipam.py",
         "director/core/translate.py",
         "director/dataplane/codec.py",
         "director/dataplane/kernel.py",

@@ -36,7 +36,6 @@ import jinja2
 from director.adapters.keepalived import TEMPLATES
 from director.adapters.worker import Keeper
 from director.core.announce import PeerState, Route, pool_of
-from director.core.ipam import Pool
 from director.core.owned import (
     REFUSED_RETRY,
     Failure,
@@ -48,6 +47,7 @@ from director.core.owned import (
     run_failure,
     write_atomic,
 )
+from director.core.pools import Pool
 from director.logs import event
 from director.schema.config import BgpSettings
 

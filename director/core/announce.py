@@ -14,8 +14,8 @@ import ipaddress
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from director.core.ipam import Pool
 from director.core.model import ServiceKey
+from director.core.pools import Pool
 from director.core.services import VirtualService
 
 

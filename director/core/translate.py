@@ -20,7 +20,7 @@ from typing import TypeVar, cast
 from director.core.checks import CheckSpec, Target, parse_check
 from director.core.cluster import PREFIX, NodeInfo, ServiceInfo, SliceInfo
 from director.core.dests import hash_order
-from director.core.ipam import Address, Request
+from director.core.ipam import Request
 from director.core.model import (
     CONFIGURABLE_FORWARDING,
     MAX_WEIGHT,
@@ -36,6 +36,7 @@ from director.core.model import (
     shown,
     sloppy_address,
 )
+from director.core.pools import Address
 from director.core.services import VirtualService
 
 A_SCHEDULER = PREFIX + "scheduler"

@@ -19,8 +19,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 
 from director.core.announce import Route, decide, pool_of
-from director.core.ipam import Pool
 from director.core.model import ServiceKey
+from director.core.pools import Pool
 from director.core.services import Table
 from director.logs import event
 

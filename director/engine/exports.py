@@ -14,9 +14,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from director.core.intents import Intents
-from director.core.ipam import Pool
 from director.core.model import DestKey, ServiceKey
 from director.core.owned import Ledger, Retry, classify, file_mark
+from director.core.pools import Pool
 from director.engine.announcer import VipAnnouncer
 from director.engine.state_file import write_state
 from director.engine.view import Addressing, LoopStatus, LoopView, PoolUse

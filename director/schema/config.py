@@ -29,9 +29,9 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
-from director.core.ipam import Pool
 from director.core.model import Family, Forwarding, ServiceKey, check_flags, format_endpoint
 from director.core.ownership import Network, Ownership
+from director.core.pools import Pool
 from director.core.services import Table
 from director.core.translate import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.schema import yamldoc

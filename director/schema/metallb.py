@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from director.core.ipam import Announce, Pool
+from director.core.pools import Announce, Pool
 from director.schema.bgp import COMMUNITY_RE
 from director.schema.fields import DNS_LABEL_RE
 from director.schema.static import PoolEntry

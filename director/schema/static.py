@@ -13,15 +13,6 @@ from pydantic import model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
-from director.core.ipam import (
-    NO_LIMIT,
-    SELECTOR_OPERATORS,
-    Allocation,
-    Announce,
-    LabelSelector,
-    Pool,
-    PoolError,
-)
 from director.core.model import (
     MAX_WEIGHT,
     Family,
@@ -36,6 +27,15 @@ from director.core.model import (
     shown,
 )
 from director.core.ownership import Network
+from director.core.pools import (
+    NO_LIMIT,
+    SELECTOR_OPERATORS,
+    Allocation,
+    Announce,
+    LabelSelector,
+    Pool,
+    PoolError,
+)
 from director.core.services import VirtualService
 from director.schema.bgp import COMMUNITY
 from director.schema.fields import (
