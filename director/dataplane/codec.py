@@ -12,9 +12,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
-from typing import Any, NamedTuple
 
-from director.core.dests import shared_attrs
 from director.core.model import (
     Family,
     Forwarding,
@@ -60,10 +58,10 @@ NLMSGHDR = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
 GENLMSGHDR = struct.Struct("=BBH")  # genlmsghdr: cmd, version, reserved
 NLA = struct.Struct("=HH")
 U16 = struct.Struct("=H")
-_U32 = struct.Struct("=I")
+U32 = struct.Struct("=I")
 I32 = struct.Struct("=i")
 _U64 = struct.Struct("=Q")
-_BE16 = struct.Struct(">H")
+BE16 = struct.Struct(">H")
 _FLAGS = struct.Struct("=II")
 
 # --- IPVS generic netlink (include/uapi/linux/ip_vs.h) ---------------------------------
@@ -107,7 +105,7 @@ def _addr16(address: str) -> tuple[int, bytes]:
 
 def _netmask(family: Family, prefix: int) -> bytes:
     if family is Family.INET6:
-        return _U32.pack(prefix)
+        return U32.pack(prefix)
     return ((0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF).to_bytes(4, "big")
 
 
@@ -115,14 +113,14 @@ def encode_service_key(key: ServiceKey) -> bytes:
     """The attributes that identify a service (nested in IPVS_CMD_ATTR_SERVICE)."""
     out = pack_nla(SVC_AF, U16.pack(key.family))
     if key.fwmark:
-        return out + pack_nla(SVC_FWMARK, _U32.pack(key.fwmark))
+        return out + pack_nla(SVC_FWMARK, U32.pack(key.fwmark))
     assert key.protocol is not None
     _, packed = _addr16(key.address)
     return (
         out
         + pack_nla(SVC_PROTOCOL, U16.pack(key.protocol))
         + pack_nla(SVC_ADDR, packed)
-        + pack_nla(SVC_PORT, _BE16.pack(key.port))
+        + pack_nla(SVC_PORT, BE16.pack(key.port))
     )
 
 
@@ -130,7 +128,7 @@ def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
     return (
         pack_nla(SVC_SCHED_NAME, config.scheduler.encode() + b"\0")
         + pack_nla(SVC_FLAGS, _FLAGS.pack(config_bits(config), 0xFFFFFFFF))
-        + pack_nla(SVC_TIMEOUT, _U32.pack(config.persistence))
+        + pack_nla(SVC_TIMEOUT, U32.pack(config.persistence))
         + pack_nla(SVC_NETMASK, _netmask(key.family, config.netmask))
     )
 
@@ -208,9 +206,9 @@ def parse_attrs(data: Wire, start: int, end: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _u32(data: bytes, attrs: dict[int, tuple[int, int]], kind: int) -> int:
+def u32(data: bytes, attrs: dict[int, tuple[int, int]], kind: int) -> int:
     where = attrs.get(kind)
-    return _U32.unpack_from(data, where[0])[0] if where else 0
+    return U32.unpack_from(data, where[0])[0] if where else 0
 
 
 def decode_stats64(data: bytes, where: tuple[int, int] | None) -> Stats:
@@ -224,7 +222,7 @@ def decode_stats64(data: bytes, where: tuple[int, int] | None) -> Stats:
     return Stats(*values)
 
 
-def _address(data: bytes, offset: int, family: int) -> str:
+def address_text(data: bytes, offset: int, family: int) -> str:
     if family == socket.AF_INET6:
         return socket.inet_ntop(socket.AF_INET6, data[offset : offset + 16])
     return socket.inet_ntop(socket.AF_INET, data[offset : offset + 4])
@@ -236,33 +234,33 @@ def decode_service(
     """A nested IPVS_CMD_ATTR_SERVICE -> key, config and the STATS64 location."""
     a = parse_attrs(data, start, end)
     family = Family(U16.unpack_from(data, a[SVC_AF][0])[0])
-    fwmark = _u32(data, a, SVC_FWMARK)
+    fwmark = u32(data, a, SVC_FWMARK)
     if fwmark:
         key = ServiceKey.mark(family, fwmark)
     else:
         proto = IpProtocol(U16.unpack_from(data, a[SVC_PROTOCOL][0])[0])
-        address = _address(data, a[SVC_ADDR][0], family)
-        key = ServiceKey(family, proto, address, _BE16.unpack_from(data, a[SVC_PORT][0])[0])
+        address = address_text(data, a[SVC_ADDR][0], family)
+        key = ServiceKey(family, proto, address, BE16.unpack_from(data, a[SVC_PORT][0])[0])
     off, size = a[SVC_SCHED_NAME]
     scheduler = data[off : off + size].split(b"\0", 1)[0].decode()
     bits = _FLAGS.unpack_from(data, a[SVC_FLAGS][0])[0] & ~SVC_F_HASHED
-    persistence = _u32(data, a, SVC_TIMEOUT) if bits & SVC_F_PERSISTENT else 0
+    persistence = u32(data, a, SVC_TIMEOUT) if bits & SVC_F_PERSISTENT else 0
     off = a[SVC_NETMASK][0]
     if family is Family.INET6:
-        netmask = _U32.unpack_from(data, off)[0]
+        netmask = U32.unpack_from(data, off)[0]
     else:
         netmask = int.from_bytes(data[off : off + 4], "big").bit_count()
-    return key, _service_config(scheduler, bits, persistence, netmask), a.get(SVC_STATS64)
+    return key, service_config(scheduler, bits, persistence, netmask), a.get(SVC_STATS64)
 
 
 @functools.lru_cache(maxsize=1024)  # bounded: the kernel may hold what others wrote
-def _service_config(scheduler: str, bits: int, persistence: int, netmask: int) -> ServiceConfig:
+def service_config(scheduler: str, bits: int, persistence: int, netmask: int) -> ServiceConfig:
     """One configuration object for every service configured alike (10,000 services read
     back held 10,000 equal ones, each with its own scheduler name)."""
     return ServiceConfig(scheduler, decode_flags(scheduler, bits), persistence, netmask)
 
 
-_FORWARDING = (*Forwarding, Forwarding.BYPASS, Forwarding.BYPASS, Forwarding.BYPASS)
+FORWARDING = (*Forwarding, Forwarding.BYPASS, Forwarding.BYPASS, Forwarding.BYPASS)
 
 
 def decode_dest(
@@ -273,231 +271,22 @@ def decode_dest(
     if where is not None:
         family = U16.unpack_from(data, where[0])[0]
     rs = RealServer(
-        _address(data, a[DEST_ADDR][0], family),
-        _BE16.unpack_from(data, a[DEST_PORT][0])[0],
+        address_text(data, a[DEST_ADDR][0], family),
+        BE16.unpack_from(data, a[DEST_PORT][0])[0],
         I32.unpack_from(data, a[DEST_WEIGHT][0])[0],
-        _FORWARDING[_u32(data, a, DEST_FWD_METHOD) & 0x7],
-        _u32(data, a, DEST_U_THRESH),
-        _u32(data, a, DEST_L_THRESH),
+        FORWARDING[u32(data, a, DEST_FWD_METHOD) & 0x7],
+        u32(data, a, DEST_U_THRESH),
+        u32(data, a, DEST_L_THRESH),
     )
     if not with_stats:
         return rs, None
     state = DestState(
-        _u32(data, a, DEST_ACTIVE_CONNS),
-        _u32(data, a, DEST_INACT_CONNS),
-        _u32(data, a, DEST_PERSIST_CONNS),
+        u32(data, a, DEST_ACTIVE_CONNS),
+        u32(data, a, DEST_INACT_CONNS),
+        u32(data, a, DEST_PERSIST_CONNS),
         decode_stats64(data, a.get(DEST_STATS64)),
     )
     return rs, state
-
-
-# A real server's configuration in a GET_DEST reply: (attribute, payload format). The
-# kernel writes the same attributes, in the same order and sizes, for every real server.
-_DEST_FIELDS: tuple[tuple[tuple[int, ...], str], ...] = (
-    ((DEST_ADDR,), "16s"),
-    ((DEST_PORT,), "2s"),  # network order, as a Dests key holds it
-    ((DEST_FWD_METHOD,), "I"),
-    ((DEST_WEIGHT,), "i"),
-    ((DEST_U_THRESH,), "I"),
-    ((DEST_L_THRESH,), "I"),
-    ((DEST_ADDR_FAMILY,), "H"),
-)
-# Its counters, for a scrape: model.DEST_COUNTERS' order, after the address. A counter
-# inside STATS64 is a path of two attributes.
-_COUNTER_FIELDS: tuple[tuple[tuple[int, ...], str], ...] = (
-    ((DEST_ADDR,), "16s"),
-    ((DEST_PORT,), "H"),
-    ((DEST_WEIGHT,), "i"),
-    ((DEST_ACTIVE_CONNS,), "I"),
-    ((DEST_INACT_CONNS,), "I"),
-    ((DEST_PERSIST_CONNS,), "I"),
-    *(((DEST_STATS64, kind), "Q") for kind in range(1, 6)),  # connections .. bytes out
-    ((DEST_ADDR_FAMILY,), "H"),
-)
-
-
-class Layout(NamedTuple):
-    """Where one kernel's GET_DEST (or GET_SERVICE) reply messages keep a real server's (or
-    a service's) fields, learnt from the first: a message of the same length with the same
-    attribute headers at those places decodes with one struct call (no walk of its
-    attributes, nothing cached: a cache of decoded replies was 57 MiB at 100,000 real
-    servers)."""
-
-    length: int  # of the whole message
-    fields: struct.Struct  # each field's attribute header (one word), then its payload
-    headers: tuple[int, ...]  # the header words expected, in the message's order
-    at: tuple[int, ...]  # where each field's payload is in the unpacked values
-
-
-def _find(
-    data: Wire, attrs: dict[int, tuple[int, int]], path: tuple[int, ...]
-) -> tuple[int, int] | None:
-    where = attrs.get(path[0])
-    for kind in path[1:]:
-        if where is None:
-            return None
-        where = parse_attrs(data, where[0], where[0] + where[1]).get(kind)
-    return where
-
-
-def dest_layout(
-    data: Wire,
-    offset: int,
-    end: int,
-    fields: tuple[tuple[tuple[int, ...], str], ...] = _DEST_FIELDS,
-    nest: int = CMD_ATTR_DEST,
-) -> Layout | None:
-    """The layout of ``fields`` in the reply message at ``offset`` whose attributes are
-    nested in ``nest`` (None: not a plain one). A field of format "" is a string of the size
-    this message gives it."""
-    start = offset + 20  # nlmsghdr + genlmsghdr
-    alen, akind = NLA.unpack_from(data, start)
-    if akind & NLA_TYPE_MASK != nest or start + alen > end:
-        return None
-    attrs = parse_attrs(data, start + 4, start + alen)
-    places = []
-    for rank, (path, wanted) in enumerate(fields):
-        where = _find(data, attrs, path)
-        fmt = wanted or f"{where[1] if where else 0}s"
-        if where is None or where[1] != struct.calcsize(fmt):
-            return None
-        places.append((where[0] - 4 - offset, rank, fmt))
-    places.sort()
-    layout, headers, at, pos = "=", [], [0] * len(fields), 0
-    for value, (header, rank, fmt) in enumerate(places):
-        layout += f"{header - pos}xI{fmt}"
-        pos = header + 4 + struct.calcsize(fmt)
-        headers.append(_U32.unpack_from(data, offset + header)[0])
-        at[rank] = 2 * value + 1
-    return Layout(end - offset, struct.Struct(layout), tuple(headers), tuple(at))
-
-
-def counter_layout(data: Wire, offset: int, end: int) -> Layout | None:
-    """The layout of a real server's counters in the GET_DEST reply message at ``offset``."""
-    return dest_layout(data, offset, end, _COUNTER_FIELDS)
-
-
-# A service's fields in a GET_SERVICE reply (ip_vs_genl_fill_service): its key, either an
-# address (protocol, address, port) or a firewall mark, then its configuration and, in
-# STATS64, its counters (model.SERVICE_COUNTERS' order).
-_SERVICE_TAIL: tuple[tuple[tuple[int, ...], str], ...] = (
-    ((SVC_SCHED_NAME,), ""),
-    ((SVC_FLAGS,), "I4x"),  # struct ip_vs_flags: the flags, then a mask
-    ((SVC_TIMEOUT,), "I"),
-    ((SVC_NETMASK,), "4s"),  # IPv4: a mask, in network order; IPv6: a prefix length
-    *(((SVC_STATS64, kind), "Q") for kind in range(1, 6)),
-)
-_SERVICE_FIELDS = (
-    ((SVC_AF,), "H"), ((SVC_PROTOCOL,), "H"), ((SVC_ADDR,), "16s"), ((SVC_PORT,), "H"),
-    *_SERVICE_TAIL,
-)  # fmt: skip
-_MARK_FIELDS = (((SVC_AF,), "H"), ((SVC_FWMARK,), "I"), *_SERVICE_TAIL)
-_FAMILIES = {int(f): f for f in Family}
-_PROTOCOLS = {int(p): p for p in IpProtocol}
-
-
-def service_layout(data: Wire, offset: int, end: int) -> Layout | None:
-    """The layout of the GET_SERVICE reply message at ``offset``: a service of an address
-    or of a firewall mark (None: neither, plainly)."""
-    return dest_layout(data, offset, end, _SERVICE_FIELDS, CMD_ATTR_SERVICE) or dest_layout(
-        data, offset, end, _MARK_FIELDS, CMD_ATTR_SERVICE
-    )
-
-
-def decode_service_row(
-    data: bytes, offset: int, layout: Layout
-) -> tuple[ServiceKey, ServiceConfig, tuple[int, ...]] | None:
-    """A service's key, configuration and counters, if the message at ``offset`` is laid
-    out as ``layout`` (from ``service_layout``) says."""
-    values = layout.fields.unpack_from(data, offset)
-    if values[0::2] != layout.headers:
-        return None
-    at = layout.at
-    family = _FAMILIES.get(values[at[0]])
-    if family is None:
-        return None
-    if len(at) == len(_SERVICE_FIELDS):  # a service of an address, not of a mark
-        protocol = _PROTOCOLS.get(values[at[1]])
-        if protocol is None:
-            return None
-        key = ServiceKey(
-            family, protocol, _address(values[at[2]], 0, family), socket.ntohs(values[at[3]])
-        )
-    else:
-        key = ServiceKey.mark(family, values[at[1]])
-    sched, flags, timeout, mask, c0, c1, c2, c3, c4 = at[-len(_SERVICE_TAIL) :]
-    config = _wire_service_config(
-        family, values[sched], values[flags], values[timeout], values[mask]
-    )
-    return key, config, (values[c0], values[c1], values[c2], values[c3], values[c4])
-
-
-@functools.lru_cache(maxsize=1024)  # bounded: the kernel may hold what others wrote
-def _wire_service_config(
-    family: Family, sched: bytes, flags: int, timeout: int, mask: bytes
-) -> ServiceConfig:
-    """A configuration from its attributes' payloads as the kernel writes them (the mask:
-    IPv4's in network order, an IPv6 prefix length as a number)."""
-    bits = flags & ~SVC_F_HASHED
-    if family is Family.INET6:
-        netmask = _U32.unpack(mask)[0]
-    else:
-        netmask = int.from_bytes(mask, "big").bit_count()
-    persistence = timeout if bits & SVC_F_PERSISTENT else 0
-    return _service_config(sched.split(b"\0", 1)[0].decode(), bits, persistence, netmask)
-
-
-def decode_dest_row(data: bytes, offset: int, layout: Layout) -> tuple[bytes, Any] | None:
-    """The real server of the message at ``offset`` as a ``Dests`` row (packed key, shared
-    attributes: no text made), if the message is laid out as ``layout`` says."""
-    values = layout.fields.unpack_from(data, offset)
-    if values[0::2] != layout.headers:
-        return None
-    at = layout.at
-    return (
-        wire_key(values[at[0]], values[at[1]], values[at[6]]),
-        shared_attrs(
-            (values[at[3]], _FORWARDING[values[at[2]] & 0x7], values[at[4]], values[at[5]])
-        ),
-    )
-
-
-def decode_dest_counters(
-    data: bytes, offset: int, layout: Layout
-) -> tuple[bytes, list[int]] | None:
-    """A real server's packed address and ``model.DEST_COUNTERS``, if the message at
-    ``offset`` is laid out as ``layout`` (from ``counter_layout``) says."""
-    values = layout.fields.unpack_from(data, offset)
-    if values[0::2] != layout.headers:
-        return None
-    figures = [values[i] for i in layout.at[1:]]
-    figures[0] = socket.ntohs(figures[0])
-    return values[layout.at[0]], figures
-
-
-def dest_counters(data: bytes, offset: int, end: int, family: int) -> tuple[bytes, list[int]]:
-    """The same, from a message of any layout (its attributes walked)."""
-    start = offset + 20
-    nested, size = parse_attrs(data, start, end)[CMD_ATTR_DEST]
-    a = parse_attrs(data, nested, nested + size)
-    where = a.get(DEST_ADDR_FAMILY)
-    if where is not None:
-        family = U16.unpack_from(data, where[0])[0]
-    stats = decode_stats64(data, a.get(DEST_STATS64))
-    off = a[DEST_ADDR][0]
-    return data[off : off + 16], [
-        _BE16.unpack_from(data, a[DEST_PORT][0])[0],
-        I32.unpack_from(data, a[DEST_WEIGHT][0])[0],
-        _u32(data, a, DEST_ACTIVE_CONNS),
-        _u32(data, a, DEST_INACT_CONNS),
-        _u32(data, a, DEST_PERSIST_CONNS),
-        stats.connections,
-        stats.packets_in,
-        stats.packets_out,
-        stats.bytes_in,
-        stats.bytes_out,
-        family,
-    ]
 
 
 # The generic netlink controller: which family id IPVS has on this kernel.

@@ -53,16 +53,9 @@ from director.dataplane.codec import (
     OP_CMD,
     SOL_NETLINK,
     U16,
-    Layout,
-    counter_layout,
     decode_dest,
-    decode_dest_counters,
-    decode_dest_row,
     decode_service,
-    decode_service_row,
     decode_stats64,
-    dest_counters,
-    dest_layout,
     dest_message_layout,
     encode_op,
     encode_service_key,
@@ -72,7 +65,6 @@ from director.dataplane.codec import (
     pack_dest_message,
     pack_nla,
     parse_attrs,
-    service_layout,
     split_messages,
 )
 from director.dataplane.interface import (
@@ -81,6 +73,16 @@ from director.dataplane.interface import (
     OpError,
     errno_name,
     scheduler_refusals,
+)
+from director.dataplane.layouts import (
+    Layout,
+    counter_layout,
+    decode_dest_counters,
+    decode_dest_row,
+    decode_service_row,
+    dest_counters,
+    dest_layout,
+    service_layout,
 )
 from director.dataplane.netns import in_netns
 from director.logs import event
