@@ -45,7 +45,6 @@ OVER_400 = frozenset(
     {
         "director/adapters/frr.py",
         "director/adapters/http.py",
-        "director/adapters/keepalived.py",
         "director/adapters/kube.py",
         "director/adapters/metrics.py",
         "director/cli/ctl.py",

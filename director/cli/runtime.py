@@ -50,9 +50,10 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.conntrackd import ConntrackdFile
     from director.adapters.frr import FrrSync
     from director.adapters.http import HttpServer as ApiServer
-    from director.adapters.keepalived import KeepalivedSync, VrrpFifo
+    from director.adapters.keepalived import KeepalivedSync
     from director.adapters.kube import Handler, KubeApi, KubeWriter, Watcher
     from director.adapters.sysctl import Sysctls
+    from director.adapters.vrrp import VrrpFifo
 
 log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
@@ -318,7 +319,8 @@ class Runtime:
     def _keepalived(self, settings: Settings, dry_run: bool) -> Vrrp | None:
         if settings.ha is None or dry_run:
             return None
-        from director.adapters.keepalived import KeepalivedSync, VrrpFifo
+        from director.adapters.keepalived import KeepalivedSync
+        from director.adapters.vrrp import VrrpFifo
 
         owned = self.controller.health.owned
         sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.keepalived import ConfigRejected, Keepalived, VrrpFifo, render_keepalived
+from director.adapters.keepalived import ConfigRejected, Keepalived, render_keepalived
 from director.schema.config import ConfigError, HaSettings, parse_config
 from lab.wait import eventually
 
@@ -157,22 +157,6 @@ def test_a_reload_never_signals_a_process_that_is_not_keepalived(
         assert "203.0.113.100" in Path(settings.config_file).read_text()
     finally:
         other.kill()
-
-
-def test_the_notify_fifo_reports_state(tmp_path: Path) -> None:
-    seen: list[str] = []
-    fifo = VrrpFifo(str(tmp_path / "run" / "k.fifo"), seen.append)
-    fifo.start()
-    try:
-        fd = os.open(fifo.path, os.O_WRONLY)
-        os.write(fd, b'INSTANCE "director" BACKUP 150\nINSTANCE "other" MASTER 100\n')
-        os.write(fd, b'INSTANCE "director" MAS')
-        time.sleep(0.05)
-        os.write(fd, b'TER 150\nGROUP "g" FAULT\n')
-        os.close(fd)
-        eventually(lambda: seen == ["BACKUP", "MASTER"], what="two states")
-    finally:
-        fifo.stop()
 
 
 @pytest.mark.parametrize(
