@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from director.core.intents import SetMaintenance
-from director.schema import api as shapes, paths
+from director.schema import api as shapes, paths, replies
 from director.web import views
 from director.web.bodies import body
 from director.web.context import api
@@ -17,7 +17,7 @@ routes = Blueprint("bgp", __name__)
 
 @documented(
     routes,
-    Operation(paths.BGP, "get", "Each VIP's announcement (and why), each BGP session", shapes.Bgp),
+    Operation(paths.BGP, "get", "Each VIP's announcement (and why), each BGP session", replies.Bgp),
 )
 def bgp() -> Response:
     return jsonify(views.bgp(api()))
@@ -29,7 +29,7 @@ def bgp() -> Response:
         paths.MAINTENANCE,
         "put",
         "Maintenance: withdraw every BGP route, keep IPVS (kept across restarts)",
-        shapes.Bgp,
+        replies.Bgp,
         (400, 413, 415, 503),
         body=shapes.MaintenanceRequest,
     ),
@@ -43,7 +43,7 @@ def enter_maintenance() -> Response:
 @documented(
     routes,
     Operation(
-        paths.MAINTENANCE, "delete", "Back from maintenance: announce again", shapes.Bgp, (503,)
+        paths.MAINTENANCE, "delete", "Back from maintenance: announce again", replies.Bgp, (503,)
     ),
 )
 def leave_maintenance() -> Response:

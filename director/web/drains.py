@@ -7,7 +7,7 @@ from flask import Blueprint, Response, jsonify
 
 from director.core.intents import AddDrain, Drain, RemoveDrain
 from director.core.model import shown
-from director.schema import api as shapes, paths
+from director.schema import api as shapes, paths, replies
 from director.web import views
 from director.web.bodies import body
 from director.web.context import api
@@ -20,7 +20,7 @@ routes = Blueprint("drains", __name__)
 @documented(
     routes,
     Operation(
-        paths.DRAINS, "get", "Drains and their progress (connections left)", shapes.DrainList
+        paths.DRAINS, "get", "Drains and their progress (connections left)", replies.DrainList
     ),
 )
 def list_drains() -> Response:
@@ -33,7 +33,7 @@ def list_drains() -> Response:
         paths.DRAINS,
         "post",
         "Drain a real server: weight 0 everywhere (or in one service)",
-        shapes.Drain,
+        replies.Drain,
         (400, 404, 409, 413, 415, 503),
         body=shapes.DrainRequest,
         status="201",
@@ -67,7 +67,7 @@ def add_drain() -> Response:
         paths.DRAIN,
         "delete",
         "Undrain: weights return to their desired values",
-        shapes.Undrained,
+        replies.Undrained,
         (404, 503),
     ),
 )

@@ -10,7 +10,7 @@ from flask import Blueprint, Response, jsonify
 from director.core.intents import SetScheduler
 from director.core.translate import A_OVERRIDE
 from director.logs import event
-from director.schema import api as shapes, paths
+from director.schema import api as shapes, paths, replies
 from director.web import views
 from director.web.bodies import body, scheduler_choice
 from director.web.context import api
@@ -26,7 +26,7 @@ routes = Blueprint("services", __name__)
         paths.SERVICES,
         "get",
         "Every virtual service, with real servers and live counters",
-        shapes.ServiceList,
+        replies.ServiceList,
     ),
 )
 def list_services() -> Response:
@@ -39,7 +39,7 @@ def list_services() -> Response:
         paths.SERVICE,
         "get",
         "The virtual services of one Kubernetes Service",
-        shapes.KubernetesService,
+        replies.KubernetesService,
         (404,),
     ),
 )
@@ -56,7 +56,7 @@ def get_service(namespace: str, name: str) -> Response:
         paths.SERVICE_SCHEDULER,
         "put",
         "Set the scheduler, stored on the Service (both directors follow)",
-        shapes.SchedulerResult,
+        replies.SchedulerResult,
         (400, 404, 409, 413, 415, 503),
         body=shapes.SchedulerChoice,
     ),
@@ -86,7 +86,7 @@ def set_kube_scheduler(namespace: str, name: str) -> Response:
         paths.SERVICE_SCHEDULER,
         "delete",
         "Back to the annotation or the default",
-        shapes.SchedulerResult,
+        replies.SchedulerResult,
         (404, 409, 503),
     ),
 )
@@ -104,7 +104,7 @@ def unset_kube_scheduler(namespace: str, name: str) -> Response:
         paths.STATIC,
         "get",
         "One static service of the configuration",
-        shapes.VirtualService,
+        replies.VirtualService,
         (404,),
     ),
 )
@@ -119,7 +119,7 @@ def get_static(name: str) -> Response:
         paths.STATIC_SCHEDULER,
         "put",
         "Choose the scheduler of a static service (this director)",
-        shapes.SchedulerResult,
+        replies.SchedulerResult,
         (400, 404, 409, 413, 415, 503),
         body=shapes.SchedulerChoice,
     ),
@@ -147,7 +147,7 @@ def set_static_scheduler(name: str) -> Response:
         paths.STATIC_SCHEDULER,
         "delete",
         "Back to the configuration's scheduler",
-        shapes.SchedulerResult,
+        replies.SchedulerResult,
         (404, 503),
     ),
 )

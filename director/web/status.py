@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from director.core.plan import build_plan
-from director.schema import api as shapes, paths
+from director.schema import paths, replies
 from director.web import views
 from director.web.context import api
 from director.web.openapi import document
@@ -20,7 +20,7 @@ routes = Blueprint("status", __name__)
         paths.STATUS,
         "get",
         "Role, Kubernetes connection, leader, last sync, last error",
-        shapes.Status,
+        replies.Status,
     ),
 )
 def status() -> Response:
@@ -33,7 +33,7 @@ def status() -> Response:
         paths.PLAN,
         "get",
         "What the director would change right now (empty when healthy)",
-        shapes.Plan,
+        replies.Plan,
     ),
 )
 def plan() -> Response:

@@ -10,7 +10,7 @@ from director.core.intents import Drain
 from director.core.model import Forwarding, ServiceKey
 from director.core.services import KernelTable, VirtualService
 from director.engine.view import STATIC, LoopView
-from director.schema import api as shapes
+from director.schema import replies
 from director.web.context import ApiContext
 
 
@@ -28,7 +28,7 @@ def iso(stamp: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
 
-def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[shapes.VirtualService]:
+def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[replies.VirtualService]:
     """Every virtual service (or those of ``keys``) as programmed, with its counters."""
     kernel = ctx.counters() if keys is None else ctx.read_some(keys)
     view = ctx.loop.view
@@ -77,10 +77,10 @@ def service(
     view: LoopView,
     drains: tuple[Drain, ...],
     full_nat: bool = False,
-) -> shapes.VirtualService:
+) -> replies.VirtualService:
     draining = view.draining.get(key, frozenset())
     unhealthy = view.unhealthy.get(key, frozenset())
-    dests: list[shapes.RealServer] = []
+    dests: list[replies.RealServer] = []
     for dkey, rs in vs.real_servers.items():
         state = kernel.dest_state.get((key, dkey))
         admin = any(d.matches(key, rs) for d in drains)
@@ -95,7 +95,7 @@ def service(
                 else ("draining" if (dkey in draining or admin) else "active"),
                 "active_connections": state.active_connections if state else 0,
                 "inactive_connections": state.inactive_connections if state else 0,
-                "counters": shapes.counters(state.stats if state else None),
+                "counters": replies.counters(state.stats if state else None),
             }
         )
     programmed = kernel.services.get(key)
@@ -112,12 +112,12 @@ def service(
         "flags": sorted(vs.config.flags),
         "persistence": vs.config.persistence,
         "programmed": programmed is not None and programmed == vs,
-        "counters": shapes.counters(kernel.service_stats.get(key)),
+        "counters": replies.counters(kernel.service_stats.get(key)),
         "real_servers": dests,
     }
 
 
-def drains(ctx: ApiContext) -> list[shapes.Drain]:
+def drains(ctx: ApiContext) -> list[replies.Drain]:
     """Each drain with where it applies and the connections left. One pass over the
     table (real servers indexed by address) and one counters read."""
     view = ctx.loop.view
@@ -135,9 +135,9 @@ def drains(ctx: ApiContext) -> list[shapes.Drain]:
     keys = {key for rows in places.values() for key, _rs in rows}
     # A few services: their connection counts now. Many: one whole read (cached 1 s).
     kernel = ctx.read_some(sorted(keys, key=str)) if len(keys) <= 64 else ctx.counters()
-    out: list[shapes.Drain] = []
+    out: list[replies.Drain] = []
     for drain in items:
-        rows: list[shapes.DrainPlace] = []
+        rows: list[replies.DrainPlace] = []
         for key, rs in places[drain.id]:
             state = kernel.dest_state.get((key, rs.key))
             rows.append(
@@ -161,7 +161,7 @@ def drains(ctx: ApiContext) -> list[shapes.Drain]:
     return out
 
 
-def status(ctx: ApiContext) -> shapes.Status:
+def status(ctx: ApiContext) -> replies.Status:
     view = ctx.loop.view
     h = view.status
     counts = {
@@ -170,7 +170,7 @@ def status(ctx: ApiContext) -> shapes.Status:
         "kubernetes_services": len(view.produced),
         "drains": len(view.intents.drains),
     }
-    out: shapes.Status = {
+    out: replies.Status = {
         "role": view.status.vrrp_state or "standalone",
         "ready": h.synced,
         "dry_run": ctx.loop.dry_run,
@@ -204,7 +204,7 @@ def status(ctx: ApiContext) -> shapes.Status:
     return out
 
 
-def bgp(ctx: ApiContext) -> shapes.Bgp:
+def bgp(ctx: ApiContext) -> replies.Bgp:
     addressing = ctx.loop.view.addressing
     routes = sorted(addressing.routes.values(), key=lambda r: r.vip)
     announced = sum(1 for r in routes if r.announced)
