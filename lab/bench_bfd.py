@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from director.adapters.frr import FrrSync
+from director.adapters.frr_sync import FrrSync
 from director.core.announce import Route
 from director.schema.config import parse_config
 from lab.bgp import (

@@ -48,7 +48,7 @@ from director.schema.reparse import Reparser
 if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
     # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
     from director.adapters.conntrackd import ConntrackdFile
-    from director.adapters.frr import FrrSync
+    from director.adapters.frr_sync import FrrSync
     from director.adapters.http import HttpServer as ApiServer
     from director.adapters.keepalived import KeepalivedSync
     from director.adapters.kube import Handler, KubeApi, KubeWriter, Watcher
@@ -343,7 +343,7 @@ class Runtime:
         if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
             event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
             return None
-        from director.adapters.frr import FrrSync
+        from director.adapters.frr_sync import FrrSync
 
         sync = FrrSync(
             settings.bgp,

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.frr import Frr, FrrRejected, FrrSync, render_frr
+from director.adapters.frr import Frr, FrrRejected
+from director.adapters.frr_conf import render_frr
+from director.adapters.frr_sync import FrrSync
 from director.core.announce import Route
 from director.core.intents import AddDrain, Drain
 from director.core.model import Forwarding, IpProtocol, RealServer, ServiceKey
@@ -366,38 +368,13 @@ def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
     stop.set()
 
 
-def test_a_change_of_announced_prefixes_alone_is_a_few_vtysh_commands() -> None:
-    from director.adapters.frr import network_delta
-
-    settings = config()
-    assert settings.bgp is not None
-    one = render_frr(settings.bgp, {VIP: ROUTES[VIP]}, settings.pools)
-    two = render_frr(settings.bgp, ROUTES, settings.pools)
-    assert network_delta(one, two, 64512) == [
-        "configure terminal",
-        "router bgp 64512",
-        "address-family ipv6 unicast",
-        "network 2001:db8:100::5/128 route-map director-edge",
-        "exit-address-family",
-        "end",
-    ]
-    back = network_delta(two, one, 64512)
-    assert back is not None and "no network 2001:db8:100::5/128" in back
-    assert network_delta(one, one, 64512) == []
-    other = parse_config(BASE.replace("asn: 64500}", "asn: 64501}", 1))
-    assert other.bgp is not None
-    changed_peer = render_frr(other.bgp, ROUTES, other.pools)
-    assert network_delta(one, changed_peer, 64512) is None  # frr-reload.py applies that
-    assert network_delta(None, one, 64512) is None
-
-
 def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """FRR not running yet (at boot, frr-reload.py fails): a transient failure, kept pending
     and tried again with a backoff until FRR takes it; a file vtysh refuses is refused
     once, not every poll. The file FRR boots from never holds the routes."""
-    from director.adapters.frr import FrrSync
+    from director.adapters.frr_sync import FrrSync
     from lab.wait import eventually
 
     answer = tmp_path / "answer"
@@ -413,7 +390,7 @@ def test_routes_frr_could_not_take_are_tried_again_and_a_refused_file_is_not(
     assert settings.bgp is not None
     sync = FrrSync(settings.bgp, settings.pools, "d.yaml")
     sync.frr.peers = lambda: []  # type: ignore[method-assign]  # no vtysh daemons here
-    sync.frr.hold = lambda vips, missing=None: None  # type: ignore[method-assign]  # no lo
+    sync.frr.vips.hold = lambda vips, missing=None: None  # type: ignore[method-assign]  # no lo
     sync.start()
     try:
         sync.submit(dict(ROUTES))
@@ -479,7 +456,7 @@ def test_a_file_the_daemons_refuse_is_rolled_back_and_routes_still_follow(tmp_pa
     bad = good.replace("remote-as 64500", "remote-as 64999", 1)
     with pytest.raises(FrrRejected, match=r"^% Can not configure the local system as neighbor$"):
         frr.install(bad)
-    from director.adapters.frr import boot_text
+    from director.adapters.frr_conf import boot_text
 
     assert (tmp_path / "frr.conf").read_text() == boot_text(good)  # the live file: the old one
     assert frr.applied == good
@@ -567,33 +544,6 @@ def test_the_status_page_shows_the_bgp_routes_and_sessions(tmp_path: Path) -> No
     finally:
         server.shutdown()
         stop.set()
-
-
-def test_vips_are_held_on_lo_and_a_restart_releases_those_no_longer_served(netns: str) -> None:
-    """In a namespace of the host's own: the director's VIPs on lo; one a previous run left
-    there and that is no longer served goes; an address outside the pools stays."""
-    import subprocess
-
-    settings = config()
-    assert settings.bgp is not None
-
-    def on_lo() -> set[str]:
-        out = subprocess.run(
-            ["ip", "-n", netns, "-o", "addr", "show", "dev", "lo"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return {line.split()[3].split("/")[0] for line in out.splitlines()}
-
-    subprocess.run(["ip", "-n", netns, "addr", "add", "198.51.100.5/32", "dev", "lo"], check=True)
-    subprocess.run(["ip", "-n", netns, "addr", "add", "192.0.2.99/32", "dev", "lo"], check=True)
-    frr = Frr(settings.bgp, netns)
-    frr.adopt(settings.bgp_pools)  # a previous run's: 198.51.100.5 is in the edge pool
-    frr.hold({VIP})
-    assert on_lo() >= {VIP, "192.0.2.99"} and "198.51.100.5" not in on_lo()
-    frr.hold(set())
-    assert VIP not in on_lo() and "192.0.2.99" in on_lo()  # never what it did not create
 
 
 # -- the backends' side: the director_node role's director-node ------------------------------
@@ -737,9 +687,9 @@ def test_vips_removed_from_lo_by_someone_else_are_put_back(
     ns, _conf = frr_ns
     with keeping(frr_ns) as sync:
         sync.submit(dict(ROUTES))
-        assert sync.settle(30) and VIP in sync.frr.on_lo()
+        assert sync.settle(30) and VIP in sync.frr.vips.on_lo()
         ns.exec(["ip", "addr", "flush", "dev", "lo"])  # (put back within poll_seconds: 1)
-        eventually(lambda: VIP in sync.frr.on_lo(), timeout=30, what="the VIP put back on lo")
+        eventually(lambda: VIP in sync.frr.vips.on_lo(), timeout=30, what="the VIP put back on lo")
         state = eventually(lambda: (s := sync.ledger.get("addresses")) and s.repairs and s)
         assert state.in_sync and state.repairs == 1
 
