@@ -50,7 +50,6 @@ OVER_400 = frozenset(
         "director/cli/main.py",
         "director/cli/runtime.py",
         "director/core/cluster.py",
-        "director/core/translate.py",
         "director/dataplane/kernel.py",
         "director/schema/config.py",
         "director/schema/sections.py",

@@ -24,10 +24,11 @@ from director.core.checks import CheckSpec
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.ipam import Allocator
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, canonical_address
+from director.core.options import Policy, ipam_request
 from director.core.ownership import Ownership
 from director.core.plan import build_plan
 from director.core.pools import Pool
-from director.core.translate import Policy, ipam_request, translate
+from director.core.translate import translate
 from director.dataplane.fake import FakeIpvs
 from director.engine.loop import Controller
 from director.schema.config import ConfigError, load_config, parse_config

@@ -13,8 +13,8 @@ import ipaddress
 from director.core.cluster import ServiceInfo
 from director.core.ipam import Allocator
 from director.core.model import Forwarding
+from director.core.options import Options, Policy, ipam_request, node_ports_missing, wants_address
 from director.core.pools import Address
-from director.core.translate import Options, Policy, ipam_request, node_ports_missing, wants_address
 from director.engine.reporter import Reporter
 from director.schema.config import Settings
 

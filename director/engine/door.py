@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from director.core.firewall import Firewall
 from director.core.intents import Intent
-from director.core.translate import Policy
+from director.core.options import Policy
 from director.dataplane.interface import Ipvs
 from director.engine.events import Reply
 from director.engine.exports import Exports

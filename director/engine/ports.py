@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from director.core.firewall import Firewall
 from director.core.intents import Intent
-from director.core.translate import Policy
+from director.core.options import Policy
 from director.dataplane.interface import Ipvs
 from director.schema.config import Settings
 

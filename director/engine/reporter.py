@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable
 
 from director.core.cluster import ServiceInfo
-from director.core.translate import Problem
+from director.core.options import Problem
 from director.engine.events import LeaseRefused, WriteFailed
 from director.engine.outbox import Outbox
 from director.engine.view import LoopStatus

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 
 from director.core.checks import Target
 from director.core.model import Family, ServiceKey
+from director.core.options import Policy, relevant
 from director.core.services import Table, VirtualService
-from director.core.translate import Policy, relevant, translate
+from director.core.translate import translate
 from director.engine.addresses import Addresses
 from director.engine.draining import Draining, Terminating
 from director.engine.health_gate import HealthGate

@@ -20,9 +20,9 @@ from director.core.checks import Target
 from director.core.cluster import ServiceInfo
 from director.core.intents import Intents
 from director.core.model import DestKey, ServiceKey
+from director.core.options import Options
 from director.core.owned import Ledger
 from director.core.services import VirtualService
-from director.core.translate import Options
 
 STATIC = "static"  # the owner of the configuration's own services
 Checks = Mapping[DestKey, tuple[Target, ...]]  # a virtual service's checked real servers

@@ -30,10 +30,10 @@ from pydantic_core import PydanticCustomError, core_schema
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.model import Family, Forwarding, ServiceKey, check_flags, format_endpoint
+from director.core.options import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.core.ownership import Network, Ownership
 from director.core.pools import Pool
 from director.core.services import Table
-from director.core.translate import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.schema import yamldoc
 from director.schema.bgp import BgpSettings, PeerEntry
 from director.schema.docstrings import attribute_docs

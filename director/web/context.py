@@ -14,8 +14,8 @@ from flask import current_app
 from director.core.announce import PeerState
 from director.core.intents import Intent
 from director.core.model import ServiceKey, shown
+from director.core.options import PROTOCOLS, relevant
 from director.core.services import KernelTable
-from director.core.translate import PROTOCOLS, relevant
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.web.errors import Problem

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from director.cli.runtime import Runtime
 from director.core.firewall import FakeFirewall, render_nft
 from director.core.model import Family, Forwarding, IpProtocol as Protocol, ServiceKey
-from director.core.translate import Problem
+from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs
 from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, node, service

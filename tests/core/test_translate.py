@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from director.core.cluster import node_from_json, service_from_json, slice_from_json
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, IpProtocol as Protocol, ServiceKey
-from director.core.translate import Policy, ipam_request, translate
+from director.core.options import Policy
+from director.core.translate import translate
 from lab.kubeapi import endpoint_slice, node, service
 
 POLICY = Policy(
@@ -209,22 +210,6 @@ def test_class_selection_and_nodeport_vip() -> None:
     assert set(out.services) == {KEY, ServiceKey.inet(Protocol.TCP, "192.0.2.100", 30080)}
     opted_out = svc(lb_class=None, annotations={"lvs-director.io/nodeport": "false"})
     assert set(translate(opted_out, ["198.51.100.1"], [], NODES, np_policy).services) == {KEY}
-
-
-def test_ipam_request_reads_annotations_and_refuses_garbage() -> None:
-    request, problems = ipam_request(
-        svc(
-            annotations={
-                "lvs-director.io/load-balancer-ips": "198.51.100.9",
-                "lvs-director.io/allow-shared-ip": "k",
-            }
-        )
-    )
-    assert request is not None and not problems
-    assert [str(a) for a in request.requested] == ["198.51.100.9"]
-    assert request.sharing_key == "k"
-    none, problems = ipam_request(svc(annotations={"lvs-director.io/load-balancer-ips": "nope"}))
-    assert none is None and problems[0].message == "'nope' is not an IP address"
 
 
 def test_annotation_flags_are_canonical_and_onepacket_needs_udp() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from director.core.cluster import service_from_json
-from director.core.translate import Problem
+from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import WriteFailed
 from director.engine.loop import Controller
