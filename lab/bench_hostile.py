@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from director.cli.runtime import Runtime
-from director.core.cluster import MAX_SOURCE_RANGES, service_from_json
+from director.core.cluster_parse import MAX_SOURCE_RANGES, service_from_json
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import IpProtocol, ServiceKey
 from director.dataplane.fake import FakeIpvs

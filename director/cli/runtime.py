@@ -24,7 +24,7 @@ from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.cli.preflight import read_token
 from director.core.announce import PeerState
-from director.core.cluster import node_from_json, service_from_json, slice_from_json
+from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
 from director.core.owned import Ledger

@@ -321,7 +321,7 @@ def test_a_service_listing_more_ranges_than_the_cap_is_closed_with_one_warning()
     """20,000 ranges (0.35 MB, well under the API's object limit): refused as a whole
     before any is read, in one problem; the Service's addresses then refuse every source
     (closed, not open), and the ruleset stays one set of nothing."""
-    from director.core.cluster import MAX_SOURCE_RANGES, service_from_json
+    from director.core.cluster_parse import MAX_SOURCE_RANGES, service_from_json
 
     obj = restricted("huge", [f"10.{i // 256 % 256}.{i % 256}.0/24" for i in range(20_000)])
     info = service_from_json(obj)
@@ -332,7 +332,7 @@ def test_a_service_listing_more_ranges_than_the_cap_is_closed_with_one_warning()
 
 
 def test_thousands_of_bad_ranges_are_three_problems_and_a_count() -> None:
-    from director.core.cluster import service_from_json
+    from director.core.cluster_parse import service_from_json
 
     obj = restricted("bad", [f"bogus-{i}" for i in range(900)] + ["203.0.113.0/24"])
     info = service_from_json(obj)
@@ -343,7 +343,7 @@ def test_thousands_of_bad_ranges_are_three_problems_and_a_count() -> None:
 def test_a_service_with_thousands_of_problems_is_one_event() -> None:
     """8,000 distinct problems on one Service (bad endpoints, say): one Warning Event that
     counts them, one count each in the metric, linear work; fixed, they are forgotten."""
-    from director.core.cluster import service_from_json
+    from director.core.cluster_parse import service_from_json
     from director.engine.reporter import Reporter
     from director.engine.view import LoopStatus
 

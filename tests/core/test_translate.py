@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from director.core.cluster import node_from_json, service_from_json, slice_from_json
+from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.options import Policy
 from director.core.translate import translate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from director.core.cluster import service_from_json
+from director.core.cluster_parse import service_from_json
 from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import WriteFailed
