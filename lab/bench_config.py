@@ -63,10 +63,10 @@ def timed(argv: list[str], cwd: Path | None = None) -> float:
 
 PRECISE = (
     "import sys, time\n"
-    "from director.schema import config, yamldoc\n"
+    "from director.schema import document, rules, yamldoc\n"
     "text = open(sys.argv[1]).read()\n"
     "data, _ = yamldoc.precise(text)\n"
-    "config._compile(config._DOCUMENT.validate_python(data), sys.argv[1])\n"
+    "rules.compile_document(document.DOCUMENT.validate_python(data), sys.argv[1])\n"
 )
 
 

@@ -50,7 +50,6 @@ OVER_400 = frozenset(
         "director/cli/main.py",
         "director/cli/runtime.py",
         "director/dataplane/kernel.py",
-        "director/schema/config.py",
         "director/schema/sections.py",
         "director/schema/static.py",
     }
@@ -177,6 +176,10 @@ UNMIRRORED: dict[str, tuple[str, str]] = {
     "director/schema/docstrings.py": (
         "tests/test_docs.py",
         "the configuration page made from the schema",
+    ),
+    "director/schema/document.py": (
+        "tests/schema/test_config.py",
+        "every section loaded and every fault named with its line",
     ),
     "director/schema/fields.py": ("tests/schema/test_config.py", "each field's bounds and errors"),
     "director/schema/paths.py": ("tests/schema/test_config.py", "errors located by line"),

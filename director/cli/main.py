@@ -71,7 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from director.cli.runtime import Runtime
     from director.dataplane.fake import FakeIpvs
-    from director.schema.config import ConfigError, bgp_notes, snat_notes
+    from director.schema.config import ConfigError
+    from director.schema.notes import bgp_notes, snat_notes
     from director.schema.reparse import Reparser
 
     STARTUP.mark("imports")

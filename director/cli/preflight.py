@@ -11,7 +11,8 @@ import socket
 import string
 from pathlib import Path
 
-from director.schema.config import Settings, bgp_notes, snat_notes
+from director.schema.config import Settings
+from director.schema.notes import bgp_notes, snat_notes
 
 TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
 

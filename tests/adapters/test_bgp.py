@@ -272,7 +272,7 @@ def test_a_static_service_announced_over_bgp_gets_maglev_hashing_unless_it_names
     mh with mh-port (the default scheduler, wlc, breaks connections on every ECMP change);
     one that names another scheduler keeps it, and check and run say what it costs."""
     from director.cli.preflight import preflight
-    from director.schema.config import bgp_notes
+    from director.schema.notes import bgp_notes
 
     text = (
         BASE

@@ -1,0 +1,89 @@
+"""The configuration file's shape (:class:`Document`: the sections and the file's own
+objects, each key defined once), what it compiles to (:class:`Settings`), and the error that
+names a fault in it (:class:`ConfigError`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import TypeAdapter
+from pydantic.dataclasses import dataclass as schema
+
+from director.core.checks import CheckSpec
+from director.core.errors import DirectorError
+from director.core.model import ServiceKey
+from director.core.ownership import Ownership
+from director.core.pools import Pool
+from director.core.services import Table
+from director.schema.bgp import BgpSettings
+from director.schema.sections import (
+    SECTION,
+    ApiSettings,
+    Defaults,
+    HaSettings,
+    HealthSettings,
+    KubeSettings,
+    Section,
+    SnatSettings,
+)
+from director.schema.static import OwnershipEntry, PoolEntry, ServiceEntry
+
+
+class ConfigError(DirectorError, ValueError):
+    status = 400
+
+    def __init__(
+        self, source: str, line: int, where: str, reason: str, also: tuple[ConfigError, ...] = ()
+    ) -> None:
+        """``also``: the file's other faults found in the same pass, in file order (the
+        message names the first; ``director check`` lists them all)."""
+        self.source, self.line, self.where, self.reason = source, line, where, reason
+        self.also = also
+        location = f"{source}:{line}" if line else source
+        super().__init__(f"{location}: {where + ': ' if where else ''}{reason}")
+
+    @property
+    def faults(self) -> tuple[ConfigError, ...]:
+        """This fault and the others found with it, in file order."""
+        return (self, *self.also)
+
+
+@schema(frozen=True, slots=True, config=SECTION)
+class Document(Section):
+    """The whole file."""
+
+    ownership: OwnershipEntry | None = None
+    defaults: Defaults | None = None
+    services: tuple[ServiceEntry, ...] = ()
+    kubernetes: KubeSettings | None = None
+    pools: tuple[PoolEntry, ...] = ()
+    api: ApiSettings | None = None
+    ha: HaSettings | None = None
+    health: HealthSettings | None = None
+    bgp: BgpSettings | None = None
+    snat: SnatSettings | None = None
+
+
+DOCUMENT = TypeAdapter(Document)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    source: str = "<defaults>"
+    ownership: Ownership = field(default_factory=Ownership)
+    defaults: Defaults = field(default_factory=Defaults)
+    services: Table = field(default_factory=dict)
+    kubernetes: KubeSettings | None = None
+    pools: tuple[Pool, ...] = ()
+    api: ApiSettings | None = None
+    ha: HaSettings | None = None
+    health: HealthSettings | None = None
+    # Static services' own health check ("none" or a check), by service key.
+    static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
+    bgp: BgpSettings | None = None
+    snat: SnatSettings | None = None  # full-NAT's source addresses
+    static_snat: frozenset[ServiceKey] = frozenset()  # the static services with full NAT
+
+    @property
+    def bgp_pools(self) -> tuple[Pool, ...]:
+        return tuple(pool for pool in self.pools if pool.announce.bgp)
