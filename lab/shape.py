@@ -50,7 +50,6 @@ OVER_400 = frozenset(
         "director/cli/main.py",
         "director/cli/runtime.py",
         "director/dataplane/kernel.py",
-        "director/schema/sections.py",
         "director/schema/static.py",
     }
 )
@@ -219,7 +218,7 @@ UNMIRRORED: dict[str, tuple[str, str]] = {
 KERNEL_FORMAT = re.compile(r"(SVC_F_|IP_VS_|IPVS_|NLM|NLA)[A-Z0-9_]*")
 
 MIRRORS = {
-    "director/schema/sections.py:HaSettings": (
+    "director/schema/ha.py:HaSettings": (
         "the config file's ha: section (one field per documented key)"
     ),
     "director/core/cluster.py:ServiceInfo": (

@@ -29,7 +29,7 @@ from director.adapters.worker import Keeper, file_drift, install_checked
 from director.core.model import Family, canonical_address
 from director.core.owned import Ledger, Refused, not_run, run_failure
 from director.logs import event
-from director.schema.sections import ConntrackdSettings
+from director.schema.ha import ConntrackdSettings
 
 log = logging.getLogger("director.conntrackd")
 _PARSE_ERROR = re.compile(r"parsing config file in line \((\d+)\), symbol '([^']*)': (.*)")

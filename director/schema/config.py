@@ -27,12 +27,12 @@ from director.schema.bgp import BgpSettings, PeerEntry
 from director.schema.docstrings import attribute_docs
 from director.schema.document import DOCUMENT, ConfigError, Settings
 from director.schema.fields import Listen, Path
+from director.schema.ha import HaSettings
 from director.schema.rules import compile_document
 from director.schema.sections import (
     DEFAULT_CLASS,
     ApiSettings,
     Defaults,
-    HaSettings,
     HealthSettings,
     KubeSettings,
     Statuses,

@@ -16,11 +16,11 @@ from director.core.ownership import Ownership
 from director.core.pools import Pool
 from director.core.services import Table
 from director.schema.bgp import BgpSettings
+from director.schema.ha import HaSettings
 from director.schema.sections import (
     SECTION,
     ApiSettings,
     Defaults,
-    HaSettings,
     HealthSettings,
     KubeSettings,
     Section,

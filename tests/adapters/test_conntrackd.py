@@ -21,7 +21,7 @@ from director.adapters.keepalived import render_keepalived
 from director.cli.main import main
 from director.core.owned import Ledger
 from director.schema.config import ConfigError, parse_config
-from director.schema.sections import ConntrackdSettings
+from director.schema.ha import ConntrackdSettings
 from lab.wait import eventually
 
 # The real daemon's parser (`make system` installs conntrackd): missing, these fail, never skip.
