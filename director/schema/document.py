@@ -17,6 +17,7 @@ from director.core.pools import Pool
 from director.core.services import Table
 from director.schema.bgp import BgpSettings
 from director.schema.ha import HaSettings
+from director.schema.pool_entries import OwnershipEntry, PoolEntry
 from director.schema.sections import (
     SECTION,
     ApiSettings,
@@ -26,7 +27,7 @@ from director.schema.sections import (
     Section,
     SnatSettings,
 )
-from director.schema.static import OwnershipEntry, PoolEntry, ServiceEntry
+from director.schema.static import ServiceEntry
 
 
 class ConfigError(DirectorError, ValueError):

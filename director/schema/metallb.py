@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from director.core.pools import Announce, Pool
 from director.schema.bgp import COMMUNITY_RE
 from director.schema.fields import DNS_LABEL_RE
-from director.schema.static import PoolEntry
+from director.schema.pool_entries import PoolEntry
 
 KINDS = ("IPAddressPool", "L2Advertisement", "BGPAdvertisement")
 

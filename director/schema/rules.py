@@ -17,8 +17,9 @@ from director.core.ownership import Network, Ownership
 from director.core.pools import Pool
 from director.core.services import Table
 from director.schema.document import Document, Settings
+from director.schema.pool_entries import OwnershipEntry
 from director.schema.sections import Defaults, HealthSettings
-from director.schema.static import OwnershipEntry, Refusal
+from director.schema.static import Refusal
 
 # -- the rules across objects ------------------------------------------------------------
 Rule = Callable[["_Compiling"], None]

@@ -1,4 +1,5 @@
-"""The file's own objects: static services and their real servers, pools, owned ranges.
+"""The file's own objects: static services and their real servers (pools and owned ranges
+are :mod:`director.schema.pool_entries`'s).
 
 Each is an entry (its keys, types and bounds, once) that compiles to the core's model;
 what one entry cannot know alone is checked by the rules in :mod:`director.schema.rules`.
@@ -6,10 +7,8 @@ what one entry cannot know alone is checked by the rules in :mod:`director.schem
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
@@ -23,28 +22,12 @@ from director.core.model import (
     ServiceKey,
     canonical_address,
     check_flags,
-    plain_network,
     shown,
 )
-from director.core.ownership import Network
-from director.core.pools import (
-    NO_LIMIT,
-    SELECTOR_OPERATORS,
-    Allocation,
-    Announce,
-    LabelSelector,
-    Pool,
-    PoolError,
-)
 from director.core.services import VirtualService
-from director.schema.bgp import COMMUNITY
 from director.schema.fields import (
     ADDRESS,
-    DNS_LABEL,
-    DNS_LABEL_RE,
-    FLAG,
     NAME_RE,
-    QUALIFIED_RE,
     TEXT,
     Keys,
     Path,
@@ -57,7 +40,6 @@ from director.schema.fields import (
     matching,
     one_of,
     problem,
-    scalar,
 )
 from director.schema.sections import FORWARDING, SCHEDULER, SECTION, WEIGHT, Defaults, Section
 
@@ -298,183 +280,3 @@ class ServiceEntry(Section):
             out[address, port] = RealServer(address, port, weight, fwd, upper, lower)
             index_of[address, port] = index
         return out
-
-
-LABEL_KEY = matching(
-    QUALIFIED_RE, lambda key: f"{key!r} is not a label key (such as app or example.com/tier)"
-)
-LABEL_VALUE = matching(
-    r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?",
-    lambda value: (
-        f"{value!r} is not a label value (63 characters at most: letters, digits, "
-        "-_., starting and ending with a letter or digit)"
-    ),
-)
-
-
-def _label_map(value: object) -> tuple[tuple[str, str], ...]:
-    if isinstance(value, tuple):  # from Python: the pairs themselves
-        return tuple((LABEL_KEY(k), LABEL_VALUE(v)) for k, v in value)
-    if not isinstance(value, dict):
-        raise problem("must be a mapping of label keys to values")
-    pairs = []
-    for key, text in value.items():
-        try:
-            pairs.append((LABEL_KEY(key), LABEL_VALUE("" if text is None else text)))
-        except PydanticCustomError as exc:
-            raise below(exc, str(key)) from None
-    return tuple(pairs)
-
-
-LABEL_MAP = Rule(_label_map, {"type": "object", "additionalProperties": LABEL_VALUE.schema})
-
-
-@dataclass(frozen=True, slots=True, config=SECTION)
-class ExpressionEntry(Section):
-    """One of a selector's ``match_expressions``."""
-
-    key: Annotated[str, LABEL_KEY]
-    """The label's key."""
-    operator: Annotated[str, one_of(*SELECTOR_OPERATORS)]
-    """In or NotIn (the label's value is, or is not, one of values), Exists or DoesNotExist
-    (the Service has, or has not, the label)."""
-    values: Annotated[tuple[str, ...], list_of(LABEL_VALUE)] = ()
-    """The values In and NotIn compare with (none for Exists and DoesNotExist)."""
-
-    @model_validator(mode="after")
-    def _values(self) -> ExpressionEntry:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise problem(f"{self.operator} needs at least one value", ("values",))
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise problem(f"{self.operator} takes no values", ("values",))
-        return self
-
-
-@dataclass(frozen=True, slots=True, config=SECTION)
-class SelectorEntry(Section):
-    """A label selector, as Kubernetes writes one (every part must hold)."""
-
-    match_labels: Annotated[tuple[tuple[str, str], ...], LABEL_MAP] = ()
-    """Labels the Service must carry, with these values."""
-    match_expressions: tuple[ExpressionEntry, ...] = ()
-    """Further conditions on its labels."""
-
-    def compile(self) -> LabelSelector:
-        return LabelSelector(
-            self.match_labels, tuple((e.key, e.operator, e.values) for e in self.match_expressions)
-        )
-
-
-@dataclass(frozen=True, slots=True, config=SECTION)
-class AllocationEntry(Section):
-    """A pool's ``allocate_to:``: which Services it gives addresses to, and before which
-    pools (MetalLB's serviceAllocation)."""
-
-    priority: Annotated[int | None, integer(0, 2**31 - 1)] = None
-    """Pools a Service may draw from automatically are tried by priority, lowest first;
-    pools without one come after those with one (the file's order between equals)."""
-    namespaces: Annotated[tuple[str, ...], list_of(DNS_LABEL)] = ()
-    """Only Services in these namespaces (none listed: any namespace)."""
-    service_selectors: tuple[SelectorEntry, ...] = ()
-    """Only Services whose labels match one of these selectors (none: any Service)."""
-
-    def compile(self) -> Allocation:
-        return Allocation(
-            self.priority,
-            frozenset(self.namespaces),
-            tuple(s.compile() for s in self.service_selectors),
-        )
-
-
-@dataclass(frozen=True, slots=True, config=SECTION)
-class PoolEntry(Section):
-    """One of ``pools:``: addresses the director gives to LoadBalancer Services."""
-
-    name: Annotated[
-        str,
-        matching(
-            DNS_LABEL_RE, lambda _: "a pool name is a DNS label (lowercase letters, digits, -)"
-        ),
-    ]
-    """A DNS label; a Service asks for the pool with lvs-director.io/pool."""
-    # CIDRs (198.51.100.0/24) and ranges (198.51.100.10-198.51.100.20)
-    addresses: Annotated[tuple[str, ...], list_of(TEXT)]
-    """CIDRs (198.51.100.0/24) and ranges (198.51.100.10-198.51.100.20), IPv4 and IPv6. Pools
-    may not overlap, nor reach into unspecified, loopback, link-local, multicast, reserved or
-    IPv4-mapped addresses, nor hold the box's own."""
-    auto_assign: Annotated[bool, FLAG] = True  # false: only Services that ask for the pool
-    """Give addresses to any Service; false: only to Services that ask for this pool."""
-    all_addresses: Annotated[bool, FLAG] = False  # IPv4 CIDRs give out network and broadcast
-    """IPv4 CIDRs of /30 and wider also give out their network and broadcast addresses (skipped
-    by default: some clients and routers mishandle them)."""
-    # vrrp: the keepalived pair moves the addresses (ha:); bgp: announced to bgp.peers
-    announce: Annotated[str, one_of("vrrp", "bgp")] = "vrrp"
-    """How the addresses reach the network: vrrp (the keepalived pair holds them) or bgp (every
-    director announces them to bgp.peers)."""
-    communities: Annotated[tuple[str, ...], list_of(COMMUNITY)] = ()  # bgp only
-    """BGP communities set on this pool's routes (AA:NN, or a well-known name); announce: bgp
-    only."""
-    local_preference: Annotated[int | None, integer(0, 4294967295)] = None  # bgp only
-    """BGP local preference set on this pool's routes; announce: bgp only."""
-    forwarding: Annotated[Forwarding | None, FORWARDING] = None
-    """The forwarding of the Services given its addresses (their lvs-director.io/forwarding
-    annotation wins; default: defaults.forwarding)."""
-    allocate_to: AllocationEntry | None = None
-    """Limit the pool to some Services (namespaces, label selectors) and give it a priority
-    over the others (none: every Service, no priority)."""
-
-    def compile(self) -> Pool:
-        if self.announce != "bgp":
-            for key in ("communities", "local_preference"):
-                if getattr(self, key) not in ((), None):
-                    raise Refusal((key,), f"{key} is for pools announced over BGP (announce: bgp)")
-        announce = Announce(self.announce, self.communities, self.local_preference)
-        try:
-            return Pool.parse(
-                self.name,
-                self.addresses,
-                self.auto_assign,
-                self.all_addresses,
-                announce,
-                allocation=self.allocate_to.compile() if self.allocate_to else NO_LIMIT,
-                forwarding=self.forwarding,
-            )
-        except PoolError as exc:
-            raise Refusal(("addresses",), str(exc)) from None
-
-
-def _network(value: object) -> Network:
-    if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
-        return value
-    try:
-        return plain_network(scalar(value), strict=True)
-    except ValueError as exc:
-        raise problem(f"not a network in CIDR form: {exc}") from None
-
-
-def _marks(value: object) -> range:
-    if isinstance(value, range):
-        return value
-    low_text, _, high_text = scalar(value).partition("-")
-    if not digits(low_text) or (high_text and not digits(high_text)):
-        raise problem("must be a mark or a range of marks like 100-199")
-    low = int(low_text)
-    high = int(high_text) if high_text else low
-    if not 1 <= low <= high <= 0xFFFFFFFF:
-        raise problem("marks must be between 1 and 4294967295, low to high")
-    return range(low, high + 1)
-
-
-@dataclass(frozen=True, slots=True, config=SECTION)
-class OwnershipEntry(Section):
-    """``ownership:``: what the director may create, change and delete in the kernel."""
-
-    networks: Annotated[
-        tuple[Network, ...], list_of(Rule(_network, {"type": "string", "format": "cidr"}))
-    ] = ()
-    """CIDRs (IPv4, IPv6) whose virtual services the director owns; its pools and NodePort VIPs
-    are added. Anything else in the kernel is left alone and reported."""
-    fwmarks: Annotated[
-        tuple[range, ...], list_of(Rule(_marks, {"type": "string", "examples": ["100-199"]}))
-    ] = ()
-    """Firewall marks, or ranges like 1000-1999, whose services the director owns."""
