@@ -14,7 +14,7 @@ from director.core.owned import Ledger, Refused, Transient
 from director.logs import event
 
 if TYPE_CHECKING:  # the Kubernetes client is loaded where a cluster is configured only
-    from director.adapters.kube import KubeWriter
+    from director.adapters.kube_write import KubeWriter
 
 log = logging.getLogger("director.runtime")
 RELEASE_SECONDS = 5.0  # a clean stop waits at most this for the Lease's release

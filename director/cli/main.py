@@ -317,7 +317,8 @@ def _check_kubeconfig(
 ) -> int:
     """The kubeconfig parses; unless --offline, the API server answers and would let this
     director hold the status Lease (a dry run: nothing is written)."""
-    from director.adapters.kube import FIELD_MANAGER, KubeApi, KubeWriter, api_client
+    from director.adapters.kube import FIELD_MANAGER, KubeApi, api_client
+    from director.adapters.kube_write import KubeWriter
     from director.schema.config import KubeSettings
 
     try:  # parses the file and its credentials

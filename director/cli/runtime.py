@@ -51,7 +51,9 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.frr_sync import FrrSync
     from director.adapters.http import HttpServer as ApiServer
     from director.adapters.keepalived import KeepalivedSync
-    from director.adapters.kube import Handler, KubeApi, KubeWriter, Watcher
+    from director.adapters.kube import Handler, KubeApi
+    from director.adapters.kube_watch import Watcher
+    from director.adapters.kube_write import KubeWriter
     from director.adapters.sysctl import Sysctls
     from director.adapters.vrrp import VrrpFifo
 
@@ -122,7 +124,8 @@ def _cluster(
     kube = settings.kubernetes
     if kube is None:
         return None, None
-    from director.adapters.kube import KubeApi, KubeWriter
+    from director.adapters.kube import KubeApi
+    from director.adapters.kube_write import KubeWriter
 
     where = kubeconfig or kube.kubeconfig
     try:
@@ -140,7 +143,8 @@ def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> 
     """One watcher per resource the director follows (none without a cluster)."""
     if kube_api is None:
         return []
-    from director.adapters.kube import RESOURCES, Watcher
+    from director.adapters.kube import RESOURCES
+    from director.adapters.kube_watch import Watcher
 
     return [
         Watcher(kube_api, resource, submit, PARSERS[resource.name], watch_seconds=watch_seconds)

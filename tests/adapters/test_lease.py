@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.kube import KubeApi, KubeWriter, api_client
+from director.adapters.kube import KubeApi, api_client
+from director.adapters.kube_write import KubeWriter
 from lab.kubeapi import FakeApiServer
 from lab.wait import Clock, eventually
 
