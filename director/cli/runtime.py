@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from director.adapters.lease import Elector
-from director.adapters.metrics import FrrFigures, Metrics, Scrape
+from director.adapters.metrics import Metrics
+from director.adapters.metrics_daemons import FrrFigures
+from director.adapters.metrics_ipvs import Scrape
 from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
 from director.cli.preflight import read_token

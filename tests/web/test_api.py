@@ -18,7 +18,8 @@ from flask.testing import FlaskClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.adapters.metrics import DirectorCollector, IpvsExposition, Recorder, Scrape
+from director.adapters.metrics import DirectorCollector, Recorder
+from director.adapters.metrics_ipvs import IpvsExposition, Scrape
 from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
@@ -454,7 +455,7 @@ def test_metrics_text_is_exact_escaped_and_gzipped_when_asked(
         if s.labels["service"] == "web"
     }
     assert weights == {"192.0.2.11", "192.0.2.12"}
-    from director.adapters.metrics import _label_text
+    from director.adapters.metrics_ipvs import _label_text
 
     text = _label_text(["a", "b"], ['say "hi"', "back\\slash\nnew"])
     line = f"x{text} 1\n"
@@ -518,7 +519,7 @@ def test_a_scrape_of_a_big_table_leaves_the_director_the_size_it_was() -> None:
     import gzip
     from types import SimpleNamespace
 
-    from director.adapters.metrics import UNPACK_BYTES
+    from director.adapters.metrics_ipvs import UNPACK_BYTES
     from director.core.model import RealServer, ServiceConfig
     from director.core.services import Op, OpKind
 
