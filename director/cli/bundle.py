@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from director import __version__
-from director.cli import ctl
+from director.cli import client
 from director.schema import paths
 from director.schema.config import ConfigError, Settings, load_config
 from director.schema.yamldoc import secret_values
@@ -64,10 +64,10 @@ def _api(args: argparse.Namespace, settings: Settings | None, path: str) -> str:
     query = argparse.Namespace(
         url=args.url, token_file=args.token_file, ca_file=args.ca_file, json=True
     )
-    ctl.from_section(query, settings.api)
+    client.from_section(query, settings.api)
     try:
-        return json.dumps(ctl.call(query, "GET", path), indent=2) + "\n"
-    except ctl.CtlError as exc:
+        return json.dumps(client.call(query, "GET", path), indent=2) + "\n"
+    except client.CtlError as exc:
         raise OSError(str(exc)) from None
 
 

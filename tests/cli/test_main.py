@@ -671,7 +671,7 @@ def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:
     from director.web.registry import OPERATIONS
 
     assert {op.rule for op in OPERATIONS} == set(paths.ALL)
-    for module in ("ctl.py", "bundle.py"):
+    for module in ("ctl.py", "client.py", "bundle.py"):
         text = (Path(cli.__file__).parent / module).read_text()
         assert "/api/v1" not in text, module
     assert paths.url(paths.SERVICE_SCHEDULER, namespace="shop", name="a/b") == (
