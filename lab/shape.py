@@ -42,12 +42,7 @@ MAX_ATTRIBUTES = 15
 MAX_MODULE_LINES = 400
 # Modules still over 400 lines, to be split; the list only shrinks.
 OVER_400 = frozenset(
-    {
-        "director/adapters/http.py",
-        "director/cli/main.py",
-        "director/cli/runtime.py",
-        "director/dataplane/kernel.py",
-    }
+    {"director/adapters/http.py", "director/cli/runtime.py", "director/dataplane/kernel.py"}
 )
 # Modules with no test module of their own name yet: the test file that covers each today,
 # and what it covers there. The list only shrinks.
@@ -85,12 +80,12 @@ UNMIRRORED: dict[str, tuple[str, str]] = {
         "decommission refused while the director runs",
     ),
     "director/cli/plans.py": ("tests/cli/test_main.py", "director plan and apply"),
-    "director/cli/preflight.py": ("tests/cli/test_main.py", "director check's notes and refusals"),
+    "director/cli/preflight.py": ("tests/cli/test_check.py", "director check's notes and refusals"),
     "director/cli/runtime.py": (
         "tests/test_robustness.py",
         "the whole Runtime against the API stand-in",
     ),
-    "director/cli/startup.py": ("tests/cli/test_main.py", "director run's start and stop"),
+    "director/cli/startup.py": ("tests/cli/test_run.py", "where a start's time went, from exec"),
     "director/core/announce.py": (
         "tests/adapters/test_bgp.py",
         "the announce decision and its reasons",

@@ -124,15 +124,15 @@ def test_the_shape_check_keeps_modules_short_and_the_kernel_s_format_out_of_the_
 
     tree = tmp_path / "director"
     (tree / "core").mkdir(parents=True)
-    (tree / "cli").mkdir()
     (tree / "long.py").write_text("x = 1\n" * 401)
-    (tree / "cli" / "main.py").write_text("x = 1\n")  # on the list, now short
+    (tree / "adapters").mkdir()
+    (tree / "adapters" / "http.py").write_text("x = 1\n")  # on the list, now short
     (tree / "core" / "model.py").write_text(
         "import struct\nSVC_F_PERSISTENT = 1\n\ndef bits(p):\n"
         "    return SVC_F_PERSISTENT if p else 0\n"
     )
     assert list(shape.findings(tree)) == [
-        "director/cli/main.py: 1 lines: take it out of lab.shape's OVER_400",
+        "director/adapters/http.py: 1 lines: take it out of lab.shape's OVER_400",
         "director/core/model.py:1: struct is the kernel's wire format (not the core's)",
         "director/core/model.py:2: SVC_F_PERSISTENT is the kernel's wire format (not the core's)",
         "director/core/model.py:5: SVC_F_PERSISTENT is the kernel's wire format (not the core's)",

@@ -6,25 +6,28 @@ operator's quick look) load neither the configuration's schema (pydantic) nor th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from director import __version__, logs
 from director.cli import ctl
-from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, plan_json, print_plan
-from director.cli.startup import STARTUP
+from director.cli.plans import (
+    EXIT_CONFIG,
+    EXIT_FAILED_OPS,
+    EXIT_NO_IPVS,
+    SHOWN_FAULTS,
+    open_ipvs,
+    plan_json,
+    print_plan,
+)
 from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
-    from director.cli.runtime import Runtime
-    from director.schema.config import ConfigError, KubeSettings, Settings
-    from director.schema.reparse import Reparser
+    pass
 
 _log = logging.getLogger("director.cli")
 DESCRIPTION = (
@@ -36,10 +39,6 @@ EPILOG = (
     "Start with `director check --config FILE`; `director COMMAND --help` for each command. "
     "The README and docs/ describe the configuration, the admin API and operating it."
 )
-EXIT_CONFIG = 2
-SHOWN_FAULTS = 20  # faults of an invalid file printed (check --json lists them all)
-EXIT_NO_IPVS = 3
-EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
@@ -62,294 +61,6 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
             print(f"FAILED {failure.describe()}", file=sys.stderr)
         if report.result.errors:
             return EXIT_FAILED_OPS
-    return 0
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """The appliance: follow the cluster until SIGTERM/SIGINT; SIGHUP reloads the file."""
-    import signal
-
-    from director.cli.runtime import Runtime
-    from director.dataplane.fake import FakeIpvs
-    from director.schema.config import ConfigError
-    from director.schema.notes import bgp_notes, snat_notes
-    from director.schema.reparse import Reparser
-
-    STARTUP.mark("imports")
-    config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
-    cache = _config_cache(args.config_cache)
-    settings = config_reader.load(args.config, cache)
-    STARTUP.mark("config")
-
-    for note in bgp_notes(settings) + snat_notes(settings):
-        logs.event(_log, "config.note", level=logging.WARNING, note=note)
-    try:
-        ipvs = open_ipvs(args.netns)
-    except IpvsUnavailable as exc:
-        if not args.dry_run:
-            raise
-        # A shadow on a host without IPVS plans against an empty table.
-        logs.event(_log, "ipvs.unavailable_shadow", reason=str(exc))
-        ipvs = FakeIpvs()
-    # The main thread sleeps until a signal (or a fatal fault) wakes it: SIGTERM/SIGINT stop,
-    # SIGHUP reloads (systemctl reload: ExecReload=kill -HUP), without polling.
-    asked, wake = set[str](), _Wake()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: asked.add("stop"))
-    signal.signal(signal.SIGHUP, lambda *_: asked.add("reload"))
-    # The API and the metrics read through their own socket (no waiting on the loop's).
-    reader = (
-        open_ipvs(args.netns)
-        if settings.api is not None and not isinstance(ipvs, FakeIpvs)
-        else None
-    )
-    try:
-        runtime = Runtime(
-            settings,
-            ipvs,
-            reader=reader,
-            dry_run=args.dry_run,
-            state_file=Path(args.state_file) if args.state_file else None,
-            kubeconfig=args.kubeconfig,
-            netns=args.netns,
-            on_fatal=lambda _reason: wake.ask(asked, "stop"),
-        )
-        STARTUP.mark("start")
-        runtime.controller.exports.on_ready = _timed_ready(
-            runtime, runtime.controller.exports.on_ready, _keeper(config_reader, cache)
-        )
-        runtime.start()
-    except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
-        raise ConfigError(settings.source, 0, "", str(exc)) from None
-    try:
-        while "stop" not in asked:
-            wake.wait()
-            if "reload" in asked and "stop" not in asked:
-                asked.discard("reload")
-                runtime.reload(args.config, config_reader)
-                _keeper(config_reader, cache)()  # the parse of the file now running
-    finally:
-        runtime.stop()
-        wake.close()
-        ipvs.close()
-        if reader is not None:
-            reader.close()
-    if runtime.failed is not None:
-        print(f"director: stopped: {runtime.failed}", file=sys.stderr)
-        return EXIT_FATAL
-    return 0
-
-
-class _Wake:
-    """What wakes ``director run``'s main thread: a signal (the kernel's wakeup byte through
-    Python's wakeup fd; the handler itself only notes what was asked, and so never waits on
-    a lock the interrupted main thread holds, as ``Event.set()`` in a handler can: that
-    deadlock left a SIGTERM unanswered), or another thread's ``ask``."""
-
-    def __init__(self) -> None:
-        import signal
-
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self._previous = signal.set_wakeup_fd(self._write)
-
-    def wait(self) -> None:
-        """Until a signal or an ``ask`` (the caller looks at what was asked)."""
-        os.read(self._read, 512)
-
-    def ask(self, asked: set[str], what: str) -> None:
-        asked.add(what)
-        with contextlib.suppress(BlockingIOError):  # full: it will wake anyway
-            os.write(self._write, b"\0")
-
-    def close(self) -> None:
-        import signal
-
-        signal.set_wakeup_fd(self._previous)
-        os.close(self._read)
-        os.close(self._write)
-
-
-def _checked_file(path: str, load: Callable[[str], Settings]) -> Settings:
-    """The file check validates: parsed, or (in a unit with a state directory: the unit's
-    ExecStartPre) taken from the cache when the cache holds this very file, which is
-    then kept there for the start that follows."""
-    from director.schema.cache import default_path
-    from director.schema.reparse import Reparser
-
-    cache = default_path()
-    if cache is None:
-        return load(path)
-    reader = Reparser()
-    settings = reader.load(path, cache)
-    reader.save(cache)
-    return settings
-
-
-def _config_cache(given: str | None) -> Path | None:
-    """``--config-cache``: a path, '' for none, unset for systemd's state directory's."""
-    from director.schema.cache import default_path
-
-    if given is None:
-        return default_path()
-    return Path(given) if given else None
-
-
-def _keeper(reader: Reparser, cache: Path | None) -> Callable[[], None]:
-    """What keeps the file's parse for the next start: a write on a thread of its own (the
-    loop and the reload go on meanwhile); nothing without a cache."""
-    import threading
-
-    def keep() -> None:
-        if cache is not None:
-            threading.Thread(
-                target=reader.save, args=(cache,), name="config-cache", daemon=True
-            ).start()
-
-    return keep
-
-
-def _timed_ready(
-    runtime: Runtime, ready: Callable[[str], None] | None, then: Callable[[], None]
-) -> Callable[[str], None]:
-    """``ready``, and then (the loop's own thread, once the first sync is applied) where the
-    start's time went, since exec, and ``then``."""
-
-    def timed(message: str) -> None:
-        if ready is not None:
-            ready(message)
-        STARTUP.mark("first_sync")
-        first_sync = runtime.controller.programmer.first_sync_phases
-        phases = {f"first_sync_{name}": seconds for name, seconds in first_sync}
-        logs.event(_log, "startup.timing", fields=STARTUP.figures(**phases))
-        then()
-
-    return timed
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """What run would refuse at start. Text (notes on stdout, the refusal on stderr) or, with
-    --json, one object on stdout: {"ok", "config", "kubeconfig", "notes", "error", "errors"}
-    ("error": the first fault in the file, "errors": every fault found, the first included)."""
-    from director.schema.config import ConfigError
-
-    report: dict[str, Any] = {"ok": True, "config": None, "kubeconfig": None, "notes": []}
-    try:
-        code = _check(args, report)
-    except ConfigError as exc:
-        if not args.json:
-            raise
-        faults = [
-            dict(
-                zip(("file", "line", "where", "reason"), _fields(fault), strict=True),
-                message=str(fault),
-            )
-            for fault in exc.faults
-        ]
-        for fault in faults:
-            fault["line"] = fault["line"] or None
-        report["error"], report["errors"] = faults[0], faults
-        code = EXIT_CONFIG
-    report["ok"] = code == 0
-    if args.json:
-        print(json.dumps(report, indent=2))
-    return code
-
-
-def _fields(fault: ConfigError) -> tuple[str, int, str, str]:
-    return fault.source, fault.line, fault.where, fault.reason
-
-
-def _say(args: argparse.Namespace, report: dict[str, Any], line: str, note: bool = False) -> None:
-    if note:
-        report["notes"].append(line)
-    if not args.json:
-        print(f"note: {line}" if note else line)
-
-
-def _refuse(args: argparse.Namespace, report: dict[str, Any], reason: str) -> int:
-    report["error"] = {"message": reason}
-    if not args.json:
-        print(f"director: {reason}", file=sys.stderr)
-    return EXIT_CONFIG
-
-
-def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    from director.schema.config import ConfigError, line_of, load_config
-
-    if args.config is None and args.kubeconfig is None:
-        return _refuse(args, report, "check needs --config, --kubeconfig or both")
-    settings: Settings | None = None
-    if args.config is not None:
-        settings = _checked_file(args.config, load_config)
-        from director.cli.preflight import preflight
-
-        problems, notes = preflight(settings, host=not args.offline)
-        if problems:
-            faults = [
-                ConfigError(settings.source, line_of(settings.source, where), where, why)
-                for where, why in problems
-            ]
-            raise ConfigError(*_fields(faults[0]), also=tuple(faults[1:]))
-        dests = sum(len(vs.real_servers) for vs in settings.services.values())
-        report["config"] = {
-            "file": settings.source,
-            "valid": True,
-            "services": len(settings.services),
-            "real_servers": dests,
-        }
-        _say(
-            args,
-            report,
-            f"{settings.source}: valid ({len(settings.services)} virtual "
-            f"services, {dests} real servers)",
-        )
-        for note in notes:
-            _say(args, report, note, note=True)
-    if args.kubeconfig is not None:
-        kube = settings.kubernetes if settings is not None else None
-        return _check_kubeconfig(args, kube, report)
-    return 0
-
-
-def _check_kubeconfig(
-    args: argparse.Namespace, kube: KubeSettings | None, report: dict[str, Any]
-) -> int:
-    """The kubeconfig parses; unless --offline, the API server answers and would let this
-    director hold the status Lease (a dry run: nothing is written)."""
-    from director.adapters.kube import FIELD_MANAGER, KubeApi, api_client
-    from director.adapters.kube_write import KubeWriter
-    from director.schema.config import KubeSettings
-
-    try:  # parses the file and its credentials
-        client = api_client(args.kubeconfig)
-    except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
-        report["kubeconfig"] = {"file": args.kubeconfig, "valid": False}
-        return _refuse(args, report, f"invalid kubeconfig {args.kubeconfig}: {exc}")
-    checked: dict[str, Any] = {"file": args.kubeconfig, "valid": True, "lease": None}
-    report["kubeconfig"] = checked
-    _say(args, report, f"{args.kubeconfig}: valid kubeconfig")
-    if args.offline:
-        return 0
-    kube = kube or KubeSettings()
-    lease = f"{kube.lease_namespace}/{kube.lease_name}"
-    checked["lease"] = {"name": lease, "allowed": None}
-    try:
-        refusal = KubeWriter(KubeApi(client), FIELD_MANAGER, "check").lease_refusal(
-            kube.lease_namespace, kube.lease_name
-        )
-    except Exception as exc:  # unreachable: the box may not see the cluster yet
-        _say(
-            args,
-            report,
-            f"the API server did not answer ({str(exc)[:200]}); the Lease {lease} was not checked",
-            note=True,
-        )
-        return 0
-    checked["lease"]["allowed"] = refusal is None
-    if refusal is not None:
-        return _refuse(args, report, f"the API server refuses the status Lease {lease}: {refusal}")
-    _say(args, report, f"the API server would let this director hold the status Lease {lease}")
     return 0
 
 
@@ -542,6 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")
+        from director.cli.check import cmd_check
+        from director.cli.run import cmd_run
+
         simple = {
             "run": cmd_run,
             "check": cmd_check,

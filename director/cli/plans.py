@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # `director status` imports this module: no schema, no planne
     from director.schema.config import Settings
 
 EXIT_FAILED_OPS = 1  # some operations failed (each is printed with the kernel's errno)
+EXIT_CONFIG = 2
+SHOWN_FAULTS = 20  # faults of an invalid file printed (check --json lists them all)
+EXIT_NO_IPVS = 3
+EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 def open_ipvs(netns: str | None) -> Ipvs:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,21 +15,6 @@ from director.cli import main as cli
 from tests.conftest import kernel_unavailable
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "static.yaml")
-
-
-def test_check_validates_a_file(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", "--config", EXAMPLE]) == 0
-    assert "valid (8 virtual services, 24 real servers)" in capsys.readouterr().out
-
-
-def test_an_invalid_file_exits_2_naming_the_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
-    assert cli.main(["plan", "--config", str(bad)]) == cli.EXIT_CONFIG
-    err = capsys.readouterr().err
-    assert f"{bad}:3: services[0].port: must be an integer between 1 and 65535" in err
 
 
 @pytest.mark.skipif(kernel_unavailable() is None, reason="this host has IPVS")
@@ -102,47 +86,6 @@ def test_shadow_mode_runs_without_ipvs_and_writes_only_its_state_file(tmp_path: 
         assert api.store.list("leases", None)["items"] == []
 
 
-def test_check_a_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    good = tmp_path / "good"
-    good.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443'}}]\n"
-        "users: [{name: u, user: {token: abc}}]\n"
-        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-    )
-    assert cli.main(["check", "--offline", "--kubeconfig", str(good)]) == 0
-    assert capsys.readouterr().out.strip() == f"{good}: valid kubeconfig"
-    bad = tmp_path / "bad"
-    bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
-    assert cli.main(["check", "--kubeconfig", str(bad)]) == 2
-    assert f"invalid kubeconfig {bad}" in capsys.readouterr().err
-    assert cli.main(["check"]) == 2
-
-
-def test_check_asks_the_api_server_whether_the_status_lease_can_be_held(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A Lease namespace that does not exist would leave both boxes unable to write status:
-    `director check` says so before the director runs (a dry-run create: nothing written)."""
-    from lab.kubeapi import FakeApiServer
-
-    with FakeApiServer(namespaces=("default",)) as api:
-        kubeconfig = str(api.kubeconfig(tmp_path / "kc"))
-        assert cli.main(["check", "--kubeconfig", kubeconfig]) == 2
-        out, err = capsys.readouterr()
-        assert out.strip() == f"{kubeconfig}: valid kubeconfig"
-        assert err.strip() == (
-            "director: the API server refuses the status Lease lvs-director/lvs-director: "
-            'HTTP 404 NotFound: namespaces "lvs-director" not found'
-        )
-        api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
-        assert cli.main(["check", "--kubeconfig", kubeconfig]) == 0
-        assert capsys.readouterr().out.splitlines()[-1] == (
-            "the API server would let this director hold the status Lease lvs-director/lvs-director"
-        )
-        assert api.store.list("leases", None)["items"] == [], "a dry run writes nothing"
-
-
 def test_keepalived_config_renders_the_static_vips(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -193,7 +136,7 @@ def run_director(config: Path) -> subprocess.CompletedProcess[str]:
     script = (
         "import sys; import director.cli.main as cli; "
         "from director.dataplane.fake import FakeIpvs; "
-        "cli.open_ipvs = lambda netns: FakeIpvs(); "
+        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
     return subprocess.run(
@@ -319,94 +262,6 @@ def test_schedulers_say_so_on_a_kernel_without_ipvs_and_answer_json_otherwise(
     assert json.loads(capsys.readouterr().out) == {"schedulers": ["mh", "rr", "wlc"]}
     assert cli.main(["schedulers"]) == 0
     assert capsys.readouterr().out == "mh rr wlc\n"
-
-
-def test_check_names_every_fault_of_a_file_with_its_line_and_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """All the faults of one pass, not the first alone; what only the box can tell (the
-    token file) with the line and field of the file that names it, never an empty where."""
-    config = tmp_path / "director.yaml"
-    config.write_text(
-        "services:\n"
-        "  - {name: web, address: 198.51.100.10, port: 99999, real_servers: [192.0.2.1:80]}\n"
-        "  - {name: x, address: nope, port: 80, real_servers: []}\n"
-    )
-    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert capsys.readouterr().err.splitlines() == [
-        f"director: invalid configuration: {config}:2: services[0].port: must be an integer "
-        "between 1 and 65535 (got 99999)",
-        f"director: invalid configuration: {config}:3: services[1].address: 'nope' is not an "
-        "IPv4 or IPv6 address",
-    ]
-    assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
-    report = json.loads(capsys.readouterr().out)
-    assert [(e["line"], e["where"]) for e in report["errors"]] == [
-        (2, "services[0].port"),
-        (3, "services[1].address"),
-    ]
-    assert report["error"] == report["errors"][0]
-    config = api_config(tmp_path, token=None)  # the token file is missing
-    assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
-    error = json.loads(capsys.readouterr().out)["error"]
-    assert (error["line"], error["where"]) == (3, "api.token_file")
-    assert error["reason"].endswith(": No such file or directory")
-
-
-def test_check_says_when_nothing_will_make_a_vip_local_on_this_box(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A single box without ha: never adds its VRRP pools' addresses (keepalived does), nor
-    its static VIPs: IPVS then serves nothing. Said as a note, not refused (the operator may
-    hold the addresses on an interface)."""
-    config = tmp_path / "director.yaml"
-    config.write_text(
-        "ownership: {networks: [198.51.100.0/24, 127.0.0.0/8]}\n"
-        "pools: [{name: edge, addresses: [198.51.100.64/28]}]\n"
-        "services:\n"
-        "  - {name: away, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}\n"
-        "  - {name: here, address: 127.0.0.1, port: 80, real_servers: [192.0.2.1:80]}\n"
-    )
-    assert cli.main(["check", "--json", "--config", str(config)]) == 0
-    notes = json.loads(capsys.readouterr().out)["notes"]
-    assert any(
-        n.startswith("pools edge: their addresses are made local by the VRRP pair") for n in notes
-    ), notes
-    assert any(
-        n.startswith("1 static service address(es) (198.51.100.10) are not this box's")
-        for n in notes
-    ), notes
-    with_ha = config.read_text() + (
-        "ha: {interface: lo, router_id: a, priority: 100, unicast_source: 192.0.2.250, "
-        "peers: [192.0.2.251]}\n"
-    )
-    config.write_text(with_ha)
-    assert cli.main(["check", "--json", "--offline", "--config", str(config)]) == 0
-    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "ha:" in n]
-
-
-def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli.main(["check", "--offline", "--json", "--config", EXAMPLE]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["ok"] is True and "error" not in report and report["notes"] == []
-    assert report["config"] == {"file": EXAMPLE, "valid": True, "services": 8, "real_servers": 24}
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
-    assert cli.main(["check", "--json", "--config", str(bad)]) == cli.EXIT_CONFIG
-    out, err = capsys.readouterr()
-    report = json.loads(out)  # the refusal on stdout as JSON too, nothing on stderr
-    assert err == "" and report["ok"] is False
-    assert report["error"]["file"] == str(bad) and report["error"]["line"] == 3
-    assert report["error"]["where"] == "services[0].port"
-    assert "between 1 and 65535" in report["error"]["reason"]
-    kubeconfig = tmp_path / "kc"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
-    assert cli.main(["check", "--json", "--kubeconfig", str(kubeconfig)]) == cli.EXIT_CONFIG
-    report = json.loads(capsys.readouterr().out)
-    assert report["kubeconfig"] == {"file": str(kubeconfig), "valid": False}
-    assert "invalid kubeconfig" in report["error"]["message"]
 
 
 def completions(shell: str, *words: str) -> list[str]:
@@ -569,7 +424,7 @@ def run_until(config: Path, line: str, env: dict[str, str] | None = None) -> lis
     script = (
         "import atexit, sys; import director.cli.main as cli; "
         "from director.dataplane.fake import FakeIpvs; "
-        "cli.open_ipvs = lambda netns: FakeIpvs(); "
+        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
         f"atexit.register(lambda: print({MODULES!r} + ' '.join(sorted(sys.modules)), "
         "file=sys.stderr, flush=True)); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
@@ -606,61 +461,6 @@ def imported(lines: list[str]) -> set[str]:
 
 CLUSTER_ONLY = {"kubernetes", "urllib3", "yaml", "websocket", "oauthlib"}
 API_ONLY = {"flask", "werkzeug"}
-
-
-def test_a_static_box_without_api_loads_neither_the_cluster_client_nor_the_web_server(
-    tmp_path: Path,
-) -> None:
-    config = tmp_path / "director.yaml"
-    config.write_text(
-        "ownership: {networks: [198.51.100.0/24]}\n"
-        "services: [{name: web, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}]\n"
-    )
-    loaded = modules_loaded_by_run(config)
-    assert "director" in loaded and "pydantic" in loaded, "the import log was read"
-    assert loaded.isdisjoint(CLUSTER_ONLY | API_ONLY | {"jinja2"}), sorted(loaded)
-
-
-def test_a_static_box_with_the_api_loads_the_web_server_but_not_the_cluster_client(
-    tmp_path: Path,
-) -> None:
-    loaded = modules_loaded_by_run(api_config(tmp_path))
-    assert loaded >= API_ONLY, sorted(loaded)
-    assert loaded.isdisjoint(CLUSTER_ONLY), sorted(loaded & CLUSTER_ONLY)
-
-
-def test_a_start_logs_where_its_time_went_from_exec_to_the_whole_table(tmp_path: Path) -> None:
-    """`event=startup.timing` once the first sync is applied: each phase of the start in
-    order, the first sync's own parts, and the total since exec, which the phases add up to
-    (an operator comparing starts, and `make bench`, read it)."""
-    config = tmp_path / "director.yaml"
-    services = "".join(
-        f"  - {{name: s{i}, address: 198.51.100.{i + 1}, port: 80, "
-        f"real_servers: [192.0.2.1:80, 192.0.2.2:80]}}\n"
-        for i in range(20)
-    )
-    config.write_text(f"ownership: {{networks: [198.51.100.0/24]}}\nservices:\n{services}")
-    said = run_until(config, "event=startup.timing")
-    timing = next(text for text in said if "event=startup.timing" in text)
-    figures = dict(re.findall(r" (\w+)=([0-9.]+)", timing))
-    assert list(figures) == [
-        "interpreter",
-        "imports",
-        "config",
-        "start",
-        "first_sync",
-        "first_sync_read",
-        "first_sync_translate",
-        "first_sync_program",
-        "first_sync_publish",
-        "total",
-    ]
-    seconds = {name: float(value) for name, value in figures.items()}
-    marks = ("interpreter", "imports", "config", "start", "first_sync")
-    assert abs(sum(seconds[m] for m in marks) - seconds["total"]) <= 0.005, seconds
-    parts = sum(v for k, v in seconds.items() if k.startswith("first_sync_"))
-    assert parts <= seconds["first_sync"] + 0.005, seconds
-    assert seconds["interpreter"] > 0 and seconds["imports"] > 0, seconds  # from exec, not main()
 
 
 def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:

@@ -234,7 +234,7 @@ def director_run(config: Path, **env: str) -> subprocess.Popen[str]:
         "import sys\n"
         "import director.cli.main as cli\n"
         "from director.dataplane.fake import FakeIpvs\n"
-        "cli.open_ipvs = lambda netns: FakeIpvs()\n"
+        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs()\n"
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
     )
     return subprocess.Popen(
@@ -301,11 +301,11 @@ def test_the_main_thread_wakes_for_a_signal_whose_handler_takes_no_lock() -> Non
     error."""
     import threading
 
-    from director.cli.main import _Wake
+    from director.cli.run import Wake
 
     asked: set[str] = set()
     previous = signal.signal(signal.SIGUSR1, lambda *_: asked.add("stop"))
-    wake = _Wake()
+    wake = Wake()
     try:
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
         wake.wait()

@@ -1,0 +1,156 @@
+"""``director check``: what run would refuse, every fault with its line and field, the
+notes, and the kubeconfig's identity asked of the API server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from director.cli import main as cli
+from tests.cli.test_main import EXAMPLE, api_config
+
+
+def test_check_validates_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "--config", EXAMPLE]) == 0
+    assert "valid (8 virtual services, 24 real servers)" in capsys.readouterr().out
+
+
+def test_an_invalid_file_exits_2_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
+    assert cli.main(["plan", "--config", str(bad)]) == cli.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert f"{bad}:3: services[0].port: must be an integer between 1 and 65535" in err
+
+
+def test_check_a_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good"
+    good.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443'}}]\n"
+        "users: [{name: u, user: {token: abc}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    assert cli.main(["check", "--offline", "--kubeconfig", str(good)]) == 0
+    assert capsys.readouterr().out.strip() == f"{good}: valid kubeconfig"
+    bad = tmp_path / "bad"
+    bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    assert cli.main(["check", "--kubeconfig", str(bad)]) == 2
+    assert f"invalid kubeconfig {bad}" in capsys.readouterr().err
+    assert cli.main(["check"]) == 2
+
+
+def test_check_asks_the_api_server_whether_the_status_lease_can_be_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Lease namespace that does not exist would leave both boxes unable to write status:
+    `director check` says so before the director runs (a dry-run create: nothing written)."""
+    from lab.kubeapi import FakeApiServer
+
+    with FakeApiServer(namespaces=("default",)) as api:
+        kubeconfig = str(api.kubeconfig(tmp_path / "kc"))
+        assert cli.main(["check", "--kubeconfig", kubeconfig]) == 2
+        out, err = capsys.readouterr()
+        assert out.strip() == f"{kubeconfig}: valid kubeconfig"
+        assert err.strip() == (
+            "director: the API server refuses the status Lease lvs-director/lvs-director: "
+            'HTTP 404 NotFound: namespaces "lvs-director" not found'
+        )
+        api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
+        assert cli.main(["check", "--kubeconfig", kubeconfig]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            "the API server would let this director hold the status Lease lvs-director/lvs-director"
+        )
+        assert api.store.list("leases", None)["items"] == [], "a dry run writes nothing"
+
+
+def test_check_names_every_fault_of_a_file_with_its_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """All the faults of one pass, not the first alone; what only the box can tell (the
+    token file) with the line and field of the file that names it, never an empty where."""
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "services:\n"
+        "  - {name: web, address: 198.51.100.10, port: 99999, real_servers: [192.0.2.1:80]}\n"
+        "  - {name: x, address: nope, port: 80, real_servers: []}\n"
+    )
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    assert capsys.readouterr().err.splitlines() == [
+        f"director: invalid configuration: {config}:2: services[0].port: must be an integer "
+        "between 1 and 65535 (got 99999)",
+        f"director: invalid configuration: {config}:3: services[1].address: 'nope' is not an "
+        "IPv4 or IPv6 address",
+    ]
+    assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["line"], e["where"]) for e in report["errors"]] == [
+        (2, "services[0].port"),
+        (3, "services[1].address"),
+    ]
+    assert report["error"] == report["errors"][0]
+    config = api_config(tmp_path, token=None)  # the token file is missing
+    assert cli.main(["check", "--json", "--config", str(config)]) == cli.EXIT_CONFIG
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert (error["line"], error["where"]) == (3, "api.token_file")
+    assert error["reason"].endswith(": No such file or directory")
+
+
+def test_check_says_when_nothing_will_make_a_vip_local_on_this_box(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A single box without ha: never adds its VRRP pools' addresses (keepalived does), nor
+    its static VIPs: IPVS then serves nothing. Said as a note, not refused (the operator may
+    hold the addresses on an interface)."""
+    config = tmp_path / "director.yaml"
+    config.write_text(
+        "ownership: {networks: [198.51.100.0/24, 127.0.0.0/8]}\n"
+        "pools: [{name: edge, addresses: [198.51.100.64/28]}]\n"
+        "services:\n"
+        "  - {name: away, address: 198.51.100.10, port: 80, real_servers: [192.0.2.1:80]}\n"
+        "  - {name: here, address: 127.0.0.1, port: 80, real_servers: [192.0.2.1:80]}\n"
+    )
+    assert cli.main(["check", "--json", "--config", str(config)]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(
+        n.startswith("pools edge: their addresses are made local by the VRRP pair") for n in notes
+    ), notes
+    assert any(
+        n.startswith("1 static service address(es) (198.51.100.10) are not this box's")
+        for n in notes
+    ), notes
+    with_ha = config.read_text() + (
+        "ha: {interface: lo, router_id: a, priority: 100, unicast_source: 192.0.2.250, "
+        "peers: [192.0.2.251]}\n"
+    )
+    config.write_text(with_ha)
+    assert cli.main(["check", "--json", "--offline", "--config", str(config)]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "ha:" in n]
+
+
+def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", "--offline", "--json", "--config", EXAMPLE]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and "error" not in report and report["notes"] == []
+    assert report["config"] == {"file": EXAMPLE, "valid": True, "services": 8, "real_servers": 24}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("services:\n  - address: 198.51.100.1\n    port: 99999\n")
+    assert cli.main(["check", "--json", "--config", str(bad)]) == cli.EXIT_CONFIG
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # the refusal on stdout as JSON too, nothing on stderr
+    assert err == "" and report["ok"] is False
+    assert report["error"]["file"] == str(bad) and report["error"]["line"] == 3
+    assert report["error"]["where"] == "services[0].port"
+    assert "between 1 and 65535" in report["error"]["reason"]
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    assert cli.main(["check", "--json", "--kubeconfig", str(kubeconfig)]) == cli.EXIT_CONFIG
+    report = json.loads(capsys.readouterr().out)
+    assert report["kubeconfig"] == {"file": str(kubeconfig), "valid": False}
+    assert "invalid kubeconfig" in report["error"]["message"]
