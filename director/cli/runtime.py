@@ -1,4 +1,5 @@
-"""Wiring for ``director run``: watchers, the lease elector, the controller thread.
+"""``director run``'s runtime: its parts (made by ``director.cli.wiring``) started, watched,
+reloaded and stopped; the lease elector; the controller thread.
 
 Kept apart from the CLI so tests, the demo and the benchmarks run exactly what operators
 run, with the adapter of their choice (the kernel in a lab namespace, or the fake).
@@ -16,175 +17,24 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
 
 from director.adapters.lease import Elector
 from director.adapters.metrics import Metrics
-from director.adapters.metrics_daemons import FrrFigures
-from director.adapters.metrics_ipvs import Scrape
-from director.adapters.prober import Checker
 from director.adapters.systemd import Notifier
-from director.cli.preflight import read_token
-from director.core.announce import PeerState
-from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
-from director.core.firewall import FakeFirewall, Firewall
-from director.core.model import Family
-from director.core.owned import Ledger
-from director.dataplane.fake import FakeIpvs
+from director.cli import wiring
+from director.cli.wiring import Daemons
+from director.core.firewall import Firewall
 from director.dataplane.interface import Ipvs
-from director.engine.events import (
-    LeaseRefused,
-    Leaving,
-    Reloaded,
-    Reply,
-    TargetChecked,
-    VrrpChanged,
-)
-from director.engine.loop import COMPONENT, Controller
+from director.engine.events import LeaseRefused, Leaving, Reloaded, Reply
+from director.engine.loop import Controller
 from director.engine.reconcile import SyncReport
 from director.engine.reload import restart_only
 from director.logs import event
 from director.schema.config import ConfigError, Settings
 from director.schema.reparse import Reparser
 
-if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
-    # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
-    from director.adapters.conntrackd import ConntrackdFile
-    from director.adapters.frr_sync import FrrSync
-    from director.adapters.http import HttpServer as ApiServer
-    from director.adapters.keepalived import KeepalivedSync
-    from director.adapters.kube import Handler, KubeApi
-    from director.adapters.kube_watch import Watcher
-    from director.adapters.kube_write import KubeWriter
-    from director.adapters.sysctl import Sysctls
-    from director.adapters.vrrp import VrrpFifo
-
 log = logging.getLogger("director.runtime")
-# A director serves the middle of a connection that started on another (ECMP moved it):
-# IPVS schedules a non-SYN packet only with these set.
-SLOPPY = {
-    name: ("1", "connections break when directors join or leave")
-    for name in ("net.ipv4.vs.sloppy_tcp", "net.ipv4.vs.sloppy_sctp")
-}
-# Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
-# replies (the IPv4 switch covers IPv6 too).
-FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": ("1", "full-NAT replies are not translated back")}
-# With conntrackd in the pair: the middle of a connection this box has no entry for is not
-# taken up (with a new SNAT port) but dropped until conntrackd's commit gives it its own.
-STRICT_PICKUP = {
-    "net.netfilter.nf_conntrack_tcp_loose": (
-        "0",
-        "a full-NAT connection taken over before conntrackd's commit gets a new SNAT port "
-        "and breaks",
-    )
-}
-
-
-class Vrrp(NamedTuple):
-    """A pair's parts: keepalived's file, its state FIFO, and conntrackd's file."""
-
-    sync: KeepalivedSync
-    fifo: VrrpFifo
-    conntrackd: ConntrackdFile | None
-
-
-class Daemons(NamedTuple):
-    """What the director keeps beside its table: the pair's files, FRR's, the kernel's
-    parameters (each None when the file asks for none)."""
-
-    vrrp: Vrrp | None
-    frr: FrrSync | None
-    sysctls: Sysctls | None
-
-    @property
-    def keepalived(self) -> KeepalivedSync | None:
-        return self.vrrp.sync if self.vrrp else None
-
-    @property
-    def fifo(self) -> VrrpFifo | None:
-        return self.vrrp.fifo if self.vrrp else None
-
-    @property
-    def conntrackd(self) -> ConntrackdFile | None:
-        return self.vrrp.conntrackd if self.vrrp else None
-
-
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
-
-
-PARSERS = {
-    "services": service_from_json,
-    "endpointslices": slice_from_json,
-    "nodes": node_from_json,
-}
-
-
-def _cluster(
-    settings: Settings, kubeconfig: str | None
-) -> tuple[KubeApi | None, KubeWriter | None]:
-    """The Kubernetes client and writer (none without a ``kubernetes`` section)."""
-    kube = settings.kubernetes
-    if kube is None:
-        return None, None
-    from director.adapters.kube import KubeApi
-    from director.adapters.kube_write import KubeWriter
-
-    where = kubeconfig or kube.kubeconfig
-    try:
-        kube_api = KubeApi.connect(where)
-    except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
-        raise ValueError(
-            f"kubernetes: cannot load the cluster's credentials from "
-            f"{where or 'the pod service account'}: {exc}"
-        ) from None
-    kube_api.api.configuration.retries = False  # the watchers have their own backoff
-    return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
-
-
-def _watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> list[Watcher]:
-    """One watcher per resource the director follows (none without a cluster)."""
-    if kube_api is None:
-        return []
-    from director.adapters.kube import RESOURCES
-    from director.adapters.kube_watch import Watcher
-
-    return [
-        Watcher(kube_api, resource, submit, PARSERS[resource.name], watch_seconds=watch_seconds)
-        for resource in RESOURCES
-    ]
-
-
-def _kernel_settings(
-    settings: Settings, ipvs: Ipvs, netns: str | None, dry_run: bool, ledger: Ledger
-) -> Sysctls | None:
-    """The kernel parameters full NAT and BGP need, kept (none beside the fake: the host is
-    not touched)."""
-    if dry_run or isinstance(ipvs, FakeIpvs):
-        return None
-    wanted = {**(FULLNAT_SYSCTLS if settings.snat else {}), **(SLOPPY if settings.bgp else {})}
-    if settings.snat and settings.ha is not None and settings.ha.conntrackd is not None:
-        wanted.update(STRICT_PICKUP)
-    if not wanted:
-        return None
-    from director.adapters.sysctl import Sysctls
-
-    return Sysctls(netns or getattr(ipvs, "netns", None), wanted, ledger=ledger)
-
-
-def _firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -> Firewall:
-    """The source filter and full NAT: the fake beside the fake, nftables beside the
-    kernel's IPVS (in its namespace). With full NAT, IPVS's connections are tracked, so that
-    conntrack undoes the SNAT on the replies (``net.ipv4.vs.conntrack``)."""
-    if isinstance(ipvs, FakeIpvs):
-        return FakeFirewall()
-    from director.dataplane.nft import NftFirewall
-
-    where = netns or getattr(ipvs, "netns", None)
-    snat_to: dict[Family, tuple[str, ...]] = {}
-    for address in settings.snat.addresses if settings.snat else ():
-        snat_to[Family.of(address)] = (*snat_to.get(Family.of(address), ()), address)
-    ports = settings.snat.ports if settings.snat else None
-    return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
 
 
 class Runtime:
@@ -209,7 +59,7 @@ class Runtime:
         self.on_fatal = on_fatal
         self.failed: str | None = None  # why the director must stop, once it must
         self.metrics = Metrics()
-        kube_api, writer = _cluster(settings, kubeconfig)
+        kube_api, writer = wiring.cluster(settings, kubeconfig)
         self.controller = Controller(
             ipvs,
             settings,
@@ -219,16 +69,16 @@ class Runtime:
             observer=observer,
             intents_file=Path(settings.api.intents_file) if settings.api else None,
             recorder=self.metrics.recorder,
-            firewall=firewall or _firewall(ipvs, netns, settings, dry_run),
+            firewall=firewall or wiring.firewall(ipvs, netns, settings, dry_run),
         )
         scrape = self.metrics.serve(
             self.controller.door(),
             reader,
-            self._keepalived_counts,
-            self._frr_figures,
-            self._conntrack,
+            lambda: wiring.keepalived_counts(self._daemons()),
+            lambda: wiring.frr_figures(self._daemons()),
+            lambda: wiring.conntrack(self._daemons()),
         )
-        self.watchers = _watchers(kube_api, self.controller.submit, watch_seconds)
+        self.watchers = wiring.watchers(kube_api, self.controller.submit, watch_seconds)
         kube = settings.kubernetes
         self.elector = (
             Elector(
@@ -243,12 +93,19 @@ class Runtime:
             if writer is not None and kube is not None and not dry_run
             else None
         )
-        self.api = self._api(settings, None if dry_run else writer, scrape, reader)
-        self.checker = self._checker(settings, netns)
+        self.api = wiring.api_server(
+            settings,
+            self.controller,
+            writer=None if dry_run else writer,
+            scrape=scrape,
+            reader=reader,
+            peers=lambda: wiring.peers(self._daemons()),
+        )
+        self.checker = wiring.checker(settings, netns, self.controller, self.metrics.recorder)
         self.daemons = Daemons(
-            self._keepalived(settings, dry_run),  # keepalived.conf, the FIFO, conntrackd.conf
-            self._frr(settings, dry_run, netns, ipvs),
-            _kernel_settings(settings, ipvs, netns, dry_run, self.controller.health.owned),
+            wiring.vrrp(settings, dry_run, self.controller),  # keepalived, FIFO, conntrackd
+            wiring.frr(settings, dry_run, netns, ipvs, self.controller),
+            wiring.kernel_settings(settings, ipvs, netns, dry_run, self.controller.health.owned),
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -262,6 +119,10 @@ class Runtime:
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 
+    def _daemons(self) -> Daemons | None:
+        """The daemons, once made (the API and the metrics are made before them)."""
+        return getattr(self, "daemons", None)
+
     def _stepped(self) -> None:
         """After each step of the control loop: systemd's watchdog, and (once the first sync
         is applied) the heartbeat keepalived's liveness check reads."""
@@ -273,120 +134,6 @@ class Runtime:
             and self.controller.health.first_sync_done
         ):
             sync.heartbeat.beat()
-
-    def _api(
-        self, settings: Settings, writer: KubeWriter | None, scrape: Scrape, reader: Ipvs | None
-    ) -> ApiServer | None:
-        if settings.api is None:
-            return None
-        from director.adapters.http import HttpServer as ApiServer
-        from director.web.app import create_app, early_gate
-        from director.web.bodies import MAX_BODY
-
-        app = create_app(
-            self.controller.door(),
-            read_token(settings.api.token_file),
-            writer=writer,
-            metrics=scrape,
-            reader=reader,
-            public=settings.api.public,
-            peers=self._peers,
-        )
-        api = settings.api
-        token = read_token(api.token_file)
-        return ApiServer(
-            app,
-            api.host,
-            api.port,
-            body_bytes=MAX_BODY,
-            gate=early_gate(token, api.public),
-            cert=api.tls_cert,
-            key=api.tls_key,
-        )
-
-    def _peers(self) -> tuple[PeerState, ...]:
-        daemons = getattr(self, "daemons", None)  # the API is made before FRR's part
-        frr = daemons.frr if daemons is not None else None
-        return frr.sessions if frr is not None else ()
-
-    def _checker(self, settings: Settings, netns: str | None) -> Checker | None:
-        """Active health checks, run from the director's own network namespace."""
-        if settings.health is None:
-            return None
-        recorder = self.metrics.recorder
-        checker = Checker(
-            lambda target, health: self.controller.post(TargetChecked(target, health.up)),
-            netns=netns,
-            on_result=lambda _target, health: recorder.health.observe(health.last_seconds),
-        )
-        self.controller.gate.on_targets = checker.update
-        return checker
-
-    def _keepalived(self, settings: Settings, dry_run: bool) -> Vrrp | None:
-        if settings.ha is None or dry_run:
-            return None
-        from director.adapters.keepalived import KeepalivedSync
-        from director.adapters.vrrp import VrrpFifo
-
-        owned = self.controller.health.owned
-        sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
-        self.controller.exports.vips.announce = sync.submit
-        fifo = VrrpFifo(settings.ha.fifo, lambda state: self.controller.post(VrrpChanged(state)))
-        conntrackd = None
-        if settings.ha.conntrackd is not None:
-            from director.adapters.conntrackd import ConntrackdFile
-
-            conntrackd = ConntrackdFile(settings.ha.conntrackd, settings.source, ledger=owned)
-        return Vrrp(sync, fifo, conntrackd)
-
-    def _frr(
-        self, settings: Settings, dry_run: bool, netns: str | None, ipvs: Ipvs
-    ) -> FrrSync | None:
-        """The BGP speaker's configuration (FRR), and the kernel's settings a director
-        needs to take over the middle of a connection another director saw start."""
-        if settings.bgp is None or dry_run:
-            return None
-        if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
-            event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
-            return None
-        from director.adapters.frr_sync import FrrSync
-
-        sync = FrrSync(
-            settings.bgp,
-            settings.pools,
-            settings.source,
-            netns=netns,
-            ledger=self.controller.health.owned,
-        )
-        self.controller.exports.vips.on_routes = sync.submit
-        return sync
-
-    def _frr_figures(self) -> FrrFigures | None:
-        daemons = getattr(self, "daemons", None)  # a scrape may come before they are made
-        sync = daemons.frr if daemons is not None else None
-        if sync is None:
-            return None
-        return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
-
-    def _conntrack(self) -> dict[str, int] | None:
-        """netfilter's counters where full NAT runs (None without it, or beside the fake)."""
-        daemons = getattr(self, "daemons", None)  # a scrape may come before they are made
-        keeper = daemons.sysctls if daemons is not None else None
-        if keeper is None or "net.ipv4.vs.conntrack" not in keeper.effects:
-            return None
-        from director.dataplane.netns import conntrack_stats
-
-        try:
-            return conntrack_stats(keeper.netns)
-        except OSError:
-            return None
-
-    def _keepalived_counts(self) -> tuple[int, int] | None:
-        daemons = getattr(self, "daemons", None)  # a scrape may come before they are made
-        sync = daemons.keepalived if daemons is not None else None
-        if sync is None:
-            return None
-        return sync.keepalived.rejected, sync.keepalived.reloads
 
     def start(self) -> Runtime:
         """Start every part; on an error (ValueError: the API's address, the FIFO), what was

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from director.cli import wiring
 from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
@@ -263,7 +264,8 @@ snat: {{addresses: {json.dumps(snats)}, ports: 40000-40001}}
             with pytest.raises(OSError):  # no port left towards this real server
                 Connection(lab.client, vip, 80, sources[capacity], timeout=3)
             failed = eventually(
-                lambda: (runtime._conntrack() or {}).get("insert_failed", 0), what="counted"
+                lambda: (wiring.conntrack(runtime.daemons) or {}).get("insert_failed", 0),
+                what="counted",
             )
             scrape = generate_latest(runtime.metrics.registry).decode()
             exported = {

@@ -1,0 +1,288 @@
+"""The parts ``director run`` is built from, each made from the file's settings: the cluster's
+client and watchers, the firewall, the kernel's parameters, the pair's daemons and FRR, the
+admin API's server and the health checker; and what a scrape reads of the daemons.
+
+Each adapter is imported where the file asks for its part: a static box without
+``kubernetes:`` or ``api:`` loads neither the Kubernetes client nor the web server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from director.adapters.metrics import Recorder
+from director.adapters.metrics_daemons import FrrFigures
+from director.adapters.metrics_ipvs import Scrape
+from director.adapters.prober import Checker
+from director.cli.preflight import read_token
+from director.core.announce import PeerState
+from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
+from director.core.firewall import FakeFirewall, Firewall
+from director.core.model import Family
+from director.core.owned import Ledger
+from director.dataplane.fake import FakeIpvs
+from director.dataplane.interface import Ipvs
+from director.engine.events import TargetChecked, VrrpChanged
+from director.engine.loop import COMPONENT, Controller
+from director.logs import event
+from director.schema.config import Settings
+
+if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
+    # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
+    from director.adapters.conntrackd import ConntrackdFile
+    from director.adapters.frr_sync import FrrSync
+    from director.adapters.http import HttpServer as ApiServer
+    from director.adapters.keepalived import KeepalivedSync
+    from director.adapters.kube import Handler, KubeApi
+    from director.adapters.kube_watch import Watcher
+    from director.adapters.kube_write import KubeWriter
+    from director.adapters.sysctl import Sysctls
+    from director.adapters.vrrp import VrrpFifo
+
+log = logging.getLogger("director.runtime")
+# A director serves the middle of a connection that started on another (ECMP moved it):
+# IPVS schedules a non-SYN packet only with these set.
+SLOPPY = {
+    name: ("1", "connections break when directors join or leave")
+    for name in ("net.ipv4.vs.sloppy_tcp", "net.ipv4.vs.sloppy_sctp")
+}
+# Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
+# replies (the IPv4 switch covers IPv6 too).
+FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": ("1", "full-NAT replies are not translated back")}
+# With conntrackd in the pair: the middle of a connection this box has no entry for is not
+# taken up (with a new SNAT port) but dropped until conntrackd's commit gives it its own.
+STRICT_PICKUP = {
+    "net.netfilter.nf_conntrack_tcp_loose": (
+        "0",
+        "a full-NAT connection taken over before conntrackd's commit gets a new SNAT port "
+        "and breaks",
+    )
+}
+
+
+class Vrrp(NamedTuple):
+    """A pair's parts: keepalived's file, its state FIFO, and conntrackd's file."""
+
+    sync: KeepalivedSync
+    fifo: VrrpFifo
+    conntrackd: ConntrackdFile | None
+
+
+class Daemons(NamedTuple):
+    """What the director keeps beside its table: the pair's files, FRR's, the kernel's
+    parameters (each None when the file asks for none)."""
+
+    vrrp: Vrrp | None
+    frr: FrrSync | None
+    sysctls: Sysctls | None
+
+    @property
+    def keepalived(self) -> KeepalivedSync | None:
+        return self.vrrp.sync if self.vrrp else None
+
+    @property
+    def fifo(self) -> VrrpFifo | None:
+        return self.vrrp.fifo if self.vrrp else None
+
+    @property
+    def conntrackd(self) -> ConntrackdFile | None:
+        return self.vrrp.conntrackd if self.vrrp else None
+
+
+PARSERS = {
+    "services": service_from_json,
+    "endpointslices": slice_from_json,
+    "nodes": node_from_json,
+}
+
+
+def cluster(settings: Settings, kubeconfig: str | None) -> tuple[KubeApi | None, KubeWriter | None]:
+    """The Kubernetes client and writer (none without a ``kubernetes`` section)."""
+    kube = settings.kubernetes
+    if kube is None:
+        return None, None
+    from director.adapters.kube import KubeApi
+    from director.adapters.kube_write import KubeWriter
+
+    where = kubeconfig or kube.kubeconfig
+    try:
+        kube_api = KubeApi.connect(where)
+    except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
+        raise ValueError(
+            f"kubernetes: cannot load the cluster's credentials from "
+            f"{where or 'the pod service account'}: {exc}"
+        ) from None
+    kube_api.api.configuration.retries = False  # the watchers have their own backoff
+    return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
+
+
+def watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> list[Watcher]:
+    """One watcher per resource the director follows (none without a cluster)."""
+    if kube_api is None:
+        return []
+    from director.adapters.kube import RESOURCES
+    from director.adapters.kube_watch import Watcher
+
+    return [
+        Watcher(kube_api, resource, submit, PARSERS[resource.name], watch_seconds=watch_seconds)
+        for resource in RESOURCES
+    ]
+
+
+def kernel_settings(
+    settings: Settings, ipvs: Ipvs, netns: str | None, dry_run: bool, ledger: Ledger
+) -> Sysctls | None:
+    """The kernel parameters full NAT and BGP need, kept (none beside the fake: the host is
+    not touched)."""
+    if dry_run or isinstance(ipvs, FakeIpvs):
+        return None
+    wanted = {**(FULLNAT_SYSCTLS if settings.snat else {}), **(SLOPPY if settings.bgp else {})}
+    if settings.snat and settings.ha is not None and settings.ha.conntrackd is not None:
+        wanted.update(STRICT_PICKUP)
+    if not wanted:
+        return None
+    from director.adapters.sysctl import Sysctls
+
+    return Sysctls(netns or getattr(ipvs, "netns", None), wanted, ledger=ledger)
+
+
+def firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -> Firewall:
+    """The source filter and full NAT: the fake beside the fake, nftables beside the
+    kernel's IPVS (in its namespace). With full NAT, IPVS's connections are tracked, so that
+    conntrack undoes the SNAT on the replies (``net.ipv4.vs.conntrack``)."""
+    if isinstance(ipvs, FakeIpvs):
+        return FakeFirewall()
+    from director.dataplane.nft import NftFirewall
+
+    where = netns or getattr(ipvs, "netns", None)
+    snat_to: dict[Family, tuple[str, ...]] = {}
+    for address in settings.snat.addresses if settings.snat else ():
+        snat_to[Family.of(address)] = (*snat_to.get(Family.of(address), ()), address)
+    ports = settings.snat.ports if settings.snat else None
+    return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
+
+
+def api_server(
+    settings: Settings,
+    controller: Controller,
+    *,
+    writer: KubeWriter | None,
+    scrape: Scrape,
+    reader: Ipvs | None,
+    peers: Callable[[], tuple[PeerState, ...]],
+) -> ApiServer | None:
+    """The admin API on its production server (none without an ``api:`` section)."""
+    if settings.api is None:
+        return None
+    from director.adapters.http import HttpServer as ApiServer
+    from director.web.app import create_app, early_gate
+    from director.web.bodies import MAX_BODY
+
+    api = settings.api
+    token = read_token(api.token_file)
+    app = create_app(
+        controller.door(),
+        token,
+        writer=writer,
+        metrics=scrape,
+        reader=reader,
+        public=api.public,
+        peers=peers,
+    )
+    return ApiServer(
+        app,
+        api.host,
+        api.port,
+        body_bytes=MAX_BODY,
+        gate=early_gate(token, api.public),
+        cert=api.tls_cert,
+        key=api.tls_key,
+    )
+
+
+def checker(
+    settings: Settings, netns: str | None, controller: Controller, recorder: Recorder
+) -> Checker | None:
+    """Active health checks, run from the director's own network namespace."""
+    if settings.health is None:
+        return None
+    made = Checker(
+        lambda target, health: controller.post(TargetChecked(target, health.up)),
+        netns=netns,
+        on_result=lambda _target, health: recorder.health.observe(health.last_seconds),
+    )
+    controller.gate.on_targets = made.update
+    return made
+
+
+def vrrp(settings: Settings, dry_run: bool, controller: Controller) -> Vrrp | None:
+    """The pair's parts: keepalived's file, its state FIFO, conntrackd's file."""
+    if settings.ha is None or dry_run:
+        return None
+    from director.adapters.keepalived import KeepalivedSync
+    from director.adapters.vrrp import VrrpFifo
+
+    owned = controller.health.owned
+    sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
+    controller.exports.vips.announce = sync.submit
+    fifo = VrrpFifo(settings.ha.fifo, lambda state: controller.post(VrrpChanged(state)))
+    conntrackd = None
+    if settings.ha.conntrackd is not None:
+        from director.adapters.conntrackd import ConntrackdFile
+
+        conntrackd = ConntrackdFile(settings.ha.conntrackd, settings.source, ledger=owned)
+    return Vrrp(sync, fifo, conntrackd)
+
+
+def frr(
+    settings: Settings, dry_run: bool, netns: str | None, ipvs: Ipvs, controller: Controller
+) -> FrrSync | None:
+    """The BGP speaker's configuration (FRR), kept on a thread of its own."""
+    if settings.bgp is None or dry_run:
+        return None
+    if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
+        event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
+        return None
+    from director.adapters.frr_sync import FrrSync
+
+    sync = FrrSync(
+        settings.bgp, settings.pools, settings.source, netns=netns, ledger=controller.health.owned
+    )
+    controller.exports.vips.on_routes = sync.submit
+    return sync
+
+
+# What a scrape and the status page read of the daemons: ``daemons`` is None until they
+# are made (a scrape may come first).
+def peers(daemons: Daemons | None) -> tuple[PeerState, ...]:
+    sync = daemons.frr if daemons is not None else None
+    return sync.sessions if sync is not None else ()
+
+
+def frr_figures(daemons: Daemons | None) -> FrrFigures | None:
+    sync = daemons.frr if daemons is not None else None
+    if sync is None:
+        return None
+    return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
+
+
+def conntrack(daemons: Daemons | None) -> dict[str, int] | None:
+    """netfilter's counters where full NAT runs (None without it, or beside the fake)."""
+    keeper = daemons.sysctls if daemons is not None else None
+    if keeper is None or "net.ipv4.vs.conntrack" not in keeper.effects:
+        return None
+    from director.dataplane.netns import conntrack_stats
+
+    try:
+        return conntrack_stats(keeper.netns)
+    except OSError:
+        return None
+
+
+def keepalived_counts(daemons: Daemons | None) -> tuple[int, int] | None:
+    sync = daemons.keepalived if daemons is not None else None
+    if sync is None:
+        return None
+    return sync.keepalived.rejected, sync.keepalived.reloads
