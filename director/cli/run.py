@@ -74,8 +74,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_fatal=lambda _reason: wake.ask(asked, "stop"),
         )
         STARTUP.mark("start")
-        runtime.controller.exports.on_ready = _timed_ready(
-            runtime, runtime.controller.exports.on_ready, _keeper(config_reader, cache)
+        runtime.hooks.on_ready = _timed_ready(
+            runtime, runtime.hooks.on_ready, _keeper(config_reader, cache)
         )
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO

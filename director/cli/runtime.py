@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from director.adapters.lease import Elector
 from director.adapters.metrics import Metrics
 from director.adapters.systemd import Notifier
 from director.cli import wiring
 from director.cli.wiring import Daemons
 from director.core.firewall import Firewall
 from director.dataplane.interface import Ipvs
-from director.engine.events import LeaseRefused, Leaving, Reloaded, Reply
+from director.engine.events import Leaving, Reloaded, Reply
+from director.engine.hooks import Hooks
 from director.engine.loop import Controller
 from director.engine.reconcile import SyncReport
 from director.engine.reload import restart_only
@@ -60,6 +60,8 @@ class Runtime:
         self.failed: str | None = None  # why the director must stop, once it must
         self.metrics = Metrics()
         kube_api, writer = wiring.cluster(settings, kubeconfig)
+        # every call out of the loop: who listens is set below, as each part is made
+        self.hooks = Hooks()
         self.controller = Controller(
             ipvs,
             settings,
@@ -70,6 +72,7 @@ class Runtime:
             intents_file=Path(settings.api.intents_file) if settings.api else None,
             recorder=self.metrics.recorder,
             firewall=firewall or wiring.firewall(ipvs, netns, settings, dry_run),
+            hooks=self.hooks,
         )
         scrape = self.metrics.serve(
             self.controller.door(),
@@ -79,20 +82,7 @@ class Runtime:
             lambda: wiring.conntrack(self._daemons()),
         )
         self.watchers = wiring.watchers(kube_api, self.controller.submit, watch_seconds)
-        kube = settings.kubernetes
-        self.elector = (
-            Elector(
-                writer,
-                kube.lease_namespace,
-                kube.lease_name,
-                kube.lease_seconds,
-                self.controller.set_leader,
-                on_refused=lambda reason: self.controller.post(LeaseRefused(reason)),
-                ledger=self.controller.health.owned,
-            )
-            if writer is not None and kube is not None and not dry_run
-            else None
-        )
+        self.elector = None if dry_run else wiring.elector(settings, writer, self.controller)
         self.api = wiring.api_server(
             settings,
             self.controller,
@@ -101,10 +91,14 @@ class Runtime:
             reader=reader,
             peers=lambda: wiring.peers(self._daemons()),
         )
-        self.checker = wiring.checker(settings, netns, self.controller, self.metrics.recorder)
+        self.checker = wiring.checker(
+            settings, netns, self.controller, self.hooks, self.metrics.recorder
+        )
         self.daemons = Daemons(
-            wiring.vrrp(settings, dry_run, self.controller),  # keepalived, FIFO, conntrackd
-            wiring.frr(settings, dry_run, netns, ipvs, self.controller),
+            wiring.vrrp(settings, dry_run, self.controller, self.hooks),  # + FIFO, conntrackd
+            wiring.frr(
+                settings, dry_run, netns, ipvs, controller=self.controller, hooks=self.hooks
+            ),
             wiring.kernel_settings(settings, ipvs, netns, dry_run, self.controller.health.owned),
         )
         self._stop = threading.Event()
@@ -114,8 +108,8 @@ class Runtime:
         # systemd (Type=notify): ready once the first sync is applied; the watchdog is fed by
         # the control loop itself, so a loop that stops stepping gets the director restarted.
         self.notifier = Notifier()
-        self.controller.exports.on_ready = self.notifier.ready
-        self.controller.pace.on_step = self._stepped
+        self.hooks.on_ready = self.notifier.ready
+        self.hooks.on_step = self._stepped
         self._stopping = threading.Event()  # set first thing in stop(): threads may end
         self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from director.adapters.lease import Elector
 from director.adapters.metrics import Recorder
 from director.adapters.metrics_daemons import FrrFigures
 from director.adapters.metrics_ipvs import Scrape
@@ -24,7 +25,8 @@ from director.core.model import Family
 from director.core.owned import Ledger
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
-from director.engine.events import TargetChecked, VrrpChanged
+from director.engine.events import LeaseRefused, TargetChecked, VrrpChanged
+from director.engine.hooks import Hooks
 from director.engine.loop import COMPONENT, Controller
 from director.logs import event
 from director.schema.config import Settings
@@ -164,6 +166,24 @@ def firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -
     return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
 
 
+def elector(
+    settings: Settings, writer: KubeWriter | None, controller: Controller
+) -> Elector | None:
+    """The status writer's Lease in the cluster (none without a cluster)."""
+    kube = settings.kubernetes
+    if writer is None or kube is None:
+        return None
+    return Elector(
+        writer,
+        kube.lease_namespace,
+        kube.lease_name,
+        kube.lease_seconds,
+        controller.set_leader,
+        on_refused=lambda reason: controller.post(LeaseRefused(reason)),
+        ledger=controller.health.owned,
+    )
+
+
 def api_server(
     settings: Settings,
     controller: Controller,
@@ -203,7 +223,7 @@ def api_server(
 
 
 def checker(
-    settings: Settings, netns: str | None, controller: Controller, recorder: Recorder
+    settings: Settings, netns: str | None, controller: Controller, hooks: Hooks, recorder: Recorder
 ) -> Checker | None:
     """Active health checks, run from the director's own network namespace."""
     if settings.health is None:
@@ -213,11 +233,11 @@ def checker(
         netns=netns,
         on_result=lambda _target, health: recorder.health.observe(health.last_seconds),
     )
-    controller.gate.on_targets = made.update
+    hooks.on_targets = made.update
     return made
 
 
-def vrrp(settings: Settings, dry_run: bool, controller: Controller) -> Vrrp | None:
+def vrrp(settings: Settings, dry_run: bool, controller: Controller, hooks: Hooks) -> Vrrp | None:
     """The pair's parts: keepalived's file, its state FIFO, conntrackd's file."""
     if settings.ha is None or dry_run:
         return None
@@ -226,7 +246,7 @@ def vrrp(settings: Settings, dry_run: bool, controller: Controller) -> Vrrp | No
 
     owned = controller.health.owned
     sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
-    controller.exports.vips.announce = sync.submit
+    hooks.announce = sync.submit
     fifo = VrrpFifo(settings.ha.fifo, lambda state: controller.post(VrrpChanged(state)))
     conntrackd = None
     if settings.ha.conntrackd is not None:
@@ -237,7 +257,13 @@ def vrrp(settings: Settings, dry_run: bool, controller: Controller) -> Vrrp | No
 
 
 def frr(
-    settings: Settings, dry_run: bool, netns: str | None, ipvs: Ipvs, controller: Controller
+    settings: Settings,
+    dry_run: bool,
+    netns: str | None,
+    ipvs: Ipvs,
+    *,
+    controller: Controller,
+    hooks: Hooks,
 ) -> FrrSync | None:
     """The BGP speaker's configuration (FRR), kept on a thread of its own."""
     if settings.bgp is None or dry_run:
@@ -250,7 +276,7 @@ def frr(
     sync = FrrSync(
         settings.bgp, settings.pools, settings.source, netns=netns, ledger=controller.health.owned
     )
-    controller.exports.vips.on_routes = sync.submit
+    hooks.on_routes = sync.submit
     return sync
 
 

@@ -15,24 +15,22 @@ are hooks the runtime sets.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
 from director.core.announce import Route, decide, pool_of
 from director.core.model import ServiceKey
 from director.core.pools import Pool
 from director.core.services import Table
+from director.engine.hooks import Hooks
 from director.logs import event
 
-Announce = Callable[[frozenset[str]], None]
-Routes = Callable[[Mapping[str, Route]], None]
 log = logging.getLogger("director.announce")
 
 
 class VipAnnouncer:
-    def __init__(self, bgp_pools: Iterable[Pool] = ()) -> None:
-        self.announce: Announce | None = None  # the VRRP VIP set, to keepalived
-        self.on_routes: Routes | None = None  # every route, to FRR (one came, went or flipped)
+    def __init__(self, hooks: Hooks, bgp_pools: Iterable[Pool] = ()) -> None:
+        self.hooks = hooks  # announce: the VRRP VIP set; on_routes: every route
         self.bgp_pools = tuple(bgp_pools)
         self.maintenance: str | None = None  # why every route is withdrawn, if it is
         self.leaving: str | None = None  # the director is stopping (not kept: it comes back)
@@ -81,9 +79,9 @@ class VipAnnouncer:
         if self._keys_changed:
             self._keys_changed = False
             self._index(keys)
-        if self.announce is not None and self._vrrp_vips is not self._announced:
+        if self.hooks.announce is not None and self._vrrp_vips is not self._announced:
             if self._vrrp_vips != self._announced:  # the same addresses: no reload
-                self.announce(self._vrrp_vips)
+                self.hooks.announce(self._vrrp_vips)
             self._announced = self._vrrp_vips
         if self.bgp_pools and (self._dirty is None or self._dirty):
             self._decide(programmed if programmed is not None else {}, down)
@@ -151,6 +149,6 @@ class VipAnnouncer:
                     )
         if changed:
             self.snapshot = MappingProxyType(dict(self.routes))
-        if flipped and self.on_routes is not None:
+        if flipped and self.hooks.on_routes is not None:
             self._pushed = True
-            self.on_routes(self.snapshot)
+            self.hooks.on_routes(self.snapshot)

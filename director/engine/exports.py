@@ -18,6 +18,7 @@ from director.core.model import DestKey, ServiceKey
 from director.core.owned import Ledger, Retry, classify, file_mark
 from director.core.pools import Pool
 from director.engine.announcer import VipAnnouncer
+from director.engine.hooks import Hooks
 from director.engine.state_file import write_state
 from director.engine.view import Addressing, LoopStatus, LoopView, PoolUse
 from director.logs import event
@@ -51,6 +52,7 @@ class Exports:
     def __init__(
         self,
         state_file: Path | None,
+        hooks: Hooks,
         bgp_pools: Iterable[Pool] = (),
         *,
         ledger: Ledger | None = None,
@@ -58,8 +60,8 @@ class Exports:
     ) -> None:
         self.view = LoopView()  # published after each step that changed something
         # the VIP set to keepalived, the bgp pools' routes to FRR, whenever they change
-        self.vips = VipAnnouncer(bgp_pools)
-        self.on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
+        self.vips = VipAnnouncer(hooks, bgp_pools)
+        self.hooks = hooks  # on_ready: once, when the first sync is applied
         self.state_file = state_file
         self.due = True  # the view is behind: publish it at the end of this step
         self.state_due = False
@@ -180,8 +182,8 @@ class Exports:
         self._state_next = started + max(STATE_FILE_SECONDS, 10 * took)
 
     def ready(self, message: str) -> None:
-        if self.on_ready is not None:
-            self.on_ready(message)
+        if self.hooks.on_ready is not None:
+            self.hooks.on_ready(message)
 
 
 def _frozen(table: Mapping[K, V]) -> Mapping[K, V]:

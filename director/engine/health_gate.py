@@ -7,24 +7,23 @@ shared by several virtual services is checked once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from director.core.checks import Target
 from director.core.model import DestKey, ServiceKey
 from director.core.services import VirtualService
+from director.engine.hooks import Hooks
 from director.schema.config import HealthSettings
 
 Checks = dict[DestKey, tuple[Target, ...]]
 
 
 class HealthGate:
-    def __init__(self, settings: HealthSettings | None) -> None:
+    def __init__(self, settings: HealthSettings | None, hooks: Hooks) -> None:
         self.settings = settings
+        self.hooks = hooks
         self.checks: dict[ServiceKey, Checks] = {}
         self.users: dict[Target, set[ServiceKey]] = {}
         self.down: set[Target] = set()
         self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
-        self.on_targets: Callable[[set[Target], set[Target]], None] | None = None
         self.version = 0  # bumped when ``checks`` changes (readers copy it then)
         self.verdicts = 0  # bumped when ``down`` changes
 
@@ -51,8 +50,8 @@ class HealthGate:
                 self.users.pop(target, None)
                 self.down.discard(target)
                 removed.add(target)
-        if (added or removed) and self.on_targets is not None:
-            self.on_targets(added, removed)
+        if (added or removed) and self.hooks.on_targets is not None:
+            self.hooks.on_targets(added, removed)
 
     def forget(self, key: ServiceKey) -> None:
         self.set_checks(key, {})

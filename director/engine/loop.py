@@ -32,6 +32,7 @@ from director.engine.door import Door
 from director.engine.draining import Draining
 from director.engine.exports import Exports, Step
 from director.engine.health_gate import HealthGate
+from director.engine.hooks import Hooks
 from director.engine.intake import Intake
 from director.engine.intent_store import Answer, IntentStore
 from director.engine.outbox import Outbox
@@ -68,14 +69,17 @@ class Controller:
         intents_file: Path | None = None,
         recorder: LoopMetrics | None = None,
         firewall: Firewall | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
+        """``hooks``: every call out of the loop (the caller keeps it and sets who listens)."""
         # Without a kubernetes section the loop serves the static services (and the API).
         kube = settings.kubernetes or KubeSettings()
         self.settings = settings
         self.lock = threading.RLock()  # the loop holds it while it changes state
         self.health = LoopStatus()
         owned = self.health.owned  # each owned resource's state, as its keeper finds it
-        self.pace = Pace(clock)
+        hooks = hooks or Hooks()
+        self.pace = Pace(hooks, clock)
         self.intake = Intake(self.health, set(RESOURCES) if settings.kubernetes else set())
         self.store = IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned)
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
@@ -86,11 +90,11 @@ class Controller:
         self.reporter = Reporter(outbox, self.health, dry_run=dry_run)
         allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.addresses = Addresses(allocator, self.reporter)
-        self.gate = HealthGate(settings.health)
+        self.gate = HealthGate(settings.health, hooks)
         self.drains = Draining(ipvs, clock, kube.drain_timeout_seconds)
         self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run, ledger=owned)
         self.table = Programmed(settings.services)
-        self.exports = Exports(state_file, settings.bgp_pools, ledger=owned, clock=clock)
+        self.exports = Exports(state_file, hooks, settings.bgp_pools, ledger=owned, clock=clock)
         translator = Translator(
             settings,
             build_policy(settings, ipvs.schedulers()),

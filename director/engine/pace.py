@@ -6,14 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from director.engine.hooks import Hooks
+
 MAX_BACKOFF = 5.0  # seconds between failing steps, at most
 
 
 class Pace:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, hooks: Hooks, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hooks = hooks
         self.clock = clock
         self.last_step = time.monotonic()  # /healthz: the loop is alive
-        self.on_step: Callable[[], None] | None = None  # after every step (the watchdog)
         self._next_resync = 0.0
         self._next_drain_check = 0.0
         self._failures = 0  # steps in a row that raised
@@ -30,8 +32,8 @@ class Pace:
         self.last_step = time.monotonic()
 
     def after_step(self) -> None:
-        if self.on_step is not None:
-            self.on_step()
+        if self.hooks.on_step is not None:
+            self.hooks.on_step()
 
     def resync_due(self, now: float) -> bool:
         return now >= self._next_resync

@@ -24,6 +24,7 @@ from director.core.translate import translate
 from director.dataplane.fake import FakeIpvs
 from director.engine.announcer import VipAnnouncer
 from director.engine.events import IntentPosted, Reply
+from director.engine.hooks import Hooks
 from director.engine.loop import Controller
 from director.schema.config import ConfigError, Settings, parse_config
 from lab.netns import Netns
@@ -139,8 +140,8 @@ def table(*weights: int) -> dict[ServiceKey, object]:
 
 def announcer() -> tuple[VipAnnouncer, list[Mapping[str, Route]]]:
     heard: list[Mapping[str, Route]] = []
-    vips = VipAnnouncer(config().bgp_pools)
-    vips.on_routes = heard.append
+    vips = VipAnnouncer(Hooks(), config().bgp_pools)
+    vips.hooks.on_routes = heard.append
     return vips, heard
 
 
@@ -190,7 +191,7 @@ def test_routes_go_to_frr_when_an_announcement_flips_and_only_then() -> None:
 def test_vrrp_vips_go_to_keepalived_and_bgp_vips_do_not() -> None:
     vips, _ = announcer()
     told: list[frozenset[str]] = []
-    vips.announce = told.append
+    vips.hooks.announce = told.append
     pair = ServiceKey.inet(IpProtocol.TCP, "203.0.113.5", 80)
     vips.update([KEY, pair], table(1), ready=True)
     assert told == [frozenset({"203.0.113.5"})]
@@ -300,11 +301,12 @@ services:
 # -- the loop ---------------------------------------------------------------------------------
 def test_the_loop_announces_a_static_vip_once_programmed_and_withdraws_it_when_drained() -> None:
     ipvs = FakeIpvs()
-    controller = Controller(ipvs, config())
+    hooks = Hooks()
+    controller = Controller(ipvs, config(), hooks=hooks)
     heard: list[Mapping[str, Route]] = []
-    controller.exports.vips.on_routes = heard.append
+    hooks.on_routes = heard.append
     told: list[frozenset[str]] = []
-    controller.exports.vips.announce = told.append
+    hooks.announce = told.append
     controller.step(0.01)
     assert heard and heard[-1][VIP].announced
     assert told == [frozenset({"203.0.113.5"})]

@@ -17,6 +17,7 @@ from director.adapters.prober import Checker
 from director.core.checks import CheckSpec, Health, Target, parse_check
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
+from director.engine.hooks import Hooks
 from director.engine.loop import Controller
 from director.schema.config import parse_config
 from lab.wait import eventually
@@ -273,9 +274,10 @@ services:
 
 def run_static(text: str) -> tuple[Controller, FakeIpvs, Checker, threading.Event]:
     ipvs = FakeIpvs()
-    controller = Controller(ipvs, parse_config(text, "static.yaml"))
+    hooks = Hooks()
+    controller = Controller(ipvs, parse_config(text, "static.yaml"), hooks=hooks)
     checker = Checker(lambda t, h: controller.submit("health", "UP" if h.up else "DOWN", t))
-    controller.gate.on_targets = checker.update
+    hooks.on_targets = checker.update
     stop = threading.Event()
     threading.Thread(target=controller.run, args=(stop, 0.05), daemon=True).start()
     checker.start()

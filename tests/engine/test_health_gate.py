@@ -5,14 +5,15 @@ from __future__ import annotations
 from director.core.checks import CheckSpec, Target
 from director.core.model import IpProtocol, ServiceKey
 from director.engine.health_gate import HealthGate
+from director.engine.hooks import Hooks
 from director.schema.config import HealthSettings
 from tests.enginelab import TCP, A, B, vs
 
 
 def test_a_shared_target_is_checked_once_and_dropped_with_its_last_user() -> None:
-    gate = HealthGate(HealthSettings())
+    gate = HealthGate(HealthSettings(), Hooks())
     calls: list[tuple[set[Target], set[Target]]] = []
-    gate.on_targets = lambda add, remove: calls.append((add, remove))
+    gate.hooks.on_targets = lambda add, remove: calls.append((add, remove))
     target = Target(*A, CheckSpec())
     other = ServiceKey.inet(IpProtocol.TCP, "198.51.100.11", 80)
     gate.set_checks(TCP, {A: (target,)})
@@ -25,7 +26,7 @@ def test_a_shared_target_is_checked_once_and_dropped_with_its_last_user() -> Non
 
 
 def test_a_failing_real_server_is_quiesced_and_all_failing_are_kept_with_one_alarm() -> None:
-    gate = HealthGate(HealthSettings())
+    gate = HealthGate(HealthSettings(), Hooks())
     ta, tb = Target(*A, CheckSpec()), Target(*B, CheckSpec())
     gate.set_checks(TCP, {A: (ta,), B: (tb,)})
     assert gate.observe(ta, up=False) == {TCP}
@@ -39,7 +40,7 @@ def test_a_failing_real_server_is_quiesced_and_all_failing_are_kept_with_one_ala
 
 
 def test_remove_on_failure_takes_the_real_server_out() -> None:
-    gate = HealthGate(HealthSettings(on_failure="remove"))
+    gate = HealthGate(HealthSettings(on_failure="remove"), Hooks())
     ta = Target(*A, CheckSpec())
     gate.set_checks(TCP, {A: (ta,)})
     gate.observe(ta, up=False)

@@ -7,6 +7,7 @@ from typing import Any
 
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import TargetChecked
+from director.engine.hooks import Hooks
 from director.engine.loop import Controller
 from director.schema.config import parse_config
 from lab.wait import Clock
@@ -49,11 +50,12 @@ def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vi
     folder = tmp_path / "state"
     folder.mkdir()
     state, clock = folder / "state.json", Clock()
+    hooks = Hooks()
     controller = Controller(
-        FakeIpvs(), parse_config(CHECKED, "static.yaml"), state_file=state, clock=clock
+        FakeIpvs(), parse_config(CHECKED, "static.yaml"), state_file=state, clock=clock, hooks=hooks
     )
     told: list[frozenset[str]] = []
-    controller.exports.vips.announce = told.append
+    hooks.announce = told.append
     folder.rename(tmp_path / "elsewhere")
     (tmp_path / "state").write_text("a file where the folder was")  # ENOTDIR, every try
     for _ in range(3):
