@@ -41,7 +41,7 @@ MAX_LOOP_LINES = 300
 MAX_ATTRIBUTES = 15
 MAX_MODULE_LINES = 400
 # Modules still over 400 lines, to be split; the list only shrinks.
-OVER_400 = frozenset({"director/adapters/http.py", "director/dataplane/kernel.py"})
+OVER_400 = frozenset({"director/adapters/http.py"})
 # Modules with no test module of their own name yet: the test file that covers each today,
 # and what it covers there. The list only shrinks.
 UNMIRRORED: dict[str, tuple[str, str]] = {

@@ -102,7 +102,7 @@ def cmd_conntrackd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_schedulers(args: argparse.Namespace) -> int:
-    from director.dataplane.kernel import offered_schedulers
+    from director.dataplane.modules import offered_schedulers
 
     offered = sorted(offered_schedulers())
     if not offered:  # as plan and apply say it: exit 3, one sentence

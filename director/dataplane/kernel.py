@@ -12,16 +12,11 @@ Scheduler, flags and weights change in place with IPVS_CMD_SET_SERVICE / SET_DES
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import logging
-import os
-import socket
-import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from director.core.counters import SERVICE_COUNTERS, Counters
@@ -34,24 +29,13 @@ from director.dataplane.codec import (
     CMD_GET_DEST,
     CMD_GET_INFO,
     CMD_GET_SERVICE,
-    GENL_ID_CTRL,
     GENL_VERSION,
-    GENLMSGHDR,
     HEAD,
-    I32,
-    NETLINK_CAP_ACK,
-    NETLINK_EXT_ACK,
-    NETLINK_GENERIC,
     NLA,
     NLA_TYPE_MASK,
     NLM_F_ACK,
-    NLM_F_DUMP,
     NLM_F_REQUEST,
-    NLMSG_DONE,
-    NLMSG_ERROR,
-    NLMSGHDR,
     OP_CMD,
-    SOL_NETLINK,
     U16,
     decode_dest,
     decode_service,
@@ -59,14 +43,11 @@ from director.dataplane.codec import (
     dest_message_layout,
     encode_op,
     encode_service_key,
-    error_text,
-    family_id,
-    family_request,
     pack_dest_message,
     pack_nla,
     parse_attrs,
-    split_messages,
 )
+from director.dataplane.genl import BATCH_BYTES, GenlSocket, open_socket
 from director.dataplane.interface import (
     ApplyResult,
     IpvsUnavailable,
@@ -84,104 +65,13 @@ from director.dataplane.layouts import (
     dest_layout,
     service_layout,
 )
+from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
 from director.dataplane.netns import in_netns
 from director.logs import event
 
 log = logging.getLogger("director.ipvs")
 
-BATCH_BYTES = 64 * 1024
-RCVBUF = 8 * 1024 * 1024  # the socket's queue in the kernel (a big batch's acks wait there)
-# What one recv can hold. The kernel sends no netlink datagram above 32 KiB (a dump's are
-# capped at SKB_WITH_OVERHEAD(32768), its replies and acks are smaller), so twice that is
-# room enough; a larger one is refused (EMSGSIZE), never read cut short. A buffer the size
-# of RCVBUF cost the process 8 MiB of resident zeros per socket.
-RECV_BYTES = 64 * 1024
-NOT_SCHEDULERS = frozenset({"ftp", "pe_sip"})  # ip_vs_* modules that are not schedulers
-
-UNAVAILABLE = (
-    "this kernel has no IPVS support (the ip_vs module is not loaded and could not be "
-    "loaded), so director cannot read or program virtual services on this host"
-)
-
-
-# --- kernel modules ---------------------------------------------------------------------
-def _modprobe(module: str) -> str | None:
-    """Load a module; None on success, else why not."""
-    if Path(f"/sys/module/{module}").exists():
-        return None
-    try:
-        done = subprocess.run(
-            ["modprobe", module], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    if done.returncode != 0:
-        return done.stderr.strip() or f"modprobe {module} exited {done.returncode}"
-    return None
-
-
-def offered_schedulers(modules: Path = Path("/lib/modules")) -> frozenset[str]:
-    """Schedulers the running kernel has: loaded, built in, or available as modules.
-
-    Under systemd's ProtectKernelModules= (the role's unit) the module tree cannot be read
-    and nothing can be loaded: the schedulers loaded at boot are then the ones on offer."""
-    names = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}
-    release = os.uname().release
-    moddir = modules / release / "kernel/net/netfilter/ipvs"
-    with contextlib.suppress(OSError):  # EACCES in the hardened unit
-        names.update(p.name.split(".", 1)[0][len("ip_vs_") :] for p in moddir.glob("ip_vs_*.ko*"))
-    with contextlib.suppress(OSError):
-        for line in (modules / release / "modules.builtin").read_text().splitlines():
-            name = line.rsplit("/", 1)[-1]
-            if name.startswith("ip_vs_"):
-                names.add(name.split(".", 1)[0][len("ip_vs_") :])
-    return frozenset(names - NOT_SCHEDULERS)
-
-
-def resolve_family() -> int:
-    """The IPVS generic netlink family id, loading ip_vs if needed."""
-    for attempt in range(2):
-        try:
-            return _ask_family()
-        except OSError as exc:
-            if exc.errno != errno.ENOENT or attempt:
-                raise IpvsUnavailable(f"{UNAVAILABLE} ({exc})") from None
-        if _modprobe("ip_vs") is not None:
-            break
-    raise IpvsUnavailable(UNAVAILABLE)
-
-
-def _ask_family() -> int:
-    """One question to the generic netlink controller, on a socket of its own (no library:
-    pyroute2 alone would add 10 MB to the process). OSError: the kernel's errno (ENOENT:
-    no such family, ip_vs not loaded)."""
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC) as sock:
-        sock.bind((0, 0))
-        sock.settimeout(10)
-        sock.send(family_request(1))
-        while True:
-            data = sock.recv(65536)
-            for kind, flags, seq, start, end in split_messages(data):
-                if seq != 1:
-                    continue
-                if kind == NLMSG_ERROR:
-                    code = -I32.unpack_from(data, start)[0]
-                    raise OSError(code, error_text(data, flags, start, end))
-                if kind == GENL_ID_CTRL:
-                    return family_id(data, start, end)
-
-
 F = TypeVar("F", bound=Callable[..., object])
-
-
-def _received(size: int, buf: bytearray) -> int:
-    """``size`` (a datagram's whole length: recv with MSG_TRUNC) if it fit in ``buf``."""
-    if size > len(buf):
-        raise OSError(
-            errno.EMSGSIZE,
-            f"a netlink reply of {size} bytes did not fit the {len(buf)}-byte receive buffer",
-        )
-    return size
 
 
 def _serialised(method: F) -> F:
@@ -203,15 +93,13 @@ class KernelIpvs:
         self.netns = netns
         self._lock = threading.RLock()
         self.family = resolve_family()
-        self._seq = 0
-        self._sock = in_netns(netns, self._open)
-        self._buf = bytearray(RECV_BYTES)
+        self._genl = GenlSocket(in_netns(netns, open_socket), self.family)
         self._schedulers: frozenset[str] | None = None
         self._dest_layout: Layout | None = None  # see _dest_configs
         self._counter_layout: Layout | None = None  # see _dest_counters
         self._service_layouts: dict[int, Layout] = {}  # by length; see _services
         try:
-            self._request(CMD_GET_INFO, b"")
+            self._genl.request(CMD_GET_INFO, b"")
         except OSError as exc:
             self.close()
             if exc.errno == errno.EPERM:
@@ -220,101 +108,14 @@ class KernelIpvs:
                 ) from None
             raise IpvsUnavailable(f"{UNAVAILABLE} ({exc})") from None
 
-    @staticmethod
-    def _open() -> socket.socket:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
-        for option, value in ((NETLINK_CAP_ACK, 1), (NETLINK_EXT_ACK, 1)):
-            # Older kernels lack these: full acks, no extended messages.
-            with contextlib.suppress(OSError):
-                sock.setsockopt(SOL_NETLINK, option, value)
-        for force, plain, size in (
-            (33, socket.SO_RCVBUF, RCVBUF),  # SO_RCVBUFFORCE needs CAP_NET_ADMIN
-            (32, socket.SO_SNDBUF, 4 * BATCH_BYTES),
-        ):
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, force, size)
-            except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, plain, size)
-        sock.bind((0, 0))
-        return sock
-
     def close(self) -> None:
-        self._sock.close()
+        self._genl.close()
 
     def __enter__(self) -> KernelIpvs:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- low level ---------------------------------------------------------------------
-    def _next_seq(self) -> int:
-        self._seq = (self._seq + 1) & 0xFFFFFFFF
-        return self._seq
-
-    def _message(self, cmd: int, flags: int, seq: int, payload: bytes) -> bytes:
-        return (
-            NLMSGHDR.pack(20 + len(payload), self.family, flags, seq, 0)
-            + GENLMSGHDR.pack(cmd, GENL_VERSION, 0)
-            + payload
-        )
-
-    def _recv(self) -> bytes:
-        size = _received(self._sock.recv_into(self._buf, 0, socket.MSG_TRUNC), self._buf)
-        return bytes(memoryview(self._buf)[:size])
-
-    def _request(self, cmd: int, payload: bytes) -> list[tuple[bytes, int, int]]:
-        """One acknowledged request; its replies as (datagram, attrs start, attrs end).
-
-        Raises OSError with the kernel's errno."""
-        seq = self._next_seq()
-        self._sock.send(self._message(cmd, NLM_F_REQUEST | NLM_F_ACK, seq, payload))
-        replies: list[tuple[bytes, int, int]] = []
-        while True:
-            data = self._recv()
-            for kind, flags, mseq, start, end in split_messages(data):
-                if mseq != seq:
-                    continue
-                if kind == NLMSG_ERROR:
-                    code = -I32.unpack_from(data, start)[0]
-                    if code:
-                        raise OSError(code, error_text(data, flags, start, end))
-                    return replies
-                if kind == NLMSG_DONE:
-                    return replies
-                replies.append((data, start + 4, end))
-
-    def _dump(self, cmd: int, payload: bytes) -> list[tuple[bytes, int, int]]:
-        """(datagram, attrs start, attrs end) for every message of a dump."""
-        return [(data, offset + 20, end) for data, offset, end in self._messages(cmd, payload)]
-
-    def _messages(self, cmd: int, payload: bytes) -> Iterator[tuple[bytes, int, int]]:
-        """(datagram, message start, message end) for every message of a dump, as it
-        arrives: the hot path of reading 100,000 real servers (no list of every message)."""
-        seq = self._next_seq()
-        self._sock.send(self._message(cmd, NLM_F_REQUEST | NLM_F_DUMP, seq, payload))
-        genl = self.family
-        header = NLMSGHDR.unpack_from
-        while True:
-            data = self._recv()
-            size = len(data)
-            offset = 0
-            while offset + 16 <= size:
-                length, kind, flags, mseq, _pid = header(data, offset)
-                if length < 16:
-                    break
-                end = offset + length
-                if mseq == seq:
-                    if kind == genl:
-                        yield data, offset, end
-                    elif kind == NLMSG_DONE:
-                        return
-                    elif kind == NLMSG_ERROR:
-                        code = -I32.unpack_from(data, offset + 16)[0]
-                        if code:
-                            raise OSError(code, error_text(data, flags, offset + 16, end))
-                        return
-                offset += (length + 3) & ~3
 
     # -- reading -----------------------------------------------------------------------
     def _services(self) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]]:
@@ -326,7 +127,7 @@ class KernelIpvs:
         decoded services held ~4 MiB at 10,000, made a resync's read no faster than this)."""
         out: list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]] = []
         layouts = self._service_layouts
-        for data, offset, end in self._messages(CMD_GET_SERVICE, b""):
+        for data, offset, end in self._genl.messages(CMD_GET_SERVICE, b""):
             layout = layouts.get(end - offset)
             found = decode_service_row(data, offset, layout) if layout is not None else None
             if found is None:
@@ -346,7 +147,7 @@ class KernelIpvs:
         request = self._dest_request(key)
         out: list[tuple[RealServer, DestState | None]] = []
         family = key.family
-        for data, start, end in self._dump(CMD_GET_DEST, request):
+        for data, start, end in self._genl.dump(CMD_GET_DEST, request):
             size, kind = NLA.unpack_from(data, start)
             nested, nested_end = start + 4, start + size
             if kind & NLA_TYPE_MASK != CMD_ATTR_DEST:
@@ -370,7 +171,7 @@ class KernelIpvs:
         rows: list[Any] = []
         family = key.family
         layout = self._dest_layout
-        for data, offset, end in self._messages(CMD_GET_DEST, self._dest_request(key)):
+        for data, offset, end in self._genl.messages(CMD_GET_DEST, self._dest_request(key)):
             if layout is None:
                 layout = self._dest_layout = dest_layout(data, offset, end)
             row = (
@@ -389,7 +190,7 @@ class KernelIpvs:
         """One service's real servers with their counters, into ``counters``: laid out as
         ``_dest_configs`` reads them (one struct call each), nothing made a real server."""
         layout = self._counter_layout
-        for data, offset, end in self._messages(CMD_GET_DEST, self._dest_request(key)):
+        for data, offset, end in self._genl.messages(CMD_GET_DEST, self._dest_request(key)):
             if layout is None:
                 layout = self._counter_layout = counter_layout(data, offset, end)
             found = (
@@ -414,7 +215,7 @@ class KernelIpvs:
                     raise
                 table.services[key] = VirtualService(key, config, dests)
             return table
-        for data, start, end in self._dump(CMD_GET_SERVICE, b""):  # rates too: in full
+        for data, start, end in self._genl.dump(CMD_GET_SERVICE, b""):  # rates too: in full
             nested, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
             key, config, where = decode_service(data, nested, nested + size)
             try:
@@ -450,7 +251,7 @@ class KernelIpvs:
     def read_service(self, key: ServiceKey) -> VirtualService | None:
         request = pack_nla(CMD_ATTR_SERVICE, encode_service_key(key))
         try:
-            found = self._request(CMD_GET_SERVICE, request)
+            found = self._genl.request(CMD_GET_SERVICE, request)
         except OSError as exc:
             if exc.errno in (errno.ESRCH, errno.ENOENT):
                 return None
@@ -485,7 +286,7 @@ class KernelIpvs:
         offered = set(self.schedulers())
         wanted = {op.config.scheduler for op in ops if op.config is not None}
         for name in wanted & offered:
-            problem = _modprobe(f"ip_vs_{name}")
+            problem = load_module(f"ip_vs_{name}")
             if problem is not None:
                 event(log, "ipvs.scheduler_unavailable", scheduler=name, reason=problem)
                 offered.discard(name)
@@ -504,7 +305,7 @@ class KernelIpvs:
         indices: list[int] = []  # positions in ops of the batch's messages, in seq order
         size_now = 0
         sends = 0
-        family = self.family
+        genl, family = self._genl, self.family
         head_pack = HEAD.pack
         last_key: ServiceKey | None = None
         nested = b""
@@ -517,8 +318,10 @@ class KernelIpvs:
             # Only the batch's last request asks for an ack; failures are always answered.
             last = len(batch) - len(parts[-1])
             batch[last + 6 : last + 8] = U16.pack(NLM_F_REQUEST | NLM_F_ACK)
-            first_seq = (self._seq - len(indices) + 1) & 0xFFFFFFFF
-            self._send_batch(bytes(batch), first_seq, indices, ops, errors)
+            first_seq = (genl.seq - len(indices) + 1) & 0xFFFFFFFF
+            for position, code, text in genl.batch_errors(bytes(batch), first_seq, len(indices)):
+                index = indices[position]
+                errors[index] = OpError(ops[index], errno_name(code), text)
             sends += 1
             parts, indices, size_now = [], [], 0
 
@@ -538,13 +341,13 @@ class KernelIpvs:
                 layout = dest_message_layout(len(nested), op.kind is not OpKind.DEL_DEST)
                 if size_now + layout.size > BATCH_BYTES:
                     flush()
-                seq = self._seq = (self._seq + 1) & 0xFFFFFFFF
+                seq = genl.seq = (genl.seq + 1) & 0xFFFFFFFF
                 message = pack_dest_message(layout, family, seq, OP_CMD[op.kind], nested, rs=rs)
             else:
                 cmd, payload = encode_op(op)
                 if size_now + 20 + len(payload) > BATCH_BYTES:
                     flush()
-                seq = self._next_seq()
+                seq = genl.next_seq()
                 message = (
                     head_pack(
                         20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0
@@ -566,29 +369,3 @@ class KernelIpvs:
                 origin=failure.op.origin or "-",
             )
         return ApplyResult(len(ops), ordered, sends, frozenset(errors))
-
-    def _send_batch(
-        self,
-        batch: bytes,
-        first_seq: int,
-        indices: list[int],
-        ops: Sequence[Op],
-        errors: dict[int, OpError],
-    ) -> None:
-        """Send one batch; map each error reply back to its operation by sequence number."""
-        self._sock.send(batch)
-        last_seq = (first_seq + len(indices) - 1) & 0xFFFFFFFF
-        while True:
-            data = self._recv()
-            for kind, flags, seq, start, end in split_messages(data):
-                position = (seq - first_seq) & 0xFFFFFFFF
-                if kind != NLMSG_ERROR or position >= len(indices):
-                    continue
-                code = -I32.unpack_from(data, start)[0]
-                if code:
-                    index = indices[position]
-                    errors[index] = OpError(
-                        ops[index], errno_name(code), error_text(data, flags, start, end)
-                    )
-                if seq == last_seq:
-                    return

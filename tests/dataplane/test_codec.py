@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -37,7 +36,8 @@ from director.dataplane.codec import (
     parse_attrs as _attrs,
     wire_key,
 )
-from director.dataplane.kernel import RECV_BYTES, KernelIpvs
+from director.dataplane.genl import RECV_BYTES, GenlSocket
+from director.dataplane.kernel import KernelIpvs
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -201,7 +201,8 @@ class ScriptedSocket:
 def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel = object.__new__(KernelIpvs)
     sock = ScriptedSocket()
-    kernel.family, kernel._seq, kernel._sock, kernel._buf = 0x21, 0, sock, bytearray(RECV_BYTES)  # type: ignore[assignment]
+    kernel.family = 0x21
+    kernel._genl = GenlSocket(sock, 0x21)  # type: ignore[arg-type]
     kernel._dest_layout, kernel._counter_layout = None, None
     kernel._service_layouts = {}
     return kernel, sock
@@ -236,7 +237,7 @@ def test_dest_replies_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     mixed = RealServer("2001:db8::9", 8080, 1, Forwarding.TUN)
     heavy = RealServer("192.0.2.13", 1, 2**31 - 1, Forwarding.BYPASS, 2**32 - 1, 7)
     for _ in range(2):  # the second read decodes with the layout the first learnt
-        seq = kernel._seq + 1
+        seq = kernel._genl.seq + 1
         sock.datagrams = [
             dest_message(a, socket.AF_INET, seq) + dest_message(b, socket.AF_INET, seq),
             dest_message(mixed, socket.AF_INET6, seq)
@@ -247,10 +248,10 @@ def test_dest_replies_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     assert kernel._dest_layout is not None
     # A reply of another shape (an unknown attribute first, so every field elsewhere) is
     # decoded in full; so is one of the same length with another attribute in a field's place.
-    seq = kernel._seq + 1
+    seq = kernel._genl.seq + 1
     sock.datagrams = [odd_dest_message(a, seq) + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
-    seq = kernel._seq + 1  # the port's and the weight's attributes swap places
+    seq = kernel._genl.seq + 1  # the port's and the weight's attributes swap places
     sock.datagrams = [swapped(dest_message(a, socket.AF_INET, seq), 2, 4) + done(seq)]
     assert kernel._dest_configs(key) == {a.key: a}
 
@@ -278,17 +279,17 @@ def test_dest_counters_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
 
     expected = {a.key: figures(a, socket.AF_INET), mixed.key: figures(mixed, socket.AF_INET6)}
     for _ in range(2):  # the second read decodes with the layout the first learnt
-        seq = kernel._seq + 1
+        seq = kernel._genl.seq + 1
         sock.datagrams = [
             dest_message(a, socket.AF_INET, seq) + dest_message(mixed, socket.AF_INET6, seq),
             done(seq),
         ]
         assert read() == expected
     assert kernel._counter_layout is not None
-    seq = kernel._seq + 1  # an unknown attribute first: every field elsewhere
+    seq = kernel._genl.seq + 1  # an unknown attribute first: every field elsewhere
     sock.datagrams = [odd_dest_message(a, seq) + done(seq)]
     assert read() == {a.key: figures(a, socket.AF_INET)}
-    seq = kernel._seq + 1  # the active and inactive counts swap places
+    seq = kernel._genl.seq + 1  # the active and inactive counts swap places
     sock.datagrams = [swapped(dest_message(a, socket.AF_INET, seq), 7, 8) + done(seq)]
     assert read() == {a.key: figures(a, socket.AF_INET)}
 
@@ -297,7 +298,7 @@ def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() 
     kernel, sock = scripted_kernel()
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
     rs = RealServer("192.0.2.11", 8080)
-    seq = kernel._seq + 1
+    seq = kernel._genl.seq + 1
     one = dest_message(rs, socket.AF_INET, seq)
     sock.datagrams = [one * (RECV_BYTES // len(one) + 1) + done(seq)]
     with pytest.raises(OSError) as caught:
@@ -305,7 +306,7 @@ def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() 
     assert caught.value.errno == errno.EMSGSIZE
     assert "did not fit" in str(caught.value)
     # Within the buffer, the same reply is read whole.
-    seq = kernel._seq + 1
+    seq = kernel._genl.seq + 1
     one = dest_message(rs, socket.AF_INET, seq)
     sock.datagrams = [one * (RECV_BYTES // len(one) - 1) + done(seq)]
     assert kernel._dest_configs(key) == {rs.key: rs}
@@ -313,7 +314,7 @@ def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() 
 
 def test_an_error_reply_raises_with_the_errno() -> None:
     kernel, sock = scripted_kernel()
-    seq = kernel._seq + 1
+    seq = kernel._genl.seq + 1
     sock.datagrams = [struct.pack("=IHHIIi", 36, 2, 0, seq, 0, -3) + bytes(16)]
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
     with pytest.raises(OSError) as caught:
@@ -382,33 +383,20 @@ def test_services_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     ]
     expected = [(key, config, COUNTS) for key, config in services]
     for _ in range(2):  # the second read decodes with the layouts the first learnt
-        seq = kernel._seq + 1
+        seq = kernel._genl.seq + 1
         sock.datagrams = [b"".join(service_message(k, c, seq) for k, c in services) + done(seq)]
         assert kernel._services() == expected
     # One per length: "rr" and "sh" are as long, and an IPv6 address takes IPv4's 16 bytes.
     assert sorted(kernel._service_layouts) == [244, 272, 276]
     # A persistence engine's name: another shape of another length, decoded in full.
-    seq = kernel._seq + 1
+    seq = kernel._genl.seq + 1
     key, config = services[0]
     sock.datagrams = [service_message(key, config, seq, pe=b"sip\0") + done(seq)]
     assert kernel._services() == [expected[0]]
     # The same length, the timeout's and the netmask's attributes swapped: decoded in full.
-    seq = kernel._seq + 1
+    seq = kernel._genl.seq + 1
     sock.datagrams = [swapped(service_message(key, config, seq), 8, 9) + done(seq)]
     assert kernel._services() == [expected[0]]
-
-
-def test_schedulers_are_what_is_loaded_when_the_module_tree_cannot_be_read(tmp_path: Path) -> None:
-    """The role's unit has ProtectKernelModules=yes: /lib/modules is out of reach there, and
-    the director must still start, offering the schedulers loaded at boot (found booting the
-    role's image: it died on EACCES)."""
-    import os
-
-    from director.dataplane.kernel import NOT_SCHEDULERS, offered_schedulers
-
-    (tmp_path / os.uname().release).write_text("not a folder: every read of it fails")
-    loaded = {p.name[len("ip_vs_") :] for p in Path("/sys/module").glob("ip_vs_*")}
-    assert offered_schedulers(tmp_path) == frozenset(loaded) - NOT_SCHEDULERS
 
 
 @given(address=st.ip_addresses().map(str), port=st.integers(0, 65535))

@@ -22,7 +22,8 @@ from director.core.model import (
 )
 from director.core.ownership import Ownership
 from director.core.services import VirtualService
-from director.dataplane.kernel import KernelIpvs, resolve_family
+from director.dataplane.kernel import KernelIpvs
+from director.dataplane.modules import resolve_family
 from director.engine.reconcile import Reconciler
 from lab.netns import (
     DR_PORT,
