@@ -117,22 +117,18 @@ def test_the_shape_check_names_an_import_circle_even_one_for_type_checking_only(
 def test_the_shape_check_keeps_modules_short_and_the_kernel_s_format_out_of_the_core(
     tmp_path: Path,
 ) -> None:
-    """A module over 400 lines is a finding unless it is still on the list to split, and
-    one on that list that has come under 400 is a finding too (the list only shrinks). The
-    core names no IPVS flag bit and packs nothing with ``struct``: that is the codec's."""
+    """A module over 400 lines is a finding. The core names no IPVS flag bit and packs
+    nothing with ``struct``: that is the codec's."""
     from lab import shape
 
     tree = tmp_path / "director"
     (tree / "core").mkdir(parents=True)
     (tree / "long.py").write_text("x = 1\n" * 401)
-    (tree / "adapters").mkdir()
-    (tree / "adapters" / "http.py").write_text("x = 1\n")  # on the list, now short
     (tree / "core" / "model.py").write_text(
         "import struct\nSVC_F_PERSISTENT = 1\n\ndef bits(p):\n"
         "    return SVC_F_PERSISTENT if p else 0\n"
     )
     assert list(shape.findings(tree)) == [
-        "director/adapters/http.py: 1 lines: take it out of lab.shape's OVER_400",
         "director/core/model.py:1: struct is the kernel's wire format (not the core's)",
         "director/core/model.py:2: SVC_F_PERSISTENT is the kernel's wire format (not the core's)",
         "director/core/model.py:5: SVC_F_PERSISTENT is the kernel's wire format (not the core's)",
