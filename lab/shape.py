@@ -13,7 +13,8 @@
   ``director/core/`` (flag bits are ``director.dataplane.flags``, packing the codec's);
 - ``tests/`` mirrors ``director/``: each module ``director/<package>/<m>.py`` has
   ``tests/<package>/test_<m>.py``, or is named in ``UNMIRRORED`` with the test file that
-  covers it today (which must exist); that list only shrinks too;
+  covers it today (which must exist); that list only shrinks too; and no two test files
+  share a name (pytest, with no packages under ``tests/``, imports them by name alone);
 - no class with more than 15 instance attributes (fields of a dataclass or NamedTuple,
   annotated names in the class body, ``self.x = ...`` in its methods, and what only
   forwards to another object: a property whose body returns ``self.part.x``, and a
@@ -369,6 +370,14 @@ def mirror(root: Path = ROOT) -> Iterator[str]:
     tests = root.parent / "tests"
     if not tests.is_dir():
         return
+    seen: dict[str, Path] = {}
+    for test in sorted(tests.rglob("test_*.py")):  # pytest imports them by name alone
+        if test.name in seen:
+            yield (
+                f"{test.relative_to(root.parent).as_posix()}: its name is also "
+                f"{seen[test.name].relative_to(root.parent).as_posix()}'s (test names are unique)"
+            )
+        seen.setdefault(test.name, test)
     for path in sorted(root.rglob("*.py")):
         if path.name in {"__init__.py", "__main__.py"}:
             continue

@@ -149,7 +149,11 @@ def test_the_shape_check_holds_tests_to_mirror_the_code(tmp_path: Path) -> None:
         (tree / module).write_text("x = 1\n")
     (tmp_path / "tests" / "core" / "test_model.py").write_text("")
     (tmp_path / "tests" / "core" / "test_cluster.py").write_text("")  # listed, now mirrored
+    (tmp_path / "tests" / "system").mkdir()
+    (tmp_path / "tests" / "system" / "test_model.py").write_text("")  # a second test_model
     assert list(shape.mirror(tree)) == [
+        "tests/system/test_model.py: its name is also tests/core/test_model.py's "
+        "(test names are unique)",
         "director/core/cluster.py: has tests/core/test_cluster.py: take it out of UNMIRRORED",
         "director/core/new.py: no tests/core/test_new.py (tests mirror director/)",
         "director/web/app.py: UNMIRRORED names tests/web/test_api.py, which is not there",

@@ -34,7 +34,7 @@ from lab.ha import (
 )
 from lab.netns import run
 from lab.wait import wait_for
-from tests.system.test_ha import SETTLE, one_master, switch_over
+from tests.system.test_ha_pair import SETTLE, one_master, switch_over
 
 pytestmark = pytest.mark.kernel
 
