@@ -251,13 +251,13 @@ def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) 
 def test_schedulers_say_so_on_a_kernel_without_ipvs_and_answer_json_otherwise(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from director.dataplane import kernel
+    from director.dataplane import modules
 
-    monkeypatch.setattr(kernel, "offered_schedulers", frozenset)
+    monkeypatch.setattr(modules, "offered_schedulers", frozenset)
     assert cli.main(["schedulers"]) == cli.EXIT_NO_IPVS  # as plan and apply: 3, one sentence
     out, err = capsys.readouterr()
     assert out == "" and "offers no IPVS scheduler" in err
-    monkeypatch.setattr(kernel, "offered_schedulers", lambda: frozenset({"rr", "mh", "wlc"}))
+    monkeypatch.setattr(modules, "offered_schedulers", lambda: frozenset({"rr", "mh", "wlc"}))
     assert cli.main(["schedulers", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"schedulers": ["mh", "rr", "wlc"]}
     assert cli.main(["schedulers"]) == 0
