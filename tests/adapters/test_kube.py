@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,12 +11,6 @@ import pytest
 from director.adapters.kube import KubeApi, KubeError
 from director.adapters.kube_write import KubeWriter
 from lab.kubeapi import FakeApiServer
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
 
 
 def test_a_rotated_token_is_read_again_without_a_restart(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +36,6 @@ class Seen:
                         return when - start
             time.sleep(0.02)
         raise AssertionError(f"not connected {timeout:.0f} s after the API came back")
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
 
 
 def test_a_quiet_resource_reconnects_at_once_after_a_second_outage(

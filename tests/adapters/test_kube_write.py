@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from director.adapters.kube import KubeApi, api_client
 from director.adapters.kube_write import KubeWriter
 from lab.kubeapi import FakeApiServer
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
 
 
 def test_the_director_s_writes_are_its_own_in_managed_fields(

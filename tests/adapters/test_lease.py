@@ -5,10 +5,7 @@ between the pair cannot hand the Lease to both, or to neither."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from director.adapters.kube import KubeApi, api_client
 from director.adapters.kube_write import KubeWriter
@@ -16,12 +13,6 @@ from lab.kubeapi import FakeApiServer
 from lab.wait import Clock, eventually
 
 NS, NAME = "lvs-director", "lvs-director"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
 
 
 def writer(api: FakeApiServer, tmp_path: Path, identity: str, clock: Clock) -> KubeWriter:
