@@ -22,9 +22,7 @@ import re
 import subprocess
 from pathlib import Path
 
-import jinja2
-
-from director.adapters.keepalived import TEMPLATES
+from director.adapters.keepalived import TEMPLATES, environment
 from director.adapters.worker import Keeper, file_drift, install_checked
 from director.core.model import Family, canonical_address
 from director.core.owned import Ledger, Refused, not_run, run_failure
@@ -73,22 +71,20 @@ def render_conntrackd(
     ct: ConntrackdSettings, source_config: str = "director", templates: Path = TEMPLATES
 ) -> str:
     source, peer = canonical_address(ct.source), canonical_address(ct.peer)
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # not HTML; every value is validated by the schema
-    )
-    return env.get_template("conntrackd.conf.j2").render(
-        source_config="".join(c if c.isprintable() else "?" for c in source_config)[:200],
-        family=_family(source),
-        source=source,
-        peer=peer,
-        port=ct.port,
-        interface=ct.interface,
-        socket=ct.socket,
-        lock_file=ct.lock_file,
-        ignore=[{"family": _family(a), "text": a} for a in (source, peer)],
+    return (
+        environment(templates)
+        .get_template("conntrackd.conf.j2")
+        .render(
+            source_config="".join(c if c.isprintable() else "?" for c in source_config)[:200],
+            family=_family(source),
+            source=source,
+            peer=peer,
+            port=ct.port,
+            interface=ct.interface,
+            socket=ct.socket,
+            lock_file=ct.lock_file,
+            ignore=[{"family": _family(a), "text": a} for a in (source, peer)],
+        )
     )
 
 

@@ -16,9 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from director.adapters.keepalived import TEMPLATES
+from director.adapters.keepalived import TEMPLATES, environment
 from director.core.announce import PeerState, Route
 from director.core.pools import Pool
 from director.schema.config import BgpSettings
@@ -149,14 +147,8 @@ def render_frr(
     source_config: str = "director",
     templates: Path = TEMPLATES,
 ) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # not HTML; every value is validated by the schema
-    )
     variables = template_vars(bgp, routes, pools, source_config)
-    return env.get_template("frr.conf.j2").render(**variables)
+    return environment(templates).get_template("frr.conf.j2").render(**variables)
 
 
 def boot_text(text: str) -> str:

@@ -189,19 +189,25 @@ def _sort_key(address: str) -> tuple[int, bytes]:
     return (family, socket.inet_pton(family, address))
 
 
+def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
+    """The daemons' templates: layout only, every value validated before it is rendered
+    (not HTML: nothing is escaped); a name the template uses and the values lack fails."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
 def render_keepalived(
     ha: HaSettings,
     vips: Iterable[str],
     source_config: str = "director",
     templates: Path = TEMPLATES,
 ) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # not HTML; every value is validated in template_vars
-    )
-    return env.get_template("keepalived.conf.j2").render(**template_vars(ha, vips, source_config))
+    variables = template_vars(ha, vips, source_config)
+    return environment(templates).get_template("keepalived.conf.j2").render(**variables)
 
 
 class ConfigRejected(Refused):
