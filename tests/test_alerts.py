@@ -26,7 +26,7 @@ from director.dataplane.fake import FakeIpvs
 from director.engine.events import WatchState
 from director.engine.loop import Controller
 from lab.wait import eventually
-from tests.adapters.test_bgp import KEY, config
+from tests.bgplab import KEY, config
 
 RULES = Path(__file__).parent.parent / "deploy" / "prometheus"
 ALERTS = RULES / "director-alerts.yml"
@@ -210,7 +210,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     from director.cli.runtime import Runtime
     from director.schema.config import parse_config
     from lab.kubeapi import FakeApiServer, node
-    from tests.web.test_api_server import TOKEN, config as api_config
+    from tests.serverlab import TOKEN, config as api_config
 
     tmp = tmp_path_factory.mktemp("served")
     with FakeApiServer() as api:

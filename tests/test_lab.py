@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -136,24 +138,35 @@ def test_the_shape_check_keeps_modules_short_and_the_kernel_s_format_out_of_the_
     ]
 
 
-def test_the_shape_check_holds_tests_to_mirror_the_code(tmp_path: Path) -> None:
+def test_the_shape_check_holds_tests_to_mirror_the_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A module needs ``tests/<package>/test_<module>.py`` unless the list names the file
     that covers it; a listed module that has its own test now is a finding (the list
-    shrinks), and so is a listed test file that is gone."""
+    shrinks), and so is a listed test file that is gone; a tests folder must be a package."""
     from lab import shape
 
+    monkeypatch.setattr(
+        shape,
+        "UNMIRRORED",
+        {
+            "director/core/cluster.py": ("tests/core/test_model.py", "covered there"),
+            "director/web/app.py": ("tests/web/test_api.py", "a file that is gone"),
+        },
+    )
     tree = tmp_path / "director"
     for folder in ("director/core", "director/web", "tests/core"):
         (tmp_path / folder).mkdir(parents=True)
+    for package in ("tests", "tests/core"):
+        (tmp_path / package / "__init__.py").write_text("")
     for module in ("core/model.py", "core/cluster.py", "core/new.py", "web/app.py"):
         (tree / module).write_text("x = 1\n")
     (tmp_path / "tests" / "core" / "test_model.py").write_text("")
     (tmp_path / "tests" / "core" / "test_cluster.py").write_text("")  # listed, now mirrored
     (tmp_path / "tests" / "system").mkdir()
-    (tmp_path / "tests" / "system" / "test_model.py").write_text("")  # a second test_model
+    (tmp_path / "tests" / "system" / "test_model.py").write_text("")  # not a package
     assert list(shape.mirror(tree)) == [
-        "tests/system/test_model.py: its name is also tests/core/test_model.py's "
-        "(test names are unique)",
+        "tests/system/__init__.py: missing (each tests folder is a package: names may repeat)",
         "director/core/cluster.py: has tests/core/test_cluster.py: take it out of UNMIRRORED",
         "director/core/new.py: no tests/core/test_new.py (tests mirror director/)",
         "director/web/app.py: UNMIRRORED names tests/web/test_api.py, which is not there",

@@ -8,7 +8,7 @@ import subprocess
 from director.adapters.frr_conf import boot_text, frr_words, network_delta, parse_peers, render_frr
 from director.core.announce import PeerState
 from director.schema.config import parse_config
-from tests.adapters.test_bgp import BASE, ROUTES, VIP, config
+from tests.bgplab import BASE, ROUTES, VIP, config
 
 
 def test_a_change_of_announced_prefixes_alone_is_a_few_vtysh_commands() -> None:

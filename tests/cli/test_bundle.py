@@ -1,0 +1,69 @@
+"""``director bundle``: a support bundle holds what a bug report needs, and no secret."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.serverlab import config
+from tests.weblab import TOKEN
+
+
+def test_a_support_bundle_holds_what_a_bug_report_needs_and_no_secret(  # type: ignore[no-untyped-def]
+    running, tmp_path: Path
+) -> None:
+    """director bundle against the running director: status and plan from its API, the
+    configuration with the BGP passwords redacted (block and flow style; the token file's
+    path kept, never the token), and each part it could not get named with the reason."""
+    import tarfile
+
+    _runtime, _ipvs, url, api = running
+    frr = tmp_path / "frr.conf"  # as the director renders it: the passwords in it too
+    frr.write_text("router bgp 64512\n neighbor 198.18.0.1 password s3cret-one\n")
+    text = config(tmp_path, api) + (
+        f"bgp:\n  asn: 64512\n  router_id: 198.18.0.11\n  config_file: {frr}\n  peers:\n"
+        "    - {address: 198.18.0.1, asn: 64500, password: s3cret-one}\n"
+        "    - address: 198.18.0.2\n      asn: 64500\n      password: s3cret-two\n"
+    )
+    path = tmp_path / "director.yaml"
+    path.write_text(text)
+    out = tmp_path / "bundle.tar.gz"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "director",
+            "bundle",
+            "--config",
+            str(path),
+            "--out",
+            str(out),
+            "--url",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(out) as tar:
+        files = {
+            m.name.removeprefix("director-bundle/"): tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+        }
+    manifest = files["MANIFEST"]
+    assert "ok      api/status.json" in manifest and "ok      api/plan.json" in manifest
+    assert json.loads(files["api/status.json"])["ready"] is True
+    assert "ok      the configuration is valid" in manifest
+    redacted = files["config/director.yaml"]
+    assert "s3cret" not in redacted and redacted.count("password: <redacted>") == 2
+    assert str(tmp_path / "token") in redacted and TOKEN not in "".join(files.values())
+    assert "neighbor 198.18.0.1 password <redacted>" in files["frr/frr.conf"]
+    assert not any("s3cret" in content for content in files.values())
+    assert len(redacted.splitlines()) == len(text.splitlines()), "line numbers still match"
+    for name in ("kernel/ipvsadm-Ln.txt", "journal/director.log"):  # present or explained
+        assert name in files or f"missing {name}: " in manifest, manifest
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
