@@ -16,9 +16,10 @@ from hypothesis import settings
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 
-# The admin API's fixtures, for the web, CLI, metrics and alert tests alike: a director with a
-# static table and its Flask test client (weblab); director run's wiring serving it (serverlab).
-pytest_plugins = ("tests.weblab", "tests.serverlab")
+# Fixtures for every folder: a director with a static table and its Flask test client
+# (weblab); director run's wiring serving the admin API (serverlab); the Kubernetes API
+# stand-in with one node (kubelab; the adapters' and the engine's own conftest narrow it).
+pytest_plugins = ("tests.weblab", "tests.serverlab", "tests.kubelab")
 
 # Property tests run the same examples every time in `make test` (a red CI names a real
 # bug, reproducibly); HYPOTHESIS_PROFILE=explore draws new ones on each run, to look further.

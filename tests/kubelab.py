@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from director.schema.config import Settings, parse_config
-from lab.kubeapi import service
+from lab.kubeapi import FakeApiServer, node, service
 
 
 def settings(
@@ -38,3 +41,10 @@ def restricted(name: str, ranges: list[str]) -> dict[str, object]:
     obj = service(name, [("http", "TCP", 80)])
     obj["spec"]["loadBalancerSourceRanges"] = ranges  # type: ignore[index]
     return obj
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.create("nodes", node("n1", "192.0.2.11"))
+        yield server

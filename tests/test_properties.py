@@ -39,6 +39,8 @@ from tests import hostile
 from tests.kubelab import settings as kube_settings
 
 POOLS = (Pool.parse("v4", ["198.51.100.0/24"]), Pool.parse("v6", ["2001:db8:100::/120"]))
+
+
 POLICY = Policy(
     load_balancer_class="lvs-director.io/ipvs",
     default_class=True,
@@ -51,7 +53,11 @@ POLICY = Policy(
     check=CheckSpec(),
     checking=True,
 )
+
+
 OWNED = Ownership(tuple(ipaddress.ip_network(n) for n in ("198.51.100.0/24", "2001:db8:100::/64")))
+
+
 SLOW = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -178,7 +184,11 @@ def test_any_bytes_as_a_configuration_file_fail_cleanly(tmp_path_factory: Any, r
 
 # -- the admin API ---------------------------------------------------------------------------
 TOKEN = "t0ken-for-the-admin-api"
+
+
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
 STATIC = """
 ownership: {networks: [198.51.100.0/24]}
 services:
@@ -210,6 +220,8 @@ WRITES = [
     ("PUT", "/api/v1/static/dns/scheduler"),
     ("POST", "/api/v1/drains"),
 ]
+
+
 bodies = st.one_of(
     hostile.json_values,
     st.fixed_dictionaries(
@@ -309,29 +321,3 @@ def test_a_running_loop_fed_garbage_keeps_programming_the_good_services(
         for plural, name in made:
             api.store.delete(plural, "default", name)
         api.store.delete("nodes", "", f"node-{n}")
-
-
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 11), st.sampled_from(["", "a", "b"]), st.booleans()), max_size=60
-    )
-)
-def test_a_services_slices_are_the_ones_labelled_for_it_through_any_changes(
-    changes: list[tuple[int, str, bool]],
-) -> None:
-    """However slices come, move between Services and go (few, or more than a tuple holds),
-    a Service's slices are exactly those the snapshot holds labelled with its name."""
-    from director.core.cluster import SliceInfo
-    from director.core.snapshot import Snapshot
-
-    snap = Snapshot()
-    everyone_to_a = [(i, "a", False) for i in range(12)]  # more than a tuple holds
-    for index, owner, deleted in everyone_to_a + changes:
-        ref = f"default/s{index}"
-        info = SliceInfo("default", f"s{index}", f"default/{owner}" if owner else "", "IPv4", ())
-        snap.apply("DELETED" if deleted else "MODIFIED", info)
-        for name in ("a", "b"):
-            held = {r for r, sl in snap.slices.items() if sl.service == f"default/{name}"}
-            assert {f"{s.namespace}/{s.name}" for s in snap.slices_for(f"default/{name}")} == held
-            assert len(snap.slices_for(f"default/{name}")) == len(held)
-        assert ref not in snap.slices if deleted else snap.slices[ref] == info

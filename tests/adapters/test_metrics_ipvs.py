@@ -1,7 +1,7 @@
 """The scrape: the registry's figures and the kernel's counters as one text, kept gzipped and
 served from one build to every scraper for a while, unpacked in pieces for a plain request.
 (The counters' lines themselves, against a running loop and the fake IPVS, are
-``tests/web/test_api.py``'s and ``tests/test_alerts.py``'s.)"""
+``tests/adapters/test_metrics.py``'s and ``tests/test_alerts.py``'s.)"""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.serverlab import config
 from tests.weblab import TOKEN
 
@@ -66,4 +68,40 @@ def test_a_support_bundle_holds_what_a_bug_report_needs_and_no_secret(  # type: 
     assert len(redacted.splitlines()) == len(text.splitlines()), "line numbers still match"
     for name in ("kernel/ipvsadm-Ln.txt", "journal/director.log"):  # present or explained
         assert name in files or f"missing {name}: " in manifest, manifest
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "password: s3cret-x\n",
+        "password: |\n        s3cret-x\n",
+        "password:\n        s3cret-x\n",
+        '"password": "s3cret-x"\n',
+        "? password\n      : s3cret-x\n",
+        "'pass''word': s3cret-x\n".replace("''", ""),
+    ],
+)
+def test_a_bundle_redacts_a_secret_however_yaml_spells_it(spelling: str) -> None:
+    """The secrets are found by reading the file as YAML: a block scalar, the value on the
+    next line, a quoted key, a complex key: none of them leaks (per-line patterns did)."""
+    from director.cli.bundle import REDACTED, redact
+
+    text = (
+        "bgp:\n  asn: 64512\n  peers:\n    - address: 198.18.0.2\n      asn: 64500\n"
+        f"      {spelling}"
+    )
+    out = redact(text)
+    assert out is not None and "s3cret" not in out and REDACTED in out
+    assert len(out.splitlines()) == len(text.splitlines())
+    assert redact("bgp: [unclosed\n") is None  # not YAML: left out, not guessed at
+
+
+def test_a_bundle_written_over_an_existing_file_is_its_owners_alone(tmp_path: Path) -> None:
+    from director.cli.bundle import write
+
+    out = tmp_path / "bundle.tar.gz"
+    out.write_text("old")
+    out.chmod(0o644)
+    write(out, {"x": "y"}, ["m"])
     assert oct(out.stat().st_mode & 0o777) == "0o600"

@@ -17,22 +17,6 @@ from tests.conftest import kernel_unavailable
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "static.yaml")
 
 
-@pytest.mark.skipif(kernel_unavailable() is None, reason="this host has IPVS")
-@pytest.mark.parametrize("command", ["plan", "apply"])
-def test_without_ipvs_plan_and_apply_say_so_in_one_sentence(command: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "director", command, "--config", EXAMPLE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == cli.EXIT_NO_IPVS
-    assert done.stdout == ""
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert "has no IPVS support" in lines[0] or "needs root" in lines[0]
-
-
 @pytest.mark.skipif(not kernel_unavailable(), reason="checks the shadow on a kernel without IPVS")
 def test_shadow_mode_runs_without_ipvs_and_writes_only_its_state_file(tmp_path: Path) -> None:
     import json
@@ -144,94 +128,6 @@ def run_director(config: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("token", "reason"),
-    [
-        (None, "No such file or directory"),
-        ("", "the token must be at least 16 characters"),
-        ("first-line-of-a-token\nsecond-line-of-it\n", "the token must be one line"),
-        ("a token with spaces in it\n", "the token may hold only letters, digits and -._~+/="),
-    ],
-    ids=["missing", "empty", "two-lines", "spaces"],
-)
-def test_check_refuses_the_token_files_run_refuses(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], token: str | None, reason: str
-) -> None:
-    config = api_config(tmp_path, token)
-    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert reason in capsys.readouterr().err
-    done = run_director(config)
-    assert done.returncode == cli.EXIT_CONFIG and reason in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_an_api_address_that_is_not_the_boxs_own_fails_check_and_run_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    config = api_config(tmp_path, listen="192.0.2.254:9180")  # not an address of this host
-    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert f"{config}:3: api.listen: 192.0.2.254:9180: Cannot assign requested address" in (
-        capsys.readouterr().err
-    )  # the line and the field, as for a fault of the file's own
-    assert cli.main(["check", "--offline", "--config", str(config)]) == 0, "an image build"
-    done = run_director(config)
-    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"director: invalid configuration: {config}: api.listen 192.0.2.254:9180: "
-        "Cannot assign requested address"
-    )
-
-
-def test_a_port_in_use_is_a_note_for_check_and_a_clean_exit_for_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import socket
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        config = api_config(tmp_path, listen=f"127.0.0.1:{port}")
-        assert cli.main(["check", "--config", str(config)]) == 0
-        assert "the port is in use now" in capsys.readouterr().out
-        done = run_director(config)
-    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
-    assert f"api.listen 127.0.0.1:{port}: Address already in use" in done.stderr
-
-
-def test_a_missing_tls_certificate_fails_check_and_run_cleanly(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    config = api_config(
-        tmp_path, tls_cert=str(tmp_path / "no-cert.pem"), tls_key=str(tmp_path / "no-key.pem")
-    )
-    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert f"{config}:3: api.tls_cert: cannot load it with api.tls_key" in capsys.readouterr().err
-    done = run_director(config)
-    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
-    assert "api.tls_cert/tls_key: cannot load" in done.stderr
-
-
-def test_a_regular_file_at_the_fifo_path_is_never_replaced(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    precious = tmp_path / "precious.txt"
-    precious.write_text("an operator's file\n")
-    config = api_config(tmp_path)
-    config.write_text(
-        config.read_text()
-        + "ha: {interface: eth1, router_id: edge1, priority: 150, unicast_source: 203.0.113.11,\n"
-        f"     peers: [203.0.113.12], fifo: {precious}, config_file: {tmp_path}/k.conf,\n"
-        f"     keepalived: /bin/true}}\n"
-    )
-    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
-    assert f"{config}:5: ha.fifo: {precious} exists and is not a FIFO" in capsys.readouterr().err
-    done = run_director(config)
-    assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
-    assert f"ha.fifo {precious} exists and is not a FIFO" in done.stderr
-    assert precious.read_text() == "an operator's file\n"
-
-
 def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) -> None:
     from director.adapters.keepalived import render_keepalived
     from director.schema.config import HaSettings, load_config
@@ -264,54 +160,6 @@ def test_schedulers_say_so_on_a_kernel_without_ipvs_and_answer_json_otherwise(
     assert capsys.readouterr().out == "mh rr wlc\n"
 
 
-def completions(shell: str, *words: str) -> list[str]:
-    """What the shell offers after ``words`` (the last one being typed), through the script
-    `director completion SHELL` prints, run by the shell itself."""
-    script = subprocess.run(
-        [sys.executable, "-m", "director", "completion", shell],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    quoted = " ".join(f"'{w}'" for w in words)
-    if shell == "bash":
-        program = (
-            f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1))\n"
-            "_director; printf '%s\\n' \"${COMPREPLY[@]}\""
-        )
-        command = ["bash", "--norc", "-c", program]
-    else:  # zsh's completion system: compadd and _files report what they were given
-        program = (
-            "autoload -U compinit && compinit -u -D\n"
-            f'{script}\ncompadd() {{ shift; print -rl -- "$@"; }}\n'
-            "_files() { print -r -- FILES; }\n"
-            f"words=({quoted}); CURRENT=${{#words}}; _director"
-        )
-        command = ["zsh", "-f", "-c", program]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return [line for line in done.stdout.splitlines() if line]
-
-
-@pytest.mark.parametrize("shell", ["bash", "zsh"])
-def test_shell_completion_follows_the_parser(shell: str) -> None:
-    top = completions(shell, "director", "")
-    assert {"run", "check", "ctl", "status", "schedulers", "completion"} <= set(top)
-    assert "services" in completions(shell, "director", "ctl", "")
-    assert completions(shell, "director", "ctl", "scheduler", "") == ["set", "unset"]
-    assert "--output" in completions(shell, "director", "ctl", "services", "-")
-    assert completions(shell, "director", "ctl", "services", "-o", "") == ["wide"]
-    assert completions(shell, "director", "--log-format", "") == ["logfmt", "json"]
-    assert completions(shell, "director", "completion", "") == ["bash", "zsh"]
-    assert "--kubeconfig" in completions(shell, "director", "run", "--")
-    files = completions(shell, "director", "run", "--config", EXAMPLE[:-3])
-    assert files == (["FILES"] if shell == "zsh" else [EXAMPLE])
-    for option in ("--ca-file", "--config", "--token-file"):  # --ca-file was --cacert here
-        assert completions(shell, "director", "status", option, EXAMPLE[:-3]) == files, option
-    if shell == "bash":  # bash filters by what is typed; zsh's compadd does it itself
-        assert completions(shell, "director", "ct") == ["ctl"]
-
-
 def test_every_command_option_and_argument_says_what_it_is_for() -> None:
     """`--help` is for the operator: no option without a help line, and the top level says
     what the program is (it was a code comment about the composition root)."""
@@ -330,57 +178,6 @@ def test_every_command_option_and_argument_says_what_it_is_for() -> None:
     assert missing == []
     assert "composition root" not in top.format_help()
     assert top.description is not None and "load balancer" in top.description
-
-
-def test_every_option_completion_treats_as_a_file_is_an_option_of_the_command() -> None:
-    from director.cli.completion import FILE_OPTIONS
-
-    def options(parser: argparse.ArgumentParser) -> set[str]:
-        found: set[str] = set()
-        for action in parser._actions:
-            found.update(action.option_strings)
-            if isinstance(action, argparse._SubParsersAction):
-                for child in action.choices.values():
-                    found |= options(child)
-        return found
-
-    assert options(cli.build_parser()) >= FILE_OPTIONS
-
-
-@pytest.mark.parametrize(
-    "spelling",
-    [
-        "password: s3cret-x\n",
-        "password: |\n        s3cret-x\n",
-        "password:\n        s3cret-x\n",
-        '"password": "s3cret-x"\n',
-        "? password\n      : s3cret-x\n",
-        "'pass''word': s3cret-x\n".replace("''", ""),
-    ],
-)
-def test_a_bundle_redacts_a_secret_however_yaml_spells_it(spelling: str) -> None:
-    """The secrets are found by reading the file as YAML: a block scalar, the value on the
-    next line, a quoted key, a complex key: none of them leaks (per-line patterns did)."""
-    from director.cli.bundle import REDACTED, redact
-
-    text = (
-        "bgp:\n  asn: 64512\n  peers:\n    - address: 198.18.0.2\n      asn: 64500\n"
-        f"      {spelling}"
-    )
-    out = redact(text)
-    assert out is not None and "s3cret" not in out and REDACTED in out
-    assert len(out.splitlines()) == len(text.splitlines())
-    assert redact("bgp: [unclosed\n") is None  # not YAML: left out, not guessed at
-
-
-def test_a_bundle_written_over_an_existing_file_is_its_owners_alone(tmp_path: Path) -> None:
-    from director.cli.bundle import write
-
-    out = tmp_path / "bundle.tar.gz"
-    out.write_text("old")
-    out.chmod(0o644)
-    write(out, {"x": "y"}, ["m"])
-    assert oct(out.stat().st_mode & 0o777) == "0o600"
 
 
 @pytest.mark.parametrize("given", ["", "kubeconfig: /nonexistent/kc"])
@@ -460,23 +257,9 @@ def imported(lines: list[str]) -> set[str]:
 
 
 CLUSTER_ONLY = {"kubernetes", "urllib3", "yaml", "websocket", "oauthlib"}
+
+
 API_ONLY = {"flask", "werkzeug"}
-
-
-def test_the_client_and_the_routes_share_one_spelling_of_each_path() -> None:
-    """`director ctl` and `bundle` fill in the rules the API's routes are registered with
-    (director.schema.paths): a renamed route cannot leave the client calling the old path."""
-    from director.schema import paths
-    from director.web.app import create_app  # noqa: F401  (registers every route)
-    from director.web.registry import OPERATIONS
-
-    assert {op.rule for op in OPERATIONS} == set(paths.ALL)
-    for module in ("ctl.py", "client.py", "bundle.py"):
-        text = (Path(cli.__file__).parent / module).read_text()
-        assert "/api/v1" not in text, module
-    assert paths.url(paths.SERVICE_SCHEDULER, namespace="shop", name="a/b") == (
-        "/api/v1/services/shop/a%2Fb/scheduler"
-    )
 
 
 def test_status_and_ctl_load_neither_the_schema_nor_the_engine() -> None:

@@ -5,8 +5,6 @@ fake filter on the host, and nftables itself in a user namespace; real traffic t
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +18,15 @@ from director.core.firewall import FakeFirewall, render_nft
 from director.core.model import Family, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs
+from director.schema.config import load_config, parse_config
 from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
 from tests.kubelab import restricted, settings
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80)
+
+
 DNS6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
 
@@ -182,7 +183,6 @@ def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
 def test_a_pool_given_fullnat_makes_its_services_full_nat(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
-    from director.schema.config import parse_config
 
     firewall, ipvs = FakeFirewall(), FakeIpvs()
     text = f"""
@@ -221,7 +221,6 @@ services:
 
 
 def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(tmp_path: Path) -> None:
-    from director.schema.config import load_config
 
     firewall = FakeFirewall()
     firewall.fail = "Error: Could not process rule: No such file or directory"
@@ -253,67 +252,6 @@ def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(tmp_p
         path.write_text(STATIC_FULLNAT.format(forwarding="fullnat"))
         assert runtime.reload(str(path))[0] == "applied"
         eventually(lambda: firewall.snat == {key}, what="the rule back")
-
-
-# -- the kernel ----------------------------------------------------------------------------
-@pytest.fixture(params=["fake", "nft"])
-def firewall(request: pytest.FixtureRequest) -> Iterator[object]:
-    """The conformance subject: the fake, and real nftables in a fresh network namespace
-    (nftables works on this host's kernel; IPVS does not, so nothing else is needed)."""
-    if request.param == "fake":
-        yield FakeFirewall()
-        return
-    if os.geteuid() != 0 or shutil.which("nft") is None:
-        pytest.skip("nftables needs root and nft")
-    from director.dataplane.nft import NftFirewall
-
-    yield NftFirewall(request.getfixturevalue("netns"))
-
-
-def flush_ruleset(firewall: object) -> None:
-    """``nft flush ruleset``, as ``systemctl reload nftables`` runs it."""
-    if isinstance(firewall, FakeFirewall):
-        firewall.flush()
-        return
-    subprocess.run(
-        ["ip", "netns", "exec", firewall.netns, "nft", "flush", "ruleset"],  # type: ignore[attr-defined]
-        check=True,
-    )
-
-
-def test_the_filter_holds_exactly_what_it_was_given(firewall) -> None:  # type: ignore[no-untyped-def]
-    """Both subjects answer alike: what is filtered, drop counts from zero, nothing left
-    behind when a service's filter goes, nothing in use once all are gone."""
-    assert firewall.in_use() is False
-    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
-    assert firewall.in_use() is True
-    assert firewall.dropped() == {WEB: 0, DNS6: 0}
-    firewall.apply({WEB: ("10.0.0.0/8", "192.168.0.0/16")})
-    assert firewall.dropped() == {WEB: 0}
-    firewall.apply({})
-    assert firewall.in_use() is False and firewall.dropped() == {}
-
-
-def test_the_tables_fingerprint_changes_with_the_table_and_only_then(firewall) -> None:  # type: ignore[no-untyped-def]
-    """What the loop's read-back relies on, on both subjects: no table reads "", a table
-    reads the same until someone changes it, a flush shows, and so does a change of the
-    allowed ranges; the fake is never kinder than nft."""
-    assert firewall.fingerprint() == ""
-    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
-    first = firewall.fingerprint()
-    assert first and firewall.fingerprint() == first
-    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
-    assert firewall.fingerprint() == first, "the same rules written again read the same"
-    firewall.apply({WEB: ("10.0.0.0/8", "192.168.0.0/16"), DNS6: ()})
-    second = firewall.fingerprint()
-    assert second not in ("", first)
-    flush_ruleset(firewall)
-    assert firewall.fingerprint() == "" and firewall.in_use() is False
-    firewall.apply({WEB: ("10.0.0.0/8",), DNS6: ()})
-    assert firewall.fingerprint() not in ("", second)
-    flush_ruleset(firewall)  # behind its back, right after a read-back: written all the same
-    firewall.apply({WEB: ("10.0.0.0/8",)})
-    assert firewall.in_use() and firewall.dropped() == {WEB: 0}
 
 
 # -- hostile lists of ranges ----------------------------------------------------------------
@@ -479,21 +417,23 @@ def test_several_snat_addresses_of_a_family_are_taken_in_turn() -> None:
     assert "snat ip to numgen inc mod 2 map { 0 : 192.0.2.1, 1 : 192.0.2.2 }\n" in unranged
 
 
-def test_full_nat_is_held_and_read_back_as_the_filter_is(firewall) -> None:  # type: ignore[no-untyped-def]
-    """On both subjects: full NAT in use while a service needs it, in the fingerprint
-    (someone flushing the ruleset is seen), and gone when no service needs it."""
-    from director.dataplane.nft import NftFirewall
+def test_a_zone_never_reaches_the_nft_renderer() -> None:
+    """ipaddress takes any text after an IPv6 zone's %, braces and newlines included: the
+    renderer's own guard refuses it, whatever the callers checked."""
+    from director.core.firewall import clean_ranges, render_nft
 
-    if isinstance(firewall, NftFirewall):
-        firewall.snat_to = dict(SNAT_TO)  # what director run gives it from snat.addresses
-    firewall.apply({}, frozenset({WEB}))
-    assert firewall.in_use()
-    first = firewall.fingerprint()
-    firewall.apply({}, frozenset({WEB, DNS6}))
-    assert firewall.fingerprint() not in ("", first)
-    flush_ruleset(firewall)
-    assert firewall.fingerprint() == "" and not firewall.in_use()
-    firewall.apply({WEB: ("10.0.0.0/8",)}, frozenset({WEB}))
-    assert firewall.in_use() and firewall.dropped() == {WEB: 0}
-    firewall.apply({}, frozenset())
-    assert not firewall.in_use()
+    key = ServiceKey.inet(Protocol.TCP, "2001:db8::1", 80)
+    hostile = "fe80::1%x } accept\nflush ruleset"
+    assert clean_ranges(key, [hostile, "2001:db8::/32"]) == ["2001:db8::/32"]
+    assert "flush ruleset" not in render_nft({key: (hostile,)})
+
+
+def flush_ruleset(firewall: object) -> None:
+    """``nft flush ruleset``, as ``systemctl reload nftables`` runs it."""
+    if isinstance(firewall, FakeFirewall):
+        firewall.flush()
+        return
+    subprocess.run(
+        ["ip", "netns", "exec", firewall.netns, "nft", "flush", "ruleset"],  # type: ignore[attr-defined]
+        check=True,
+    )

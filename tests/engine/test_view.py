@@ -6,20 +6,14 @@ import gc
 import threading
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from director.core.intents import AddDrain, Drain
-from director.core.model import IpProtocol, ServiceKey
-from director.core.services import VirtualService
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import TargetChecked
 from director.engine.loop import Controller
-from director.engine.table import Programmed
-from director.engine.view import Layered
 from director.schema.config import parse_config
 from director.web.app import create_app
 from lab.wait import eventually
-from tests.enginelab import CHECKED, TCP, A, vs
+from tests.enginelab import CHECKED, TCP, A
 
 
 def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
@@ -54,53 +48,6 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
     finally:
         stop.set()
         loop.join(5)
-
-
-KEYS = [ServiceKey.inet(IpProtocol.TCP, "198.51.100.10", port) for port in range(1, 301)]
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    start=st.integers(0, 300),
-    steps=st.lists(
-        st.lists(st.tuples(st.integers(0, 299), st.booleans(), st.integers(1, 3)), max_size=40),
-        max_size=30,
-    ),
-)
-def test_every_published_view_of_the_desired_table_stays_what_the_table_was(
-    start: int, steps: list[list[tuple[int, bool, int]]]
-) -> None:
-    """The view shares one copy of the table between steps and carries each step's
-    changes: whatever is put, replaced or dropped, every view reads as the table did when
-    it was published, and keeps doing so after later steps."""
-    table = Programmed(())
-    for key in KEYS[:start]:
-        table.put(key, vs(key, A), "default/web")
-    view = Layered(dict(table.desired))
-    table.changed.clear()
-    published: list[tuple[Layered[ServiceKey, VirtualService], dict[Any, Any]]] = []
-    for changes in steps:
-        for index, keep, weight in changes:
-            key = KEYS[index]
-            if keep:
-                table.put(key, vs(key, A, weight=weight), "default/web")
-            else:
-                table.drop(key)
-        view = view.then(table.desired, table.changed)
-        table.changed.clear()
-        published.append((view, dict(table.desired)))
-    for view, then in published:
-        assert len(view) == len(then)
-        assert sorted(view) == sorted(then) and len(set(view)) == len(then)
-        assert dict(view.items()) == then
-        for key in KEYS:
-            assert (key in view) == (key in then)
-            assert view.get(key) == then.get(key)
-    if all(keep for changes in steps for _, keep, _ in changes):  # nothing dropped:
-        assert list(view) == list(table.desired)  # the table's own order
-
-
-# A static service of two real servers, each checked.
 
 
 def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:

@@ -1,0 +1,130 @@
+"""The two YAML readers: the fast one (rapidyaml) gives what the precise one gives, anchors
+and aliases included; an error in a file read fast still names its line; rapidyaml's own
+messages never reach the terminal."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from director.schema import yamldoc
+from director.schema.config import ConfigError, parse_config
+
+
+def test_anchors_and_aliases_read_precisely_give_what_the_plain_file_gives() -> None:
+    plain = (
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services:\n"
+        "  - {address: 198.51.100.1, port: 80, real_servers: [192.0.2.1:80, 192.0.2.2:80]}\n"
+        "  - {address: 198.51.100.2, port: 80, real_servers: [192.0.2.1:80, 192.0.2.2:80]}\n"
+    )
+    aliased = (
+        "ownership: {networks: [198.51.100.0/24]}\n"
+        "services:\n"
+        "  - {address: 198.51.100.1, port: 80, real_servers: &pool [192.0.2.1:80, 192.0.2.2:80]}\n"
+        "  - {address: 198.51.100.2, port: 80, real_servers: *pool}\n"
+    )
+    assert yamldoc.fast(plain) is not None, "a plain file takes the fast reader"
+    assert yamldoc.fast(aliased) is None, "anchors take the precise reader"
+    assert parse_config(aliased, "a.yaml").services == parse_config(plain, "p.yaml").services
+
+
+def test_an_error_in_a_file_read_fast_still_names_its_line() -> None:
+    text = (
+        "ownership: {networks: [198.51.100.0/24]}\nservices:\n"
+        + "".join(f"  - {{address: 198.51.100.{i}, port: 80}}\n" for i in range(1, 200))
+        + "  - {address: 198.51.100.200, port: 80, weight: 3}\n"
+    )
+    assert yamldoc.fast(text) is not None
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "big.yaml")
+    assert str(caught.value).startswith("big.yaml:202: services[199].weight: unknown key")
+
+
+def test_a_rapidyaml_parse_error_prints_nothing_but_ours(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=r"^bad.yaml:3: not valid YAML"):
+        parse_config("ownership:\n  networks: [198.51.100.0/24\n", "bad.yaml")
+    assert capfd.readouterr().err == ""
+
+
+# -- the two readers agree ----------------------------------------------------------------
+WORDS = [
+    "true",
+    "false",
+    "True",
+    "yes",
+    "no",
+    "on",
+    "null",
+    "~",
+    "1.5",
+    "1e3",
+    "-0",
+    "007",
+    "0x1F",
+    ".inf",
+    "2001:db8::1",
+    "10.0.0.1:80",
+    "[::1]:80",
+    "a b",
+    "x#y",
+    "tcp",
+    "",
+]
+
+
+scalars = st.one_of(
+    st.sampled_from(WORDS),
+    st.text(alphabet="abcXYZ019 .:-_/[]{},'\"#", max_size=12),
+    st.integers(-(2**40), 2**40),
+    st.booleans(),
+    st.none(),
+)
+
+
+documents = st.dictionaries(
+    st.text(alphabet="abcxyz_", min_size=1, max_size=8),
+    st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(
+                st.text(alphabet="abcxyz_", min_size=1, max_size=6), inner, max_size=4
+            )
+        ),
+        max_leaves=12,
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def _canon(value: Any) -> Any:
+    """What the schema's fields make of a value: numbers by value, true/false as text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value):
+        return int(value, 10)
+    if isinstance(value, list):
+        return [_canon(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in value.items()}
+    return value
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents, st.sampled_from([None, True, False]), st.integers(2, 6))
+def test_the_fast_reader_gives_what_the_precise_one_gives(
+    data: dict[str, Any], flow: bool | None, indent: int
+) -> None:
+    text = yaml.safe_dump(data, default_flow_style=flow, indent=indent, width=60)
+    fast = yamldoc.fast(text)
+    precise, _lines = yamldoc.precise(text)
+    if fast is not None:  # the fast reader may decline; it may never differ
+        assert _canon(fast) == _canon(precise), text
