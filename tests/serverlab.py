@@ -81,11 +81,13 @@ def ctl(url: str, *argv: str) -> str:
     return done.stdout
 
 
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1, and its key."""
+def certificate(tmp_path: Path, name: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate for ``name`` (an address or a DNS name, as its subject and
+    its subjectAltName), and its key."""
     openssl = shutil.which("openssl")
     assert openssl, "openssl is needed to make the test certificate"
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert, key = tmp_path / f"{name}.cert.pem", tmp_path / f"{name}.key.pem"
+    kind = "IP" if name.replace(".", "").isdigit() or ":" in name else "DNS"
     subprocess.run(
         [
             openssl,
@@ -97,9 +99,9 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
             "-days",
             "1",
             "-subj",
-            "/CN=127.0.0.1",
+            f"/CN={name}",
             "-addext",
-            "subjectAltName=IP:127.0.0.1",
+            f"subjectAltName={kind}:{name}",
             "-keyout",
             str(key),
             "-out",

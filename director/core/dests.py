@@ -183,6 +183,11 @@ class Dests(Mapping[DestKey, RealServer]):
     def items(self) -> ItemsView[DestKey, RealServer]:
         return _DestItems(self)
 
+    def forwardings(self) -> frozenset[Forwarding]:
+        """The forwarding methods its real servers use, read without making a RealServer
+        (one tuple to look at when they all share their attributes)."""
+        return frozenset(attrs[1] for attrs in self._attrs) if self._keys else frozenset()
+
     def values(self) -> ValuesView[RealServer]:
         return _DestValues(self)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from director.core.checks import CheckSpec
+from director.core.dests import Dests
 from director.core.model import Family, Forwarding, ServiceKey, check_flags
 from director.core.options import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.core.ownership import Network, Ownership
@@ -260,10 +261,10 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
         if entry.forwarding is Forwarding.NAT and entry.announce == "bgp":
             raise Refusal(("pools", index, "forwarding"), NAT_OVER_BGP)
     for index, (key, vs) in enumerate(list(c.services.items())):
-        full = [rs.forwarding is Forwarding.FULLNAT for rs in vs.real_servers.values()]
-        if not any(full):
+        modes = Dests.of(vs.real_servers).forwardings()  # no RealServer made per server
+        if Forwarding.FULLNAT not in modes:
             continue
-        if not all(full):
+        if len(modes) > 1:
             raise Refusal(
                 ("services", index, "real_servers"),
                 "fullnat is the whole service's: every real server of it, or none",

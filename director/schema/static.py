@@ -12,12 +12,12 @@ from typing import Annotated, Any, NamedTuple
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
+from director.core.dests import Dests, packed_key, shared_attrs
 from director.core.model import (
     MAX_WEIGHT,
     Family,
     Forwarding,
     IpProtocol,
-    RealServer,
     ServiceConfig,
     ServiceKey,
     canonical_address,
@@ -248,12 +248,11 @@ class ServiceEntry(Section):
         origin = f"static/{self.name}" if self.name else "static"
         return VirtualService(key, config, real_servers, origin)
 
-    def _real_servers(
-        self, key: ServiceKey, mode: Forwarding, defaults: Defaults
-    ) -> dict[tuple[str, int], RealServer]:
+    def _real_servers(self, key: ServiceKey, mode: Forwarding, defaults: Defaults) -> Dests:
         """The real servers, each with the service's port, forwarding and the default weight
-        where it says none (one loop over tens of thousands: no call per real server)."""
-        out: dict[tuple[str, int], RealServer] = {}
+        where it says none, packed as they are read (one loop over tens of thousands: no
+        call per real server, and no RealServer made)."""
+        rows: list[Any] = []
         index_of: dict[tuple[str, int], int] = {}
         v6, tun = key.family is Family.INET6, Forwarding.TUN
         for index, (address, given_port, given_weight, given_fwd, upper, lower) in enumerate(
@@ -272,11 +271,10 @@ class ServiceEntry(Section):
                     f"{key.family.label}; mixing families only works with "
                     "forwarding: tun",
                 )
-            if (address, port) in out:
-                first = ("real_servers", index_of[address, port])
+            first = index_of.setdefault((address, port), index)
+            if first != index:
                 reason = "real server declared twice (first on line {first})"
-                raise Refusal(("real_servers", index), reason, first)
+                raise Refusal(("real_servers", index), reason, ("real_servers", first))
             weight = defaults.weight if given_weight is None else given_weight
-            out[address, port] = RealServer(address, port, weight, fwd, upper, lower)
-            index_of[address, port] = index
-        return out
+            rows += (packed_key(address, port), shared_attrs((weight, fwd, upper, lower)))
+        return Dests.from_rows(rows)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ from director.engine.loop import Controller
 from director.schema.config import parse_config
 from lab.wait import eventually
 from tests.core.test_checks import FAST
+from tests.serverlab import certificate
 
 
 class Status(BaseHTTPRequestHandler):
@@ -85,27 +85,7 @@ def tls_server(
 ) -> ThreadingHTTPServer:
     """An HTTPS server on loopback with a self-signed certificate for ``name``, serving;
     ``on_sni`` is told the name each client asks for (None: no SNI)."""
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = certificate(tmp_path, name)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     if on_sni is not None:
