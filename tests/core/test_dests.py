@@ -97,3 +97,18 @@ def test_an_edit_of_real_servers_keeps_the_kernels_list_order(
             edit.remove(rs.key)
         assert edit.get(rs.key) == next((m for m in model if m.key == rs.key), None)
     assert list(edit.done().values()) == model
+
+
+def test_the_forwarding_methods_are_read_without_unpacking_a_real_server() -> None:
+    """What the full-NAT rule asks of every static service: every method in use, whether
+    the real servers share one tuple of attributes or each has its own."""
+    shared = Dests([RealServer(f"192.0.2.{i}", 80, 1, Forwarding.FULLNAT) for i in range(1, 4)])
+    assert shared.forwardings() == {Forwarding.FULLNAT}
+    mixed = Dests(
+        [
+            RealServer("192.0.2.1", 80, 1, Forwarding.NAT),
+            RealServer("192.0.2.2", 80, 2, Forwarding.TUN),
+        ]
+    )
+    assert mixed.forwardings() == {Forwarding.NAT, Forwarding.TUN}
+    assert Dests().forwardings() == frozenset()
