@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,20 @@ def restricted(name: str, ranges: list[str]) -> dict[str, object]:
     return obj
 
 
+@contextmanager
+def stand_in(*nodes: tuple[str, str]) -> Iterator[FakeApiServer]:
+    """The API stand-in holding ``nodes`` (name, InternalIP), each Ready."""
+    with FakeApiServer() as server:
+        for name, address in nodes:
+            server.create("nodes", node(name, address))
+        yield server
+
+
+N1, N2 = ("n1", "192.0.2.11"), ("n2", "192.0.2.12")
+
+
 @pytest.fixture
 def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.create("nodes", node("n1", "192.0.2.11"))
+    """The stand-in with one node, n1 (the engine's conftest gives it two)."""
+    with stand_in(N1) as server:
         yield server

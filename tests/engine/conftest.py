@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from lab.kubeapi import FakeApiServer, node
+from lab.kubeapi import FakeApiServer
+from tests.kubelab import N1, N2, stand_in
 
 
 @pytest.fixture
 def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        for name, address in (("n1", "192.0.2.11"), ("n2", "192.0.2.12")):
-            server.create("nodes", node(name, address))
+    with stand_in(N1, N2) as server:
         yield server
 
 

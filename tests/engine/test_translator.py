@@ -5,6 +5,7 @@ while the rest carries on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +16,15 @@ from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
-from tests.kubelab import settings
+from tests.kubelab import N1, settings, stand_in
 from tests.test_robustness import POD, PORTS
 
 
 @pytest.fixture
-def api(api: FakeApiServer) -> FakeApiServer:
-    """One node, n1: the engine's stand-in without its second (these tests add their own)."""
-    api.delete("nodes", "n2")
-    return api
+def api() -> Iterator[FakeApiServer]:
+    """One node, n1 (these tests add their own); the engine's conftest gives two."""
+    with stand_in(N1) as server:
+        yield server
 
 
 def start(api: FakeApiServer, tmp_path: Path, ipvs: FakeIpvs, **kw: Any) -> Runtime:
