@@ -11,6 +11,10 @@ import pytest
 from director.schema.config import Settings, parse_config
 from lab.kubeapi import FakeApiServer, node, service
 
+# A Service's one port, and the annotation that balances it over its pods.
+PORTS = [("http", "TCP", 80)]
+POD = {"lvs-director.io/backends": "pod"}
+
 
 def settings(
     kubeconfig: Path,

@@ -12,9 +12,6 @@ from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer
 from tests.kubelab import settings
 
-PORTS = [("http", "TCP", 80)]
-
-
 SLICE_PORTS = [("http", "TCP", 8080)]
 
 

@@ -21,12 +21,6 @@ from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 
-PORTS = [("http", "TCP", 80)]
-
-
-POD = {"lvs-director.io/backends": "pod"}
-
-
 TOKEN = "t0ken-for-the-admin-api"
 
 

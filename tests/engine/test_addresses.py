@@ -10,7 +10,8 @@ from director.cli.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, service
 from lab.wait import eventually
-from tests.looplab import PORTS, ingress, reasons, start, vs_of
+from tests.kubelab import PORTS
+from tests.looplab import ingress, reasons, start, vs_of
 
 
 def test_load_balancer_service_gets_an_address_status_and_a_virtual_service(

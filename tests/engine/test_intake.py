@@ -11,7 +11,8 @@ import pytest
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, service
 from lab.wait import eventually
-from tests.looplab import PORTS, SLICE_PORTS, start, vs_of
+from tests.kubelab import PORTS
+from tests.looplab import SLICE_PORTS, start, vs_of
 
 
 def test_api_outage_and_410_change_nothing_in_the_kernel_then_resume(

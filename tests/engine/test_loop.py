@@ -12,7 +12,8 @@ from pathlib import Path
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
-from tests.looplab import PORTS, ingress, start, vs_of
+from tests.kubelab import PORTS
+from tests.looplab import ingress, start, vs_of
 
 
 def test_a_pair_programs_the_same_table_and_one_writes_status(

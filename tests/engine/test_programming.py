@@ -11,7 +11,8 @@ from director.core.services import OpKind
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, service
 from lab.wait import eventually
-from tests.looplab import PORTS, SLICE_PORTS, ingress, reasons, start, vs_of
+from tests.kubelab import PORTS
+from tests.looplab import SLICE_PORTS, ingress, reasons, start, vs_of
 
 
 def test_pod_backends_follow_endpoints_and_removed_ones_drain(

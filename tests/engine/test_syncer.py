@@ -12,7 +12,8 @@ from director.core.services import Op, OpKind
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, service
 from lab.wait import eventually
-from tests.looplab import PORTS, ingress, start, vs_of
+from tests.kubelab import PORTS
+from tests.looplab import ingress, start, vs_of
 
 
 def test_restart_against_an_unchanged_cluster_writes_nothing(

@@ -16,8 +16,7 @@ from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
-from tests.kubelab import N1, settings, stand_in
-from tests.test_robustness import POD, PORTS
+from tests.kubelab import N1, POD, PORTS, settings, stand_in
 
 
 @pytest.fixture

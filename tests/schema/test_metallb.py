@@ -17,9 +17,7 @@ from director.schema.config import parse_config
 from director.schema.metallb import convert
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
-from tests.kubelab import settings
-
-PORTS = [("http", "TCP", 80)]
+from tests.kubelab import PORTS, settings
 
 
 @pytest.fixture
