@@ -58,9 +58,10 @@ role-test: setup
 kernel-test: setup
 	$(PY) -m lab.vm test
 
-# The role's image booted in qemu with systemd as PID 1: units, watchdog, traffic, reboot.
+# The role's image booted in qemu with systemd as PID 1: units, watchdog, traffic, reboot;
+# then two boxes as a keepalived pair with conntrackd, through kill -9 and a reboot.
 boot-test: setup
-	$(PY) -m pytest -m boot -s tests/system/test_boot.py
+	$(PY) -m pytest -m boot -s tests/system/test_boot.py tests/system/test_boot_pair.py
 
 # Host unit tests, the Ansible role on a Debian root, the kernel suite in the lab VM (one
 # boot, one pytest process), then the role's image booted with systemd.

@@ -65,21 +65,24 @@ def kernel() -> tuple[Path, Path, str]:
     return image, Path(f"/boot/initrd.img-{release}"), release
 
 
-def chroot(*argv: str, check: bool = True) -> str:
-    return run(["chroot", str(ROOT), *argv], check=check)
+def chroot(*argv: str, check: bool = True, root: Path = ROOT) -> str:
+    return run(["chroot", str(root), *argv], check=check)
 
 
 @contextlib.contextmanager
-def bound() -> Iterator[None]:
-    """/proc, /sys and /dev in the root while packages are installed into it."""
+def bound(*roots: Path) -> Iterator[None]:
+    """/proc, /sys and /dev in the roots while packages are installed into them."""
     names = ("proc", "sys", "dev")
+    mounted: list[Path] = []
     try:
-        for name in names:
-            subprocess.run(["mount", "--bind", f"/{name}", str(ROOT / name)], check=True)
+        for root in roots or (ROOT,):
+            for name in names:
+                subprocess.run(["mount", "--bind", f"/{name}", str(root / name)], check=True)
+                mounted.append(root / name)
         yield
     finally:
-        for name in reversed(names):
-            subprocess.run(["umount", "-l", str(ROOT / name)], check=False)
+        for path in reversed(mounted):
+            subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def inventory(path: Path, kubeconfig: str) -> None:
@@ -162,23 +165,19 @@ def kubeconfig_text() -> str:
     )
 
 
-def provision(log: Path) -> None:
-    """debootstrap (cached), the kernel's modules, the role, then the harness's additions."""
-    log.unlink(missing_ok=True)
-    from tests.ansiblelab import ansible
-
+def prepare(root: Path) -> None:
+    """A fresh Debian root (debootstrap, cached) with the kernel's modules, and what a
+    Debian install has that debootstrap's minimal base has not (udev: device units, the
+    guest agent's port), plus qemu's guest agent: the harness's way in."""
     debroot.base()
-    debroot.fresh_root(ROOT)
-    debroot.wheelhouse()
+    debroot.fresh_root(root)
     _image, _initrd, release = kernel()
-    (ROOT / "usr/lib/modules").mkdir(parents=True, exist_ok=True)
+    (root / "usr/lib/modules").mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["cp", "-a", f"/lib/modules/{release}", str(ROOT / "usr/lib/modules")], check=True
+        ["cp", "-a", f"/lib/modules/{release}", str(root / "usr/lib/modules")], check=True
     )
-    with bound():
-        chroot("apt-get", "update", "-qq")
-        # udev: what a Debian install has and debootstrap's minimal base has not (device
-        # units, the guest agent's port); the guest agent: the harness's way in.
+    with bound(root):
+        chroot("apt-get", "update", "-qq", root=root)
         chroot(
             "env",
             "DEBIAN_FRONTEND=noninteractive",
@@ -189,38 +188,55 @@ def provision(log: Path) -> None:
             "--no-install-recommends",
             "udev",
             "qemu-guest-agent",
+            root=root,
         )
-        hosts = WORK / "hosts.yml"
-        inventory(hosts, kubeconfig_text())
-        # Two releases on the box, this tree's current: the next one first (as if the box
-        # had been upgraded, then the role run again with this tree's wheelhouse), so the
-        # boot test can go to the other release and back with director-release.
-        newer = debroot.wheelhouse(WORK / "wheelhouse-next", release=debroot.next_release())
-        for extra in (["-e", f"director_wheelhouse={newer}"], []):
-            done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", *extra, timeout=1800)
-            with log.open("a") as out:
-                out.write(done.stdout + done.stderr)
-            if done.returncode != 0:
-                raise RuntimeError(
-                    f"the role failed on the image; see {log}:\n{done.stdout[-3000:]}"
-                )
-    for name, (mac, address) in {
-        "front": (MACS["front"], FRONT),
-        "back": (MACS["back"], BACK),
-    }.items():
-        (ROOT / f"etc/systemd/network/10-{name}.network").write_text(
+
+
+def playbook(hosts: Path, log: Path, *extra: str) -> None:
+    """The role's playbook on the inventory's hosts (their roots bound), its output in
+    ``log``."""
+    from tests.ansiblelab import ansible
+
+    done = ansible("ansible-playbook", "-i", str(hosts), "site.yml", *extra, timeout=1800)
+    with log.open("a") as out:
+        out.write(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"the role failed on the image; see {log}:\n{done.stdout[-3000:]}")
+
+
+def identity(root: Path, hostname: str, addresses: dict[str, str]) -> None:
+    """A box's name and its networks' addresses (systemd-networkd, by MAC: mac -> address)."""
+    for index, (mac, address) in enumerate(addresses.items()):
+        (root / f"etc/systemd/network/1{index}-{mac.replace(':', '')}.network").write_text(
             f"[Match]\nMACAddress={mac}\n\n[Network]\nAddress={address}/24\n"
         )
-    (ROOT / "etc/hostname").write_text("edge1\n")
-    (ROOT / "etc/fstab").write_text("LABEL=root / ext4 rw,errors=remount-ro 0 1\n")
-    chroot("systemctl", "enable", "systemd-networkd", "systemd-networkd-wait-online")
+    (root / "etc/hostname").write_text(f"{hostname}\n")
+    (root / "etc/fstab").write_text("LABEL=root / ext4 rw,errors=remount-ro 0 1\n")
+    chroot("systemctl", "enable", "systemd-networkd", "systemd-networkd-wait-online", root=root)
 
 
-def build_image(size: str = "4G") -> Path:
-    IMAGE.unlink(missing_ok=True)
-    run(["truncate", "-s", size, str(IMAGE)])
-    run(["mke2fs", "-q", "-t", "ext4", "-L", "root", "-d", str(ROOT), "-F", str(IMAGE)])
-    return IMAGE
+def provision(log: Path) -> None:
+    """debootstrap (cached), the kernel's modules, the role, then the harness's additions."""
+    log.unlink(missing_ok=True)
+    prepare(ROOT)
+    debroot.wheelhouse()
+    hosts = WORK / "hosts.yml"
+    inventory(hosts, kubeconfig_text())
+    # Two releases on the box, this tree's current: the next one first (as if the box had
+    # been upgraded, then the role run again with this tree's wheelhouse), so the boot test
+    # can go to the other release and back with director-release.
+    newer = debroot.wheelhouse(WORK / "wheelhouse-next", release=debroot.next_release())
+    with bound(ROOT):
+        for extra in (["-e", f"director_wheelhouse={newer}"], []):
+            playbook(hosts, log, *extra)
+    identity(ROOT, "edge1", {MACS["front"]: FRONT, MACS["back"]: BACK})
+
+
+def build_image(size: str = "4G", root: Path = ROOT, image: Path = IMAGE) -> Path:
+    image.unlink(missing_ok=True)
+    run(["truncate", "-s", size, str(image)])
+    run(["mke2fs", "-q", "-t", "ext4", "-L", "root", "-d", str(root), "-F", str(image)])
+    return image
 
 
 # -- the network ----------------------------------------------------------------------------
@@ -366,12 +382,34 @@ def router_nexthops(net: Netns, prefix: str = EDGE_VIP) -> list[str]:
 class Box:
     """qemu with systemd as PID 1 on the image, its console in a file, its guest agent."""
 
-    def __init__(self, net: Netns, memory: str = "2G") -> None:
-        self.net = net
-        self.console = WORK / "console.log"
-        self.qga = WORK / "qga.sock"
+    def __init__(
+        self,
+        net: Netns,
+        memory: str = "2G",
+        *,
+        name: str = "box",
+        image: Path = IMAGE,
+        macs: dict[str, str] = MACS,
+        taps: tuple[str, str] = ("tap0", "tap1"),
+        front: str | None = None,
+        cpus: int = 2,
+    ) -> None:
+        """``front``: the bridge in ``net`` the box's first network joins (None: a link of its
+        own to the client, CLIENT on it); its second joins br1 (the backends')."""
+        self.net, self.name = net, name
+        self.console = WORK / f"{name}-console.log"
+        self.qga = WORK / f"{name}-qga.sock"
         self.qga.unlink(missing_ok=True)
-        image, initrd, _release = kernel()
+        qemu_log = WORK / f"{name}-qemu.log"
+        kernel_image, initrd, _release = kernel()
+        nics: list[str] = []
+        for (role, mac), tap in zip(macs.items(), taps, strict=True):
+            nics += [
+                "-netdev",
+                f"tap,id={role},ifname={tap},script=no,downscript=no",
+                "-device",
+                f"virtio-net-pci,netdev={role},mac={mac}",
+            ]
         cmd = [
             "ip",
             "netns",
@@ -383,27 +421,20 @@ class Box:
             "-m",
             memory,
             "-smp",
-            "2",
+            str(cpus),
             "-display",
             "none",
             "-monitor",
             "none",
             "-kernel",
-            str(image),
+            str(kernel_image),
             "-initrd",
             str(initrd),
             "-append",
             "root=LABEL=root rw console=ttyS0 net.ifnames=0 panic=-1",
             "-drive",
-            f"file={IMAGE},if=virtio,format=raw,cache=unsafe",
-            "-netdev",
-            "tap,id=front,ifname=tap0,script=no,downscript=no",
-            "-device",
-            f"virtio-net-pci,netdev=front,mac={MACS['front']}",
-            "-netdev",
-            "tap,id=back,ifname=tap1,script=no,downscript=no",
-            "-device",
-            f"virtio-net-pci,netdev=back,mac={MACS['back']}",
+            f"file={image},if=virtio,format=raw,cache=unsafe",
+            *nics,
             "-chardev",
             f"socket,id=qga,path={self.qga},server=on,wait=off",
             "-device",
@@ -414,19 +445,19 @@ class Box:
             f"file:{self.console}",
         ]
         self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=(WORK / "qemu.log").open("wb"),
-            stderr=subprocess.STDOUT,
+            cmd, stdin=subprocess.DEVNULL, stdout=qemu_log.open("wb"), stderr=subprocess.STDOUT
         )
-        started = wait_for(lambda: "tap1" in net.exec(["ip", "-o", "link"]), 60)
+        started = wait_for(lambda: taps[1] in net.exec(["ip", "-o", "link"]), 60)
         if started is None:
-            raise RuntimeError(f"qemu did not start; see {WORK / 'qemu.log'}")
+            raise RuntimeError(f"qemu did not start; see {qemu_log}")
+        front_tap, back_tap = taps
         net.ip(
-            f"addr add {CLIENT}/24 dev tap0",
-            "link set tap0 up",
-            "link set tap1 master br1",
-            "link set tap1 up",
+            f"addr add {CLIENT}/24 dev {front_tap}"
+            if front is None
+            else f"link set {front_tap} master {front}",
+            f"link set {front_tap} up",
+            f"link set {back_tap} master br1",
+            f"link set {back_tap} up",
         )
 
     # -- the guest agent (qemu-ga's JSON protocol on a virtio port) --------------------------
@@ -486,6 +517,23 @@ class Box:
                 return out + err
             time.sleep(0.5)
         raise TimeoutError(f"on the box: {script!r} still running after {timeout}s")
+
+    def settled(self, timeout: float = 300) -> None:
+        """The boot is over: systemd done starting units (the director's start is one)."""
+
+        def done() -> bool:
+            state = self.sh("systemctl is-system-running || true").strip()
+            return state in ("running", "degraded")
+
+        if wait_for(done, timeout, step=2.0) is None:
+            raise AssertionError(self.sh("systemctl list-jobs; systemctl --failed", check=False))
+
+    def boot_id(self) -> str:
+        """This boot's id ("" while the box is going down or not up yet)."""
+        try:
+            return self.sh("cat /proc/sys/kernel/random/boot_id", timeout=10).strip()
+        except (OSError, RuntimeError, TimeoutError, ValueError):
+            return ""
 
     def reboot(self) -> None:
         """What an operator types: `systemctl reboot` (not waited for: the agent goes down)."""

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from director.cli.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
@@ -406,6 +407,13 @@ def stop_director(d: Director) -> None:
         d.ipvs = None
 
 
+class WithClient(Protocol):
+    """A lab with a client namespace (the namespace pair's, or boot-net for booted boxes)."""
+
+    @property
+    def client(self) -> Netns: ...
+
+
 class Talkers:
     """``count`` long-lived TCP connections to a VIP, each asking every ``period`` seconds.
 
@@ -415,7 +423,7 @@ class Talkers:
 
     def __init__(
         self,
-        lab: HaLab,
+        lab: WithClient,
         vip: str,
         count: int = 50,
         period: float = 0.1,
@@ -430,6 +438,7 @@ class Talkers:
         self.answered = 0
         self.failed = 0
         self.broken: set[int] = set()
+        self.failures: list[tuple[float, int, str]] = []  # (wall clock, connection, why)
         self._sel = selectors.DefaultSelector()
         self._stop = threading.Event()
         self._socks: list[socket.socket] = []
@@ -450,9 +459,10 @@ class Talkers:
         self._thread = threading.Thread(target=self._run, daemon=True, name="talkers")
         self._thread.start()
 
-    def _fail(self, i: int) -> None:
+    def _fail(self, i: int, why: str) -> None:
         self.failed += 1
         self.broken.add(i)
+        self.failures.append((time.time(), i, why))
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(self._socks[i])
         self._sent.pop(i, None)
@@ -466,22 +476,22 @@ class Talkers:
                     try:
                         self._socks[i].send(b"q\n")
                         self._sent[i] = now
-                    except OSError:
-                        self._fail(i)
+                    except OSError as exc:
+                        self._fail(i, f"send: {exc}")
             for i, sent in list(self._sent.items()):
                 if now - sent > self.patience:
-                    self._fail(i)
+                    self._fail(i, f"no answer in {self.patience:g}s")
             for key, _ in self._sel.select(timeout=0.01):
                 i = key.data
                 try:
                     data = self._socks[i].recv(4096)
                 except BlockingIOError:
                     continue
-                except OSError:
-                    self._fail(i)
+                except OSError as exc:
+                    self._fail(i, f"recv: {exc}")
                     continue
                 if not data:
-                    self._fail(i)
+                    self._fail(i, "closed by the peer")
                     continue
                 if i in self._sent:
                     self.answered += data.count(b"\n")

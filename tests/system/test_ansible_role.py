@@ -345,6 +345,7 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run, Run]) -> No
     assert (wants / "keepalived.service").is_symlink()
     drop_in = ROOT / "etc/systemd/system/keepalived.service.d/director.conf"
     assert "After=director.service" in drop_in.read_text()
+    assert "Restart=on-failure" in drop_in.read_text(), "a keepalived that died is started again"
 
 
 @pytest.mark.role

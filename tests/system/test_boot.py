@@ -76,20 +76,8 @@ def lab() -> Iterator[Lab]:
             api.stop()
 
 
-def settled(lab: Lab, timeout: float = 300) -> None:
-    """The boot is over: director ready, and systemd done starting units."""
-    state = wait_for(
-        lambda: (
-            lab.box.sh("systemctl is-system-running || true").strip() in ("running", "degraded")
-        ),
-        timeout,
-        step=2.0,
-    )
-    assert state is not None, lab.box.sh("systemctl list-jobs; systemctl --failed", check=False)
-
-
 def test_director_and_keepalived_run_and_no_unit_failed(lab: Lab) -> None:
-    settled(lab)
+    lab.box.settled()
     active = lab.box.sh("systemctl is-active director keepalived conntrackd").split()
     assert active == ["active"] * 3, lab.box.sh(
         "journalctl -b -u director -u conntrackd -n 80", check=False
@@ -369,17 +357,11 @@ def test_stop_leaves_the_table_as_documented(lab: Lab) -> None:
 
 
 def test_a_reboot_comes_back_serving_with_no_operator_action(lab: Lab) -> None:
-    def boot_id() -> str:
-        try:
-            return lab.box.sh("cat /proc/sys/kernel/random/boot_id", timeout=10).strip()
-        except (OSError, RuntimeError, TimeoutError, ValueError):
-            return ""  # going down, or not up yet
-
-    before = boot_id()
+    before = lab.box.boot_id()
     lab.box.reboot()
-    back = wait_for(lambda: boot_id() not in ("", before), 600, step=2.0)
+    back = wait_for(lambda: lab.box.boot_id() not in ("", before), 600, step=2.0)
     assert back is not None, f"the box did not come back; see {lab.box.console}"
-    settled(lab)
+    lab.box.settled()
     active = lab.box.sh("systemctl is-active director keepalived conntrackd").split()
     assert active == ["active"] * 3
     served = wait_for(lambda: _answers(lab), 120, step=2.0)
