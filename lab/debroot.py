@@ -64,7 +64,10 @@ def base() -> None:
 
 def fresh_root(root: Path = ROOT) -> None:
     shutil.rmtree(root, ignore_errors=True)
-    subprocess.run(["cp", "-a", str(BASE), str(root)], check=True)
+    # Its contents, not BASE itself: a BASE that is a link (a worktree sharing another's
+    # cache) would otherwise be copied as the link, and the root built into the cache.
+    root.mkdir(parents=True)
+    subprocess.run(["cp", "-a", f"{BASE}/.", str(root)], check=True)
     # The package lists count as fresh: the role's apt task then needs no network.
     lists = root / "var/lib/apt/lists"
     os.utime(lists)

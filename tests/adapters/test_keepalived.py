@@ -3,6 +3,7 @@ and the VRRP state read from keepalived's notify FIFO."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -224,19 +225,15 @@ def test_the_tie_is_rendered_unless_off_or_nopreempt(tmp_path: Path) -> None:
         assert "director_alive" not in render_keepalived(off, [])
 
 
-def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping(
-    tmp_path: Path, netns: str
-) -> None:
-    """The real daemon with the rendered file: a heartbeat older than alive_seconds drops
-    this box to priority 1 (its peer takes over); a fresh one puts it back."""
-    from director.adapters.keepalived import Heartbeat, heartbeat_path
-
+def alive_settings(tmp_path: Path, netns: str, **kw: object) -> HaSettings:
+    """One box of a pair in ``netns`` with the alive check (no sync daemon: the host has no
+    IPVS), its front link up with its address."""
     subprocess.run(["ip", "-n", netns, "link", "set", "eth-front", "up"], check=True)
     subprocess.run(["ip", "-n", netns, "link", "set", "eth-back", "up"], check=True)
     subprocess.run(
         ["ip", "-n", netns, "addr", "add", "203.0.113.11/24", "dev", "eth-front"], check=True
     )
-    settings = HaSettings(  # no sync daemon: the host has no IPVS
+    base: dict[str, object] = dict(
         interface="eth-front",
         router_id="d1",
         priority=150,
@@ -249,35 +246,45 @@ def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping
         netns=netns,
         alive_seconds=3,
     )
+    return HaSettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def running_keepalived(tmp_path: Path, settings: HaSettings) -> Iterator[tuple[Path, Path]]:
+    """The real daemon (VRRP only) on the rendered file, in the settings' namespace: (its
+    file, its log)."""
+    conf = tmp_path / "keepalived.conf"
+    conf.write_text(render_keepalived(settings, ["203.0.113.100"]))
+    log = tmp_path / "keepalived.log"
+    assert settings.netns is not None
+    daemon = subprocess.Popen(
+        ["ip", "netns", "exec", settings.netns, KEEPALIVED, "--dont-fork", "--log-console",
+         "--vrrp", "-f", str(conf), "-p", str(tmp_path / "k.pid"), "-r",
+         str(tmp_path / "v.pid")],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield conf, log
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=30)
+
+
+def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping(
+    tmp_path: Path, netns: str
+) -> None:
+    """The real daemon with the rendered file: a heartbeat older than alive_seconds drops
+    this box to priority 1 (its peer takes over); a fresh one puts it back."""
+    from director.adapters.keepalived import Heartbeat, heartbeat_path
+
+    settings = alive_settings(tmp_path, netns)
     path = heartbeat_path(settings)
     assert path is not None
     beat = Heartbeat(path)
     beat.start()
-    conf = tmp_path / "keepalived.conf"
-    conf.write_text(render_keepalived(settings, ["203.0.113.100"]))
-    log = tmp_path / "keepalived.log"
-    daemon = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            netns,
-            KEEPALIVED,
-            "--dont-fork",
-            "--log-console",
-            "--vrrp",
-            "-f",
-            str(conf),
-            "-p",
-            str(tmp_path / "k.pid"),
-            "-r",
-            str(tmp_path / "v.pid"),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
+    with running_keepalived(tmp_path, settings) as (_conf, log):
         eventually(
             lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(),
             30,
@@ -296,9 +303,40 @@ def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping
 
         eventually(stepping, 30, what="the priority back")
         assert "SECURITY VIOLATION" not in log.read_text()
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        daemon.wait(timeout=30)
+
+
+def test_a_reload_keeps_the_alive_check_and_the_notify_commands(tmp_path: Path, netns: str) -> None:
+    """keepalived reloads (SIGHUP) at every change of the VIP set. keepalived 2.2 re-reads
+    the file in order and, on a reload, could not give the scripts a user before reaching
+    ``script_user``: it dropped the alive check ("Unable to set default user for vrrp script
+    director_alive - removing"), so a box whose director had stopped kept its VIPs."""
+    from director.adapters.keepalived import heartbeat_path
+    from director.schema.ha import ConntrackdSettings
+
+    conntrackd = ConntrackdSettings(
+        source="192.0.2.2", peer="192.0.2.3", interface="eth-back",
+        config_file=str(tmp_path / "conntrackd.conf"),
+    )  # fmt: skip
+    settings = alive_settings(tmp_path, netns, conntrackd=conntrackd)
+    path = heartbeat_path(settings)
+    assert path is not None
+    path.touch()
+    with running_keepalived(tmp_path, settings) as (_conf, log):
+        eventually(
+            lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(),
+            30,
+            what="the check passing",
+        )
+        os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
+        eventually(lambda: "Reload complete" in log.read_text(), 30, what="the reload")
+        said = log.read_text()
+        assert "removing" not in said and "Unable to set default user" not in said, said
+        assert "Failed to set default user" not in said, said  # the notify commands
+        eventually(  # and the check still acts: no heartbeat since, the priority drops
+            lambda: "Changing effective priority from 150 to 1" in log.read_text(),
+            30,
+            what="the alive check acting after the reload",
+        )
 
 
 def test_a_heartbeat_that_cannot_be_written_is_said_once(

@@ -151,6 +151,9 @@ def test_a_vip_change_reaches_keepalived_through_the_hardened_unit(lab: Lab) -> 
     assert held is not None, journal
     assert "event=keepalived.reloaded" in journal and "config_rejected" not in journal, journal
     assert "keepalived.conf" in lab.box.sh("ls /etc/keepalived")
+    # The reload kept keepalived's scripts: the alive check, conntrackd's notify commands.
+    reloaded = lab.box.sh("journalctl -b -u keepalived -o cat")
+    assert "Reload complete" in reloaded and "default user" not in reloaded, reloaded[-3000:]
     answers = {ask_tcp(lab.net, address, 80, timeout=10) for _ in range(6)}
     print(
         f"\nboot: the Service's address {address} on the box after {held:.1f}s "
