@@ -1,7 +1,9 @@
 # keepalived's notify scripts for conntrackd in primary-backup, run as
 #   /bin/sh conntrackd-notify.sh CONNTRACKD CONFIG primary|backup|fault
 # from the vrrp_instance the director renders (conntrack-tools' primary-backup.sh, with the
-# binary and the file as arguments). Each step is logged if it fails; none stops the next.
+# binary and the file as arguments, for conntrackd with DisableExternalCache: the peer's
+# entries are written to the kernel as they come, so there is nothing to commit and nothing
+# to flush). Each step is logged if it fails; none stops the next.
 bin=$1 conf=$2 state=$3
 step() {
     "$bin" -C "$conf" "$@" >/dev/null 2>&1 \
@@ -9,18 +11,17 @@ step() {
 }
 case "$state" in
 primary)
-    step -c  # the peer's connections (external cache) into the kernel's table
-    step -f  # both caches flushed
-    step -R  # the internal cache read again from the kernel
+    # The peer's connections are in the kernel already (DisableExternalCache): read the
+    # whole table (the peer's with this box's own) into the cache and send it to the peer.
+    step -f  # the cache emptied
+    step -R  # read again from the kernel
     step -B  # and sent whole to the peer
     ;;
 backup)
-    step -t  # the kernel's entries left from being primary expire soon
-    step -n  # ask the primary for its whole table
+    step -n  # ask the primary for its whole table (into this box's kernel)
     ;;
 fault)
-    step -t
-    ;;
+    ;;  # the entries stay: they are the primary's, kept up to date by it
 *)
     echo "usage: conntrackd-notify.sh CONNTRACKD CONFIG primary|backup|fault" >&2
     exit 1

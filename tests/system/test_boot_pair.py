@@ -88,13 +88,11 @@ def state(pair: Pair) -> str:
 
 
 def carried(box: Box) -> str:
-    """What this box holds of the pair's connections: IPVS's (the sync daemon's on a
-    backup) and the peer's conntrack entries in conntrackd's external cache."""
+    """What this box holds of the pair's connections: IPVS's (the sync daemon's, on a
+    backup) and conntrack's (on a backup, the peer's, written there by conntrackd)."""
     ipvs = box.sh("ipvsadm -Lnc | grep -c ESTABLISHED || true").strip()
-    external = box.sh(
-        "conntrackd -C /etc/conntrackd/conntrackd.conf -e | grep -c dport=80 || true", check=False
-    ).strip()
-    return f"{ipvs} IPVS connections, {external} in conntrackd's external cache"
+    conntrack = box.sh("grep -c 'dport=80 ' /proc/net/nf_conntrack || true").strip()
+    return f"{ipvs} IPVS connections, {conntrack} conntrack entries"
 
 
 def answering(pair: Pair, vip: str, timeout: float) -> float | None:
