@@ -1,9 +1,12 @@
 """conntrackd: render its primary-backup file (pure), have the daemon parse it, keep it true.
 
 conntrackd carries the conntrack table (so full NAT's SNAT mappings) to the peer, where it
-waits in the external cache; keepalived's notify_master commits it to the kernel when the
-box takes the VIPs over (``templates/conntrackd-notify.sh``). The IPVS sync daemon carries
-IPVS's own connections; the two together keep a full-NAT connection across a failover.
+goes straight into the kernel's table (no external cache to commit on takeover: between the
+VIPs arriving and a commit, the new master's own stack reset the connections whose packets
+came first). keepalived's notify commands have the new master send its whole table to the
+peer, and the new backup ask for it (``templates/conntrackd-notify.sh``). The IPVS sync
+daemon carries IPVS's own connections; with these entries the new master carries a
+connection from its first packet.
 
 - ``render_conntrackd``: ``ha.conntrackd`` -> conntrackd.conf, from
   ``templates/conntrackd.conf.j2`` (every value validated by the schema, addresses

@@ -59,7 +59,7 @@ ALIVE_CHECK = TEMPLATES / "alive-check.sh"
 ALIVE_INTERVAL, ALIVE_TIMEOUT, ALIVE_FALL, ALIVE_RISE = 2, 4, 3, 2
 ALIVE_WEIGHT = -253  # a failing box drops to priority 1: its peer takes over (if preempting)
 # keepalived's notify commands for conntrackd in primary-backup (templates/conntrackd-notify.sh,
-# through /bin/sh as the alive check): commit the peer's connections on becoming master.
+# through /bin/sh as the alive check): the new master sends its table, the new backup asks.
 CONNTRACKD_NOTIFY = TEMPLATES / "conntrackd-notify.sh"
 
 

@@ -268,10 +268,4 @@ def test_a_reboot_of_the_master_keeps_nat_and_fullnat_connections(
         f"{after_failover}\npair: edge1 back up {up:.0f}s after the reboot began, and master "
         f"again {failback_at:.0f}s after it; across both: {traffic.report()}"
     )
-    if not traffic.kept():
-        # Known, not yet mended (docs/operating.md, "Full NAT in a pair"): a box back from a
-        # reboot holds none of IPVS's connections (traffic that a commit handed to conntrack
-        # no longer passes IPVS on the peer, so its sync daemon sends nothing), and between
-        # taking the VIPs and conntrackd's commit its own stack resets the nat connections
-        # whose packets come first; some full-NAT connections reset at the failover itself.
-        pytest.xfail(f"connections lost across a reboot: {traffic.report()}\n{traffic.failures()}")
+    assert traffic.kept(), f"{traffic.report()}\n{traffic.failures()}\n{state(pair)}"
