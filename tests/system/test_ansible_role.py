@@ -291,6 +291,10 @@ def test_conntrackd_gets_the_directors_file_and_runs_beside_keepalived(
     assert (wants / "conntrackd.service").is_symlink()
     unit = (ROOT / "etc/systemd/system/director.service").read_text()
     assert "ReadWritePaths=-/etc/conntrackd" in unit  # the director keeps the file
+    assert "DisableExternalCache On" in conf  # the peer's entries go straight to the kernel
+    # conntrackd binds to the box's address: it waits for the network, and retries.
+    drop_in = (ROOT / "etc/systemd/system/conntrackd.service.d/director.conf").read_text()
+    assert "After=network-online.target" in drop_in and "Restart=on-failure" in drop_in
 
 
 @pytest.mark.role
