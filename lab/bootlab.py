@@ -286,31 +286,17 @@ class Responder:
 
 
 @contextlib.contextmanager
-def network() -> Iterator[tuple[Netns, Netns]]:
-    """boot-net (qemu, the client) and boot-be (backends, the API stand-in)."""
+def linked() -> Iterator[tuple[Netns, Netns]]:
+    """boot-net (where qemu runs) and boot-be, joined by a veth: bev in boot-net, on bridge
+    br1 (the back network), and be0 in boot-be."""
     made: list[Netns] = []
     try:
         net = Netns("boot-net")
         made.append(net)
         be = Netns("boot-be")
         made.append(be)
-        run(
-            [
-                "ip",
-                "link",
-                "add",
-                "bev",
-                "netns",
-                net.name,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "be0",
-                "netns",
-                be.name,
-            ]
-        )
+        run(["ip", "link", "add", "bev", "netns", net.name, "type", "veth", "peer", "name",
+             "be0", "netns", be.name])  # fmt: skip
         net.ip(
             "link set lo up",
             "link add br1 type bridge",
@@ -318,9 +304,18 @@ def network() -> Iterator[tuple[Netns, Netns]]:
             "link set bev master br1",
             "link set bev up",
         )
+        be.ip("link set lo up", "link set be0 up")
+        yield net, be
+    finally:
+        for ns in reversed(made):
+            ns.close()
+
+
+@contextlib.contextmanager
+def network() -> Iterator[tuple[Netns, Netns]]:
+    """boot-net (qemu, the client) and boot-be (backends, the API stand-in)."""
+    with linked() as (net, be):
         be.ip(
-            "link set lo up",
-            "link set be0 up",
             f"addr add {KUBE}/24 dev be0",
             *(f"addr add {b}/24 dev be0" for b in BACKENDS),
             f"route add default via {BACK}",
@@ -335,9 +330,6 @@ def network() -> Iterator[tuple[Netns, Netns]]:
         net.ip(f"addr add {ROUTER_ON_BE}/24 dev br1")
         net.sysctls({f"net.ipv4.conf.{name}.rp_filter": 0 for name in ("all", "default", "br1")})
         yield net, be
-    finally:
-        for ns in reversed(made):
-            ns.close()
 
 
 def router_config() -> str:

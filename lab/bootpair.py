@@ -144,34 +144,14 @@ def build(log: Path) -> None:
 @contextlib.contextmanager
 def network() -> Iterator[tuple[Netns, Netns]]:
     """boot-net (the qemus, the client on br0) and boot-be (the backends behind br1)."""
-    made: list[Netns] = []
-    try:
-        net = Netns("boot-net")
-        made.append(net)
-        be = Netns("boot-be")
-        made.append(be)
-        run(["ip", "link", "add", "bev", "netns", net.name, "type", "veth", "peer", "name",
-             "be0", "netns", be.name])  # fmt: skip
+    with bootlab.linked() as (net, be):
         net.ip(
-            "link set lo up",
             "link add br0 type bridge",
             "link set br0 up",
             *(f"addr add {a}/24 dev br0" for a in (CLIENT, *CLIENTS)),
-            "link add br1 type bridge",
-            "link set br1 up",
-            "link set bev master br1",
-            "link set bev up",
         )
-        be.ip(
-            "link set lo up",
-            "link set be0 up",
-            *(f"addr add {b}/24 dev be0" for b in BACKENDS),
-            f"route add default via {GATEWAY}",
-        )
+        be.ip(*(f"addr add {b}/24 dev be0" for b in BACKENDS), f"route add default via {GATEWAY}")
         yield net, be
-    finally:
-        for ns in reversed(made):
-            ns.close()
 
 
 def boot(net: Netns, member: Member) -> Box:

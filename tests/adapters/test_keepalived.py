@@ -272,6 +272,15 @@ def running_keepalived(tmp_path: Path, settings: HaSettings) -> Iterator[tuple[P
         daemon.wait(timeout=30)
 
 
+def checking(log: Path) -> None:
+    """keepalived's log says the alive check passed."""
+    eventually(
+        lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(),
+        30,
+        what="the check passing",
+    )
+
+
 def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping(
     tmp_path: Path, netns: str
 ) -> None:
@@ -285,11 +294,7 @@ def test_keepalived_lowers_the_priority_of_a_box_whose_director_stopped_stepping
     beat = Heartbeat(path)
     beat.start()
     with running_keepalived(tmp_path, settings) as (_conf, log):
-        eventually(
-            lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(),
-            30,
-            what="the check passing",
-        )
+        checking(log)
         assert "priority from 150 to 1" not in log.read_text()
         eventually(
             lambda: "Changing effective priority from 150 to 1" in log.read_text(),
@@ -322,11 +327,7 @@ def test_a_reload_keeps_the_alive_check_and_the_notify_commands(tmp_path: Path, 
     assert path is not None
     path.touch()
     with running_keepalived(tmp_path, settings) as (_conf, log):
-        eventually(
-            lambda: "VRRP_Script(director_alive) succeeded" in log.read_text(),
-            30,
-            what="the check passing",
-        )
+        checking(log)
         os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
         eventually(lambda: "Reload complete" in log.read_text(), 30, what="the reload")
         said = log.read_text()
