@@ -11,7 +11,7 @@ with systemd as PID 1, the two qemus sharing both networks through bridges in bo
     NAT's replies go to the gateway as the SNAT source, whatever the route)
 
 Nothing is configured on the boxes by hand: keepalived (VRRP, the IPVS sync daemon on eth1),
-conntrackd (primary-backup over eth1, committed by keepalived's notify commands) and the
+conntrackd (primary-backup over eth1, the peer's entries in the backup's kernel) and the
 director run from the role's units and files.
 """
 

@@ -54,12 +54,12 @@ SLOPPY = {
 # replies (the IPv4 switch covers IPv6 too).
 FULLNAT_SYSCTLS = {"net.ipv4.vs.conntrack": ("1", "full-NAT replies are not translated back")}
 # With conntrackd in the pair: the middle of a connection this box has no entry for is not
-# taken up (with a new SNAT port) but dropped until conntrackd's commit gives it its own.
+# taken up (with a new SNAT port) but dropped; TCP sends it again, and conntrackd's copy of
+# the peer's entry (written to this box's kernel as it comes) carries it.
 STRICT_PICKUP = {
     "net.netfilter.nf_conntrack_tcp_loose": (
         "0",
-        "a full-NAT connection taken over before conntrackd's commit gets a new SNAT port "
-        "and breaks",
+        "a full-NAT connection taken over without its entry gets a new SNAT port and breaks",
     )
 }
 

@@ -202,9 +202,9 @@ def _snat_lines(
         f"flush chain {t} fullnat_mark",
     ]
     # A packet conntrack cannot place (``ct state invalid``: the middle of a connection this
-    # box has no entry for, as after a takeover before conntrackd's commit with
-    # nf_conntrack_tcp_loose=0) is dropped, not forwarded without its SNAT or answered with
-    # a reset by this box's own stack: TCP sends it again, and it then finds its entry.
+    # box has no entry for, with nf_conntrack_tcp_loose=0, as after a takeover whose entry
+    # conntrackd has not written yet) is dropped, not forwarded without its SNAT or answered
+    # with a reset by this box's own stack: TCP sends it again, and it then finds its entry.
     for family, match, verb in ((Family.INET, "ipv4", "ip"), (Family.INET6, "ipv6", "ip6")):
         sources = snat_to.get(family)
         if sources:

@@ -372,7 +372,7 @@ def test_full_nat_marks_its_services_and_leaves_from_the_snat_address() -> None:
     assert any("hook prerouting" in line and "fullnat_mark" in line for line in lines)
     assert any(line.endswith("snat ip to 192.0.2.1") for line in lines)
     assert any(line.endswith("snat ip6 to 2001:db8::1") for line in lines)
-    # What conntrack cannot place (a taken-over connection before conntrackd's commit) is
+    # What conntrack cannot place (a taken-over connection the new master holds no entry for) is
     # dropped, before it is marked: never forwarded without its SNAT, never reset here.
     mark = [line for line in lines if " fullnat_mark " in line and "add rule" in line]
     assert mark.index(
