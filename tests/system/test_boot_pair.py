@@ -52,12 +52,16 @@ def pair() -> Iterator[Pair]:
         responder = Responder(be, BACKENDS, (NAT_PORT,))
         boxes: dict[str, Box] = {}
         try:
+            powered = time.monotonic()
             for m in MEMBERS:
                 boxes[m.name] = bootpair.boot(net, m)
-            for m in MEMBERS:
+            for m in MEMBERS:  # both boot at once: each is timed from the power-on
                 booted = boxes[m.name].up()
                 assert booted is not None, f"{m.name} never came up; see {boxes[m.name].console}"
-                print(f"pair: {m.name} up (guest agent answering) {booted:.0f}s after power-on")
+                print(
+                    f"pair: {m.name} up (guest agent answering) "
+                    f"{time.monotonic() - powered:.0f}s after power-on"
+                )
             yield Pair(net, be, boxes)
         finally:
             for box in boxes.values():
@@ -73,17 +77,20 @@ def state(pair: Pair) -> str:
     """What a failure shows: each box's units, addresses, conntrackd's figures, its logs."""
     out = []
     for m in MEMBERS:
-        out.append(
-            pair.box(m).sh(
-                "systemctl is-active director keepalived conntrackd; ip -o addr show; "
-                "ipvsadm -L --daemon; echo IPVS connections: $(ipvsadm -Lnc | grep -c ESTAB); "
-                "conntrackd -C /etc/conntrackd/conntrackd.conf -s | head -30; "
-                "journalctl -b -u keepalived -u conntrackd -n 40 -o short-precise; "
-                "journalctl -b -u director -n 20 -o cat",
-                check=False,
-                timeout=60,
+        try:
+            out.append(
+                pair.box(m).sh(
+                    "systemctl is-active director keepalived conntrackd; ip -o addr show; "
+                    "ipvsadm -L --daemon; echo IPVS connections: $(ipvsadm -Lnc | grep -c ESTAB); "
+                    "conntrackd -C /etc/conntrackd/conntrackd.conf -s | head -30; "
+                    "journalctl -b -u keepalived -u conntrackd -n 40 -o short-precise; "
+                    "journalctl -b -u director -n 20 -o cat",
+                    check=False,
+                    timeout=60,
+                )
             )
-        )
+        except (OSError, RuntimeError, TimeoutError, ValueError) as exc:  # down, or booting
+            out.append(f"unreachable: {exc!r}; see {pair.box(m).console}")
     return "\n\n".join(f"== {m.name}\n{text}" for m, text in zip(MEMBERS, out, strict=True))
 
 
