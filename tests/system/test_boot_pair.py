@@ -12,6 +12,7 @@ in order on one boot of each box, and print what they measure.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -117,10 +118,11 @@ def answering(pair: Pair, vip: str, timeout: float) -> float | None:
 class Traffic:
     """COUNT long-lived connections to each VIP, asking every PERIOD seconds."""
 
-    def __init__(self, pair: Pair) -> None:
+    def __init__(self, pair: Pair, ports: int) -> None:
+        """``ports``: the first of the source ports the full-NAT connections share."""
         self.nat = Talkers(pair, NAT_VIP, count=COUNT, period=PERIOD, patience=PATIENCE)
         self.full = Talkers(
-            pair, FULLNAT_VIP, count=COUNT, period=PERIOD, patience=PATIENCE, same_ports=42000
+            pair, FULLNAT_VIP, count=COUNT, period=PERIOD, patience=PATIENCE, same_ports=ports
         )
 
     def flowing(self, more: int = 4 * COUNT, timeout: float = 120) -> bool:
@@ -164,9 +166,18 @@ class Traffic:
         self.full.close()
 
 
+# Each test's full-NAT connections leave from ports of their own. A connection from the
+# address and port of one closed a minute before is another matter, not tested here: its
+# peer's entry reaches the backup while the old one lingers there in TIME_WAIT, conntrackd
+# updates the old entry (a NAT mapping cannot change), so the new master would use the old
+# SNAT port. That is the likely cause of the one reset seen in three runs, when the reboot
+# test reused the kill test's ports; it is not proven.
+PORTS = itertools.count(42000, 100)
+
+
 @pytest.fixture
 def traffic(pair: Pair) -> Iterator[Traffic]:
-    made = Traffic(pair)
+    made = Traffic(pair, next(PORTS))
     try:
         # 20 s of traffic first: every connection synced to the backup several times over
         # (IPVS every 10 packets, conntrackd on every change), as for any long-lived one.
