@@ -170,7 +170,7 @@ class Traffic:
 # address and port of one closed a minute before is another matter, not tested here: its
 # peer's entry reaches the backup while the old one lingers there in TIME_WAIT, conntrackd
 # updates the old entry (a NAT mapping cannot change), so the new master would use the old
-# SNAT port. That is the likely cause of the one reset seen in three runs, when the reboot
+# SNAT port. That is the likely cause of the one reset seen in four runs, when the reboot
 # test reused the kill test's ports; it is not proven.
 PORTS = itertools.count(42000, 100)
 
