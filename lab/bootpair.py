@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,9 @@ import yaml
 
 from lab import bootlab, debroot
 from lab.bootlab import BACKENDS, CLIENT, NAT_PORT, TOKEN, WORK, Box
-from lab.ha import CLIENTS
+from lab.ha import CLIENTS, WithClient, client_arp
 from lab.netns import Netns, run
+from lab.wait import wait_for
 
 NAT_VIP, FULLNAT_VIP, GATEWAY = "203.0.113.100", "203.0.113.101", "192.0.2.254"
 # VRRP every second (not the role's 0.1 s): two emulated boxes share two cores, and a guest
@@ -167,21 +167,9 @@ def boot(net: Netns, member: Member) -> Box:
     )
 
 
-def neighbour(net: Netns, address: str) -> str | None:
-    """The MAC the client's side (boot-net) holds for ``address``, if any."""
-    text = net.exec(["ip", "neigh", "show", address, "dev", "br0"])
-    fields = text.split()
-    return fields[fields.index("lladdr") + 1] if "lladdr" in fields else None
-
-
 def held_by(
-    net: Netns, address: str, member: Member, timeout: float, step: float = 0.05
+    lab: WithClient, address: str, member: Member, timeout: float, step: float = 0.05
 ) -> float | None:
-    """Seconds until the client's side sends ``address``'s traffic to ``member`` (its ARP
-    entry, set by the gratuitous ARP of the box taking the VIP over), or None."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if neighbour(net, address) == member.macs["front"]:
-            return time.monotonic() - started
-        time.sleep(step)
-    return None
+    """Seconds until the client sends ``address``'s traffic to ``member`` (its ARP entry,
+    set by the gratuitous ARP of the box taking the VIP over), or None."""
+    return wait_for(lambda: client_arp(lab, address) == member.macs["front"], timeout, step=step)

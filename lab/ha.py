@@ -101,7 +101,7 @@ def local_addresses(ns: Netns) -> set[str]:
     return found
 
 
-def client_arp(lab: HaLab, address: str) -> str | None:
+def client_arp(lab: WithClient, address: str) -> str | None:
     """The MAC the client's ARP table holds for ``address``."""
     text = lab.client.call(lambda: Path("/proc/thread-self/net/arp").read_text())
     for line in text.splitlines()[1:]:

@@ -229,7 +229,7 @@ def test_kill_9_of_the_masters_keepalived_keeps_nat_and_fullnat_connections(
     print(f"\npair: before the kill, edge2 (backup) holds {carried(edge2)}")
     killed = time.monotonic()
     edge1.sh("systemctl kill --signal=SIGKILL keepalived")  # every keepalived process: a crash
-    took = bootpair.held_by(pair.client, NAT_VIP, EDGE2, 60)
+    took = bootpair.held_by(pair, NAT_VIP, EDGE2, 60)
     assert took is not None, state(pair)
     served = answering(pair, FULLNAT_VIP, 60)
     assert served is not None, state(pair)
@@ -244,7 +244,7 @@ def test_kill_9_of_the_masters_keepalived_keeps_nat_and_fullnat_connections(
     )
     assert again is not None, state(pair)
     restarted = time.monotonic() - killed
-    back = bootpair.held_by(pair.client, NAT_VIP, EDGE1, bootpair.PREEMPT_DELAY + 120, step=0.2)
+    back = bootpair.held_by(pair, NAT_VIP, EDGE1, bootpair.PREEMPT_DELAY + 120, step=0.2)
     assert back is not None, state(pair)
     failback_at = time.monotonic() - killed
     assert traffic.flowing(), traffic.report() + traffic.failures() + state(pair)
@@ -269,7 +269,7 @@ def test_a_reboot_of_the_master_keeps_nat_and_fullnat_connections(
     before = edge1.boot_id()
     rebooted = time.monotonic()
     edge1.reboot()  # what an operator types: systemctl reboot
-    took = bootpair.held_by(pair.client, NAT_VIP, EDGE2, 120)
+    took = bootpair.held_by(pair, NAT_VIP, EDGE2, 120)
     assert took is not None, state(pair)
     assert traffic.flowing(), traffic.report() + traffic.failures() + state(pair)
     after_failover = traffic.report()
@@ -277,7 +277,7 @@ def test_a_reboot_of_the_master_keeps_nat_and_fullnat_connections(
     assert up is not None, f"edge1 did not come back; see {edge1.console}"
     edge1.settled()
     print(f"pair: edge1 back (backup, booted), holds {carried(edge1)}")
-    back = bootpair.held_by(pair.client, NAT_VIP, EDGE1, bootpair.PREEMPT_DELAY + 300, step=0.2)
+    back = bootpair.held_by(pair, NAT_VIP, EDGE1, bootpair.PREEMPT_DELAY + 300, step=0.2)
     assert back is not None, state(pair)
     failback_at = time.monotonic() - rebooted
     assert traffic.flowing(), traffic.report() + traffic.failures() + state(pair)
