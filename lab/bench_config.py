@@ -66,7 +66,7 @@ PRECISE = (
     "from director.schema import document, rules, yamldoc\n"
     "text = open(sys.argv[1]).read()\n"
     "data, _ = yamldoc.precise(text)\n"
-    "rules.compile_document(document.DOCUMENT.validate_python(data), sys.argv[1])\n"
+    "rules.compile_document(document.read_document(data), sys.argv[1])\n"
 )
 
 

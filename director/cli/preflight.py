@@ -53,15 +53,15 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
     Files: the token (one line, usable), the TLS pair (loads), the intents file (reads), the
     FIFO (not a regular file). With ``host``: the API's listen address is one of this box's
     (a port in use is only a note: the running director holds it)."""
-    import errno
-    import ssl
-
-    from director.core.intents import Intents
-
     problems: list[Problem] = []
     notes: list[str] = []
     api = settings.api
-    if api is not None:
+    if api is not None:  # ssl and the intents' reader: a file without api: loads neither
+        import errno
+        import ssl
+
+        from director.core.intents import Intents
+
         try:
             read_token(api.token_file)
         except ValueError as exc:

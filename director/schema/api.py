@@ -17,15 +17,20 @@ from typing import (
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
-from pydantic_core import ArgsKwargs
+from pydantic_core import ArgsKwargs, PydanticCustomError
 
 from director.core.errors import DirectorError
 from director.core.model import canonical_address
-from director.schema.fields import Rule, problem
+from director.schema.fields import Rule
 from director.schema.replies import REPLIES
 
 BODY = ConfigDict(extra="forbid")
 COMPONENTS = "#/components/schemas/{model}"
+
+
+def problem(reason: str) -> PydanticCustomError:
+    """A body refused, in pydantic's terms (it validates the bodies): ``reason`` as written."""
+    return PydanticCustomError("config", "{reason}", {"reason": reason, "at": (), "key": False})
 
 
 class BodyError(DirectorError, ValueError):

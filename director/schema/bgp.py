@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import model_validator
-from pydantic.dataclasses import dataclass
-
 from director.core.model import Family
 from director.schema.fields import (
     ADDRESS,
@@ -24,7 +21,8 @@ from director.schema.fields import (
     matching,
     problem,
 )
-from director.schema.sections import SECTION, Section
+from director.schema.sections import Section
+from director.schema.sections_base import after, section
 
 ASN = integer(1, 4294967295)
 # A community as FRR writes it: AA:NN (each 0-65535), or a well-known name.
@@ -45,7 +43,7 @@ PASSWORD = matching(
 )
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class PeerEntry(Section):
     """One of ``bgp.peers``: an upstream router."""
 
@@ -75,7 +73,7 @@ class PeerEntry(Section):
     bfd_multiplier: Annotated[int, integer(2, 255)] = 3
     """BFD packets missed before the session is declared down."""
 
-    @model_validator(mode="after")
+    @after
     def _timers(self) -> PeerEntry:
         if self.hold < 3 * self.keepalive:
             raise problem(
@@ -87,7 +85,7 @@ class PeerEntry(Section):
         return self
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class BgpSettings(Section):
     """``bgp:``: announce the VIPs of ``announce: bgp`` pools to these peers."""
 
@@ -117,7 +115,7 @@ class BgpSettings(Section):
     """On stop: seconds between withdrawing every route and stopping, for the routers to move
     the flows."""
 
-    @model_validator(mode="after")
+    @after
     def _valid(self) -> BgpSettings:
         if Family.of(self.router_id) is not Family.INET:
             raise problem("a BGP router id is an IPv4 address", ("router_id",))

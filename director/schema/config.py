@@ -17,15 +17,11 @@ import json
 from pathlib import Path as FilePath
 from typing import Any
 
-from pydantic import ValidationError
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import PydanticCustomError, core_schema
-
 from director.core.model import Forwarding
 from director.schema import yamldoc
 from director.schema.bgp import BgpSettings, PeerEntry
 from director.schema.docstrings import attribute_docs
-from director.schema.document import DOCUMENT, ConfigError, Settings
+from director.schema.document import ConfigError, Document, Settings, read_document
 from director.schema.fields import Listen, Path
 from director.schema.ha import HaSettings
 from director.schema.rules import compile_document
@@ -37,6 +33,7 @@ from director.schema.sections import (
     KubeSettings,
     Statuses,
 )
+from director.schema.sections_base import Invalid, Problem
 from director.schema.static import Refusal
 
 __all__ = [
@@ -56,45 +53,52 @@ __all__ = [
 ]
 
 
-class _FileSchema(GenerateJsonSchema):
-    """Defaults written as the file writes them (``listen: 127.0.0.1:9180``, not a pair), and
-    each field's docstring as its description (read from the source here, when the schema is
-    printed, not by pydantic at every start: that cost every ``director run`` a tenth of a
-    second)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._docs: list[dict[str, str]] = []
-
-    def dataclass_schema(self, schema: core_schema.DataclassSchema) -> JsonSchemaValue:
-        self._docs.append(attribute_docs(schema["cls"]))
-        try:
-            return super().dataclass_schema(schema)
-        finally:
-            self._docs.pop()
-
-    def dataclass_field_schema(self, schema: core_schema.DataclassField) -> JsonSchemaValue:
-        out = super().dataclass_field_schema(schema)
-        doc = self._docs[-1].get(schema["name"]) if self._docs else None
-        return {**out, "description": doc} if doc and "description" not in out else out
-
-    def encode_default(self, dft: Any) -> Any:
-        if isinstance(dft, Listen):
-            return f"[{dft.host}]:{dft.port}" if ":" in dft.host else f"{dft.host}:{dft.port}"
-        if isinstance(dft, Forwarding):
-            return dft.label
-        if isinstance(dft, Statuses):
-            return f"{dft.low}-{dft.high}"
-        return super().encode_default(dft)
-
-
 def json_schema() -> dict[str, Any]:
-    """The configuration file's JSON Schema (draft 2020-12), from the one schema."""
-    out = DOCUMENT.json_schema(mode="validation", schema_generator=_FileSchema)
+    """The configuration file's JSON Schema (draft 2020-12), from the one schema (made by
+    pydantic, which only this command and the admin API load)."""
+    from pydantic import TypeAdapter
+
+    out = TypeAdapter(Document).json_schema(mode="validation", schema_generator=_file_schema())
     _one_line(out)
     out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     out["title"] = "director configuration file"
     return out
+
+
+def _file_schema() -> type[Any]:
+    """pydantic's JSON Schema maker, with defaults written as the file writes them
+    (``listen: 127.0.0.1:9180``, not a pair), and each field's docstring as its description
+    (read from the source here, when the schema is printed, not at every start)."""
+    from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+    from pydantic_core import core_schema
+
+    class FileSchema(GenerateJsonSchema):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._docs: list[dict[str, str]] = []
+
+        def dataclass_schema(self, schema: core_schema.DataclassSchema) -> JsonSchemaValue:
+            self._docs.append(attribute_docs(schema["cls"]))
+            try:
+                return super().dataclass_schema(schema)
+            finally:
+                self._docs.pop()
+
+        def dataclass_field_schema(self, schema: core_schema.DataclassField) -> JsonSchemaValue:
+            out = super().dataclass_field_schema(schema)
+            doc = self._docs[-1].get(schema["name"]) if self._docs else None
+            return {**out, "description": doc} if doc and "description" not in out else out
+
+        def encode_default(self, dft: Any) -> Any:
+            if isinstance(dft, Listen):
+                return f"[{dft.host}]:{dft.port}" if ":" in dft.host else f"{dft.host}:{dft.port}"
+            if isinstance(dft, Forwarding):
+                return dft.label
+            if isinstance(dft, Statuses):
+                return f"{dft.low}-{dft.high}"
+            return super().encode_default(dft)
+
+    return FileSchema
 
 
 def _one_line(node: object) -> None:
@@ -151,8 +155,8 @@ def _parse(text: str, source: str) -> Settings:
     if data is None:
         return Settings(source=source)
     try:
-        return compile_document(DOCUMENT.validate_python(data), source)
-    except (ValidationError, Refusal, PydanticCustomError) as exc:
+        return compile_document(read_document(data), source)
+    except (Invalid, Refusal, Problem) as exc:
         if lines is None:  # read fast, without lines: read it again to name them
             _, lines = _precise(text, source)
         raise _located(exc, lines, source) from None
@@ -189,32 +193,16 @@ def _located(exc: Exception, lines: yamldoc.Lines, source: str) -> ConfigError:
     the others it reports (a field's faults are all found at once; a rule across objects
     stops at its first)."""
     faults: list[tuple[Path, str, bool]] = []
-    if isinstance(exc, ValidationError):
-        for error in exc.errors(include_url=False):
-            ctx = error.get("ctx") or {}
-            path = (*error["loc"], *ctx.get("at", ()))
-            faults.append((path, _reason(error), bool(ctx.get("key"))))
+    if isinstance(exc, Invalid):
+        faults.extend(exc.faults)
     elif isinstance(exc, Refusal):
         first = lines.of(exc.first) if exc.first is not None else 0
         faults.append((exc.path, exc.reason.replace("{first}", str(first)), False))
-    elif isinstance(exc, PydanticCustomError):  # a rule refusing a whole section
-        ctx = exc.context or {}
-        faults.append((tuple(ctx.get("at", ())), str(ctx.get("reason")), bool(ctx.get("key"))))
+    elif isinstance(exc, Problem):  # a rule refusing a whole section
+        faults.append((exc.at, exc.reason, exc.key))
     found: dict[tuple[int, str], ConfigError] = {}
     for path, reason, key in faults:
         line, where = lines.of(path, key), _where(path)
         found.setdefault((line, where), ConfigError(source, line, where, reason))
     head, *rest = (found[k] for k in sorted(found))
     return ConfigError(head.source, head.line, head.where, head.reason, tuple(rest))
-
-
-def _reason(error: Any) -> str:
-    """Our reason as written; pydantic's own (a list where a mapping belongs) in our words."""
-    kind = error["type"]
-    if kind == "config":
-        return str(error["ctx"]["reason"])
-    if kind in ("list_type", "tuple_type"):
-        return "must be a list"
-    if kind in ("dataclass_type", "dict_type", "model_type", "dataclass_exact_type"):
-        return "must be a mapping of keys to values"
-    return str(error["msg"])

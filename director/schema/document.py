@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pydantic import TypeAdapter
-from pydantic.dataclasses import dataclass as schema
-
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.model import ServiceKey
@@ -19,7 +16,6 @@ from director.schema.bgp import BgpSettings
 from director.schema.ha import HaSettings
 from director.schema.pool_entries import OwnershipEntry, PoolEntry
 from director.schema.sections import (
-    SECTION,
     ApiSettings,
     Defaults,
     HealthSettings,
@@ -27,6 +23,7 @@ from director.schema.sections import (
     Section,
     SnatSettings,
 )
+from director.schema.sections_base import from_file, section
 from director.schema.static import ServiceEntry
 
 
@@ -49,7 +46,7 @@ class ConfigError(DirectorError, ValueError):
         return (self, *self.also)
 
 
-@schema(frozen=True, slots=True, config=SECTION)
+@section
 class Document(Section):
     """The whole file."""
 
@@ -65,7 +62,9 @@ class Document(Section):
     snat: SnatSettings | None = None
 
 
-DOCUMENT = TypeAdapter(Document)
+def read_document(data: object) -> Document:
+    """The file's plain data as its sections; Invalid with every fault found."""
+    return from_file(Document, data)
 
 
 @dataclass(frozen=True, slots=True)

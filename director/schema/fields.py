@@ -1,7 +1,8 @@
 """The value types of the configuration file: each one check, one reason, one JSON Schema.
 
 A field reads ``port: Annotated[int, integer(1, 65535)]``: the :class:`Rule` validates
-(pydantic calls it in place of its own checks) and describes itself in JSON Schema.
+(:mod:`director.schema.sections_base` calls it; so does pydantic, for the admin API's
+bodies) and describes itself in JSON Schema.
 A value arrives as the text the file holds (``"80"``) or, from Python, as itself (``80``);
 both give the same result. A refusal is a :func:`problem`: the reason is shown as written,
 ``at`` points below the value (``("lower_threshold",)``), ``key`` says the line to name is
@@ -10,33 +11,30 @@ the key's.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
-from pydantic.fields import FieldInfo
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import ArgsKwargs, CoreSchema, PydanticCustomError, core_schema
+from director.core.model import canonical_address
+from director.schema.sections_base import Problem
 
-from director.core.model import canonical_address, shown
+if TYPE_CHECKING:  # pydantic is loaded by the admin API and `director schema` only
+    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
 
 Path = tuple[str | int, ...]
 Check = Callable[[Any], Any]
 
 
-def problem(reason: str, at: Path = (), key: bool = False) -> PydanticCustomError:
-    return PydanticCustomError("config", "{reason}", {"reason": reason, "at": at, "key": key})
+def problem(reason: str, at: Path = (), key: bool = False) -> Problem:
+    return Problem(reason, at, key)
 
 
-def below(exc: PydanticCustomError, *prefix: str | int) -> PydanticCustomError:
+def below(exc: Problem, *prefix: str | int) -> Problem:
     """``exc`` moved down to ``prefix`` (a field, an index) below where it is raised."""
-    ctx = exc.context or {}
-    at = (*prefix, *ctx.get("at", ()))
-    return problem(str(ctx.get("reason", exc.message())), at, bool(ctx.get("key")))
+    return exc.below(*prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +50,19 @@ class Rule:
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> CoreSchema:
-        return core_schema.no_info_plain_validator_function(self.check)
+        """For the admin API's bodies (pydantic): a refusal in pydantic's own terms."""
+        from pydantic_core import PydanticCustomError, core_schema
+
+        check = self.check
+
+        def validate(value: object) -> Any:
+            try:
+                return check(value)
+            except Problem as exc:
+                context = {"reason": exc.reason, "at": exc.at, "key": exc.key}
+                raise PydanticCustomError("config", "{reason}", context) from None
+
+        return core_schema.no_info_plain_validator_function(validate)
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
@@ -75,52 +85,6 @@ def items(value: object) -> list[Any]:
     if not isinstance(value, (list, tuple)):
         raise problem("must be a list")
     return list(value)
-
-
-@dataclass(frozen=True, slots=True)
-class Keys:
-    """The keys a mapping may hold, and those it must."""
-
-    every: frozenset[str]
-    required: frozenset[str]
-
-    @classmethod
-    def of(cls, allowed: Mapping[str, bool]) -> Keys:
-        return cls(frozenset(allowed), frozenset(k for k, needed in allowed.items() if needed))
-
-
-def check_keys(data: object, keys: Keys) -> dict[str, Any]:
-    """A mapping whose keys are all allowed, with every required one."""
-    if isinstance(data, dict) and data.keys() <= keys.every and keys.required <= data.keys():
-        return data
-    if not isinstance(data, dict):
-        raise problem("must be a mapping of keys to values")
-    for key in data:
-        if key not in keys.every:
-            label = key if key.isprintable() else shown(key)  # errors are one line
-            allowed = ", ".join(sorted(keys.every))
-            raise problem(f"unknown key (allowed: {allowed})", (label,), True)
-    raise problem(f"missing required key {min(keys.required - data.keys())!r}")
-
-
-@functools.cache
-def mapping_keys(cls: type) -> Keys:
-    """A dataclass's keys in the file (a Field's alias, or its name), and the required ones."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        info = f.default if isinstance(f.default, FieldInfo) else None
-        required = (
-            info.is_required()
-            if info is not None
-            else (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-        )
-        out[(info.alias if info is not None else None) or f.name] = required
-    return Keys.of(out)
-
-
-def keys_of(cls: type, data: object) -> object:
-    """The before-validator of every section: Python calls pass, file mappings are checked."""
-    return data if isinstance(data, ArgsKwargs) else check_keys(data, mapping_keys(cls))
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -229,11 +193,11 @@ def list_of(rule: Rule) -> Rule:
         values = value if isinstance(value, (list, tuple)) else items(value)
         try:
             return tuple([check(item) for item in values])
-        except PydanticCustomError:
+        except Problem:
             for index, item in enumerate(values):  # which item: the refusal names it
                 try:
                     check(item)
-                except PydanticCustomError as exc:
+                except Problem as exc:
                     raise below(exc, index) from None
             raise
 

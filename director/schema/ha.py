@@ -6,10 +6,6 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated
 
-from pydantic import model_validator
-from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
-
 from director.core.model import Family, plain_network
 from director.schema.fields import (
     ADDRESS,
@@ -17,10 +13,8 @@ from director.schema.fields import (
     FLAG,
     IFNAME,
     NAME_RE,
-    Keys,
     Rule,
     below,
-    check_keys,
     integer,
     list_of,
     matching,
@@ -28,7 +22,8 @@ from director.schema.fields import (
     scalar,
     seconds,
 )
-from director.schema.sections import SECTION, Section
+from director.schema.sections import Section
+from director.schema.sections_base import Keys, Problem, after, check_keys, section
 
 _GATEWAY_KEYS = Keys.of({"address": True, "interface": True})
 
@@ -46,7 +41,7 @@ def _gateway(value: object) -> tuple[str, int, str]:
         raise problem(f"{got!r} is not ADDRESS/PREFIX", ("address",)) from None
     try:
         name = IFNAME(fields["interface"])
-    except PydanticCustomError as exc:
+    except Problem as exc:
         raise below(exc, "interface") from None
     return str(iface.ip), iface.network.prefixlen, name
 
@@ -58,7 +53,7 @@ _GATEWAY = {
 }
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class ConntrackdSettings(Section):
     """``ha.conntrackd:``: run conntrackd in primary-backup beside keepalived, so full-NAT
     connections survive a failover (the IPVS sync daemon carries IPVS's connections, not
@@ -81,7 +76,7 @@ class ConntrackdSettings(Section):
     conntrackd: Annotated[str, FILE_PATH] = "/usr/sbin/conntrackd"
     """The conntrackd binary (keepalived's notify commands run it by this path)."""
 
-    @model_validator(mode="after")
+    @after
     def _family(self) -> ConntrackdSettings:
         if Family.of(self.peer) is not Family.of(self.source):
             raise problem("the peer must be of the source's address family", ("peer",))
@@ -90,7 +85,7 @@ class ConntrackdSettings(Section):
         return self
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class HaSettings(Section):
     """``ha:``: this director's half of a keepalived VRRP pair."""
 
@@ -166,7 +161,7 @@ class HaSettings(Section):
     """conntrackd beside keepalived (full NAT's connections kept across a failover); unset:
     full-NAT connections break when the VIPs move."""
 
-    @model_validator(mode="after")
+    @after
     def _peers(self) -> HaSettings:
         if self.sync_group is not None and not ipaddress.ip_address(self.sync_group).is_multicast:
             raise problem(

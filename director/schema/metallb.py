@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from director.core.pools import Announce, Pool
 from director.schema.bgp import COMMUNITY_RE
 from director.schema.fields import DNS_LABEL_RE
 from director.schema.pool_entries import PoolEntry
+from director.schema.sections_base import Invalid
 
 KINDS = ("IPAddressPool", "L2Advertisement", "BGPAdvertisement")
 
@@ -258,8 +258,8 @@ def _pool(
             k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()
         }
         PoolEntry(**fields).compile()
-    except ValidationError as exc:
-        notes.append(f"pool {name}: {exc.errors()[0]['msg']}; left out")
+    except Invalid as exc:
+        notes.append(f"pool {name}: {exc.faults[0].reason}; left out")
         return None
     except ValueError as exc:
         notes.append(f"pool {name}: {exc}; left out")

@@ -6,10 +6,6 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated
 
-from pydantic import model_validator
-from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
-
 from director.core.model import Forwarding, plain_network
 from director.core.ownership import Network
 from director.core.pools import (
@@ -38,7 +34,8 @@ from director.schema.fields import (
     problem,
     scalar,
 )
-from director.schema.sections import FORWARDING, SECTION, Section
+from director.schema.sections import FORWARDING, Section
+from director.schema.sections_base import Problem, after, section
 from director.schema.static import Refusal
 
 MAX_THRESHOLD = 2**31 - 1
@@ -67,7 +64,7 @@ def _label_map(value: object) -> tuple[tuple[str, str], ...]:
     for key, text in value.items():
         try:
             pairs.append((LABEL_KEY(key), LABEL_VALUE("" if text is None else text)))
-        except PydanticCustomError as exc:
+        except Problem as exc:
             raise below(exc, str(key)) from None
     return tuple(pairs)
 
@@ -75,7 +72,7 @@ def _label_map(value: object) -> tuple[tuple[str, str], ...]:
 LABEL_MAP = Rule(_label_map, {"type": "object", "additionalProperties": LABEL_VALUE.schema})
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class ExpressionEntry(Section):
     """One of a selector's ``match_expressions``."""
 
@@ -87,7 +84,7 @@ class ExpressionEntry(Section):
     values: Annotated[tuple[str, ...], list_of(LABEL_VALUE)] = ()
     """The values In and NotIn compare with (none for Exists and DoesNotExist)."""
 
-    @model_validator(mode="after")
+    @after
     def _values(self) -> ExpressionEntry:
         if self.operator in ("In", "NotIn") and not self.values:
             raise problem(f"{self.operator} needs at least one value", ("values",))
@@ -96,7 +93,7 @@ class ExpressionEntry(Section):
         return self
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class SelectorEntry(Section):
     """A label selector, as Kubernetes writes one (every part must hold)."""
 
@@ -111,7 +108,7 @@ class SelectorEntry(Section):
         )
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class AllocationEntry(Section):
     """A pool's ``allocate_to:``: which Services it gives addresses to, and before which
     pools (MetalLB's serviceAllocation)."""
@@ -132,7 +129,7 @@ class AllocationEntry(Section):
         )
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class PoolEntry(Section):
     """One of ``pools:``: addresses the director gives to LoadBalancer Services."""
 
@@ -211,7 +208,7 @@ def _marks(value: object) -> range:
     return range(low, high + 1)
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class OwnershipEntry(Section):
     """``ownership:``: what the director may create, change and delete in the kernel."""
 

@@ -8,11 +8,8 @@ holds the value types); the file's own objects (services, pools) are in
 from __future__ import annotations
 
 import socket
-from typing import Annotated, Any, NamedTuple
-
-from pydantic import ConfigDict, Field, model_validator
-from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
+from dataclasses import field
+from typing import Annotated, NamedTuple
 
 from director.core.checks import CheckSpec, parse_check
 from director.core.model import (
@@ -34,7 +31,6 @@ from director.schema.fields import (
     Rule,
     below,
     integer,
-    keys_of,
     list_of,
     matching,
     one_of,
@@ -42,12 +38,12 @@ from director.schema.fields import (
     scalar,
     seconds,
 )
+from director.schema.sections_base import Problem, after, section
 
 DEFAULT_CLASS = "lvs-director.io/ipvs"
 # A field's docstring is its description: in the JSON Schema, and in docs/configuration.md,
 # which is made from the schema (`make docs`). Read when the schema is printed
-# (config._FileSchema), not at every start (pydantic's use_attribute_docstrings).
-SECTION = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
+# (config.json_schema), not at every start.
 
 
 SCHEDULER = one_of(*KNOWN_SCHEDULERS)
@@ -60,15 +56,13 @@ WEIGHT = integer(0, MAX_WEIGHT)
 
 
 class Section:
-    """Checks a file mapping's keys against the dataclass's fields (Python calls pass)."""
+    """A section of the file (each is made by :func:`~director.schema.sections_base.section`:
+    its keys are checked against its fields, each field by its rule)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _keys(cls, data: Any) -> Any:
-        return keys_of(cls, data)
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class Defaults(Section):
     """``defaults:``: what a static service or real server does not say."""
 
@@ -93,7 +87,7 @@ def _vips(value: object, what: str = "nodeport_vip") -> tuple[str, ...]:
         at = (index,) if many else ()
         try:
             vip = ADDRESS(item)
-        except PydanticCustomError as exc:
+        except Problem as exc:
             raise below(exc, *at) from None
         if any(Family.of(v) is Family.of(vip) for v in vips):
             raise problem(f"at most one {what} per address family", at)
@@ -119,7 +113,7 @@ def _snat_addresses(value: object) -> tuple[str, ...]:
         at = (index,) if many else ()
         try:
             address = ADDRESS(item)
-        except PydanticCustomError as exc:
+        except Problem as exc:
             raise below(exc, *at) from None
         if address in out:
             raise problem(f"{address} is listed twice", at)
@@ -141,7 +135,7 @@ def _port_range(value: object) -> tuple[int, int]:
 _PORT_RANGE = {"type": "string", "pattern": r"^[0-9]{1,5}-[0-9]{1,5}$", "examples": ["20000-59999"]}
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class SnatSettings(Section):
     """``snat:``: the source address of full-NAT traffic (``forwarding: fullnat``)."""
 
@@ -162,7 +156,7 @@ class SnatSettings(Section):
     (director_conntrack_insert_failed)."""
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class KubeSettings(Section):
     """``kubernetes:``: which Services this director serves, and how."""
 
@@ -175,8 +169,8 @@ class KubeSettings(Section):
     """The spec.loadBalancerClass of the Services this director implements."""
     default_class: Annotated[bool, FLAG] = False  # also serve LoadBalancer Services with no class
     """Also serve LoadBalancer Services that name no class (the place MetalLB takes)."""
-    nodeport_vips: Annotated[tuple[str, ...], Rule(_vips, _ONE_OR_TWO)] = Field(
-        default=(), alias="nodeport_vip"
+    nodeport_vips: Annotated[tuple[str, ...], Rule(_vips, _ONE_OR_TWO)] = field(
+        default=(), metadata={"alias": "nodeport_vip"}
     )
     """An address, or one per family, on which every NodePort Service (and every LoadBalancer
     Service's node ports) is served at its node port, balanced over the nodes."""
@@ -190,8 +184,8 @@ class KubeSettings(Section):
     drain_timeout_seconds: Annotated[int, integer(0, 86400)] = 30
     """Longest wait, in seconds, for a removed real server's active connections; it stays at
     weight 0 meanwhile."""
-    identity: Annotated[str, TEXT] = Field(  # the host name if not given
-        default_factory=socket.gethostname, json_schema_extra={"default": None}
+    identity: Annotated[str, TEXT] = field(  # the host name if not given
+        default_factory=socket.gethostname, metadata={"json_schema_extra": {"default": None}}
     )
     """This director's name in the status Lease (default: the host name)."""
     lease_namespace: Annotated[str, DNS_LABEL] = "lvs-director"  # rbac.yaml grants leases here
@@ -209,7 +203,7 @@ class KubeSettings(Section):
     (and their metallb.universe.tf/ forms) where a Service has none of ours."""
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class ApiSettings(Section):
     """``api:``: the admin API and status page."""
 
@@ -234,7 +228,7 @@ class ApiSettings(Section):
     """What answers without the token: health (/healthz, /readyz), metrics, status_page (the
     status page's data, which holds the last error)."""
 
-    @model_validator(mode="after")
+    @after
     def _tls_pair(self) -> ApiSettings:
         if (self.tls_cert is None) != (self.tls_key is None):
             where = "tls_cert" if self.tls_cert is not None else "tls_key"
@@ -270,7 +264,7 @@ def _expect(value: object) -> tuple[int, int]:
     return Statuses(low, high)
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class HealthSettings(Section):
     """``health:``: active checks of every real server."""
 
@@ -303,7 +297,7 @@ class HealthSettings(Section):
     """When every real server of a service fails: keep them all (and say so loudly) or remove
     them."""
 
-    @model_validator(mode="after")
+    @after
     def _valid(self) -> HealthSettings:
         if self.timeout > self.interval:
             raise problem("the timeout must not exceed the interval", ("timeout",))

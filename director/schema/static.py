@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, NamedTuple
 
-from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
-
 from director.core.dests import Dests, packed_key, shared_attrs
 from director.core.model import (
     MAX_WEIGHT,
@@ -29,11 +26,9 @@ from director.schema.fields import (
     ADDRESS,
     NAME_RE,
     TEXT,
-    Keys,
     Path,
     Rule,
     below,
-    check_keys,
     digits,
     integer,
     list_of,
@@ -41,7 +36,8 @@ from director.schema.fields import (
     one_of,
     problem,
 )
-from director.schema.sections import FORWARDING, SCHEDULER, SECTION, WEIGHT, Defaults, Section
+from director.schema.sections import FORWARDING, SCHEDULER, WEIGHT, Defaults, Section
+from director.schema.sections_base import Keys, Problem, check_keys, section
 
 MAX_THRESHOLD = 2**31 - 1
 MAX_PORT = 65535
@@ -133,11 +129,11 @@ def _real_server_entry(data: object) -> RealServerEntry:
     fields = check_keys(data, _RS_KEYS)
     try:
         entry = RealServerEntry(**{key: _RS_CHECKS[key](value) for key, value in fields.items()})
-    except PydanticCustomError:
+    except Problem:
         for key, value in fields.items():  # which key: the refusal names it
             try:
                 _RS_CHECKS[key](value)
-            except PydanticCustomError as exc:
+            except Problem as exc:
                 raise below(exc, key) from None
         raise
     if entry.lower_threshold > entry.upper_threshold:
@@ -165,7 +161,7 @@ REAL_SERVER = Rule(
 )
 
 
-@dataclass(frozen=True, slots=True, config=SECTION)
+@section
 class ServiceEntry(Section):
     """One of ``services:``: an address, port and protocol, or a firewall mark."""
 

@@ -4,6 +4,8 @@ notes, and the kubeconfig's identity asked of the API server."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,23 @@ def test_check_json_says_what_was_checked_and_where_a_file_is_wrong(
     report = json.loads(capsys.readouterr().out)
     assert report["kubeconfig"] == {"file": str(kubeconfig), "valid": False}
     assert "invalid kubeconfig" in report["error"]["message"]
+
+
+def test_check_of_a_file_loads_no_validation_library() -> None:
+    """`director check` (and the start's ExecStartPre) reads the file with the sections'
+    own checks: a new process, as an operator runs it, ends without pydantic loaded, and
+    says the file is valid."""
+    script = (
+        "import sys; from director.cli import main as cli; "
+        f"code = cli.main(['check', '--offline', '--config', {EXAMPLE!r}]); "
+        "print('loaded:', ' '.join(sorted(sys.modules))); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ": valid (" in done.stdout
+    (listed,) = [line for line in done.stdout.splitlines() if line.startswith("loaded: ")]
+    packages = {name.split(".")[0] for name in listed.split()[1:]}
+    assert "director" in packages, "the module list was read"
+    assert packages.isdisjoint({"pydantic", "pydantic_core"}), sorted(packages)
