@@ -104,6 +104,15 @@ class Box:
     before: dict[str, str] | None = None
 
 
+EARLIER_DEPENDENCIES = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "typing_extensions.py",
+)
+
+
 def local_box(modules: list[Path], before: Path | None = None) -> Box:
     """Both contenders as installed on a box's own disk, on the guest's tmpfs: the ``modules``
     a start loaded (standard library and dependencies, with their compiled
@@ -143,6 +152,13 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
+        # What an earlier director loads that this one does not (0.4.7 and before: pydantic).
+        for name in EARLIER_DEPENDENCIES:
+            origin, copy = site / name, BOX / "before" / name
+            if origin.is_dir():
+                shutil.copytree(origin, copy)
+            elif origin.is_file():
+                shutil.copy2(origin, copy)
         earlier = {**env, "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
     return Box([str(BOX / "py" / "bin" / version), "-m", "director"], env, str(keepalived), earlier)
 
