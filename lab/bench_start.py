@@ -104,15 +104,6 @@ class Box:
     before: dict[str, str] | None = None
 
 
-EARLIER_DEPENDENCIES = (
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "typing_inspection",
-    "typing_extensions.py",
-)
-
-
 def local_box(modules: list[Path], before: Path | None = None) -> Box:
     """Both contenders as installed on a box's own disk, on the guest's tmpfs: the ``modules``
     a start loaded (standard library and dependencies, with their compiled
@@ -152,19 +143,18 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
-        # What an earlier director loads that this one does not (0.4.7 and before: pydantic).
-        for name in EARLIER_DEPENDENCIES:
-            origin, copy = site / name, BOX / "before" / name
-            if origin.is_dir():
-                shutil.copytree(origin, copy)
-            elif origin.is_file():
-                shutil.copy2(origin, copy)
         earlier = {**env, "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
     return Box([str(BOX / "py" / "bin" / version), "-m", "director"], env, str(keepalived), earlier)
 
 
 def start_once(
-    name: str, argv: list[str], services: int, log: Path, env: dict[str, str] | None = None
+    name: str,
+    argv: list[str],
+    services: int,
+    log: Path,
+    env: dict[str, str] | None = None,
+    *,
+    cwd: Path | None = None,
 ) -> dict[str, Any]:
     """Seconds from exec until the whole table is in a fresh namespace's kernel."""
     ns = Netns(f"start-{name}-{services}")
@@ -178,7 +168,7 @@ def start_once(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env={**os.environ, **(env or {})},
-            cwd=BOX if env else None,
+            cwd=cwd or (BOX if env else None),
         )
         try:
             seen = (0, 0)
@@ -213,13 +203,17 @@ def phases(log: Path) -> list[dict[str, float]]:
     return found
 
 
-def warm_up(services: int, workdir: Path) -> tuple[list[Path], float]:
+def warm_up(services: int, workdir: Path, code: Path | None = None) -> tuple[list[Path], float]:
     """One director start from the lab's root: the files of the modules a start loads (the
-    box is laid out with them), and its seconds on 9p."""
+    box is laid out with them), and its seconds on 9p. ``code``: a folder holding another
+    ``director`` package to start instead (an earlier one loads modules this one does not)."""
     director_file, _ = write_tables(services, workdir)
     loaded = workdir / "loaded.txt"
     argv = [sys.executable, "-c", WRAPPER, str(loaded), "run", "--config", str(director_file)]
-    seconds = start_once("director", argv, services, workdir / "warm-up.log")["seconds"]
+    env = None if code is None else {"PYTHONPATH": str(code)}
+    name = "director" if code is None else "before"
+    log = workdir / f"warm-up-{name}.log"
+    seconds = start_once(name, argv, services, log, env, cwd=code)["seconds"]
     return [Path(line) for line in loaded.read_text().splitlines()], seconds
 
 
@@ -320,6 +314,8 @@ def main() -> None:
         )
         if not args.from_9p:
             modules, seconds = warm_up(min(args.services), Path(tmp))
+            if args.before is not None:  # and what the earlier one loads (0.4.7: pydantic)
+                modules += warm_up(min(args.services), Path(tmp), args.before)[0]
             box = local_box(modules, args.before)
             print(
                 f"bench start: one start from the lab's root (9p) took {seconds:.1f} s and "

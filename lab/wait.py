@@ -46,8 +46,13 @@ class Clock:
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
     """SIGTERM to ``proc``'s process group (started with ``start_new_session``), SIGKILL if it
-    is still there after ``grace`` seconds; returns once it has exited."""
-    os.killpg(proc.pid, signal.SIGTERM)
+    is still there after ``grace`` seconds; returns once it has exited (at once if the whole
+    group is gone already)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        proc.wait()
+        return
     try:
         proc.wait(grace)
     except subprocess.TimeoutExpired:
