@@ -23,7 +23,15 @@ from director.core.model import (
 )
 from director.core.services import DestState, Op, OpKind, Stats
 from director.dataplane.flags import SVC_F_HASHED, SVC_F_PERSISTENT, config_bits, decode_flags
-from director.dataplane.interface import error_message
+from director.dataplane.netlink import (
+    GENL_VERSION,
+    I32,
+    NLM_F_REQUEST,
+    U16,
+    U32,
+    pack_nla,
+    parse_attrs,
+)
 
 # A real server's key as ``Dests`` packs it (director.core.dests), made from the kernel's
 # attributes without making text.
@@ -40,32 +48,11 @@ def wire_key(address: bytes, port: bytes, family: int) -> bytes:
     return address + port + _V6_BYTE
 
 
-# --- netlink ---------------------------------------------------------------------------
-NETLINK_GENERIC = 16
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x1
-NLM_F_ACK = 0x4
-NLM_F_DUMP = 0x300
-NLM_F_ACK_TLVS = 0x200
-NLMSGERR_ATTR_MSG = 1
-SOL_NETLINK = 270
-NETLINK_CAP_ACK = 10
-NETLINK_EXT_ACK = 11
-NLA_TYPE_MASK = 0x3FFF
-
-NLMSGHDR = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
-GENLMSGHDR = struct.Struct("=BBH")  # genlmsghdr: cmd, version, reserved
-NLA = struct.Struct("=HH")
-U16 = struct.Struct("=H")
-U32 = struct.Struct("=I")
-I32 = struct.Struct("=i")
 _U64 = struct.Struct("=Q")
 BE16 = struct.Struct(">H")
 _FLAGS = struct.Struct("=II")
 
 # --- IPVS generic netlink (include/uapi/linux/ip_vs.h) ---------------------------------
-GENL_VERSION = 1
 CMD_NEW_SERVICE, CMD_SET_SERVICE, CMD_DEL_SERVICE, CMD_GET_SERVICE = 1, 2, 3, 4
 CMD_NEW_DEST, CMD_SET_DEST, CMD_DEL_DEST, CMD_GET_DEST = 5, 6, 7, 8
 CMD_GET_INFO = 15
@@ -88,15 +75,7 @@ OP_CMD = {
 }
 
 
-Wire = bytes | bytearray  # a datagram, or the receive buffer it is still in
-
-
 # --- encoding ---------------------------------------------------------------------------
-def pack_nla(kind: int, payload: bytes) -> bytes:
-    size = 4 + len(payload)
-    return NLA.pack(size, kind) + payload + b"\0" * (-size & 3)
-
-
 def _addr16(address: str) -> tuple[int, bytes]:
     if ":" in address:
         return socket.AF_INET6, socket.inet_pton(socket.AF_INET6, address)
@@ -193,19 +172,6 @@ def encode_op(op: Op) -> tuple[int, bytes]:
 
 
 # --- decoding ---------------------------------------------------------------------------
-def parse_attrs(data: Wire, start: int, end: int) -> dict[int, tuple[int, int]]:
-    """type -> (payload offset, payload length) for the attributes in data[start:end]."""
-    out: dict[int, tuple[int, int]] = {}
-    unpack = NLA.unpack_from
-    while start + 4 <= end:
-        size, kind = unpack(data, start)
-        if size < 4:
-            break
-        out[kind & NLA_TYPE_MASK] = (start + 4, size - 4)
-        start += (size + 3) & ~3
-    return out
-
-
 def u32(data: bytes, attrs: dict[int, tuple[int, int]], kind: int) -> int:
     where = attrs.get(kind)
     return U32.unpack_from(data, where[0])[0] if where else 0
@@ -287,54 +253,3 @@ def decode_dest(
         decode_stats64(data, a.get(DEST_STATS64)),
     )
     return rs, state
-
-
-# The generic netlink controller: which family id IPVS has on this kernel.
-GENL_ID_CTRL = 0x10
-CTRL_CMD_GETFAMILY = 3
-CTRL_ATTR_FAMILY_ID = 1
-CTRL_ATTR_FAMILY_NAME = 2
-IPVS_GENL_NAME = "IPVS"
-
-
-def family_request(seq: int, name: str = IPVS_GENL_NAME) -> bytes:
-    """CTRL_CMD_GETFAMILY for ``name``: the controller answers with the family's id."""
-    payload = pack_nla(CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0")
-    return (
-        NLMSGHDR.pack(20 + len(payload), GENL_ID_CTRL, NLM_F_REQUEST, seq, 0)
-        + GENLMSGHDR.pack(CTRL_CMD_GETFAMILY, GENL_VERSION, 0)
-        + payload
-    )
-
-
-def family_id(data: Wire, start: int, end: int) -> int:
-    """The family id in the controller's answer (``start``: its genl header)."""
-    off, _size = parse_attrs(data, start + 4, end)[CTRL_ATTR_FAMILY_ID]
-    return int(U16.unpack_from(data, off)[0])
-
-
-def split_messages(data: bytes) -> list[tuple[int, int, int, int, int]]:
-    """(type, flags, seq, payload start, end) for every netlink message in a datagram."""
-    out = []
-    offset = 0
-    while offset + 16 <= len(data):
-        size, kind, flags, seq, _pid = NLMSGHDR.unpack_from(data, offset)
-        if size < 16:
-            break
-        out.append((kind, flags, seq, offset + 16, offset + size))
-        offset += (size + 3) & ~3
-    return out
-
-
-def error_text(data: Wire, flags: int, start: int, end: int) -> str:
-    code = -I32.unpack_from(data, start)[0]
-    text = error_message(code)
-    if flags & NLM_F_ACK_TLVS:
-        inner_len = NLMSGHDR.unpack_from(data, start + 4)[0]
-        # With NETLINK_CAP_ACK the original request is echoed as its header only.
-        tlv_start = start + 4 + (16 if flags & 0x100 else inner_len)
-        attrs = parse_attrs(data, tlv_start, end)
-        if NLMSGERR_ATTR_MSG in attrs:
-            off, size = attrs[NLMSGERR_ATTR_MSG]
-            text += ": " + data[off : off + size].split(b"\0", 1)[0].decode(errors="replace")
-    return text

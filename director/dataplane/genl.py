@@ -9,7 +9,7 @@ import errno
 import socket
 from collections.abc import Iterator
 
-from director.dataplane.codec import (
+from director.dataplane.netlink import (
     GENL_VERSION,
     GENLMSGHDR,
     I32,

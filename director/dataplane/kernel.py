@@ -29,14 +29,8 @@ from director.dataplane.codec import (
     CMD_GET_DEST,
     CMD_GET_INFO,
     CMD_GET_SERVICE,
-    GENL_VERSION,
     HEAD,
-    NLA,
-    NLA_TYPE_MASK,
-    NLM_F_ACK,
-    NLM_F_REQUEST,
     OP_CMD,
-    U16,
     decode_dest,
     decode_service,
     decode_stats64,
@@ -44,8 +38,6 @@ from director.dataplane.codec import (
     encode_op,
     encode_service_key,
     pack_dest_message,
-    pack_nla,
-    parse_attrs,
 )
 from director.dataplane.genl import BATCH_BYTES, GenlSocket, open_socket
 from director.dataplane.interface import (
@@ -66,6 +58,16 @@ from director.dataplane.layouts import (
     service_layout,
 )
 from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
+from director.dataplane.netlink import (
+    GENL_VERSION,
+    NLA,
+    NLA_TYPE_MASK,
+    NLM_F_ACK,
+    NLM_F_REQUEST,
+    U16,
+    pack_nla,
+    parse_attrs,
+)
 from director.dataplane.netns import in_netns
 from director.logs import event
 

@@ -28,9 +28,6 @@ from director.dataplane.codec import (
     DEST_U_THRESH,
     DEST_WEIGHT,
     FORWARDING,
-    I32,
-    NLA,
-    NLA_TYPE_MASK,
     SVC_ADDR,
     SVC_AF,
     SVC_FLAGS,
@@ -41,17 +38,14 @@ from director.dataplane.codec import (
     SVC_SCHED_NAME,
     SVC_STATS64,
     SVC_TIMEOUT,
-    U16,
-    U32,
-    Wire,
     address_text,
     decode_stats64,
-    parse_attrs,
     service_config,
     u32,
     wire_key,
 )
 from director.dataplane.flags import SVC_F_HASHED, SVC_F_PERSISTENT
+from director.dataplane.netlink import I32, NLA, NLA_TYPE_MASK, U16, U32, Wire, parse_attrs
 
 # A real server's configuration in a GET_DEST reply: (attribute, payload format). The
 # kernel writes the same attributes, in the same order and sizes, for every real server.

@@ -10,7 +10,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from director.dataplane.codec import (
+from director.dataplane.interface import IpvsUnavailable
+from director.dataplane.netlink import (
     GENL_ID_CTRL,
     I32,
     NETLINK_GENERIC,
@@ -20,7 +21,6 @@ from director.dataplane.codec import (
     family_request,
     split_messages,
 )
-from director.dataplane.interface import IpvsUnavailable
 
 NOT_SCHEDULERS = frozenset({"ftp", "pe_sip"})  # ip_vs_* modules that are not schedulers
 

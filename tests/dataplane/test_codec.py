@@ -9,7 +9,6 @@ import struct
 
 import pytest
 from hypothesis import given, strategies as st
-from pyroute2.netlink import ctrlmsg
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
 from director.core.dests import packed_key
@@ -30,13 +29,11 @@ from director.dataplane.codec import (
     encode_op,
     encode_service_config,
     encode_service_key,
-    family_id,
-    family_request,
-    parse_attrs as _attrs,
     wire_key,
 )
 from director.dataplane.genl import RECV_BYTES, GenlSocket
 from director.dataplane.kernel import KernelIpvs
+from director.dataplane.netlink import parse_attrs as _attrs
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -46,28 +43,6 @@ def pyroute2_decode(cmd: int, payload: bytes) -> ipvsmsg:
     msg = ipvsmsg(raw + payload)
     msg.decode()
     return msg
-
-
-def test_the_ipvs_family_lookup_reads_as_pyroute2_writes_and_reads_it() -> None:
-    """The one request that finds IPVS's family id (no netlink library at run time): the
-    question decodes in pyroute2 as CTRL_CMD_GETFAMILY for "IPVS", and the id is read out
-    of an answer pyroute2 encoded, as the controller sends it."""
-    asked = ctrlmsg(family_request(7))
-    asked.decode()
-    assert (asked["header"]["type"], asked["header"]["sequence_number"]) == (0x10, 7)
-    assert asked["cmd"] == 3 and asked.get_attr("CTRL_ATTR_FAMILY_NAME") == "IPVS"
-    answer = ctrlmsg()
-    answer["cmd"] = 1  # CTRL_CMD_NEWFAMILY
-    answer["version"] = 2
-    answer["attrs"] = [
-        ("CTRL_ATTR_FAMILY_NAME", "IPVS"),
-        ("CTRL_ATTR_FAMILY_ID", 0x23),
-        ("CTRL_ATTR_VERSION", 1),
-        ("CTRL_ATTR_HDRSIZE", 0),
-    ]
-    answer.encode()
-    data = bytes(answer.data)
-    assert family_id(data, 16, len(data)) == 0x23
 
 
 def test_a_service_add_decodes_identically_in_pyroute2() -> None:
