@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING
 
 from director import logs
 from director.cli.plans import EXIT_FATAL, open_ipvs
-from director.cli.startup import STARTUP
+from director.cli.startup import REPLAY, STARTUP
 from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
     from director.cli.runtime import Runtime
+    from director.core.services import Table
+    from director.dataplane.kernel import KernelIpvs
+    from director.schema.config import Settings
     from director.schema.reparse import Reparser
 
 _log = logging.getLogger("director.cli")
@@ -35,6 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from director.schema.reparse import Reparser
 
     STARTUP.mark("imports")
+    if REPLAY:  # what the command's first moments did with a kept table (director.cli.boot)
+        logs.event(_log, "startup.replay", fields=REPLAY)
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
     cache = _config_cache(args.config_cache)
     settings = config_reader.load(args.config, cache)
@@ -74,8 +79,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_fatal=lambda _reason: wake.ask(asked, "stop"),
         )
         STARTUP.mark("start")
+        keep_table = _table_keeper(
+            runtime, settings, ipvs, config_reader, None if args.dry_run else cache
+        )
         runtime.hooks.on_ready = _timed_ready(
-            runtime, runtime.hooks.on_ready, _keeper(config_reader, cache)
+            runtime, runtime.hooks.on_ready, _keeper(config_reader, cache, keep_table)
         )
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
@@ -138,9 +146,11 @@ def _config_cache(given: str | None) -> Path | None:
     return Path(given) if given else None
 
 
-def _keeper(reader: Reparser, cache: Path | None) -> Callable[[], None]:
+def _keeper(
+    reader: Reparser, cache: Path | None, then: Callable[[], None] = lambda: None
+) -> Callable[[], None]:
     """What keeps the file's parse for the next start: a write on a thread of its own (the
-    loop and the reload go on meanwhile); nothing without a cache."""
+    loop and the reload go on meanwhile); nothing without a cache. And ``then``."""
     import threading
 
     def keep() -> None:
@@ -148,8 +158,73 @@ def _keeper(reader: Reparser, cache: Path | None) -> Callable[[], None]:
             threading.Thread(
                 target=reader.save, args=(cache,), name="config-cache", daemon=True
             ).start()
+        then()
 
     return keep
+
+
+def _table_keeper(
+    runtime: Runtime, settings: Settings, ipvs: object, reader: Reparser, cache: Path | None
+) -> Callable[[], None]:
+    """What keeps a static box's table for its next start's replay (``table.cache`` beside
+    the parse's, :mod:`director.dataplane.replay`): once the first sync is applied, the
+    static services as programmed then, planned from an empty kernel and encoded on a thread
+    of its own; nothing when the cache already holds this file's. Not kept: a box with the
+    cluster's Services or the API's intents (its table is not the file's alone), a full-NAT
+    service (its SNAT rule must be in force first), a shadow (it writes nothing), no cache."""
+    import threading
+
+    from director.dataplane.kernel import KernelIpvs
+    from director.engine.view import STATIC
+
+    static_box = settings.kubernetes is None and settings.api is None
+    if cache is None or not static_box or not isinstance(ipvs, KernelIpvs):
+        return lambda: None
+
+    def keep() -> None:  # the loop's thread: the table as the first sync left it
+        table = runtime.controller.table
+        wanted = {
+            key: vs
+            for key, vs in table.desired.items()
+            if table.owner.get(key) == STATIC and key not in settings.static_snat
+        }
+        key = reader.last_key()
+        if key is not None:
+            threading.Thread(
+                target=_keep_table,
+                args=(ipvs, settings, wanted, key, cache),
+                name="table-cache",
+                daemon=True,
+            ).start()
+
+    return keep
+
+
+def _keep_table(ipvs: KernelIpvs, settings: Settings, wanted: Table, key: str, cache: Path) -> None:
+    import time
+
+    from director.core.plan import build_plan
+    from director.dataplane import replay
+
+    path = replay.path_beside(str(cache))
+    if replay.stored_key(path) == key:
+        return  # kept already, by a start with this very file and code
+    started = time.monotonic()
+    try:
+        batches = ipvs.encoded(build_plan(wanted, {}, settings.ownership).ops)
+        replay.store(path, key, ipvs.family, batches, len(wanted))
+    except OSError as exc:
+        logs.event(_log, "table.not_kept", level=logging.WARNING, path=path, reason=str(exc))
+        return
+    logs.event(
+        _log,
+        "table.kept",
+        path=path,
+        services=len(wanted),
+        ops=sum(count for _, _, count in batches),
+        bytes=sum(len(data) for data, _, _ in batches),
+        seconds=f"{time.monotonic() - started:.3f}",
+    )
 
 
 def _timed_ready(

@@ -55,3 +55,6 @@ class Startup:
 
 
 STARTUP = Startup()
+# What ``director run``'s first moments did with a static box's kept table
+# (director.cli.boot): logged as ``event=startup.replay`` once logging is up.
+REPLAY: dict[str, object] = {}

@@ -16,8 +16,9 @@ import errno
 import functools
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Container, Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any, Protocol, TypeVar
 
 from director.core.counters import SERVICE_COUNTERS, Counters
 from director.core.dests import Dests
@@ -295,71 +296,30 @@ class KernelIpvs:
         return frozenset(offered)
 
     # -- writing -----------------------------------------------------------------------
+    def encoded(self, ops: Sequence[Op]) -> list[tuple[bytes, int, int]]:
+        """``ops`` as the datagrams ``apply`` sends them, numbered from 1, not sent: (datagram,
+        first sequence number, messages). A static box keeps its table so for its next start
+        (``director.dataplane.replay``). Ops the kernel would refuse before any is sent (a
+        scheduler it does not offer) are left out."""
+        skip = scheduler_refusals(ops, self._usable_schedulers(ops))
+        numbering = SimpleNamespace(seq=0)
+        return [
+            (batch, first, len(indices))
+            for batch, indices, first in encoded_batches(ops, skip, self.family, numbering)
+        ]
+
     @_serialised
     def apply(self, ops: Sequence[Op]) -> ApplyResult:
         if not ops:
             return ApplyResult()
         errors: dict[int, OpError] = scheduler_refusals(ops, self._usable_schedulers(ops))
-        # The hot loop of a full sync (110,000 operations at 10,000 services): one struct
-        # pack per real-server message, header and attributes together.
-        key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
-        parts: list[bytes] = []
-        indices: list[int] = []  # positions in ops of the batch's messages, in seq order
-        size_now = 0
         sends = 0
-        genl, family = self._genl, self.family
-        head_pack = HEAD.pack
-        last_key: ServiceKey | None = None
-        nested = b""
-
-        def flush() -> None:
-            nonlocal parts, indices, size_now, sends
-            if not parts:
-                return
-            batch = bytearray(b"".join(parts))
-            # Only the batch's last request asks for an ack; failures are always answered.
-            last = len(batch) - len(parts[-1])
-            batch[last + 6 : last + 8] = U16.pack(NLM_F_REQUEST | NLM_F_ACK)
-            first_seq = (genl.seq - len(indices) + 1) & 0xFFFFFFFF
-            for position, code, text in genl.batch_errors(bytes(batch), first_seq, len(indices)):
+        genl = self._genl
+        for batch, indices, first_seq in encoded_batches(ops, errors, self.family, genl):
+            for position, code, text in genl.batch_errors(batch, first_seq, len(indices)):
                 index = indices[position]
                 errors[index] = OpError(ops[index], errno_name(code), text)
             sends += 1
-            parts, indices, size_now = [], [], 0
-
-        for index, op in enumerate(ops):
-            if index in errors:
-                continue
-            rs = op.dest
-            if rs is not None:
-                if op.key is not last_key:  # a service's ops come together
-                    last_key = op.key
-                    cached = key_cache.get(last_key)
-                    if cached is None:
-                        cached = key_cache[last_key] = pack_nla(
-                            CMD_ATTR_SERVICE, encode_service_key(last_key)
-                        )
-                    nested = cached
-                layout = dest_message_layout(len(nested), op.kind is not OpKind.DEL_DEST)
-                if size_now + layout.size > BATCH_BYTES:
-                    flush()
-                seq = genl.seq = (genl.seq + 1) & 0xFFFFFFFF
-                message = pack_dest_message(layout, family, seq, OP_CMD[op.kind], nested, rs=rs)
-            else:
-                cmd, payload = encode_op(op)
-                if size_now + 20 + len(payload) > BATCH_BYTES:
-                    flush()
-                seq = genl.next_seq()
-                message = (
-                    head_pack(
-                        20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0
-                    )
-                    + payload
-                )
-            parts.append(message)
-            indices.append(index)
-            size_now += len(message)
-        flush()
         ordered = tuple(errors[i] for i in sorted(errors))
         for failure in ordered:
             event(
@@ -371,3 +331,68 @@ class KernelIpvs:
                 origin=failure.op.origin or "-",
             )
         return ApplyResult(len(ops), ordered, sends, frozenset(errors))
+
+
+class Numbering(Protocol):
+    """Where a batch's messages take their sequence numbers: the last one used."""
+
+    seq: int
+
+
+def encoded_batches(
+    ops: Sequence[Op], skip: Container[int], family: int, numbering: Numbering
+) -> Iterator[tuple[bytes, list[int], int]]:
+    """``ops`` (but those at ``skip``) as datagrams of at most BATCH_BYTES: (the datagram,
+    the positions in ``ops`` of its messages, the first one's sequence number). Each message
+    takes the next number of ``numbering``; only a datagram's last message asks for an ack
+    (failures are always answered). The hot loop of a full sync (110,000 operations at
+    10,000 services): one struct pack per real-server message, header and attributes
+    together."""
+    key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
+    parts: list[bytes] = []
+    indices: list[int] = []  # positions in ops of the batch's messages, in seq order
+    size_now = 0
+    head_pack = HEAD.pack
+    last_key: ServiceKey | None = None
+    nested = b""
+
+    def batch() -> tuple[bytes, list[int], int]:
+        data = bytearray(b"".join(parts))
+        last = len(data) - len(parts[-1])
+        data[last + 6 : last + 8] = U16.pack(NLM_F_REQUEST | NLM_F_ACK)
+        return bytes(data), indices, (numbering.seq - len(indices) + 1) & 0xFFFFFFFF
+
+    for index, op in enumerate(ops):
+        if index in skip:
+            continue
+        rs = op.dest
+        if rs is not None:
+            if op.key is not last_key:  # a service's ops come together
+                last_key = op.key
+                cached = key_cache.get(last_key)
+                if cached is None:
+                    cached = key_cache[last_key] = pack_nla(
+                        CMD_ATTR_SERVICE, encode_service_key(last_key)
+                    )
+                nested = cached
+            layout = dest_message_layout(len(nested), op.kind is not OpKind.DEL_DEST)
+            if parts and size_now + layout.size > BATCH_BYTES:
+                yield batch()
+                parts, indices, size_now = [], [], 0
+            seq = numbering.seq = (numbering.seq + 1) & 0xFFFFFFFF
+            message = pack_dest_message(layout, family, seq, OP_CMD[op.kind], nested, rs=rs)
+        else:
+            cmd, payload = encode_op(op)
+            if parts and size_now + 20 + len(payload) > BATCH_BYTES:
+                yield batch()
+                parts, indices, size_now = [], [], 0
+            seq = numbering.seq = (numbering.seq + 1) & 0xFFFFFFFF
+            message = (
+                head_pack(20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0)
+                + payload
+            )
+        parts.append(message)
+        indices.append(index)
+        size_now += len(message)
+    if parts:
+        yield batch()

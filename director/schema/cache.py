@@ -20,50 +20,26 @@ unpickled from a file written for another key (another release's, say).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import pickle
-import sys
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from director import __version__
 from director.logs import event
 from director.schema.config import Settings
+from director.schema.stamp import FORMAT, default_cache, key_of
+
+__all__ = ["default_path", "key_of", "load", "store"]
 
 log = logging.getLogger("director.config")
-FORMAT = "director-config-cache-1"  # changed when what is pickled changes shape
-FILE_NAME = "config.cache"
-_CODE = Path(__file__).resolve().parent.parent  # the director package
-
-
-@lru_cache(maxsize=1)
-def code_stamp() -> str:
-    """The director's code as it is on disk now: every module's path, size and mtime."""
-    digest = hashlib.sha256(f"{__version__} {sys.version} {sys.implementation.name}".encode())
-    for path in sorted(_CODE.rglob("*.py")):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(_CODE)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def key_of(raw: bytes, source: str) -> str:
-    """What a parse of ``raw`` (the file named ``source``) depended on, as one digest."""
-    digest = hashlib.sha256(FORMAT.encode())
-    for part in (source, os.getcwd(), code_stamp()):
-        digest.update(part.encode() + b"\0")
-    digest.update(raw)
-    return digest.hexdigest()
 
 
 def default_path() -> Path | None:
-    """The cache in systemd's state directory for the unit (``StateDirectory=``: the
-    environment's ``STATE_DIRECTORY``), or no cache outside such a unit."""
-    state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    return Path(state) / FILE_NAME if state else None
+    """The cache in systemd's state directory for the unit, or no cache outside such a unit."""
+    found = default_cache()
+    return Path(found) if found is not None else None
 
 
 def load(path: Path, key: str) -> tuple[Settings, Any] | None:

@@ -138,6 +138,12 @@ class Reparser:
         self._last = (key, settings)
         return settings
 
+    def last_key(self) -> str | None:
+        """The cache key of the file the last load read whole and well (None: not known,
+        as when no cache was named)."""
+        with self._lock:
+            return self._last[0] if self._last is not None else None
+
     def save(self, cache: Path) -> bool:
         """Keep what the last load made of its file in ``cache`` (nothing to do when the
         cache already holds it); False when it could not be written."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from director.schema import cache as config_cache
+from director.schema import cache as config_cache, stamp
 from director.schema.config import ConfigError
 from director.schema.reparse import Reparser
 
@@ -96,7 +96,7 @@ def test_anything_changed_or_damaged_and_the_file_is_parsed_as_ever(
     elif change == "made invalid":
         path.write_text(services(20).replace("port: 80\n", "port: 80000\n", 1))
     elif change == "the code":
-        monkeypatch.setattr(config_cache, "code_stamp", lambda: "an upgraded director")
+        monkeypatch.setattr(stamp, "code_stamp", lambda: "an upgraded director")
     elif change == "the name":
         moved = path.with_name("other.yaml")
         path.rename(moved)

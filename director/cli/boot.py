@@ -1,0 +1,65 @@
+"""The ``director`` command's first moments. For ``director run`` of a static box, its table
+back in the kernel before the rest of the director loads (:mod:`director.dataplane.replay`);
+then the command itself (:mod:`director.cli.main`).
+
+Only what the replay needs is loaded here, and only the arguments it needs are read (the
+command's own parser reads them all again, and refuses what it refuses): ``--config``,
+``--config-cache`` (or systemd's state directory), ``--netns``; ``--dry-run`` writes nothing,
+so it replays nothing. What the replay did is logged once logging is up
+(``event=startup.replay``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from director.cli import startup
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["run"]:
+        startup.REPLAY.update(replay_for(args[1:]))
+        startup.STARTUP.mark("replay")
+    from director.cli.main import main as command
+
+    return command(argv)
+
+
+def replay_for(args: Sequence[str]) -> dict[str, object]:
+    """The replay ``director run ARGS`` asks for, done (or why not)."""
+    given = _options(args, ("--config", "--config-cache", "--netns"))
+    if "--dry-run" in args or "-h" in args or "--help" in args:
+        return {"replayed": False, "reason": "not asked (--dry-run or --help)"}
+    from director.schema.stamp import default_cache
+
+    config, cache = given.get("--config"), given.get("--config-cache", default_cache())
+    if not config or not cache:
+        return {"replayed": False, "reason": "no file, or no cache (--config-cache '')"}
+    from director.dataplane import replay
+
+    table = replay.path_beside(cache)
+    key = replay.stored_key(table)
+    if key is None:
+        return {"replayed": False, "reason": "none kept yet"}
+    from director.schema.stamp import key_of
+
+    try:
+        with open(config, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        return {"replayed": False, "reason": f"the file: {exc.strerror or exc}"}
+    return replay.replay(table, key_of(raw, config), given.get("--netns"))
+
+
+def _options(args: Sequence[str], names: tuple[str, ...]) -> dict[str, str]:
+    """``--name VALUE`` and ``--name=VALUE`` of ``names`` (the last one given wins)."""
+    found: dict[str, str] = {}
+    for position, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name in names:
+            if equals:
+                found[name] = value
+            elif position + 1 < len(args):
+                found[name] = args[position + 1]
+    return found

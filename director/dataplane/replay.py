@@ -1,0 +1,159 @@
+"""A static box's table back in the kernel within a second of ``director run``'s exec.
+
+Once a static box serves, the director keeps its table as the very datagrams that build it
+from nothing (``table.cache``, beside the parse's ``config.cache``), under the key of the
+file and the code that made it. At the next start, before the rest of the director is even
+loaded, those datagrams are sent as they are, if and only if:
+
+- the cache's key is this file's and this code's (the caller computes it);
+- the kernel numbers IPVS's generic netlink family as it did (the datagrams carry it);
+- the kernel holds no virtual service at all: a replay only ever adds to an empty table (a
+  restart after a crash, or anything someone else programmed, is left to the first sync).
+
+The director then starts as ever: it reads the kernel back, finds its table there, and the
+first sync sends nothing; whatever the replay did not do (a message the kernel refused, a
+health verdict since), the first sync does. Nothing here can remove anything.
+
+Light: ``os``, ``socket`` and ``struct`` (through :mod:`director.dataplane.genl`), so that the
+kernel has the table before Python has loaded the engine, the schema and the adapters:
+under emulation most of a start (see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from director.dataplane.genl import GenlSocket, open_socket
+from director.dataplane.netlink import (
+    CTRL_ATTR_FAMILY_NAME,
+    CTRL_CMD_GETFAMILY,
+    GENL_ID_CTRL,
+    IPVS_GENL_NAME,
+    family_id,
+    pack_nla,
+)
+
+FORMAT = b"director-table-cache-1"
+FILE_NAME = "table.cache"
+GET_SERVICE = 4  # IPVS_CMD_GET_SERVICE (director.dataplane.codec.CMD_GET_SERVICE)
+
+Batch = tuple[bytes, int, int]  # (datagram, first sequence number, messages)
+
+
+def path_beside(config_cache: str) -> str:
+    """The table's cache beside the parse's."""
+    return os.path.join(os.path.dirname(config_cache), FILE_NAME)
+
+
+def stored_key(path: str) -> str | None:
+    """The key the cache at ``path`` was kept under (None: no cache, or not this format)."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.readline().rstrip(b"\n") != FORMAT:
+                return None
+            return handle.readline().rstrip(b"\n").decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def store(path: str, key: str, family: int, batches: list[Batch], services: int) -> None:
+    """Keep ``batches`` (their family's id, and how many services they make) under ``key``:
+    written whole to a new file and renamed into place, readable by its owner only. OSError
+    if it cannot be."""
+    ops = sum(count for _, _, count in batches)
+    index = ",".join(f"{len(data)}:{first}:{count}" for data, first, count in batches)
+    temporary = f"{path}.{os.getpid()}"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(b"%s\n%s\n" % (FORMAT, key.encode()))
+            handle.write(f"{family} {services} {ops}\n{index}\n".encode())
+            for data, _, _ in batches:
+                handle.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
+    """Send the table kept at ``path`` if it was kept under ``key`` and the kernel's table is
+    empty. What happened: ``{"replayed": True, services, ops, refused, seconds}``, or
+    ``{"replayed": False, "reason": ...}``; never raises for the kernel's or the file's sake."""
+    started = time.monotonic()
+    try:
+        with open(path, "rb") as handle:
+            if handle.readline().rstrip(b"\n") != FORMAT:
+                return _skipped("the cache is not of this format")
+            if handle.readline().rstrip(b"\n").decode() != key:
+                return _skipped("the file or the code changed since it was kept")
+            family, services, ops = (int(part) for part in handle.readline().split())
+            index = [
+                tuple(int(part) for part in entry.split(b":"))
+                for entry in handle.readline().rstrip(b"\n").split(b",")
+                if entry
+            ]
+            data = handle.read()
+    except FileNotFoundError:
+        return _skipped("none kept yet")
+    except (OSError, ValueError) as exc:
+        return _skipped(f"unreadable: {exc}")
+    if sum(size for size, _, _ in index) != len(data):
+        return _skipped("cut short")
+    try:
+        refused = _send(data, index, family, netns)
+    except OSError as exc:
+        return _skipped(f"the kernel: {exc.strerror or exc}")
+    except _Declined as exc:
+        return _skipped(str(exc))
+    seconds = round(time.monotonic() - started, 3)
+    return {
+        "replayed": True,
+        "services": services,
+        "ops": ops,
+        "refused": refused,
+        "seconds": seconds,
+    }
+
+
+class _Declined(Exception):
+    pass
+
+
+def _skipped(reason: str) -> dict[str, object]:
+    return {"replayed": False, "reason": reason}
+
+
+def _send(data: bytes, index: list[tuple[int, ...]], family: int, netns: str | None) -> int:
+    """The datagrams sent, in order, on a socket of ``netns``; how many messages the kernel
+    refused. _Declined if the kernel is not as the cache needs it."""
+    if netns is None:
+        sock = open_socket()
+    else:
+        from director.dataplane.netns import in_netns
+
+        sock = in_netns(netns, open_socket)
+    try:
+        control = GenlSocket(sock, GENL_ID_CTRL)
+        name = pack_nla(CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME.encode() + b"\0")
+        answers = control.request(CTRL_CMD_GETFAMILY, name)  # loads ip_vs if need be
+        if not answers:
+            raise _Declined("the kernel did not say which family IPVS is")
+        answer, start, end = answers[0]
+        if family_id(answer, start - 4, end) != family:
+            raise _Declined("the kernel numbers IPVS's netlink family differently now")
+        genl = GenlSocket(sock, family)
+        if next(genl.messages(GET_SERVICE, b""), None) is not None:
+            raise _Declined("the kernel holds virtual services already")
+        refused = 0
+        offset = 0
+        for size, first, count in index:
+            chunk = data[offset : offset + size]
+            offset += size
+            refused += sum(1 for _ in genl.batch_errors(chunk, first, count))
+        return refused
+    finally:
+        sock.close()

@@ -1,0 +1,191 @@
+"""A static box's restart on a real kernel: its table back from the kept datagrams before the
+director has loaded (the replay), then a first sync that finds nothing to do; and every case
+where the replay must not add a thing (a table there already, the file changed, a full-NAT
+service)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from director.cli import main as cli
+from director.dataplane.kernel import KernelIpvs
+from lab.netns import Netns
+from lab.wait import eventually, stop_group
+
+pytestmark = pytest.mark.kernel
+
+SERVICES = 40
+
+
+def config_text(services: int = SERVICES) -> str:
+    """IPv4 and IPv6 services, a firewall mark, UDP and persistence: every shape a
+    datagram can have."""
+    lines = ["ownership: {networks: [198.51.100.0/24, '2001:db8:100::/64']}", "services:"]
+    for i in range(services):
+        lines.append(
+            f"  - {{name: s{i}, address: 198.51.100.{i + 1}, port: 80, scheduler: wlc,"
+            f" real_servers: [192.0.2.{i + 1}:8080, 192.0.2.{i + 101}:8080]}}"
+        )
+    lines += [
+        "  - {name: six, address: '2001:db8:100::1', port: 443, scheduler: sh,"
+        " flags: [sh-port], real_servers: ['[2001:db8:200::1]:443']}",
+        "  - {name: dns, address: 198.51.100.200, port: 53, protocol: udp, persistence: 60,"
+        " real_servers: [192.0.2.250:53]}",
+        "  - {name: marked, fwmark: 7, scheduler: rr, real_servers: [192.0.2.251:0]}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class Start:
+    """``python -m director run`` in a namespace (a new one, or ``ns``), as systemd starts it."""
+
+    def __init__(self, tmp: Path, name: str, ns: Netns | None = None) -> None:
+        self.tmp, self.owned = tmp, ns is None
+        self.ns = ns or Netns(name)
+        self.ns.ip("link set lo up")
+        self.log = tmp / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> None:
+        argv = [sys.executable, "-m", "director", "run", "--config", str(self.tmp / "d.yaml")]
+        argv += ["--netns", self.ns.name, "--config-cache", str(self.tmp / "config.cache")]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def said(self, event: str) -> str:
+        lines = [line for line in self.text().splitlines() if f"event={event}" in line]
+        return lines[-1] if lines else ""
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, event: str, timeout: float = 120.0) -> str:
+        return eventually(lambda: self.said(event), timeout, f"{event} in {self.log}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            assert self.proc.wait(60) == 0, self.text()[-3000:]
+            self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None:
+            stop_group(self.proc)
+        if self.owned:
+            self.ns.close()
+
+
+@pytest.fixture
+def starts(tmp_path: Path) -> Iterator[list[Start]]:
+    (tmp_path / "d.yaml").write_text(config_text())
+    made: list[Start] = []
+    try:
+        yield made
+    finally:
+        for start in made:
+            start.close()
+
+
+def table(ns: str) -> dict[str, list[str]]:
+    with KernelIpvs(netns=ns) as ipvs:
+        held = ipvs.read()
+    return {str(key): sorted(str(d) for d in vs.real_servers) for key, vs in held.services.items()}
+
+
+def no_changes(config: Path, ns: str, capsys: pytest.CaptureFixture[str]) -> bool:
+    assert cli.main(["plan", "--config", str(config), "--netns", ns]) == 0
+    return "No changes: the kernel matches the configuration." in capsys.readouterr().out
+
+
+def test_a_restart_finds_its_table_in_the_kernel_before_the_director_has_loaded(
+    tmp_path: Path, starts: list[Start], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = Start(tmp_path, "replay-first")
+    starts.append(first)
+    first.run()
+    kept = first.wait_for("table.kept")
+    assert f"services={SERVICES + 3}" in kept, kept
+    assert "replayed=False" in first.said("startup.replay")  # nothing kept before it
+    built = table(first.ns.name)
+    first.stop()
+
+    # A reboot: the kernel's table is empty, the state directory is not.
+    second = Start(tmp_path, "replay-second")
+    starts.append(second)
+    second.run()
+    said = second.wait_for("startup.timing")
+    replayed = second.said("startup.replay")
+    assert f"replayed=True services={SERVICES + 3}" in replayed and "refused=0" in replayed
+    assert "event=sync.first" not in second.text(), "the first sync found its table there"
+    assert table(second.ns.name) == built
+    assert no_changes(tmp_path / "d.yaml", second.ns.name, capsys)
+    phases = dict(part.split("=", 1) for part in said.split() if "=" in part)
+    assert float(phases["replay"]) < float(phases["total"])
+    assert "event=table.kept" not in second.text(), "kept already: not written again"
+    second.stop()
+
+    # A restart without a reboot: the kernel holds the table, so the replay adds nothing.
+    third = Start(tmp_path, "replay-third", ns=second.ns)
+    starts.append(third)
+    third.run()
+    third.wait_for("startup.timing")
+    assert "the kernel holds virtual services already" in third.said("startup.replay")
+    third.stop()
+
+
+def test_a_changed_file_or_a_foreign_service_stops_the_replay(
+    tmp_path: Path, starts: list[Start]
+) -> None:
+    first = Start(tmp_path, "replay-keep")
+    starts.append(first)
+    first.run()
+    first.wait_for("table.kept")
+    first.stop()
+
+    foreign = Start(tmp_path, "replay-foreign")
+    starts.append(foreign)
+    foreign.ns.exec(["ipvsadm", "-A", "-t", "203.0.113.9:80", "-s", "rr"])
+    foreign.run()
+    foreign.wait_for("startup.timing")
+    assert "the kernel holds virtual services already" in foreign.said("startup.replay")
+    assert "203.0.113.9" in " ".join(table(foreign.ns.name)), "the foreign service is left"
+    foreign.stop()
+
+    (tmp_path / "d.yaml").write_text(config_text(SERVICES - 1))
+    changed = Start(tmp_path, "replay-changed")
+    starts.append(changed)
+    changed.run()
+    changed.wait_for("startup.timing")
+    assert "the file or the code changed" in changed.said("startup.replay")
+    assert len(table(changed.ns.name)) == SERVICES + 2  # the first sync built it
+    changed.stop()
+
+
+def test_full_nat_services_are_never_replayed(tmp_path: Path, starts: list[Start]) -> None:
+    """Their SNAT rule must be in force before they are: the first sync puts them in."""
+    (tmp_path / "d.yaml").write_text(
+        config_text(2) + "  - {name: fn, address: 198.51.100.99, port: 80, forwarding: fullnat,"
+        " real_servers: [192.0.2.99:8080]}\n"
+        "snat: {addresses: [192.0.2.254]}\n"
+    )
+    first = Start(tmp_path, "replay-fn1")
+    starts.append(first)
+    first.run()
+    assert "services=5" in first.wait_for("table.kept")  # 2 + 3, not the full-NAT one
+    first.stop()
+    second = Start(tmp_path, "replay-fn2")
+    starts.append(second)
+    second.run()
+    second.wait_for("startup.timing")
+    assert "replayed=True services=5" in second.said("startup.replay")
+    assert "198.51.100.99" in " ".join(table(second.ns.name)), "the first sync added it"
+    second.stop()
