@@ -6,8 +6,10 @@ contender starts from exec in a fresh network namespace of its own (an empty IPV
 the clock runs until the kernel holds the whole table: every service and every real server,
 read back with ``ipvsadm``. The contenders take turns, REPEAT times each, in one boot; the
 figure is each one's median and their ratio (below 1.0: the director is done sooner).
-A third contender is the director restarted with the same file: its parse taken from the
-cache the run before left (``--config-cache``, primed once before the turns begin).
+A third contender is the director restarted with the same file, as a box restarts or
+reboots: its parse taken from the cache the run before left (``--config-cache``, primed once
+before the turns begin), and its table replayed from the datagrams that run kept beside it
+(``director.dataplane.replay``) before the rest of the director loads.
 
 Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``);
 ``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
@@ -261,8 +263,10 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
 
 
 def prime(argv: list[str], services: int, cache: Path, env: dict[str, str], workdir: Path) -> None:
-    """One start that leaves its parse in ``cache`` (written once it serves): what a
-    restart then starts from."""
+    """One start that leaves its parse in ``cache`` and its table beside it (both written
+    once it serves): what a restart then starts from."""
+    table = cache.with_name("table.cache")
+    table.unlink(missing_ok=True)
     cache.unlink(missing_ok=True)
     ns = Netns(f"start-prime-{services}")
     ns.ip("link set lo up")
@@ -277,12 +281,12 @@ def prime(argv: list[str], services: int, cache: Path, env: dict[str, str], work
         )
         try:
             started = time.monotonic()
-            while not cache.exists() and time.monotonic() - started < TIMEOUT:
+            while not (cache.exists() and table.exists()) and time.monotonic() - started < TIMEOUT:
                 if proc.poll() is not None:
                     raise SystemExit(f"the priming start exited ({proc.returncode})")
                 time.sleep(0.5)
-            if not cache.exists():
-                raise SystemExit(f"no {cache.name} after {TIMEOUT:.0f} s")
+            if not (cache.exists() and table.exists()):
+                raise SystemExit(f"no {cache.name} and {table.name} after {TIMEOUT:.0f} s")
         finally:
             stop_group(proc)
             ns.close()

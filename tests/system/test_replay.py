@@ -69,7 +69,15 @@ class Start:
         return self.log.read_text(errors="replace")
 
     def wait_for(self, event: str, timeout: float = 120.0) -> str:
-        return eventually(lambda: self.said(event), timeout, f"{event} in {self.log}")
+        def seen() -> str:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"exited {self.proc.returncode}: {self.text()[-3000:]}")
+            return self.said(event)
+
+        try:
+            return eventually(seen, timeout, f"{event} in {self.log}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.text()[-3000:]}") from None
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -1,0 +1,66 @@
+"""``director``'s first moments: only ``director run`` with a file and a cache replays, the
+arguments it reads are the command's own, and any other command goes straight on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from director.cli import boot, startup
+from director.dataplane import replay
+from director.schema import stamp
+
+
+@pytest.fixture
+def static_box(tmp_path: Path) -> tuple[Path, Path]:
+    config = tmp_path / "director.yaml"
+    config.write_text("services: []\n")
+    return config, tmp_path / "config.cache"
+
+
+def test_only_a_run_with_a_file_and_a_cache_looks_for_a_kept_table(
+    static_box: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, cache = static_box
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    said = boot.replay_for(["--config", str(config)])
+    assert said == {"replayed": False, "reason": "no file, or no cache (--config-cache '')"}
+    said = boot.replay_for(["--config", str(config), "--config-cache", str(cache), "--dry-run"])
+    assert said["reason"] == "not asked (--dry-run or --help)"
+    said = boot.replay_for([f"--config={config}", f"--config-cache={cache}"])
+    assert said == {"replayed": False, "reason": "none kept yet"}
+    monkeypatch.setenv("STATE_DIRECTORY", str(cache.parent))  # systemd's, unless told
+    assert boot.replay_for(["--config", str(config)])["reason"] == "none kept yet"
+
+
+def test_a_table_kept_for_the_file_is_offered_under_the_files_key(
+    static_box: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, cache = static_box
+    asked: list[tuple[str, str, str | None]] = []
+
+    def fake_replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
+        asked.append((path, key, netns))
+        return {"replayed": True}
+
+    replay.store(replay.path_beside(str(cache)), "old", 33, [(b"x" * 4, 1, 1)], 1)
+    monkeypatch.setattr(replay, "replay", fake_replay)
+    args = ["--config", str(config), "--config-cache", str(cache), "--netns", "edge"]
+    assert boot.replay_for(args) == {"replayed": True}
+    expected_key = stamp.key_of(config.read_bytes(), str(config))
+    assert asked == [(str(cache.parent / replay.FILE_NAME), expected_key, "edge")]
+    config.unlink()
+    assert boot.replay_for(args)["reason"] == "the file: No such file or directory"
+
+
+def test_another_command_goes_straight_to_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    called: list[object] = []
+    monkeypatch.setattr(boot, "replay_for", lambda args: called.append(args) or {})
+    startup.REPLAY.clear()
+    with pytest.raises(SystemExit) as exited:
+        boot.main(["--version"])
+    assert exited.value.code == 0 and "director 0.4" in capsys.readouterr().out
+    assert called == [] and startup.REPLAY == {}

@@ -1,0 +1,53 @@
+"""A static box's kept table, on the host (no IPVS here; the kernel suite replays it on a
+real kernel, tests/system/test_replay.py): kept whole and private, read back only under its
+key, and a start that cannot replay says why and goes on."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from director.dataplane import codec, replay
+
+
+def kept(path: Path, key: str = "k1") -> None:
+    batches = [(b"\x01" * 40, 1, 2), (b"\x02" * 24, 3, 1)]
+    replay.store(str(path), key, 33, batches, services=2)
+
+
+def test_the_table_is_kept_whole_private_and_under_its_key(tmp_path: Path) -> None:
+    path = tmp_path / replay.FILE_NAME
+    kept(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert replay.stored_key(str(path)) == "k1"
+    header, key, figures, index, rest = path.read_bytes().split(b"\n", 4)
+    assert (header, key, figures, index) == (replay.FORMAT, b"k1", b"33 2 3", b"40:1:2,24:3:1")
+    assert rest == b"\x01" * 40 + b"\x02" * 24
+    assert list(tmp_path.iterdir()) == [path], "no temporary file left"
+    assert replay.path_beside("/var/lib/director/config.cache") == ("/var/lib/director/table.cache")
+
+
+def test_a_replay_never_sends_what_another_file_or_code_kept(tmp_path: Path) -> None:
+    path = tmp_path / replay.FILE_NAME
+    assert replay.replay(str(path), "k1") == {"replayed": False, "reason": "none kept yet"}
+    kept(path)
+    said = replay.replay(str(path), "k2")
+    assert said == {"replayed": False, "reason": "the file or the code changed since it was kept"}
+    path.write_bytes(path.read_bytes()[:-5])
+    assert replay.replay(str(path), "k1") == {"replayed": False, "reason": "cut short"}
+    path.write_bytes(b"something else\n")
+    assert replay.stored_key(str(path)) is None
+    assert replay.replay(str(path), "k1")["reason"] == "the cache is not of this format"
+
+
+def test_a_kernel_that_cannot_take_it_is_a_reason_not_a_failure(tmp_path: Path) -> None:
+    """This host's kernel has no IPVS: the replay says so and the start goes on."""
+    path = tmp_path / replay.FILE_NAME
+    kept(path)
+    said = replay.replay(str(path), "k1")
+    assert said["replayed"] is False
+    assert str(said["reason"]).startswith(("the kernel", "the kernel numbers"))
+
+
+def test_the_dump_asked_for_is_the_codecs_service_dump() -> None:
+    assert replay.GET_SERVICE == codec.CMD_GET_SERVICE
