@@ -27,7 +27,10 @@ SERVICES = 40
 def config_text(services: int = SERVICES) -> str:
     """IPv4 and IPv6 services, a firewall mark, UDP and persistence: every shape a
     datagram can have."""
-    lines = ["ownership: {networks: [198.51.100.0/24, '2001:db8:100::/64']}", "services:"]
+    lines = [
+        "ownership: {networks: [198.51.100.0/24, '2001:db8:100::/64'], fwmarks: [7]}",
+        "services:",
+    ]
     for i in range(services):
         lines.append(
             f"  - {{name: s{i}, address: 198.51.100.{i + 1}, port: 80, scheduler: wlc,"
