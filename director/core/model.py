@@ -237,15 +237,34 @@ def format_endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class ServiceKey:
-    """Identity of a virtual service: (family, protocol, address, port) or (family, fwmark)."""
+    """Identity of a virtual service: (family, protocol, address, port) or (family, fwmark).
+
+    Ordered by family, then firewall-mark services (no protocol) before the others, then
+    protocol, address, port and mark (a generated order compared None with a protocol: a
+    file with a firewall-mark service beside an address one could not be planned)."""
 
     family: Family
     protocol: IpProtocol | None
     address: str
     port: int
     fwmark: int = 0
+
+    def _rank(self) -> tuple[int, int, str, int, int]:
+        return (self.family, self.protocol or 0, self.address, self.port, self.fwmark)
+
+    def __lt__(self, other: ServiceKey) -> bool:
+        return self._rank() < other._rank()
+
+    def __le__(self, other: ServiceKey) -> bool:
+        return self._rank() <= other._rank()
+
+    def __gt__(self, other: ServiceKey) -> bool:
+        return self._rank() > other._rank()
+
+    def __ge__(self, other: ServiceKey) -> bool:
+        return self._rank() >= other._rank()
 
     @classmethod
     def inet(cls, protocol: IpProtocol, address: str, port: int) -> ServiceKey:
