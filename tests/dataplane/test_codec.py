@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
+import threading
 
 import pytest
 from hypothesis import given, strategies as st
@@ -33,7 +34,7 @@ from director.dataplane.codec import (
 )
 from director.dataplane.genl import RECV_BYTES, GenlSocket
 from director.dataplane.kernel import KernelIpvs
-from director.dataplane.netlink import parse_attrs as _attrs
+from director.dataplane.netlink import NLM_F_ACK, parse_attrs as _attrs, split_messages
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -285,3 +286,29 @@ def test_the_codec_packs_a_real_server_s_key_as_dests_holds_it(address: str, por
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     raw = socket.inet_pton(family, address).ljust(16, b"\0")
     assert wire_key(raw, port.to_bytes(2, "big"), family) == packed_key(address, port)
+
+
+def test_a_kept_table_is_the_very_datagrams_a_sync_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a static box keeps for its next start's replay is what ``apply`` sends, message
+    for message, numbered from 1 (director.dataplane.replay sends it as it is)."""
+    import director.dataplane.kernel as kernel_module
+
+    monkeypatch.setattr(kernel_module, "load_module", lambda name: None)
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+    dests = [RealServer(f"10.0.{i // 250}.{i % 250 + 1}", 8080) for i in range(600)]  # 2 batches+
+    ops = [Op(OpKind.ADD_SERVICE, key, config=ServiceConfig("wlc"))]
+    ops += [Op(OpKind.ADD_DEST, key, dest=rs) for rs in dests]
+    kernel, sock = scripted_kernel()
+    kernel._schedulers, kernel._lock = frozenset({"wlc"}), threading.Lock()
+    kept = kernel.encoded(ops)
+    assert len(kept) > 1 and sum(count for _, _, count in kept) == len(ops)
+    sock.datagrams = [
+        struct.pack("=IHHIIi", 36, 2, 0, first + count - 1, 0, 0) + bytes(16)
+        for _, first, count in kept
+    ]
+    assert kernel.apply(ops).ok
+    assert sock.sent == [data for data, _, _ in kept]
+    assert kept[0][1] == 1
+    for data, first, count in kept:  # only each datagram's last message asks for an ack
+        acks = [seq for _, flags, seq, _, _ in split_messages(data) if flags & NLM_F_ACK]
+        assert acks == [first + count - 1]
