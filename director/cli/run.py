@@ -169,16 +169,16 @@ def _table_keeper(
     """What keeps a static box's table for its next start's replay (``table.cache`` beside
     the parse's, :mod:`director.dataplane.replay`): once the first sync is applied, the
     static services as programmed then, planned from an empty kernel and encoded on a thread
-    of its own; nothing when the cache already holds this file's. Not kept: a box with the
-    cluster's Services or the API's intents (its table is not the file's alone), a full-NAT
-    service (its SNAT rule must be in force first), a shadow (it writes nothing), no cache."""
+    of its own, with the API's intents file as it was (a replay needs it unchanged); nothing
+    when the cache already holds this file's. Not kept: a box with the cluster's Services
+    (its table is not the file's alone), a full-NAT service (its SNAT rule must be in force
+    first), a shadow (it writes nothing), no cache."""
     import threading
 
     from director.dataplane.kernel import KernelIpvs
     from director.engine.view import STATIC
 
-    static_box = settings.kubernetes is None and settings.api is None
-    if cache is None or not static_box or not isinstance(ipvs, KernelIpvs):
+    if cache is None or settings.kubernetes is not None or not isinstance(ipvs, KernelIpvs):
         return lambda: None
 
     def keep() -> None:  # the loop's thread: the table as the first sync left it
@@ -207,12 +207,13 @@ def _keep_table(ipvs: KernelIpvs, settings: Settings, wanted: Table, key: str, c
     from director.dataplane import replay
 
     path = replay.path_beside(str(cache))
-    if replay.stored_key(path) == key:
-        return  # kept already, by a start with this very file and code
+    depends = (settings.api.intents_file,) if settings.api is not None else ()
+    if replay.kept_for(path, key):
+        return  # kept already, by a start with this very file, code and intents
     started = time.monotonic()
     try:
         batches = ipvs.encoded(build_plan(wanted, {}, settings.ownership).ops)
-        replay.store(path, key, ipvs.family, batches, len(wanted))
+        replay.store(path, key, ipvs.family, batches, services=len(wanted), depends=depends)
     except OSError as exc:
         logs.event(_log, "table.not_kept", level=logging.WARNING, path=path, reason=str(exc))
         return

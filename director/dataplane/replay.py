@@ -6,6 +6,7 @@ file and the code that made it. At the next start, before the rest of the direct
 loaded, those datagrams are sent as they are, if and only if:
 
 - the cache's key is this file's and this code's (the caller computes it);
+- every file it also depended on is as it was (the API's intents: a drain, a maintenance);
 - the kernel numbers IPVS's generic netlink family as it did (the datagrams carry it);
 - the kernel holds no virtual service at all: a replay only ever adds to an empty table (a
   restart after a crash, or anything someone else programmed, is left to the first sync).
@@ -14,14 +15,16 @@ The director then starts as ever: it reads the kernel back, finds its table ther
 first sync sends nothing; whatever the replay did not do (a message the kernel refused, a
 health verdict since), the first sync does. Nothing here can remove anything.
 
-Light: ``os``, ``socket`` and ``struct`` (through :mod:`director.dataplane.genl`), so that the
-kernel has the table before Python has loaded the engine, the schema and the adapters:
-under emulation most of a start (see docs/performance.md).
+Light: ``os``, ``hashlib``, ``socket`` and ``struct`` (through
+:mod:`director.dataplane.genl`), so that the kernel has the table before Python has loaded
+the engine, the schema and the adapters: under emulation most of a start (see
+docs/performance.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 
@@ -58,18 +61,59 @@ def stored_key(path: str) -> str | None:
         return None
 
 
-def store(path: str, key: str, family: int, batches: list[Batch], services: int) -> None:
-    """Keep ``batches`` (their family's id, and how many services they make) under ``key``:
-    written whole to a new file and renamed into place, readable by its owner only. OSError
-    if it cannot be."""
+def digest(path: str) -> str:
+    """A file's contents as one digest ("absent" for none): what the table also depended on."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except FileNotFoundError:
+        return "absent"
+
+
+def kept_for(path: str, key: str) -> bool:
+    """Whether the cache at ``path`` holds the table of ``key`` with every file it depended
+    on as it is now (nothing to write again)."""
+    try:
+        with open(path, "rb") as handle:
+            head = [handle.readline().rstrip(b"\n") for _ in range(4)]
+    except OSError:
+        return False
+    if head[0] != FORMAT or head[1] != key.encode():
+        return False
+    return _changed(head[3].decode(errors="replace").split()) is None
+
+
+def _changed(files: list[str]) -> str | None:
+    """The first of ``files`` (``path=digest`` each, or ``-``) that is not as it was kept."""
+    for entry in files if files != ["-"] else []:
+        name, _, kept = entry.rpartition("=")
+        if digest(name) != kept:
+            return name
+    return None
+
+
+def store(
+    path: str,
+    key: str,
+    family: int,
+    batches: list[Batch],
+    *,
+    services: int,
+    depends: tuple[str, ...] = (),
+) -> None:
+    """Keep ``batches`` (their family's id, and how many services they make) under ``key``,
+    and the files it also ``depends`` on as they are now (the API's intents: a drain, a
+    maintenance): written whole to a new file and renamed into place, readable by its owner
+    only. OSError if it cannot be."""
     ops = sum(count for _, _, count in batches)
     index = ",".join(f"{len(data)}:{first}:{count}" for data, first, count in batches)
+    files = " ".join(f"{name}={digest(name)}" for name in depends) or "-"
     temporary = f"{path}.{os.getpid()}"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(b"%s\n%s\n" % (FORMAT, key.encode()))
-            handle.write(f"{family} {services} {ops}\n{index}\n".encode())
+            handle.write(f"{family} {services} {ops}\n{files}\n{index}\n".encode())
             for data, _, _ in batches:
                 handle.write(data)
         os.replace(temporary, path)
@@ -91,6 +135,7 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
             if handle.readline().rstrip(b"\n").decode() != key:
                 return _skipped("the file or the code changed since it was kept")
             family, services, ops = (int(part) for part in handle.readline().split())
+            files = handle.readline().decode().split()
             index = [
                 tuple(int(part) for part in entry.split(b":"))
                 for entry in handle.readline().rstrip(b"\n").split(b",")
@@ -103,6 +148,9 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
         return _skipped(f"unreadable: {exc}")
     if sum(size for size, _, _ in index) != len(data):
         return _skipped("cut short")
+    changed = _changed(files)
+    if changed is not None:
+        return _skipped(f"{changed} changed since it was kept")
     try:
         refused = _send(data, index, family, netns)
     except OSError as exc:

@@ -44,7 +44,7 @@ def test_a_table_kept_for_the_file_is_offered_under_the_files_key(
         asked.append((path, key, netns))
         return {"replayed": True}
 
-    replay.store(replay.path_beside(str(cache)), "old", 33, [(b"x" * 4, 1, 1)], 1)
+    replay.store(replay.path_beside(str(cache)), "old", 33, [(b"x" * 4, 1, 1)], services=1)
     monkeypatch.setattr(replay, "replay", fake_replay)
     args = ["--config", str(config), "--config-cache", str(cache), "--netns", "edge"]
     assert boot.replay_for(args) == {"replayed": True}

@@ -10,9 +10,9 @@ from pathlib import Path
 from director.dataplane import codec, replay
 
 
-def kept(path: Path, key: str = "k1") -> None:
+def kept(path: Path, key: str = "k1", depends: tuple[str, ...] = ()) -> None:
     batches = [(b"\x01" * 40, 1, 2), (b"\x02" * 24, 3, 1)]
-    replay.store(str(path), key, 33, batches, services=2)
+    replay.store(str(path), key, 33, batches, services=2, depends=depends)
 
 
 def test_the_table_is_kept_whole_private_and_under_its_key(tmp_path: Path) -> None:
@@ -20,8 +20,9 @@ def test_the_table_is_kept_whole_private_and_under_its_key(tmp_path: Path) -> No
     kept(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert replay.stored_key(str(path)) == "k1"
-    header, key, figures, index, rest = path.read_bytes().split(b"\n", 4)
-    assert (header, key, figures, index) == (replay.FORMAT, b"k1", b"33 2 3", b"40:1:2,24:3:1")
+    header, key, figures, files, index, rest = path.read_bytes().split(b"\n", 5)
+    assert (header, key, figures, files) == (replay.FORMAT, b"k1", b"33 2 3", b"-")
+    assert index == b"40:1:2,24:3:1"
     assert rest == b"\x01" * 40 + b"\x02" * 24
     assert list(tmp_path.iterdir()) == [path], "no temporary file left"
     assert replay.path_beside("/var/lib/director/config.cache") == ("/var/lib/director/table.cache")
@@ -51,3 +52,22 @@ def test_a_kernel_that_cannot_take_it_is_a_reason_not_a_failure(tmp_path: Path) 
 
 def test_the_dump_asked_for_is_the_codecs_service_dump() -> None:
     assert replay.GET_SERVICE == codec.CMD_GET_SERVICE
+
+
+def test_a_table_made_with_the_apis_intents_is_replayed_only_with_them_unchanged(
+    tmp_path: Path,
+) -> None:
+    """A drain or a maintenance set through the API since: the first sync decides, not the
+    kept table."""
+    path, intents = tmp_path / replay.FILE_NAME, tmp_path / "intents.json"
+    intents.write_text('{"drains": []}')
+    kept(path, depends=(str(intents),))
+    assert replay.kept_for(str(path), "k1") and not replay.kept_for(str(path), "k2")
+    intents.write_text('{"drains": ["static/web 192.0.2.1:80"]}')
+    assert not replay.kept_for(str(path), "k1"), "written again with the intents as they are"
+    assert replay.replay(str(path), "k1")["reason"] == f"{intents} changed since it was kept"
+    intents.unlink()
+    kept(path, depends=(str(intents),))  # none yet, as on a new box: none is what it needs
+    assert replay.kept_for(str(path), "k1")
+    intents.write_text("{}")
+    assert replay.replay(str(path), "k1")["reason"] == f"{intents} changed since it was kept"

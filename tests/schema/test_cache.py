@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from director.schema import cache as config_cache, stamp
+from director.schema import stamp
 from director.schema.config import ConfigError
 from director.schema.reparse import Reparser
 

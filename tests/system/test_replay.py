@@ -200,3 +200,39 @@ def test_full_nat_services_are_never_replayed(tmp_path: Path, starts: list[Start
     assert "replayed=True services=5" in second.said("startup.replay")
     assert "198.51.100.99" in " ".join(table(second.ns.name)), "the first sync added it"
     second.stop()
+
+
+def test_a_box_with_the_api_replays_only_with_its_intents_as_they_were(
+    tmp_path: Path, starts: list[Start]
+) -> None:
+    """A drain or a maintenance set through the API since the table was kept changes what
+    the first sync must build: the replay leaves it to the first sync."""
+    token, intents = tmp_path / "token", tmp_path / "intents.json"
+    token.write_text("a-token-of-some-thirty-two-chars\n")
+    token.chmod(0o600)
+    (tmp_path / "d.yaml").write_text(
+        config_text(4)
+        + f"api: {{listen: '127.0.0.1:19181', token_file: {token}, intents_file: {intents}}}\n"
+    )
+    first = Start(tmp_path, "replay-api1")
+    starts.append(first)
+    first.run()
+    assert "services=7" in first.wait_for("table.kept")
+    first.stop()
+    second = Start(tmp_path, "replay-api2")
+    starts.append(second)
+    second.run()
+    second.wait_for("startup.timing")
+    assert "replayed=True services=7" in second.said("startup.replay")
+    second.stop()
+    if intents.exists():  # the same intents, written otherwise: not as they were
+        intents.write_text(intents.read_text() + "\n")
+    else:
+        intents.write_text("{}\n")
+    third = Start(tmp_path, "replay-api3")
+    starts.append(third)
+    third.run()
+    third.wait_for("startup.timing")
+    assert f"{intents} changed since it was kept" in third.said("startup.replay")
+    assert len(table(third.ns.name)) == 7  # the first sync built it
+    third.stop()
