@@ -92,6 +92,8 @@ bench: setup
 	cp .lab/lab.bench_reload/results.json bench/reload.json
 	$(PY) -m lab.vm run lab.bench_start --memory 4G
 	cp .lab/lab.bench_start/results.json bench/start.json
+	$(PY) -m lab.vm run lab.bench_static --memory 4G
+	cp .lab/lab.bench_static/results.json bench/static-memory.json
 	$(PY) -m lab.vm run lab.bench_kube --memory 6G -- --adapter kernel
 	cp .lab/lab.bench_kube/results.json bench/kube-vm.json
 
