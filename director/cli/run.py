@@ -19,6 +19,7 @@ from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
     from director.cli.runtime import Runtime
+    from director.core.ownership import Ownership
     from director.core.services import Table
     from director.dataplane.kernel import KernelIpvs
     from director.schema.config import Settings
@@ -180,19 +181,30 @@ def _table_keeper(
 
     if cache is None or settings.kubernetes is not None or not isinstance(ipvs, KernelIpvs):
         return lambda: None
+    api = settings.api
 
     def keep() -> None:  # the loop's thread: the table as the first sync left it
+        from director.dataplane.replay import digest
+
         table = runtime.controller.table
         wanted = {
             key: vs
             for key, vs in table.desired.items()
             if table.owner.get(key) == STATIC and key not in settings.static_snat
         }
+        # The intents the first sync applied, as they are now (an API call is the loop's).
+        depends = {api.intents_file: digest(api.intents_file)} if api is not None else {}
         key = reader.last_key()
         if key is not None:
             threading.Thread(
                 target=_keep_table,
-                args=(ipvs, settings, wanted, key, cache),
+                args=(ipvs, wanted),
+                kwargs={
+                    "ownership": settings.ownership,
+                    "key": key,
+                    "cache": cache,
+                    "depends": depends,
+                },
                 name="table-cache",
                 daemon=True,
             ).start()
@@ -200,19 +212,26 @@ def _table_keeper(
     return keep
 
 
-def _keep_table(ipvs: KernelIpvs, settings: Settings, wanted: Table, key: str, cache: Path) -> None:
+def _keep_table(
+    ipvs: KernelIpvs,
+    wanted: Table,
+    *,
+    ownership: Ownership,
+    key: str,
+    cache: Path,
+    depends: dict[str, str],
+) -> None:
     import time
 
     from director.core.plan import build_plan
     from director.dataplane import replay
 
     path = replay.path_beside(str(cache))
-    depends = (settings.api.intents_file,) if settings.api is not None else ()
     if replay.kept_for(path, key):
         return  # kept already, by a start with this very file, code and intents
     started = time.monotonic()
     try:
-        batches = ipvs.encoded(build_plan(wanted, {}, settings.ownership).ops)
+        batches = ipvs.encoded(build_plan(wanted, {}, ownership).ops)
         replay.store(path, key, ipvs.family, batches, services=len(wanted), depends=depends)
     except OSError as exc:
         logs.event(_log, "table.not_kept", level=logging.WARNING, path=path, reason=str(exc))

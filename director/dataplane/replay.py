@@ -99,15 +99,15 @@ def store(
     batches: list[Batch],
     *,
     services: int,
-    depends: tuple[str, ...] = (),
+    depends: dict[str, str] | None = None,
 ) -> None:
     """Keep ``batches`` (their family's id, and how many services they make) under ``key``,
-    and the files it also ``depends`` on as they are now (the API's intents: a drain, a
-    maintenance): written whole to a new file and renamed into place, readable by its owner
-    only. OSError if it cannot be."""
+    and the files it also ``depends`` on, each with its ``digest`` when the table was made
+    (the API's intents: a drain, a maintenance): written whole to a new file and renamed into
+    place, readable by its owner only. OSError if it cannot be."""
     ops = sum(count for _, _, count in batches)
     index = ",".join(f"{len(data)}:{first}:{count}" for data, first, count in batches)
-    files = " ".join(f"{name}={digest(name)}" for name in depends) or "-"
+    files = " ".join(f"{name}={made}" for name, made in (depends or {}).items()) or "-"
     temporary = f"{path}.{os.getpid()}"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

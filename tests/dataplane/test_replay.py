@@ -12,7 +12,8 @@ from director.dataplane import codec, replay
 
 def kept(path: Path, key: str = "k1", depends: tuple[str, ...] = ()) -> None:
     batches = [(b"\x01" * 40, 1, 2), (b"\x02" * 24, 3, 1)]
-    replay.store(str(path), key, 33, batches, services=2, depends=depends)
+    made = {name: replay.digest(name) for name in depends}
+    replay.store(str(path), key, 33, batches, services=2, depends=made)
 
 
 def test_the_table_is_kept_whole_private_and_under_its_key(tmp_path: Path) -> None:
