@@ -106,6 +106,16 @@ def starts(tmp_path: Path) -> Iterator[list[Start]]:
             start.close()
 
 
+def started(
+    tmp: Path, starts: list[Start], name: str, event: str, ns: Netns | None = None
+) -> tuple[Start, str]:
+    """A start (in a new namespace, or ``ns``), once it said ``event``: the start and its line."""
+    start = Start(tmp, name, ns)
+    starts.append(start)
+    start.run()
+    return start, start.wait_for(event)
+
+
 def table(ns: str) -> dict[str, list[str]]:
     with KernelIpvs(netns=ns) as ipvs:
         held = ipvs.read()
@@ -120,20 +130,14 @@ def no_changes(config: Path, ns: str, capsys: pytest.CaptureFixture[str]) -> boo
 def test_a_restart_finds_its_table_in_the_kernel_before_the_director_has_loaded(
     tmp_path: Path, starts: list[Start], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    first = Start(tmp_path, "replay-first")
-    starts.append(first)
-    first.run()
-    kept = first.wait_for("table.kept")
+    first, kept = started(tmp_path, starts, "replay-first", "table.kept")
     assert f"services={SERVICES + 3}" in kept, kept
     assert "replayed=False" in first.said("startup.replay")  # nothing kept before it
     built = table(first.ns.name)
     first.stop()
 
     # A reboot: the kernel's table is empty, the state directory is not.
-    second = Start(tmp_path, "replay-second")
-    starts.append(second)
-    second.run()
-    said = second.wait_for("startup.timing")
+    second, said = started(tmp_path, starts, "replay-second", "startup.timing")
     replayed = second.said("startup.replay")
     assert f"replayed=True services={SERVICES + 3}" in replayed and "refused=0" in replayed
     assert "event=sync.first" not in second.text(), "the first sync found its table there"
@@ -145,10 +149,7 @@ def test_a_restart_finds_its_table_in_the_kernel_before_the_director_has_loaded(
     second.stop()
 
     # A restart without a reboot: the kernel holds the table, so the replay adds nothing.
-    third = Start(tmp_path, "replay-third", ns=second.ns)
-    starts.append(third)
-    third.run()
-    third.wait_for("startup.timing")
+    third, _ = started(tmp_path, starts, "replay-third", "startup.timing", ns=second.ns)
     assert "the kernel holds virtual services already" in third.said("startup.replay")
     third.stop()
 
@@ -156,10 +157,7 @@ def test_a_restart_finds_its_table_in_the_kernel_before_the_director_has_loaded(
 def test_a_changed_file_or_a_foreign_service_stops_the_replay(
     tmp_path: Path, starts: list[Start]
 ) -> None:
-    first = Start(tmp_path, "replay-keep")
-    starts.append(first)
-    first.run()
-    first.wait_for("table.kept")
+    first, _ = started(tmp_path, starts, "replay-keep", "table.kept")
     first.stop()
 
     foreign = Start(tmp_path, "replay-foreign")
@@ -172,10 +170,7 @@ def test_a_changed_file_or_a_foreign_service_stops_the_replay(
     foreign.stop()
 
     (tmp_path / "d.yaml").write_text(config_text(SERVICES - 1))
-    changed = Start(tmp_path, "replay-changed")
-    starts.append(changed)
-    changed.run()
-    changed.wait_for("startup.timing")
+    changed, _ = started(tmp_path, starts, "replay-changed", "startup.timing")
     assert "the file or the code changed" in changed.said("startup.replay")
     assert len(table(changed.ns.name)) == SERVICES + 2  # the first sync built it
     changed.stop()
@@ -188,15 +183,10 @@ def test_full_nat_services_are_never_replayed(tmp_path: Path, starts: list[Start
         " real_servers: [192.0.2.99:8080]}\n"
         "snat: {addresses: [192.0.2.254]}\n"
     )
-    first = Start(tmp_path, "replay-fn1")
-    starts.append(first)
-    first.run()
-    assert "services=5" in first.wait_for("table.kept")  # 2 + 3, not the full-NAT one
+    first, kept = started(tmp_path, starts, "replay-fn1", "table.kept")
+    assert "services=5" in kept  # 2 + 3, not the full-NAT one
     first.stop()
-    second = Start(tmp_path, "replay-fn2")
-    starts.append(second)
-    second.run()
-    second.wait_for("startup.timing")
+    second, _ = started(tmp_path, starts, "replay-fn2", "startup.timing")
     assert "replayed=True services=5" in second.said("startup.replay")
     assert "198.51.100.99" in " ".join(table(second.ns.name)), "the first sync added it"
     second.stop()
@@ -214,25 +204,17 @@ def test_a_box_with_the_api_replays_only_with_its_intents_as_they_were(
         config_text(4)
         + f"api: {{listen: '127.0.0.1:19181', token_file: {token}, intents_file: {intents}}}\n"
     )
-    first = Start(tmp_path, "replay-api1")
-    starts.append(first)
-    first.run()
-    assert "services=7" in first.wait_for("table.kept")
+    first, kept = started(tmp_path, starts, "replay-api1", "table.kept")
+    assert "services=7" in kept
     first.stop()
-    second = Start(tmp_path, "replay-api2")
-    starts.append(second)
-    second.run()
-    second.wait_for("startup.timing")
+    second, _ = started(tmp_path, starts, "replay-api2", "startup.timing")
     assert "replayed=True services=7" in second.said("startup.replay")
     second.stop()
     if intents.exists():  # the same intents, written otherwise: not as they were
         intents.write_text(intents.read_text() + "\n")
     else:
         intents.write_text("{}\n")
-    third = Start(tmp_path, "replay-api3")
-    starts.append(third)
-    third.run()
-    third.wait_for("startup.timing")
+    third, _ = started(tmp_path, starts, "replay-api3", "startup.timing")
     assert f"{intents} changed since it was kept" in third.said("startup.replay")
     assert len(table(third.ns.name)) == 7  # the first sync built it
     third.stop()
