@@ -23,7 +23,11 @@ GLOBAL_VALUED = ("--log-level", "--log-format")
 def main(argv: Sequence[str] | None = None) -> int:
     command, rest = subcommand(list(sys.argv[1:] if argv is None else argv))
     if command == "run":
-        startup.REPLAY.update(replay_for(rest))
+        try:
+            done = replay_for(rest)
+        except Exception as exc:  # a start is never refused for its accelerator's sake
+            done = {"replayed": False, "reason": f"failed: {exc!r}"[:300]}
+        startup.REPLAY.update(done)
         startup.STARTUP.mark("replay")
     from director.cli.main import main as director
 

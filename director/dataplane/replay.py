@@ -146,6 +146,8 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
         return _skipped("none kept yet")
     except (OSError, ValueError) as exc:
         return _skipped(f"unreadable: {exc}")
+    if any(len(entry) != 3 for entry in index):
+        return _skipped("unreadable: its index is not this format's")
     if sum(size for size, _, _ in index) != len(data):
         return _skipped("cut short")
     changed = _changed(files)

@@ -98,3 +98,22 @@ def test_a_run_as_the_unit_starts_it_looks_for_its_table(
     assert boot.main(["--log-level", "info", "run", "--config", str(config)]) == 0
     assert asked == [["--config", str(config)]] and startup.REPLAY == {"x": 1}
     startup.REPLAY.clear()
+
+
+def test_a_replay_that_fails_is_said_and_the_start_goes_on(
+    static_box: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, cache = static_box
+    replay.store(replay.path_beside(str(cache)), "old", 33, [(b"x" * 4, 1, 1)], services=1)
+
+    def broken(path: str, key: str, netns: str | None = None) -> dict[str, object]:
+        raise KeyError(1)  # an answer the kernel was not expected to give
+
+    ran: list[object] = []
+    monkeypatch.setattr(replay, "replay", broken)
+    monkeypatch.setattr("director.cli.main.main", lambda argv=None: ran.append(argv) or 0)
+    startup.REPLAY.clear()
+    args = ["run", "--config", str(config), "--config-cache", str(cache)]
+    assert boot.main(args) == 0 and ran == [args]
+    assert startup.REPLAY == {"replayed": False, "reason": "failed: KeyError(1)"}
+    startup.REPLAY.clear()

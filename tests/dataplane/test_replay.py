@@ -37,6 +37,9 @@ def test_a_replay_never_sends_what_another_file_or_code_kept(tmp_path: Path) -> 
     assert said == {"replayed": False, "reason": "the file or the code changed since it was kept"}
     path.write_bytes(path.read_bytes()[:-5])
     assert replay.replay(str(path), "k1") == {"replayed": False, "reason": "cut short"}
+    header, key, figures, files, _, rest = path.read_bytes().split(b"\n", 5)
+    path.write_bytes(b"\n".join((header, key, figures, files, b"40:1,24:3:1", rest)))
+    assert replay.replay(str(path), "k1")["reason"] == "unreadable: its index is not this format's"
     path.write_bytes(b"something else\n")
     assert replay.stored_key(str(path)) is None
     assert replay.replay(str(path), "k1")["reason"] == "the cache is not of this format"
