@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import os
 import time
+from typing import BinaryIO
 
 from director.dataplane.genl import GenlSocket, open_socket
 from director.dataplane.netlink import (
@@ -54,11 +55,17 @@ def stored_key(path: str) -> str | None:
     """The key the cache at ``path`` was kept under (None: no cache, or not this format)."""
     try:
         with open(path, "rb") as handle:
-            if handle.readline().rstrip(b"\n") != FORMAT:
-                return None
-            return handle.readline().rstrip(b"\n").decode()
+            head = _header(handle, 2)
+        return head[1].decode() if head is not None else None
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _header(handle: BinaryIO, lines: int) -> list[bytes] | None:
+    """The cache's first ``lines`` lines (format, key, figures, files, index), or None if it
+    is not of this format."""
+    head = [handle.readline().rstrip(b"\n") for _ in range(lines)]
+    return head if head[0] == FORMAT else None
 
 
 def digest(path: str) -> str:
@@ -75,10 +82,10 @@ def kept_for(path: str, key: str) -> bool:
     on as it is now (nothing to write again)."""
     try:
         with open(path, "rb") as handle:
-            head = [handle.readline().rstrip(b"\n") for _ in range(4)]
+            head = _header(handle, 4)
     except OSError:
         return False
-    if head[0] != FORMAT or head[1] != key.encode():
+    if head is None or head[1] != key.encode():
         return False
     return _changed(head[3].decode(errors="replace").split()) is None
 
@@ -130,18 +137,17 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
     started = time.monotonic()
     try:
         with open(path, "rb") as handle:
-            if handle.readline().rstrip(b"\n") != FORMAT:
-                return _skipped("the cache is not of this format")
-            if handle.readline().rstrip(b"\n").decode() != key:
-                return _skipped("the file or the code changed since it was kept")
-            family, services, ops = (int(part) for part in handle.readline().split())
-            files = handle.readline().decode().split()
-            index = [
-                tuple(int(part) for part in entry.split(b":"))
-                for entry in handle.readline().rstrip(b"\n").split(b",")
-                if entry
-            ]
+            head = _header(handle, 5)
             data = handle.read()
+        if head is None:
+            return _skipped("the cache is not of this format")
+        if head[1] != key.encode():
+            return _skipped("the file or the code changed since it was kept")
+        family, services, ops = (int(part) for part in head[2].split())
+        files = head[3].decode().split()
+        index = [
+            tuple(int(part) for part in entry.split(b":")) for entry in head[4].split(b",") if entry
+        ]
     except FileNotFoundError:
         return _skipped("none kept yet")
     except (OSError, ValueError) as exc:

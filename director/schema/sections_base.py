@@ -97,19 +97,8 @@ def from_file(cls: type[T], data: object) -> T:
         given = check_keys(data, spec.keys)
     except Problem as exc:
         raise Invalid((Fault(exc.at, exc.reason, exc.key),)) from None
-    values: dict[str, Any] = {}
-    faults: list[Fault] = []
     by_key = spec.by_key
-    for key, raw in given.items():
-        name, check = by_key[key]
-        try:
-            values[name] = check(raw)
-        except Problem as exc:
-            faults.append(Fault((key, *exc.at), exc.reason, exc.key))
-        except Invalid as exc:
-            faults.extend(Fault((key, *f.path), f.reason, f.key) for f in exc.faults)
-        except ValueError as exc:  # a check's own fault, said as pydantic said it
-            faults.append(Fault((key,), f"Value error, {exc}", False))
+    values, faults = _checked((key, *by_key[key], raw) for key, raw in given.items())
     if faults:
         raise Invalid(faults)
     made = object.__new__(cls)
@@ -162,22 +151,31 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
         if name in given:
             raise TypeError(f"{type(self).__name__}: {key!r} given twice")
         given[name] = value
-    values: dict[str, Any] = {}
-    faults: list[Fault] = []
-    for name, value in given.items():
-        try:
-            values[name] = spec.checks[name](value)
-        except Problem as exc:
-            faults.append(Fault((spec.key_of[name], *exc.at), exc.reason, exc.key))
-        except Invalid as exc:
-            faults.extend(exc.below(spec.key_of[name]).faults)
-        except ValueError as exc:
-            faults.append(Fault((spec.key_of[name],), f"Value error, {exc}", False))
+    values, faults = _checked(
+        (spec.key_of[name], name, spec.checks[name], value) for name, value in given.items()
+    )
     for name in spec.required_names - given.keys():
         faults.append(Fault((), f"missing required key {spec.key_of[name]!r}", False))
     if faults:
         raise Invalid(faults)
     _fill(self, spec, values)
+
+
+def _checked(given: Iterable[tuple[str, str, Check, Any]]) -> tuple[dict[str, Any], list[Fault]]:
+    """Each (key in the file, field name, check, value given) checked: the values by field
+    name, and every fault, each with its path from the section down."""
+    values: dict[str, Any] = {}
+    faults: list[Fault] = []
+    for key, name, check, raw in given:
+        try:
+            values[name] = check(raw)
+        except Problem as exc:
+            faults.append(Fault((key, *exc.at), exc.reason, exc.key))
+        except Invalid as exc:
+            faults.extend(exc.below(key).faults)
+        except ValueError as exc:  # a check's own fault, said as pydantic said it
+            faults.append(Fault((key,), f"Value error, {exc}", False))
+    return values, faults
 
 
 def _fill(made: Any, spec: _Spec, values: dict[str, Any]) -> None:
