@@ -41,9 +41,11 @@ def plan_service(
             return []
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
     hashing = desired.config.scheduler in HASHING_SCHEDULERS
+    origin = desired.origin
+    if actual is None and not hashing:  # a first sync's 100,000 real servers: see _added
+        return _added(key, desired, origin)
     if in_step(desired, actual):
         return []  # the common case of a resync (the very object, once read back as cached)
-    origin = desired.origin
     ops: list[Op] = []
     actual_dests: Mapping[DestKey, RealServer]
     if actual is None:
@@ -71,6 +73,20 @@ def plan_service(
     # list is in hash_order already, should the scheduler become a hashing one.
     added.sort(reverse=True)
     ops.extend(Op(OpKind.ADD_DEST, key, dest=wanted[dkey], origin=origin) for dkey in added)
+    return ops
+
+
+def _added(key: ServiceKey, desired: VirtualService, origin: str) -> list[Op]:
+    """A service the kernel lacks (not a hashing one): added, then its real servers, last
+    first, so the kernel's list ends in ``hash_order`` (what ``plan_service`` does for any
+    service, without a lookup or key made per real server). Real servers of one service
+    differ in (address, port), so sorting them sorts their keys."""
+    make, add = tuple.__new__, OpKind.ADD_DEST  # Op's own __new__ costs as much again
+    ops = [Op(OpKind.ADD_SERVICE, key, config=desired.config, origin=origin)]
+    ops += [
+        make(Op, (add, key, None, rs, origin))
+        for rs in sorted(desired.real_servers.values(), reverse=True)
+    ]
     return ops
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from hypothesis import given, strategies as st
 
 from director.core.model import (
     Forwarding,
@@ -299,3 +300,32 @@ def test_the_daemons_full_sync_sends_bounded_chunks_and_ends_where_one_plan_woul
     assert old not in chunked.read().services and keys[3] not in chunked.read().services
     assert reconciler.actual == chunked.read().services  # the cache follows the kernel
     assert reconciler.full_sync(desired, keep_plan=False).result.requested == 2  # retried
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["192.0.2.1", "192.0.2.10", "192.0.2.9", "2001:db8::1", "10.0.0.2"]),
+            st.integers(0, 3),
+            st.integers(0, 3),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from(["rr", "wlc", "sh", "mh"]),
+)
+def test_a_new_service_gets_the_real_servers_an_empty_one_would_in_the_same_order(
+    servers: list[tuple[str, int, int]], scheduler: str
+) -> None:
+    """A first sync's path for a service the kernel lacks (its real servers added without a
+    lookup each) sends what the general path sends to a service the kernel holds empty:
+    the same adds, in the same order, so the kernel's list ends the same."""
+    dests = [RealServer(address, 8080 + port, weight) for address, port, weight in servers]
+    desired = vs(WEB, *dests, scheduler=scheduler)
+    empty = VirtualService(WEB, desired.config, {}, desired.origin)
+    new = plan_service(WEB, desired, None)
+    assert new[0] == Op(OpKind.ADD_SERVICE, WEB, config=desired.config, origin="static/web")
+    assert new[1:] == plan_service(WEB, desired, empty)
+    table: dict[ServiceKey, VirtualService] = {}
+    apply_ops_to_table(table, new)
+    assert table[WEB] == desired
+    assert list(table[WEB].real_servers) == sorted(desired.real_servers)
