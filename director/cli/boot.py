@@ -1,5 +1,6 @@
 """The ``director`` command's first moments. For ``director run`` of a static box, its table
-back in the kernel before the rest of the director loads (:mod:`director.dataplane.replay`);
+back in the kernel before the rest of the director loads (:mod:`director.dataplane.replay`),
+and its file parsed by a child process while the rest loads (:mod:`director.cli.ahead`);
 then the command itself (:mod:`director.cli.main`).
 
 Only what the replay needs is loaded here, and only the arguments it needs are read (the
@@ -29,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             done = {"replayed": False, "reason": f"failed: {exc!r}"[:300]}
         startup.REPLAY.update(done)
         startup.STARTUP.mark("replay")
+        try:
+            ahead = parse_ahead(rest)
+        except Exception as exc:  # nor for the parse's
+            ahead = {"forked": False, "reason": f"failed: {exc!r}"[:300]}
+        startup.AHEAD.update(ahead)
     from director.cli.main import main as director
 
     return director(argv)
@@ -67,6 +73,16 @@ def replay_for(args: Sequence[str]) -> dict[str, object]:
     except OSError as exc:
         return {"replayed": False, "reason": f"the file: {exc.strerror or exc}"}
     return replay.replay(table, key_of(raw, config), given.get("--netns"))
+
+
+def parse_ahead(args: Sequence[str]) -> dict[str, object]:
+    """The file of ``director run ARGS`` parsed into its cache by a child process, while
+    this one imports the rest (:mod:`director.cli.ahead`); what was done, or why not."""
+    from director.cli import ahead
+    from director.schema.stamp import default_cache
+
+    given = _options(args, ("--config", "--config-cache"))
+    return ahead.start(given.get("--config"), given.get("--config-cache", default_cache()), args)
 
 
 def _options(args: Sequence[str], names: tuple[str, ...]) -> dict[str, str]:

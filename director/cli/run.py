@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from director import logs
+from director.cli import ahead
 from director.cli.plans import EXIT_FATAL, open_ipvs
-from director.cli.startup import REPLAY, STARTUP
+from director.cli.startup import AHEAD, REPLAY, STARTUP
 from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
@@ -39,8 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from director.schema.reparse import Reparser
 
     STARTUP.mark("imports")
-    if REPLAY:  # what the command's first moments did with a kept table (director.cli.boot)
-        logs.event(_log, "startup.replay", fields=REPLAY)
+    _first_moments()
     config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
     cache = _config_cache(args.config_cache)
     settings = config_reader.load(args.config, cache)
@@ -136,6 +136,16 @@ class Wake:
         signal.set_wakeup_fd(self._previous)
         os.close(self._read)
         os.close(self._write)
+
+
+def _first_moments() -> None:
+    """Say what the command's first moments did (:mod:`director.cli.boot`) with a kept
+    table, and wait for the child that parses the file into the cache while this imports,
+    if one was forked (:mod:`director.cli.ahead`), and say what came of it."""
+    if REPLAY:
+        logs.event(_log, "startup.replay", fields=REPLAY)
+    if AHEAD:
+        logs.event(_log, "startup.parse_ahead", fields={**AHEAD, **ahead.wait()})
 
 
 def _config_cache(given: str | None) -> Path | None:

@@ -58,3 +58,6 @@ STARTUP = Startup()
 # What ``director run``'s first moments did with a static box's kept table
 # (director.cli.boot): logged as ``event=startup.replay`` once logging is up.
 REPLAY: dict[str, object] = {}
+# What the child that parses the file while the command loads did (director.cli.ahead):
+# logged as ``event=startup.parse_ahead``.
+AHEAD: dict[str, object] = {}

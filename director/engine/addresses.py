@@ -91,11 +91,16 @@ class Addresses:
 
 
 def reserved_addresses(settings: Settings) -> dict[Address, str]:
-    """Addresses the director serves otherwise, which IPAM must never hand to a Service."""
+    """Addresses the director serves otherwise, which IPAM must never hand to a Service:
+    those in a pool (IPAM refuses any other as outside its pools first; a static box of
+    5,000 services and no pool held half a megabyte of them for nothing)."""
     out: dict[Address, str] = {}
-    for key, vs in settings.services.items():
+    pools = settings.pools
+    for key, vs in settings.services.items() if pools else ():
         if not key.fwmark:
-            out.setdefault(ipaddress.ip_address(key.address), f"static service {vs.origin}")
+            address = ipaddress.ip_address(key.address)
+            if any(pool.contains(address) for pool in pools):
+                out.setdefault(address, f"static service {vs.origin}")
     for vip in settings.kubernetes.nodeport_vips if settings.kubernetes else ():
         out[ipaddress.ip_address(vip)] = "the NodePort VIP"
     return out

@@ -11,7 +11,7 @@ import sys
 
 from director import __version__
 
-FORMAT = "director-config-cache-1"  # changed when what is pickled changes shape
+FORMAT = "director-config-cache-2"  # changed when what is pickled changes shape
 FILE_NAME = "config.cache"
 _CODE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the director package
 _STAMP: list[str] = []

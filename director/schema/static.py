@@ -7,6 +7,7 @@ what one entry cannot know alone is checked by the rules in :mod:`director.schem
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, NamedTuple
 
 from director.core.dests import Dests, packed_key, shared_attrs
@@ -161,6 +162,12 @@ REAL_SERVER = Rule(
 )
 
 
+@functools.lru_cache(maxsize=1024)  # bounded: a file's services mostly share a few
+def _shared(config: ServiceConfig) -> ServiceConfig:
+    """The one ServiceConfig of these values the file's services share."""
+    return config
+
+
 @section
 class ServiceEntry(Section):
     """One of ``services:``: an address, port and protocol, or a firewall mark."""
@@ -240,7 +247,7 @@ class ServiceEntry(Section):
             limit = key.family.max_prefix
             raise Refusal(("netmask",), f"must be an integer between 1 and {limit} (got {netmask})")
         real_servers = self._real_servers(key, self.forwarding or defaults.forwarding, defaults)
-        config = ServiceConfig(chosen, flags, self.persistence, netmask)
+        config = _shared(ServiceConfig(chosen, flags, self.persistence, netmask))
         origin = f"static/{self.name}" if self.name else "static"
         return VirtualService(key, config, real_servers, origin)
 

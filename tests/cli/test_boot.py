@@ -111,9 +111,29 @@ def test_a_replay_that_fails_is_said_and_the_start_goes_on(
 
     ran: list[object] = []
     monkeypatch.setattr(replay, "replay", broken)
+    monkeypatch.setattr(boot, "parse_ahead", lambda args: {"forked": False})  # no fork here
     monkeypatch.setattr("director.cli.main.main", lambda argv=None: ran.append(argv) or 0)
     startup.REPLAY.clear()
     args = ["run", "--config", str(config), "--config-cache", str(cache)]
     assert boot.main(args) == 0 and ran == [args]
     assert startup.REPLAY == {"replayed": False, "reason": "failed: KeyError(1)"}
     startup.REPLAY.clear()
+
+
+def test_a_parse_ahead_that_fails_is_said_and_the_start_goes_on(
+    static_box: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, cache = static_box
+
+    def broken(config: str | None, cache: str | None, args: object) -> dict[str, object]:
+        raise OSError(11, "Resource temporarily unavailable")  # fork(2) refused
+
+    ran: list[object] = []
+    monkeypatch.setattr("director.cli.ahead.start", broken)
+    monkeypatch.setattr("director.cli.main.main", lambda argv=None: ran.append(argv) or 0)
+    startup.AHEAD.clear()
+    args = ["run", "--config", str(config), "--config-cache", str(cache)]
+    assert boot.main(args) == 0 and ran == [args]
+    assert startup.AHEAD["forked"] is False
+    assert "Resource temporarily unavailable" in str(startup.AHEAD["reason"])
+    startup.AHEAD.clear()
