@@ -123,7 +123,8 @@ def test_reserved_addresses_are_never_given_out_nor_granted() -> None:
 
     settings = parse_config(
         "ownership: {networks: [198.51.100.0/24]}\n"
-        "services: [{name: web, address: 198.51.100.1, port: 80}]\n"
+        "services: [{name: web, address: 198.51.100.1, port: 80},"
+        " {name: far, address: 198.51.100.9, port: 80}]\n"
         "pools: [{name: p, addresses: [198.51.100.0-198.51.100.3]}]\n"
         "kubernetes: {nodeport_vip: 198.51.100.0}\n",
         "r.yaml",
@@ -138,6 +139,10 @@ def test_reserved_addresses_are_never_given_out_nor_granted() -> None:
     assert asked.error == "address 198.51.100.0 is reserved for the NodePort VIP"
     asked = alloc.assign(req("a/y", requested=(ip("198.51.100.1"),)))
     assert asked.error == "address 198.51.100.1 is reserved for static service static/web"
+    # A static VIP no pool holds is refused as outside the pools: nothing is kept for it.
+    assert ip("198.51.100.9") not in reserved_addresses(settings)
+    asked = alloc.assign(req("a/w", requested=(ip("198.51.100.9"),)))
+    assert asked.error == "address 198.51.100.9 is outside pool 'p'"
     # What status says is not kept either when it names a reserved address.
     kept = Allocator(settings.pools, reserved_addresses(settings)).assign(
         req("a/z"), keep=(ip("198.51.100.1"),)
