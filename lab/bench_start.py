@@ -9,7 +9,11 @@ figure is each one's median and their ratio (below 1.0: the director is done soo
 A third contender is the director restarted with the same file, as a box restarts or
 reboots: its parse taken from the cache the run before left (``--config-cache``, primed once
 before the turns begin), and its table replayed from the datagrams that run kept beside it
-(``director.dataplane.replay``) before the rest of the director loads.
+(``director.dataplane.replay``) before the rest of the director loads. A fourth is the
+director's first start with an empty state directory (``--config-cache`` in a folder emptied
+before each turn), as a box's first boot without the unit's ``ExecStartPre``: its file parsed
+by a child while it imports (``director.cli.ahead``). The first contender has no cache at all
+(``--config-cache`` unset outside a unit): the file parsed in the process, after its imports.
 
 Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``);
 ``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
@@ -237,14 +241,24 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
         ],
         "director": director,
         "restart": [*director, "--config-cache", str(workdir / f"config-{services}.cache")],
+        "first": [*director, "--config-cache", str(workdir / "first" / "config.cache")],
         "before": director,
     }
-    env = {"keepalived": box.env, "director": box.env, "restart": box.env, "before": box.before}
+    env = {
+        "keepalived": box.env,
+        "director": box.env,
+        "restart": box.env,
+        "first": box.env,
+        "before": box.before,
+    }
     prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
     runs: dict[str, list[float]] = {name: [] for name in argv if env[name] is not None}
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
     for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
         for name, seconds in runs.items():
+            if name == "first":  # an empty state directory, every turn
+                shutil.rmtree(workdir / "first", ignore_errors=True)
+                (workdir / "first").mkdir()
             took = start_once(name, argv[name], services, logs[name], env[name])
             seconds.append(took["seconds"])
     out: dict[str, Any] = {"services": services, "real_servers": services * REAL_SERVERS}
@@ -257,6 +271,7 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
             }
     out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
     out["ratio_restart"] = round(out["restart"]["median"] / out["keepalived"]["median"], 3)
+    out["ratio_first"] = round(out["first"]["median"] / out["keepalived"]["median"], 3)
     if "before" in out:
         out["ratio_before"] = round(out["before"]["median"] / out["keepalived"]["median"], 3)
     return out
@@ -298,6 +313,9 @@ def _said(name: str, figures: dict[str, Any]) -> str:
     return f"{said} [{split}]" if split else said
 
 
+CONTENDERS = ("keepalived", "director", "first", "restart", "before")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--services", type=int, nargs="+", default=[1000, 5000])
@@ -333,17 +351,14 @@ def main() -> None:
             print(
                 f"bench start at {count} services x {REAL_SERVERS} (exec -> whole table in the "
                 f"kernel): "
-                + ", ".join(
-                    _said(name, row[name])
-                    for name in ("keepalived", "director", "restart", "before")
-                    if name in row
-                )
+                + ", ".join(_said(name, row[name]) for name in CONTENDERS if name in row)
                 + f" (ratio {row['ratio']}; restart {row['ratio_restart']}"
+                + f"; first with a state directory {row['ratio_first']}"
                 + (f"; before {row['ratio_before']}" if "ratio_before" in row else "")
                 + ")",
                 flush=True,
             )
-            for name in ("keepalived", "director", "restart", "before"):
+            for name in CONTENDERS:
                 with contextlib.suppress(FileNotFoundError):
                     shutil.copy(Path(tmp) / f"{name}-{count}.log", args.out / f"{name}-{count}.log")
     shutil.rmtree(BOX, ignore_errors=True)
