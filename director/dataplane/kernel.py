@@ -355,6 +355,8 @@ def encoded_batches(
     head_pack = HEAD.pack
     last_key: ServiceKey | None = None
     nested = b""
+    layouts = (dest_message_layout(0, True), dest_message_layout(0, False))
+    delete, command = OpKind.DEL_DEST, OP_CMD
 
     def batch() -> tuple[bytes, list[int], int]:
         data = bytearray(b"".join(parts))
@@ -375,12 +377,18 @@ def encoded_batches(
                         CMD_ATTR_SERVICE, encode_service_key(last_key)
                     )
                 nested = cached
-            layout = dest_message_layout(len(nested), op.kind is not OpKind.DEL_DEST)
+                # A service's layouts, by whether the op is a delete (its key alone).
+                layouts = (
+                    dest_message_layout(len(nested), True),
+                    dest_message_layout(len(nested), False),
+                )
+            kind = op.kind
+            layout = layouts[kind is delete]
             if parts and size_now + layout.size > BATCH_BYTES:
                 yield batch()
                 parts, indices, size_now = [], [], 0
             seq = numbering.seq = (numbering.seq + 1) & 0xFFFFFFFF
-            message = pack_dest_message(layout, family, seq, OP_CMD[op.kind], nested, rs=rs)
+            message = pack_dest_message(layout, family, seq, command[kind], nested, rs=rs)
         else:
             cmd, payload = encode_op(op)
             if parts and size_now + 20 + len(payload) > BATCH_BYTES:
