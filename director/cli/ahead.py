@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from director.schema.stamp import FORMAT, key_of
+from director.schema.stamp import FORMAT, key_of_file
 
 # The child's pid and when it was forked, once one is; what came of it (logged as
 # ``event=startup.parse_ahead`` by ``director run``).
@@ -40,11 +40,10 @@ def start(config: str | None, cache: str | None, args: Sequence[str]) -> dict[st
     if not config or not cache:
         return {"forked": False, "reason": "no file, or no cache (--config-cache '')"}
     try:
-        with open(config, "rb") as handle:
-            raw = handle.read()
+        wanted = key_of_file(config)
     except OSError as exc:
         return {"forked": False, "reason": f"the file: {exc.strerror or exc}"}
-    if _holds(cache, key_of(raw, config)):
+    if _holds(cache, wanted):
         return {"forked": False, "reason": "the cache holds this file's parse"}
     folder = os.path.dirname(os.path.abspath(cache))
     if not os.access(folder, os.W_OK | os.X_OK):

@@ -65,14 +65,13 @@ def replay_for(args: Sequence[str]) -> dict[str, object]:
     key = replay.stored_key(table)
     if key is None:
         return {"replayed": False, "reason": "none kept yet"}
-    from director.schema.stamp import key_of
+    from director.schema.stamp import key_of_file
 
     try:
-        with open(config, "rb") as handle:
-            raw = handle.read()
+        wanted = key_of_file(config)
     except OSError as exc:
         return {"replayed": False, "reason": f"the file: {exc.strerror or exc}"}
-    return replay.replay(table, key_of(raw, config), given.get("--netns"))
+    return replay.replay(table, wanted, given.get("--netns"))
 
 
 def parse_ahead(args: Sequence[str]) -> dict[str, object]:

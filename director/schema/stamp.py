@@ -43,6 +43,12 @@ def key_of(raw: bytes, source: str) -> str:
     return digest.hexdigest()
 
 
+def key_of_file(path: str) -> str:
+    """``key_of`` the file at ``path`` as it is now. Raises OSError when it cannot be read."""
+    with open(path, "rb") as handle:
+        return key_of(handle.read(), path)
+
+
 def default_cache() -> str | None:
     """The parse's cache in systemd's state directory for the unit (``StateDirectory=``:
     the environment's ``STATE_DIRECTORY``), or no cache outside such a unit."""
