@@ -345,17 +345,15 @@ def encoded_batches(
     """``ops`` (but those at ``skip``) as datagrams of at most BATCH_BYTES: (the datagram,
     the positions in ``ops`` of its messages, the first one's sequence number). Each message
     takes the next number of ``numbering``; only a datagram's last message asks for an ack
-    (failures are always answered). The hot loop of a full sync (110,000 operations at
-    10,000 services): one struct pack per real-server message, header and attributes
-    together."""
+    (failures are always answered). The hot loop of a full sync: one struct pack per
+    real-server message, header and attributes together."""
     key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
     parts: list[bytes] = []
     indices: list[int] = []  # positions in ops of the batch's messages, in seq order
     size_now = 0
     head_pack = HEAD.pack
     last_key: ServiceKey | None = None
-    nested = b""
-    layouts = (dest_message_layout(0, True), dest_message_layout(0, False))
+    nested, layouts = b"", (HEAD, HEAD)  # set by each service's first real-server op
     delete, command = OpKind.DEL_DEST, OP_CMD
 
     def batch() -> tuple[bytes, list[int], int]:
@@ -376,12 +374,8 @@ def encoded_batches(
                     cached = key_cache[last_key] = pack_nla(
                         CMD_ATTR_SERVICE, encode_service_key(last_key)
                     )
-                nested = cached
-                # A service's layouts, by whether the op is a delete (its key alone).
-                layouts = (
-                    dest_message_layout(len(nested), True),
-                    dest_message_layout(len(nested), False),
-                )
+                nested, size = cached, len(cached)  # its layouts, by: is the op a delete?
+                layouts = (dest_message_layout(size, True), dest_message_layout(size, False))
             kind = op.kind
             layout = layouts[kind is delete]
             if parts and size_now + layout.size > BATCH_BYTES:
