@@ -22,13 +22,16 @@ def _checked_file(path: str, load: Callable[[str], Settings]) -> Settings:
     """The file check validates: parsed, or (in a unit with a state directory: the unit's
     ExecStartPre) taken from the cache when the cache holds this very file, which is
     then kept there for the start that follows."""
-    from director.schema.cache import default_path
+    from director.schema.stamp import default_cache
+
+    found = default_cache()
+    if found is None:  # run by hand: the parse alone (no cache, no reader's memory)
+        return load(path)
+    from pathlib import Path
+
     from director.schema.reparse import Reparser
 
-    cache = default_path()
-    if cache is None:
-        return load(path)
-    reader = Reparser()
+    cache, reader = Path(found), Reparser()
     settings = reader.load(path, cache)
     reader.save(cache)
     return settings

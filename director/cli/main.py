@@ -253,12 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")
-        from director.cli.check import cmd_check
-        from director.cli.run import cmd_run
+        if args.command == "run":  # each loads only its own module
+            from director.cli.run import cmd_run
 
+            return cmd_run(args)
+        if args.command == "check":
+            from director.cli.check import cmd_check
+
+            return cmd_check(args)
         simple = {
-            "run": cmd_run,
-            "check": cmd_check,
             "keepalived-config": cmd_keepalived_config,
             "conntrackd-config": cmd_conntrackd_config,
             "metallb-pools": cmd_metallb_pools,
