@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from director.core.dests import HASHING_SCHEDULERS, DestEdit, hash_order
+from director.core.dests import HASHING_SCHEDULERS, DestEdit, Dests, hash_order
 from director.core.model import DestKey, RealServer, ServiceKey
 from director.core.ownership import Ownership
 from director.core.services import Op, OpKind, Table, VirtualService
@@ -132,8 +132,8 @@ def as_applied(vs: VirtualService, before: VirtualService | None) -> VirtualServ
         order = hash_order(d for d in keys if d not in seen) + [d for d in old if d in wanted]
     if order == keys:
         return vs  # the common case: no copy made
-    dests = dict(vs.real_servers.items())
-    return VirtualService(vs.key, vs.config, {d: dests[d] for d in order}, vs.origin)
+    # Its rows moved as they are (a VirtualService holds Dests: ``of`` returns them).
+    return VirtualService(vs.key, vs.config, Dests.of(vs.real_servers).reordered(order), vs.origin)
 
 
 def _in_hash_order(

@@ -112,3 +112,27 @@ def test_the_forwarding_methods_are_read_without_unpacking_a_real_server() -> No
     )
     assert mixed.forwardings() == {Forwarding.NAT, Forwarding.TUN}
     assert Dests().forwardings() == frozenset()
+
+
+@given(st.lists(_SERVERS, max_size=12), st.randoms(use_true_random=False))
+def test_real_servers_put_in_another_order_are_the_same_ones_in_that_order(
+    servers: list[RealServer], shuffler: object
+) -> None:
+    """The kernel's order of a service (``as_applied``) moves the packed rows as they are:
+    every real server, with its own weight, forwarding and thresholds, in the order asked."""
+    import random
+
+    assert isinstance(shuffler, random.Random)
+    reference = {rs.key: rs for rs in servers}
+    order = list(reference)
+    shuffler.shuffle(order)
+    moved = Dests(servers).reordered(order)
+    assert list(moved) == order
+    assert list(moved.values()) == [reference[key] for key in order]
+    assert moved.same_order(Dests.of({key: reference[key] for key in order}))
+    if order:
+        with pytest.raises(ValueError, match="every real server once"):
+            Dests(servers).reordered(order[1:])
+    if len(order) > 1:
+        with pytest.raises(ValueError, match="every real server once"):
+            Dests(servers).reordered([order[0], *order[:-1]])
