@@ -4,15 +4,16 @@ A start with no parse of this very file in its cache (a first start, a changed f
 upgraded director) used to parse the file after importing the runtime, one after the other,
 and kept the parse's leavings: the parse of a 5,000-service file builds some 40 MB of
 documents and checks that are freed at once, but the allocator keeps most of the pages they
-were on (live objects remain scattered among them), so the box held ~70 MB for life, where
-the same table taken from the cache holds ~45 MB.
+were on (live objects remain scattered among them), so the box held 74 MB for life, where
+the same table taken from the cache held 46 MB (host, 5,000 services x 10).
 
 So at the command's first moments (:mod:`director.cli.boot`), when the cache is named
 (systemd's state directory, or ``--config-cache``), its folder writable, and it does not
 hold this file's parse, a child process is forked: it parses the file and writes the cache,
 exactly as a running director keeps it (:class:`director.schema.reparse.Reparser`), and
-exits. Meanwhile the command imports the runtime (a second core does the parse); then it
-waits for the child and takes the parse from the cache, as any restart does. A child that
+exits. Meanwhile the command imports the runtime (side by side where a second core is
+free: under the lab's emulation they were not); then it waits for the child and takes the
+parse from the cache, as any restart does. A child that
 fails (a fault in the file, a full disk, a signal) leaves the cache as it was: the file is
 then parsed in the command itself, and a fault is reported with its line as ever.
 
