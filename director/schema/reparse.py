@@ -55,7 +55,7 @@ def _digest(item: str) -> bytes:
     """What an item is remembered by: its text's digest (16 bytes where the text of a
     5,000-service file's items held 3.3 MB for life), stable across processes (the memory is
     kept in the cache for the next start)."""
-    return hashlib.blake2b(item.encode(), digest_size=16).digest()
+    return hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
