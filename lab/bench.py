@@ -240,12 +240,13 @@ def main() -> None:
 
     dataplane(args, results)
     gc.collect()  # the 10k tables are gone before the director's memory is measured
+    full_ratio = results["director_full_sync_s"] / results["ipvsadm_restore_s"]  # type: ignore[operator]
+    noop_ratio = results["director_noop_resync_s"] / results["ipvsadm_list_s"]  # type: ignore[operator]
+    results["full_sync_ratio"] = round(full_ratio, 3)
+    results["noop_resync_ratio"] = round(noop_ratio, 3)
     if args.dataplane_only:
-        full = results["director_full_sync_s"] / results["ipvsadm_restore_s"]  # type: ignore[operator]
-        noop = results["director_noop_resync_s"] / results["ipvsadm_list_s"]  # type: ignore[operator]
-        results["full_sync_ratio"], results["noop_resync_ratio"] = round(full, 3), round(noop, 3)
         (args.out / "dataplane.json").write_text(json.dumps(results, indent=2) + "\n")
-        print(f"bench: full_sync_ratio {full:.3f} (<= 0.2), noop_resync_ratio {noop:.3f} (<= 0.8)")
+        print(f"bench: full_sync_ratio {full_ratio:.3f}, noop_resync_ratio {noop_ratio:.3f}")
         return
 
     # Kubernetes: one endpoint change at a time, API stand-in -> director -> kernel.
@@ -257,10 +258,6 @@ def main() -> None:
         print(f"bench: kubernetes at {count}: {kube[str(count)]}", flush=True)
     results["kube_vm"] = kube
 
-    full_ratio = results["director_full_sync_s"] / results["ipvsadm_restore_s"]  # type: ignore[operator]
-    noop_ratio = results["director_noop_resync_s"] / results["ipvsadm_list_s"]  # type: ignore[operator]
-    results["full_sync_ratio"] = round(full_ratio, 3)
-    results["noop_resync_ratio"] = round(noop_ratio, 3)
     i1k, i10k = results["incremental_1k"], results["incremental_10k"]
     assert isinstance(i1k, dict) and isinstance(i10k, dict)
     results["incremental_ops"] = {"1k": i1k["ops_max"], "10k": i10k["ops_max"]}

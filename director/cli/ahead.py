@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from director.schema.stamp import FORMAT, key_of_file
+from director.schema.stamp import header, key_of_file
 
 # The child's pid and when it was forked, once one is; what came of it (logged as
 # ``event=startup.parse_ahead`` by ``director run``).
@@ -61,9 +61,7 @@ def _holds(cache: str, key: str) -> bool:
     """The cache's header names this key (what ``director.schema.cache.load`` checks first)."""
     try:
         with open(cache, "rb") as handle:
-            return handle.readline() == f"{FORMAT}\n".encode() and (
-                handle.readline() == f"{key}\n".encode()
-            )
+            return handle.read(len(wanted := header(key))) == wanted
     except OSError:
         return False
 

@@ -180,12 +180,13 @@ class Dests(Mapping[DestKey, RealServer]):
             for (address, port), each in zip(self, attrs, strict=True):
                 yield make(RealServer, (address, port, *each))
 
-    def reordered(self, order: Sequence[DestKey]) -> Dests:
+    def reordered(self, order: Sequence[DestKey], now: Sequence[DestKey] | None = None) -> Dests:
         """These real servers in ``order`` (every key of these, each once), their rows moved
         as they are: no RealServer, text or packing made (the kernel's order of a first sync's
-        100,000 real servers, ``director.core.plan.as_applied``)."""
+        100,000 real servers, ``director.core.plan.as_applied``). ``now``: their keys in
+        their present order, when the caller has made them already."""
         keys, attrs = self._keys, self._attrs
-        at = {key: row for row, key in enumerate(self)}
+        at = {key: row for row, key in enumerate(self if now is None else now)}
         rows = [at[key] for key in order]
         if len(rows) != len(at) or len(set(rows)) != len(rows):
             raise ValueError("an order must name every real server once")

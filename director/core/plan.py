@@ -133,7 +133,8 @@ def as_applied(vs: VirtualService, before: VirtualService | None) -> VirtualServ
     if order == keys:
         return vs  # the common case: no copy made
     # Its rows moved as they are (a VirtualService holds Dests: ``of`` returns them).
-    return VirtualService(vs.key, vs.config, Dests.of(vs.real_servers).reordered(order), vs.origin)
+    moved = Dests.of(vs.real_servers).reordered(order, keys)
+    return VirtualService(vs.key, vs.config, moved, vs.origin)
 
 
 def _in_hash_order(

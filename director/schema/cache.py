@@ -29,7 +29,7 @@ from typing import Any
 
 from director.logs import event
 from director.schema.config import Settings
-from director.schema.stamp import FORMAT, default_cache, key_of
+from director.schema.stamp import FORMAT, default_cache, header, key_of
 
 __all__ = ["default_path", "key_of", "load", "store"]
 
@@ -79,7 +79,7 @@ def store(path: Path, key: str, settings: Settings, memory: Any) -> bool:
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(f"{FORMAT}\n{key}\n".encode())
+            handle.write(header(key))
             pickle.dump((settings, memory), handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(temporary, path)
     except Exception as exc:  # a full disk, a read-only folder: the next start parses

@@ -43,6 +43,12 @@ def key_of(raw: bytes, source: str) -> str:
     return digest.hexdigest()
 
 
+def header(key: str) -> bytes:
+    """The first two lines of the parse's cache kept under ``key`` (read before anything is
+    unpickled: :mod:`director.schema.cache`; and by :mod:`director.cli.ahead`)."""
+    return f"{FORMAT}\n{key}\n".encode()
+
+
 def key_of_file(path: str) -> str:
     """``key_of`` the file at ``path`` as it is now. Raises OSError when it cannot be read."""
     with open(path, "rb") as handle:
