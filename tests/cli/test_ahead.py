@@ -118,8 +118,10 @@ def test_a_child_that_fails_leaves_the_command_to_parse(tmp_path: Path) -> None:
     config.write_text(STATIC)
     pid = os.fork()
     if pid == 0:
-        os._exit(3)  # a stand-in for a child that fails before it writes
+        signal.pause()  # a child still at its parse, then killed
+        os._exit(0)
+    os.kill(pid, signal.SIGKILL)
     ahead._CHILD.append((pid, 0.0))
     found = ahead.wait()
-    assert found["parsed"] is False and "exited 3" in str(found["reason"])
+    assert found["parsed"] is False and "exited -9" in str(found["reason"])
     assert not cache.exists()
