@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from director.adapters.metrics import Metrics
 from director.adapters.systemd import Notifier
 from director.cli import wiring
 from director.cli.wiring import Daemons
@@ -32,6 +32,9 @@ from director.engine.reload import restart_only
 from director.logs import event
 from director.schema.config import ConfigError, Settings
 from director.schema.reparse import Reparser
+
+if TYPE_CHECKING:
+    from director.adapters.metrics import Metrics
 
 log = logging.getLogger("director.runtime")
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
@@ -52,13 +55,17 @@ class Runtime:
         netns: str | None = None,
         firewall: Firewall | None = None,
         on_fatal: Callable[[str], None] | None = None,
+        metrics: bool | None = None,
     ) -> None:
         """``reader``: a second adapter for the API's and the metrics' reads. ``firewall``:
         the source filter (by default nftables beside the kernel, the fake beside the fake).
-        ``on_fatal(reason)``: a thread the director needs has died."""
+        ``on_fatal(reason)``: a thread the director needs has died. ``metrics``: keep the
+        Prometheus figures (default: when the file has an ``api:`` section, the only way to
+        scrape them; a test or bench that reads the registry in process asks for them)."""
         self.on_fatal = on_fatal
         self.failed: str | None = None  # why the director must stop, once it must
-        self.metrics = Metrics()
+        self.metrics: Metrics | None = wiring.metrics(settings, metrics)
+        recorder = self.metrics.recorder if self.metrics is not None else None
         kube_api, writer = wiring.cluster(settings, kubeconfig)
         # every call out of the loop: who listens is set below, as each part is made
         self.hooks = Hooks()
@@ -70,16 +77,20 @@ class Runtime:
             state_file=state_file,
             observer=observer,
             intents_file=Path(settings.api.intents_file) if settings.api else None,
-            recorder=self.metrics.recorder,
+            recorder=recorder,
             firewall=firewall or wiring.firewall(ipvs, netns, settings, dry_run),
             hooks=self.hooks,
         )
-        scrape = self.metrics.serve(
-            self.controller.door(),
-            reader,
-            lambda: wiring.keepalived_counts(self._daemons()),
-            lambda: wiring.frr_figures(self._daemons()),
-            lambda: wiring.conntrack(self._daemons()),
+        scrape = (
+            None
+            if self.metrics is None
+            else self.metrics.serve(
+                self.controller.door(),
+                reader,
+                lambda: wiring.keepalived_counts(self._daemons()),
+                lambda: wiring.frr_figures(self._daemons()),
+                lambda: wiring.conntrack(self._daemons()),
+            )
         )
         self.watchers = wiring.watchers(kube_api, self.controller.submit, watch_seconds)
         self.elector = None if dry_run else wiring.elector(settings, writer, self.controller)
@@ -91,9 +102,7 @@ class Runtime:
             reader=reader,
             peers=lambda: wiring.peers(self._daemons()),
         )
-        self.checker = wiring.checker(
-            settings, netns, self.controller, self.hooks, self.metrics.recorder
-        )
+        self.checker = wiring.checker(settings, netns, self.controller, self.hooks, self.metrics)
         self.daemons = Daemons(
             wiring.vrrp(settings, dry_run, self.controller, self.hooks),  # + FIFO, conntrackd
             wiring.frr(
@@ -214,7 +223,8 @@ class Runtime:
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
         result, detail = self._reload(path, reader, timeout)
         seconds = round(time.monotonic() - started, 3)
-        self.metrics.reloads.observe(result)
+        if self.metrics is not None:
+            self.metrics.reloads.observe(result)
         if result == "applied":
             event(
                 log,

@@ -3,7 +3,8 @@ client and watchers, the firewall, the kernel's parameters, the pair's daemons a
 admin API's server and the health checker; and what a scrape reads of the daemons.
 
 Each adapter is imported where the file asks for its part: a static box without
-``kubernetes:`` or ``api:`` loads neither the Kubernetes client nor the web server.
+``kubernetes:`` or ``api:`` loads neither the Kubernetes client nor the web server, nor
+Prometheus's client (its figures are served by the API alone).
 """
 
 from __future__ import annotations
@@ -13,13 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from director.adapters.lease import Elector
-from director.adapters.metrics import Recorder
-from director.adapters.metrics_daemons import FrrFigures
-from director.adapters.metrics_ipvs import Scrape
-from director.adapters.prober import Checker
 from director.cli.preflight import read_token
 from director.core.announce import PeerState
-from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
 from director.core.owned import Ledger
@@ -40,6 +36,10 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.kube import Handler, KubeApi
     from director.adapters.kube_watch import Watcher
     from director.adapters.kube_write import KubeWriter
+    from director.adapters.metrics import Metrics
+    from director.adapters.metrics_daemons import FrrFigures
+    from director.adapters.metrics_ipvs import Scrape
+    from director.adapters.prober import Checker
     from director.adapters.sysctl import Sysctls
     from director.adapters.vrrp import VrrpFifo
 
@@ -93,13 +93,6 @@ class Daemons(NamedTuple):
         return self.vrrp.conntrackd if self.vrrp else None
 
 
-PARSERS = {
-    "services": service_from_json,
-    "endpointslices": slice_from_json,
-    "nodes": node_from_json,
-}
-
-
 def cluster(settings: Settings, kubeconfig: str | None) -> tuple[KubeApi | None, KubeWriter | None]:
     """The Kubernetes client and writer (none without a ``kubernetes`` section)."""
     kube = settings.kubernetes
@@ -126,9 +119,15 @@ def watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> l
         return []
     from director.adapters.kube import RESOURCES
     from director.adapters.kube_watch import Watcher
+    from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 
+    parsers = {
+        "services": service_from_json,
+        "endpointslices": slice_from_json,
+        "nodes": node_from_json,
+    }
     return [
-        Watcher(kube_api, resource, submit, PARSERS[resource.name], watch_seconds=watch_seconds)
+        Watcher(kube_api, resource, submit, parsers[resource.name], watch_seconds=watch_seconds)
         for resource in RESOURCES
     ]
 
@@ -184,12 +183,23 @@ def elector(
     )
 
 
+def metrics(settings: Settings, wanted: bool | None = None) -> Metrics | None:
+    """The Prometheus registry and what feeds it, kept when ``wanted`` (None: when the file
+    has an ``api:`` section, whose ``/metrics`` is the only way to read it; ``api:`` is a
+    restart-only section, so no reload can ask for it later)."""
+    if not (settings.api is not None if wanted is None else wanted):
+        return None
+    from director.adapters.metrics import Metrics
+
+    return Metrics()
+
+
 def api_server(
     settings: Settings,
     controller: Controller,
     *,
     writer: KubeWriter | None,
-    scrape: Scrape,
+    scrape: Scrape | None,
     reader: Ipvs | None,
     peers: Callable[[], tuple[PeerState, ...]],
 ) -> ApiServer | None:
@@ -223,15 +233,25 @@ def api_server(
 
 
 def checker(
-    settings: Settings, netns: str | None, controller: Controller, hooks: Hooks, recorder: Recorder
+    settings: Settings,
+    netns: str | None,
+    controller: Controller,
+    hooks: Hooks,
+    metrics: Metrics | None,
 ) -> Checker | None:
-    """Active health checks, run from the director's own network namespace."""
+    """Active health checks, run from the director's own network namespace (each one's
+    time into the metrics, where kept)."""
     if settings.health is None:
         return None
+    from director.adapters.prober import Checker  # ssl: for checks over TLS
+
+    recorder = metrics.recorder if metrics is not None else None
     made = Checker(
         lambda target, health: controller.post(TargetChecked(target, health.up)),
         netns=netns,
-        on_result=lambda _target, health: recorder.health.observe(health.last_seconds),
+        on_result=None
+        if recorder is None
+        else lambda _target, health: recorder.health.observe(health.last_seconds),
     )
     hooks.on_targets = made.update
     return made
@@ -291,6 +311,8 @@ def frr_figures(daemons: Daemons | None) -> FrrFigures | None:
     sync = daemons.frr if daemons is not None else None
     if sync is None:
         return None
+    from director.adapters.metrics_daemons import FrrFigures
+
     return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
 
 

@@ -200,6 +200,7 @@ class Slow(Collector):
 def test_scrapes_never_take_every_worker_from_the_api(director: tuple[str, Runtime]) -> None:
     where, runtime = director
     slow = Slow()
+    assert runtime.metrics is not None, "the API serves the metrics"
     runtime.metrics.registry.register(slow)
     results: list[int] = []
 

@@ -102,7 +102,9 @@ def test_a_services_source_ranges_are_enforced_and_its_drops_counted(
 ) -> None:
     firewall = FakeFirewall()
     ipvs = FakeIpvs()
-    runtime = Runtime(settings(api.kubeconfig(tmp_path / "kc")), ipvs, firewall=firewall)
+    runtime = Runtime(
+        settings(api.kubeconfig(tmp_path / "kc")), ipvs, firewall=firewall, metrics=True
+    )
     with runtime.start():
         assert runtime.wait_ready(20)
         api.create("services", restricted("web", ["203.0.113.2/32", "bogus"]))
@@ -113,6 +115,7 @@ def test_a_services_source_ranges_are_enforced_and_its_drops_counted(
         warning = eventually(lambda: [e for e in api.events_for("web") if e["type"] == "Warning"])
         assert warning[0]["reason"] == "InvalidServiceField"
         assert "'bogus' is not a CIDR" in warning[0]["message"]
+        assert runtime.metrics is not None
         scrape = generate_latest(runtime.metrics.registry).decode()
         dropped = {
             tuple(sorted(s.labels.items())): s.value

@@ -48,6 +48,7 @@ def weight(ipvs: FakeIpvs, i: int, rs: str = "192.0.2.1") -> int:
 
 
 def metric(runtime: Runtime, name: str, labels: dict[str, str] | None = None) -> float | None:
+    assert runtime.metrics is not None, "the runtime keeps its figures (metrics=True)"
     return runtime.metrics.registry.get_sample_value(name, labels or {})
 
 
@@ -63,7 +64,7 @@ def static(tmp_path: Path) -> Iterator[tuple[Path, FakeIpvs, Runtime]]:
     from director.core.services import VirtualService
 
     ipvs.apply([Op(OpKind.ADD_SERVICE, foreign, ServiceConfig())])
-    with Runtime(load_config(path), ipvs).start() as runtime:
+    with Runtime(load_config(path), ipvs, metrics=True).start() as runtime:
         assert runtime.wait_ready(20)
         assert isinstance(ipvs.read().services[foreign], VirtualService)
         yield path, ipvs, runtime
@@ -173,7 +174,7 @@ def test_a_static_service_on_an_address_a_kubernetes_service_holds_is_refused(
         path = tmp_path / "director.yaml"
         path.write_text(base)
         ipvs = FakeIpvs()
-        with Runtime(load_config(path), ipvs).start() as runtime:
+        with Runtime(load_config(path), ipvs, metrics=True).start() as runtime:
             assert runtime.wait_ready(20)
             web = ServiceKey.inet(Protocol.TCP, "198.51.100.0", 80)
             eventually(lambda: web in ipvs.read().services, 10)

@@ -247,7 +247,7 @@ snat: {{addresses: {json.dumps(snats)}, ports: 40000-40001}}
             "fp.yaml",
         )
         ipvs = KernelIpvs(netns=lab.lvs.name)
-        runtime = Runtime(config, ipvs).start()
+        runtime = Runtime(config, ipvs, metrics=True).start()
         opened: list[Connection] = []
         capacity = 2 * addresses  # two source ports per address towards the one real server
         try:
@@ -267,6 +267,7 @@ snat: {{addresses: {json.dumps(snats)}, ports: 40000-40001}}
                 lambda: (wiring.conntrack(runtime.daemons) or {}).get("insert_failed", 0),
                 what="counted",
             )
+            assert runtime.metrics is not None
             scrape = generate_latest(runtime.metrics.registry).decode()
             exported = {
                 sample.name: sample.value
