@@ -16,7 +16,7 @@ SLICE_PORTS = [("http", "TCP", 8080)]
 
 
 def start(kubeconfig: Path, ipvs: FakeIpvs, **kw: object) -> Runtime:
-    runtime_kw = {k: kw.pop(k) for k in ("dry_run", "state_file") if k in kw}
+    runtime_kw = {k: kw.pop(k) for k in ("dry_run", "state_file", "metrics") if k in kw}
     runtime = Runtime(settings(kubeconfig, **kw), ipvs, **runtime_kw)  # type: ignore[arg-type]
     runtime.start()
     assert runtime.wait_ready(20), "the controller never finished its first sync"

@@ -67,6 +67,26 @@ class DestState:
     stats: Stats = field(default_factory=Stats)
 
 
+def read_back(
+    key: ServiceKey,
+    config: ServiceConfig,
+    dests: Mapping[DestKey, RealServer],
+    known: Mapping[ServiceKey, VirtualService] | None,
+) -> VirtualService:
+    """A virtual service as read from the kernel: ``known``'s own object (its key too) where
+    it holds just this (the configuration, and the real servers in the same order: the
+    hashing schedulers depend on it), else a new one. A read that finds no drift so makes
+    nothing that outlives it."""
+    cached = known.get(key) if known else None
+    if (
+        cached is not None
+        and cached.config == config
+        and Dests.of(cached.real_servers).same_order(dests)
+    ):
+        return cached
+    return VirtualService(key, config, dests)
+
+
 @dataclass(slots=True)
 class KernelTable:
     """Everything read back from IPVS: configuration and, when asked for, counters."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno as _errno
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from director.core.counters import Counters
 from director.core.dests import DestEdit
@@ -24,7 +24,15 @@ from director.core.model import (
     ServiceKey,
     canonical_flags,
 )
-from director.core.services import DestState, KernelTable, Op, OpKind, Stats, VirtualService
+from director.core.services import (
+    DestState,
+    KernelTable,
+    Op,
+    OpKind,
+    Stats,
+    VirtualService,
+    read_back,
+)
 from director.dataplane.interface import ApplyResult, OpError, error_message, scheduler_refusals
 
 
@@ -53,12 +61,22 @@ class FakeIpvs:
         self._stats[key] = stats
 
     # -- Ipvs protocol -------------------------------------------------------------------
-    def read(self, *, stats: bool = False) -> KernelTable:
+    def read(
+        self, *, stats: bool = False, known: Mapping[ServiceKey, VirtualService] | None = None
+    ) -> KernelTable:
         with self._lock:
-            return self._read(stats)
+            return self._read(stats, None if stats else known)
 
-    def _read(self, stats: bool) -> KernelTable:
-        out = KernelTable(services=dict(self._table))
+    def _read(
+        self, stats: bool, known: Mapping[ServiceKey, VirtualService] | None = None
+    ) -> KernelTable:
+        if known is None:
+            out = KernelTable(services=dict(self._table))
+        else:  # as the kernel: each service compared with the caller's as it is read
+            found = (
+                read_back(k, vs.config, vs.real_servers, known) for k, vs in self._table.items()
+            )
+            out = KernelTable(services={vs.key: vs for vs in found})
         if stats:
             for key, vs in self._table.items():
                 out.service_stats[key] = self._stats.get(key, Stats())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,8 +55,13 @@ class ApplyResult:
 class Ipvs(Protocol):
     """What the engine needs from IPVS."""
 
-    def read(self, *, stats: bool = False) -> KernelTable:
-        """The whole table; counters too when ``stats``."""
+    def read(
+        self, *, stats: bool = False, known: Mapping[ServiceKey, VirtualService] | None = None
+    ) -> KernelTable:
+        """The whole table; counters too when ``stats``. ``known`` (without ``stats``): the
+        caller's copy of the table; each service the kernel holds just as it does is
+        returned as its object (``director.core.services.read_back``), decided as the
+        service is read, so a read that finds no drift never holds a second table."""
         ...
 
     def read_counters(self) -> Counters:

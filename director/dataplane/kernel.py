@@ -16,31 +16,27 @@ import errno
 import functools
 import logging
 import threading
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from director.core.counters import SERVICE_COUNTERS, Counters
 from director.core.dests import Dests
 from director.core.model import DestKey, RealServer, ServiceConfig, ServiceKey
-from director.core.services import DestState, KernelTable, Op, OpKind, VirtualService
+from director.core.services import DestState, KernelTable, Op, VirtualService, read_back
+from director.dataplane.batches import encoded_batches
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
     CMD_GET_DEST,
     CMD_GET_INFO,
     CMD_GET_SERVICE,
-    HEAD,
-    OP_CMD,
     decode_dest,
     decode_service,
     decode_stats64,
-    dest_message_layout,
-    encode_op,
     encode_service_key,
-    pack_dest_message,
 )
-from director.dataplane.genl import BATCH_BYTES, GenlSocket, open_socket
+from director.dataplane.genl import GenlSocket, open_socket
 from director.dataplane.interface import (
     ApplyResult,
     IpvsUnavailable,
@@ -59,16 +55,7 @@ from director.dataplane.layouts import (
     service_layout,
 )
 from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
-from director.dataplane.netlink import (
-    GENL_VERSION,
-    NLA,
-    NLA_TYPE_MASK,
-    NLM_F_ACK,
-    NLM_F_REQUEST,
-    U16,
-    pack_nla,
-    parse_attrs,
-)
+from director.dataplane.netlink import NLA, NLA_TYPE_MASK, pack_nla, parse_attrs
 from director.dataplane.netns import in_netns
 from director.logs import event
 
@@ -122,27 +109,35 @@ class KernelIpvs:
 
     # -- reading -----------------------------------------------------------------------
     def _services(self) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]]:
-        """Every service: its key, configuration and counters (model.SERVICE_COUNTERS).
+        """Every service: its key, configuration and counters (model.SERVICE_COUNTERS)."""
+        return [self._service(*message) for message in self._service_messages()]
 
-        Decoded as real servers are, by the layout of the first message of each length (a
-        service's length follows its scheduler's name), one struct call each; a message laid
-        out otherwise is decoded in full. Nothing decoded is kept between reads (a cache of
-        decoded services held ~4 MiB at 10,000, made a resync's read no faster than this)."""
-        out: list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]] = []
+    def _service_messages(self) -> list[tuple[bytes, int, int]]:
+        """The dump of every service, not decoded: (datagram, message start, message end).
+        The datagrams hold the services packed (~170 bytes each), so a read decodes each
+        one as it reads its real servers and never holds every service decoded at once."""
+        return list(self._genl.messages(CMD_GET_SERVICE, b""))
+
+    def _service(
+        self, data: bytes, offset: int, end: int
+    ) -> tuple[ServiceKey, ServiceConfig, tuple[int, ...]]:
+        """One service's message, decoded as real servers are: by the layout of the first
+        message of its length (a service's length follows its scheduler's name), one struct
+        call; a message laid out otherwise is decoded in full. Nothing decoded is kept
+        between reads (a cache of decoded services held ~4 MiB at 10,000, made a resync's
+        read no faster than this)."""
         layouts = self._service_layouts
-        for data, offset, end in self._genl.messages(CMD_GET_SERVICE, b""):
-            layout = layouts.get(end - offset)
-            found = decode_service_row(data, offset, layout) if layout is not None else None
-            if found is None:
-                nested, size = parse_attrs(data, offset + 20, end)[CMD_ATTR_SERVICE]
-                key, config, where = decode_service(data, nested, nested + size)
-                stats = decode_stats64(data, where)
-                found = key, config, tuple(getattr(stats, n) for n in SERVICE_COUNTERS)
-                learnt = service_layout(data, offset, end)
-                if learnt is not None and len(layouts) < 64:  # bounded: shapes, not services
-                    layouts[end - offset] = learnt
-            out.append(found)
-        return out
+        layout = layouts.get(end - offset)
+        found = decode_service_row(data, offset, layout) if layout is not None else None
+        if found is None:
+            nested, size = parse_attrs(data, offset + 20, end)[CMD_ATTR_SERVICE]
+            key, config, where = decode_service(data, nested, nested + size)
+            stats = decode_stats64(data, where)
+            found = key, config, tuple(getattr(stats, n) for n in SERVICE_COUNTERS)
+            learnt = service_layout(data, offset, end)
+            if learnt is not None and len(layouts) < 64:  # bounded: shapes, not services
+                layouts[end - offset] = learnt
+        return found
 
     def _dests(
         self, key: ServiceKey, with_stats: bool
@@ -206,17 +201,21 @@ class KernelIpvs:
             counters.add_dest(*found)
 
     @_serialised
-    def read(self, *, stats: bool = False) -> KernelTable:
+    def read(
+        self, *, stats: bool = False, known: Mapping[ServiceKey, VirtualService] | None = None
+    ) -> KernelTable:
         table = KernelTable()
         if not stats:
-            for key, config, _counts in self._services():
+            for message in self._service_messages():
+                key, config, _counts = self._service(*message)
                 try:
                     dests = self._dest_configs(key)
                 except OSError as exc:
                     if exc.errno in (errno.ESRCH, errno.ENOENT):
                         continue  # deleted by someone else between the two dumps
                     raise
-                table.services[key] = VirtualService(key, config, dests)
+                vs = read_back(key, config, dests, known)
+                table.services[vs.key] = vs
             return table
         for data, start, end in self._genl.dump(CMD_GET_SERVICE, b""):  # rates too: in full
             nested, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
@@ -331,70 +330,3 @@ class KernelIpvs:
                 origin=failure.op.origin or "-",
             )
         return ApplyResult(len(ops), ordered, sends, frozenset(errors))
-
-
-class Numbering(Protocol):
-    """Where a batch's messages take their sequence numbers: the last one used."""
-
-    seq: int
-
-
-def encoded_batches(
-    ops: Sequence[Op], skip: Container[int], family: int, numbering: Numbering
-) -> Iterator[tuple[bytes, list[int], int]]:
-    """``ops`` (but those at ``skip``) as datagrams of at most BATCH_BYTES: (the datagram,
-    the positions in ``ops`` of its messages, the first one's sequence number). Each message
-    takes the next number of ``numbering``; only a datagram's last message asks for an ack
-    (failures are always answered). The hot loop of a full sync: one struct pack per
-    real-server message, header and attributes together."""
-    key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
-    parts: list[bytes] = []
-    indices: list[int] = []  # positions in ops of the batch's messages, in seq order
-    size_now = 0
-    head_pack = HEAD.pack
-    last_key: ServiceKey | None = None
-    nested, layouts = b"", (HEAD, HEAD)  # set by each service's first real-server op
-    delete, command = OpKind.DEL_DEST, OP_CMD
-
-    def batch() -> tuple[bytes, list[int], int]:
-        data = bytearray(b"".join(parts))
-        last = len(data) - len(parts[-1])
-        data[last + 6 : last + 8] = U16.pack(NLM_F_REQUEST | NLM_F_ACK)
-        return bytes(data), indices, (numbering.seq - len(indices) + 1) & 0xFFFFFFFF
-
-    for index, op in enumerate(ops):
-        if index in skip:
-            continue
-        rs = op.dest
-        if rs is not None:
-            if op.key is not last_key:  # a service's ops come together
-                last_key = op.key
-                cached = key_cache.get(last_key)
-                if cached is None:
-                    cached = key_cache[last_key] = pack_nla(
-                        CMD_ATTR_SERVICE, encode_service_key(last_key)
-                    )
-                nested, size = cached, len(cached)  # its layouts, by: is the op a delete?
-                layouts = (dest_message_layout(size, True), dest_message_layout(size, False))
-            kind = op.kind
-            layout = layouts[kind is delete]
-            if parts and size_now + layout.size > BATCH_BYTES:
-                yield batch()
-                parts, indices, size_now = [], [], 0
-            seq = numbering.seq = (numbering.seq + 1) & 0xFFFFFFFF
-            message = pack_dest_message(layout, family, seq, command[kind], nested, rs=rs)
-        else:
-            cmd, payload = encode_op(op)
-            if parts and size_now + 20 + len(payload) > BATCH_BYTES:
-                yield batch()
-                parts, indices, size_now = [], [], 0
-            seq = numbering.seq = (numbering.seq + 1) & 0xFFFFFFFF
-            message = (
-                head_pack(20 + len(payload), family, NLM_F_REQUEST, seq, 0, cmd, GENL_VERSION, 0)
-                + payload
-            )
-        parts.append(message)
-        indices.append(index)
-        size_now += len(message)
-    if parts:
-        yield batch()

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from director.core.dests import Dests
 from director.core.model import ServiceKey
 from director.core.ownership import Ownership
 from director.core.plan import (
@@ -58,20 +57,9 @@ class Reconciler:
         """Read the whole kernel table into the cache. A virtual service the kernel holds
         just as the cache had it (real servers in the same order) keeps the cache's object,
         which is most often the desired table's own: a resync that finds no drift keeps
-        nothing it read, so no second copy of the table lives on until the next one."""
-        had = self.actual
-        actual: Table = {}
-        for key, vs in self.ipvs.read().services.items():
-            cached = had.get(key)
-            if (
-                cached is not None
-                and cached.config == vs.config
-                and Dests.of(cached.real_servers).same_order(vs.real_servers)
-            ):
-                actual[cached.key] = cached  # its key too: nothing read is kept
-            else:
-                actual[key] = vs
-        self.actual = actual
+        nothing it read, and (the read deciding as it reads each service) never holds a
+        second copy of the table, even for a moment."""
+        self.actual = self.ipvs.read(known=self.actual).services
 
     def full_sync(
         self, desired: Table, *, reread: bool = True, keep_plan: bool = True

@@ -357,3 +357,40 @@ def test_the_list_holds_real_servers_newest_first_and_a_change_keeps_the_place(i
     assert ipvs.apply([dest(OpKind.DEL_DEST, WEB, A), dest(OpKind.ADD_DEST, WEB, A)]).ok
     assert list(ipvs.read().services[WEB].real_servers) == [A.key, c.key, B.key]
     assert list(ipvs.read_service(WEB).real_servers) == [A.key, c.key, B.key]  # type: ignore[union-attr]
+
+
+def test_a_read_given_the_callers_table_returns_its_objects_where_nothing_changed(
+    ipvs: Ipvs,
+) -> None:
+    """A resync reads with its cache as ``known``: a service the kernel holds just as the
+    cache has it comes back as the cache's own object (nothing read lives on); one changed
+    behind the director's back (a weight, the real servers' order the hashing schedulers
+    follow, a service added or deleted) comes back as the kernel holds it."""
+    a6 = RealServer("2001:db8:200::11", 53)
+    assert ipvs.apply(
+        [
+            add(WEB),
+            dest(OpKind.ADD_DEST, WEB, A),
+            dest(OpKind.ADD_DEST, WEB, B),
+            add(DNS6, RR6),
+            dest(OpKind.ADD_DEST, DNS6, a6),
+            add(MARK4),
+        ]
+    ).ok
+    known = ipvs.read().services
+    again = ipvs.read(known=known).services
+    assert again == known
+    assert all(again[key] is known[key] for key in known), "every service is the caller's"
+
+    reordered = VirtualService(WEB, RR, [A, B])  # the same real servers, the other order
+    assert list(known[WEB].real_servers) == [B.key, A.key] and reordered == known[WEB]
+    assert ipvs.read(known={**known, WEB: reordered}).services[WEB] is not reordered
+
+    assert ipvs.apply(
+        [dest(OpKind.SET_DEST, WEB, B._replace(weight=9)), Op(OpKind.DEL_SERVICE, MARK4), add(SCTP)]
+    ).ok
+    after = ipvs.read(known=known).services
+    assert set(after) == {WEB, DNS6, SCTP}
+    assert after[DNS6] is known[DNS6]
+    assert after[WEB] is not known[WEB] and after[WEB].real_servers[B.key].weight == 9
+    assert after == ipvs.read().services

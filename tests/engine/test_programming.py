@@ -200,7 +200,7 @@ def test_a_deleted_service_leaves_nothing_behind_and_a_zoneless_trigger_time_is_
     keeps one entry per Service that exists, not per Service ever seen."""
     trigger = "endpoints.kubernetes.io/last-change-trigger-time"
     ipvs = FakeIpvs()
-    with start(kubeconfig, ipvs) as runtime:
+    with start(kubeconfig, ipvs, metrics=True) as runtime:  # the figure is the metrics'
         for name, when in (("naive", "2026-11-26T10:00:00"), ("web", "2026-11-26T10:00:00Z")):
             api.create("services", service(name, PORTS))
             piece = endpoint_slice(name, [("10.1.0.1", "n1", True, False)], SLICE_PORTS)
