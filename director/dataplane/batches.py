@@ -4,7 +4,7 @@ replay of a kept table stores them)."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator
 from typing import Protocol
 
 from director.core.model import ServiceKey
@@ -29,13 +29,14 @@ class Numbering(Protocol):
 
 
 def encoded_batches(
-    ops: Sequence[Op], skip: Container[int], family: int, numbering: Numbering
+    ops: Iterable[Op], skip: Container[int], family: int, numbering: Numbering
 ) -> Iterator[tuple[bytes, list[int], int]]:
-    """``ops`` (but those at ``skip``) as datagrams of at most BATCH_BYTES: (the datagram,
-    the positions in ``ops`` of its messages, the first one's sequence number). Each message
-    takes the next number of ``numbering``; only a datagram's last message asks for an ack
-    (failures are always answered). The hot loop of a full sync: one struct pack per
-    real-server message, header and attributes together."""
+    """``ops`` (but those at ``skip``; taken one at a time, as they come) as datagrams of at
+    most BATCH_BYTES: (the datagram, the positions in ``ops`` of its messages, the first
+    one's sequence number). Each message takes the next number of ``numbering``; only a
+    datagram's last message asks for an ack (failures are always answered). The hot loop
+    of a full sync: one struct pack per real-server message, header and attributes
+    together."""
     key_cache: dict[ServiceKey, bytes] = {}  # op.key -> nested IPVS_CMD_ATTR_SERVICE
     parts: list[bytes] = []
     indices: list[int] = []  # positions in ops of the batch's messages, in seq order

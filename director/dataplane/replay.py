@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import os
 import time
+from collections.abc import Iterable
 from typing import BinaryIO
 
 from director.dataplane.genl import GenlSocket, open_socket
@@ -103,31 +104,44 @@ def store(
     path: str,
     key: str,
     family: int,
-    batches: list[Batch],
+    batches: Iterable[Batch],
     *,
     services: int,
     depends: dict[str, str] | None = None,
-) -> None:
+) -> tuple[int, int]:
     """Keep ``batches`` (their family's id, and how many services they make) under ``key``,
     and the files it also ``depends`` on, each with its ``digest`` when the table was made
     (the API's intents: a drain, a maintenance): written whole to a new file and renamed into
-    place, readable by its owner only. OSError if it cannot be."""
-    ops = sum(count for _, _, count in batches)
-    index = ",".join(f"{len(data)}:{first}:{count}" for data, first, count in batches)
+    place, readable by its owner only. The datagrams are taken one at a time and spooled to
+    disk as they come (the header's index, which precedes them, is known only at the end),
+    so a table's worth of them never lives in memory. Returns (operations, bytes) kept;
+    OSError if it cannot be."""
     files = " ".join(f"{name}={made}" for name, made in (depends or {}).items()) or "-"
-    temporary = f"{path}.{os.getpid()}"
+    temporary, spool = f"{path}.{os.getpid()}", f"{path}.{os.getpid()}.data"
+    index: list[str] = []
+    ops = size = 0
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(b"%s\n%s\n" % (FORMAT, key.encode()))
-            handle.write(f"{family} {services} {ops}\n{files}\n{index}\n".encode())
-            for data, _, _ in batches:
-                handle.write(data)
+        with open(spool, "w+b") as data_file:
+            for data, first, count in batches:
+                data_file.write(data)
+                index.append(f"{len(data)}:{first}:{count}")
+                ops, size = ops + count, size + len(data)
+            data_file.seek(0)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(b"%s\n%s\n" % (FORMAT, key.encode()))
+                handle.write(f"{family} {services} {ops}\n{files}\n{','.join(index)}\n".encode())
+                while chunk := data_file.read(1 << 20):
+                    handle.write(chunk)
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(spool)
+    return ops, size
 
 
 def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:

@@ -300,7 +300,7 @@ def test_a_kept_table_is_the_very_datagrams_a_sync_sends(monkeypatch: pytest.Mon
     ops += [Op(OpKind.ADD_DEST, key, dest=rs) for rs in dests]
     kernel, sock = scripted_kernel()
     kernel._schedulers, kernel._lock = frozenset({"wlc"}), threading.Lock()
-    kept = kernel.encoded(ops)
+    kept = list(kernel.encoded(ops))
     assert len(kept) > 1 and sum(count for _, _, count in kept) == len(ops)
     sock.datagrams = [
         struct.pack("=IHHIIi", 36, 2, 0, first + count - 1, 0, 0) + bytes(16)

@@ -5,7 +5,10 @@ key, and a start that cannot replay says why and goes on."""
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from director.dataplane import codec, replay
 
@@ -75,3 +78,37 @@ def test_a_table_made_with_the_apis_intents_is_replayed_only_with_them_unchanged
     assert replay.kept_for(str(path), "k1")
     intents.write_text("{}")
     assert replay.replay(str(path), "k1")["reason"] == f"{intents} changed since it was kept"
+
+
+def test_the_datagrams_are_written_as_they_come_and_a_failure_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A 5,000-service table is 7.5 MB of datagrams: each is on disk before the next is
+    made (each is ~64 KB, past any write buffer), so a running box never holds them all.
+    One that cannot be made (a full disk, a fault) leaves neither the cache nor a temporary
+    file."""
+    path = tmp_path / replay.FILE_NAME
+    on_disk: list[int] = []
+    BIG = 60_000  # noqa: N806  # a datagram's size (BATCH_BYTES ~64 KB)
+
+    def made() -> Iterator[replay.Batch]:
+        for n in range(1, 4):
+            spooled = [p for p in tmp_path.iterdir() if p.name.endswith(".data")]
+            on_disk.append(sum(p.stat().st_size for p in spooled))
+            yield bytes([n]) * BIG, n, 1
+
+    assert replay.store(str(path), "k1", 33, made(), services=3) == (3, 3 * BIG)
+    assert on_disk == [0, BIG, 2 * BIG], "each datagram written before the next was made"
+    assert path.read_bytes().split(b"\n", 5)[4:] == [
+        f"{BIG}:1:1,{BIG}:2:1,{BIG}:3:1".encode(),
+        b"\x01" * BIG + b"\x02" * BIG + b"\x03" * BIG,
+    ]
+
+    def failing() -> Iterator[replay.Batch]:
+        yield b"\x01" * 40, 1, 1
+        raise OSError(28, "No space left on device")
+
+    path.unlink()
+    with pytest.raises(OSError, match="No space left"):
+        replay.store(str(path), "k1", 33, failing(), services=1)
+    assert list(tmp_path.iterdir()) == [], "no cache, no temporary file"
