@@ -235,6 +235,7 @@ def _keep_table(
 
     from director.core.plan import outline, outlined_ops
     from director.dataplane import replay
+    from director.dataplane.memory import give_back_free_memory
 
     path = replay.path_beside(str(cache))
     if replay.kept_for(path, key):
@@ -251,6 +252,8 @@ def _keep_table(
     except OSError as exc:
         logs.event(_log, "table.not_kept", level=logging.WARNING, path=path, reason=str(exc))
         return
+    finally:  # this thread's heap: its free pages back to the system
+        give_back_free_memory()
     logs.event(
         _log,
         "table.kept",
