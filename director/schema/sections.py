@@ -205,7 +205,8 @@ class KubeSettings(Section):
 
 @section
 class ApiSettings(Section):
-    """``api:``: the admin API and status page."""
+    """``api:``: the admin API, the status page and the Prometheus metrics (without it the
+    director keeps no metrics: nothing could read them)."""
 
     token_file: Annotated[str, FILE_PATH]
     """Required: the file holding the bearer token (one line of at least 16 characters: letters,
