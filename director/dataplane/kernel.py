@@ -108,20 +108,18 @@ class KernelIpvs:
         self.close()
 
     # -- reading -----------------------------------------------------------------------
-    def _services(self) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]]:
-        """Every service: its key, configuration and counters (model.SERVICE_COUNTERS)."""
-        return [self._service(*message) for message in self._service_messages()]
-
     def _service_messages(self) -> list[tuple[bytes, int, int]]:
         """The dump of every service, not decoded: (datagram, message start, message end).
         The datagrams hold the services packed (~170 bytes each), so a read decodes each
-        one as it reads its real servers and never holds every service decoded at once."""
+        one (``_service``) as it reads its real servers and never holds every service
+        decoded at once."""
         return list(self._genl.messages(CMD_GET_SERVICE, b""))
 
     def _service(
         self, data: bytes, offset: int, end: int
     ) -> tuple[ServiceKey, ServiceConfig, tuple[int, ...]]:
-        """One service's message, decoded as real servers are: by the layout of the first
+        """One service's message: its key, configuration and counters
+        (model.SERVICE_COUNTERS), decoded as real servers are: by the layout of the first
         message of its length (a service's length follows its scheduler's name), one struct
         call; a message laid out otherwise is decoded in full. Nothing decoded is kept
         between reads (a cache of decoded services held ~4 MiB at 10,000, made a resync's
@@ -238,7 +236,8 @@ class KernelIpvs:
     @_serialised
     def read_counters(self) -> Counters:
         counters = Counters()
-        for key, _config, counts in self._services():
+        for message in self._service_messages():
+            key, _config, counts = self._service(*message)
             try:
                 self._dest_counters(key, counters)
             except OSError as exc:

@@ -15,6 +15,7 @@ from director.core.model import (
     ServiceConfig,
     ServiceKey,
 )
+from director.dataplane.kernel import KernelIpvs
 from tests.dataplane.test_codec import (
     COUNTS,
     V6,
@@ -109,15 +110,20 @@ def test_services_decode_the_same_laid_out_and_odd_ones_in_full() -> None:
     for _ in range(2):  # the second read decodes with the layouts the first learnt
         seq = kernel._genl.seq + 1
         sock.datagrams = [b"".join(service_message(k, c, seq) for k, c in services) + done(seq)]
-        assert kernel._services() == expected
+        assert decoded(kernel) == expected
     # One per length: "rr" and "sh" are as long, and an IPv6 address takes IPv4's 16 bytes.
     assert sorted(kernel._service_layouts) == [244, 272, 276]
     # A persistence engine's name: another shape of another length, decoded in full.
     seq = kernel._genl.seq + 1
     key, config = services[0]
     sock.datagrams = [service_message(key, config, seq, pe=b"sip\0") + done(seq)]
-    assert kernel._services() == [expected[0]]
+    assert decoded(kernel) == [expected[0]]
     # The same length, the timeout's and the netmask's attributes swapped: decoded in full.
     seq = kernel._genl.seq + 1
     sock.datagrams = [swapped(service_message(key, config, seq), 8, 9) + done(seq)]
-    assert kernel._services() == [expected[0]]
+    assert decoded(kernel) == [expected[0]]
+
+
+def decoded(kernel: KernelIpvs) -> list[tuple[ServiceKey, ServiceConfig, tuple[int, ...]]]:
+    """Every service of a dump as the kernel adapter decodes it, one message at a time."""
+    return [kernel._service(*message) for message in kernel._service_messages()]

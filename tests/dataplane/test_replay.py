@@ -85,8 +85,8 @@ def test_the_datagrams_are_written_as_they_come_and_a_failure_leaves_nothing(
 ) -> None:
     """A 5,000-service table is 7.5 MB of datagrams: each is on disk before the next is
     made (each is ~64 KB, past any write buffer), so a running box never holds them all.
-    One that cannot be made (a full disk, a fault) leaves neither the cache nor a temporary
-    file."""
+    A table whose datagrams stop coming midway (here the encoding raises ENOSPC after the
+    first) leaves neither the cache nor a temporary file."""
     path = tmp_path / replay.FILE_NAME
     on_disk: list[int] = []
     BIG = 60_000  # noqa: N806  # a datagram's size (BATCH_BYTES ~64 KB)
