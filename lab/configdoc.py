@@ -25,6 +25,7 @@ ORDER = (
     "pools",
     "snat",
     "kubernetes",
+    "clusters",
     "api",
     "ha",
     "health",

@@ -33,18 +33,22 @@ class Elector:
         *,
         on_refused: Callable[[str | None], None] | None = None,
         ledger: Ledger | None = None,
+        owned_name: str | None = None,
     ) -> None:
+        """``owned_name``: its name in the ledger (``lease``; ``lease/prod`` for a named
+        cluster's, one of several)."""
         self.writer, self.namespace, self.name, self.seconds = writer, namespace, name, seconds
         self.on_change, self.on_refused = on_change, on_refused
         self.ledger = ledger or Ledger()
         self.refused: str | None = None
         self.leader = False
         self._last_renewal = 0.0
+        self.owned = owned_name or "lease"
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.owned, daemon=True)
 
     def start(self) -> None:
-        self.ledger.track("lease")
+        self.ledger.track(self.owned)
         self._thread.start()
 
     def stop(self, release: bool = True) -> None:
@@ -70,15 +74,15 @@ class Elector:
                 if held:
                     self._last_renewal = time.monotonic()
                 self._refused(None)
-                self.ledger.ok("lease")
+                self.ledger.ok(self.owned)
             except Exception as exc:
                 event(log, "lease.renew_failed", level=logging.WARNING, reason=str(exc)[:200])
                 lease = f"the Lease {self.namespace}/{self.name}: {str(exc)[:200]}"
                 if lease_refusal(exc):  # a refusal, not an outage: it stays until fixed
-                    self.ledger.failed("lease", Refused(f"the API server refuses {lease}"))
+                    self.ledger.failed(self.owned, Refused(f"the API server refuses {lease}"))
                     self._refused(f"the API server refuses {lease}")
                 else:
-                    self.ledger.failed("lease", Transient(f"cannot renew {lease}"))
+                    self.ledger.failed(self.owned, Transient(f"cannot renew {lease}"))
                 # Leadership lapses when the lease would have expired for the others too.
                 held = self.leader and time.monotonic() - self._last_renewal < self.seconds
             if held != self.leader:

@@ -141,9 +141,27 @@ class DirectorCollector(Collector):
             )
             yield GaugeMetricFamily(
                 "director_leader",
-                "1 when this director holds the status-writing Lease.",
+                "1 when this director holds the status-writing Lease (of every cluster).",
                 value=1 if view.status.leader else 0,
             )
+            named = {r.partition("/")[0] for r in health.connected if "/" in r}
+            if named:  # several clusters (clusters:): each one's
+                leads = GaugeMetricFamily(
+                    "director_cluster_leader",
+                    "1 when this director holds the cluster's status-writing Lease.",
+                    labels=["cluster"],
+                )
+                up = GaugeMetricFamily(
+                    "director_cluster_connected",
+                    "1 when every watch of the cluster's API is connected.",
+                    labels=["cluster"],
+                )
+                for name in sorted(named):
+                    leads.add_metric([name], 1 if health.leaders.get(name) else 0)
+                    states = [v for r, v in health.connected.items() if r.startswith(name + "/")]
+                    up.add_metric([name], 1 if all(states) else 0)
+                yield leads
+                yield up
         yield CounterMetricFamily(
             "director_reconcile_errors",
             "IPVS operations the kernel refused.",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from director.core.cluster import split_ref
 from director.core.counters import DEST_COUNTERS, SERVICE_COUNTERS
 from director.core.model import ServiceKey
 from director.dataplane.interface import Ipvs
@@ -25,16 +26,18 @@ SERVICE_LABELS = [
     "namespace",
     "service",
     "port_name",
+    "cluster",  # only where the director serves several (an empty label is no label)
 ]
 
 
-def origin_labels(origin: str) -> tuple[str, str, str]:
-    """("namespace", "service", "port_name") of an origin like ``shop/web:http``."""
+def origin_labels(origin: str) -> tuple[str, str, str, str]:
+    """("namespace", "service", "port_name", "cluster") of an origin like ``shop/web:http``
+    or ``prod/shop/web:http``."""
     if origin.startswith("static/") or origin == "static":
-        return "", origin.partition("/")[2], ""
+        return "", origin.partition("/")[2], "", ""
     ref, _, port = origin.partition(":")
-    namespace, _, name = ref.partition("/")
-    return namespace, name, port
+    cluster, namespace, name = split_ref(ref)
+    return namespace, name, port, cluster
 
 
 def service_labels(key: ServiceKey, origin: str) -> list[str]:
@@ -83,8 +86,14 @@ BACKEND_FAMILIES = (
 
 
 def _label_text(names: list[str], values: list[str]) -> str:
+    """The labels as the text format writes them; an empty cluster is left out (the one
+    cluster's series are as they always were)."""
     escaped = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for v in values)
-    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, escaped, strict=True)) + "}"
+    return (
+        "{"
+        + ",".join(f'{n}="{v}"' for n, v in zip(names, escaped, strict=True) if v or n != "cluster")
+        + "}"
+    )
 
 
 CHUNK_LINES = 4096  # lines per piece of the text: the whole text is never held

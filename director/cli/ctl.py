@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from director.cli.client import EXIT_CHANGES, CtlError, add_arguments, call, resolve
 from director.core.model import canonical_address
@@ -28,7 +29,8 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def _origin(o: dict[str, str]) -> str:
     if o.get("kind") == "static":
         return f"static/{o.get('name', '')}"
-    return f"{o.get('namespace')}/{o.get('name')}:{o.get('port_name')}"
+    cluster = f"{o['cluster']}/" if o.get("cluster") else ""
+    return f"{cluster}{o.get('namespace')}/{o.get('name')}:{o.get('port_name')}"
 
 
 def _endpoint(address: str, port: int) -> str:
@@ -36,13 +38,19 @@ def _endpoint(address: str, port: int) -> str:
 
 
 def _scheduler_path(text: str) -> str:
-    """NAMESPACE/NAME or static/NAME -> the path of its scheduler."""
-    scope, _, name = text.partition("/")
-    if not scope or not name or "/" in name:
-        raise CtlError(f"{text!r}: write NAMESPACE/NAME (or static/NAME for a static service)")
-    if scope == "static":
-        return paths.url(paths.STATIC_SCHEDULER, name=name)
-    return paths.url(paths.SERVICE_SCHEDULER, namespace=scope, name=name)
+    """NAMESPACE/NAME, CLUSTER/NAMESPACE/NAME (several clusters) or static/NAME -> the path
+    of its scheduler."""
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise CtlError(
+            f"{text!r}: write NAMESPACE/NAME, CLUSTER/NAMESPACE/NAME where the director "
+            "serves several clusters, or static/NAME for a static service"
+        )
+    if len(parts) == 2 and parts[0] == "static":
+        return paths.url(paths.STATIC_SCHEDULER, name=parts[1])
+    *cluster, namespace, name = parts
+    url = paths.url(paths.SERVICE_SCHEDULER, namespace=namespace, name=name)
+    return f"{url}?{urlencode({'cluster': cluster[0]})}" if cluster else url
 
 
 def _split_endpoint(text: str) -> tuple[str, int | None]:
@@ -319,7 +327,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
 }
 
 
-TARGET_HELP = "NAMESPACE/NAME of a Service, or static/NAME of a static service"
+TARGET_HELP = (
+    "NAMESPACE/NAME of a Service (CLUSTER/NAMESPACE/NAME where the director serves several "
+    "clusters), or static/NAME of a static service"
+)
 
 
 def build(sub: Any) -> None:

@@ -217,24 +217,25 @@ IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
 def _kubeconfig(settings: Settings) -> list[Problem]:
-    """The cluster's credentials ``run`` will load: the kubeconfig file, readable, or (none
+    """Each cluster's credentials ``run`` will load: the kubeconfig file, readable, or (none
     given) a pod's service account."""
-    kube = settings.kubernetes
-    if kube is None:
-        return []
-    if kube.kubeconfig is None:
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
-            return []
-        return [
-            (
-                "kubernetes.kubeconfig",
-                "not set, and this is not a Kubernetes pod (no "
-                "service account to fall back on): set it to the director's kubeconfig",
+    problems: list[Problem] = []
+    for index, kube in enumerate(settings.served):
+        where = f"clusters[{index}].kubeconfig" if kube.cluster else "kubernetes.kubeconfig"
+        if kube.kubeconfig is None:
+            if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
+                continue
+            problems.append(
+                (
+                    where,
+                    "not set, and this is not a Kubernetes pod (no "
+                    "service account to fall back on): set it to the director's kubeconfig",
+                )
             )
-        ]
-    try:
-        with open(kube.kubeconfig, "rb"):
-            pass
-    except OSError as exc:
-        return [("kubernetes.kubeconfig", f"{kube.kubeconfig}: {exc.strerror or exc}")]
-    return []
+            continue
+        try:
+            with open(kube.kubeconfig, "rb"):
+                pass
+        except OSError as exc:
+            problems.append((where, f"{kube.kubeconfig}: {exc.strerror or exc}"))
+    return problems

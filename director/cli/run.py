@@ -189,7 +189,7 @@ def _table_keeper(
     from director.dataplane.kernel import KernelIpvs
     from director.engine.view import STATIC
 
-    if cache is None or settings.kubernetes is not None or not isinstance(ipvs, KernelIpvs):
+    if cache is None or settings.in_cluster or not isinstance(ipvs, KernelIpvs):
         return lambda: None
     api = settings.api
 

@@ -66,13 +66,13 @@ class Runtime:
         self.failed: str | None = None  # why the director must stop, once it must
         self.metrics: Metrics | None = wiring.metrics(settings, metrics)
         recorder = self.metrics.recorder if self.metrics is not None else None
-        kube_api, writer = wiring.cluster(settings, kubeconfig)
-        # every call out of the loop: who listens is set below, as each part is made
-        self.hooks = Hooks()
+        served = wiring.clusters(settings, kubeconfig)  # each with its client and writer
+        writers = None if dry_run else {one.name: one.writer for one in served}
+        self.hooks = Hooks()  # every call out of the loop: who listens is set as parts are made
         self.controller = Controller(
             ipvs,
             settings,
-            writer=None if dry_run else writer,
+            writer=writers,
             dry_run=dry_run,
             state_file=state_file,
             observer=observer,
@@ -92,12 +92,12 @@ class Runtime:
                 lambda: wiring.conntrack(self._daemons()),
             )
         )
-        self.watchers = wiring.watchers(kube_api, self.controller.submit, watch_seconds)
-        self.elector = None if dry_run else wiring.elector(settings, writer, self.controller)
+        self.watchers = wiring.watchers(served, self.controller.submit, watch_seconds)
+        self.electors = [] if dry_run else wiring.electors(settings, served, self.controller)
         self.api = wiring.api_server(
             settings,
             self.controller,
-            writer=None if dry_run else writer,
+            writer=writers,
             scrape=scrape,
             reader=reader,
             peers=lambda: wiring.peers(self._daemons()),
@@ -164,8 +164,8 @@ class Runtime:
             self.daemons.frr.start()
         if self.daemons.sysctls is not None:
             self.daemons.sysctls.start()
-        if self.elector is not None:
-            self.elector.start()
+        for elector in self.electors:
+            elector.start()
         for watcher in self.watchers:
             watcher.start()
         self._thread.start()
@@ -174,15 +174,10 @@ class Runtime:
     def essential_threads(self) -> list[threading.Thread]:
         """The threads without which the director silently stops doing its job."""
         threads = [self._thread, *(w._thread for w in self.watchers)]
-        if self.controller.reporter.outbox is not None:
-            threads += self.controller.reporter.outbox.threads
-        parts = (
-            self.elector,
-            self.checker,
-            self.daemons.keepalived,
-            self.daemons.fifo,
-            self.daemons.conntrackd,
-        )
+        for outbox in self.controller.reporter.outboxes.values():
+            threads += outbox.threads
+        threads += [elector._thread for elector in self.electors]
+        parts = (self.checker, self.daemons.keepalived, self.daemons.fifo, self.daemons.conntrackd)
         for part in (*parts, self.daemons.frr, self.daemons.sysctls, self.api):
             if part is not None:
                 threads.append(part._thread)
@@ -318,8 +313,8 @@ class Runtime:
         self.notifier.stopping()
         for watcher in self.watchers:
             watcher.stop()
-        if self.elector is not None:
-            self.elector.stop()
+        for elector in self.electors:
+            elector.stop()
         if self.api is not None:
             self.api.stop()
         if self.checker is not None:

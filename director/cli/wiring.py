@@ -10,7 +10,8 @@ Prometheus's client (its figures are served by the API alone).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from director.adapters.lease import Elector
@@ -93,31 +94,44 @@ class Daemons(NamedTuple):
         return self.vrrp.conntrackd if self.vrrp else None
 
 
-def cluster(settings: Settings, kubeconfig: str | None) -> tuple[KubeApi | None, KubeWriter | None]:
-    """The Kubernetes client and writer (none without a ``kubernetes`` section)."""
-    kube = settings.kubernetes
-    if kube is None:
-        return None, None
+class Cluster(NamedTuple):
+    """One served cluster's client and writer."""
+
+    name: str  # "" for kubernetes:, the one cluster
+    api: KubeApi
+    writer: KubeWriter
+
+
+def clusters(settings: Settings, kubeconfig: str | None) -> list[Cluster]:
+    """Each served cluster's Kubernetes client and writer (none without a cluster).
+    ``kubeconfig``: the one cluster's, instead of the file's (``director run --kubeconfig``)."""
+    if not settings.in_cluster:
+        return []
     from director.adapters.kube import KubeApi
     from director.adapters.kube_write import KubeWriter
 
-    where = kubeconfig or kube.kubeconfig
-    try:
-        kube_api = KubeApi.connect(where)
-    except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
-        raise ValueError(
-            f"kubernetes: cannot load the cluster's credentials from "
-            f"{where or 'the pod service account'}: {exc}"
-        ) from None
-    kube_api.api.configuration.retries = False  # the watchers have their own backoff
-    return kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)
+    out: list[Cluster] = []
+    for kube in settings.served:
+        where = (kubeconfig if not kube.cluster else None) or kube.kubeconfig
+        section = f"clusters[{kube.cluster}]" if kube.cluster else "kubernetes"
+        try:
+            kube_api = KubeApi.connect(where)
+        except Exception as exc:  # the client raises ConfigException, OSError, YAML errors
+            raise ValueError(
+                f"{section}: cannot load the cluster's credentials from "
+                f"{where or 'the pod service account'}: {exc}"
+            ) from None
+        kube_api.api.configuration.retries = False  # the watchers have their own backoff
+        out.append(Cluster(kube.cluster, kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)))
+    return out
 
 
-def watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> list[Watcher]:
-    """One watcher per resource the director follows (none without a cluster)."""
-    if kube_api is None:
+def watchers(served: list[Cluster], submit: Handler, watch_seconds: int) -> list[Watcher]:
+    """One watcher per resource of each cluster followed (none without a cluster); a named
+    cluster's resources are ``prod/services`` and the like, its objects carry its name."""
+    if not served:
         return []
-    from director.adapters.kube import RESOURCES
+    from director.adapters.kube import RESOURCES, Resource
     from director.adapters.kube_watch import Watcher
     from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 
@@ -126,10 +140,21 @@ def watchers(kube_api: KubeApi | None, submit: Handler, watch_seconds: int) -> l
         "endpointslices": slice_from_json,
         "nodes": node_from_json,
     }
-    return [
-        Watcher(kube_api, resource, submit, parsers[resource.name], watch_seconds=watch_seconds)
-        for resource in RESOURCES
-    ]
+    out: list[Watcher] = []
+    for one in served:
+        for resource in RESOURCES:
+            named = Resource(f"{one.name}/{resource.name}", resource.path) if one.name else resource
+            parse = partial(parsers[resource.name], cluster=one.name) if one.name else None
+            out.append(
+                Watcher(
+                    one.api,
+                    named,
+                    submit,
+                    parse or parsers[resource.name],
+                    watch_seconds=watch_seconds,
+                )
+            )
+    return out
 
 
 def kernel_settings(
@@ -165,22 +190,29 @@ def firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -
     return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
 
 
-def elector(
-    settings: Settings, writer: KubeWriter | None, controller: Controller
-) -> Elector | None:
-    """The status writer's Lease in the cluster (none without a cluster)."""
-    kube = settings.kubernetes
-    if writer is None or kube is None:
-        return None
-    return Elector(
-        writer,
-        kube.lease_namespace,
-        kube.lease_name,
-        kube.lease_seconds,
-        controller.set_leader,
-        on_refused=lambda reason: controller.post(LeaseRefused(reason)),
-        ledger=controller.health.owned,
-    )
+def electors(settings: Settings, served: list[Cluster], controller: Controller) -> list[Elector]:
+    """The status writer's Lease in each cluster (none without a cluster)."""
+    out: list[Elector] = []
+    for one, kube in zip(served, settings.served, strict=True):
+        name = one.name
+        out.append(
+            Elector(
+                one.writer,
+                kube.lease_namespace,
+                kube.lease_name,
+                kube.lease_seconds,
+                partial(controller.set_leader, cluster=name),
+                on_refused=partial(_lease_refused, controller, name),
+                ledger=controller.health.owned,
+                owned_name=f"lease/{name}" if name else None,
+            )
+        )
+    return out
+
+
+def _lease_refused(controller: Controller, cluster: str, reason: str | None) -> None:
+    text = f"cluster {cluster}: {reason}" if cluster and reason else reason
+    controller.post(LeaseRefused(text))
 
 
 def metrics(settings: Settings, wanted: bool | None = None) -> Metrics | None:
@@ -198,7 +230,7 @@ def api_server(
     settings: Settings,
     controller: Controller,
     *,
-    writer: KubeWriter | None,
+    writer: Mapping[str, KubeWriter] | None,
     scrape: Scrape | None,
     reader: Ipvs | None,
     peers: Callable[[], tuple[PeerState, ...]],

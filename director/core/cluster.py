@@ -53,12 +53,29 @@ class ServiceInfo:
     stale_status: bool = False
     # metadata.labels of a LoadBalancer Service (a pool's allocate_to selects by them)
     labels: Mapping[str, str] = field(default_factory=lambda: NO_LABELS)
-    # namespace/name, made once (interned, so its slices share it): every table keyed by
-    # Service shares the one string.
+    cluster: str = ""  # the cluster's name (clusters:); "" for the one cluster (kubernetes:)
+    # [cluster/]namespace/name, made once (interned, so its slices share it): every table
+    # keyed by Service shares the one string.
     ref: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ref", sys.intern(f"{self.namespace}/{self.name}"))
+        object.__setattr__(self, "ref", service_ref(self.cluster, self.namespace, self.name))
+
+
+def service_ref(cluster: str, namespace: str, name: str) -> str:
+    """A Service's reference: ``namespace/name``, or ``cluster/namespace/name`` where the
+    director serves several clusters (interned: one string per Service)."""
+    text = f"{cluster}/{namespace}/{name}" if cluster else f"{namespace}/{name}"
+    return sys.intern(text)
+
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    """(cluster, namespace, name) of a Service's reference ("" for the one cluster's)."""
+    parts = ref.split("/", 2)
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    namespace, _, name = ref.partition("/")
+    return "", namespace, name
 
 
 class Endpoint(NamedTuple):
@@ -83,7 +100,7 @@ class SliceInfo:
 
     namespace: str
     name: str
-    service: str  # namespace/name of the owning Service ("" when unlabelled)
+    service: str  # the owning Service's ref ([cluster/]namespace/name; "" when unlabelled)
     address_type: str  # IPv4 | IPv6 | FQDN
     ports: tuple[tuple[str, str, int], ...]  # (name, protocol, port)
     packed: bytes = b""  # the addresses, 4 bytes each (IPv4) or 16 (IPv6), canonical
@@ -93,9 +110,12 @@ class SliceInfo:
     # version happened (network programming latency starts there).
     trigger_time: str | None = None
     problems: tuple[str, ...] = ()
+    cluster: str = ""  # as ServiceInfo's
 
     @property
     def ref(self) -> str:
+        if self.cluster:
+            return f"{self.cluster}/{self.namespace}/{self.name}"
         return f"{self.namespace}/{self.name}"
 
     @property
@@ -128,6 +148,7 @@ class NodeInfo:
     excluded: bool  # labelled exclude-from-external-load-balancers
     deleting: bool
     problems: tuple[str, ...] = ()
+    cluster: str = ""  # as ServiceInfo's
 
     @property
     def usable(self) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import socket
-import sys
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from types import MappingProxyType
@@ -29,6 +28,7 @@ from director.core.cluster import (
     ServiceInfo,
     ServicePort,
     SliceInfo,
+    service_ref,
 )
 from director.core.model import shown, sloppy_address
 from director.core.untrusted import (
@@ -183,7 +183,7 @@ def _status_ips(status: Json, problems: list[str]) -> tuple[str, ...]:
     )
 
 
-def service_from_json(obj: Json) -> ServiceInfo:
+def service_from_json(obj: Json, cluster: str = "") -> ServiceInfo:
     meta, spec = _meta(obj), as_map(obj.get("spec"))
     status = as_map(obj.get("status"))
     problems: list[str] = []
@@ -235,6 +235,7 @@ def service_from_json(obj: Json) -> ServiceInfo:
         problems=tuple(problems),
         stale_status=stale,
         labels=_labels(meta) if spec.get("type") == "LoadBalancer" else NO_LABELS,
+        cluster=cluster,
     )
 
 
@@ -280,7 +281,7 @@ def _packed(addresses: list[str], family: str) -> bytes:
     return b"".join(socket.inet_pton(kind, a) for a in addresses)
 
 
-def slice_from_json(obj: Json) -> SliceInfo:
+def slice_from_json(obj: Json, cluster: str = "") -> SliceInfo:
     meta = _meta(obj)
     namespace = short(as_text(meta.get("namespace")))
     service = as_map(meta.get("labels")).get(SERVICE_NAME_LABEL)
@@ -312,7 +313,7 @@ def slice_from_json(obj: Json) -> SliceInfo:
         namespace=namespace,
         name=name,
         # interned, as the Service's ref is: 10,000 slices do not each hold a copy of it
-        service=sys.intern(f"{namespace}/{service}")
+        service=service_ref(cluster, namespace, service)
         if isinstance(service, str) and service
         else "",
         address_type=family,
@@ -322,10 +323,11 @@ def slice_from_json(obj: Json) -> SliceInfo:
         nodes=tuple(nodes) if any(nodes) else (),
         trigger_time=trigger_time(trigger),
         problems=tuple(f"EndpointSlice {name}: {p}" for p in problems),
+        cluster=cluster,
     )
 
 
-def node_from_json(obj: Json) -> NodeInfo:
+def node_from_json(obj: Json, cluster: str = "") -> NodeInfo:
     meta = _meta(obj)
     status = as_map(obj.get("status"))
     ready = any(
@@ -350,4 +352,5 @@ def node_from_json(obj: Json) -> NodeInfo:
         excluded=EXCLUDE_LABEL in as_map(meta.get("labels")),
         deleting=bool(meta.get("deletionTimestamp")),
         problems=tuple(problems),
+        cluster=cluster,
     )

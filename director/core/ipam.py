@@ -28,20 +28,26 @@ from director.core.pools import Address, Pool, PortKey
 class Request:
     """What one Service asks of IPAM."""
 
-    name: str  # namespace/name
+    name: str  # [cluster/]namespace/name
     versions: tuple[int, ...]  # address families wanted, in order (4, 6)
     ports: frozenset[PortKey]
     requested: tuple[Address, ...] = ()
     pool: str | None = None
     sharing_key: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # the Service's labels
+    cluster: str = ""  # the Service's cluster ("": the one cluster)
+    pools: frozenset[str] | None = None  # the pools its cluster may draw from (None: all)
 
     @property
     def namespace(self) -> str:
-        return self.name.partition("/")[0]
+        return self.name.split("/")[-2]
+
+    def given(self, pool: Pool) -> bool:
+        """Is ``pool`` one the Service's cluster may draw from?"""
+        return self.pools is None or pool.name in self.pools
 
     def admitted(self, pool: Pool) -> bool:
-        return pool.allocation.admits(self.namespace, self.labels)
+        return self.given(pool) and pool.allocation.admits(self.namespace, self.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,4 +271,6 @@ class Allocator:
 
 
 def _not_served(pool: Pool, request: Request) -> str:
+    if not request.given(pool):
+        return f"pool {pool.name!r} is not given to cluster {request.cluster!r}"
     return f"pool {pool.name!r} serves only {pool.allocation.describe()}, not {request.name}"

@@ -82,6 +82,8 @@ class Policy:
     checking: bool = False  # health checks configured (healthCheckNodePort is then probed)
     metallb: bool = False  # MetalLB's address annotations count where ours are absent
     snat: frozenset[Family] = frozenset()  # the families the box has an SNAT address of
+    cluster: str = ""  # the cluster this policy is for ("": the one cluster)
+    pools: frozenset[str] | None = None  # the pools its Services may draw from (None: all)
 
 
 def wants_address(svc: ServiceInfo, policy: Policy) -> bool:
@@ -291,9 +293,13 @@ def _address_annotation(svc: ServiceInfo, key: str, metallb: bool) -> tuple[str 
     return None, key
 
 
-def ipam_request(svc: ServiceInfo, metallb: bool = False) -> tuple[Request | None, list[Problem]]:
+def ipam_request(
+    svc: ServiceInfo, metallb: bool = False, pools: frozenset[str] | None = None
+) -> tuple[Request | None, list[Problem]]:
     """What the Service asks of IPAM; None (with the problem) when the ask is invalid.
-    ``metallb``: MetalLB's annotations stand in for ours where ours are absent."""
+    ``metallb``: MetalLB's annotations stand in for ours where ours are absent. ``pools``:
+    the pools its cluster may draw from (None: every pool). A sharing key is its cluster's:
+    Services of two clusters never share an address."""
     requested: list[Address] = []
     text, source = _address_annotation(svc, A_IPS, metallb)
     if text is None and svc.load_balancer_ip:
@@ -308,13 +314,16 @@ def ipam_request(svc: ServiceInfo, metallb: bool = False) -> tuple[Request | Non
     if len({a.version for a in requested}) != len(requested):
         return None, [Problem(source, "at most one address per IP family")]
     ports = frozenset((p.protocol, p.port) for p in svc.ports)
+    sharing = _address_annotation(svc, A_SHARED, metallb)[0]
     request = Request(
         svc.ref,
         svc.ip_families,
         ports,
         tuple(requested),
         _address_annotation(svc, A_POOL, metallb)[0],
-        _address_annotation(svc, A_SHARED, metallb)[0],
+        f"{svc.cluster}/{sharing}" if sharing is not None and svc.cluster else sharing,
         svc.labels,
+        cluster=svc.cluster,
+        pools=pools,
     )
     return request, []

@@ -24,9 +24,19 @@ class Snapshot:
     # service -> its slices' refs: a tuple while few (a set costs 216 bytes however few it
     # holds), a set beyond (a tenant's thousands of slices must not cost quadratic time)
     slices_of: dict[str, tuple[str, ...] | set[str]] = field(default_factory=dict)
-    nodes: dict[str, NodeInfo] = field(default_factory=dict)
-    listed: set[str] = field(default_factory=set)  # resources listed at least once
+    # cluster -> its Nodes by name ("": the one cluster of kubernetes:)
+    cluster_nodes: dict[str, dict[str, NodeInfo]] = field(default_factory=dict)
+    # resources listed at least once ("services", or "prod/services" for a named cluster)
+    listed: set[str] = field(default_factory=set)
     services_version: int = 0  # bumped when ``services`` changes (readers copy it then)
+
+    @property
+    def nodes(self) -> dict[str, NodeInfo]:
+        """The one cluster's Nodes (``kubernetes:``)."""
+        return self.nodes_of("")
+
+    def nodes_of(self, cluster: str) -> dict[str, NodeInfo]:
+        return self.cluster_nodes.get(cluster) or {}
 
     def slices_for(self, service: str) -> list[SliceInfo]:
         return [self.slices[ref] for ref in self.slices_of.get(service, ())]
@@ -44,37 +54,55 @@ class Snapshot:
             return {info.ref}
         if isinstance(info, SliceInfo):
             return self._slice(info.ref, None if deleted else info)
-        before = self.nodes.get(info.name)
+        nodes = self.cluster_nodes.setdefault(info.cluster, {})
+        before = nodes.get(info.name)
         if deleted:
-            self.nodes.pop(info.name, None)
+            nodes.pop(info.name, None)
         else:
-            self.nodes[info.name] = info
-        return set() if before == self.nodes.get(info.name) else {ALL}
+            nodes[info.name] = info
+        return set() if before == nodes.get(info.name) else self.every(info.cluster)
 
     def replace(self, resource: str, items: Iterable[Info]) -> set[str]:
-        """A fresh list (start, or after 410 Gone): the Services whose inputs changed."""
+        """A fresh list (start, or after 410 Gone) of one resource of one cluster
+        (``prod/services``; ``services`` for the one cluster): the Services whose inputs
+        changed. Other clusters' objects are not touched."""
         self.listed.add(resource)
+        cluster, _, kind = resource.rpartition("/")
         dirty: set[str] = set()
-        if resource == "services":
+        if kind == "services":
             fresh = {i.ref: i for i in items if isinstance(i, ServiceInfo)}
-            for ref in self.services.keys() | fresh.keys():
-                if self.services.get(ref) != fresh.get(ref):
+            mine = [ref for ref, svc in self.services.items() if svc.cluster == cluster]
+            for ref in mine:
+                if fresh.get(ref) != self.services[ref]:
                     dirty.add(ref)
-            self.services = fresh
+                    del self.services[ref]
+            for ref, svc in fresh.items():
+                if self.services.get(ref) != svc:
+                    dirty.add(ref)
+                    self.services[ref] = svc
             self.services_version += 1
-        elif resource == "endpointslices":
+        elif kind == "endpointslices":
             fresh_slices = {i.ref: i for i in items if isinstance(i, SliceInfo)}
-            for ref in self.slices.keys() - fresh_slices.keys():
+            gone = [
+                r for r, s in self.slices.items() if s.cluster == cluster and r not in fresh_slices
+            ]
+            for ref in gone:
                 dirty |= self._slice(ref, None)
-            for ref, info in fresh_slices.items():
-                if self.slices.get(ref) != info:
-                    dirty |= self._slice(ref, info)
-        elif resource == "nodes":
+            for ref, one in fresh_slices.items():
+                if self.slices.get(ref) != one:
+                    dirty |= self._slice(ref, one)
+        elif kind == "nodes":
             fresh_nodes = {i.name: i for i in items if isinstance(i, NodeInfo)}
-            if fresh_nodes != self.nodes:
-                dirty.add(ALL)
-            self.nodes = fresh_nodes
+            if fresh_nodes != self.nodes_of(cluster):
+                dirty |= self.every(cluster)
+            self.cluster_nodes[cluster] = fresh_nodes
         return dirty
+
+    def every(self, cluster: str) -> set[str]:
+        """Every Service of ``cluster`` (ALL for the one cluster: it has them all)."""
+        if not cluster:
+            return {ALL}
+        return {ref for ref, svc in self.services.items() if svc.cluster == cluster}
 
     def _slice(self, ref: str, info: SliceInfo | None) -> set[str]:
         dirty: set[str] = set()

@@ -54,7 +54,7 @@ class Addresses:
             self.allocator.release(ref)
             return ()
         keep = [ipaddress.ip_address(text) for text in svc.status_ips]  # canonical already
-        request, problems = ipam_request(svc, policy.metallb)
+        request, problems = ipam_request(svc, policy.metallb, policy.pools)
         dead = node_ports_missing(svc, policy, previous)  # an address nothing would answer on
         if request is None or dead is not None:
             self.allocator.release(ref)
@@ -62,7 +62,7 @@ class Addresses:
             reporter.report(svc, "Warning", "AddressRefused", why, "address")
             self._clear_status(svc)
             return ()
-        if not reporter.leader:
+        if not reporter.leads(svc.cluster):
             if not keep:
                 self.allocator.release(ref)
                 return ()
@@ -86,7 +86,7 @@ class Addresses:
 
     def _clear_status(self, svc: ServiceInfo) -> None:
         """No address: the leader's status must not name one."""
-        if self.reporter.leader and (svc.status_ips or svc.stale_status):
+        if self.reporter.leads(svc.cluster) and (svc.status_ips or svc.stale_status):
             self.reporter.write_status(svc, ())
 
 
@@ -101,6 +101,8 @@ def reserved_addresses(settings: Settings) -> dict[Address, str]:
             address = ipaddress.ip_address(key.address)
             if any(pool.contains(address) for pool in pools):
                 out.setdefault(address, f"static service {vs.origin}")
-    for vip in settings.kubernetes.nodeport_vips if settings.kubernetes else ():
-        out[ipaddress.ip_address(vip)] = "the NodePort VIP"
+    for kube in settings.served:
+        for vip in kube.nodeport_vips:
+            owner = f" of cluster {kube.cluster}" if kube.cluster else ""
+            out[ipaddress.ip_address(vip)] = f"the NodePort VIP{owner}"
     return out

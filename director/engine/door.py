@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from director.core.cluster import ServiceInfo
 from director.core.firewall import Firewall
 from director.core.intents import Intent
 from director.core.options import Policy
@@ -42,6 +43,9 @@ class Door:
     @property
     def policy(self) -> Policy:
         return self._translator.policy
+
+    def policy_of(self, svc: ServiceInfo) -> Policy:
+        return self._translator.policy_of(svc)
 
     @property
     def ipvs(self) -> Ipvs:

@@ -64,6 +64,7 @@ class WatchState:
 @dataclass(frozen=True, slots=True)
 class LeaderChanged:
     leader: bool
+    cluster: str = ""  # whose Lease ("": the one cluster of kubernetes:)
 
 
 @dataclass(frozen=True, slots=True)

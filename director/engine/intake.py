@@ -13,9 +13,21 @@ from director.core.snapshot import Snapshot
 from director.engine.events import Event, Listed, ObjectChanged, WatchState
 from director.engine.view import LoopStatus
 from director.logs import event
+from director.schema.config import Settings
 
 log = logging.getLogger("director.controller")
 ClusterEvent = WatchState | Listed | ObjectChanged
+RESOURCES = ("services", "endpointslices", "nodes")
+
+
+def required_resources(settings: Settings) -> set[str]:
+    """What must be listed before the first sync: each resource of each cluster
+    (``services``, or ``prod/services`` for a named cluster)."""
+    return {
+        f"{kube.cluster}/{name}" if kube.cluster else name
+        for kube in settings.served
+        for name in RESOURCES
+    }
 
 
 class Intake:
@@ -46,11 +58,11 @@ class Intake:
             case WatchState(resource, connected, reason):
                 self._watch_state(resource, connected, reason)
             case Listed(resource, objs):
-                if resource == "nodes":
+                if resource.rpartition("/")[2] == "nodes":
                     self._check_nodes(objs, False)
                 return self.snapshot.replace(resource, objs)
             case ObjectChanged(resource, kind, obj):
-                if resource == "nodes":
+                if resource.rpartition("/")[2] == "nodes":
                     self._check_nodes([obj], kind == "DELETED")
                 return self.snapshot.apply(kind, obj)
         return set()
@@ -68,6 +80,8 @@ class Intake:
         """Nodes with fields refused (a sloppy InternalIP): logged and counted once each."""
         for info in nodes:
             name, problems = getattr(info, "name", ""), getattr(info, "problems", ())
+            cluster = getattr(info, "cluster", "")
+            name = f"{cluster}/{name}" if cluster else name
             if deleted or not problems:
                 self._node_problems.pop(name, None)
             elif self._node_problems.get(name) != problems:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -24,7 +24,6 @@ from typing import Any
 from director.core.firewall import Firewall
 from director.core.intents import Intent
 from director.core.ipam import Allocator
-from director.core.snapshot import ALL
 from director.dataplane.interface import Ipvs
 from director.engine import events, reload
 from director.engine.addresses import Addresses, reserved_addresses
@@ -33,14 +32,13 @@ from director.engine.draining import Draining
 from director.engine.exports import Exports, Step
 from director.engine.health_gate import HealthGate
 from director.engine.hooks import Hooks
-from director.engine.intake import Intake
+from director.engine.intake import RESOURCES, Intake, required_resources
 from director.engine.intent_store import Answer, IntentStore
-from director.engine.outbox import Outbox
 from director.engine.pace import Pace
 from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.programming import Programmer
 from director.engine.reconcile import Reconciler, SyncReport
-from director.engine.reporter import Reporter
+from director.engine.reporter import Reporter, outboxes
 from director.engine.source_filter import SourceFilter
 from director.engine.syncer import Syncer
 from director.engine.table import Programmed
@@ -50,7 +48,6 @@ from director.logs import event
 from director.schema.config import KubeSettings, Settings
 
 log = logging.getLogger("director.controller")
-RESOURCES = ("services", "endpointslices", "nodes")
 COMPONENT = "lvs-director"
 __all__ = ["COMPONENT", "RESOURCES", "Controller", "build_policy", "reserved_addresses"]
 
@@ -61,7 +58,7 @@ class Controller:
         ipvs: Ipvs,
         settings: Settings,
         *,
-        writer: ClusterWriter | None = None,
+        writer: ClusterWriter | Mapping[str, ClusterWriter] | None = None,
         dry_run: bool = False,
         state_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -71,27 +68,29 @@ class Controller:
         firewall: Firewall | None = None,
         hooks: Hooks | None = None,
     ) -> None:
-        """``hooks``: every call out of the loop (the caller keeps it and sets who listens)."""
-        # Without a kubernetes section the loop serves the static services (and the API).
-        kube = settings.kubernetes or KubeSettings()
+        """``writer``: the cluster's, or one per cluster by name (``clusters:``). ``hooks``:
+        every call out of the loop (the caller keeps it and sets who listens)."""
+        # Without a cluster the loop serves the static services (and the API).
+        served, kube = settings.served, KubeSettings()
         self.settings = settings
         self.lock = threading.RLock()  # the loop holds it while it changes state
         self.health = LoopStatus()
         owned = self.health.owned  # each owned resource's state, as its keeper finds it
         hooks = hooks or Hooks()
         self.pace = Pace(hooks, clock)
-        self.intake = Intake(self.health, set(RESOURCES) if settings.kubernetes else set())
+        self.intake = Intake(self.health, required_resources(settings))
         self.store = IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned)
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
         self.syncer = Syncer(
             reconciler, self.health, recorder=recorder, observer=observer, ledger=owned
         )
-        outbox = Outbox(writer, self.post) if writer is not None and not dry_run else None
-        self.reporter = Reporter(outbox, self.health, dry_run=dry_run)
+        boxes = {} if dry_run else outboxes(writer, self.post)
+        clusters = [kube.cluster for kube in served] or [""]
+        self.reporter = Reporter(boxes, self.health, dry_run=dry_run, clusters=clusters)
         allocator = Allocator(settings.pools, reserved_addresses(settings))
         self.addresses = Addresses(allocator, self.reporter)
         self.gate = HealthGate(settings.health, hooks)
-        self.drains = Draining(ipvs, clock, kube.drain_timeout_seconds)
+        self.drains = Draining(ipvs, clock, max(k.drain_timeout_seconds for k in served or [kube]))
         self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run, ledger=owned)
         self.table = Programmed(settings.services)
         self.exports = Exports(state_file, hooks, settings.bgp_pools, ledger=owned, clock=clock)
@@ -115,7 +114,7 @@ class Controller:
             pace=self.pace,
             exports=self.exports,
             guarded=self._guarded,
-            resync_seconds=kube.resync_seconds,
+            resync_seconds=min(k.resync_seconds for k in served or [kube]),
         )
 
     @property
@@ -143,8 +142,8 @@ class Controller:
         """Watchers call this from their threads with ``(resource, kind, payload)``."""
         self.post(events.from_watch(resource, kind, payload))
 
-    def set_leader(self, leader: bool) -> None:
-        self.post(events.LeaderChanged(leader))
+    def set_leader(self, leader: bool, cluster: str = "") -> None:
+        self.post(events.LeaderChanged(leader, cluster))
 
     def submit_intent(self, intent: Intent, timeout: float = 10.0) -> events.Reply:
         """Hand an admin-API intent to the loop and wait until it is stored and applied (or
@@ -158,8 +157,8 @@ class Controller:
     def run(self, stop: threading.Event, tick: float = 0.5) -> None:
         while not stop.is_set():
             self.step(tick)
-        if self.reporter.outbox is not None:
-            self.reporter.outbox.close()
+        for outbox in self.reporter.outboxes.values():
+            outbox.close()
 
     def step(self, wait: float = 0.5) -> None:
         """Take a burst of queued events, then sync what they touched. Never raises: an
@@ -269,8 +268,8 @@ class Controller:
                 if state != self.health.vrrp_state:
                     event(log, "vrrp.role", state=state, previous=self.health.vrrp_state or "-")
                 self.health.vrrp_state = state
-            case events.LeaderChanged(leader):
-                return self._lead(leader)
+            case events.LeaderChanged(leader, cluster):
+                return self._lead(leader, cluster)
             case events.Leaving(reason):
                 self.exports.vips.leaving = reason
             case events.Reloaded(settings, reply):
@@ -281,13 +280,13 @@ class Controller:
                 return self.intake.absorb(ev)
         return set()
 
-    def _lead(self, leader: bool) -> set[str]:
-        if leader == self.reporter.leader or self.syncer.reconciler.dry_run:
+    def _lead(self, leader: bool, cluster: str = "") -> set[str]:
+        if leader == self.reporter.leads(cluster) or self.syncer.reconciler.dry_run:
             return set()
-        self.health.leader = leader
-        event(log, "lease.changed", leader=leader, identity=self.kube.identity)
-        self.reporter.lead(leader)
-        return {ALL}
+        kube = next((k for k in self.settings.served if k.cluster == cluster), self.kube)
+        event(log, "lease.changed", leader=leader, cluster=cluster or "-", identity=kube.identity)
+        self.reporter.lead(leader, cluster)
+        return self.intake.snapshot.every(cluster)
 
     def _first_sync(self) -> None:
         self.programmer.first_sync()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Protocol
 
+from director.core.cluster import ServiceInfo
 from director.core.firewall import Firewall
 from director.core.intents import Intent
 from director.core.options import Policy
@@ -44,6 +45,10 @@ class LoopPort(Protocol):
 
     @property
     def policy(self) -> Policy: ...
+
+    def policy_of(self, svc: ServiceInfo) -> Policy:
+        """The policy of the Service's cluster."""
+        ...
 
     @property
     def ipvs(self) -> Ipvs: ...

@@ -8,12 +8,13 @@ Refused parts of a Service are counted in the loop's status once per distinct pr
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from director.core.cluster import ServiceInfo
 from director.core.options import Problem
 from director.engine.events import LeaseRefused, WriteFailed
 from director.engine.outbox import Outbox
+from director.engine.ports import ClusterWriter
 from director.engine.view import LoopStatus
 from director.logs import event
 
@@ -23,21 +24,67 @@ PROBLEM_EVENTS = 10  # new problems of one Service at once sent as Events each; 
 MANY = "problem:*"  # the topic of that one Event
 
 
+def outboxes(
+    writer: ClusterWriter | Mapping[str, ClusterWriter] | None,
+    on_error: Callable[[WriteFailed], None],
+) -> dict[str, Outbox]:
+    """An outbox for each cluster's writer (``writer``: the one cluster's, or one per
+    cluster by name): one cluster's slow or refused writes never hold another's."""
+    if writer is None:
+        return {}
+    writers = writer if isinstance(writer, Mapping) else {"": writer}
+    return {cluster: Outbox(w, on_error) for cluster, w in writers.items()}
+
+
+def _cluster_of(topics: dict[str, Pending]) -> str:
+    return next(iter(topics.values()))[0].cluster if topics else ""
+
+
 def _pairs(told: tuple[str, ...]) -> Iterable[tuple[str, str]]:
     return zip(told[::2], told[1::2], strict=True)
 
 
 class Reporter:
-    def __init__(self, outbox: Outbox | None, status: LoopStatus, *, dry_run: bool) -> None:
-        self.outbox, self.status, self.dry_run = outbox, status, dry_run
-        self.leader = dry_run  # a shadow allocates as if it led, and writes nothing
-        status.leader = dry_run
+    def __init__(
+        self,
+        outbox: Outbox | Mapping[str, Outbox] | None,
+        status: LoopStatus,
+        *,
+        dry_run: bool,
+        clusters: Iterable[str] = ("",),
+    ) -> None:
+        """``outbox``: the cluster's, or one per cluster by name ("": ``kubernetes:``);
+        ``clusters``: the clusters served, each with a Lease of its own."""
+        if outbox is None:
+            self.outboxes: dict[str, Outbox] = {}
+        elif isinstance(outbox, Mapping):
+            self.outboxes = dict(outbox)
+        else:
+            self.outboxes = {"": outbox}
+        self.status, self.dry_run = status, dry_run
+        # cluster -> holds its Lease (a shadow allocates as if it led, and writes nothing)
+        self.leaders = {cluster: dry_run for cluster in clusters}
+        status.leaders = dict(self.leaders)
         self.lease_refused: str | None = None  # why no box can write status, if refused
         # service -> (topic, its last message, topic, message, ...): one flat tuple, not a
         # dict, per Service (most have one topic; a dict each was 2 MB at 10,000 Services)
         self.reported: dict[str, tuple[str, ...]] = {}
         # Events a follower saw the reason for: written should it become the leader.
         self.unsent: dict[str, dict[str, Pending]] = {}
+
+    @property
+    def outbox(self) -> Outbox | None:
+        """The one cluster's outbox (``kubernetes:``)."""
+        return self.outboxes.get("")
+
+    @property
+    def leader(self) -> bool:
+        """Holds the Lease of every cluster served."""
+        return bool(self.leaders) and all(self.leaders.values())
+
+    def leads(self, cluster: str) -> bool:
+        """Writes the status and Events of ``cluster``'s Services."""
+        return self.leaders.get(cluster, self.dry_run)
 
     def absorb(self, ev: WriteFailed | LeaseRefused) -> None:
         """A cluster write failed (the outbox retries it, or dropped it): counted. The
@@ -55,12 +102,15 @@ class Reporter:
         self.reported.pop(ref, None)
         self.unsent.pop(ref, None)
 
-    def lead(self, leader: bool) -> None:
-        """Leadership changed: a new leader sends what it held back and is still true."""
-        self.leader = leader
-        unsent, self.unsent = self.unsent, {}
-        for ref, topics in unsent.items() if leader else ():
-            for topic, (svc, severity, reason, message) in topics.items():
+    def lead(self, leader: bool, cluster: str = "") -> None:
+        """Leadership of ``cluster`` changed: a new leader sends what it held back and is
+        still true."""
+        self.leaders[cluster] = leader
+        self.status.leaders = dict(self.leaders)
+        if not leader:
+            return
+        for ref in [r for r, t in self.unsent.items() if _cluster_of(t) == cluster]:
+            for topic, (svc, severity, reason, message) in self.unsent.pop(ref).items():
                 if self.said(ref, topic) == message:  # still true
                     self._send_event(svc, severity, reason, message)
 
@@ -101,9 +151,9 @@ class Reporter:
         self._tell(svc, kind, reason, message, topic)
 
     def _tell(self, svc: ServiceInfo, kind: str, reason: str, message: str, topic: str) -> None:
-        if self.outbox is None:
+        if svc.cluster not in self.outboxes:
             return
-        if not self.leader:  # the leader writes Events; kept for when this box leads
+        if not self.leads(svc.cluster):  # the leader writes Events; kept for when it leads
             self.unsent.setdefault(svc.ref, {})[topic] = (svc, kind, reason, message)
             return
         self._send_event(svc, kind, reason, message)
@@ -164,17 +214,16 @@ class Reporter:
         if self.dry_run:
             event(log, "kube.would_write_status", service=svc.ref, ingress=",".join(ips) or "-")
             return
-        if self.outbox is None:
+        outbox = self.outboxes.get(svc.cluster)
+        if outbox is None:
             return
-        writer = self.outbox.writer
-        self.outbox.put(
-            ("status", svc.ref), lambda: writer.patch_status(svc.namespace, svc.name, ips)
-        )
+        writer = outbox.writer
+        outbox.put(("status", svc.ref), lambda: writer.patch_status(svc.namespace, svc.name, ips))
 
     def _send_event(self, svc: ServiceInfo, kind: str, reason: str, message: str) -> None:
-        assert self.outbox is not None
-        writer = self.outbox.writer
-        self.outbox.put(
+        outbox = self.outboxes[svc.cluster]
+        writer = outbox.writer
+        outbox.put(
             ("event", svc.ref, reason, message),
             lambda: writer.event(
                 svc.namespace, svc.name, svc.uid, kind=kind, reason=reason, message=message

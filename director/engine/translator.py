@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterable
 
 from director.core.checks import Target
+from director.core.cluster import ServiceInfo
 from director.core.model import Family, ServiceKey
 from director.core.options import Policy, relevant
 from director.core.services import Table, VirtualService
@@ -28,9 +29,12 @@ from director.schema.config import KubeSettings, Settings
 log = logging.getLogger("director.controller")
 
 
-def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
-    """What the settings say about Services in general."""
-    kube = settings.kubernetes or KubeSettings()
+def build_policy(
+    settings: Settings, schedulers: frozenset[str], kube: KubeSettings | None = None
+) -> Policy:
+    """What the settings say about Services in general (``kube``: of that cluster; by
+    default the one of ``kubernetes:``)."""
+    kube = kube or settings.kubernetes or KubeSettings()
     health = settings.health
     return Policy(
         load_balancer_class=kube.load_balancer_class,
@@ -45,7 +49,26 @@ def build_policy(settings: Settings, schedulers: frozenset[str]) -> Policy:
         checking=health is not None,
         metallb=kube.metallb_annotations,
         snat=frozenset(Family.of(a) for a in (settings.snat.addresses if settings.snat else ())),
+        cluster=kube.cluster,
+        pools=given_pools(settings, kube),
     )
+
+
+def build_policies(settings: Settings, schedulers: frozenset[str]) -> dict[str, Policy]:
+    """Each cluster's policy, by name ("": the one cluster of ``kubernetes:``)."""
+    return {kube.cluster: build_policy(settings, schedulers, kube) for kube in settings.served}
+
+
+def given_pools(settings: Settings, kube: KubeSettings) -> frozenset[str] | None:
+    """The pools a cluster's Services may draw from: those it lists; if it lists none, those
+    no cluster lists (None: every pool, for the one cluster of ``kubernetes:``)."""
+    if not settings.clusters:
+        return None
+    listed = getattr(kube, "pools", ())
+    if listed:
+        return frozenset(listed)
+    taken = {name for cluster in settings.clusters for name in cluster.pools}
+    return frozenset(pool.name for pool in settings.pools if pool.name not in taken)
 
 
 class Translator:
@@ -65,6 +88,8 @@ class Translator:
         reconciler: Reconciler,
     ) -> None:
         self.settings, self.policy = settings, policy
+        # each cluster's (the one cluster's is ``policy``)
+        self.policies = {policy.cluster: policy, **build_policies(settings, policy.schedulers)}
         self.intake, self.table, self.addresses, self.reporter = intake, table, addresses, reporter
         self.gate, self.drains, self.filter = gate, drains, source_filter
         self.store, self.reconciler = store, reconciler
@@ -85,20 +110,21 @@ class Translator:
         """The virtual services Service ``ref`` asks for now (none: it is gone or not ours)."""
         snapshot = self.intake.snapshot
         svc = snapshot.services.get(ref)
-        if svc is None or not relevant(svc, self.policy):
+        policy = self.policy_of(svc)
+        if svc is None or not relevant(svc, policy):
             self.addresses.release(ref)
             self.table.set_options(ref, None)
             self.reporter.forget(ref)
             self.filter.want(ref, {})
             return {}
         previous = self.table.options.get(ref)
-        addresses = self.addresses.keep(svc, self.policy, previous)
+        addresses = self.addresses.keep(svc, policy, previous)
         result = translate(
             svc,
             addresses,
             snapshot.slices_for(ref),
-            snapshot.nodes,
-            self.policy,
+            snapshot.nodes_of(svc.cluster),
+            policy,
             previous=previous,
             bgp=self.addresses.announced_over_bgp(addresses),
             pool_forwarding=self.addresses.forwarding_of(addresses),
@@ -122,6 +148,12 @@ class Translator:
             self.gate.set_checks(key, result.checks.get(key, {}))
             out[key] = self.finish(key, vs, ref, result.draining)
         return out
+
+    def policy_of(self, svc: ServiceInfo | None) -> Policy:
+        """The policy of the Service's cluster."""
+        if svc is None:
+            return self.policy
+        return self.policies.get(svc.cluster, self.policy)
 
     def static(self, keys: Iterable[ServiceKey] | None = None) -> Table:
         """The configuration's services (``keys``: these only), with the API's overrides,

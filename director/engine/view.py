@@ -126,7 +126,7 @@ class LoopStatus:
 
     synced: bool = False  # the first full sync is applied, and the view says so
     first_sync_done: bool = False  # the first full sync is applied (the loop's own flag)
-    leader: bool = False
+    leaders: dict[str, bool] = field(default_factory=dict)  # cluster -> holds its Lease
     vrrp_state: str | None = None  # MASTER / BACKUP / FAULT once keepalived reports
     connected: dict[str, bool] = field(default_factory=dict)
     disconnected_since: float | None = None
@@ -144,6 +144,11 @@ class LoopStatus:
     owned: Ledger = field(default_factory=Ledger)
 
     @property
+    def leader(self) -> bool:
+        """Holds the status Lease of every cluster served."""
+        return bool(self.leaders) and all(self.leaders.values())
+
+    @property
     def kubernetes_connected(self) -> bool:
         return bool(self.connected) and all(self.connected.values())
 
@@ -152,6 +157,7 @@ class LoopStatus:
             self,
             synced=synced,
             connected=dict(self.connected),
+            leaders=dict(self.leaders),
             refused=dict(self.refused),
             write_errors=dict(self.write_errors),
         )

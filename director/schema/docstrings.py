@@ -38,5 +38,10 @@ def _class_docs(node: ast.ClassDef) -> dict[str, str]:
 
 
 def attribute_docs(cls: type) -> dict[str, str]:
-    """{field name: its docstring} of ``cls`` (a class defined at a module's top level)."""
-    return _module_docs(cls.__module__).get(cls.__qualname__, {})
+    """{field name: its docstring} of ``cls`` (a class defined at a module's top level), with
+    those of the classes it inherits fields from."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__ in sys.modules and klass is not object:
+            out.update(_module_docs(klass.__module__).get(klass.__qualname__, {}))
+    return out

@@ -17,6 +17,7 @@ from director.schema.ha import HaSettings
 from director.schema.pool_entries import OwnershipEntry, PoolEntry
 from director.schema.sections import (
     ApiSettings,
+    ClusterSettings,
     Defaults,
     HealthSettings,
     KubeSettings,
@@ -54,6 +55,7 @@ class Document(Section):
     defaults: Defaults | None = None
     services: tuple[ServiceEntry, ...] = ()
     kubernetes: KubeSettings | None = None
+    clusters: tuple[ClusterSettings, ...] = ()
     pools: tuple[PoolEntry, ...] = ()
     api: ApiSettings | None = None
     ha: HaSettings | None = None
@@ -83,6 +85,19 @@ class Settings:
     bgp: BgpSettings | None = None
     snat: SnatSettings | None = None  # full-NAT's source addresses
     static_snat: frozenset[ServiceKey] = frozenset()  # the static services with full NAT
+    # clusters: (several clusters, each named); kubernetes: is the one unnamed cluster
+    clusters: tuple[ClusterSettings, ...] = ()
+
+    @property
+    def served(self) -> tuple[KubeSettings, ...]:
+        """Every cluster this director serves: ``kubernetes:`` (one, named ""), or
+        ``clusters:``."""
+        return (self.kubernetes,) if self.kubernetes is not None else self.clusters
+
+    @property
+    def in_cluster(self) -> bool:
+        """Does this director serve any cluster?"""
+        return self.kubernetes is not None or bool(self.clusters)
 
     @property
     def bgp_pools(self) -> tuple[Pool, ...]:

@@ -118,10 +118,18 @@ class Undrained(TypedDict):
     undrained: bool
 
 
+class ClusterState(TypedDict):
+    """One of several clusters served (``clusters:``)."""
+
+    connected: bool  # every watch of its API is connected
+    leader: bool  # this director holds its status Lease
+
+
 class Kubernetes(TypedDict):
     configured: bool
     connected: bool
     disconnected_since: str | None
+    clusters: NotRequired[dict[str, ClusterState]]  # by name, where several are served
 
 
 class Status(TypedDict):

@@ -17,9 +17,10 @@ from director.core.options import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.core.ownership import Network, Ownership
 from director.core.pools import Pool
 from director.core.services import Table
+from director.schema.clusters import clusters_apart
 from director.schema.document import Document, Settings
 from director.schema.pool_entries import OwnershipEntry
-from director.schema.sections import Defaults, HealthSettings
+from director.schema.sections import Defaults, HealthSettings, KubeSettings
 from director.schema.static import Refusal
 
 # -- the rules across objects ------------------------------------------------------------
@@ -75,7 +76,7 @@ def kubernetes_has_pools(c: _Compiling) -> None:
 def pools_and_vips_are_owned(c: _Compiling) -> None:
     """The pools and the NodePort VIPs are the director's own: it owns their addresses."""
     extra: list[Network] = [net for pool in c.pools for net in pool.networks()]
-    vips = c.doc.kubernetes.nodeport_vips if c.doc.kubernetes else ()
+    vips = [vip for kube in _served(c.doc) for vip in kube.nodeport_vips]
     extra += [ipaddress.ip_network(vip) for vip in vips]
     if extra:
         networks = tuple(dict.fromkeys((*c.ownership.networks, *extra)))
@@ -140,6 +141,7 @@ def paths_apart(c: _Compiling) -> None:
         writes.append((("api", "intents_file"), doc.api.intents_file))
     if doc.kubernetes is not None:
         reads.append((("kubernetes", "kubeconfig"), doc.kubernetes.kubeconfig))
+    reads += [(("clusters", i, "kubeconfig"), k.kubeconfig) for i, k in enumerate(doc.clusters)]
     if doc.ha is not None:
         reads.append((("ha", "pid_file"), doc.ha.pid_file))
         writes += [(("ha", "config_file"), doc.ha.config_file), (("ha", "fifo"), doc.ha.fifo)]
@@ -162,6 +164,10 @@ def paths_apart(c: _Compiling) -> None:
                 f"{path} is also {named}: the director writes this file, and would overwrite it",
             )
         seen[_normal(path)] = where
+
+
+def _served(doc: Document) -> tuple[KubeSettings, ...]:
+    return (doc.kubernetes,) if doc.kubernetes is not None else doc.clusters
 
 
 def _normal(path: str) -> str:
@@ -280,8 +286,8 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
         c.services[key] = dataclasses.replace(vs, real_servers=servers)
         c.static_snat.add(key)
     taken = {key.address: f"the address of {vs.origin or key}" for key, vs in c.services.items()}
-    if doc.kubernetes is not None:
-        taken.update({vip: "a NodePort VIP" for vip in doc.kubernetes.nodeport_vips})
+    for kube in _served(doc):
+        taken.update({vip: "a NodePort VIP" for vip in kube.nodeport_vips})
     for index, address in enumerate(doc.snat.addresses if doc.snat else ()):
         if address in taken:
             raise Refusal(
@@ -312,6 +318,7 @@ RULES: tuple[Rule, ...] = (
     owned_ranges,
     pools_apart,
     kubernetes_has_pools,
+    clusters_apart,
     pools_and_vips_are_owned,
     pools_hold_none_of_the_boxs_addresses,
     paths_apart,
@@ -340,4 +347,5 @@ def compile_document(doc: Document, source: str) -> Settings:
         doc.bgp,
         doc.snat,
         frozenset(c.static_snat),
+        doc.clusters,
     )

@@ -202,6 +202,32 @@ class KubeSettings(Section):
     """Honour MetalLB's metallb.io/loadBalancerIPs, address-pool and allow-shared-ip annotations
     (and their metallb.universe.tf/ forms) where a Service has none of ours."""
 
+    @property
+    def cluster(self) -> str:
+        """The cluster's name in references: "" for ``kubernetes:``, the one cluster."""
+        return ""
+
+
+@section
+class ClusterSettings(KubeSettings):
+    """One of ``clusters:``: a Kubernetes cluster this director serves beside others (every
+    key of ``kubernetes:``, and these). Its Services are ``NAME/namespace/name`` everywhere;
+    its watches, its Lease and its writes are its own. One loop serves them all: it resyncs
+    at the shortest ``resync_seconds`` and drains for the longest ``drain_timeout_seconds``
+    of them."""
+
+    name: Annotated[str, DNS_LABEL] = field(kw_only=True)
+    """The cluster's name (a DNS label): in every reference to its Services
+    (prod/default/web), in logs, the API and the status page."""
+    pools: Annotated[tuple[str, ...], list_of(DNS_LABEL)] = field(default=(), kw_only=True)
+    """The pools its Services may draw from (by name), and only those. None listed: the pools
+    no cluster lists (shared by every cluster that lists none). A pool listed by one cluster
+    is that cluster's alone; an address is never given to two clusters."""
+
+    @property
+    def cluster(self) -> str:
+        return self.name
+
 
 @section
 class ApiSettings(Section):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from flask import Flask, Response, g, request
 
@@ -47,7 +47,7 @@ def create_app(
     loop: LoopPort,
     token: str,
     *,
-    writer: AnnotationWriter | None = None,
+    writer: AnnotationWriter | Mapping[str, AnnotationWriter] | None = None,
     metrics: MetricsText | None = None,
     reader: Ipvs | None = None,
     public: Iterable[str] = PUBLIC_CHOICES,

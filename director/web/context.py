@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from flask import current_app
 
 from director.core.announce import PeerState
+from director.core.cluster import service_ref, split_ref
 from director.core.intents import Intent
 from director.core.model import ServiceKey, shown
 from director.core.options import PROTOCOLS, relevant
@@ -45,11 +46,15 @@ class ApiContext:
         self,
         loop: LoopPort,
         ipvs: Ipvs,
-        writer: AnnotationWriter | None,
+        writer: AnnotationWriter | Mapping[str, AnnotationWriter] | None,
         metrics: MetricsText | None,
         peers: Callable[[], Sequence[PeerState]] | None = None,
     ) -> None:
-        self.loop, self.ipvs, self.writer, self.metrics = loop, ipvs, writer, metrics
+        """``writer``: the cluster's, or one per cluster by name (``clusters:``)."""
+        self.loop, self.ipvs, self.metrics = loop, ipvs, metrics
+        self.writers: Mapping[str, AnnotationWriter] = (
+            {} if writer is None else writer if isinstance(writer, Mapping) else {"": writer}
+        )
         self.peers = peers or tuple  # the BGP sessions, as the routing daemon reports them
         self._recent: list[tuple[float, KernelTable]] = []  # one read serves 1 s of requests
         self._recent_lock = threading.Lock()
@@ -75,16 +80,39 @@ class ApiContext:
         return table
 
     # -- what the loop serves --------------------------------------------------------------
-    def kube_service(self, namespace: str, name: str) -> tuple[list[ServiceKey], frozenset[Any]]:
-        """The Service's virtual services and its ports' protocols; 404 if not served."""
+    def kube_service(
+        self, namespace: str, name: str, cluster: str | None = None
+    ) -> tuple[str, list[ServiceKey], frozenset[Any]]:
+        """The Service's reference, its virtual services and its ports' protocols; 404 if
+        not served. ``cluster``: its cluster's name (``?cluster=``); where the director
+        serves several, it may be left out when one cluster only has the Service."""
         view = self.loop.view
-        keys = sorted(view.produced.get(f"{namespace}/{name}", ()), key=str)
-        svc = view.services.get(f"{namespace}/{name}")
-        if svc is None or not relevant(svc, self.loop.policy):
-            raise Problem(
-                404, f"no Service {shown(namespace)}/{shown(name)} served by this director"
-            )
-        return keys, frozenset(PROTOCOLS.get(p.protocol) for p in svc.ports)
+        ref = self.service_ref(namespace, name, cluster)
+        keys = sorted(view.produced.get(ref, ()), key=str)
+        svc = view.services.get(ref)
+        if svc is None or not relevant(svc, self.loop.policy_of(svc)):
+            raise Problem(404, f"no Service {shown(ref)} served by this director")
+        return ref, keys, frozenset(PROTOCOLS.get(p.protocol) for p in svc.ports)
+
+    def service_ref(self, namespace: str, name: str, cluster: str | None) -> str:
+        named = [k.cluster for k in self.loop.settings.served if k.cluster]
+        if not named:
+            if cluster:
+                raise Problem(404, "this director serves one cluster: ?cluster= names none")
+            return service_ref("", namespace, name)
+        if cluster:
+            if cluster not in named:
+                raise Problem(404, f"no cluster {shown(cluster)} (clusters: {', '.join(named)})")
+            return service_ref(cluster, namespace, name)
+        services = self.loop.view.services
+        having = [c for c in named if service_ref(c, namespace, name) in services]
+        if len(having) == 1:
+            return service_ref(having[0], namespace, name)
+        where = f"clusters {', '.join(having)} each have" if having else "no cluster has"
+        raise Problem(
+            404 if not having else 409,
+            f"{where} a Service {shown(namespace)}/{shown(name)}: name the cluster (?cluster=)",
+        )
 
     def static_key(self, name: str) -> ServiceKey:
         for key, vs in self.loop.settings.services.items():
@@ -106,11 +134,12 @@ class ApiContext:
             "still apply it (see GET /api/v1/status)",
         )
 
-    def annotate(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
+    def annotate(self, ref: str, values: dict[str, str | None]) -> None:
         """Store a choice on the Service itself (both directors of a pair see it)."""
         if self.loop.dry_run:
             raise Problem(409, "this director runs in shadow mode (--dry-run) and writes nothing")
-        writer = self.writer
+        cluster, namespace, name = split_ref(ref)
+        writer = self.writers.get(cluster)
         if writer is None:
             raise Problem(409, "this director has no Kubernetes connection to store the choice")
         _passed_on(lambda: writer.patch_annotations(namespace, name, values))

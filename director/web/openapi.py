@@ -48,6 +48,17 @@ def _errors(*codes: int) -> dict[str, Any]:
 _EXAMPLES = {"namespace": "default", "name": "web"}  # path parameters' examples
 
 
+_CLUSTER = {
+    "name": "cluster",
+    "in": "query",
+    "required": False,
+    "description": "The Service's cluster (clusters:); needed only when several clusters "
+    "have a Service of that namespace and name.",
+    "schema": {"type": "string"},
+    "example": "prod",
+}
+
+
 def _parameter(name: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": name,
@@ -67,6 +78,8 @@ def paths() -> dict[str, Any]:
         entry = out.setdefault(op.path, {})
         if op.parameters:
             entry["parameters"] = [_parameter(name) for name in op.parameters]
+            if "namespace" in op.parameters:  # a Kubernetes Service: of which cluster
+                entry["parameters"].append(_CLUSTER)
         operation: dict[str, Any] = {
             "summary": op.summary,
             "responses": {

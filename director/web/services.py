@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 
 from director.core.intents import SetScheduler
 from director.core.options import A_OVERRIDE
@@ -45,9 +45,9 @@ def list_services() -> Response:
 )
 def get_service(namespace: str, name: str) -> Response:
     ctx = api()
-    keys, _protocols = ctx.kube_service(namespace, name)
+    ref, keys, _protocols = ctx.kube_service(namespace, name, request.args.get("cluster"))
     listing = views.services(ctx, keys)
-    return jsonify({"service": f"{namespace}/{name}", "virtual_services": listing})
+    return jsonify({"service": ref, "virtual_services": listing})
 
 
 @documented(
@@ -64,18 +64,18 @@ def get_service(namespace: str, name: str) -> Response:
 def set_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
     asked = body(shapes.SchedulerChoice)
-    _keys, protocols = ctx.kube_service(namespace, name)
+    ref, _keys, protocols = ctx.kube_service(namespace, name, request.args.get("cluster"))
     choice = scheduler_choice(asked, protocols, ctx.ipvs.schedulers())
     text = choice[0] + (":" + ",".join(sorted(choice[1])) if choice[1] else "")
-    ctx.annotate(namespace, name, {A_OVERRIDE: text})
-    event(log, "api.scheduler_set", service=f"{namespace}/{name}", scheduler=text)
+    ctx.annotate(ref, {A_OVERRIDE: text})
+    event(log, "api.scheduler_set", service=ref, scheduler=text)
     return jsonify(
         {
-            "service": f"{namespace}/{name}",
+            "service": ref,
             "scheduler": choice[0],
             "flags": sorted(choice[1]),
             "source": "api",
-            "stored_in": f"annotation {A_OVERRIDE} on Service {namespace}/{name}",
+            "stored_in": f"annotation {A_OVERRIDE} on Service {ref}",
         }
     )
 
@@ -92,10 +92,10 @@ def set_kube_scheduler(namespace: str, name: str) -> Response:
 )
 def unset_kube_scheduler(namespace: str, name: str) -> Response:
     ctx = api()
-    ctx.kube_service(namespace, name)
-    ctx.annotate(namespace, name, {A_OVERRIDE: None})
-    event(log, "api.scheduler_unset", service=f"{namespace}/{name}")
-    return jsonify({"service": f"{namespace}/{name}", "source": "annotation or default"})
+    ref, _keys, _protocols = ctx.kube_service(namespace, name, request.args.get("cluster"))
+    ctx.annotate(ref, {A_OVERRIDE: None})
+    event(log, "api.scheduler_unset", service=ref)
+    return jsonify({"service": ref, "source": "annotation or default"})
 
 
 @documented(

@@ -161,7 +161,7 @@ function render(data) {
     box.append(text("h2", vs.service));
     const o = vs.origin;
     const from = o.kind === "static" ? "static/" + o.name
-      : o.namespace + "/" + o.name + ":" + o.port_name;
+      : (o.cluster ? o.cluster + "/" : "") + o.namespace + "/" + o.name + ":" + o.port_name;
     box.append(text("div", from + " · " + vs.scheduler + " (" + vs.scheduler_source + ")" +
       (vs.flags.length ? " " + vs.flags.join(",") : "") + " · " + vs.counters.connections +
       " connections" + (vs.programmed ? "" : " · NOT PROGRAMMED"), "meta"));

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from director.core.cluster import split_ref
 from director.core.intents import Drain
 from director.core.model import Forwarding, ServiceKey
 from director.core.services import KernelTable, VirtualService
@@ -18,8 +19,11 @@ def origin(text: str) -> dict[str, str]:
     if text == STATIC or text.startswith("static/"):
         return {"kind": "static", "name": text.partition("/")[2]}
     ref, _, port = text.partition(":")
-    namespace, _, name = ref.partition("/")
-    return {"kind": "kubernetes", "namespace": namespace, "name": name, "port_name": port}
+    cluster, namespace, name = split_ref(ref)
+    out = {"kind": "kubernetes", "namespace": namespace, "name": name, "port_name": port}
+    if cluster:  # where the director serves several clusters
+        out["cluster"] = cluster
+    return out
 
 
 def iso(stamp: float | None) -> str | None:
@@ -174,11 +178,7 @@ def status(ctx: ApiContext) -> replies.Status:
         "role": view.status.vrrp_state or "standalone",
         "ready": h.synced,
         "dry_run": ctx.loop.dry_run,
-        "kubernetes": {
-            "configured": ctx.loop.settings.kubernetes is not None,
-            "connected": h.kubernetes_connected,
-            "disconnected_since": iso(h.disconnected_since),
-        },
+        "kubernetes": _kubernetes(ctx, view),
         "leader": view.status.leader,
         "lease_refused": view.lease_refused,
         "last_sync": iso(h.last_sync),
@@ -229,3 +229,25 @@ def bgp(ctx: ApiContext) -> replies.Bgp:
             for p in ctx.peers()
         ],
     }
+
+
+def _kubernetes(ctx: ApiContext, view: LoopView) -> replies.Kubernetes:
+    h = view.status
+    out: replies.Kubernetes = {
+        "configured": ctx.loop.settings.in_cluster,
+        "connected": h.kubernetes_connected,
+        "disconnected_since": iso(h.disconnected_since),
+    }
+    named = [k.cluster for k in ctx.loop.settings.served if k.cluster]
+    if named:
+        out["clusters"] = {
+            name: {
+                "connected": all(
+                    up for resource, up in h.connected.items() if resource.startswith(name + "/")
+                )
+                and any(resource.startswith(name + "/") for resource in h.connected),
+                "leader": h.leaders.get(name, False),
+            }
+            for name in named
+        }
+    return out

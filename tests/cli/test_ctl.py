@@ -180,3 +180,18 @@ def test_ctl_and_status_exit_statuses_tell_scripts_what_failed(running) -> None:
         [sys.executable, "-m", "director", "--version"], capture_output=True, text=True, check=False
     )
     assert version.returncode == 0 and version.stdout.startswith("director ")
+
+
+def test_a_service_of_one_of_several_clusters_is_named_with_its_cluster() -> None:
+    """``director ctl scheduler set prod/shop/web sh``: the cluster travels as ?cluster=."""
+    import pytest
+
+    from director.cli.client import CtlError
+    from director.cli.ctl import _scheduler_path
+
+    assert _scheduler_path("prod/shop/web") == "/api/v1/services/shop/web/scheduler?cluster=prod"
+    assert _scheduler_path("shop/web") == "/api/v1/services/shop/web/scheduler"
+    assert _scheduler_path("static/web") == "/api/v1/static/web/scheduler"
+    for bad in ("a/b/c/d", "shop/", "/web", "web", "prod//web"):
+        with pytest.raises(CtlError, match="CLUSTER/NAMESPACE/NAME"):
+            _scheduler_path(bad)

@@ -279,3 +279,100 @@ def test_no_service_ever_holds_an_address_of_a_pool_that_does_not_serve_it(
             assert pool is not None and request.admitted(pool)
     held = [a for i in range(len(asks)) for a in alloc.held(f"{asks[i][0]}/s{i}")]
     assert len(held) == len(set(held)), "no address twice"
+
+
+# -- several clusters (issue 37, item 2) ------------------------------------------------------
+CLUSTER_POOLS = (
+    Pool.parse("a-only", ["198.51.100.0-198.51.100.2"]),
+    Pool.parse("shared", ["198.51.100.8-198.51.100.10"]),
+    Pool.parse("b-only", ["198.51.100.16-198.51.100.18"]),
+)
+GIVEN = {"a": frozenset({"a-only", "shared"}), "b": frozenset({"b-only", "shared"})}
+ADDRESSES = [ip(f"198.51.100.{n}") for n in (0, 1, 2, 8, 9, 10, 16, 17, 18, 30)]
+
+
+def _cluster_request(
+    cluster: str, index: int, requested: int | None, pool: str | None, sharing: bool
+) -> Request:
+    """What ipam_request makes of a Service of ``cluster`` (its pools, its sharing key)."""
+    from director.core.cluster_parse import service_from_json
+    from director.core.options import ipam_request
+    from lab.kubeapi import service
+
+    annotations = {}
+    if requested is not None:
+        annotations["lvs-director.io/load-balancer-ips"] = str(ADDRESSES[requested])
+    if pool is not None:
+        annotations["lvs-director.io/pool"] = pool
+    if sharing:
+        annotations["lvs-director.io/allow-shared-ip"] = "together"
+    port = 80 + index  # distinct ports: Services with the same key may share
+    obj = service(f"s{index}", [("p", "TCP", port)], annotations=annotations)
+    obj["metadata"]["namespace"] = "default"  # type: ignore[index]
+    made, problems = ipam_request(service_from_json(obj, cluster=cluster), pools=GIVEN[cluster])
+    assert made is not None, problems
+    return made
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.integers(0, 4),
+            st.sampled_from(["assign", "assign", "release"]),
+            st.one_of(st.none(), st.integers(0, len(ADDRESSES) - 1)),
+            st.sampled_from([None, None, "a-only", "shared", "b-only", "nope"]),
+            st.booleans(),
+        ),
+        max_size=40,
+    )
+)
+def test_two_clusters_never_hold_one_address_nor_a_pool_not_given_to_them(
+    steps: list[tuple[str, int, str, int | None, str | None, bool]],
+) -> None:
+    """Whatever Services of two clusters ask (requested addresses, pools, the same sharing
+    key), an address is only ever held within one cluster, each from a pool given to it, and
+    a request for another cluster's address is refused without taking it from the holder."""
+    alloc = Allocator(CLUSTER_POOLS)
+    for cluster, index, action, requested, pool, sharing in steps:
+        name = f"{cluster}/default/s{index}"
+        if action == "release":
+            alloc.release(name)
+            continue
+        before = {a: alloc.users(a) for a in ADDRESSES}
+        request = _cluster_request(cluster, index, requested, pool, sharing)
+        assert request.name == name and request.cluster == cluster
+        outcome = alloc.assign(request)
+        if requested is not None and not outcome.ok:
+            address = ADDRESSES[requested]
+            others = [u for u in before[address] if u != name]
+            assert [u for u in alloc.users(address) if u != name] == others
+        for address in ADDRESSES:
+            holders = alloc.users(address)
+            assert len({h.split("/")[0] for h in holders}) <= 1, (address, holders)
+            for holder in holders:
+                home = alloc.pool_of(address)
+                assert home is not None and home.name in GIVEN[holder.split("/")[0]]
+
+
+def test_a_clash_between_clusters_is_refused_in_the_later_one_and_says_whose() -> None:
+    alloc = Allocator(CLUSTER_POOLS)
+    first = alloc.assign(_cluster_request("a", 0, 3, None, True))
+    assert first.addresses == (ip("198.51.100.8"),)
+    # the same address, the same sharing key, another port: within a cluster it would share
+    later = alloc.assign(_cluster_request("b", 1, 3, None, True))
+    assert not later.ok and later.error == "address 198.51.100.8 is already used by a/default/s0"
+    assert alloc.users(ip("198.51.100.8")) == ("a/default/s0",)
+    within = alloc.assign(_cluster_request("a", 1, 3, None, True))
+    assert within.ok and alloc.users(ip("198.51.100.8")) == ("a/default/s0", "a/default/s1")
+
+
+def test_a_pool_not_given_to_a_cluster_is_refused_by_name() -> None:
+    alloc = Allocator(CLUSTER_POOLS)
+    named = alloc.assign(_cluster_request("b", 0, None, "a-only", False))
+    assert named.error == "pool 'a-only' is not given to cluster 'b'"
+    asked = alloc.assign(_cluster_request("b", 0, 0, None, False))
+    assert asked.error == "address 198.51.100.0: pool 'a-only' is not given to cluster 'b'"
+    auto = alloc.assign(_cluster_request("b", 0, None, None, False))
+    assert auto.ok and alloc.pool_of(auto.addresses[0]).name in GIVEN["b"]  # type: ignore[union-attr]

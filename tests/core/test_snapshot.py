@@ -30,3 +30,50 @@ def test_a_services_slices_are_the_ones_labelled_for_it_through_any_changes(
             assert {f"{s.namespace}/{s.name}" for s in snap.slices_for(f"default/{name}")} == held
             assert len(snap.slices_for(f"default/{name}")) == len(held)
         assert ref not in snap.slices if deleted else snap.slices[ref] == info
+
+
+def test_one_clusters_relist_and_nodes_touch_only_its_own_services() -> None:
+    """Several clusters (issue 37): a relist of one cluster's Services, slices or Nodes
+    replaces that cluster's alone, and a Node change makes only its Services dirty."""
+    from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
+    from director.core.snapshot import Snapshot
+    from lab.kubeapi import endpoint_slice, node, service as made_service
+
+    def service(name: str, ports: list[tuple[str, str, int]]) -> dict[str, object]:
+        return _in_default(made_service(name, ports))
+
+    snap = Snapshot()
+    for cluster in ("a", "b"):
+        svc = service_from_json(service("web", [("http", "TCP", 80)]), cluster=cluster)
+        assert svc.ref == f"{cluster}/default/web"
+        snap.replace(f"{cluster}/services", [svc])
+        made = endpoint_slice("web", [("10.0.0.1", "n1", True, False)], [("http", "TCP", 8080)])
+        one = slice_from_json(_in_default(made), cluster)
+        assert one.service == svc.ref
+        snap.replace(f"{cluster}/endpointslices", [one])
+        snap.replace(f"{cluster}/nodes", [node_from_json(node("n1", "10.1.0.1"), cluster)])
+    assert set(snap.services) == {"a/default/web", "b/default/web"}
+    assert len(snap.slices_for("a/default/web")) == len(snap.slices_for("b/default/web")) == 1
+
+    # a 410 relist of a's Services that no longer holds web: b's web stays
+    assert snap.replace("a/services", []) == {"a/default/web"}
+    assert set(snap.services) == {"b/default/web"}
+    assert snap.replace("a/endpointslices", []) == {"a/default/web"}
+    assert snap.slices_for("b/default/web") and not snap.slices_for("a/default/web")
+
+    # a Node of b going NotReady: b's Services only, and a's Nodes are untouched
+    snap.replace("a/services", [service_from_json(service("api", [("h", "TCP", 80)]), "a")])
+    down = node_from_json(node("n1", "10.1.0.1", ready=False), "b")
+    assert snap.apply("MODIFIED", down) == {"b/default/web"}
+    assert snap.nodes_of("a")["n1"].ready and not snap.nodes_of("b")["n1"].ready
+    assert snap.replace("b/nodes", []) == {"b/default/web"}
+    assert "n1" in snap.nodes_of("a") and snap.nodes_of("b") == {}
+    assert snap.listed >= {"a/services", "b/services", "a/nodes", "b/nodes"}
+
+
+def _in_default(obj: dict[str, object]) -> dict[str, object]:
+    """The object as the API server lists it: in a namespace."""
+    meta = obj["metadata"]
+    assert isinstance(meta, dict)
+    meta["namespace"] = "default"
+    return obj

@@ -98,5 +98,5 @@ def test_a_choice_stored_on_the_service_says_why_it_was_not(
 ) -> None:
     ctx = ApiContext(loop, FakeIpvs(), writer, None)  # type: ignore[arg-type]
     with pytest.raises(Problem) as caught:
-        ctx.annotate("shop", "cart", {"lvs.director/scheduler": "sh"})
+        ctx.annotate("shop/cart", {"lvs.director/scheduler": "sh"})
     assert caught.value.status == status and words in str(caught.value)
