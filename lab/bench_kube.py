@@ -202,10 +202,11 @@ def _node(n: int) -> dict[str, Any]:
     }
 
 
-def serve(services: int, port_file: Path) -> None:
+def serve(services: int, port_file: Path, net: int = 18) -> None:
     """Child process: the stand-in, populated as a cluster would be (each object written by
     its manager, so each carries the managedFields kube-apiserver keeps), until stdin
-    closes."""
+    closes. ``net``: the Services' addresses in status are 198.NET.x.y. A line ``gone`` on
+    stdin expires every watch (each client relists)."""
     from lab.kubeapi import FakeApiServer
 
     server = FakeApiServer(token=TOKEN)
@@ -216,7 +217,7 @@ def serve(services: int, port_file: Path) -> None:
         svc = store.create("services", "default", _service(i), manager="kubectl-client-side-apply")
         # Steady state: the address is already in status, as after any restart.
         status = {
-            "status": {"loadBalancer": {"ingress": [{"ip": _address(i, 18), "ipMode": "VIP"}]}}
+            "status": {"loadBalancer": {"ingress": [{"ip": _address(i, net), "ipMode": "VIP"}]}}
         }
         store.patch(
             "services", "default", _name(i), status, subresource="status", manager=FIELD_MANAGER
@@ -231,7 +232,9 @@ def serve(services: int, port_file: Path) -> None:
     # Written beside and renamed into place: the reader must never see the file empty.
     port_file.with_suffix(".new").write_text(str(server.port))
     port_file.with_suffix(".new").rename(port_file)
-    sys.stdin.read()
+    for line in sys.stdin:
+        if line.strip() == "gone":
+            server.expire_watches()
     server.stop()
 
 
@@ -547,13 +550,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve", type=int)
     parser.add_argument("--port-file", type=Path)
+    parser.add_argument("--net", type=int, default=18, help="with --serve: status 198.NET.x.y")
     parser.add_argument("--adapter", choices=("fake", "kernel"), default="fake")
     parser.add_argument("--services", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--turns", action="store_true", help="a child of an interleaved run")
     parser.add_argument("--out", type=Path, help="a file, or (lab.vm run) a directory")
     args = parser.parse_args()
     if args.serve is not None:
-        serve(args.serve, args.port_file)
+        serve(args.serve, args.port_file, args.net)
         return
     where = "fake, native" if args.adapter == "fake" else "kernel"
     if len(args.services) == 1:

@@ -1262,6 +1262,18 @@ class FakeApiServer:
                 self.store.compacted = self.store.rv
             self.start()
 
+    def expire_watches(self) -> None:
+        """Every watch cut, and the history behind it compacted: each client's watch comes
+        back to 410 Expired and relists everything (what an etcd compaction, or a restarted
+        kube-apiserver with a cold watch cache, does to every client)."""
+        with self.store.lock:
+            self.store.rv += 1  # past every version a client holds (a bookmark's too)
+            self.store.compacted = self.store.rv
+        server = self._server
+        for conn in list(server.watches) if server is not None else ():
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
     @property
     def requests(self) -> int:
         return self._server.requests if self._server else 0

@@ -7,14 +7,51 @@ already parsed into the small values of ``director.core.cluster``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
 
 ALL = "*"  # "every Service" in a dirty set
+RELIST_STEP = 1000  # objects of one list taken in per step (each cluster's, in turn)
 
 Info = ServiceInfo | SliceInfo | NodeInfo
+
+
+@dataclass(slots=True)
+class _Relist:
+    """A list being taken in: what it still holds, which of its objects it met, and which
+    a watch event changed meanwhile (newer than the list's copy)."""
+
+    resource: str
+    items: Iterator[Info]
+    seen: set[str] = field(default_factory=set)
+    newer: set[str] = field(default_factory=set)
+    changed: bool = False  # (Nodes) one differed from what the snapshot held
+
+    @property
+    def cluster(self) -> str:
+        return self.resource.rpartition("/")[0]
+
+    @property
+    def kind(self) -> str:
+        return self.resource.rpartition("/")[2]
+
+
+def _key(info: Info) -> str:
+    return info.name if isinstance(info, NodeInfo) else info.ref
+
+
+def _resource_of(info: Info) -> str:
+    kind = (
+        "services"
+        if isinstance(info, ServiceInfo)
+        else "endpointslices"
+        if isinstance(info, SliceInfo)
+        else "nodes"
+    )
+    return f"{info.cluster}/{kind}" if info.cluster else kind
 
 
 @dataclass
@@ -29,6 +66,7 @@ class Snapshot:
     # resources listed at least once ("services", or "prod/services" for a named cluster)
     listed: set[str] = field(default_factory=set)
     services_version: int = 0  # bumped when ``services`` changes (readers copy it then)
+    relists: dict[str, _Relist] = field(default_factory=dict)  # lists being taken in
 
     @property
     def nodes(self) -> dict[str, NodeInfo]:
@@ -43,8 +81,12 @@ class Snapshot:
 
     # -- changes ---------------------------------------------------------------------
     def apply(self, kind: str, info: Info) -> set[str]:
-        """One watch event; the Services it touches."""
+        """One watch event; the Services it touches. During a relist of its resource, the
+        event is newer than the list: the list's copy of the object is passed over."""
         deleted = kind == "DELETED"
+        relist = self.relists.get(_resource_of(info))
+        if relist is not None:
+            relist.newer.add(_key(info))
         if isinstance(info, ServiceInfo):
             self.services_version += 1
             if deleted:
@@ -63,39 +105,79 @@ class Snapshot:
         return set() if before == nodes.get(info.name) else self.every(info.cluster)
 
     def replace(self, resource: str, items: Iterable[Info]) -> set[str]:
-        """A fresh list (start, or after 410 Gone) of one resource of one cluster
-        (``prod/services``; ``services`` for the one cluster): the Services whose inputs
-        changed. Other clusters' objects are not touched."""
-        self.listed.add(resource)
-        cluster, _, kind = resource.rpartition("/")
+        """A fresh list, all at once: the Services whose inputs changed."""
+        self.begin(resource, items)
         dirty: set[str] = set()
+        while resource in self.relists:
+            dirty |= self.advance(RELIST_STEP)
+        return dirty
+
+    def begin(self, resource: str, items: Iterable[Info]) -> None:
+        """A fresh list (start, or after 410 Gone) of one resource of one cluster
+        (``prod/services``; ``services`` for the one cluster), taken in by :meth:`advance`
+        a part at a time: one cluster's 10,000 Services never hold the others' events back
+        for a whole pass. Other clusters' objects are not touched; a list of the same
+        resource still being taken in is given up for this newer one."""
+        self.relists[resource] = _Relist(resource, iter(items))
+
+    @property
+    def relisting(self) -> bool:
+        return bool(self.relists)
+
+    def advance(self, budget: int) -> set[str]:
+        """Take in up to ``budget`` objects of each list under way (each cluster's turn in
+        every step); a list taken in whole replaces what its cluster held of the resource,
+        and its resource counts as listed. The Services whose inputs changed."""
+        dirty: set[str] = set()
+        for resource, relist in list(self.relists.items()):
+            cluster, kind = relist.cluster, relist.kind
+            taken = 0
+            for info in itertools.islice(relist.items, budget):
+                taken += 1
+                key = _key(info)
+                if key in relist.newer:
+                    continue  # a watch event changed it since the list was made
+                relist.seen.add(key)
+                if kind == "services" and isinstance(info, ServiceInfo):
+                    if self.services.get(key) != info:
+                        self.services[key] = info
+                        self.services_version += 1
+                        dirty.add(key)
+                elif kind == "endpointslices" and isinstance(info, SliceInfo):
+                    if self.slices.get(key) != info:
+                        dirty |= self._slice(key, info)
+                elif kind == "nodes" and isinstance(info, NodeInfo):
+                    nodes = self.cluster_nodes.setdefault(cluster, {})
+                    if nodes.get(key) != info:
+                        nodes[key] = info
+                        relist.changed = True
+            if taken < budget:  # the whole list is in
+                dirty |= self._finish(relist)
+                del self.relists[resource]
+        return dirty
+
+    def _finish(self, relist: _Relist) -> set[str]:
+        """What the list no longer holds (nor a watch event brought meanwhile) is gone."""
+        cluster, kind, kept = relist.cluster, relist.kind, relist.seen | relist.newer
+        dirty: set[str] = set()
+        self.listed.add(relist.resource)
         if kind == "services":
-            fresh = {i.ref: i for i in items if isinstance(i, ServiceInfo)}
-            mine = [ref for ref, svc in self.services.items() if svc.cluster == cluster]
-            for ref in mine:
-                if fresh.get(ref) != self.services[ref]:
-                    dirty.add(ref)
-                    del self.services[ref]
-            for ref, svc in fresh.items():
-                if self.services.get(ref) != svc:
-                    dirty.add(ref)
-                    self.services[ref] = svc
+            gone = [r for r, s in self.services.items() if s.cluster == cluster and r not in kept]
+            for ref in gone:
+                del self.services[ref]
             self.services_version += 1
+            dirty.update(gone)
         elif kind == "endpointslices":
-            fresh_slices = {i.ref: i for i in items if isinstance(i, SliceInfo)}
-            gone = [
-                r for r, s in self.slices.items() if s.cluster == cluster and r not in fresh_slices
-            ]
+            gone = [r for r, s in self.slices.items() if s.cluster == cluster and r not in kept]
             for ref in gone:
                 dirty |= self._slice(ref, None)
-            for ref, one in fresh_slices.items():
-                if self.slices.get(ref) != one:
-                    dirty |= self._slice(ref, one)
         elif kind == "nodes":
-            fresh_nodes = {i.name: i for i in items if isinstance(i, NodeInfo)}
-            if fresh_nodes != self.nodes_of(cluster):
+            nodes = self.cluster_nodes.setdefault(cluster, {})
+            for name in [n for n in nodes if n not in kept]:
+                del nodes[name]
+                relist.changed = True
+            if relist.changed:
                 dirty |= self.every(cluster)
-            self.cluster_nodes[cluster] = fresh_nodes
         return dirty
 
     def every(self, cluster: str) -> set[str]:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from director.core.snapshot import Snapshot
+from director.core.snapshot import RELIST_STEP, Snapshot
 from director.engine.events import Event, Listed, ObjectChanged, WatchState
 from director.engine.view import LoopStatus
 from director.logs import event
@@ -48,6 +48,11 @@ class Intake:
             pass
         return batch
 
+    def advance(self) -> set[str]:
+        """Take in the next part of each list under way (each cluster's in turn, at most
+        ``RELIST_STEP`` objects of each a step); the Services whose inputs changed."""
+        return self.snapshot.advance(RELIST_STEP) if self.snapshot.relisting else set()
+
     def listed(self) -> bool:
         """Every resource the loop needs has been listed once."""
         return self.required <= self.snapshot.listed
@@ -60,7 +65,7 @@ class Intake:
             case Listed(resource, objs):
                 if resource.rpartition("/")[2] == "nodes":
                     self._check_nodes(objs, False)
-                return self.snapshot.replace(resource, objs)
+                self.snapshot.begin(resource, objs)  # taken in by advance(), a part a step
             case ObjectChanged(resource, kind, obj):
                 if resource.rpartition("/")[2] == "nodes":
                     self._check_nodes([obj], kind == "DELETED")

@@ -165,8 +165,9 @@ class Controller:
         unexpected error is logged with its traceback, counted, shown as ``last_error``,
         and the loop goes on (after a short pause when it keeps failing)."""
         self.pace.pause()  # a first sync with nothing left to list (static) waits for nothing:
+        busy = self.intake.snapshot.relisting  # a list is being taken in: on at once
         batch = self.intake.take(
-            0.0 if not self.health.first_sync_done and self.intake.listed() else wait
+            0.0 if busy or (not self.health.first_sync_done and self.intake.listed()) else wait
         )
         replies: list[Answer] = []
         with self.lock:
@@ -233,6 +234,7 @@ class Controller:
                 dirty |= self._absorb(ev)
             except Exception as exc:  # one event, not the batch
                 self.loop_error(f"absorb {type(ev).__name__}", exc)
+        dirty |= self.intake.advance()
         if intents:
             dirty |= self.store.take(intents, replies)
         now = self.pace.clock()

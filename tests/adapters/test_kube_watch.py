@@ -152,3 +152,48 @@ def test_a_watch_the_server_answers_410_is_relisted_not_retried_from_the_same_ve
         assert len(asked) >= 2 and len(relists) == 2, (asked, seen.calls)
     finally:
         watcher.stop()
+
+
+def test_no_collection_walks_a_list_as_it_is_parsed_and_its_survivors_are_frozen(
+    tmp_path: Path,
+) -> None:
+    """A relist of thousands of objects never runs the cyclic collector as they pile up
+    (its full passes held every thread, every cluster's events, for up to 135 ms); the
+    collector is back on when the last list under way ends, the survivors frozen."""
+    import gc
+
+    from director.adapters.kube import SERVICES
+    from director.adapters.kube_watch import quiet_collector
+    from lab.kubeapi import service
+
+    collections: list[int] = []
+
+    def counted(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    enabled: list[bool] = []
+
+    def parse(obj: dict[str, Any]) -> object:
+        enabled.append(gc.isenabled())
+        return [dict(obj) for _ in range(50)]  # what a parse keeps: many young objects
+
+    with FakeApiServer() as api:
+        for i in range(300):
+            api.create("services", service(f"s{i}", [("http", "TCP", 80)]))
+        kube = KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc"))))
+        frozen = gc.get_freeze_count()
+        gc.callbacks.append(counted)
+        try:
+            with quiet_collector():  # another watcher's list under way meanwhile
+                watcher = Watcher(kube, SERVICES, lambda *a: None, parse)
+                with quiet_collector():
+                    items, _ = kube.list(SERVICES, watcher.parse, page=50)
+                assert not gc.isenabled(), "on again while another list is under way"
+            assert gc.isenabled()
+        finally:
+            gc.callbacks.remove(counted)
+            gc.enable()
+    assert len(items) == 300 and enabled == [False] * 300
+    assert collections == [1], "one collection of the young generations, at the end"
+    assert gc.get_freeze_count() > frozen + 300 * 50

@@ -1,0 +1,345 @@
+"""Several clusters on one director (issue 37, item 3 and the memory figure): isolation and
+memory, on the host with the fake dataplane.
+
+Each cluster is an API stand-in in a child process (``lab.bench_kube --serve``: Services in
+pod mode with an EndpointSlice of 10 endpoints each, as a cluster stores them), and one
+director (``Runtime``, as ``director run`` wires it, with ``clusters:``) serves them all.
+
+- **Isolation**: cluster B's event-to-kernel latency (one endpoint of one of its Services
+  changed at a time, waited for in the fake kernel), first with cluster A quiet, then while
+  A relists its 10,000 Services and their EndpointSlices over and over (every watch of A
+  expired: 410, as after an etcd compaction). Printed: p50 and p99 of both, and their
+  ratio (target: B's p99 within 1.5x of B alone).
+- **Memory**: three clusters of 5,000 Services against one of 15,000, each director in a
+  fresh process once its first sync is done and it leads every cluster (target: within
+  1.2x).
+
+    python -m lab.bench_clusters [--services 10000] [--events 200] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from director.cli.runtime import Runtime
+from director.dataplane.fake import FakeIpvs
+from director.engine.events import Listed
+from director.engine.reconcile import SyncReport
+from director.schema.config import parse_config
+from lab.bench_kube import TOKEN, _endpoints, _name, rss_mb
+
+NETS = (18, 21, 22, 23)  # status addresses of each cluster's Services: 198.NET.x.y
+
+
+class Stand:
+    """One cluster's API stand-in, in a child process."""
+
+    def __init__(self, child: subprocess.Popen[str], url: str, kubeconfig: Path) -> None:
+        self.child, self.url, self.kubeconfig = child, url, kubeconfig
+
+    def expire(self) -> None:
+        """Every watch of this cluster expired: the director relists all of it."""
+        assert self.child.stdin is not None
+        self.child.stdin.write("gone\n")
+        self.child.stdin.flush()
+
+    def change(self, i: int, generation: int) -> None:
+        """One endpoint of Service i replaced, as the EndpointSlice controller does it."""
+        body = json.dumps({"endpoints": _endpoints(i, generation)}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/"
+            f"{_name(i)}-x?fieldManager=kube-controller-manager",
+            data=body,
+            method="PATCH",
+            headers={
+                "Content-Type": "application/merge-patch+json",
+                "Authorization": f"Bearer {TOKEN}",
+            },
+        )
+        urllib.request.urlopen(request).read()
+
+
+@contextmanager
+def stands(sizes: list[int], workdir: Path) -> Iterator[list[Stand]]:
+    """A stand-in per size, populated in parallel; stopped on the way out."""
+    children, files = [], []
+    for index, size in enumerate(sizes):
+        port_file = workdir / f"port-{index}"
+        command = [sys.executable, "-m", "lab.bench_kube", "--serve", str(size)]
+        command += ["--port-file", str(port_file), "--net", str(NETS[index])]
+        children.append(subprocess.Popen(command, stdin=subprocess.PIPE, text=True))
+        files.append(port_file)
+    try:
+        out = []
+        for index, (child, port_file) in enumerate(zip(children, files, strict=True)):
+            while not port_file.exists():
+                if child.poll() is not None:
+                    raise RuntimeError("an API stand-in did not start")
+                time.sleep(0.1)
+            url = f"http://127.0.0.1:{port_file.read_text()}"
+            kubeconfig = workdir / f"kubeconfig-{index}"
+            kubeconfig.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "current-context": "b",
+                        "clusters": [{"name": "b", "cluster": {"server": url}}],
+                        "users": [{"name": "b", "user": {"token": TOKEN}}],
+                        "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
+                    }
+                )
+            )
+            out.append(Stand(child, url, kubeconfig))
+        yield out
+    finally:
+        for child in children:
+            if child.stdin:
+                child.stdin.close()
+        for child in children:
+            child.wait(timeout=60)
+
+
+def settings_text(kubeconfigs: list[Path], names: list[str]) -> str:
+    """Each cluster with a pool of its own (its Services' status addresses)."""
+    pools = "".join(
+        f"  - {{name: {name}, addresses: [198.{NETS[i]}.0.0/16]}}\n" for i, name in enumerate(names)
+    )
+    if len(names) == 1 and names[0] == "":
+        return (
+            f"pools:\n  - {{name: one, addresses: [198.{NETS[0]}.0.0/16]}}\n"
+            f"kubernetes: {{kubeconfig: {kubeconfigs[0]}, identity: bench, resync_seconds: 86400}}\n"
+        )
+    clusters = "".join(
+        f"  - {{name: {name}, kubeconfig: {kubeconfigs[i]}, identity: bench, pools: [{name}], "
+        "resync_seconds: 86400}\n"
+        for i, name in enumerate(names)
+    )
+    return f"pools:\n{pools}clusters:\n{clusters}"
+
+
+def settle(runtime: Runtime) -> None:
+    """Ready, leading every cluster, and nothing left queued."""
+    if not runtime.wait_ready(3600):
+        raise RuntimeError("the director never finished its first sync")
+    deadline = time.monotonic() + 600
+    controller = runtime.controller
+    while time.monotonic() < deadline and not (
+        controller.reporter.leader and controller.intake.queue.empty()
+    ):
+        time.sleep(0.1)
+    time.sleep(1)
+
+
+class Pauses:
+    """The collector's pauses (a full collection holds every thread): while ``on``, each
+    one's length in ms."""
+
+    def __init__(self) -> None:
+        self.on, self.taken, self._start = False, [], 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self.on:
+            self.taken.append((time.perf_counter() - self._start) * 1000)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "collections": len(self.taken),
+            "longest_ms": round(max(self.taken, default=0.0), 1),
+            "over_10ms": sum(1 for t in self.taken if t > 10),
+        }
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, int(len(ordered) * 0.99) - 1)]
+
+
+def isolation(services: int, events: int, b_services: int = 200) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
+    with stands([services, b_services], workdir) as (a, b):
+        text = settings_text([a.kubeconfig, b.kubeconfig], ["a", "b"])
+        applied: dict[str, float] = {}
+        cv = threading.Condition()
+
+        def observer(ref: str, report: SyncReport) -> None:
+            if report.result.requested:
+                with cv:
+                    applied[ref] = time.perf_counter()
+                    cv.notify_all()
+
+        runtime = Runtime(parse_config(text, "bench.yaml"), FakeIpvs(), observer=observer)
+        started = time.perf_counter()
+        runtime.start()
+        try:
+            settle(runtime)
+            first_sync = time.perf_counter() - started
+            relists: list[float] = []  # when each of A's Services relists reached the loop
+            inbox = runtime.controller.intake.queue
+            put = inbox.put
+
+            received: dict[str, float] = {}  # when a change of B's reached the loop's queue
+
+            def arrived(item: Any, *args: Any, **kwargs: Any) -> None:
+                if isinstance(item, Listed) and item.resource == "a/endpointslices":
+                    with cv:
+                        relists.append(time.perf_counter())
+                        cv.notify_all()
+                ref = getattr(getattr(item, "obj", None), "service", None)
+                if isinstance(ref, str) and ref.startswith("b/"):
+                    with cv:
+                        received.setdefault(ref, time.perf_counter())
+                put(item, *args, **kwargs)
+
+            inbox.put = arrived  # type: ignore[method-assign]
+            rng = random.Random(7)
+            generation = iter(range(1, 10**6))
+
+            def b_events() -> tuple[list[float], list[float]]:
+                """Each change's event-to-kernel time, and the director's share of it
+                (from its arrival in the loop's queue)."""
+                times, own = [], []
+                for _ in range(events):
+                    i = rng.randrange(b_services)
+                    ref = f"b/default/{_name(i)}"
+                    with cv:
+                        applied.pop(ref, None)
+                        received.pop(ref, None)
+                    t0 = time.perf_counter()
+                    b.change(i, next(generation))
+                    with cv:
+                        if not cv.wait_for(lambda ref=ref: ref in applied, timeout=120):  # type: ignore[misc]
+                            raise RuntimeError(f"no kernel change for {ref}")
+                        times.append((applied[ref] - t0) * 1000)
+                        own.append((applied[ref] - received.get(ref, t0)) * 1000)
+                    time.sleep(0.02)
+                return times, own
+
+            pauses = Pauses()
+            alone, alone_own = b_events()
+            stop = threading.Event()
+            cycles: list[float] = []
+
+            def relisting() -> None:
+                while not stop.is_set():
+                    with cv:
+                        seen = len(relists)
+                    t0 = time.perf_counter()
+                    a.expire()
+                    with cv:
+                        cv.wait_for(lambda: len(relists) > seen or stop.is_set(), timeout=120)
+                    cycles.append(time.perf_counter() - t0)
+
+            storm = threading.Thread(target=relisting, daemon=True)
+            storm.start()
+            time.sleep(1.0)  # the first relist under way
+            pauses.on = True
+            during, during_own = b_events()
+            pauses.on = False
+            stop.set()
+            storm.join(timeout=150)
+        finally:
+            runtime.stop()
+    return {
+        "a_services": services,
+        "b_services": b_services,
+        "events": events,
+        "first_sync_s": round(first_sync, 2),
+        "b_alone_ms_p50": round(statistics.median(alone), 2),
+        "b_alone_ms_p99": round(_p99(alone), 2),
+        "b_while_a_relists_ms_p50": round(statistics.median(during), 2),
+        "b_while_a_relists_ms_p99": round(_p99(during), 2),
+        "p99_ratio": round(_p99(during) / _p99(alone), 2),
+        # from the change's arrival at the director (its watch handed it over) to the kernel
+        "b_alone_director_ms_p50": round(statistics.median(alone_own), 2),
+        "b_alone_director_ms_p99": round(_p99(alone_own), 2),
+        "b_while_a_relists_director_ms_p50": round(statistics.median(during_own), 2),
+        "b_while_a_relists_director_ms_p99": round(_p99(during_own), 2),
+        "director_p99_ratio": round(_p99(during_own) / _p99(alone_own), 2),
+        "a_relists_during": len(cycles),
+        "gc_while_a_relists": pauses.figures(),
+        "a_relist_s_median": round(statistics.median(cycles), 2) if cycles else None,
+    }
+
+
+def memory_child(clusters: int, services: int) -> dict[str, Any]:
+    """One director serving ``clusters`` clusters of ``services`` each (one: kubernetes:)."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-clusters-mem-"))
+    with stands([services] * clusters, workdir) as found:
+        names = [""] if clusters == 1 else [f"c{i}" for i in range(clusters)]
+        text = settings_text([s.kubeconfig for s in found], names)
+        runtime = Runtime(parse_config(text, "bench.yaml"), FakeIpvs())
+        started = time.perf_counter()
+        runtime.start()
+        try:
+            settle(runtime)
+            ready = time.perf_counter() - started
+            gc.collect()
+            rss = rss_mb()
+        finally:
+            runtime.stop()
+    return {"clusters": clusters, "services_each": services, "ready_s": round(ready, 1),
+            "rss_mb": round(rss, 1)}
+
+
+def memory(total: int, clusters: int = 3) -> dict[str, Any]:
+    """Each shape in a fresh process, side by side: several clusters, then one."""
+    out: dict[str, Any] = {}
+    for count, each in ((clusters, total // clusters), (1, total)):
+        run = subprocess.run(
+            [sys.executable, "-m", "lab.bench_clusters", "--memory-child", str(count), str(each)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out[f"{count}x{each}"] = json.loads(run.stdout.strip().splitlines()[-1])
+    several, one = out[f"{clusters}x{total // clusters}"], out[f"1x{total}"]
+    out["rss_ratio"] = round(several["rss_mb"] / one["rss_mb"], 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--services", type=int, default=10000, help="cluster A's Services")
+    parser.add_argument("--events", type=int, default=200, help="B's events per phase")
+    parser.add_argument("--memory-total", type=int, default=15000)
+    parser.add_argument("--memory-child", type=int, nargs=2, metavar=("CLUSTERS", "EACH"))
+    parser.add_argument("--skip", choices=("isolation", "memory"), action="append", default=[])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.memory_child:
+        print(json.dumps(memory_child(*args.memory_child)), flush=True)
+        return
+    results: dict[str, Any] = {}
+    if "isolation" not in args.skip:
+        results["isolation"] = isolation(args.services, args.events)
+        print(f"bench-clusters isolation: {json.dumps(results['isolation'])}", flush=True)
+    if "memory" not in args.skip:
+        results["memory"] = memory(args.memory_total)
+        print(f"bench-clusters memory: {json.dumps(results['memory'])}", flush=True)
+    if args.out:
+        path = args.out / "results.json" if args.out.is_dir() else args.out
+        path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    main()
