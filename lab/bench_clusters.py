@@ -123,7 +123,8 @@ def settings_text(kubeconfigs: list[Path], names: list[str]) -> str:
     if len(names) == 1 and names[0] == "":
         return (
             f"pools:\n  - {{name: one, addresses: [198.{NETS[0]}.0.0/16]}}\n"
-            f"kubernetes: {{kubeconfig: {kubeconfigs[0]}, identity: bench, resync_seconds: 86400}}\n"
+            f"kubernetes: {{kubeconfig: {kubeconfigs[0]}, identity: bench, "
+            "resync_seconds: 86400}\n"
         )
     clusters = "".join(
         f"  - {{name: {name}, kubeconfig: {kubeconfigs[i]}, identity: bench, pools: [{name}], "
@@ -245,7 +246,10 @@ def isolation(services: int, events: int, b_services: int = 200) -> dict[str, An
                     t0 = time.perf_counter()
                     a.expire()
                     with cv:
-                        cv.wait_for(lambda: len(relists) > seen or stop.is_set(), timeout=120)
+                        cv.wait_for(
+                            lambda seen=seen: len(relists) > seen or stop.is_set(),  # type: ignore[misc]
+                            timeout=120,
+                        )
                     cycles.append(time.perf_counter() - t0)
 
             storm = threading.Thread(target=relisting, daemon=True)
@@ -296,8 +300,12 @@ def memory_child(clusters: int, services: int) -> dict[str, Any]:
             rss = rss_mb()
         finally:
             runtime.stop()
-    return {"clusters": clusters, "services_each": services, "ready_s": round(ready, 1),
-            "rss_mb": round(rss, 1)}
+    return {
+        "clusters": clusters,
+        "services_each": services,
+        "ready_s": round(ready, 1),
+        "rss_mb": round(rss, 1),
+    }
 
 
 def memory(total: int, clusters: int = 3) -> dict[str, Any]:

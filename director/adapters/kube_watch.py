@@ -32,34 +32,38 @@ PROBE_EVERY = 1.0  # seconds between looks at a server that stopped answering (j
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled per failure up to backoff_max
 
 
-_collector = threading.Lock()
-_listing = 0  # lists under way, in every watcher
-_collecting = False  # whether the collector ran before the first of them
-
-
-@contextmanager
-def quiet_collector() -> Iterator[None]:
+class _Collector:
     """No automatic garbage collection while any list is read and parsed. A list of 10,000
     objects makes hundreds of thousands of objects and no cycle; the collector walking them
     as they piled up held every thread for 40-130 ms at a time, so another cluster's events
     waited behind one cluster's relist. When the last list under way ends, what was made
     meanwhile is collected once (the young generations: any cycle goes) and what survives
     is frozen, as after the first sync: long-lived, and never walked again."""
-    global _listing, _collecting
-    with _collector:
-        if _listing == 0:
-            _collecting = gc.isenabled()
-            gc.disable()
-        _listing += 1
-    try:
-        yield
-    finally:
-        with _collector:
-            _listing -= 1
-            if _listing == 0 and _collecting:
-                gc.collect(1)
-                gc.freeze()
-                gc.enable()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listing = 0  # lists under way, in every watcher
+        self._collecting = False  # whether the collector ran before the first of them
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        with self._lock:
+            if self._listing == 0:
+                self._collecting = gc.isenabled()
+                gc.disable()
+            self._listing += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._listing -= 1
+                if self._listing == 0 and self._collecting:
+                    gc.collect(1)
+                    gc.freeze()
+                    gc.enable()
+
+
+quiet_collector = _Collector().quiet
 
 
 class Watcher:

@@ -153,7 +153,19 @@ def test_a_change_only_a_restart_can_apply_is_refused_whole(
 def test_every_section_but_services_is_restart_only() -> None:
     # A section added to Settings later is restart-only unless it is made reloadable.
     sections = {"pools", "api", "ha", "bgp", "kubernetes", "ownership", "defaults", "health"}
-    assert "services" not in RESTART_ONLY and sections <= set(RESTART_ONLY)
+    assert "services" not in RESTART_ONLY and (sections | {"clusters"}) <= set(RESTART_ONLY)
+
+
+def test_a_cluster_added_by_reload_is_refused_by_name() -> None:
+    """Clusters come and go with a restart (for now): a reload that adds one is refused,
+    and the section named, the running configuration kept whole."""
+    from director.engine.reload import restart_only
+    from director.schema.config import parse_config
+
+    pools = "pools: [{name: p, addresses: [198.51.100.0/28]}]\nclusters:\n"
+    one = pools + "  - {name: a, kubeconfig: /k/a, pools: [p]}\n"
+    two = one + "  - {name: b, kubeconfig: /k/b, pools: [p]}\n"
+    assert restart_only(parse_config(one), parse_config(two)) == ["clusters"]
 
 
 def test_a_static_service_on_an_address_a_kubernetes_service_holds_is_refused(
