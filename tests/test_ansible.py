@@ -397,3 +397,54 @@ def test_director_release_takes_a_release_name_never_a_path(tmp_path: Path, name
         check=False,
     )
     assert good.returncode == 0 and (root / "current").resolve().name == "1.0"
+
+
+def test_the_role_names_each_clusters_kubeconfig_in_the_file_it_writes(tmp_path: Path) -> None:
+    """With several clusters, director.yaml as the role's template writes it: each cluster
+    whose kubeconfig the role installs points at it; the file is one the director takes."""
+
+    from tests.ansiblelab import ansible
+
+    variables = {
+        "director_config_dir": "/etc/director",
+        "director_api_listen": "127.0.0.1:9180",
+        "director_api_public": ["health"],
+        "director_api_tls_cert_file": "",
+        "director_ha": False,
+        "director_bgp": False,
+        "director_kubeconfig": "",
+        "director_cluster_kubeconfigs": {"prod": "apiVersion: v1", "lab": "apiVersion: v1"},
+        "director_config": {
+            "pools": [{"name": "p", "addresses": ["198.51.100.0/28"]}],
+            "clusters": [
+                {"name": "prod", "pools": ["p"]},
+                {"name": "lab", "pools": ["p"], "kubeconfig": "/elsewhere"},
+                {"name": "own", "pools": ["p"], "kubeconfig": "/srv/own.kubeconfig"},
+            ],
+        },
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    out = tmp_path / "director.yaml"
+    template = ANSIBLE / "roles/director/templates/director.yaml.j2"
+    run = ansible(
+        "ansible",
+        "localhost",
+        "-c",
+        "local",
+        "-m",
+        "ansible.builtin.template",
+        "-a",
+        f"src={template} dest={out}",
+        "-e",
+        f"@{tmp_path / 'vars.json'}",
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    written = yaml.safe_load(out.read_text())
+    kubeconfigs = {c["name"]: c.get("kubeconfig") for c in written["clusters"]}
+    assert kubeconfigs == {
+        "prod": "/etc/director/kubeconfig-prod",
+        "lab": "/etc/director/kubeconfig-lab",
+        "own": "/srv/own.kubeconfig",
+    }
+    settings = parse_config(out.read_text().replace("/etc/director/api-token", "/t"), str(out))
+    assert [k.cluster for k in settings.served] == ["prod", "lab", "own"]

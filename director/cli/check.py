@@ -89,6 +89,8 @@ def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
 
     if args.config is None and args.kubeconfig is None:
         return _refuse(args, report, "check needs --config, --kubeconfig or both")
+    if getattr(args, "clusters", False) and args.config is None:
+        return _refuse(args, report, "--clusters checks the clusters of --config: give it")
     settings: Settings | None = None
     if args.config is not None:
         settings = _checked_file(args.config, load_config)
@@ -119,7 +121,30 @@ def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if args.kubeconfig is not None:
         kube = settings.kubernetes if settings is not None else None
         return _check_kubeconfig(args, kube, report)
+    if getattr(args, "clusters", False) and settings is not None:
+        return _check_clusters(args, settings, report)
     return 0
+
+
+def _check_clusters(args: argparse.Namespace, settings: Settings, report: dict[str, Any]) -> int:
+    """Each cluster's identity: its kubeconfig, and (unless --offline) the Lease in its API
+    server. Every cluster is checked; the first refusal is the exit status's."""
+    checked: dict[str, Any] = {}
+    code = 0
+    for kube in settings.served:
+        name = kube.cluster or "kubernetes"
+        if kube.kubeconfig is None:
+            _say(args, report, f"{name}: the pod's service account (not checked here)", note=True)
+            continue
+        _say(args, report, f"cluster {name}:")
+        one: dict[str, Any] = {"ok": True, "notes": []}
+        sub = argparse.Namespace(**{**vars(args), "kubeconfig": kube.kubeconfig})
+        result = _check_kubeconfig(sub, kube, one)
+        checked[name] = {"kubeconfig": one["kubeconfig"], "error": one.get("error")}
+        report["notes"] += [f"{name}: {note}" for note in one["notes"]]
+        code = code or result
+    report["clusters"] = checked
+    return code
 
 
 def _check_kubeconfig(

@@ -207,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="the director's YAML configuration to validate")
     p.add_argument("--kubeconfig", help="also check that this kubeconfig loads")
     p.add_argument(
+        "--clusters",
+        action="store_true",
+        help="with --config: also check each cluster's kubeconfig, and that its API server "
+        "would let this director hold the cluster's Lease",
+    )
+    p.add_argument(
         "--offline",
         action="store_true",
         help="skip what only the box itself can tell (the API's listen address is one of its "

@@ -176,3 +176,35 @@ def test_check_of_a_file_loads_no_validation_library() -> None:
     packages = {name.split(".")[0] for name in listed.split()[1:]}
     assert "director" in packages, "the module list was read"
     assert packages.isdisjoint({"pydantic", "pydantic_core"}), sorted(packages)
+
+
+def test_check_clusters_asks_each_clusters_api_server_for_its_lease(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Several clusters: `director check --clusters` checks every cluster's own identity,
+    and names the one whose API server would refuse its Lease."""
+    from lab.kubeapi import FakeApiServer
+
+    with FakeApiServer() as good, FakeApiServer(namespaces=("default",)) as bare:
+        config = tmp_path / "director.yaml"
+        config.write_text(
+            "pools: [{name: p, addresses: [198.51.100.0/28]}]\nclusters:\n"
+            f"  - {{name: prod, kubeconfig: {good.kubeconfig(tmp_path / 'prod')}, pools: [p]}}\n"
+            f"  - {{name: lab, kubeconfig: {bare.kubeconfig(tmp_path / 'lab')}, pools: [p]}}\n"
+        )
+        argv = ["check", "--config", str(config), "--clusters", "--json"]
+        assert cli.main(argv) == cli.EXIT_CONFIG
+        report = json.loads(capsys.readouterr().out)
+        prod, lab = report["clusters"]["prod"], report["clusters"]["lab"]
+        assert prod["kubeconfig"]["lease"]["allowed"] is True and prod["error"] is None
+        assert lab["kubeconfig"]["lease"]["allowed"] is False
+        assert 'namespaces "lvs-director" not found' in lab["error"]["message"]
+        bare.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
+        assert cli.main(argv[:-1]) == 0
+        out = capsys.readouterr().out.splitlines()
+        allowed = (
+            "the API server would let this director hold the status Lease lvs-director/lvs-director"
+        )
+        lab_at = out.index("cluster lab:")
+        assert out.index("cluster prod:") < lab_at and out[lab_at + 2] == allowed
+    assert cli.main(["check", "--clusters", "--kubeconfig", "x"]) == cli.EXIT_CONFIG
