@@ -103,6 +103,7 @@ def _status(args: argparse.Namespace) -> str:
             f"ready:       {_ready(status)}",
             f"kubernetes:  {kube}; leader: {'yes' if status['leader'] else 'no'}"
             + (f" (NOT READY: {status['lease_refused']})" if status.get("lease_refused") else ""),
+            *_cluster_lines(k.get("clusters", {})),
             f"last sync:   {status['last_sync'] or 'never'} ({status['last_sync_seconds']} s)",
             f"last error:  {status['last_error'] or '-'}",
             f"programmed:  {counts['virtual_services']} virtual services, "
@@ -111,6 +112,15 @@ def _status(args: argparse.Namespace) -> str:
             *_owned_lines(status.get("owned", [])),
         ]
     )
+
+
+def _cluster_lines(clusters: dict[str, dict[str, bool]]) -> list[str]:
+    """Several clusters: each one's watches and Lease, a line each."""
+    return [
+        f"  {name}: {'connected' if c['connected'] else 'DISCONNECTED'}; "
+        f"leader: {'yes' if c['leader'] else 'no'}"
+        for name, c in clusters.items()
+    ]
 
 
 def _owned_lines(owned: list[dict[str, Any]]) -> list[str]:
@@ -327,10 +337,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
 }
 
 
-TARGET_HELP = (
-    "NAMESPACE/NAME of a Service (CLUSTER/NAMESPACE/NAME where the director serves several "
-    "clusters), or static/NAME of a static service"
-)
+TARGET_HELP = "[CLUSTER/]NAMESPACE/NAME of a Service, or static/NAME of a static service"
 
 
 def build(sub: Any) -> None:

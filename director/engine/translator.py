@@ -89,7 +89,7 @@ class Translator:
     ) -> None:
         self.settings, self.policy = settings, policy
         # each cluster's (the one cluster's is ``policy``)
-        self.policies = {policy.cluster: policy, **build_policies(settings, policy.schedulers)}
+        self.policies = {**build_policies(settings, policy.schedulers), policy.cluster: policy}
         self.intake, self.table, self.addresses, self.reporter = intake, table, addresses, reporter
         self.gate, self.drains, self.filter = gate, drains, source_filter
         self.store, self.reconciler = store, reconciler

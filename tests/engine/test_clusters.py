@@ -192,3 +192,19 @@ def test_a_pair_elects_one_status_writer_in_each_cluster(tmp_path: Path) -> None
         finally:
             first.stop()
             second.stop()
+
+
+def test_director_status_shows_each_cluster(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`director status` with several clusters: each one's watches and Lease, a line each."""
+    import argparse
+
+    import director.cli.ctl as ctl
+
+    controller = site.runtime.controller
+    client = create_app(controller.door(), TOKEN).test_client()
+    eventually(lambda: controller.exports.view.status.leaders == {"a": True, "b": True})
+    eventually(lambda: controller.exports.view.status.kubernetes_connected)
+    reply = client.get("/api/v1/status", headers=AUTH).get_json()
+    monkeypatch.setattr(ctl, "call", lambda *_args, **_kw: reply)
+    lines = ctl._status(argparse.Namespace(json=False)).splitlines()
+    assert "  a: connected; leader: yes" in lines and "  b: connected; leader: yes" in lines
