@@ -198,7 +198,7 @@ def test_director_status_shows_each_cluster(site: Site, monkeypatch: pytest.Monk
     """`director status` with several clusters: each one's watches and Lease, a line each."""
     import argparse
 
-    import director.cli.ctl as ctl
+    from director.cli import ctl
 
     controller = site.runtime.controller
     client = create_app(controller.door(), TOKEN).test_client()
