@@ -41,7 +41,7 @@ from director.dataplane.fake import FakeIpvs
 from director.engine.events import Listed
 from director.engine.reconcile import SyncReport
 from director.schema.config import parse_config
-from lab.bench_kube import TOKEN, _endpoints, _name, rss_mb
+from lab.bench_kube import _name, rss_mb, slice_patch, write_kubeconfig
 
 NETS = (18, 21, 22, 23)  # status addresses of each cluster's Services: 198.NET.x.y
 
@@ -60,18 +60,7 @@ class Stand:
 
     def change(self, i: int, generation: int) -> None:
         """One endpoint of Service i replaced, as the EndpointSlice controller does it."""
-        body = json.dumps({"endpoints": _endpoints(i, generation)}).encode()
-        request = urllib.request.Request(
-            f"{self.url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/"
-            f"{_name(i)}-x?fieldManager=kube-controller-manager",
-            data=body,
-            method="PATCH",
-            headers={
-                "Content-Type": "application/merge-patch+json",
-                "Authorization": f"Bearer {TOKEN}",
-            },
-        )
-        urllib.request.urlopen(request).read()
+        urllib.request.urlopen(slice_patch(self.url, i, generation)).read()
 
 
 @contextmanager
@@ -92,20 +81,7 @@ def stands(sizes: list[int], workdir: Path) -> Iterator[list[Stand]]:
                     raise RuntimeError("an API stand-in did not start")
                 time.sleep(0.1)
             url = f"http://127.0.0.1:{port_file.read_text()}"
-            kubeconfig = workdir / f"kubeconfig-{index}"
-            kubeconfig.write_text(
-                json.dumps(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Config",
-                        "current-context": "b",
-                        "clusters": [{"name": "b", "cluster": {"server": url}}],
-                        "users": [{"name": "b", "user": {"token": TOKEN}}],
-                        "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
-                    }
-                )
-            )
-            out.append(Stand(child, url, kubeconfig))
+            out.append(Stand(child, url, write_kubeconfig(workdir / f"kubeconfig-{index}", url)))
         yield out
     finally:
         for child in children:
@@ -152,7 +128,8 @@ class Pauses:
     one's length in ms."""
 
     def __init__(self) -> None:
-        self.on, self.taken, self._start = False, [], 0.0
+        self.on, self._start = False, 0.0
+        self.taken: list[float] = []
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:

@@ -238,6 +238,38 @@ def serve(services: int, port_file: Path, net: int = 18) -> None:
     server.stop()
 
 
+def slice_patch(url: str, i: int, generation: int) -> urllib.request.Request:
+    """The PATCH that replaces one endpoint of Service i, as the EndpointSlice controller
+    sends it."""
+    return urllib.request.Request(
+        f"{url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/"
+        f"{_name(i)}-x?fieldManager=kube-controller-manager",
+        data=json.dumps({"endpoints": _endpoints(i, generation)}).encode(),
+        method="PATCH",
+        headers={
+            "Content-Type": "application/merge-patch+json",
+            "Authorization": f"Bearer {TOKEN}",
+        },
+    )
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig for the stand-in at ``url`` (its bearer token)."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "b",
+                "clusters": [{"name": "b", "cluster": {"server": url}}],
+                "users": [{"name": "b", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
+            }
+        )
+    )
+    return path
+
+
 def list_and_parse(kubeconfig: Path) -> float:
     """Seconds to list every object the director lists (paged the same way, through the
     same client) and parse its JSON, keeping nothing: the floor a cold start stands on."""
@@ -288,19 +320,7 @@ def run(
                 raise RuntimeError("the API stand-in did not start")
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text()}"
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "b",
-                    "clusters": [{"name": "b", "cluster": {"server": url}}],
-                    "users": [{"name": "b", "user": {"token": TOKEN}}],
-                    "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
-                }
-            )
-        )
+        kubeconfig = write_kubeconfig(workdir / "kubeconfig", url)
         settings = parse_config(
             f"pools: [{{name: bench, addresses: [198.18.0.0/16]}}]\n"
             f"kubernetes: {{kubeconfig: {kubeconfig}, identity: bench, resync_seconds: 86400}}\n",
@@ -353,17 +373,7 @@ def run(
                 turn("events")
                 i = rng.randrange(services)
                 ref = f"default/{_name(i)}"
-                body = json.dumps({"endpoints": _endpoints(i, generation)}).encode()
-                request = urllib.request.Request(
-                    f"{url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/"
-                    f"{_name(i)}-x?fieldManager=kube-controller-manager",
-                    data=body,
-                    method="PATCH",
-                    headers={
-                        "Content-Type": "application/merge-patch+json",
-                        "Authorization": f"Bearer {TOKEN}",
-                    },
-                )
+                request = slice_patch(url, i, generation)
                 with cv:
                     applied.pop(ref, None)
                     applied_ops.pop(ref, None)
