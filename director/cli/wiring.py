@@ -107,6 +107,11 @@ def clusters(settings: Settings, kubeconfig: str | None) -> list[Cluster]:
     ``kubeconfig``: the one cluster's, instead of the file's (``director run --kubeconfig``)."""
     if not settings.in_cluster:
         return []
+    if kubeconfig and settings.clusters:
+        raise ValueError(
+            "--kubeconfig stands for kubernetes.kubeconfig; with clusters: each cluster names "
+            "its own kubeconfig in the file"
+        )
     from director.adapters.kube import KubeApi
     from director.adapters.kube_write import KubeWriter
 

@@ -57,3 +57,19 @@ def test_a_scrape_before_the_daemons_are_made_reads_nothing() -> None:
     assert wiring.keepalived_counts(None) is None
     none = wiring.Daemons(None, None, None)
     assert wiring.keepalived_counts(none) is None and wiring.conntrack(none) is None
+
+
+def test_kubeconfig_on_the_command_line_is_refused_with_several_clusters() -> None:
+    """`director run --kubeconfig` stands for kubernetes.kubeconfig: with clusters: it could
+    only be a mistake (which cluster?), so the start is refused, not the flag ignored."""
+    import pytest
+
+    from director.cli.wiring import clusters
+    from director.schema.config import parse_config
+
+    settings = parse_config(
+        "pools: [{name: p, addresses: [198.51.100.0/28]}]\n"
+        "clusters: [{name: a, kubeconfig: /k/a, pools: [p]}]\n"
+    )
+    with pytest.raises(ValueError, match="each cluster names its own kubeconfig"):
+        clusters(settings, "/elsewhere")
