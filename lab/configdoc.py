@@ -41,8 +41,8 @@ One YAML file, `/etc/director/director.yaml` when the Ansible role installs it. 
 is optional. `director check --config FILE` validates a file as `director run` would (every
 fault with its line and field); `director schema` prints the same schema as JSON Schema
 ([config.schema.json](config.schema.json)) for an editor's YAML language server. How a running
-director takes a changed file (`systemctl reload director`: `services:` in place; the rest
-needs a restart) is in [Operating](operating.md#configuration); commented examples are in
+director takes a changed file (`systemctl reload director`: `services:` in place, whole
+clusters added or removed; the rest needs a restart) is in [Operating](operating.md#configuration); commented examples are in
 [examples/](../examples/).
 """
 

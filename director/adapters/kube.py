@@ -14,6 +14,7 @@ classes cost ~10x the memory of the JSON, and 10,000 Services must fit in 200 MB
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -253,9 +254,7 @@ class KubeApi:
             if not token:
                 return out, version
 
-    def watch(
-        self, resource: Resource, resource_version: str, timeout_seconds: int
-    ) -> Iterator[tuple[str, Json]]:
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> WatchStream:
         """A watch, started: the request is answered (KubeError, OSError otherwise) before
         this returns; the events then arrive as they are iterated."""
         response = self.request(
@@ -270,7 +269,26 @@ class KubeApi:
             stream=True,
             timeout=(10, timeout_seconds + 30),
         )
-        return _events(response)
+        return WatchStream(response)
+
+
+class WatchStream:
+    """A watch's events, as they arrive; ``shutdown()``, from any thread, ends it at once (a
+    watch otherwise waits for its next event, bookmark or timeout to notice a stop)."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._events = _events(response)
+
+    def __iter__(self) -> WatchStream:
+        return self
+
+    def __next__(self) -> tuple[str, Json]:
+        return next(self._events)
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # already closed, or never opened
+            self._response.shutdown()
 
 
 def _events(response: Any) -> Iterator[tuple[str, Json]]:

@@ -21,6 +21,7 @@ from director.adapters.kube import (
     KubeApi,
     KubeError,
     Resource,
+    WatchStream,
     short_reason,
     text_field,
 )
@@ -84,6 +85,7 @@ class Watcher:
         self._parse = parse
         self.watch_seconds, self.backoff_max = watch_seconds, backoff_max
         self.resource_version: str | None = None
+        self._stream: WatchStream | None = None  # the watch under way, if any
         self.connected = False
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -96,7 +98,11 @@ class Watcher:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop; a watch under way is cut at once (a removed cluster's, say)."""
         self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.shutdown()
 
     def parse(self, obj: Json) -> Any:
         """The object's value, or None (logged) should the parser ever fail on it: one
@@ -137,6 +143,9 @@ class Watcher:
                     self.handler(self.resource.name, "RELIST", items)
                     event(log, "kube.listed", resource=self.resource.name, items=len(items), rv=rv)
                 events = self.kube.watch(self.resource, self.resource_version, self.watch_seconds)
+                self._stream = events
+                if self._stop.is_set():  # stopped while the watch was being opened
+                    events.shutdown()
                 self._set_connected(True)
                 delay = BACKOFF_BASE  # started; a quiet resource may see no event for minutes
                 for kind, obj in events:

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 
 from director.adapters.systemd import Notifier
 from director.cli import wiring
+from director.cli.served import Served
 from director.cli.wiring import Daemons
 from director.core.firewall import Firewall
 from director.dataplane.interface import Ipvs
+from director.engine import clusters
 from director.engine.events import Leaving, Reloaded, Reply
 from director.engine.hooks import Hooks
 from director.engine.loop import Controller
@@ -62,7 +64,7 @@ class Runtime:
         ``on_fatal(reason)``: a thread the director needs has died. ``metrics``: keep the
         Prometheus figures (default: when the file has an ``api:`` section, the only way to
         scrape them; a test or bench that reads the registry in process asks for them)."""
-        self.on_fatal = on_fatal
+        self.on_fatal, self.dry_run = on_fatal, dry_run
         self.failed: str | None = None  # why the director must stop, once it must
         self.metrics: Metrics | None = wiring.metrics(settings, metrics)
         recorder = self.metrics.recorder if self.metrics is not None else None
@@ -92,8 +94,7 @@ class Runtime:
                 lambda: wiring.conntrack(self._daemons()),
             )
         )
-        self.watchers = wiring.watchers(served, self.controller.submit, watch_seconds)
-        self.electors = [] if dry_run else wiring.electors(settings, served, self.controller)
+        self.served = Served(settings, served, self.controller, dry_run, watch_seconds)
         self.api = wiring.api_server(
             settings,
             self.controller,
@@ -164,19 +165,15 @@ class Runtime:
             self.daemons.frr.start()
         if self.daemons.sysctls is not None:
             self.daemons.sysctls.start()
-        for elector in self.electors:
-            elector.start()
-        for watcher in self.watchers:
-            watcher.start()
+        self.served.start()
         self._thread.start()
         self._watchdog.start()
 
     def essential_threads(self) -> list[threading.Thread]:
         """The threads without which the director silently stops doing its job."""
-        threads = [self._thread, *(w._thread for w in self.watchers)]
+        threads = [self._thread, *self.served.threads()]
         for outbox in self.controller.reporter.outboxes.values():
             threads += outbox.threads
-        threads += [elector._thread for elector in self.electors]
         parts = (self.checker, self.daemons.keepalived, self.daemons.fifo, self.daemons.conntrackd)
         for part in (*parts, self.daemons.frr, self.daemons.sysctls, self.api):
             if part is not None:
@@ -250,13 +247,21 @@ class Runtime:
         sections = restart_only(self.controller.settings, new)
         if sections:
             return "refused", (
-                f"{', '.join(sections)} changed: only services can change on "
-                "a reload; restart the director for the rest"
+                f"{', '.join(sections)} changed: only services, and whole clusters, can change "
+                "on a reload; restart the director for the rest"
             )
+        added, removed = clusters.changed(self.controller.settings, new)
+        try:  # the added clusters' credentials, loaded before the loop takes the file
+            made = wiring.clusters(new, None, added) if added else []
+        except ValueError as exc:
+            return "refused", str(exc)
+        writers = {} if self.dry_run else {one.name: one.writer for one in made}
         reply = Reply()
-        self.controller.post(Reloaded(new, reply))
+        self.controller.post(Reloaded(new, reply, writers))
         if not reply.wait(timeout):
             return "failed", f"the control loop did not take the file within {timeout:.0f} s"
+        if reply.ok and (made or removed):
+            self.served.change(new, made, removed)
         return ("applied" if reply.ok else "refused"), reply.detail
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
@@ -311,10 +316,7 @@ class Runtime:
             self.leave()
         self._stopping.set()
         self.notifier.stopping()
-        for watcher in self.watchers:
-            watcher.stop()
-        for elector in self.electors:
-            elector.stop()
+        self.served.stop()
         if self.api is not None:
             self.api.stop()
         if self.checker is not None:

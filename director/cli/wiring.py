@@ -102,9 +102,12 @@ class Cluster(NamedTuple):
     writer: KubeWriter
 
 
-def clusters(settings: Settings, kubeconfig: str | None) -> list[Cluster]:
+def clusters(
+    settings: Settings, kubeconfig: str | None, names: list[str] | None = None
+) -> list[Cluster]:
     """Each served cluster's Kubernetes client and writer (none without a cluster).
-    ``kubeconfig``: the one cluster's, instead of the file's (``director run --kubeconfig``)."""
+    ``kubeconfig``: the one cluster's, instead of the file's (``director run --kubeconfig``);
+    ``names``: these clusters only (those a reload adds)."""
     if not settings.in_cluster:
         return []
     if kubeconfig and settings.clusters:
@@ -117,6 +120,8 @@ def clusters(settings: Settings, kubeconfig: str | None) -> list[Cluster]:
 
     out: list[Cluster] = []
     for kube in settings.served:
+        if names is not None and kube.cluster not in names:
+            continue
         where = (kubeconfig if not kube.cluster else None) or kube.kubeconfig
         section = f"clusters[{kube.cluster}]" if kube.cluster else "kubernetes"
         try:
@@ -196,10 +201,11 @@ def firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -
 
 
 def electors(settings: Settings, served: list[Cluster], controller: Controller) -> list[Elector]:
-    """The status writer's Lease in each cluster (none without a cluster)."""
+    """The status writer's Lease in each of the ``served`` clusters (none without one)."""
+    kubes = {kube.cluster: kube for kube in settings.served}
     out: list[Elector] = []
-    for one, kube in zip(served, settings.served, strict=True):
-        name = one.name
+    for one in served:
+        kube, name = kubes[one.name], one.name
         out.append(
             Elector(
                 one.writer,

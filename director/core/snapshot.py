@@ -180,6 +180,21 @@ class Snapshot:
                 dirty |= self.every(cluster)
         return dirty
 
+    def drop(self, cluster: str) -> set[str]:
+        """Forget everything of ``cluster`` (no longer served): the Services it had."""
+        gone = self.every(cluster) - {ALL}
+        for ref in gone:
+            del self.services[ref]
+        self.services_version += 1
+        for ref in [r for r, s in self.slices.items() if s.cluster == cluster]:
+            self._slice(ref, None)
+        self.cluster_nodes.pop(cluster, None)
+        prefix = f"{cluster}/"
+        self.listed = {r for r in self.listed if not r.startswith(prefix)}
+        for resource in [r for r in self.relists if r.startswith(prefix)]:
+            del self.relists[resource]
+        return gone
+
     def every(self, cluster: str) -> set[str]:
         """Every Service of ``cluster`` (ALL for the one cluster: it has them all)."""
         if not cluster:

@@ -7,7 +7,8 @@ post one kind. ``from_watch`` turns a watcher's ``(resource, kind, payload)`` in
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from director.core.checks import Target
@@ -91,6 +92,8 @@ class Reloaded:
 
     settings: Settings
     reply: Reply
+    # the writers of the clusters the file adds, by name (made before the loop takes it)
+    writers: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,11 @@ ClusterEvent = WatchState | Listed | ObjectChanged
 RESOURCES = ("services", "endpointslices", "nodes")
 
 
+def served_clusters(settings: Settings) -> set[str] | None:
+    """The names of the clusters served ("" for kubernetes:); None without a cluster."""
+    return {kube.cluster for kube in settings.served} if settings.in_cluster else None
+
+
 def required_resources(settings: Settings) -> set[str]:
     """What must be listed before the first sync: each resource of each cluster
     (``services``, or ``prod/services`` for a named cluster)."""
@@ -31,8 +36,12 @@ def required_resources(settings: Settings) -> set[str]:
 
 
 class Intake:
-    def __init__(self, status: LoopStatus, required: set[str]) -> None:
-        self.status, self.required = status, required
+    def __init__(
+        self, status: LoopStatus, required: set[str], clusters: set[str] | None = None
+    ) -> None:
+        """``required``: what must be listed before the first sync; ``clusters``: the
+        clusters served, by name (None: any), a removed one's late events dropped."""
+        self.status, self.required, self.clusters = status, required, clusters
         self.queue: queue.Queue[Event] = queue.Queue()
         self.snapshot = Snapshot()
         self._node_problems: dict[str, tuple[str, ...]] = {}
@@ -59,6 +68,8 @@ class Intake:
 
     def absorb(self, ev: ClusterEvent) -> set[str]:
         """Fold one cluster event in; return the Services it touches."""
+        if self.clusters is not None and ev.resource.rpartition("/")[0] not in self.clusters:
+            return set()  # a cluster no longer served (its watcher's last words)
         match ev:
             case WatchState(resource, connected, reason):
                 self._watch_state(resource, connected, reason)

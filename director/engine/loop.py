@@ -32,7 +32,7 @@ from director.engine.draining import Draining
 from director.engine.exports import Exports, Step
 from director.engine.health_gate import HealthGate
 from director.engine.hooks import Hooks
-from director.engine.intake import RESOURCES, Intake, required_resources
+from director.engine.intake import RESOURCES, Intake, required_resources, served_clusters
 from director.engine.intent_store import Answer, IntentStore
 from director.engine.pace import Pace
 from director.engine.ports import ClusterWriter, LoopMetrics
@@ -78,7 +78,7 @@ class Controller:
         owned = self.health.owned  # each owned resource's state, as its keeper finds it
         hooks = hooks or Hooks()
         self.pace = Pace(hooks, clock)
-        self.intake = Intake(self.health, required_resources(settings))
+        self.intake = Intake(self.health, required_resources(settings), served_clusters(settings))
         self.store = IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned)
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
         self.syncer = Syncer(
@@ -274,8 +274,8 @@ class Controller:
                 return self._lead(leader, cluster)
             case events.Leaving(reason):
                 self.exports.vips.leaving = reason
-            case events.Reloaded(settings, reply):
-                reply.resolve(*reload.apply(self, settings))
+            case events.Reloaded(settings, reply, writers):
+                reply.resolve(*reload.apply(self, settings, writers))
             case events.WriteFailed() | events.LeaseRefused():
                 self.reporter.absorb(ev)
             case events.WatchState() | events.Listed() | events.ObjectChanged():

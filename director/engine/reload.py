@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from director.core.model import ServiceKey
+from director.engine import clusters
 from director.engine.addresses import reserved_addresses
 from director.engine.view import STATIC
 from director.schema.config import Settings
@@ -24,9 +26,13 @@ from director.schema.config import Settings
 if TYPE_CHECKING:
     from director.engine.addresses import Addresses
     from director.engine.draining import Draining
+    from director.engine.events import Event
     from director.engine.exports import Exports
     from director.engine.health_gate import HealthGate
+    from director.engine.intake import Intake
+    from director.engine.ports import ClusterWriter
     from director.engine.programming import Programmer
+    from director.engine.reporter import Reporter
     from director.engine.syncer import Syncer
     from director.engine.table import Programmed
     from director.engine.view import LoopStatus
@@ -45,8 +51,12 @@ class Reloadable(Protocol):
     syncer: Syncer
     exports: Exports
     programmer: Programmer
+    intake: Intake
+    reporter: Reporter
 
     def loop_error(self, where: str, exc: BaseException) -> None: ...
+
+    def post(self, ev: Event) -> None: ...
 
 
 _NONE = object()  # no check line (None is "health_check: none")
@@ -55,8 +65,14 @@ RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not 
 
 
 def restart_only(old: Settings, new: Settings) -> list[str]:
-    """The sections that differ and take effect only at a restart."""
-    return [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+    """The sections that differ and take effect only at a restart (``clusters:`` is not one
+    while whole clusters only come and go)."""
+    return [
+        name
+        for name in RESTART_ONLY
+        if getattr(old, name) != getattr(new, name)
+        and not (name == "clusters" and clusters.reloadable(old, new))
+    ]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,18 +138,23 @@ def conflict(loop: Reloadable, new: Settings, diff: Difference) -> str | None:
     return None
 
 
-def apply(loop: Reloadable, new: Settings) -> tuple[int, str]:
-    """Take ``new``'s services (the loop's thread, holding its lock): (200, what changed),
-    (409, why nothing did), or (500, the fault, logged as a loop error). Once the first sync
-    is done, the kernel has the change on return."""
+def apply(
+    loop: Reloadable, new: Settings, writers: Mapping[str, ClusterWriter] | None = None
+) -> tuple[int, str]:
+    """Take ``new``'s services and clusters (the loop's thread, holding its lock): (200, what
+    changed), (409, why nothing did), or (500, the fault, logged as a loop error). Once the
+    first sync is done, the kernel has the change on return. ``writers``: those of the
+    clusters ``new`` adds."""
     try:
-        return _apply(loop, new)
+        return _apply(loop, new, writers or {})
     except Exception as exc:
         loop.loop_error("reload", exc)
         return 500, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
-def _apply(loop: Reloadable, new: Settings) -> tuple[int, str]:
+def _apply(
+    loop: Reloadable, new: Settings, writers: Mapping[str, ClusterWriter]
+) -> tuple[int, str]:
     old = loop.settings
     diff = difference(old, new)
     why = conflict(loop, new, diff)
@@ -141,7 +162,17 @@ def _apply(loop: Reloadable, new: Settings) -> tuple[int, str]:
         return 409, why
     loop.settings = new
     loop.programmer.translator.settings = new
-    if diff.added or diff.removed:
+    dirty, came_and_went = clusters.apply(
+        old,
+        new,
+        writers,
+        intake=loop.intake,
+        reporter=loop.reporter,
+        translator=loop.programmer.translator,
+        post=loop.post,
+        dry_run=loop.syncer.reconciler.dry_run,
+    )
+    if diff.added or diff.removed or came_and_went:
         loop.addresses.allocator.reserved = reserved_addresses(new)
     table = loop.table
     for key in diff.removed:
@@ -159,4 +190,6 @@ def _apply(loop: Reloadable, new: Settings) -> tuple[int, str]:
         loop.exports.vips.keys_changed()
         loop.exports.vips.touched(diff.removed)
         loop.programmer.sync_static(diff.added | diff.changed | flipped)
-    return 200, str(diff)
+    if dirty and loop.health.first_sync_done:
+        loop.programmer.sync(dirty)
+    return 200, f"{diff}; {came_and_went}" if came_and_went else str(diff)

@@ -86,6 +86,24 @@ class Reporter:
         """Writes the status and Events of ``cluster``'s Services."""
         return self.leaders.get(cluster, self.dry_run)
 
+    def add(self, cluster: str, outbox: Outbox | None) -> None:
+        """A cluster served from now on (a reload added it): its writes, and its Lease
+        not held until its elector says so."""
+        if outbox is not None:
+            self.outboxes[cluster] = outbox
+        self.leaders[cluster] = self.dry_run
+        self.status.leaders = dict(self.leaders)
+
+    def remove(self, cluster: str) -> None:
+        """A cluster no longer served: its writes still queued are given up."""
+        outbox = self.outboxes.pop(cluster, None)
+        if outbox is not None:
+            outbox.close()
+        self.leaders.pop(cluster, None)
+        self.status.leaders = dict(self.leaders)
+        for ref in [r for r, t in self.unsent.items() if _cluster_of(t) == cluster]:
+            del self.unsent[ref]
+
     def absorb(self, ev: WriteFailed | LeaseRefused) -> None:
         """A cluster write failed (the outbox retries it, or dropped it): counted. The
         status Lease refused (or no longer): kept, for /readyz and ``director status``."""

@@ -62,7 +62,7 @@ def test_the_runtime_reports_any_essential_thread_that_dies(
     )
     with runtime.start():
         assert runtime.wait_ready(20)
-        watcher = runtime.watchers[0]
+        watcher = runtime.served.watchers[0]
         watcher._stop.set()  # the services watch ends as if its thread had crashed
         api.create("services", service("wake", [("http", "TCP", 80)]))  # at its next event
         eventually(lambda: reasons, what="the death to be noticed")

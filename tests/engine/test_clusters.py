@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 
 from director.cli.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
-from director.schema.config import parse_config
+from director.schema.config import Settings, parse_config
 from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, node, service
 from lab.wait import eventually
@@ -208,3 +208,24 @@ def test_director_status_shows_each_cluster(site: Site, monkeypatch: pytest.Monk
     monkeypatch.setattr(ctl, "call", lambda *_args, **_kw: reply)
     lines = ctl._status(argparse.Namespace(json=False)).splitlines()
     assert "  a: connected; leader: yes" in lines and "  b: connected; leader: yes" in lines
+
+
+def test_only_whole_clusters_come_and_go_on_a_reload() -> None:
+    """A reload may add and remove clusters; an entry of a cluster in both files must be
+    unchanged, and the one-cluster kubernetes: is not among them (each a restart's)."""
+    from director.engine.clusters import changed, reloadable
+
+    pools = "pools: [{name: p, addresses: [198.51.100.0/28]}]\n"
+
+    def config(*entries: str) -> Settings:
+        body = "".join(f"  - {{{e}, pools: [p]}}\n" for e in entries)
+        return parse_config(pools + ("clusters:\n" + body if entries else ""))
+
+    a, b = "name: a, kubeconfig: /k/a", "name: b, kubeconfig: /k/b"
+    one, two = config(a), config(a, b)
+    assert reloadable(one, two) and changed(one, two) == (["b"], [])
+    assert reloadable(two, config(b)) and changed(two, config(b)) == ([], ["a"])
+    assert reloadable(config(), one) and changed(config(), one) == (["a"], [])
+    assert not reloadable(two, config(a + ", lease_seconds: 5", b))
+    single = parse_config(pools + "kubernetes: {kubeconfig: /k/a}\n")
+    assert not reloadable(single, one) and not reloadable(one, single)

@@ -85,12 +85,12 @@ def test_a_stopping_director_does_not_report_its_own_watches_closing(
 ) -> None:
     """Stopping closes the watches: that is no failure, and says nothing at WARNING."""
     runtime = start(kubeconfig, FakeIpvs())
-    for watcher in runtime.watchers:
+    for watcher in runtime.served.watchers:
         watcher.stop()
     caplog.clear()
     with api.outage():  # the API server goes away under the stopped watches
-        for watcher in runtime.watchers:
+        for watcher in runtime.served.watchers:
             watcher._thread.join(10)
     runtime.stop()
-    assert [w._thread.is_alive() for w in runtime.watchers] == [False] * 3
+    assert [w._thread.is_alive() for w in runtime.served.watchers] == [False] * 3
     assert "kube.watch_failed" not in caplog.text

@@ -1,0 +1,91 @@
+"""Clusters that come and go by reload (issue 37, item 5): a cluster added to ``clusters:``
+is served from the reload on (its writer handed in, made before the loop took the file;
+its watches started once the loop has it); a cluster removed is forgotten whole: its
+Services leave the kernel as any deleted Service does, their addresses are released with
+them, its queued writes are given up. The other clusters are not touched, but for the pools
+they may draw from, which a cluster's arrival or departure can change."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from director.engine.events import Event
+from director.engine.intake import Intake, required_resources, served_clusters
+from director.engine.outbox import Outbox
+from director.engine.ports import ClusterWriter
+from director.engine.reporter import Reporter
+from director.engine.translator import Translator, build_policies
+from director.logs import event
+from director.schema.config import KubeSettings, Settings
+
+log = logging.getLogger("director.controller")
+
+
+def entries(settings: Settings) -> dict[str, KubeSettings]:
+    return {kube.cluster: kube for kube in settings.clusters}
+
+
+def reloadable(old: Settings, new: Settings) -> bool:
+    """Only whole clusters come and go on a reload: a cluster in both files is unchanged
+    (its kubeconfig, class, Lease and the rest are wired into parts made for it), and the
+    one-cluster ``kubernetes:`` is not among them."""
+    if old.kubernetes is not None or new.kubernetes is not None:
+        return False
+    before, after = entries(old), entries(new)
+    return all(before[name] == after[name] for name in before.keys() & after.keys())
+
+
+def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:
+    """The clusters ``new`` adds and those it removes, by name."""
+    before, after = entries(old), entries(new)
+    return sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
+
+
+def apply(
+    old: Settings,
+    new: Settings,
+    writers: Mapping[str, ClusterWriter],
+    *,
+    intake: Intake,
+    reporter: Reporter,
+    translator: Translator,
+    post: Callable[[Event], None],
+    dry_run: bool,
+) -> tuple[set[str], str]:
+    """Take ``new``'s clusters (the loop's thread): the Services to program again (those of
+    the clusters removed, and of any whose pools changed), and what was done, for the reply
+    and the log (empty: no cluster came or went)."""
+    added, removed = changed(old, new)
+    if not added and not removed:
+        return set(), ""
+    snapshot = intake.snapshot
+    dirty: set[str] = set()
+    for name in removed:
+        gone = snapshot.drop(name)
+        dirty |= gone
+        reporter.remove(name)
+        for resource in [r for r in intake.status.connected if r.startswith(f"{name}/")]:
+            del intake.status.connected[resource]
+        event(
+            log,
+            "cluster.removed",
+            cluster=name,
+            services=len(gone),
+            effect="its Services leave the kernel as deleted Services do, and their "
+            "addresses are released with them",
+        )
+    for name in added:
+        writer = writers.get(name)
+        reporter.add(name, None if writer is None or dry_run else Outbox(writer, post))
+        event(log, "cluster.added", cluster=name)
+    before, policy = translator.policies, translator.policy
+    translator.policies = {**build_policies(new, policy.schedulers), policy.cluster: policy}
+    for name, now in translator.policies.items():
+        if name in before and name not in added and before[name] != now:
+            dirty |= snapshot.every(name)  # its pools changed: its Services looked at again
+    intake.required = required_resources(new)
+    intake.clusters = served_clusters(new)
+    parts = [f"clusters added: {', '.join(added)}"] if added else []
+    parts += [f"clusters removed: {', '.join(removed)}"] if removed else []
+    return dirty, "; ".join(parts)

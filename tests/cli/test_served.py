@@ -1,0 +1,93 @@
+"""Clusters come and go by reload (issue 37, item 5): ``systemctl reload`` with a cluster
+added starts its watches and its Lease without touching the others; with a cluster removed,
+its Services leave the kernel and their addresses are released, its watches and Lease stop,
+and the reply says so. A changed entry of a cluster still served needs a restart."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address
+from pathlib import Path
+
+from director.cli.runtime import Runtime
+from director.dataplane.fake import FakeIpvs
+from director.schema.config import load_config
+from lab.kubeapi import FakeApiServer, node, service
+from lab.wait import eventually
+from tests.looplab import ingress, vs_of
+
+PORTS = [("http", "TCP", 80)]
+POOLS = (
+    "pools:\n"
+    "  - {name: a, addresses: [198.51.100.0-198.51.100.3]}\n"
+    "  - {name: b, addresses: [198.51.100.8-198.51.100.11]}\n"
+)
+
+
+def _entry(name: str, kubeconfig: Path, extra: str = "") -> str:
+    return (
+        f"  - {{name: {name}, kubeconfig: {kubeconfig}, identity: edge, lease_seconds: 2, "
+        f"pools: [{name}]{extra}}}\n"
+    )
+
+
+def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
+    with FakeApiServer() as a, FakeApiServer() as b:
+        a.create("nodes", node("n1", "192.0.2.11"))
+        b.create("nodes", node("n1", "192.0.2.21"))
+        ka, kb = a.kubeconfig(tmp_path / "a"), b.kubeconfig(tmp_path / "b")
+        path = tmp_path / "director.yaml"
+        path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
+        ipvs = FakeIpvs()
+        runtime = Runtime(load_config(path), ipvs).start()
+        try:
+            assert runtime.wait_ready(20)
+            a.create("services", service("web", PORTS))
+            (vip_a,) = eventually(lambda: ingress(a, "web"), what="a's status")
+            eventually(lambda: vs_of(ipvs, vip_a), what="a's virtual service")
+            watching_a = list(runtime.served.watchers)
+            b.create("services", service("api", PORTS))  # before b is served
+
+            path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + _entry("b", kb))
+            assert runtime.reload(str(path)) == (
+                "applied",
+                "added=0 removed=0 changed=0; clusters added: b",
+            )
+            (vip_b,) = eventually(lambda: ingress(b, "api"), what="b's status, after the reload")
+            assert vip_b == "198.51.100.8"
+            eventually(lambda: vs_of(ipvs, vip_b), what="b's virtual service")
+            eventually(lambda: runtime.controller.health.leaders == {"a": True, "b": True})
+            assert all(w in runtime.served.watchers for w in watching_a), "a's watches kept"
+            assert all(w._thread.is_alive() for w in watching_a)
+
+            # a changed entry of a cluster still served: a restart's, refused whole
+            path.write_text(
+                POOLS + "clusters:\n" + _entry("a", ka, ", lease_name: other") + _entry("b", kb)
+            )
+            result, detail = runtime.reload(str(path))
+            assert result == "refused" and detail.startswith("clusters changed")
+
+            path.write_text(POOLS + "clusters:\n" + _entry("b", kb))
+            assert runtime.reload(str(path)) == (
+                "applied",
+                "added=0 removed=0 changed=0; clusters removed: a",
+            )
+            eventually(lambda: vs_of(ipvs, vip_a) is None, what="a's Service out of the kernel")
+            allocator = runtime.controller.addresses.allocator
+            assert allocator.users(ip_address(vip_a)) == (), "a's address released"
+            eventually(lambda: not any(w._thread.is_alive() for w in watching_a), timeout=10)
+            assert runtime.controller.health.leaders == {"b": True}
+            assert set(runtime.controller.health.connected) == {
+                "b/services",
+                "b/endpointslices",
+                "b/nodes",
+            }
+            assert vs_of(ipvs, vip_b) is not None, "b untouched"
+            # a late change in the removed cluster changes nothing
+            a.create("services", service("late", PORTS))
+            assert "a/default/late" not in runtime.controller.intake.snapshot.services
+            held = a.store.list("leases", None)["items"]
+            assert all(not lease["spec"].get("holderIdentity") for lease in held), (
+                "a's Lease given up"
+            )
+        finally:
+            runtime.stop()
