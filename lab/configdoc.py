@@ -42,8 +42,8 @@ is optional. `director check --config FILE` validates a file as `director run` w
 fault with its line and field); `director schema` prints the same schema as JSON Schema
 ([config.schema.json](config.schema.json)) for an editor's YAML language server. How a running
 director takes a changed file (`systemctl reload director`: `services:` in place, whole
-clusters added or removed; the rest needs a restart) is in [Operating](operating.md#configuration); commented examples are in
-[examples/](../examples/).
+clusters added or removed; the rest needs a restart) is in
+[Operating](operating.md#configuration); commented examples are in [examples/](../examples/).
 """
 
 
