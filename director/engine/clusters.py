@@ -7,9 +7,11 @@ they may draw from, which a cluster's arrival or departure can change."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 
+from director.core.ownership import Ownership
 from director.engine.events import Event
 from director.engine.intake import Intake, required_resources, served_clusters
 from director.engine.outbox import Outbox
@@ -34,6 +36,28 @@ def reloadable(old: Settings, new: Settings) -> bool:
         return False
     before, after = entries(old), entries(new)
     return all(before[name] == after[name] for name in before.keys() & after.keys())
+
+
+def ownership_follows(old: Settings, new: Settings) -> bool:
+    """The owned ranges differ by the NodePort VIPs of clusters only (a cluster that comes
+    brings its VIP into them, one that goes takes it)."""
+    vips = {
+        ipaddress.ip_network(vip)
+        for settings in (old, new)
+        for kube in settings.clusters
+        for vip in kube.nodeport_vips
+    }
+
+    def rest(owned: Ownership) -> tuple[object, ...]:
+        return tuple(n for n in owned.networks if n not in vips), owned.fwmarks
+
+    return rest(old.ownership) == rest(new.ownership)
+
+
+def owned_through(old: Ownership, new: Ownership) -> Ownership:
+    """What the director owns once a reload changed its clusters: both files' ranges until
+    a restart, so that a removed cluster's NodePort services are still its own to delete."""
+    return Ownership(tuple(dict.fromkeys((*old.networks, *new.networks))), new.fwmarks)
 
 
 def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:

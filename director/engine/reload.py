@@ -72,6 +72,11 @@ def restart_only(old: Settings, new: Settings) -> list[str]:
         for name in RESTART_ONLY
         if getattr(old, name) != getattr(new, name)
         and not (name == "clusters" and clusters.reloadable(old, new))
+        and not (
+            name == "ownership"
+            and clusters.reloadable(old, new)
+            and clusters.ownership_follows(old, new)
+        )
     ]
 
 
@@ -174,6 +179,9 @@ def _apply(
     )
     if diff.added or diff.removed or came_and_went:
         loop.addresses.allocator.reserved = reserved_addresses(new)
+    if came_and_went:
+        reconciler = loop.syncer.reconciler
+        reconciler.ownership = clusters.owned_through(reconciler.ownership, new.ownership)
     table = loop.table
     for key in diff.removed:
         table.drop(key)

@@ -91,3 +91,31 @@ def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
             )
         finally:
             runtime.stop()
+
+
+def test_a_cluster_with_a_nodeport_vip_comes_and_goes_by_reload(tmp_path: Path) -> None:
+    """A cluster's NodePort VIP is the director's own address: it comes with the cluster on
+    a reload (its node ports served there), and its services go with it."""
+    with FakeApiServer() as a, FakeApiServer() as b:
+        for api, address in ((a, "192.0.2.11"), (b, "192.0.2.21")):
+            api.create("nodes", node("n1", address))
+        ka, kb = a.kubeconfig(tmp_path / "a"), b.kubeconfig(tmp_path / "b")
+        path = tmp_path / "director.yaml"
+        path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
+        ipvs = FakeIpvs()
+        runtime = Runtime(load_config(path), ipvs).start()
+        try:
+            assert runtime.wait_ready(20)
+            b.create("services", service("np", PORTS, type="NodePort"))
+            node_port = b.get("services", "np")["spec"]["ports"][0]["nodePort"]
+            with_vip = _entry("b", kb, ", nodeport_vip: 192.0.2.50")
+            path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + with_vip)
+            result, detail = runtime.reload(str(path))
+            assert (result, detail) == ("applied", "added=0 removed=0 changed=0; clusters added: b")
+            vs = eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port), what="b's node port")
+            assert {dest[0] for dest in vs.real_servers} == {"192.0.2.21"}
+            path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
+            assert runtime.reload(str(path))[0] == "applied"
+            eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port) is None, what="gone with b")
+        finally:
+            runtime.stop()
