@@ -99,6 +99,8 @@ def apply(
             effect="its Services leave the kernel as deleted Services do, and their "
             "addresses are released with them",
         )
+    if not old.in_cluster:  # a box that served none: no unnamed cluster to lead either
+        reporter.remove("")
     for name in added:
         writer = writers.get(name)
         reporter.add(name, None if writer is None or dry_run else Outbox(writer, post))

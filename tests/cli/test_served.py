@@ -119,3 +119,24 @@ def test_a_cluster_with_a_nodeport_vip_comes_and_goes_by_reload(tmp_path: Path) 
             eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port) is None, what="gone with b")
         finally:
             runtime.stop()
+
+
+def test_a_static_box_takes_its_first_cluster_by_reload(tmp_path: Path) -> None:
+    """A box serving no cluster yet: a reload adds one, which it serves and leads as if it
+    had started with it."""
+    with FakeApiServer() as a:
+        a.create("nodes", node("n1", "192.0.2.11"))
+        path = tmp_path / "director.yaml"
+        path.write_text(POOLS)
+        ipvs = FakeIpvs()
+        runtime = Runtime(load_config(path), ipvs).start()
+        try:
+            assert runtime.wait_ready(20)
+            a.create("services", service("web", PORTS))
+            path.write_text(POOLS + "clusters:\n" + _entry("a", a.kubeconfig(tmp_path / "a")))
+            assert runtime.reload(str(path))[0] == "applied"
+            (vip,) = eventually(lambda: ingress(a, "web"), what="the first cluster's status")
+            eventually(lambda: vs_of(ipvs, vip), what="its virtual service")
+            eventually(lambda: runtime.controller.health.leader, what="it leads its one cluster")
+        finally:
+            runtime.stop()
