@@ -2,7 +2,8 @@
 
 Programs the services of examples/static.yaml into real IPVS, sends real requests from a
 client namespace to each VIP, prints which backend answered (the spread per scheduler) and
-the table the kernel holds.
+the table the kernel holds; then a Kubernetes Service's life at the edge, two clusters on
+one director, the keepalived pair and the BGP scale-out.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def kubernetes_demo(lab: Lab) -> None:
         runtime.stop()
         ipvs.close()
         api.stop()
+    clusters_demo(lab)
 
 
 def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
@@ -193,6 +195,109 @@ def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
     finally:
         for be in lab.backends:
             be.ns.ip(f"route replace default via {BACKEND_NET4}.1")
+
+
+def clusters_demo(lab: Lab) -> None:
+    """One director for two clusters (``clusters:``): each cluster's Service from its own
+    pool, a clash refused in the later cluster, one cluster's API away while its traffic
+    and the other cluster's changes go on."""
+    import tempfile
+
+    from director.cli.runtime import Runtime
+    from director.schema.config import parse_config
+    from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
+
+    banner("Two clusters, one director (clusters:): prod and staging")
+    work = Path(tempfile.mkdtemp())
+    apis = {name: FakeApiServer().start() for name in ("prod", "staging")}
+    for api in apis.values():
+        for index, backend in enumerate(lab.backends, 1):
+            api.create("nodes", node(f"node{index}", backend.ipv4))
+    entries = "".join(
+        f"  - {{name: {name}, kubeconfig: {api.kubeconfig(work / name)}, "
+        f"identity: demo-director, lease_seconds: 2, pools: [{name}]}}\n"
+        for name, api in apis.items()
+    )
+    settings = parse_config(
+        "pools:\n"
+        "  - {name: prod, addresses: [198.51.100.128-198.51.100.135]}\n"
+        "  - {name: staging, addresses: [198.51.100.136-198.51.100.143]}\n"
+        f"clusters:\n{entries}",
+        "clusters.yaml",
+    )
+    ipvs = KernelIpvs(netns=lab.lvs.name)
+    runtime = Runtime(settings, ipvs).start()
+    runtime.wait_ready(60)
+    be = [b.ipv4 for b in lab.backends]
+    ports = [("http", "TCP", 8080)]
+
+    def create(cluster: str, name: str, endpoints: list[str], **annotations: str) -> None:
+        asks = {"lvs-director.io/backends": "pod", **annotations}
+        obj = service(name, [("http", "TCP", 80)], annotations=asks)
+        obj["spec"]["ports"][0]["targetPort"] = 8080
+        apis[cluster].create("services", obj)
+        rows = [(address, None, True, False) for address in endpoints]
+        apis[cluster].create("endpointslices", endpoint_slice(name, rows, ports))
+
+    def address(cluster: str, name: str) -> str:
+        ingress = eventually(
+            lambda: apis[cluster].get("services", name)["status"]["loadBalancer"].get("ingress"),
+            what=f"{cluster}'s status",
+        )
+        return str(ingress[0]["ip"])
+
+    def answered(vip: str) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for i in range(12):
+            try:
+                out[ask_tcp(lab.client, vip, 80, lab.client_sources4[i % 8], 2.0)] += 1
+            except OSError:
+                out["failed"] += 1
+        return out
+
+    try:
+        create("prod", "web", be[:2])
+        create("staging", "web", be[2:])
+        vips = {cluster: address(cluster, "web") for cluster in apis}
+        for cluster, vip in vips.items():
+            eventually(lambda v=vip: ipvs.read_service(ServiceKey.inet(Protocol.TCP, v, 80)))
+            spread = answered(vip)
+            print(
+                f"{cluster}/default/web  {vip}:80 from pool {cluster}: "
+                + " ".join(f"{n}={c}" for n, c in sorted(spread.items()))
+            )
+            check(spread["failed"] == 0, f"{cluster}'s Service answered every request")
+        create("staging", "grab", be[2:], **{"lvs-director.io/load-balancer-ips": vips["prod"]})
+        refused = eventually(
+            lambda: [e for e in apis["staging"].events_for("grab") if e["type"] == "Warning"],
+            what="the refusal",
+        )
+        print(f"staging/default/grab asks for {vips['prod']}: {refused[0]['message']}")
+        check(
+            "already used by prod/default/web" in refused[0]["message"],
+            "a clash is refused in the later cluster, naming the holder",
+        )
+        key = ServiceKey.inet(Protocol.TCP, vips["staging"], 80)
+        with apis["prod"].outage():
+            eventually(lambda: not runtime.controller.health.connected.get("prod/services", True))
+            started = time.perf_counter()
+            rows = [(address, None, True, False) for address in be[1:]]
+            apis["staging"].patch("endpointslices", "web-abcde", endpoint_slice("web", rows, ports))
+            eventually(lambda: len(ipvs.read_service(key).real_servers) == 2, what="the change")
+            took = 1000 * (time.perf_counter() - started)
+            prod = answered(vips["prod"])
+            print(
+                f"prod's API away: its Service {12 - prod['failed']}/12 answered; staging "
+                f"scaled to 2 endpoints, in the kernel {took:.0f} ms later"
+            )
+            check(prod["failed"] == 0, "prod's Service answered while prod's API was away")
+        print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{vips['staging']}:80"]).rstrip())
+    finally:
+        runtime.stop()
+        Reconciler(ipvs, settings.ownership).full_sync({})  # what this part programmed
+        ipvs.close()
+        for api in apis.values():
+            api.stop()
 
 
 def failover_demo() -> None:
