@@ -215,13 +215,14 @@ def clusters_demo(lab: Lab) -> None:
             api.create("nodes", node(f"node{index}", backend.ipv4))
     entries = "".join(
         f"  - {{name: {name}, kubeconfig: {api.kubeconfig(work / name)}, "
-        f"identity: demo-director, lease_seconds: 2, pools: [{name}]}}\n"
+        f"identity: demo-director, lease_seconds: 2, pools: [{name}, shared]}}\n"
         for name, api in apis.items()
     )
     settings = parse_config(
         "pools:\n"
         "  - {name: prod, addresses: [198.51.100.128-198.51.100.135]}\n"
-        "  - {name: staging, addresses: [198.51.100.136-198.51.100.143]}\n"
+        "  - {name: staging, addresses: [198.51.100.136-198.51.100.139]}\n"
+        "  - {name: shared, addresses: [198.51.100.140-198.51.100.143]}\n"
         f"clusters:\n{entries}",
         "clusters.yaml",
     )
@@ -267,21 +268,30 @@ def clusters_demo(lab: Lab) -> None:
                 + " ".join(f"{n}={c}" for n, c in sorted(spread.items()))
             )
             check(spread["failed"] == 0, f"{cluster}'s Service answered every request")
-        create("staging", "grab", be[2:], **{"lvs-director.io/load-balancer-ips": vips["prod"]})
-        refused = eventually(
-            lambda: [e for e in apis["staging"].events_for("grab") if e["type"] == "Warning"],
-            what="the refusal",
-        )
-        print(f"staging/default/grab asks for {vips['prod']}: {refused[0]['message']}")
-        check(
-            "already used by prod/default/web" in refused[0]["message"],
-            "a clash is refused in the later cluster, naming the holder",
-        )
+        ips = "lvs-director.io/load-balancer-ips"
+
+        def refusal(name: str) -> str:
+            found = eventually(
+                lambda: [e for e in apis["staging"].events_for(name) if e["type"] == "Warning"],
+                what=f"staging/default/{name}'s refusal",
+            )
+            return str(found[0]["message"])
+
+        create("prod", "edge", be[:1], **{ips: "198.51.100.140"})
+        print(f"prod/default/edge asks for 198.51.100.140 (pool shared): {address('prod', 'edge')}")
+        create("staging", "grab", be[2:], **{ips: "198.51.100.140"})
+        clash = refusal("grab")
+        print(f"staging/default/grab asks for the same: refused, {clash}")
+        check("already used by prod/default/edge" in clash, "a clash refused in the later cluster")
+        create("staging", "reach", be[2:], **{ips: vips["prod"]})
+        reach = refusal("reach")
+        print(f"staging/default/reach asks for {vips['prod']} (pool prod): refused, {reach}")
+        check("pool 'prod' is not given to cluster 'staging'" in reach, "prod's pool is prod's")
         key = ServiceKey.inet(Protocol.TCP, vips["staging"], 80)
         with apis["prod"].outage():
             eventually(lambda: not runtime.controller.health.connected.get("prod/services", True))
             started = time.perf_counter()
-            rows = [(address, None, True, False) for address in be[1:]]
+            rows = [(ip, None, True, False) for ip in be[1:]]
             apis["staging"].patch("endpointslices", "web-abcde", endpoint_slice("web", rows, ports))
             eventually(lambda: len(ipvs.read_service(key).real_servers) == 2, what="the change")
             took = 1000 * (time.perf_counter() - started)
