@@ -278,7 +278,9 @@ class WatchStream:
 
     def __init__(self, response: Any) -> None:
         self._response = response
-        self._events = _events(response)
+        self._lock = threading.Lock()
+        self._released = False  # its connection went back to the pool: another's now
+        self._events = _events(response, self._release)
 
     def __iter__(self) -> WatchStream:
         return self
@@ -286,12 +288,20 @@ class WatchStream:
     def __next__(self) -> tuple[str, Json]:
         return next(self._events)
 
+    def _release(self) -> None:
+        with self._lock:
+            self._released = True
+            self._response.release_conn()
+
     def shutdown(self) -> None:
-        with contextlib.suppress(Exception):  # already closed, or never opened
-            self._response.shutdown()
+        with self._lock:
+            if self._released:  # never cut a pooled connection another request now uses
+                return
+            with contextlib.suppress(Exception):  # already closed
+                self._response.shutdown()
 
 
-def _events(response: Any) -> Iterator[tuple[str, Json]]:
+def _events(response: Any, release: Callable[[], None]) -> Iterator[tuple[str, Json]]:
     try:
         for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
             if not line.strip():
@@ -304,7 +314,7 @@ def _events(response: Any) -> Iterator[tuple[str, Json]]:
                 raise RuntimeError(f"watch error: {obj.get('message')}")
             yield kind, obj
     finally:
-        response.release_conn()
+        release()
 
 
 def text_field(meta: object, name: str) -> str:

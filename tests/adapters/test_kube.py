@@ -45,3 +45,36 @@ def test_a_rotated_token_is_read_again_without_a_restart(
     with pytest.raises(KubeError) as refused:
         writer.acquire_lease("default", "lvs-director", 15)
     assert refused.value.status == 401
+
+
+def test_a_watch_is_cut_at_once_but_never_after_its_connection_went_back_to_the_pool() -> None:
+    """``WatchStream.shutdown`` (a stopping watcher's) cuts a live watch; once the watch has
+    ended and its connection is back in the pool, another request may be using it: it is
+    left alone."""
+    from director.adapters.kube import WatchStream
+
+    class Response:
+        def __init__(self, lines: list[bytes]) -> None:
+            self.lines, self.calls = lines, []
+
+        def stream(self, *args: object, **kwargs: object) -> object:
+            return iter(self.lines)
+
+        def read_chunked(self, *args: object, **kwargs: object) -> object:
+            return iter(self.lines)
+
+        def shutdown(self) -> None:
+            self.calls.append("shutdown")
+
+        def release_conn(self) -> None:
+            self.calls.append("release")
+
+    live = Response([b'{"type": "ADDED", "object": {"metadata": {"name": "a"}}}\n'])
+    stream = WatchStream(live)
+    stream.shutdown()
+    assert live.calls == ["shutdown"]
+    ended = Response([])
+    stream = WatchStream(ended)
+    assert list(stream) == []
+    stream.shutdown()
+    assert ended.calls == ["release"], "a pooled connection is never cut"
