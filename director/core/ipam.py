@@ -102,6 +102,10 @@ class Allocator:
         """The Services ``address`` is assigned to."""
         return tuple(sorted(name for name, _ in self._used.get(address, ())))
 
+    def holders_in(self, pool: Pool) -> list[str]:
+        """The Services holding an address of ``pool``."""
+        return sorted(n for n, held in self._held.items() if any(pool.contains(a) for a in held))
+
     def in_use_in(self, pool: Pool) -> int:
         return self._in_pool.get(pool.name, 0)
 

@@ -11,13 +11,14 @@ import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 
+from director.core.ipam import Allocator
 from director.core.ownership import Ownership
 from director.engine.events import Event
 from director.engine.intake import Intake, required_resources, served_clusters
 from director.engine.outbox import Outbox
 from director.engine.ports import ClusterWriter
 from director.engine.reporter import Reporter
-from director.engine.translator import Translator, build_policies
+from director.engine.translator import Translator, build_policies, given_pools
 from director.logs import event
 from director.schema.config import KubeSettings, Settings
 
@@ -64,6 +65,27 @@ def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:
     """The clusters ``new`` adds and those it removes, by name."""
     before, after = entries(old), entries(new)
     return sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
+
+
+def pools_kept(old: Settings, new: Settings, allocator: Allocator) -> str | None:
+    """Why ``new`` cannot be taken on a reload (None: it can): a cluster still served would
+    lose a pool its Services hold addresses in (a cluster that lists no pools draws from
+    those no cluster lists, so another's listing one takes it away). Moving live addresses
+    is a restart's to do, as taking one from a Service is."""
+    before = {kube.cluster: given_pools(old, kube) for kube in old.clusters}
+    for kube in new.clusters:
+        was, now = before.get(kube.cluster), given_pools(new, kube)
+        if was is None or now is None:
+            continue
+        for pool in (p for p in new.pools if p.name in was - now):
+            held = [ref for ref in allocator.holders_in(pool) if ref.startswith(f"{kube.cluster}/")]
+            if held:
+                return (
+                    f"cluster {kube.cluster!r} would lose pool {pool.name!r}, where its "
+                    f"Services hold addresses ({', '.join(held[:3])}"
+                    f"{', ...' if len(held) > 3 else ''}); restart to move them"
+                )
+    return None
 
 
 def apply(

@@ -162,7 +162,7 @@ def _apply(
 ) -> tuple[int, str]:
     old = loop.settings
     diff = difference(old, new)
-    why = conflict(loop, new, diff)
+    why = conflict(loop, new, diff) or clusters.pools_kept(old, new, loop.addresses.allocator)
     if why is not None:
         return 409, why
     loop.settings = new

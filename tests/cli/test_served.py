@@ -140,3 +140,38 @@ def test_a_static_box_takes_its_first_cluster_by_reload(tmp_path: Path) -> None:
             eventually(lambda: runtime.controller.health.leader, what="it leads its one cluster")
         finally:
             runtime.stop()
+
+
+def test_a_reload_that_would_take_a_pool_holding_a_clusters_addresses_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A cluster listing no pools draws from those no cluster lists: a cluster added that
+    lists one of them takes it away. Where the first cluster's Services hold addresses
+    there, the reload is refused (moving live addresses is a restart's); elsewhere it is
+    taken."""
+    with FakeApiServer() as a, FakeApiServer() as b:
+        a.create("nodes", node("n1", "192.0.2.11"))
+        b.create("nodes", node("n1", "192.0.2.21"))
+        ka, kb = a.kubeconfig(tmp_path / "a"), b.kubeconfig(tmp_path / "b")
+        first = f"  - {{name: a, kubeconfig: {ka}, identity: edge, lease_seconds: 2}}\n"
+        path = tmp_path / "director.yaml"
+        path.write_text(POOLS + "clusters:\n" + first)
+        ipvs = FakeIpvs()
+        runtime = Runtime(load_config(path), ipvs).start()
+        try:
+            assert runtime.wait_ready(20)
+            a.create("services", service("web", PORTS))
+            assert eventually(lambda: ingress(a, "web")) == ["198.51.100.0"]  # pool a
+            path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb).replace("[b]", "[a]"))
+            result, detail = runtime.reload(str(path))
+            assert result == "refused"
+            assert detail == (
+                "cluster 'a' would lose pool 'a', where its Services hold addresses "
+                "(a/default/web); restart to move them"
+            )
+            assert ingress(a, "web") == ["198.51.100.0"]
+            path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb))
+            assert runtime.reload(str(path))[0] == "applied"
+            assert ingress(a, "web") == ["198.51.100.0"] and vs_of(ipvs, "198.51.100.0")
+        finally:
+            runtime.stop()
