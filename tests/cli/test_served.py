@@ -5,8 +5,11 @@ and the reply says so. A changed entry of a cluster still served needs a restart
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ipaddress import ip_address
 from pathlib import Path
+from typing import NamedTuple
 
 from director.cli.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
@@ -23,102 +26,109 @@ POOLS = (
 )
 
 
-def _entry(name: str, kubeconfig: Path, extra: str = "") -> str:
+def _entry(name: str, kubeconfig: Path, extra: str = "", *, listing: bool = True) -> str:
+    """A cluster's entry; ``listing``: it lists its own pool (else it lists none)."""
+    pools = f", pools: [{name}]" if listing else ""
     return (
-        f"  - {{name: {name}, kubeconfig: {kubeconfig}, identity: edge, lease_seconds: 2, "
-        f"pools: [{name}]{extra}}}\n"
+        f"  - {{name: {name}, kubeconfig: {kubeconfig}, identity: edge, lease_seconds: 2"
+        f"{pools}{extra}}}\n"
     )
 
 
-def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
+class Site(NamedTuple):
+    a: FakeApiServer
+    b: FakeApiServer
+    ka: Path
+    kb: Path
+    path: Path
+    ipvs: FakeIpvs
+    runtime: Runtime
+
+
+@contextmanager
+def site(tmp_path: Path, *, listing: bool = True) -> Iterator[Site]:
+    """Two API stand-ins (a node each), and a director serving cluster a alone
+    (``listing``: a lists its pool)."""
     with FakeApiServer() as a, FakeApiServer() as b:
         a.create("nodes", node("n1", "192.0.2.11"))
         b.create("nodes", node("n1", "192.0.2.21"))
         ka, kb = a.kubeconfig(tmp_path / "a"), b.kubeconfig(tmp_path / "b")
         path = tmp_path / "director.yaml"
-        path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
+        path.write_text(POOLS + "clusters:\n" + _entry("a", ka, listing=listing))
         ipvs = FakeIpvs()
         runtime = Runtime(load_config(path), ipvs).start()
         try:
             assert runtime.wait_ready(20)
-            a.create("services", service("web", PORTS))
-            (vip_a,) = eventually(lambda: ingress(a, "web"), what="a's status")
-            eventually(lambda: vs_of(ipvs, vip_a), what="a's virtual service")
-            watching_a = list(runtime.served.watchers)
-            b.create("services", service("api", PORTS))  # before b is served
-
-            path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + _entry("b", kb))
-            assert runtime.reload(str(path)) == (
-                "applied",
-                "added=0 removed=0 changed=0; clusters added: b",
-            )
-            (vip_b,) = eventually(lambda: ingress(b, "api"), what="b's status, after the reload")
-            assert vip_b == "198.51.100.8"
-            eventually(lambda: vs_of(ipvs, vip_b), what="b's virtual service")
-            eventually(lambda: runtime.controller.health.leaders == {"a": True, "b": True})
-            assert all(w in runtime.served.watchers for w in watching_a), "a's watches kept"
-            assert all(w._thread.is_alive() for w in watching_a)
-
-            # a changed entry of a cluster still served: a restart's, refused whole
-            path.write_text(
-                POOLS + "clusters:\n" + _entry("a", ka, ", lease_name: other") + _entry("b", kb)
-            )
-            result, detail = runtime.reload(str(path))
-            assert result == "refused" and detail.startswith("clusters changed")
-
-            path.write_text(POOLS + "clusters:\n" + _entry("b", kb))
-            assert runtime.reload(str(path)) == (
-                "applied",
-                "added=0 removed=0 changed=0; clusters removed: a",
-            )
-            eventually(lambda: vs_of(ipvs, vip_a) is None, what="a's Service out of the kernel")
-            allocator = runtime.controller.addresses.allocator
-            assert allocator.users(ip_address(vip_a)) == (), "a's address released"
-            eventually(lambda: not any(w._thread.is_alive() for w in watching_a), timeout=10)
-            assert runtime.controller.health.leaders == {"b": True}
-            assert set(runtime.controller.health.connected) == {
-                "b/services",
-                "b/endpointslices",
-                "b/nodes",
-            }
-            assert vs_of(ipvs, vip_b) is not None, "b untouched"
-            # a late change in the removed cluster changes nothing
-            a.create("services", service("late", PORTS))
-            assert "a/default/late" not in runtime.controller.intake.snapshot.services
-            held = a.store.list("leases", None)["items"]
-            assert all(not lease["spec"].get("holderIdentity") for lease in held), (
-                "a's Lease given up"
-            )
+            yield Site(a, b, ka, kb, path, ipvs, runtime)
         finally:
             runtime.stop()
+
+
+def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
+    with site(tmp_path) as (a, b, ka, kb, path, ipvs, runtime):
+        a.create("services", service("web", PORTS))
+        (vip_a,) = eventually(lambda: ingress(a, "web"), what="a's status")
+        eventually(lambda: vs_of(ipvs, vip_a), what="a's virtual service")
+        watching_a = list(runtime.served.watchers)
+        b.create("services", service("api", PORTS))  # before b is served
+
+        path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + _entry("b", kb))
+        assert runtime.reload(str(path)) == (
+            "applied",
+            "added=0 removed=0 changed=0; clusters added: b",
+        )
+        (vip_b,) = eventually(lambda: ingress(b, "api"), what="b's status, after the reload")
+        assert vip_b == "198.51.100.8"
+        eventually(lambda: vs_of(ipvs, vip_b), what="b's virtual service")
+        eventually(lambda: runtime.controller.health.leaders == {"a": True, "b": True})
+        assert all(w in runtime.served.watchers for w in watching_a), "a's watches kept"
+        assert all(w._thread.is_alive() for w in watching_a)
+
+        # a changed entry of a cluster still served: a restart's, refused whole
+        path.write_text(
+            POOLS + "clusters:\n" + _entry("a", ka, ", lease_name: other") + _entry("b", kb)
+        )
+        result, detail = runtime.reload(str(path))
+        assert result == "refused" and detail.startswith("clusters changed")
+
+        path.write_text(POOLS + "clusters:\n" + _entry("b", kb))
+        assert runtime.reload(str(path)) == (
+            "applied",
+            "added=0 removed=0 changed=0; clusters removed: a",
+        )
+        eventually(lambda: vs_of(ipvs, vip_a) is None, what="a's Service out of the kernel")
+        allocator = runtime.controller.addresses.allocator
+        assert allocator.users(ip_address(vip_a)) == (), "a's address released"
+        eventually(lambda: not any(w._thread.is_alive() for w in watching_a), timeout=10)
+        assert runtime.controller.health.leaders == {"b": True}
+        assert set(runtime.controller.health.connected) == {
+            "b/services",
+            "b/endpointslices",
+            "b/nodes",
+        }
+        assert vs_of(ipvs, vip_b) is not None, "b untouched"
+        # a late change in the removed cluster changes nothing
+        a.create("services", service("late", PORTS))
+        assert "a/default/late" not in runtime.controller.intake.snapshot.services
+        held = a.store.list("leases", None)["items"]
+        assert all(not lease["spec"].get("holderIdentity") for lease in held), "a's Lease given up"
 
 
 def test_a_cluster_with_a_nodeport_vip_comes_and_goes_by_reload(tmp_path: Path) -> None:
     """A cluster's NodePort VIP is the director's own address: it comes with the cluster on
     a reload (its node ports served there), and its services go with it."""
-    with FakeApiServer() as a, FakeApiServer() as b:
-        for api, address in ((a, "192.0.2.11"), (b, "192.0.2.21")):
-            api.create("nodes", node("n1", address))
-        ka, kb = a.kubeconfig(tmp_path / "a"), b.kubeconfig(tmp_path / "b")
-        path = tmp_path / "director.yaml"
+    with site(tmp_path) as (_a, b, ka, kb, path, ipvs, runtime):
+        b.create("services", service("np", PORTS, type="NodePort"))
+        node_port = b.get("services", "np")["spec"]["ports"][0]["nodePort"]
+        with_vip = _entry("b", kb, ", nodeport_vip: 192.0.2.50")
+        path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + with_vip)
+        result, detail = runtime.reload(str(path))
+        assert (result, detail) == ("applied", "added=0 removed=0 changed=0; clusters added: b")
+        vs = eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port), what="b's node port")
+        assert {dest[0] for dest in vs.real_servers} == {"192.0.2.21"}
         path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
-        ipvs = FakeIpvs()
-        runtime = Runtime(load_config(path), ipvs).start()
-        try:
-            assert runtime.wait_ready(20)
-            b.create("services", service("np", PORTS, type="NodePort"))
-            node_port = b.get("services", "np")["spec"]["ports"][0]["nodePort"]
-            with_vip = _entry("b", kb, ", nodeport_vip: 192.0.2.50")
-            path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + with_vip)
-            result, detail = runtime.reload(str(path))
-            assert (result, detail) == ("applied", "added=0 removed=0 changed=0; clusters added: b")
-            vs = eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port), what="b's node port")
-            assert {dest[0] for dest in vs.real_servers} == {"192.0.2.21"}
-            path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
-            assert runtime.reload(str(path))[0] == "applied"
-            eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port) is None, what="gone with b")
-        finally:
-            runtime.stop()
+        assert runtime.reload(str(path))[0] == "applied"
+        eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port) is None, what="gone with b")
 
 
 def test_a_static_box_takes_its_first_cluster_by_reload(tmp_path: Path) -> None:
@@ -149,29 +159,18 @@ def test_a_reload_that_would_take_a_pool_holding_a_clusters_addresses_is_refused
     lists one of them takes it away. Where the first cluster's Services hold addresses
     there, the reload is refused (moving live addresses is a restart's); elsewhere it is
     taken."""
-    with FakeApiServer() as a, FakeApiServer() as b:
-        a.create("nodes", node("n1", "192.0.2.11"))
-        b.create("nodes", node("n1", "192.0.2.21"))
-        ka, kb = a.kubeconfig(tmp_path / "a"), b.kubeconfig(tmp_path / "b")
-        first = f"  - {{name: a, kubeconfig: {ka}, identity: edge, lease_seconds: 2}}\n"
-        path = tmp_path / "director.yaml"
-        path.write_text(POOLS + "clusters:\n" + first)
-        ipvs = FakeIpvs()
-        runtime = Runtime(load_config(path), ipvs).start()
-        try:
-            assert runtime.wait_ready(20)
-            a.create("services", service("web", PORTS))
-            assert eventually(lambda: ingress(a, "web")) == ["198.51.100.0"]  # pool a
-            path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb).replace("[b]", "[a]"))
-            result, detail = runtime.reload(str(path))
-            assert result == "refused"
-            assert detail == (
-                "cluster 'a' would lose pool 'a', where its Services hold addresses "
-                "(a/default/web); restart to move them"
-            )
-            assert ingress(a, "web") == ["198.51.100.0"]
-            path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb))
-            assert runtime.reload(str(path))[0] == "applied"
-            assert ingress(a, "web") == ["198.51.100.0"] and vs_of(ipvs, "198.51.100.0")
-        finally:
-            runtime.stop()
+    with site(tmp_path, listing=False) as (a, _b, ka, kb, path, ipvs, runtime):
+        first = _entry("a", ka, listing=False)
+        a.create("services", service("web", PORTS))
+        assert eventually(lambda: ingress(a, "web")) == ["198.51.100.0"]  # pool a
+        path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb).replace("[b]", "[a]"))
+        result, detail = runtime.reload(str(path))
+        assert result == "refused"
+        assert detail == (
+            "cluster 'a' would lose pool 'a', where its Services hold addresses "
+            "(a/default/web); restart to move them"
+        )
+        assert ingress(a, "web") == ["198.51.100.0"]
+        path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb))
+        assert runtime.reload(str(path))[0] == "applied"
+        assert ingress(a, "web") == ["198.51.100.0"] and vs_of(ipvs, "198.51.100.0")
