@@ -144,7 +144,7 @@ class DirectorCollector(Collector):
                 "1 when this director holds the status-writing Lease (of every cluster).",
                 value=1 if view.status.leader else 0,
             )
-            named = {r.partition("/")[0] for r in health.connected if "/" in r}
+            named = health.clusters_connected()
             if named:  # several clusters (clusters:): each one's
                 leads = GaugeMetricFamily(
                     "director_cluster_leader",
@@ -156,10 +156,9 @@ class DirectorCollector(Collector):
                     "1 when every watch of the cluster's API is connected.",
                     labels=["cluster"],
                 )
-                for name in sorted(named):
+                for name, connected in sorted(named.items()):
                     leads.add_metric([name], 1 if health.leaders.get(name) else 0)
-                    states = [v for r, v in health.connected.items() if r.startswith(name + "/")]
-                    up.add_metric([name], 1 if all(states) else 0)
+                    up.add_metric([name], 1 if connected else 0)
                 yield leads
                 yield up
         yield CounterMetricFamily(

@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from director.cli import wiring
+from director.core.cluster import split_resource
 from director.engine.loop import Controller
 from director.schema.config import Settings
 
@@ -51,10 +52,13 @@ class Served:
     def change(self, settings: Settings, made: list[wiring.Cluster], removed: list[str]) -> None:
         """The loop took a file whose clusters came or went: the removed ones' watches and
         Leases stopped (each Lease given up), the added ones' started."""
-        gone = tuple(f"{name}/" for name in removed)
         leases = {f"lease/{name}" for name in removed}
+
+        def gone(watcher: Watcher) -> bool:
+            return split_resource(watcher.resource.name)[0] in removed
+
         for watcher in self.watchers:
-            if watcher.resource.name.startswith(gone):
+            if gone(watcher):
                 watcher.stop()
         for elector in self.electors:
             if elector.owned in leases:
@@ -63,9 +67,6 @@ class Served:
             settings, made, self.controller, dry_run=self.dry_run, watch_seconds=self.watch_seconds
         )
         # one assignment each: the watchdog reads the lists from its own thread
-        self.watchers = [
-            *(w for w in self.watchers if not w.resource.name.startswith(gone)),
-            *added.watchers,
-        ]
+        self.watchers = [*(w for w in self.watchers if not gone(w)), *added.watchers]
         self.electors = [*(e for e in self.electors if e.owned not in leases), *added.electors]
         added.start()

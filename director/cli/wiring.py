@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from director.adapters.lease import Elector
 from director.cli.preflight import read_token
 from director.core.announce import PeerState
+from director.core.cluster import resource_name
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
 from director.core.owned import Ledger
@@ -153,7 +154,7 @@ def watchers(served: list[Cluster], submit: Handler, watch_seconds: int) -> list
     out: list[Watcher] = []
     for one in served:
         for resource in RESOURCES:
-            named = Resource(f"{one.name}/{resource.name}", resource.path) if one.name else resource
+            named = Resource(resource_name(one.name, resource.name), resource.path)
             parse = partial(parsers[resource.name], cluster=one.name) if one.name else None
             out.append(
                 Watcher(

@@ -69,6 +69,17 @@ def service_ref(cluster: str, namespace: str, name: str) -> str:
     return sys.intern(text)
 
 
+def resource_name(cluster: str, kind: str) -> str:
+    """A watched resource's name: ``services``, or ``prod/services`` for a named cluster."""
+    return f"{cluster}/{kind}" if cluster else kind
+
+
+def split_resource(resource: str) -> tuple[str, str]:
+    """(cluster, kind) of a watched resource's name ("" for the one cluster's)."""
+    cluster, _, kind = resource.rpartition("/")
+    return cluster, kind
+
+
 def split_ref(ref: str) -> tuple[str, str, str]:
     """(cluster, namespace, name) of a Service's reference ("" for the one cluster's)."""
     parts = ref.split("/", 2)

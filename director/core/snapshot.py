@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
+from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo, resource_name, split_resource
 
 ALL = "*"  # "every Service" in a dirty set
 RELIST_STEP = 1000  # objects of one list taken in per step (each cluster's, in turn)
@@ -32,11 +32,11 @@ class _Relist:
 
     @property
     def cluster(self) -> str:
-        return self.resource.rpartition("/")[0]
+        return split_resource(self.resource)[0]
 
     @property
     def kind(self) -> str:
-        return self.resource.rpartition("/")[2]
+        return split_resource(self.resource)[1]
 
 
 def _key(info: Info) -> str:
@@ -51,7 +51,7 @@ def _resource_of(info: Info) -> str:
         if isinstance(info, SliceInfo)
         else "nodes"
     )
-    return f"{info.cluster}/{kind}" if info.cluster else kind
+    return resource_name(info.cluster, kind)
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Snapshot:
         """One watch event; the Services it touches. During a relist of its resource, the
         event is newer than the list: the list's copy of the object is passed over."""
         deleted = kind == "DELETED"
-        relist = self.relists.get(_resource_of(info))
+        relist = self.relists.get(_resource_of(info)) if self.relists else None
         if relist is not None:
             relist.newer.add(_key(info))
         if isinstance(info, ServiceInfo):
@@ -189,9 +189,8 @@ class Snapshot:
         for ref in [r for r, s in self.slices.items() if s.cluster == cluster]:
             self._slice(ref, None)
         self.cluster_nodes.pop(cluster, None)
-        prefix = f"{cluster}/"
-        self.listed = {r for r in self.listed if not r.startswith(prefix)}
-        for resource in [r for r in self.relists if r.startswith(prefix)]:
+        self.listed = {r for r in self.listed if split_resource(r)[0] != cluster}
+        for resource in [r for r in self.relists if split_resource(r)[0] == cluster]:
             del self.relists[resource]
         return gone
 

@@ -11,6 +11,7 @@ import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 
+from director.core.cluster import split_resource
 from director.core.ipam import Allocator
 from director.core.ownership import Ownership
 from director.engine.events import Event
@@ -111,8 +112,9 @@ def apply(
         gone = snapshot.drop(name)
         dirty |= gone
         reporter.remove(name)
-        for resource in [r for r in intake.status.connected if r.startswith(f"{name}/")]:
-            del intake.status.connected[resource]
+        connected = intake.status.connected
+        for resource in [r for r in connected if split_resource(r)[0] == name]:
+            del connected[resource]
         event(
             log,
             "cluster.removed",

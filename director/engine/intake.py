@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from director.core.cluster import resource_name, split_resource
 from director.core.snapshot import RELIST_STEP, Snapshot
 from director.engine.events import Event, Listed, ObjectChanged, WatchState
 from director.engine.view import LoopStatus
@@ -28,11 +29,7 @@ def served_clusters(settings: Settings) -> set[str] | None:
 def required_resources(settings: Settings) -> set[str]:
     """What must be listed before the first sync: each resource of each cluster
     (``services``, or ``prod/services`` for a named cluster)."""
-    return {
-        f"{kube.cluster}/{name}" if kube.cluster else name
-        for kube in settings.served
-        for name in RESOURCES
-    }
+    return {resource_name(kube.cluster, kind) for kube in settings.served for kind in RESOURCES}
 
 
 class Intake:
@@ -68,19 +65,20 @@ class Intake:
 
     def absorb(self, ev: ClusterEvent) -> set[str]:
         """Fold one cluster event in; return the Services it touches."""
-        if self.clusters is not None and ev.resource.rpartition("/")[0] not in self.clusters:
+        cluster, kind = split_resource(ev.resource)
+        if self.clusters is not None and cluster not in self.clusters:
             return set()  # a cluster no longer served (its watcher's last words)
         match ev:
             case WatchState(resource, connected, reason):
                 self._watch_state(resource, connected, reason)
             case Listed(resource, objs):
-                if resource.rpartition("/")[2] == "nodes":
+                if kind == "nodes":
                     self._check_nodes(objs, False)
                 self.snapshot.begin(resource, objs)  # taken in by advance(), a part a step
-            case ObjectChanged(resource, kind, obj):
-                if resource.rpartition("/")[2] == "nodes":
-                    self._check_nodes([obj], kind == "DELETED")
-                return self.snapshot.apply(kind, obj)
+            case ObjectChanged(resource, change, obj):
+                if kind == "nodes":
+                    self._check_nodes([obj], change == "DELETED")
+                return self.snapshot.apply(change, obj)
         return set()
 
     def _watch_state(self, resource: str, connected: bool, reason: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, overload
 
 from director.core.announce import Route
 from director.core.checks import Target
-from director.core.cluster import ServiceInfo
+from director.core.cluster import ServiceInfo, split_resource
 from director.core.intents import Intents
 from director.core.model import DestKey, ServiceKey
 from director.core.options import Options
@@ -147,6 +147,15 @@ class LoopStatus:
     def leader(self) -> bool:
         """Holds the status Lease of every cluster served."""
         return bool(self.leaders) and all(self.leaders.values())
+
+    def clusters_connected(self) -> dict[str, bool]:
+        """Each named cluster whose watches reported: every one of them connected."""
+        out: dict[str, bool] = {}
+        for resource, up in self.connected.items():
+            cluster, _ = split_resource(resource)
+            if cluster:
+                out[cluster] = out.get(cluster, True) and up
+        return out
 
     @property
     def kubernetes_connected(self) -> bool:

@@ -240,14 +240,9 @@ def _kubernetes(ctx: ApiContext, view: LoopView) -> replies.Kubernetes:
     }
     named = [k.cluster for k in ctx.loop.settings.served if k.cluster]
     if named:
+        connected = h.clusters_connected()
         out["clusters"] = {
-            name: {
-                "connected": all(
-                    up for resource, up in h.connected.items() if resource.startswith(name + "/")
-                )
-                and any(resource.startswith(name + "/") for resource in h.connected),
-                "leader": h.leaders.get(name, False),
-            }
+            name: {"connected": connected.get(name, False), "leader": h.leaders.get(name, False)}
             for name in named
         }
     return out

@@ -67,3 +67,16 @@ def test_a_node_is_usable_only_while_ready_not_excluded_and_not_going() -> None:
     assert not NodeInfo("n1", ("192.0.2.11",), False, False, False).usable
     assert not NodeInfo("n1", ("192.0.2.11",), True, True, False).usable
     assert not NodeInfo("n1", ("192.0.2.11",), True, False, True).usable
+
+
+def test_a_watched_resources_name_says_its_cluster() -> None:
+    """``services`` is the one cluster's; ``prod/services`` is cluster prod's."""
+    from director.core.cluster import resource_name, split_resource
+
+    assert resource_name("", "services") == "services"
+    assert resource_name("prod", "nodes") == "prod/nodes"
+    for cluster in ("", "prod"):
+        assert split_resource(resource_name(cluster, "endpointslices")) == (
+            cluster,
+            "endpointslices",
+        )

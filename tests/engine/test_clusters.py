@@ -229,3 +229,21 @@ def test_only_whole_clusters_come_and_go_on_a_reload() -> None:
     assert not reloadable(two, config(a + ", lease_seconds: 5", b))
     single = parse_config(pools + "kubernetes: {kubeconfig: /k/a}\n")
     assert not reloadable(single, one) and not reloadable(one, single)
+
+
+def test_status_and_lease_changed_behind_its_back_are_put_right_in_their_own_cluster(
+    site: Site,
+) -> None:
+    """Someone rewrites a Service's status in cluster b and deletes b's Lease: the director
+    writes b's status back and takes b's Lease again; cluster a is not written to."""
+    site.b.create("services", service("web", PORTS))
+    (vip,) = eventually(lambda: ingress(site.b, "web"), what="b's status")
+    writes_in_a = len(site.a.store.writes)
+    wrong = {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.99"}]}}}
+    site.b.patch("services", "web", wrong, subresource="status")
+    eventually(lambda: ingress(site.b, "web") == [vip], what="b's status put right")
+    lease = site.b.store.list("leases", None)["items"][0]["metadata"]
+    site.b.store.delete("leases", lease["namespace"], lease["name"])
+    eventually(lambda: site.b.store.list("leases", None)["items"], what="b's Lease taken again")
+    statuses_in_a = [w for w in site.a.store.writes[writes_in_a:] if "/status" in w]
+    assert statuses_in_a == []
