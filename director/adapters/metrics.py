@@ -195,15 +195,17 @@ class DirectorCollector(Collector):
             'director_owned_failures{resource="nftables"}).',
             value=nft.failures if nft is not None else 0,
         )
+        # A box with clusters: labels each cluster's writes; one with kubernetes: as before.
+        named = any(health.leaders) or any(key[0] for key in health.write_errors)
         writes = CounterMetricFamily(
             "director_cluster_write_errors",
             "Service status and Event writes the API server refused or did not answer, by "
             "HTTP status (unreachable: no answer). 400, 403, 404, 405, 410 and 422 drop the "
-            "write; the others are retried.",
-            labels=["verb", "resource", "code"],
+            "write; the others are retried. With clusters:, by cluster.",
+            labels=["verb", "resource", "code", *(["cluster"] if named else [])],
         )
-        for (verb, resource, code), count in sorted(health.write_errors.items()):
-            writes.add_metric([verb, resource, code], count)
+        for (cluster, verb, resource, code), count in sorted(health.write_errors.items()):
+            writes.add_metric([verb, resource, code, *([cluster] if named else [])], count)
         yield writes
 
     def _dropped(self, view: LoopView) -> Metric:

@@ -133,7 +133,9 @@ def clusters(
                 f"{where or 'the pod service account'}: {exc}"
             ) from None
         kube_api.api.configuration.retries = False  # the watchers have their own backoff
-        out.append(Cluster(kube.cluster, kube_api, KubeWriter(kube_api, COMPONENT, kube.identity)))
+        # Events name the cluster as this director knows it: "From lvs-director/prod".
+        component = f"{COMPONENT}/{kube.cluster}" if kube.cluster else COMPONENT
+        out.append(Cluster(kube.cluster, kube_api, KubeWriter(kube_api, component, kube.identity)))
     return out
 
 

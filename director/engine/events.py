@@ -119,6 +119,7 @@ class WriteFailed:
     resource: str  # services/status | events
     code: str  # the HTTP status, or "unreachable"
     dropped: bool  # refused for good (not retried)
+    cluster: str = ""  # whose API server (clusters:); "" for kubernetes:
 
 
 Event = (

@@ -58,8 +58,10 @@ class Outbox:
         writer: ClusterWriter,
         on_error: Callable[[WriteFailed], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cluster: str = "",
     ) -> None:
         self.writer, self.on_error, self._clock = writer, on_error, clock
+        self.cluster = cluster  # named in its logs, its threads and its WriteFailed
         self._pending: dict[tuple[str, ...], _Write] = {}
         # Two queues of (due, seq, target): status first, then Events. Entries replaced by
         # a later write stay in the heap and are skipped when they come up (their seq).
@@ -77,7 +79,10 @@ class Outbox:
         lanes = enumerate(("status", "events"))  # queue 0, queue 1
         self.threads = [
             threading.Thread(
-                target=self._run, args=(index,), name=f"cluster-writer-{lane}", daemon=True
+                target=self._run,
+                args=(index,),
+                name=f"cluster-writer-{lane}" + (f"-{cluster}" if cluster else ""),
+                daemon=True,
             )
             for index, lane in lanes
         ]
@@ -115,13 +120,17 @@ class Outbox:
             log,
             "kube.write_dropped",
             level=logging.WARNING,
-            target="/".join(target),
+            target=self._where(target),
             code=code,
             reason=reason,
         )
         if self.on_error is not None:
             verb, resource = KINDS.get(target[0], ("write", target[0]))
-            self.on_error(WriteFailed(verb, resource, code, True))
+            self.on_error(WriteFailed(verb, resource, code, True, self.cluster))
+
+    def _where(self, target: tuple[str, ...]) -> str:
+        """The target as logged: ``status/ns/name``, its cluster first when named."""
+        return "/".join((self.cluster, *target) if self.cluster else target)
 
     def close(self) -> None:
         with self._cv:
@@ -206,7 +215,7 @@ class Outbox:
                 if server:
                     self._paused[index] = entry.due
                 self._push(target, entry)
-        where = "/".join(target)
+        where = self._where(target)
         if dropped:  # a Service deleted meanwhile (404, 410) is no news
             level = logging.INFO if status in (404, 410) else logging.WARNING
             event(log, "kube.write_dropped", level=level, target=where, code=code, reason=reason)
@@ -221,7 +230,7 @@ class Outbox:
                 retry_in=f"{wait:.1f}s" if current else "-",
             )
         if self.on_error is not None:
-            self.on_error(WriteFailed(verb, resource, code, dropped))
+            self.on_error(WriteFailed(verb, resource, code, dropped, self.cluster))
 
 
 def _queue(target: tuple[str, ...]) -> int:

@@ -33,7 +33,7 @@ def outboxes(
     if writer is None:
         return {}
     writers = writer if isinstance(writer, Mapping) else {"": writer}
-    return {cluster: Outbox(w, on_error) for cluster, w in writers.items()}
+    return {cluster: Outbox(w, on_error, cluster=cluster) for cluster, w in writers.items()}
 
 
 def _cluster_of(topics: dict[str, Pending]) -> str:
@@ -113,7 +113,7 @@ class Reporter:
                 event(log, "lease.refused", level=level, reason=ev.reason or "-")
             self.lease_refused = ev.reason
             return
-        errors, labels = self.status.write_errors, (ev.verb, ev.resource, ev.code)
+        errors, labels = self.status.write_errors, (ev.cluster, ev.verb, ev.resource, ev.code)
         errors[labels] = errors.get(labels, 0) + 1
 
     def forget(self, ref: str) -> None:

@@ -137,8 +137,8 @@ class LoopStatus:
     drift_ops: int = 0  # operations a periodic full resync had to apply (the kernel drifted)
     loop_errors: int = 0  # unexpected exceptions in a step, survived
     refused: dict[str, int] = field(default_factory=dict)  # resource -> objects refused
-    # (verb, resource, code) -> cluster writes that failed (retried or dropped)
-    write_errors: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # (cluster, verb, resource, code) -> cluster writes that failed (retried or dropped)
+    write_errors: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
     # Every owned resource's state: one live ledger, shared by the copies (its keepers run
     # on their own threads and write to it as they go).
     owned: Ledger = field(default_factory=Ledger)

@@ -103,6 +103,9 @@ def test_a_requested_address_clash_is_refused_in_the_later_cluster(site: Site) -
     event = next(e for e in site.b.events_for("later") if e["reason"] == "AddressRefused")
     assert event["type"] == "Warning"
     assert "198.51.100.8 is already used by a/default/first" in event["message"]
+    # its source names the cluster as the director knows it
+    assert event["source"] == {"component": "lvs-director/b", "host": "edge-1"}
+    assert event["reportingComponent"] == "lvs-director/b"
     assert ingress(site.b, "later") == [] and ingress(site.a, "first") == ["198.51.100.8"]
     assert site.real_servers("198.51.100.8") == {A_NODE}
     # b's own pool is refused by name to a

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from director.adapters.metrics import Metrics
 from director.core.cluster_parse import service_from_json
 from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs
@@ -13,6 +18,7 @@ from director.engine.view import LoopStatus
 from director.schema.config import parse_config
 from lab.kubeapi import service
 from lab.wait import eventually
+from tests.engine.test_outbox import Refusing
 from tests.enginelab import Writer
 
 
@@ -39,6 +45,12 @@ def test_a_follower_keeps_its_events_and_the_new_leader_sends_what_is_still_true
         outbox.close()
 
 
+def _scrape(controller: Controller) -> str:
+    metrics = Metrics()
+    metrics.serve(controller.door(), None, lambda: None)
+    return generate_latest(metrics.registry).decode()
+
+
 def test_write_failures_reach_the_metrics_through_the_loop() -> None:
     status = LoopStatus()
     reporter = Reporter(None, status, dry_run=False)
@@ -47,11 +59,49 @@ def test_write_failures_reach_the_metrics_through_the_loop() -> None:
     ]:
         reporter.absorb(failed)
     assert status.write_errors == {
-        ("create", "events", "403"): 2,
-        ("patch", "services/status", "unreachable"): 1,
+        ("", "create", "events", "403"): 2,
+        ("", "patch", "services/status", "unreachable"): 1,
     }
     assert status.copy(synced=True).write_errors is not status.write_errors
     controller = Controller(FakeIpvs(), parse_config("ownership: {networks: [10.0.0.0/8]}\n"))
     controller.post(WriteFailed("patch", "services/status", "500", False))
     controller.step(0.01)
-    assert controller.exports.view.status.write_errors == {("patch", "services/status", "500"): 1}
+    assert controller.exports.view.status.write_errors == {
+        ("", "patch", "services/status", "500"): 1
+    }
+    # one cluster (kubernetes:): the series as they always were, no cluster label
+    assert (
+        'director_cluster_write_errors_total{code="500",resource="services/status",verb="patch"}'
+        " 1.0" in _scrape(controller)
+    )
+
+
+def test_with_several_clusters_write_failures_are_counted_per_cluster(tmp_path: Path) -> None:
+    """Which cluster's API server refuses the director's writes (its RBAC, its webhook) is
+    what the operator needs to know first."""
+    (tmp_path / "a").write_text("")
+    (tmp_path / "b").write_text("")
+    text = f"""
+pools: [{{name: p, addresses: [198.51.100.0/30]}}]
+clusters:
+  - {{name: a, kubeconfig: {tmp_path / "a"}}}
+  - {{name: b, kubeconfig: {tmp_path / "b"}}}
+"""
+    controller = Controller(FakeIpvs(), parse_config(text), dry_run=False)
+    outbox = Outbox(Refusing(), controller.post, cluster="b")
+    try:
+        outbox.put(
+            ("event", "terminating/old", "Refused", "x"),
+            lambda: outbox.writer.event(
+                "terminating", "old", "u1", kind="Warning", reason="Refused", message="x"
+            ),
+        )
+        eventually(outbox.idle, what="the refused write")
+    finally:
+        outbox.close()
+    controller.step(0.01)
+    scrape = _scrape(controller)
+    assert (
+        'director_cluster_write_errors_total{cluster="b",code="403",resource="events",'
+        'verb="create"} 1.0' in scrape
+    )
