@@ -206,7 +206,10 @@ def serve(services: int, port_file: Path, net: int = 18) -> None:
     """Child process: the stand-in, populated as a cluster would be (each object written by
     its manager, so each carries the managedFields kube-apiserver keeps), until stdin
     closes. ``net``: the Services' addresses in status are 198.NET.x.y. A line ``gone`` on
-    stdin expires every watch (each client relists)."""
+    stdin expires every watch (each client relists); ``change I GEN`` replaces one endpoint
+    of Service I, as the EndpointSlice controller does, and answers on stdout with the
+    monotonic time just before the write (the clock ``time.perf_counter`` reads in every
+    process: where the bench's event-to-kernel starts)."""
     from lab.kubeapi import FakeApiServer
 
     server = FakeApiServer(token=TOKEN)
@@ -233,8 +236,20 @@ def serve(services: int, port_file: Path, net: int = 18) -> None:
     port_file.with_suffix(".new").write_text(str(server.port))
     port_file.with_suffix(".new").rename(port_file)
     for line in sys.stdin:
-        if line.strip() == "gone":
+        words = line.split()
+        if words == ["gone"]:
             server.expire_watches()
+        elif words[:1] == ["change"]:
+            i, generation = int(words[1]), int(words[2])
+            started = time.perf_counter()
+            store.patch(
+                "endpointslices",
+                "default",
+                f"{_name(i)}-x",
+                {"endpoints": _endpoints(i, generation)},
+                manager="kube-controller-manager",
+            )
+            print(repr(started), flush=True)
     server.stop()
 
 

@@ -364,6 +364,125 @@ def failover_demo() -> None:
         lab.close()
 
 
+def clusters_pair_demo() -> None:
+    """Two clusters served by one pair (real keepalived): each cluster elects its status
+    writer on its own, both clusters' Services go through the VRRP master, a kill -9 of the
+    master's keepalived keeps both clusters' connections, and when the master's director
+    stops the survivor writes status in both."""
+    import tempfile
+
+    from lab.ha import NAT_PORT, Talkers, build_ha_lab, kill_keepalived, start_director
+    from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
+    from lab.wait import wait_for
+
+    banner("Two clusters, one pair of directors (clusters: and ha:)")
+    work = Path(tempfile.mkdtemp())
+    lab = build_ha_lab("demo-cp", work)
+    apis = {name: FakeApiServer().start() for name in ("prod", "staging")}
+    try:
+        for api in apis.values():
+            for index, backend in enumerate(lab.backends, 1):
+                api.create("nodes", node(f"node{index}", backend.ipv4))
+        entries = "".join(
+            f"  - {{name: {name}, kubeconfig: {api.kubeconfig(work / f'kc-{name}')}, "
+            f"lease_seconds: 3, pools: [{name}]}}\n"
+            for name, api in apis.items()
+        )
+        body = (
+            "pools:\n"
+            "  - {name: prod, addresses: [203.0.113.104-203.0.113.105]}\n"
+            "  - {name: staging, addresses: [203.0.113.106-203.0.113.107]}\n"
+            f"clusters:\n{entries}"
+        )
+        ports = [("http", "TCP", NAT_PORT)]
+
+        def create(cluster: str, name: str) -> None:
+            obj = service(
+                name, [("http", "TCP", 80)], annotations={"lvs-director.io/backends": "pod"}
+            )
+            obj["spec"]["ports"][0]["targetPort"] = NAT_PORT
+            apis[cluster].create("services", obj)
+            rows = [(be.ipv4, None, True, False) for be in lab.backends]
+            apis[cluster].create("endpointslices", endpoint_slice(name, rows, ports))
+
+        def address(cluster: str, name: str) -> str:
+            def ingress() -> list[dict[str, str]] | None:
+                status = apis[cluster].get("services", name)["status"]["loadBalancer"]
+                return status.get("ingress")  # type: ignore[no-any-return]
+
+            found = wait_for(ingress, 30)
+            check(found is not None, f"{cluster}/default/{name} got an address")
+            return str((ingress() or [{"ip": "-"}])[0]["ip"])
+
+        d1, d2 = lab.directors
+        for d in (d1, d2):
+            # each box names itself in each cluster's Lease (identity: the host name)
+            named = body.replace("lease_seconds: 3,", f"lease_seconds: 3, identity: {d.name},")
+            start_director(lab, d, services=named)
+        create("prod", "web")
+        create("staging", "web")
+        vips = {cluster: address(cluster, "web") for cluster in apis}
+
+        def writers() -> dict[str, list[str]]:
+            """Each cluster's status writers (the holders of its Lease)."""
+            return {
+                c: [
+                    d.name
+                    for d in (d1, d2)
+                    if d.runtime and d.runtime.controller.health.leaders.get(c)
+                ]
+                for c in apis
+            }
+
+        wait_for(lambda: all(len(w) == 1 for w in writers().values()), 15)
+        wait_for(lambda: all(d1.has(v) for v in vips.values()), 30)
+        for d in (d1, d2):
+            assert d.runtime is not None
+            health = d.runtime.controller.health
+            held = " ".join(v for v in vips.values() if d.has(v)) or "-"
+            leads = ", ".join(f"{c}={'yes' if on else 'no'}" for c, on in health.leaders.items())
+            print(f"{d.name}: VRRP {health.vrrp_state:<7} VIPs {held:<29} status writer: {leads}")
+        check(all(len(w) == 1 for w in writers().values()), "one status writer in each cluster")
+        talkers = {c: Talkers(lab, vip, count=20, period=0.1) for c, vip in vips.items()}
+        wait_for(lambda: all(t.answered >= 200 for t in talkers.values()), 30)
+        for cluster, vip in vips.items():
+            print(f"{cluster}/default/web {vip}:80: 20 connections, asking every 100 ms")
+        print("kill -9 keepalived on d1 (the master) ...")
+        kill_keepalived(d1)
+        held = wait_for(lambda: all(d2.has(v) for v in vips.values()), 10)
+        check(held is not None, "d2 took both clusters' VIPs")
+        print(f"d2 holds both clusters' VIPs after {held or 0:.2f}s")
+        before = {c: t.answered for c, t in talkers.items()}
+        wait_for(lambda: all(t.answered >= before[c] + 200 for c, t in talkers.items()), 30)
+        for cluster, t in talkers.items():
+            print(f"{cluster}: connections alive {t.alive}/20, requests failed {t.failed}")
+            check(t.alive == 20 and t.failed == 0, f"{cluster}'s connections kept, 0 failed")
+            t.close()
+        writer = d1 if writers()["staging"] == ["d1"] else d2
+        other = d2 if writer is d1 else d1
+        print(f"{writer.name}, staging's writer, stops (systemctl stop: it gives its Leases up)")
+        assert writer.runtime is not None
+        writer.runtime.stop()
+        writer.runtime = None
+        started = time.monotonic()
+        create("staging", "new")
+        fresh = address("staging", "new")
+        took = time.monotonic() - started
+        assert other.runtime is not None
+        wait_for(lambda: all(other.runtime.controller.health.leaders.values()), 15)  # type: ignore[union-attr]
+        leads = other.runtime.controller.health.leaders
+        print(
+            f"staging/default/new: {fresh}, its status written by {other.name} "
+            f"{took:.1f}s after the Service was made; {other.name} now writes in "
+            + ", ".join(c for c, on in leads.items() if on)
+        )
+        check(all(leads.values()), f"{other.name} writes status in both clusters")
+    finally:
+        lab.close()
+        for api in apis.values():
+            api.stop()
+
+
 def scale_out_demo() -> None:
     """Three active directors behind a router (FRR, ECMP, BFD): the spread, one killed,
     connections kept."""
@@ -526,6 +645,7 @@ def main() -> None:
     finally:
         lab.close()
     failover_demo()
+    clusters_pair_demo()
     scale_out_demo()
     if FAILED:
         banner(f"the demo showed {len(FAILED)} thing(s) that are not as they should be")

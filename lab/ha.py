@@ -238,9 +238,12 @@ def director_config(
     *,
     fullnat: bool = False,
     conntrackd: bool = False,
+    services: str | None = None,
 ) -> str:
     """``fullnat``: a full-NAT service on FULLNAT_VIP whose SNAT address is the floating
-    GATEWAY; ``conntrackd``: its settings (primary-backup over the back network)."""
+    GATEWAY; ``conntrackd``: its settings (primary-backup over the back network);
+    ``services``: what the director serves instead of the static web-nat and web-dr (pools
+    and clusters, say)."""
     peer = next(o for o in lab.directors if o is not d)
     nat = ", ".join(f"{be.ipv4}:{NAT_PORT}" for be in lab.backends)
     dr = ", ".join(f"{{address: {be.ipv4}, port: 80, forwarding: dr}}" for be in lab.backends)
@@ -259,12 +262,14 @@ def director_config(
     config_file: {d.workdir / "conntrackd.conf"}
     socket: {d.workdir / "conntrackd.sock"}
     lock_file: {d.workdir / "conntrackd.lock"}"""
-    return f"""
-ownership: {{networks: [203.0.113.96/28]}}
-services:
+    if services is None:
+        services = f"""services:
   - {{name: web-nat, address: {NAT_VIP}, port: 80, scheduler: rr, real_servers: [{nat}]}}
   - {{name: web-dr, address: {DR_VIP}, port: 80, scheduler: rr, real_servers: [{dr}]}}
-{full}
+{full}"""
+    return f"""
+ownership: {{networks: [203.0.113.96/28]}}
+{services}
 ha:
   interface: front
   router_id: {d.name}
@@ -297,10 +302,18 @@ def start_director(
     *,
     fullnat: bool = False,
     conntrackd: bool = False,
+    services: str | None = None,
 ) -> None:
     """The director (IPVS and keepalived.conf), then keepalived itself."""
     text = director_config(
-        lab, d, preempt_delay, advert_int, realtime, fullnat=fullnat, conntrackd=conntrackd
+        lab,
+        d,
+        preempt_delay,
+        advert_int,
+        realtime,
+        fullnat=fullnat,
+        conntrackd=conntrackd,
+        services=services,
     )
     settings = parse_config(text, f"{d.name}.yaml")
     d.ipvs = KernelIpvs(netns=d.ns.name)

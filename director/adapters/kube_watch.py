@@ -5,13 +5,11 @@ callback; it never touches IPVS, so an API outage changes nothing in the kernel.
 
 from __future__ import annotations
 
-import gc
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from director.adapters.kube import (
@@ -31,40 +29,6 @@ log = logging.getLogger("director.kube")
 
 PROBE_EVERY = 1.0  # seconds between looks at a server that stopped answering (jittered)
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled per failure up to backoff_max
-
-
-class _Collector:
-    """No automatic garbage collection while any list is read and parsed. A list of 10,000
-    objects makes hundreds of thousands of objects and no cycle; the collector walking them
-    as they piled up held every thread for 40-130 ms at a time, so another cluster's events
-    waited behind one cluster's relist. When the last list under way ends, what was made
-    meanwhile is collected once (the young generations: any cycle goes) and what survives
-    is frozen, as after the first sync: long-lived, and never walked again."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._listing = 0  # lists under way, in every watcher
-        self._collecting = False  # whether the collector ran before the first of them
-
-    @contextmanager
-    def quiet(self) -> Iterator[None]:
-        with self._lock:
-            if self._listing == 0:
-                self._collecting = gc.isenabled()
-                gc.disable()
-            self._listing += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._listing -= 1
-                if self._listing == 0 and self._collecting:
-                    gc.collect(1)
-                    gc.freeze()
-                    gc.enable()
-
-
-quiet_collector = _Collector().quiet
 
 
 class Watcher:
@@ -135,8 +99,7 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 if self.resource_version is None:
-                    with quiet_collector():
-                        items, rv = self.kube.list(self.resource, self.parse)
+                    items, rv = self.kube.list(self.resource, self.parse)
                     self.resource_version = rv
                     self._set_connected(True)
                     delay = BACKOFF_BASE  # the server answers: the next failure starts afresh

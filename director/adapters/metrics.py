@@ -28,7 +28,7 @@ from director.adapters.metrics_ipvs import SERVICE_LABELS, IpvsExposition, Scrap
 from director.core.owned import Failure
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
-from director.engine.view import LoopView
+from director.engine.view import LoopStatus, LoopView
 
 Registry = CollectorRegistry  # what the runtime hands to extra collectors
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
@@ -195,18 +195,7 @@ class DirectorCollector(Collector):
             'director_owned_failures{resource="nftables"}).',
             value=nft.failures if nft is not None else 0,
         )
-        # A box with clusters: labels each cluster's writes; one with kubernetes: as before.
-        named = any(health.leaders) or any(key[0] for key in health.write_errors)
-        writes = CounterMetricFamily(
-            "director_cluster_write_errors",
-            "Service status and Event writes the API server refused or did not answer, by "
-            "HTTP status (unreachable: no answer). 400, 403, 404, 405, 410 and 422 drop the "
-            "write; the others are retried. With clusters:, by cluster.",
-            labels=["verb", "resource", "code", *(["cluster"] if named else [])],
-        )
-        for (cluster, verb, resource, code), count in sorted(health.write_errors.items()):
-            writes.add_metric([verb, resource, code, *([cluster] if named else [])], count)
-        yield writes
+        yield _write_errors(health)
 
     def _dropped(self, view: LoopView) -> Metric:
         dropped = CounterMetricFamily(
@@ -344,3 +333,19 @@ class Metrics:
         self.registry.register(FrrCollector(frr))
         self.registry.register(ConntrackCollector(conntrack))
         return Scrape(self.registry, IpvsExposition(loop, reader))
+
+
+def _write_errors(health: LoopStatus) -> Metric:
+    """Cluster writes that failed; a box with clusters: labels each cluster's, one with
+    kubernetes: keeps the series it always had."""
+    by_cluster = any(health.leaders) or any(key[0] for key in health.write_errors)
+    writes = CounterMetricFamily(
+        "director_cluster_write_errors",
+        "Service status and Event writes the API server refused or did not answer, by "
+        "HTTP status (unreachable: no answer). 400, 403, 404, 405, 410 and 422 drop the "
+        "write; the others are retried. With clusters:, by cluster.",
+        labels=["verb", "resource", "code", *(["cluster"] if by_cluster else [])],
+    )
+    for (cluster, verb, resource, code), count in sorted(health.write_errors.items()):
+        writes.add_metric([verb, resource, code, *([cluster] if by_cluster else [])], count)
+    return writes

@@ -127,7 +127,9 @@ def apply(
         reporter.remove("")
     for name in added:
         writer = writers.get(name)
-        reporter.add(name, None if writer is None or dry_run else Outbox(writer, post, cluster=name))
+        reporter.add(
+            name, None if writer is None or dry_run else Outbox(writer, post, cluster=name)
+        )
         event(log, "cluster.added", cluster=name)
     before, policy = translator.policies, translator.policy
     translator.policies = {**build_policies(new, policy.schedulers), policy.cluster: policy}

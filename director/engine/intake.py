@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,8 @@ from director.schema.config import Settings
 
 log = logging.getLogger("director.controller")
 ClusterEvent = WatchState | Listed | ObjectChanged
+CLUSTER_EVENTS = (WatchState, Listed, ObjectChanged)
+EVENTS_STEP = 250  # watch events of one cluster taken in a step, at most
 RESOURCES = ("services", "endpointslices", "nodes")
 
 
@@ -42,17 +45,37 @@ class Intake:
         self.queue: queue.Queue[Event] = queue.Queue()
         self.snapshot = Snapshot()
         self._node_problems: dict[str, tuple[str, ...]] = {}
+        self._held: dict[str, deque[ClusterEvent]] = {}  # cluster -> its events held back
 
     def take(self, wait: float) -> list[Event]:
-        """A burst of events: the first within ``wait`` seconds, and all that came with it."""
-        batch: list[Event] = []
+        """A burst of events: the first within ``wait`` seconds (at once while some are held
+        back), and all that came with it, but at most ``EVENTS_STEP`` of each cluster's
+        watch events: the rest are held back for the next steps, each cluster's in its
+        order, so that one cluster's burst (thousands of EndpointSlices churned) does not
+        make another's events wait behind all of it."""
+        arrived: list[Event] = []
         try:
-            batch.append(self.queue.get(timeout=wait))
+            arrived.append(self.queue.get(timeout=0.0 if self._held else wait))
             while True:
-                batch.append(self.queue.get_nowait())
+                arrived.append(self.queue.get_nowait())
         except queue.Empty:
             pass
+        batch: list[Event] = []
+        for ev in arrived:
+            if isinstance(ev, CLUSTER_EVENTS):
+                self._held.setdefault(split_resource(ev.resource)[0], deque()).append(ev)
+            else:
+                batch.append(ev)
+        for cluster, lane in list(self._held.items()):
+            batch.extend(lane.popleft() for _ in range(min(EVENTS_STEP, len(lane))))
+            if not lane:
+                del self._held[cluster]
         return batch
+
+    @property
+    def holding(self) -> bool:
+        """Some cluster's watch events are held back for the next step."""
+        return bool(self._held)
 
     def advance(self) -> set[str]:
         """Take in the next part of each list under way (each cluster's in turn, at most

@@ -78,3 +78,37 @@ def test_a_watch_is_cut_at_once_but_never_after_its_connection_went_back_to_the_
     assert list(stream) == []
     stream.shutdown()
     assert ended.calls == ["release"], "a pooled connection is never cut"
+
+
+def test_a_lists_pages_are_sized_by_their_bytes_so_no_decoding_holds_the_others_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's JSON is decoded in one call no other thread can interrupt: pages of big
+    objects (EndpointSlices of many endpoints) get fewer objects, about PAGE_BYTES each,
+    and every object still comes, in order."""
+    import director.adapters.kube as kube_module
+    from director.adapters.kube import SERVICES, api_client
+    from lab.kubeapi import service
+
+    monkeypatch.setattr(kube_module, "PAGE_BYTES", 256 * 1024)
+    with FakeApiServer() as server:
+        for i in range(400):
+            big = service(f"s{i:03}", [("http", "TCP", 80)], annotations={"note": "x" * 4000})
+            server.create("services", big)
+        api = KubeApi(api_client(str(server.kubeconfig(tmp_path / "kc"))))
+        pages: list[tuple[int, int]] = []  # (limit asked, bytes answered)
+        send = api._send
+
+        def recorded(method: str, path: str, query: list[tuple[str, object]] | None, *a, **kw):  # type: ignore[no-untyped-def]
+            response = send(method, path, query, *a, **kw)
+            limit = dict(query or []).get("limit")
+            if limit is not None:
+                pages.append((int(str(limit)), len(response.data)))
+            return response
+
+        monkeypatch.setattr(api, "_send", recorded)
+        items, _ = api.list(SERVICES, lambda obj: obj["metadata"]["name"])
+    assert items == [f"s{i:03}" for i in range(400)]
+    assert pages[0][0] == kube_module.FIRST_PAGE  # about 450 KB: then sized down
+    assert all(30 < limit < 80 for limit, _ in pages[1:]), pages
+    assert all(size < 1.5 * 256 * 1024 for _, size in pages[1:-1]), pages

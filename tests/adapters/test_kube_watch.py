@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -154,46 +155,56 @@ def test_a_watch_the_server_answers_410_is_relisted_not_retried_from_the_same_ve
         watcher.stop()
 
 
-def test_no_collection_walks_a_list_as_it_is_parsed_and_its_survivors_are_frozen(
-    tmp_path: Path,
+def test_each_page_of_a_list_is_collected_once_and_its_survivors_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A relist of thousands of objects never runs the cyclic collector as they pile up
-    (its full passes held every thread, every cluster's events, for up to 135 ms); the
-    collector is back on when the last list under way ends, the survivors frozen."""
+    """A relist of thousands of objects is never walked whole by the cyclic collector (its
+    passes held every thread, every cluster's events, for up to 135 ms): each page's
+    objects are looked at once (any cycle goes, even one the collector promoted while the
+    page was parsed) and the survivors frozen, page by page; the collector stays on, so
+    other threads' cycles are still collected meanwhile."""
     import gc
 
+    import director.adapters.kube as kube_module
     from director.adapters.kube import SERVICES
-    from director.adapters.kube_watch import quiet_collector
     from lab.kubeapi import service
 
-    collections: list[int] = []
+    monkeypatch.setattr(kube_module, "FIRST_PAGE", 50)
+    explicit: list[int] = []
+    real_collect = gc.collect
 
-    def counted(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
+    def collect(generation: int = 2) -> int:  # the generation walked
+        explicit.append(generation)
+        return real_collect(generation)
 
     enabled: list[bool] = []
+    cycles_gone: list[bool] = []
 
     def parse(obj: dict[str, Any]) -> object:
         enabled.append(gc.isenabled())
-        return [dict(obj) for _ in range(50)]  # what a parse keeps: many young objects
+        # what a parse keeps (many young objects), and a cycle it leaves behind
+        looped: list[object] = []
+        looped.append(looped)
+        cycles_gone.append(False)
+        weakref.finalize(_Box(looped), cycles_gone.__setitem__, len(cycles_gone) - 1, True)
+        return [dict(obj) for _ in range(50)]
 
     with FakeApiServer() as api:
         for i in range(300):
             api.create("services", service(f"s{i}", [("http", "TCP", 80)]))
         kube = KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc"))))
         frozen = gc.get_freeze_count()
-        gc.callbacks.append(counted)
-        try:
-            with quiet_collector():  # another watcher's list under way meanwhile
-                watcher = Watcher(kube, SERVICES, lambda *a: None, parse)
-                with quiet_collector():
-                    items, _ = kube.list(SERVICES, watcher.parse, page=50)
-                assert not gc.isenabled(), "on again while another list is under way"
-            assert gc.isenabled()
-        finally:
-            gc.callbacks.remove(counted)
-            gc.enable()
-    assert len(items) == 300 and enabled == [False] * 300
-    assert collections == [1], "one collection of the young generations, at the end"
-    assert gc.get_freeze_count() > frozen + 300 * 50
+        monkeypatch.setattr(kube_module.gc, "collect", collect)
+        watcher = Watcher(kube, SERVICES, lambda *a: None, parse)
+        items, _ = kube.list(SERVICES, watcher.parse, page=50)
+    assert len(items) == 300 and enabled == [True] * 300
+    assert explicit == [2] * 6, "one collection a page"
+    assert gc.get_freeze_count() > frozen + 300 * 50, "the survivors are frozen"
+    assert all(cycles_gone), "a cycle made while parsing is collected, not frozen"
+
+
+class _Box:
+    """Something a cycle holds: finalized when the cycle is collected."""
+
+    def __init__(self, held: list[object]) -> None:
+        held.append(self)

@@ -5,6 +5,7 @@ and the reply says so. A changed entry of a cluster still served needs a restart
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from ipaddress import ip_address
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from director.cli.runtime import Runtime
+from director.cli.served import SWITCH_INTERVAL
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import load_config
 from lab.kubeapi import FakeApiServer, node, service
@@ -66,6 +68,9 @@ def site(tmp_path: Path, *, listing: bool = True) -> Iterator[Site]:
 
 def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
     with site(tmp_path) as (a, b, ka, kb, path, ipvs, runtime):
+        # a thread that needs the interpreter while a watcher parses a relist asks for it
+        # after 1 ms, not 5 (another cluster's events, the loop, the API)
+        assert sys.getswitchinterval() <= SWITCH_INTERVAL == 0.001
         a.create("services", service("web", PORTS))
         (vip_a,) = eventually(lambda: ingress(a, "web"), what="a's status")
         eventually(lambda: vs_of(ipvs, vip_a), what="a's virtual service")
