@@ -144,7 +144,7 @@ class Programmer:
                 self.filter.hold_back(key, None if key in held else vs, STATIC)
                 self.table.desired.pop(key, None)
                 self.table.owner[key] = STATIC
-                self.table.changed.add(key)
+                self.table.changed[key] = None
                 self.syncer.one(key, None, STATIC)
             else:
                 self.table.put(key, vs, STATIC)

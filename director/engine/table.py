@@ -16,7 +16,10 @@ from director.engine.view import STATIC
 class Programmed:
     def __init__(self, static: Iterable[ServiceKey]) -> None:
         self.desired: Table = {}  # changed through put and drop only: they keep ``changed``
-        self.changed: set[ServiceKey] = set()  # desired keys put or dropped since the view
+        # Desired keys put or dropped since the view, in the order they were first touched
+        # (a dict, not a set: the view lists new keys in the table's order whatever the
+        # hash seed; a set's order changed from one process to the next).
+        self.changed: dict[ServiceKey, None] = {}
         # A tuple each: a frozenset costs 216 bytes however few keys it holds.
         self.produced: dict[str, tuple[ServiceKey, ...]] = {}
         self.owner: dict[ServiceKey, str] = {key: STATIC for key in static}
@@ -29,13 +32,13 @@ class Programmed:
         if self.owner.get(key) != ref:  # a new owner (or one back after a hold): the view's
             self.owner[key] = ref
             self.stale.add("keys")
-        self.changed.add(key)
+        self.changed[key] = None
 
     def drop(self, key: ServiceKey) -> None:
         self.desired.pop(key, None)
         if self.owner.pop(key, None) is not None:
             self.stale.add("keys")
-        self.changed.add(key)
+        self.changed[key] = None
 
     def refs(self, keys: Iterable[ServiceKey]) -> set[str]:
         """The Services that own ``keys`` (static included)."""

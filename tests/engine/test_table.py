@@ -55,3 +55,14 @@ def test_every_published_view_of_the_desired_table_stays_what_the_table_was(
             assert view.get(key) == then.get(key)
     if all(keep for changes in steps for _, keep, _ in changes):  # nothing dropped:
         assert list(view) == list(table.desired)  # the table's own order
+
+
+def test_a_view_lists_keys_added_in_one_step_in_the_order_they_were_put() -> None:
+    """Fifty Services added in one step (fewer than a rebase takes): the view lists them as
+    the table does, whatever the process's hash seed (a set of changed keys did not)."""
+    table = Programmed(())
+    view = Layered(dict(table.desired))
+    for key in reversed(KEYS[:50]):
+        table.put(key, vs(key, A), "default/web")
+    view = view.then(table.desired, table.changed)
+    assert list(view) == list(table.desired) == list(reversed(KEYS[:50]))
