@@ -129,8 +129,13 @@ def test_a_cluster_with_a_nodeport_vip_comes_and_goes_by_reload(tmp_path: Path) 
         path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + with_vip)
         result, detail = runtime.reload(str(path))
         assert (result, detail) == ("applied", "added=0 removed=0 changed=0; clusters added: b")
-        vs = eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port), what="b's node port")
-        assert {dest[0] for dest in vs.real_servers} == {"192.0.2.21"}
+
+        def servers() -> set[str]:
+            vs = vs_of(ipvs, "192.0.2.50", node_port)
+            return {dest[0] for dest in vs.real_servers} if vs is not None else set()
+
+        # b's node, once b's Nodes are listed (its lists come in one by one)
+        eventually(lambda: servers() == {"192.0.2.21"}, what="b's node port, to b's node")
         path.write_text(POOLS + "clusters:\n" + _entry("a", ka))
         assert runtime.reload(str(path))[0] == "applied"
         eventually(lambda: vs_of(ipvs, "192.0.2.50", node_port) is None, what="gone with b")
