@@ -445,6 +445,10 @@ def clusters_pair_demo() -> None:
         check(all(len(w) == 1 for w in writers().values()), "one status writer in each cluster")
         talkers = {c: Talkers(lab, vip, count=20, period=0.1) for c, vip in vips.items()}
         wait_for(lambda: all(t.answered >= 200 for t in talkers.values()), 30)
+        # The kernel's sync daemon sends what it buffered at least every 2 s: a connection
+        # younger than that may not be on the backup yet (a run that waited ~1 s lost 10
+        # of 20 staging connections at the takeover).
+        time.sleep(3)
         for cluster, vip in vips.items():
             print(f"{cluster}/default/web {vip}:80: 20 connections, asking every 100 ms")
         print("kill -9 keepalived on d1 (the master) ...")
@@ -456,6 +460,8 @@ def clusters_pair_demo() -> None:
         wait_for(lambda: all(t.answered >= before[c] + 200 for c, t in talkers.items()), 30)
         for cluster, t in talkers.items():
             print(f"{cluster}: connections alive {t.alive}/20, requests failed {t.failed}")
+            for when, index, why in t.failures[:5]:
+                print(f"  connection {index} failed at {when:.2f}: {why}")
             check(t.alive == 20 and t.failed == 0, f"{cluster}'s connections kept, 0 failed")
             t.close()
         writer = d1 if writers()["staging"] == ["d1"] else d2
