@@ -9,8 +9,9 @@ director (``Runtime``, as ``director run`` wires it, with ``clusters:``) serves 
   changed at a time, from the moment B's stand-in begins the write, in its own process, to
   the change in the fake kernel), first with cluster A quiet, then while
   A relists its 10,000 Services and their EndpointSlices over and over (every watch of A
-  expired: 410, as after an etcd compaction). Printed: p50 and p99 of both, and their
-  ratio (target: B's p99 within 1.5x of B alone).
+  expired: 410, as after an etcd compaction), then while A's EndpointSlices are churned
+  without pause (a controller gone wild). Printed: p50 and p99 of each, and the ratios
+  (target: B's p99 within 1.5x of B alone).
 - **Memory**: three clusters of 5,000 Services against one of 15,000, each director in a
   fresh process once its first sync is done and it leads every cluster (target: within
   1.2x).
@@ -56,6 +57,21 @@ class Stand:
         """Every watch of this cluster expired: the director relists all of it."""
         assert self.child.stdin is not None
         self.child.stdin.write("gone\n")
+        self.child.stdin.flush()
+
+    def churn(self) -> None:
+        """A burst without end: every EndpointSlice of this cluster changed in turn."""
+        self._say("churn")
+
+    def calm(self) -> int:
+        """The burst over: how many changes it made."""
+        assert self.child.stdout is not None
+        self._say("calm")
+        return int(self.child.stdout.readline())
+
+    def _say(self, line: str) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.write(line + "\n")
         self.child.stdin.flush()
 
     def change(self, i: int, generation: int) -> float:
@@ -246,6 +262,13 @@ def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0
             pauses.on = False
             stop.set()
             storm.join(timeout=150)
+            # A's controller gone wild: its EndpointSlices churned without pause.
+            a.churn()
+            time.sleep(1.0)
+            churn_started = time.perf_counter()
+            burst, burst_own = b_events()
+            churn_seconds = time.perf_counter() - churn_started
+            churned = a.calm()
         finally:
             runtime.stop()
     return {
@@ -265,6 +288,11 @@ def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0
         "b_while_a_relists_director_ms_p50": round(statistics.median(during_own), 2),
         "b_while_a_relists_director_ms_p99": round(_p99(during_own), 2),
         "director_p99_ratio": round(_p99(during_own) / _p99(alone_own), 2),
+        "b_while_a_churns_ms_p50": round(statistics.median(burst), 2),
+        "b_while_a_churns_ms_p99": round(_p99(burst), 2),
+        "churn_p99_ratio": round(_p99(burst) / _p99(alone), 2),
+        "b_while_a_churns_director_ms_p99": round(_p99(burst_own), 2),
+        "a_churn_events_per_s": round(churned / (churn_seconds + 1.0)),
         "a_relists_during": len(cycles),
         "gc_while_a_relists": pauses.figures(),
         "a_relist_s_median": round(statistics.median(cycles), 2) if cycles else None,

@@ -209,7 +209,8 @@ def serve(services: int, port_file: Path, net: int = 18) -> None:
     stdin expires every watch (each client relists); ``change I GEN`` replaces one endpoint
     of Service I, as the EndpointSlice controller does, and answers on stdout with the
     monotonic time just before the write (the clock ``time.perf_counter`` reads in every
-    process: where the bench's event-to-kernel starts)."""
+    process: where the bench's event-to-kernel starts); ``churn`` changes every Service's
+    EndpointSlice in turn as fast as it can until ``calm``, which answers with how many."""
     from lab.kubeapi import FakeApiServer
 
     server = FakeApiServer(token=TOKEN)
@@ -235,21 +236,40 @@ def serve(services: int, port_file: Path, net: int = 18) -> None:
     # Written beside and renamed into place: the reader must never see the file empty.
     port_file.with_suffix(".new").write_text(str(server.port))
     port_file.with_suffix(".new").rename(port_file)
+    churning = threading.Event()
+    churned = [0]
+
+    def change(i: int, generation: int) -> None:
+        store.patch(
+            "endpointslices",
+            "default",
+            f"{_name(i)}-x",
+            {"endpoints": _endpoints(i, generation)},
+            manager="kube-controller-manager",
+        )
+
+    def churn() -> None:
+        """A controller gone wild: every Service's EndpointSlice changed in turn, as fast
+        as the stand-in takes writes, until ``calm``."""
+        while churning.is_set():
+            change(churned[0] % services, 10**6 + churned[0])
+            churned[0] += 1
+
     for line in sys.stdin:
         words = line.split()
         if words == ["gone"]:
             server.expire_watches()
         elif words[:1] == ["change"]:
-            i, generation = int(words[1]), int(words[2])
             started = time.perf_counter()
-            store.patch(
-                "endpointslices",
-                "default",
-                f"{_name(i)}-x",
-                {"endpoints": _endpoints(i, generation)},
-                manager="kube-controller-manager",
-            )
+            change(int(words[1]), int(words[2]))
             print(repr(started), flush=True)
+        elif words == ["churn"]:
+            churning.set()
+            threading.Thread(target=churn, daemon=True).start()
+        elif words == ["calm"]:
+            churning.clear()
+            print(churned[0], flush=True)
+    churning.clear()
     server.stop()
 
 

@@ -259,10 +259,26 @@ class Runtime:
         reply = Reply()
         self.controller.post(Reloaded(new, reply, writers))
         if not reply.wait(timeout):
+            if made or removed:  # should the loop take the file later, its clusters follow
+                threading.Thread(
+                    target=self._late, args=(reply, new, made, removed), daemon=True
+                ).start()
             return "failed", f"the control loop did not take the file within {timeout:.0f} s"
         if reply.ok and (made or removed):
             self.served.change(new, made, removed)
         return ("applied" if reply.ok else "refused"), reply.detail
+
+    def _late(
+        self, reply: Reply, new: Settings, made: list[wiring.Cluster], removed: list[str]
+    ) -> None:
+        """A reload the loop took after its caller stopped waiting: the clusters it adds
+        are watched and their Leases sought, those it removes stopped, all the same."""
+        while not reply.wait(5.0):
+            if not self._thread.is_alive():
+                return
+        if reply.ok:
+            event(log, "cluster.reload_taken_late", added=len(made), removed=len(removed))
+            self.served.change(new, made, removed)
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout

@@ -6,11 +6,12 @@ and the reply says so. A changed entry of a cluster still served needs a restart
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from ipaddress import ip_address
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from director.cli.runtime import Runtime
 from director.cli.served import SWITCH_INTERVAL
@@ -184,3 +185,27 @@ def test_a_reload_that_would_take_a_pool_holding_a_clusters_addresses_is_refused
         path.write_text(POOLS + "clusters:\n" + first + _entry("b", kb))
         assert runtime.reload(str(path))[0] == "applied"
         assert ingress(a, "web") == ["198.51.100.0"] and vs_of(ipvs, "198.51.100.0")
+
+
+def test_a_cluster_added_by_a_reload_the_loop_takes_late_is_still_watched(tmp_path: Path) -> None:
+    """The loop busy past the reload's wait (a huge relist, a slow kernel): the reload says
+    it failed, but when the loop takes the file after all, the cluster it adds is watched
+    and served as on any reload, not left without watches until a restart."""
+    with site(tmp_path) as (_a, b, ka, kb, path, ipvs, runtime):
+        b.create("services", service("api", PORTS))
+        gate = threading.Event()
+        step = runtime.controller._step
+
+        def busy(*args: Any) -> None:
+            gate.wait(30)
+            step(*args)
+
+        runtime.controller._step = busy  # type: ignore[method-assign]
+        path.write_text(POOLS + "clusters:\n" + _entry("a", ka) + _entry("b", kb))
+        try:
+            assert runtime.reload(str(path), timeout=0.3)[0] == "failed"
+        finally:
+            gate.set()
+        (vip,) = eventually(lambda: ingress(b, "api"), what="b's status, the file taken late")
+        eventually(lambda: vs_of(ipvs, vip), what="b's virtual service")
+        assert any(w.resource.name == "b/services" for w in runtime.served.watchers)
