@@ -39,6 +39,9 @@ class Writer:
     def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
         self.status.append((f"{namespace}/{name}", ips))
 
+    def clear_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+        self.status.append((f"{namespace}/{name}", ()))
+
     def event(
         self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
     ) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from director.adapters.kube import Json, KubeApi, KubeError
+from director.logs import event
 
 log = logging.getLogger("director.kube")
 
@@ -45,6 +46,35 @@ class KubeWriter:
             body=body,
             content_type="application/merge-patch+json",
         )
+
+    def clear_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+        """Empty the Service's load-balancer status if it still names ``ips`` as this
+        director wrote them (a JSON patch whose ``test`` fails, 422, when anyone wrote it
+        since: another fleet serving the cluster now keeps what it wrote)."""
+        ops = [
+            {
+                "op": "test",
+                "path": "/status/loadBalancer/ingress",
+                "value": [{"ip": ip, "ipMode": "VIP"} for ip in ips],
+            },
+            {"op": "replace", "path": "/status/loadBalancer", "value": {}},
+        ]
+        try:
+            self.kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/services/{name}/status",
+                body=ops,
+                content_type="application/json-patch+json",
+            )
+        except KubeError as exc:
+            if exc.status != 422:
+                raise
+            event(
+                log,
+                "kube.status_kept",
+                service=f"{namespace}/{name}",
+                reason="written by someone else since",
+            )
 
     def patch_annotations(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
         """Set (or, with None, remove) annotations on a Service: a JSON merge patch."""

@@ -109,9 +109,10 @@ def apply(
     snapshot = intake.snapshot
     dirty: set[str] = set()
     for name in removed:
+        held = [svc for svc in snapshot.services.values() if svc.cluster == name]
         gone = snapshot.drop(name)
         dirty |= gone
-        reporter.remove(name)
+        reporter.remove(name, held)
         connected = intake.status.connected
         for resource in [r for r in connected if split_resource(r)[0] == name]:
             del connected[resource]
@@ -120,8 +121,8 @@ def apply(
             "cluster.removed",
             cluster=name,
             services=len(gone),
-            effect="its Services leave the kernel as deleted Services do, and their "
-            "addresses are released with them",
+            effect="its Services leave the kernel as deleted Services do, their "
+            "addresses are released with them and taken back from their status",
         )
     if not old.in_cluster:  # a box that served none: no unnamed cluster to lead either
         reporter.remove("")

@@ -132,6 +132,19 @@ class Outbox:
         """The target as logged: ``status/ns/name``, its cluster first when named."""
         return "/".join((self.cluster, *target) if self.cluster else target)
 
+    def retire(self, seconds: float) -> None:
+        """Close once every write is done, or after ``seconds`` (a cluster no longer
+        served: its last writes go out, within bounds)."""
+
+        def run() -> None:
+            deadline = self._clock() + seconds
+            while not self.idle() and self._clock() < deadline:
+                time.sleep(0.1)
+            self.close()
+
+        name = "cluster-writer-retire" + (f"-{self.cluster}" if self.cluster else "")
+        threading.Thread(target=run, name=name, daemon=True).start()
+
     def close(self) -> None:
         with self._cv:
             self._stop = True

@@ -23,6 +23,10 @@ class ClusterWriter(Protocol):
 
     def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None: ...
 
+    def clear_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
+        """Empty the status if it still names ``ips`` (else leave it)."""
+        ...
+
     def event(
         self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
     ) -> None: ...

@@ -20,6 +20,7 @@ from director.logs import event
 
 log = logging.getLogger("director.controller")
 Pending = tuple[ServiceInfo, str, str, str]  # the Service, kind, reason, message
+RETIRE_SECONDS = 30.0  # a removed cluster's last writes: given up after this long
 PROBLEM_EVENTS = 10  # new problems of one Service at once sent as Events each; more: one
 MANY = "problem:*"  # the topic of that one Event
 
@@ -94,11 +95,22 @@ class Reporter:
         self.leaders[cluster] = self.dry_run
         self.status.leaders = dict(self.leaders)
 
-    def remove(self, cluster: str) -> None:
-        """A cluster no longer served: its writes still queued are given up."""
+    def remove(self, cluster: str, services: Iterable[ServiceInfo] = ()) -> None:
+        """A cluster no longer served: the addresses its leader wrote in its ``services``'
+        status taken back (a status another writer wrote since is kept), with what was
+        still queued, within ``RETIRE_SECONDS``; nothing more is written to it."""
         outbox = self.outboxes.pop(cluster, None)
         if outbox is not None:
-            outbox.close()
+            writer = outbox.writer
+            if self.leaders.get(cluster) and not self.dry_run:
+                for svc in services:
+                    if svc.status_ips:
+                        ns, name, ips = svc.namespace, svc.name, svc.status_ips
+                        outbox.put(
+                            ("status", svc.ref),
+                            lambda ns=ns, name=name, ips=ips: writer.clear_status(ns, name, ips),  # type: ignore[misc]
+                        )
+            outbox.retire(RETIRE_SECONDS)
         self.leaders.pop(cluster, None)
         self.status.leaders = dict(self.leaders)
         for ref in [r for r, t in self.unsent.items() if _cluster_of(t) == cluster]:

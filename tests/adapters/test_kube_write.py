@@ -33,3 +33,27 @@ def test_the_director_s_writes_are_its_own_in_managed_fields(
     lease = api.get("leases", "lvs-director")
     for obj in (event, lease):
         assert [f["manager"] for f in obj["metadata"]["managedFields"]] == ["lvs-director"]
+
+
+def test_status_is_taken_back_only_while_it_still_names_what_this_director_wrote(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A cluster no longer served: the director empties the status it wrote; a status
+    someone else wrote since (another fleet now serving the cluster) is left as it is."""
+    from lab.kubeapi import service
+
+    ports = [("http", "TCP", 80)]
+    api.create("services", service("mine", ports))
+    api.create("services", service("theirs", ports))
+    writer = KubeWriter(
+        KubeApi(api_client(str(api.kubeconfig(tmp_path / "kc")))), "lvs-director", "box-a"
+    )
+    for name in ("mine", "theirs"):
+        writer.patch_status("default", name, ("198.51.100.1",))
+    other = {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.9", "ipMode": "VIP"}]}}}
+    api.patch("services", "theirs", other, subresource="status")
+
+    writer.clear_status("default", "mine", ("198.51.100.1",))
+    writer.clear_status("default", "theirs", ("198.51.100.1",))
+    assert api.get("services", "mine")["status"]["loadBalancer"] == {}
+    assert api.get("services", "theirs")["status"] == other["status"]

@@ -103,6 +103,8 @@ def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
             "added=0 removed=0 changed=0; clusters removed: a",
         )
         eventually(lambda: vs_of(ipvs, vip_a) is None, what="a's Service out of the kernel")
+        # the address is no longer a's: its status stops naming it
+        eventually(lambda: ingress(a, "web") == [], what="a's status taken back")
         allocator = runtime.controller.addresses.allocator
         assert allocator.users(ip_address(vip_a)) == (), "a's address released"
         eventually(lambda: not any(w._thread.is_alive() for w in watching_a), timeout=10)
