@@ -9,6 +9,7 @@ import gc
 import time
 from collections.abc import Callable, Iterable
 
+from director.core.cluster import split_ref
 from director.core.model import ServiceKey
 from director.core.services import VirtualService
 from director.core.snapshot import ALL
@@ -122,11 +123,18 @@ class Programmer:
             started = time.perf_counter()
             fresh[ref] = (self.translator.service(ref), time.perf_counter() - started)
 
-        for ref in self.translator.order(refs - {STATIC}):
-            self.guarded(f"service {ref}", compute, ref)
-        blocked = self.filter.enforce()
-        for ref, (computed, seconds) in fresh.items():
-            self.guarded(f"service {ref}", self._program, ref, computed, blocked, seconds)
+        ordered = self.translator.order(refs - {STATIC})
+        # Every Service (a start): in one order across clusters, those holding an address
+        # first. Otherwise the allocator knows every holder already, and each cluster's
+        # Services are done in turn, the cluster with the fewest first: one cluster's burst
+        # does not keep another's one change out of the kernel while it is computed.
+        for group in [ordered] if ALL in dirty else by_cluster(ordered):
+            for ref in group:
+                self.guarded(f"service {ref}", compute, ref)
+            blocked = self.filter.enforce()
+            for ref, (computed, seconds) in fresh.items():
+                self.guarded(f"service {ref}", self._program, ref, computed, blocked, seconds)
+            fresh.clear()
         if ALL in dirty:  # every Service computed afresh: a first sync's worth of garbage
             del fresh
             give_back_free_memory()
@@ -183,3 +191,11 @@ class Programmer:
         self.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)
         if not fresh and ref not in self.intake.snapshot.services:
             self.syncer.forget(ref)  # nothing kept for a Service that is gone
+
+
+def by_cluster(refs: list[str]) -> list[list[str]]:
+    """``refs`` split by cluster, each in its order, the cluster with the fewest first."""
+    groups: dict[str, list[str]] = {}
+    for ref in refs:
+        groups.setdefault(split_ref(ref)[0], []).append(ref)
+    return sorted(groups.values(), key=len)

@@ -145,9 +145,11 @@ def test_events_are_taken_in_each_clusters_order_none_lost_and_capped_per_step(
 
     def take() -> None:
         batch = intake.take(0.0)
-        for cluster in ("", "a", "b"):
-            mine = [ev for ev in batch if ev.resource == resource_name(cluster, "endpointslices")]  # type: ignore[union-attr]
-            assert len(mine) <= EVENTS_STEP
+        counts = [
+            sum(1 for ev in batch if ev.resource == resource_name(cluster, "endpointslices"))  # type: ignore[union-attr]
+            for cluster in ("", "a", "b")
+        ]
+        assert max(counts) <= EVENTS_STEP
         taken.extend(batch)  # type: ignore[arg-type]
 
     for n, (cluster, takes) in enumerate(arrivals):

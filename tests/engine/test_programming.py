@@ -213,3 +213,13 @@ def test_a_deleted_service_leaves_nothing_behind_and_a_zoneless_trigger_time_is_
         api.delete("services", "web")
         eventually(lambda: "default/web" not in syncer._triggers, what="the entry forgotten")
         assert runtime.controller.health.loop_errors == 0
+
+
+def test_a_sync_does_each_clusters_services_in_turn_the_cluster_with_fewest_first() -> None:
+    """Cluster a's burst dirtied many Services, cluster b's one change one: b's is computed
+    and programmed first, each cluster's in the order the translator gave."""
+    from director.engine.programming import by_cluster
+
+    ordered = ["a/ns/s1", "b/ns/web", "a/ns/s2", "a/ns/s3"]
+    assert by_cluster(ordered) == [["b/ns/web"], ["a/ns/s1", "a/ns/s2", "a/ns/s3"]]
+    assert by_cluster(["ns/one", "ns/two"]) == [["ns/one", "ns/two"]]  # kubernetes:
