@@ -25,7 +25,10 @@ from lab.netns import BACKEND_NET4, Connection, Lab, ask_tcp, ask_udp, build_lab
 from lab.wait import eventually
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from lab.kubeapi import FakeApiServer
+    from lab.netns import Backend
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
 REQUESTS = 24
@@ -197,6 +200,18 @@ def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
             be.ns.ip(f"route replace default via {BACKEND_NET4}.1")
 
 
+def cluster_apis(backends: Sequence[Backend]) -> dict[str, FakeApiServer]:
+    """Two clusters' API stand-ins, prod and staging, started, each with a Node per
+    backend."""
+    from lab.kubeapi import FakeApiServer, node
+
+    apis = {name: FakeApiServer().start() for name in ("prod", "staging")}
+    for api in apis.values():
+        for index, backend in enumerate(backends, 1):
+            api.create("nodes", node(f"node{index}", backend.ipv4))
+    return apis
+
+
 def clusters_demo(lab: Lab) -> None:
     """One director for two clusters (``clusters:``): each cluster's Service from its own
     pool, a clash refused in the later cluster, one cluster's API away while its traffic
@@ -205,14 +220,11 @@ def clusters_demo(lab: Lab) -> None:
 
     from director.cli.runtime import Runtime
     from director.schema.config import parse_config
-    from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
+    from lab.kubeapi import endpoint_slice, service
 
     banner("Two clusters, one director (clusters:): prod and staging")
     work = Path(tempfile.mkdtemp())
-    apis = {name: FakeApiServer().start() for name in ("prod", "staging")}
-    for api in apis.values():
-        for index, backend in enumerate(lab.backends, 1):
-            api.create("nodes", node(f"node{index}", backend.ipv4))
+    apis = cluster_apis(lab.backends)
     entries = "".join(
         f"  - {{name: {name}, kubeconfig: {api.kubeconfig(work / name)}, "
         f"identity: demo-director, lease_seconds: 2, pools: [{name}, shared]}}\n"
@@ -372,17 +384,14 @@ def clusters_pair_demo() -> None:
     import tempfile
 
     from lab.ha import NAT_PORT, Talkers, build_ha_lab, kill_keepalived, start_director
-    from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
+    from lab.kubeapi import endpoint_slice, service
     from lab.wait import wait_for
 
     banner("Two clusters, one pair of directors (clusters: and ha:)")
     work = Path(tempfile.mkdtemp())
     lab = build_ha_lab("demo-cp", work)
-    apis = {name: FakeApiServer().start() for name in ("prod", "staging")}
+    apis = cluster_apis(lab.backends)
     try:
-        for api in apis.values():
-            for index, backend in enumerate(lab.backends, 1):
-                api.create("nodes", node(f"node{index}", backend.ipv4))
         entries = "".join(
             f"  - {{name: {name}, kubeconfig: {api.kubeconfig(work / f'kc-{name}')}, "
             f"lease_seconds: 3, pools: [{name}]}}\n"
