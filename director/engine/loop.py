@@ -165,8 +165,7 @@ class Controller:
         unexpected error is logged with its traceback, counted, shown as ``last_error``,
         and the loop goes on (after a short pause when it keeps failing)."""
         self.pace.pause()  # a first sync with nothing left to list (static) waits for nothing:
-        # a list is being taken in, or a cluster's burst of events: on at once
-        busy = self.intake.snapshot.relisting or self.intake.holding
+        busy = self.intake.snapshot.relisting  # a list is being taken in: on at once
         batch = self.intake.take(
             0.0 if busy or (not self.health.first_sync_done and self.intake.listed()) else wait
         )

@@ -62,6 +62,7 @@ class Outbox:
     ) -> None:
         self.writer, self.on_error, self._clock = writer, on_error, clock
         self.cluster = cluster  # named in its logs, its threads and its WriteFailed
+        named = f"-{cluster}" if cluster else ""
         self._pending: dict[tuple[str, ...], _Write] = {}
         # Two queues of (due, seq, target): status first, then Events. Entries replaced by
         # a later write stay in the heap and are skipped when they come up (their seq).
@@ -79,10 +80,7 @@ class Outbox:
         lanes = enumerate(("status", "events"))  # queue 0, queue 1
         self.threads = [
             threading.Thread(
-                target=self._run,
-                args=(index,),
-                name=f"cluster-writer-{lane}" + (f"-{cluster}" if cluster else ""),
-                daemon=True,
+                target=self._run, args=(index,), name=f"cluster-writer-{lane}{named}", daemon=True
             )
             for index, lane in lanes
         ]
@@ -142,7 +140,7 @@ class Outbox:
                 time.sleep(0.1)
             self.close()
 
-        name = "cluster-writer-retire" + (f"-{self.cluster}" if self.cluster else "")
+        name = self.threads[0].name.replace("-status", "-retire", 1)
         threading.Thread(target=run, name=name, daemon=True).start()
 
     def close(self) -> None:

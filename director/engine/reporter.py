@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 from director.core.cluster import ServiceInfo
 from director.core.options import Problem
@@ -101,15 +102,12 @@ class Reporter:
         still queued, within ``RETIRE_SECONDS``; nothing more is written to it."""
         outbox = self.outboxes.pop(cluster, None)
         if outbox is not None:
-            writer = outbox.writer
+            clear = outbox.writer.clear_status
             if self.leaders.get(cluster) and not self.dry_run:
                 for svc in services:
                     if svc.status_ips:
-                        ns, name, ips = svc.namespace, svc.name, svc.status_ips
-                        outbox.put(
-                            ("status", svc.ref),
-                            lambda ns=ns, name=name, ips=ips: writer.clear_status(ns, name, ips),  # type: ignore[misc]
-                        )
+                        write = partial(clear, svc.namespace, svc.name, svc.status_ips)
+                        outbox.put(("status", svc.ref), write)
             outbox.retire(RETIRE_SECONDS)
         self.leaders.pop(cluster, None)
         self.status.leaders = dict(self.leaders)
