@@ -10,7 +10,6 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
 
 from director.cli.client import EXIT_CHANGES, CtlError, add_arguments, call, resolve
 from director.core.model import canonical_address
@@ -50,7 +49,11 @@ def _scheduler_path(text: str) -> str:
         return paths.url(paths.STATIC_SCHEDULER, name=parts[1])
     *cluster, namespace, name = parts
     url = paths.url(paths.SERVICE_SCHEDULER, namespace=namespace, name=name)
-    return f"{url}?{urlencode({'cluster': cluster[0]})}" if cluster else url
+    if not cluster:
+        return url
+    from urllib.parse import urlencode  # here: every command builds ctl's parser
+
+    return f"{url}?{urlencode({'cluster': cluster[0]})}"
 
 
 def _split_endpoint(text: str) -> tuple[str, int | None]:

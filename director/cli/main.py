@@ -10,7 +10,6 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from director import __version__, logs
@@ -118,7 +117,11 @@ def cmd_metallb_pools(args: argparse.Namespace) -> int:
     from director.schema.metallb import convert
 
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8") as handle:
+                text = handle.read()
         converted = convert(text)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         print(f"director: {args.file}: {exc}", file=sys.stderr)

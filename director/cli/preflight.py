@@ -9,7 +9,6 @@ import ipaddress
 import os
 import socket
 import string
-from pathlib import Path
 
 from director.schema.config import Settings
 from director.schema.notes import bgp_notes, snat_notes
@@ -21,7 +20,8 @@ def read_token(path: str) -> str:
     """The admin token: one line of 16 or more characters that a bearer header can carry
     (RFC 6750's token68: letters, digits and -._~+/=). Raises ValueError saying why not."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"api.token_file {path}: the file is not text") from None
     except OSError as exc:
@@ -59,6 +59,7 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
     if api is not None:  # ssl and the intents' reader: a file without api: loads neither
         import errno
         import ssl
+        from pathlib import Path
 
         from director.core.intents import Intents
 
@@ -121,8 +122,8 @@ def _pair(settings: Settings) -> tuple[list[Problem], list[str]]:
     assert settings.ha is not None
     problems: list[Problem] = []
     notes: list[str] = []
-    fifo = Path(settings.ha.fifo)
-    if fifo.exists() and not stat.S_ISFIFO(fifo.lstat().st_mode):
+    fifo = settings.ha.fifo
+    if os.path.exists(fifo) and not stat.S_ISFIFO(os.lstat(fifo).st_mode):
         problems.append(("ha.fifo", f"{fifo} exists and is not a FIFO (it would not be replaced)"))
     if settings.ha.conntrackd is not None:
         found, said = _conntrackd(settings)
@@ -135,6 +136,7 @@ def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
     """conntrackd's own parser reads the file this box would give it."""
     import shutil
     import tempfile
+    from pathlib import Path
 
     from director.adapters.conntrackd import (
         ConntrackdRejected,
@@ -213,7 +215,7 @@ def _local(address: str) -> bool:
     return True
 
 
-IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 def _kubeconfig(settings: Settings) -> list[Problem]:
@@ -223,7 +225,7 @@ def _kubeconfig(settings: Settings) -> list[Problem]:
     for index, kube in enumerate(settings.served):
         where = f"clusters[{index}].kubeconfig" if kube.cluster else "kubernetes.kubeconfig"
         if kube.kubeconfig is None:
-            if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
+            if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(IN_CLUSTER_TOKEN):
                 continue
             problems.append(
                 (

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import gc
 import json
-from pathlib import Path as FilePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from director.core.model import Forwarding
 from director.schema import yamldoc
@@ -35,6 +34,9 @@ from director.schema.sections import (
 )
 from director.schema.sections_base import Invalid, Problem
 from director.schema.static import Refusal
+
+if TYPE_CHECKING:
+    from os import PathLike
 
 __all__ = [
     "DEFAULT_CLASS",
@@ -117,15 +119,16 @@ def json_schema_text() -> str:
     return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
 
 
-def load_config(path: str | FilePath) -> Settings:
+def load_config(path: str | PathLike[str]) -> Settings:
     return parse_config(*read_config(path))
 
 
-def read_config(path: str | FilePath) -> tuple[str, str]:
+def read_config(path: str | PathLike[str]) -> tuple[str, str]:
     """The file's text and its name for messages (ConfigError: unreadable, not UTF-8)."""
     source = str(path)
     try:
-        raw = FilePath(path).read_bytes()
+        with open(path, "rb") as handle:  # not pathlib: a check loads it for nothing else
+            raw = handle.read()
     except OSError as exc:
         raise ConfigError(source, 0, "", f"cannot read: {exc.strerror or exc}") from None
     try:

@@ -5,7 +5,6 @@ strings, no library: ``director status`` stays light."""
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
 
 STATUS = "/api/v1/status"
 PLAN = "/api/v1/plan"
@@ -38,4 +37,6 @@ ALL = (
 def url(rule: str, **values: str) -> str:
     """``rule`` with each ``<parameter>`` replaced by its value, quoted for a path segment.
     A parameter missing from ``values`` is a KeyError: a bug, not a request."""
+    from urllib.parse import quote  # here: every command builds ctl's parser with these
+
     return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: quote(values[m[1]], safe=""), rule)

@@ -1,11 +1,11 @@
 """What a parse of the file depended on, as one digest: the key the start's caches are kept
 under (the parse, :mod:`director.schema.cache`; a static box's encoded table,
 :mod:`director.dataplane.replay`). Light, so that a start can check a cache before the rest
-of the director is loaded: ``hashlib``, ``os`` and ``sys`` only."""
+of the director is loaded: ``os`` and ``sys`` only, and ``hashlib`` when a key is made
+(``director check`` run by hand makes none)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 
@@ -21,6 +21,8 @@ def code_stamp() -> str:
     """The director's code as it is on disk now: every module's path, size and mtime."""
     if _STAMP:
         return _STAMP[0]
+    import hashlib
+
     digest = hashlib.sha256(f"{__version__} {sys.version} {sys.implementation.name}".encode())
     modules = []
     for folder, dirs, files in os.walk(_CODE):
@@ -36,6 +38,8 @@ def code_stamp() -> str:
 
 def key_of(raw: bytes, source: str) -> str:
     """What a parse of ``raw`` (the file named ``source``) depended on, as one digest."""
+    import hashlib
+
     digest = hashlib.sha256(FORMAT.encode())
     for part in (source, os.getcwd(), code_stamp()):
         digest.update(part.encode() + b"\0")

@@ -21,9 +21,11 @@ import contextlib
 import json
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from director.core.model import shown
@@ -40,10 +42,30 @@ MAX_DEPTH = 32  # the schema nests 5 deep; anything deeper is a mistake or an at
 _PLAIN = bytes(c for c in range(0x20, 0x7F) if chr(c) not in "&*!%\\?") + b"\n"
 _NULL = re.compile(r"[\[:,]\s*null\s*[,\]}\n]")  # null, ~ or nothing: text in the precise
 
-try:  # the wheel is a dependency; without it every file takes the precise reader
-    import ryml
-except ImportError:  # pragma: no cover - exercised only on a broken install
-    ryml = None
+
+def _import_ryml() -> ModuleType | None:
+    """rapidyaml (a dependency; without it every file takes the precise reader), without
+    the module its wrapper loads only to mark its old names deprecated: ``deprecation``
+    brings ``packaging`` and ``datetime``, which nothing else of a check or a static box
+    needs. Those old names are not used here; the stand-in is gone once ryml is loaded."""
+    if "deprecation" in sys.modules:
+        stand_in = None
+    else:
+        stand_in = ModuleType("deprecation")
+        stand_in.deprecated = lambda **_: lambda fn: fn  # type: ignore[attr-defined]
+        sys.modules["deprecation"] = stand_in
+    try:
+        import ryml as module
+    except ImportError:  # pragma: no cover - exercised only on a broken install
+        return None
+    finally:
+        if stand_in is not None and sys.modules.get("deprecation") is stand_in:
+            del sys.modules["deprecation"]
+    loaded: ModuleType = module
+    return loaded
+
+
+ryml = _import_ryml()
 
 _STDERR = threading.Lock()
 

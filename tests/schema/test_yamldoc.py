@@ -5,6 +5,8 @@ messages never reach the terminal."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -128,3 +130,27 @@ def test_the_fast_reader_gives_what_the_precise_one_gives(
     precise, _lines = yamldoc.precise(text)
     if fast is not None:  # the fast reader may decline; it may never differ
         assert _canon(fast) == _canon(precise), text
+
+
+def test_rapidyaml_loads_without_leaving_a_stand_in_for_its_deprecation_helper() -> None:
+    """The fast reader is loaded without rapidyaml's ``deprecation`` import (a stand-in
+    while it loads): afterwards the real module is still the one any import gets, and a
+    process that had loaded it first keeps it."""
+    script = (
+        "import sys\n"
+        "from director.schema import yamldoc\n"
+        "assert yamldoc.ryml is not None and 'deprecation' not in sys.modules\n"
+        "assert yamldoc.fast('a: [1, 2]\\n') == {'a': [1, 2]}\n"
+        "import deprecation\n"
+        "assert hasattr(deprecation, 'DeprecatedWarning'), 'the real module'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = "import deprecation, sys\nfrom director.schema import yamldoc\n"
+    first += "assert sys.modules['deprecation'] is deprecation and yamldoc.ryml is not None\n"
+    done = subprocess.run(
+        [sys.executable, "-c", first], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
