@@ -25,6 +25,7 @@ from typing import Any
 
 import jinja2
 
+from director.adapters.keepalived_process import RealtimeVrrp, is_process
 from director.adapters.worker import Keeper, file_drift, install_checked
 from director.core.model import Family, canonical_address
 from director.core.owned import Ledger, Refused, not_run, run_failure
@@ -214,16 +215,6 @@ class ConfigRejected(Refused):
     """keepalived refused a rendered configuration (its own words in the message)."""
 
 
-def is_process(pid: int, program: str) -> bool:
-    """Whether process ``pid`` runs ``program`` (by its name, as the kernel keeps it): a
-    pid file outlives its daemon, and the number may be another process's by now."""
-    try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return False
-    return comm == Path(program).name[:15]
-
-
 class Keepalived:
     """The live keepalived.conf, and the daemon that reads it."""
 
@@ -317,8 +308,9 @@ class Keepalived:
 class KeepalivedSync(Keeper[frozenset[str]]):
     """Renders and installs on a thread of its own (keepalived -t takes a while): the latest
     VIP set wins, the control loop never waits. The live file is read back every
-    ``VERIFY_SECONDS``: one changed or removed behind the director's back is put back (and
-    keepalived told)."""
+    ``verify_seconds``: one changed or removed behind the director's back is put back (and
+    keepalived told); so is the VRRP process's real-time priority (a new process, after
+    keepalived restarted or respawned it, is given it then)."""
 
     name = "keepalived"
     resource = "keepalived"
@@ -336,6 +328,8 @@ class KeepalivedSync(Keeper[frozenset[str]]):
         heartbeat = heartbeat_path(ha)
         self.heartbeat = None if heartbeat is None else Heartbeat(heartbeat)
         self.text: str | None = None  # the configuration installed last
+        self.realtime = RealtimeVrrp(ha.pid_file, ha.keepalived, ha.realtime_priority)
+        self._scheduling: str | None = None  # the drift verify found in the VRRP process
         super().__init__(ledger)
 
     def start(self) -> None:
@@ -362,4 +356,14 @@ class KeepalivedSync(Keeper[frozenset[str]]):
         self.text = text
 
     def verify(self, value: frozenset[str]) -> str | None:
-        return file_drift(self.keepalived.path, self.text)
+        self._scheduling = None
+        drift = file_drift(self.keepalived.path, self.text)
+        if drift is None:
+            drift = self._scheduling = self.realtime.drift()
+        return drift
+
+    def repair(self, value: frozenset[str], drift: str) -> None:
+        if drift == self._scheduling:
+            self.realtime.apply()
+        else:
+            self.install(value)

@@ -124,6 +124,14 @@ class Keeper(Generic[T]):
             self.retry.changed()  # a refusal was of the old value
             self._cv.notify()
 
+    def read_back_soon(self) -> None:
+        """Read back what is there at once, not at the next ``verify_seconds`` (the daemon
+        behind it said it changed: restarted, say)."""
+        with self._cv:
+            if self.installed is not None and self.verify_seconds:
+                self._next_verify = self.clock()
+                self._cv.notify()
+
     def settle(self, timeout: float = 30.0) -> bool:
         """Wait until the latest value is installed (tests, the demo, a leave); False after
         ``timeout`` (it is still failing, and still tried)."""

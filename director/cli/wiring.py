@@ -313,7 +313,14 @@ def vrrp(settings: Settings, dry_run: bool, controller: Controller, hooks: Hooks
     owned = controller.health.owned
     sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
     hooks.announce = sync.submit
-    fifo = VrrpFifo(settings.ha.fifo, lambda state: controller.post(VrrpChanged(state)))
+
+    def heard(state: str) -> None:
+        controller.post(VrrpChanged(state))
+        # a VRRP process that reports is perhaps a new one (keepalived started, or respawned
+        # it): its real-time priority is read back now, not in up to verify_seconds
+        sync.read_back_soon()
+
+    fifo = VrrpFifo(settings.ha.fifo, heard)
     conntrackd = None
     if settings.ha.conntrackd is not None:
         from director.adapters.conntrackd import ConntrackdFile

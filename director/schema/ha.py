@@ -147,10 +147,12 @@ class HaSettings(Section):
     netns: Annotated[str | None, IFNAME] = None  # keepalived's network namespace, if not ours
     """keepalived's network namespace, if it is not the director's."""
     # keepalived's VRRP process at this real-time priority (SCHED_RR; 0: ordinary): a box
-    # whose CPU is taken by busy processes still sends its adverts on time.
+    # whose CPU is taken by busy processes still sends its adverts on time. The director
+    # sets it on the process (director.adapters.keepalived_process), not keepalived.
     realtime_priority: Annotated[int, integer(0, 99)] = 50
-    """keepalived's VRRP process runs at this real-time priority (vrrp_rt_priority; 0: ordinary
-    scheduling), so adverts leave on time on a busy box."""
+    """keepalived's VRRP process runs at this real-time priority (0: ordinary scheduling), so
+    adverts leave on time on a busy box. The director sets it on the process and keeps it
+    there (keepalived's own vrrp_rt_priority has its reload kill the process now and then)."""
     # keepalived gives up mastership (the box's priority drops to the least) once the
     # director's control loop has not stepped for this long (0: never). Needs preemption:
     # with nopreempt the peer never takes over from a lower-priority master.

@@ -100,3 +100,24 @@ def test_a_stop_waits_for_a_value_in_flight_but_not_for_a_refused_one() -> None:
         assert not thing.quiet(1.0), "a value that could not run yet is tried again soon"
     finally:
         thing.stop()
+
+
+def test_a_daemon_that_says_it_restarted_is_read_back_at_once() -> None:
+    """Read back every hour, a drift waits for the hour; told that the daemon behind it
+    changed (keepalived's VRRP process reported, perhaps a new one), the keeper reads back
+    and repairs at once."""
+    thing = Thing()
+    thing.verify_seconds = 3600.0
+    thing.idle_seconds = None
+    thing.start()
+    try:
+        thing.submit("a")
+        assert thing.settle(5)
+        thing.verified.clear()
+        thing.there["v"] = "a new daemon's"
+        time.sleep(0.3)
+        assert not thing.verified.is_set() and thing.there == {"v": "a new daemon's"}
+        thing.read_back_soon()
+        eventually(lambda: thing.there.get("v") == "a", timeout=5, what="repaired at once")
+    finally:
+        thing.stop()
