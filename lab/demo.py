@@ -169,15 +169,23 @@ def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
             )
             vips[name] = ingress[0]["ip"]
             key = ServiceKey.inet(Protocol.TCP, vips[name], 80)
-            eventually(lambda k=key: ipvs.read_service(k), what="the kernel")
+            # every real server, not the service alone: a read may fall between the
+            # service's add and its real servers' (a request then had none to go to)
+            eventually(
+                lambda k=key: (
+                    len(getattr(ipvs.read_service(k), "real_servers", ())) == len(lab.backends)
+                ),
+                what="the kernel",
+            )
         answered: Counter[str] = Counter()
         for i in range(REQUESTS):
             try:
                 answered[
                     ask_tcp(lab.client, vips["untouched"], 80, lab.client_sources4[i % 8], 10.0)
                 ] += 1
-            except OSError:
+            except OSError as exc:
                 answered["failed"] += 1
+                print(f"  request {i} from {lab.client_sources4[i % 8]} failed: {exc!r}")
         lost = 0
         for _ in range(3):
             try:

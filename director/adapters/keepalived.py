@@ -359,6 +359,7 @@ class KeepalivedSync(Keeper[frozenset[str]]):
         self._scheduling = None
         drift = file_drift(self.keepalived.path, self.text)
         if drift is None:
+            self.realtime.adopt()  # a new VRRP process is given its priority, not drift
             drift = self._scheduling = self.realtime.drift()
         return drift
 

@@ -70,6 +70,7 @@ class RealtimeVrrp:
         # VRRP processes the kernel would not give it (no CAP_SYS_NICE, RestrictRealtime):
         # said once each, then left as keepalived left them, as keepalived itself did
         self.refused: set[int] = set()
+        self.seen: set[int] = set()  # VRRP processes given it (or refused) once
 
     def processes(self) -> list[int]:
         """keepalived's child processes that run keepalived (its VRRP process; the director's
@@ -107,14 +108,23 @@ class RealtimeVrrp:
                 return f"keepalived's VRRP process {pid} has RLIMIT_RTTIME {limit}"
         return None
 
+    def adopt(self) -> None:
+        """Give the priority to a VRRP process never seen before (keepalived started, or
+        respawned it): not drift, what a new process starts as. One that had it and lost
+        it is drift (``drift``), repaired by ``apply``."""
+        if self.priority and not set(self.processes()) <= self.seen:
+            self.apply()
+
     def apply(self) -> None:
         """Set the priority (and the limit first: never real-time without it) on each VRRP
         process. A refusal (EPERM: no CAP_SYS_NICE) is logged once for that process, which
         keeps ordinary scheduling; any other failure raises Transient (tried again)."""
         if not self.priority:
             return
-        self.refused &= set(self.processes())
-        for pid in self.processes():
+        running = self.processes()
+        self.refused &= set(running)
+        self.seen &= set(running)
+        for pid in running:
             if pid in self.refused:
                 continue
             try:
@@ -126,6 +136,7 @@ class RealtimeVrrp:
                 continue
             except PermissionError as exc:
                 self.refused.add(pid)
+                self.seen.add(pid)
                 event(
                     log,
                     "keepalived.realtime_refused",
@@ -139,4 +150,5 @@ class RealtimeVrrp:
             except OSError as exc:
                 raise Transient(f"keepalived's VRRP process {pid}: {exc}") from None
             self.sets += 1
+            self.seen.add(pid)
             event(log, "keepalived.realtime_set", pid=pid, priority=self.priority)

@@ -404,8 +404,9 @@ def test_a_vip_set_keepalived_could_not_take_is_kept_and_installed_once_it_can(
 
 
 def test_reloads_keep_the_vrrp_process_real_time_and_alive(tmp_path: Path, netns: str) -> None:
-    """The real daemon: the director gives its VRRP process real-time priority (found as
-    drift by the keeper's read-back, then repaired), and reload after reload (one at each
+    """The real daemon: the director gives its VRRP process real-time priority (at the
+    keeper's read-back; taken away behind its back, it is drift, and repaired), and reload
+    after reload (one at each
     change of the VIP set) the same process keeps it. With keepalived's own
     vrrp_rt_priority, each reload set the process's RLIMIT_RTTIME to zero for a moment and
     the kernel now and then killed it (the peer took the VIPs)."""
@@ -419,10 +420,13 @@ def test_reloads_keep_the_vrrp_process_real_time_and_alive(tmp_path: Path, netns
         (vrrp,) = eventually(sync.realtime.processes, 30, what="the VRRP process")
         sync.install(vips)  # the file as the keeper writes it (and a reload)
         eventually(lambda: "Reload complete" in log.read_text(), 30, what="the first reload")
+        assert sync.verify(vips) is None, "a new VRRP process is given it: not drift"
+        assert sync.realtime.sets == 1
+        os.sched_setscheduler(vrrp, os.SCHED_OTHER, os.sched_param(0))  # behind our back
         drift = sync.verify(vips)
         assert drift is not None and "ordinary scheduling, not SCHED_RR 50" in drift
         sync.repair(vips, drift)
-        assert sync.verify(vips) is None
+        assert sync.verify(vips) is None and sync.realtime.sets == 2
         for reload in range(2, 7):
             os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
             eventually(

@@ -108,9 +108,7 @@ def test_priority_zero_leaves_the_vrrp_process_ordinary(tree: tuple[int, Path]) 
     assert all(policy(pid) == (os.SCHED_OTHER, 0) for pid in children(parent))
 
 
-def test_a_director_without_cap_sys_nice_says_so_once_and_leaves_it(
-    tree: tuple[int, Path],
-) -> None:
+def test_a_director_without_cap_sys_nice_says_so_once_and_leaves_it(tree: tuple[int, Path]) -> None:
     """Where the kernel refuses (the director's unit without CAP_SYS_NICE, or with
     RestrictRealtime=): one warning naming the process and what is missing, then that VRRP
     process is left ordinary and not reported as drift at every read-back."""
@@ -137,3 +135,21 @@ def test_a_director_without_cap_sys_nice_says_so_once_and_leaves_it(
     assert "CAP_SYS_NICE" in refused[0]
     assert said[-1] == "drift None sets 0"
     assert policy(child) == (os.SCHED_OTHER, 0)
+
+
+def test_a_new_vrrp_process_is_adopted_once_and_a_lost_priority_is_drift(
+    tree: tuple[int, Path],
+) -> None:
+    """A VRRP process never seen is given the priority when read back (what a new one
+    starts as, not drift); once seen, losing it is drift until ``apply`` repairs it."""
+    parent, pid_file = tree
+    (child,) = children(parent)
+    realtime = RealtimeVrrp(str(pid_file), "keepalived", 50)
+    realtime.adopt()
+    realtime.adopt()
+    assert realtime.sets == 1 and realtime.drift() is None
+    os.sched_setscheduler(child, os.SCHED_OTHER, os.sched_param(0))
+    realtime.adopt()
+    assert realtime.sets == 1 and "ordinary" in (realtime.drift() or "")
+    realtime.apply()
+    assert realtime.drift() is None and policy(child) == (os.SCHED_RR, 50)
