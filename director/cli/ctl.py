@@ -49,11 +49,9 @@ def _scheduler_path(text: str) -> str:
         return paths.url(paths.STATIC_SCHEDULER, name=parts[1])
     *cluster, namespace, name = parts
     url = paths.url(paths.SERVICE_SCHEDULER, namespace=namespace, name=name)
-    if not cluster:
-        return url
-    from urllib.parse import urlencode  # here: every command builds ctl's parser
+    from urllib.parse import urlencode  # here, not above: every command builds ctl's parser
 
-    return f"{url}?{urlencode({'cluster': cluster[0]})}"
+    return f"{url}?{urlencode({'cluster': cluster[0]})}" if cluster else url
 
 
 def _split_endpoint(text: str) -> tuple[str, int | None]:
