@@ -359,8 +359,9 @@ class KeepalivedSync(Keeper[frozenset[str]]):
         self._scheduling = None
         drift = file_drift(self.keepalived.path, self.text)
         if drift is None:
-            self.realtime.adopt()  # a new VRRP process is given its priority, not drift
-            drift = self._scheduling = self.realtime.drift()
+            running = self.realtime.processes()  # /proc scanned once a read-back
+            self.realtime.adopt(running)  # a new VRRP process is given its priority, not drift
+            drift = self._scheduling = self.realtime.drift(running)
         return drift
 
     def repair(self, value: frozenset[str], drift: str) -> None:

@@ -83,11 +83,12 @@ class RealtimeVrrp:
             return []
         return [pid for pid in children(parent) if is_process(pid, self.program)]
 
-    def drift(self) -> str | None:
-        """What differs from the priority asked for, or None."""
+    def drift(self, running: list[int] | None = None) -> str | None:
+        """What differs from the priority asked for, or None. ``running``: the VRRP
+        processes as just read (``processes()``), so one read-back scans /proc once."""
         if not self.priority:
             return None
-        for pid in self.processes():
+        for pid in self.processes() if running is None else running:
             if pid in self.refused:
                 continue
             try:
@@ -108,20 +109,21 @@ class RealtimeVrrp:
                 return f"keepalived's VRRP process {pid} has RLIMIT_RTTIME {limit}"
         return None
 
-    def adopt(self) -> None:
+    def adopt(self, running: list[int] | None = None) -> None:
         """Give the priority to a VRRP process never seen before (keepalived started, or
         respawned it): not drift, what a new process starts as. One that had it and lost
         it is drift (``drift``), repaired by ``apply``."""
-        if self.priority and not set(self.processes()) <= self.seen:
-            self.apply()
+        running = self.processes() if running is None else running
+        if self.priority and not set(running) <= self.seen:
+            self.apply(running)
 
-    def apply(self) -> None:
+    def apply(self, running: list[int] | None = None) -> None:
         """Set the priority (and the limit first: never real-time without it) on each VRRP
         process. A refusal (EPERM: no CAP_SYS_NICE) is logged once for that process, which
         keeps ordinary scheduling; any other failure raises Transient (tried again)."""
         if not self.priority:
             return
-        running = self.processes()
+        running = self.processes() if running is None else running
         self.refused &= set(running)
         self.seen &= set(running)
         for pid in running:
