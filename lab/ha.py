@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from director.adapters.keepalived_process import LIMIT_US
 from director.cli.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.schema.config import parse_config
@@ -69,6 +70,7 @@ class Director:
     ipvs: KernelIpvs | None = None
     keepalived: subprocess.Popen[bytes] | None = None
     conntrackd: subprocess.Popen[bytes] | None = None
+    realtime: int = 50  # its file's realtime_priority: keepalived starts real-time at it
 
     @property
     def conf(self) -> Path:
@@ -316,6 +318,7 @@ def start_director(
         services=services,
     )
     settings = parse_config(text, f"{d.name}.yaml")
+    d.realtime = realtime
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(settings, d.ipvs).start()
     if not d.runtime.wait_ready(60):
@@ -328,13 +331,28 @@ def start_director(
     start_keepalived(d)
 
 
+def realtime_exec(priority: int) -> list[str]:
+    """What starts keepalived real-time from its exec, as the role's systemd drop-in does
+    (CPUSchedulingPolicy=rr, LimitRTTIME=): its VRRP process inherits it, so it is never
+    ordinary, not even before the director first reads it back (a just-started backup
+    starved then can miss its peer's adverts and take the VIPs for a moment). keepalived
+    is told nothing (no vrrp_rt_priority) and so never touches it; the director adopts the
+    VRRP process (reset on fork, the limit) and repairs it. ``priority`` 0: nothing."""
+    if not priority:
+        return []
+    return ["prlimit", f"--rttime={LIMIT_US}:{LIMIT_US}", "--", "chrt", "-r", str(priority)]
+
+
 def start_keepalived(d: Director) -> None:
+    """keepalived (VRRP only) in the director's namespace, on the file it wrote, real-time
+    from its exec at the director's ``realtime_priority``."""
     d.keepalived = subprocess.Popen(
         [
             "ip",
             "netns",
             "exec",
             d.ns.name,
+            *realtime_exec(d.realtime),
             "keepalived",
             "--dont-fork",
             "--log-console",

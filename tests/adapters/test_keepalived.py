@@ -250,15 +250,17 @@ def alive_settings(tmp_path: Path, netns: str, **kw: object) -> HaSettings:
 
 
 @contextlib.contextmanager
-def running_keepalived(tmp_path: Path, settings: HaSettings) -> Iterator[tuple[Path, Path]]:
+def running_keepalived(
+    tmp_path: Path, settings: HaSettings, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[Path, Path]]:
     """The real daemon (VRRP only) on the rendered file, in the settings' namespace: (its
-    file, its log)."""
+    file, its log). ``prefix``: what keepalived is exec'd through (real-time, say)."""
     conf = tmp_path / "keepalived.conf"
     conf.write_text(render_keepalived(settings, ["203.0.113.100"]))
     log = tmp_path / "keepalived.log"
     assert settings.netns is not None
     daemon = subprocess.Popen(
-        ["ip", "netns", "exec", settings.netns, KEEPALIVED, "--dont-fork", "--log-console",
+        ["ip", "netns", "exec", settings.netns, *prefix, KEEPALIVED, "--dont-fork", "--log-console",
          "--vrrp", "-f", str(conf), "-p", str(tmp_path / "k.pid"), "-r",
          str(tmp_path / "v.pid")],
         stdout=log.open("wb"),
@@ -440,3 +442,46 @@ def test_reloads_keep_the_vrrp_process_real_time_and_alive(tmp_path: Path, netns
         assert resource.prlimit(vrrp, resource.RLIMIT_RTTIME) == (LIMIT_US, LIMIT_US)
         assert sync.verify(vips) is None
         assert "signal 9" not in log.read_text() and "died" not in log.read_text()
+
+
+def test_keepalived_started_real_time_keeps_it_through_reloads_on_its_own(
+    tmp_path: Path, netns: str
+) -> None:
+    """How the role's drop-in and the lab start it: keepalived exec'd at SCHED_RR 50 with the
+    1 s limit, its file saying nothing of either. Its VRRP process inherits both and keeps
+    them reload after reload with no director to set them (keepalived resets only what it
+    set itself): never ordinary, from its first advert. The director then adopts it (reset
+    on fork, so keepalived's scripts run ordinary), and that is not drift."""
+    from director.adapters.keepalived import KeepalivedSync
+    from director.adapters.keepalived_process import LIMIT_US
+    from lab.ha import realtime_exec
+
+    settings = alive_settings(tmp_path, netns, alive_seconds=0)
+    sync = KeepalivedSync(settings, "d.yaml")
+
+    def scheduling(pid: int) -> tuple[int, int, tuple[int, int]]:
+        return (
+            os.sched_getscheduler(pid),
+            os.sched_getparam(pid).sched_priority,
+            resource.prlimit(pid, resource.RLIMIT_RTTIME),
+        )
+
+    inherited = (os.SCHED_RR, 50, (LIMIT_US, LIMIT_US))
+    with running_keepalived(tmp_path, settings, tuple(realtime_exec(50))) as (conf, log):
+        said = [line.split()[0] for line in conf.read_text().splitlines() if line.strip()]
+        assert "vrrp_rt_priority" not in said and "vrrp_rlimit_rttime" not in said
+        (vrrp,) = eventually(sync.realtime.processes, 30, what="the VRRP process")
+        assert scheduling(vrrp) == inherited
+        for reload in range(1, 5):
+            os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
+            eventually(
+                lambda n=reload: log.read_text().count("Reload complete") >= n,  # type: ignore[misc]
+                30,
+                what=f"reload {reload}",
+            )
+            assert scheduling(vrrp) == inherited, f"after reload {reload}"
+        assert sync.realtime.processes() == [vrrp], log.read_text()
+        sync.realtime.adopt()
+        assert sync.realtime.sets == 1 and sync.realtime.drift() is None
+        assert scheduling(vrrp) == (os.SCHED_RR | os.SCHED_RESET_ON_FORK, 50, inherited[2])
+        assert "signal 9" not in log.read_text()

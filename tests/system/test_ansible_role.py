@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from director import __version__
+from director.adapters.keepalived_process import LIMIT_US
 from lab import debroot
 from lab.debroot import ROOT, WHEELHOUSE
 from tests.ansiblelab import REPO, ansible
@@ -352,6 +353,12 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run, Run]) -> No
     drop_in = ROOT / "etc/systemd/system/keepalived.service.d/director.conf"
     assert "After=director.service" in drop_in.read_text()
     assert "Restart=on-failure" in drop_in.read_text(), "a keepalived that died is started again"
+    # keepalived starts real-time (its VRRP process is never ordinary), with the limit the
+    # director keeps on that process once it adopts it
+    realtime = ROOT / "etc/systemd/system/keepalived.service.d/realtime.conf"
+    lines = realtime.read_text().splitlines()
+    for line in ("CPUSchedulingPolicy=rr", "CPUSchedulingPriority=50", f"LimitRTTIME={LIMIT_US}"):
+        assert line in lines, realtime.read_text()
 
 
 @pytest.mark.role

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from director.adapters.keepalived_process import LIMIT_US
 from lab import bootpair
 from lab.bootlab import BACKENDS, NAT_PORT, WORK, Box, Responder
 from lab.bootpair import EDGE1, EDGE2, FULLNAT_VIP, GATEWAY, MEMBERS, NAT_VIP, Member
@@ -187,6 +188,24 @@ def traffic(pair: Pair) -> Iterator[Traffic]:
         made.close()
 
 
+def vrrp_scheduling(box: Box) -> list[str]:
+    """keepalived's process and its VRRP child as `chrt -p` and `prlimit` read them: one line
+    each, "name policy priority [soft hard]" (the limits for the VRRP process only)."""
+    out = box.sh(
+        "main=$(systemctl show -p MainPID --value keepalived); "
+        "echo keepalived $(chrt -p $main | cut -d: -f2); "
+        "for c in $(pgrep -P $main -x keepalived); do echo vrrp $(chrt -p $c | cut -d: -f2) "
+        "$(prlimit --rttime -p $c -o SOFT,HARD --noheadings); done",
+        check=False,
+    )
+    return out.strip().splitlines()
+
+
+# keepalived real-time from its start (the role's drop-in; the director sets only the VRRP
+# process's), its VRRP process as the director adopts it: reset on fork, the 1 s limit.
+REALTIME = ["keepalived SCHED_RR 50", f"vrrp SCHED_RR|SCHED_RESET_ON_FORK 50 {LIMIT_US} {LIMIT_US}"]
+
+
 def test_the_pair_comes_up_with_edge1_master_and_conntrackd_beside_keepalived(pair: Pair) -> None:
     for m in MEMBERS:
         box = pair.box(m)
@@ -203,6 +222,9 @@ def test_the_pair_comes_up_with_edge1_master_and_conntrackd_beside_keepalived(pa
         journal = box.sh("journalctl -b -u director -o cat")
         assert "event=sysctl.not_set" not in journal, journal[-3000:]
         assert "event=controller.ready" in journal
+        adopted = wait_for(lambda box=box: vrrp_scheduling(box) == REALTIME, 60, step=2.0)  # type: ignore[misc]
+        assert adopted is not None, (vrrp_scheduling(box), journal[-3000:])
+        assert "event=keepalived.realtime_set" in box.sh("journalctl -b -u director -o cat")
 
     # Booted together, edge2 may be master first: edge1 takes over after preempt_delay.
     def master(member: Member, other: Member) -> bool:
@@ -282,6 +304,8 @@ def test_a_reboot_of_the_master_keeps_nat_and_fullnat_connections(
     replays = [line for line in journal.splitlines() if "event=startup.replay" in line]
     print(f"pair: edge1's start after the boot: {replays[-1] if replays else 'no replay said'}")
     assert replays and "replayed=True" in replays[-1], journal[-3000:]
+    adopted = wait_for(lambda: vrrp_scheduling(edge1) == REALTIME, 60, step=2.0)
+    assert adopted is not None, (vrrp_scheduling(edge1), journal[-3000:])
     back = bootpair.held_by(pair, NAT_VIP, EDGE1, bootpair.PREEMPT_DELAY + 300, step=0.2)
     assert back is not None, state(pair)
     failback_at = time.monotonic() - rebooted
