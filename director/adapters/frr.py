@@ -49,7 +49,7 @@ from director.core.owned import (
     write_atomic,
 )
 from director.logs import event
-from director.schema.config import BgpSettings
+from director.schema.bgp import BgpSettings
 
 log = logging.getLogger("director.frr")
 # The longest frr-reload.py may take (it starts Python and reads back the whole running

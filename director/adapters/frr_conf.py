@@ -19,7 +19,7 @@ from typing import Any
 from director.adapters.keepalived import TEMPLATES, environment
 from director.core.announce import PeerState, Route
 from director.core.pools import Pool
-from director.schema.config import BgpSettings
+from director.schema.bgp import BgpSettings
 
 
 def template_vars(

@@ -16,7 +16,7 @@ from director.core.announce import PeerState, Route
 from director.core.owned import Failure, Ledger, classify
 from director.core.pools import Pool
 from director.logs import event
-from director.schema.config import BgpSettings
+from director.schema.bgp import BgpSettings
 
 log = logging.getLogger("director.frr")
 

@@ -30,7 +30,7 @@ from director.adapters.worker import Keeper, file_drift, install_checked
 from director.core.model import Family, canonical_address
 from director.core.owned import Ledger, Refused, not_run, run_failure
 from director.logs import event
-from director.schema.config import HaSettings
+from director.schema.ha import HaSettings
 
 log = logging.getLogger("director.keepalived")
 # Installed from a wheel, templates/ sits inside the package (director/templates); in the

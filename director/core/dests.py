@@ -290,6 +290,13 @@ class DestEdit:
 # goes to the head. Two directors with the same real servers choose alike only when their
 # lists hold them in one order, so the director keeps these in ``hash_order``.
 HASHING_SCHEDULERS = frozenset({"sh", "dh", "mh"})
+# What every director of a BGP fleet schedules with unless told otherwise: Maglev hashing of
+# address and port chooses alike on each box, so a flow ECMP moves keeps its real server.
+BGP_SCHEDULER = ("mh", frozenset({"mh-port"}))
+NAT_OVER_BGP = (
+    "nat cannot serve an address announced over BGP: the replies would have to come back "
+    "through the one director that saw the connection start; use tun or dr"
+)
 
 
 def hash_order(keys: Iterable[DestKey]) -> list[DestKey]:

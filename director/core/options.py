@@ -14,6 +14,7 @@ from typing import TypeVar, cast
 
 from director.core.checks import CheckSpec
 from director.core.cluster import PREFIX, ServiceInfo
+from director.core.dests import BGP_SCHEDULER, HASHING_SCHEDULERS, NAT_OVER_BGP
 from director.core.ipam import Request
 from director.core.model import (
     CONFIGURABLE_FORWARDING,
@@ -125,16 +126,6 @@ def relevant(svc: ServiceInfo, policy: Policy) -> bool:
     return wants_address(svc, policy) or wants_nodeports(svc, policy)
 
 
-# Schedulers whose choice depends only on the packet and the real-server list, so every
-# director (kept in one order) picks the same real server for a flow.
-HASHING = frozenset(("mh", "sh", "dh"))
-BGP_SCHEDULER = ("mh", frozenset({"mh-port"}))
-NAT_OVER_BGP = (
-    "nat cannot serve an address announced over BGP: the replies would have to come back "
-    "through the one director that saw the connection start; use tun or dr"
-)
-
-
 def defaults(policy: Policy, bgp: bool, pool_forwarding: Forwarding | None = None) -> Options:
     """What a Service gets when it says nothing (``pool_forwarding``: its pool's forwarding,
     over the director's). Announced over BGP (every director serves it, ECMP picks one per
@@ -236,7 +227,7 @@ def _bgp_problems(scheduler: str, policy: Policy) -> list[Problem]:
                 "HashingUnavailable",
             )
         ]
-    if scheduler not in HASHING:
+    if scheduler not in HASHING_SCHEDULERS:
         return [
             Problem(
                 A_SCHEDULER,

@@ -3,11 +3,13 @@ another's addresses or ports (run by :func:`director.schema.rules.compile_docume
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from director.core.pools import Pool
 from director.schema.document import Document
 from director.schema.static import Refusal
+
+if TYPE_CHECKING:
+    from director.core.pools import Pool
 
 
 class Compiling(Protocol):

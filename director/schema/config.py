@@ -18,11 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from director.core.model import Forwarding
 from director.schema import yamldoc
-from director.schema.bgp import BgpSettings, PeerEntry
 from director.schema.docstrings import attribute_docs
 from director.schema.document import ConfigError, Document, Settings, read_document
 from director.schema.fields import Listen, Path
-from director.schema.ha import HaSettings
 from director.schema.rules import compile_document
 from director.schema.sections import (
     DEFAULT_CLASS,
@@ -32,7 +30,7 @@ from director.schema.sections import (
     KubeSettings,
     Statuses,
 )
-from director.schema.sections_base import Invalid, Problem
+from director.schema.sections_base import Invalid, Problem, load_later
 from director.schema.static import Refusal
 
 if TYPE_CHECKING:
@@ -41,13 +39,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CLASS",
     "ApiSettings",
-    "BgpSettings",
     "ConfigError",
     "Defaults",
-    "HaSettings",
     "HealthSettings",
     "KubeSettings",
-    "PeerEntry",
     "Settings",
     "json_schema",
     "load_config",
@@ -60,6 +55,7 @@ def json_schema() -> dict[str, Any]:
     pydantic, which only this command and the admin API load)."""
     from pydantic import TypeAdapter
 
+    load_later(Document)  # pydantic reads the annotations: every section they name
     out = TypeAdapter(Document).json_schema(mode="validation", schema_generator=_file_schema())
     _one_line(out)
     out["$schema"] = "https://json-schema.org/draft/2020-12/schema"

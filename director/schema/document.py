@@ -5,27 +5,39 @@ names a fault in it (:class:`ConfigError`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
 from director.core.model import ServiceKey
 from director.core.ownership import Ownership
-from director.core.pools import Pool
 from director.core.services import Table
-from director.schema.bgp import BgpSettings
-from director.schema.ha import HaSettings
-from director.schema.pool_entries import OwnershipEntry, PoolEntry
 from director.schema.sections import (
     ApiSettings,
     ClusterSettings,
     Defaults,
     HealthSettings,
     KubeSettings,
+    OwnershipEntry,
     Section,
     SnatSettings,
 )
 from director.schema.sections_base import from_file, section
 from director.schema.static import ServiceEntry
+
+if TYPE_CHECKING:
+    from director.core.pools import Pool
+    from director.schema.bgp import BgpSettings
+    from director.schema.ha import HaSettings
+    from director.schema.pool_entries import PoolEntry
+
+# Imported when a file has the section (a static box's has none of them): see LATER in
+# director.schema.sections_base.
+LATER_SECTIONS = {
+    "BgpSettings": "director.schema.bgp",
+    "HaSettings": "director.schema.ha",
+    "PoolEntry": "director.schema.pool_entries",
+}
 
 
 class ConfigError(DirectorError, ValueError):

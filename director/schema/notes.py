@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from director.core.dests import HASHING_SCHEDULERS
 from director.core.model import Family, format_endpoint
-from director.core.options import HASHING
 from director.schema.document import Settings
 
 
@@ -17,7 +17,7 @@ def bgp_notes(settings: Settings) -> list[str]:
     pools = settings.bgp_pools
     out = []
     for key, vs in settings.services.items():
-        if key.fwmark or vs.config.scheduler in HASHING:
+        if key.fwmark or vs.config.scheduler in HASHING_SCHEDULERS:
             continue
         if any(p.contains(ipaddress.ip_address(key.address)) for p in pools):
             out.append(

@@ -3,11 +3,9 @@ its owned ranges, as entries that compile to the core's pools and ownership."""
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated
 
-from director.core.model import Forwarding, plain_network
-from director.core.ownership import Network
+from director.core.model import Forwarding
 from director.core.pools import (
     NO_LIMIT,
     SELECTOR_OPERATORS,
@@ -26,13 +24,11 @@ from director.schema.fields import (
     TEXT,
     Rule,
     below,
-    digits,
     integer,
     list_of,
     matching,
     one_of,
     problem,
-    scalar,
 )
 from director.schema.sections import FORWARDING, Section
 from director.schema.sections_base import Problem, after, section
@@ -184,40 +180,3 @@ class PoolEntry(Section):
             )
         except PoolError as exc:
             raise Refusal(("addresses",), str(exc)) from None
-
-
-def _network(value: object) -> Network:
-    if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
-        return value
-    try:
-        return plain_network(scalar(value), strict=True)
-    except ValueError as exc:
-        raise problem(f"not a network in CIDR form: {exc}") from None
-
-
-def _marks(value: object) -> range:
-    if isinstance(value, range):
-        return value
-    low_text, _, high_text = scalar(value).partition("-")
-    if not digits(low_text) or (high_text and not digits(high_text)):
-        raise problem("must be a mark or a range of marks like 100-199")
-    low = int(low_text)
-    high = int(high_text) if high_text else low
-    if not 1 <= low <= high <= 0xFFFFFFFF:
-        raise problem("marks must be between 1 and 4294967295, low to high")
-    return range(low, high + 1)
-
-
-@section
-class OwnershipEntry(Section):
-    """``ownership:``: what the director may create, change and delete in the kernel."""
-
-    networks: Annotated[
-        tuple[Network, ...], list_of(Rule(_network, {"type": "string", "format": "cidr"}))
-    ] = ()
-    """CIDRs (IPv4, IPv6) whose virtual services the director owns; its pools and NodePort VIPs
-    are added. Anything else in the kernel is left alone and reported."""
-    fwmarks: Annotated[
-        tuple[range, ...], list_of(Rule(_marks, {"type": "string", "examples": ["100-199"]}))
-    ] = ()
-    """Firewall marks, or ranges like 1000-1999, whose services the director owns."""

@@ -9,19 +9,20 @@ import ipaddress
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
-from director.core.dests import Dests
+from director.core.dests import BGP_SCHEDULER, HASHING_SCHEDULERS, NAT_OVER_BGP, Dests
 from director.core.model import Family, Forwarding, ServiceKey, check_flags
-from director.core.options import BGP_SCHEDULER, HASHING, NAT_OVER_BGP
 from director.core.ownership import Network, Ownership
-from director.core.pools import Pool
 from director.core.services import Table
 from director.schema.clusters import clusters_apart
 from director.schema.document import Document, Settings
-from director.schema.pool_entries import OwnershipEntry
-from director.schema.sections import Defaults, HealthSettings, KubeSettings
+from director.schema.sections import Defaults, HealthSettings, KubeSettings, OwnershipEntry
 from director.schema.static import Refusal
+
+if TYPE_CHECKING:
+    from director.core.pools import Pool
 
 # -- the rules across objects ------------------------------------------------------------
 Rule = Callable[["_Compiling"], None]
@@ -222,7 +223,7 @@ def bgp_pools_have_peers(c: _Compiling) -> None:
             if rs.forwarding is Forwarding.NAT:
                 raise Refusal(("services", index, "real_servers", rs_index), NAT_OVER_BGP)
         entry = c.doc.services[index]
-        if entry.scheduler is None and defaults.scheduler not in HASHING:
+        if entry.scheduler is None and defaults.scheduler not in HASHING_SCHEDULERS:
             scheduler, flags = BGP_SCHEDULER
             try:
                 chosen = check_flags(scheduler, flags | frozenset(entry.flags), key.protocol)

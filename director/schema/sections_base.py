@@ -21,6 +21,7 @@ classes, and validates the admin API's bodies.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 import types
 import typing
@@ -35,6 +36,11 @@ T = TypeVar("T")
 
 _SECTION = "__director_section__"
 _AFTER = "__director_after__"
+# A module's sections that its annotations name but that it imports only when a file gives
+# their key (a dict of class name to module, named so in the module): a static box's file
+# has no ha:, bgp: or pools:, and their modules (and the core they pull in) are a quarter of
+# a ``director check``'s imports.
+LATER = "LATER_SECTIONS"
 
 
 class Problem(ValueError):
@@ -222,11 +228,58 @@ def _spec(cls: type) -> _Spec:
 _SPECS: dict[type, _Spec] = {}
 
 
+class _Later:
+    """A section named in an annotation and imported at its first use (``LATER``): what
+    the name evaluates to when the annotation is read, with ``| None`` kept."""
+
+    __slots__ = ("module", "name", "optional")
+
+    def __init__(self, module: str, name: str, optional: bool = False) -> None:
+        self.module, self.name, self.optional = module, name, optional
+
+    def __or__(self, other: object) -> _Later:
+        if other is not None:
+            return NotImplemented
+        return _Later(self.module, self.name, optional=True)
+
+    __ror__ = __or__
+
+    def __call__(self) -> None:  # typing wants an annotation's value to be callable
+        raise TypeError(f"{self.name} is a section imported later")
+
+    def __repr__(self) -> str:
+        return f"{self.module}.{self.name}{' | None' if self.optional else ''}"
+
+    def load(self) -> type:
+        return typing.cast(type, getattr(importlib.import_module(self.module), self.name))
+
+
+class _Names(dict[str, Any]):
+    """The class's own names, and the module's later sections as :class:`_Later`."""
+
+    def __init__(self, own: Mapping[str, Any], later: Mapping[str, str]) -> None:
+        super().__init__(own)
+        self.later = later
+
+    def __missing__(self, name: str) -> _Later:
+        if name in self.later:
+            return _Later(self.later[name], name)
+        raise KeyError(name)
+
+
+def load_later(cls: type) -> None:
+    """Import the sections ``cls``'s module names for later, into its namespace, so that a
+    reader of its annotations (pydantic, making the JSON Schema) finds them."""
+    module = sys.modules[cls.__module__]
+    for name, where in getattr(module, LATER, {}).items():
+        setattr(module, name, _Later(where, name).load())
+
+
 def _read_spec(cls: type) -> _Spec:
     # The module's names as the globals (a lambda in an annotation looks its names up there).
     module = vars(sys.modules[cls.__module__])
     hints = typing.get_type_hints(
-        cls, globalns=module, localns=dict(vars(cls)), include_extras=True
+        cls, globalns=module, localns=_Names(vars(cls), module.get(LATER, {})), include_extras=True
     )
     names: list[str] = []
     fields: list[tuple[str, Any, Callable[[], Any] | None]] = []
@@ -276,6 +329,8 @@ def _check_of(hint: Any, where: str) -> Check:
         if len(rules) != 1:
             raise TypeError(f"{where}: one Rule in Annotated, found {len(rules)}")
         return typing.cast(Check, rules[0].check)
+    if isinstance(hint, _Later):
+        return _at_first_use(hint, lambda cls: _one(cls, hint.optional))
     optional = False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         members = [m for m in typing.get_args(hint) if m is not type(None)]
@@ -288,7 +343,22 @@ def _check_of(hint: Any, where: str) -> Check:
     many = typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis
     if many and is_section(args[0]) and not optional:
         return _many(args[0])
+    if many and isinstance(args[0], _Later) and not args[0].optional and not optional:
+        return _at_first_use(args[0], _many)
     raise TypeError(f"{where}: {hint!r} has no Rule and is not a section or a list of them")
+
+
+def _at_first_use(later: _Later, make: Callable[[type], Check]) -> Check:
+    """The check ``make`` gives for the section ``later`` names, its module imported the
+    first time a value is checked."""
+    made: list[Check] = []
+
+    def check(value: object) -> Any:
+        if not made:
+            made.append(make(later.load()))
+        return made[0](value)
+
+    return check
 
 
 def _one(cls: type, optional: bool) -> Check:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from director.adapters.keepalived import ConfigRejected, Keepalived, render_keepalived
-from director.schema.config import HaSettings
+from director.schema.ha import HaSettings
 from lab.wait import eventually
 
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
