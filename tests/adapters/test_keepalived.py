@@ -405,6 +405,15 @@ def test_a_vip_set_keepalived_could_not_take_is_kept_and_installed_once_it_can(
         sync.stop()
 
 
+def reloaded(tmp_path: Path, log: Path, count: int) -> None:
+    """SIGHUP to the running keepalived, as systemctl reload sends it; back once its log
+    says ``count`` reloads are complete."""
+    os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
+    eventually(
+        lambda: log.read_text().count("Reload complete") >= count, 30, what=f"reload {count}"
+    )
+
+
 def test_reloads_keep_the_vrrp_process_real_time_and_alive(tmp_path: Path, netns: str) -> None:
     """The real daemon: the director gives its VRRP process real-time priority (at the
     keeper's read-back; taken away behind its back, it is drift, and repaired), and reload
@@ -430,12 +439,7 @@ def test_reloads_keep_the_vrrp_process_real_time_and_alive(tmp_path: Path, netns
         sync.repair(vips, drift)
         assert sync.verify(vips) is None and sync.realtime.sets == 2
         for reload in range(2, 7):
-            os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
-            eventually(
-                lambda n=reload: log.read_text().count("Reload complete") >= n,  # type: ignore[misc]
-                30,
-                what=f"reload {reload}",
-            )
+            reloaded(tmp_path, log, reload)
         assert sync.realtime.processes() == [vrrp], log.read_text()
         assert os.sched_getscheduler(vrrp) & ~os.SCHED_RESET_ON_FORK == os.SCHED_RR
         assert os.sched_getparam(vrrp).sched_priority == 50
@@ -473,12 +477,7 @@ def test_keepalived_started_real_time_keeps_it_through_reloads_on_its_own(
         (vrrp,) = eventually(sync.realtime.processes, 30, what="the VRRP process")
         assert scheduling(vrrp) == inherited
         for reload in range(1, 5):
-            os.kill(int((tmp_path / "k.pid").read_text()), signal.SIGHUP)
-            eventually(
-                lambda n=reload: log.read_text().count("Reload complete") >= n,  # type: ignore[misc]
-                30,
-                what=f"reload {reload}",
-            )
+            reloaded(tmp_path, log, reload)
             assert scheduling(vrrp) == inherited, f"after reload {reload}"
         assert sync.realtime.processes() == [vrrp], log.read_text()
         sync.realtime.adopt()
