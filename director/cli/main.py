@@ -169,8 +169,39 @@ def _operations(sub: Any) -> None:
     p.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete for")
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, sized to the terminal when it is written, not when it is made.
+
+    Python 3.11's add_argument makes a formatter for every argument only to check its
+    metavar, and each sized itself to the terminal: shutil imported and a hundred
+    terminal-size reads at the start of every command, for no help shown."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width=80)
+        self._help_position = max_help_position
+
+    def format_help(self) -> str:
+        import shutil
+
+        width = shutil.get_terminal_size().columns - 2  # as HelpFormatter sizes itself
+        self._width = width
+        self._max_help_position = min(
+            self._help_position, max(width - 20, self._indent_increment * 2)
+        )
+        return super().format_help()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help is :class:`_Formatter`'s (its subcommands' too: they
+    are made of the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="director", description=DESCRIPTION, epilog=EPILOG)
+    parser = _Parser(prog="director", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"director {__version__}")
     parser.add_argument(
         "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"

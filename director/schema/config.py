@@ -31,7 +31,7 @@ from director.schema.sections import (
     Statuses,
 )
 from director.schema.sections_base import Invalid, Problem, load_later
-from director.schema.static import Refusal
+from director.schema.static import Refusal, forget_addresses
 
 if TYPE_CHECKING:
     from os import PathLike
@@ -142,6 +142,7 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
     try:
         return _parse(text, source)
     finally:
+        forget_addresses()
         if collecting:
             gc.enable()
 

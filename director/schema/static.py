@@ -97,34 +97,33 @@ _RS_KEYS = Keys.of({key: required for key, (_, required) in _RS_RULES.items()})
 _RS_CHECKS = {key: rule.check for key, (rule, _) in _RS_RULES.items()}
 
 
-_LONG_FORM = frozenset(("address", "port", "weight"))
+_NEW = tuple.__new__
 
 
-def _long_form(data: dict[str, Any]) -> RealServerEntry | None:
-    """``{address, port, weight}`` with a valid value in each, the form most files write
-    (tens of thousands of times), as the rules would read it; None: let the rules read it."""
-    address, port, weight = data["address"], data["port"], data["weight"]
-    if (
-        address.__class__ is not str
-        or port.__class__ is not int
-        or weight.__class__ is not int
-        or not 0 <= port <= MAX_PORT
-        or not 0 <= weight <= MAX_WEIGHT
-    ):
-        return None
-    try:
-        return RealServerEntry(canonical_address(address), port, weight)
-    except ValueError:
-        return None
+# A file's services mostly share their real servers (the same nodes behind many VIPs and
+# ports): each address is read, and packed, once per file, not once per mention. Bounded,
+# and emptied after each file (``forget_addresses``): nothing of a file stays in memory.
+@functools.lru_cache(maxsize=4096)
+def _canonical(text: str) -> str:
+    return canonical_address(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed(address: str, port: int) -> bytes:
+    return packed_key(address, port)
+
+
+def forget_addresses() -> None:
+    """Empty the per-file caches of addresses (called once a file is read)."""
+    _canonical.cache_clear()
+    _packed.cache_clear()
 
 
 def _real_server_entry(data: object) -> RealServerEntry:
+    """One real server, any form, by the rules (a list in the long form throughout is read
+    by :func:`_real_servers_of` in one loop)."""
     if isinstance(data, RealServerEntry):
         return data
-    if type(data) is dict and data.keys() == _LONG_FORM:
-        entry = _long_form(data)
-        if entry is not None:
-            return entry
     if isinstance(data, str):
         return RealServerEntry(*_endpoint(data))
     fields = check_keys(data, _RS_KEYS)
@@ -160,6 +159,44 @@ REAL_SERVER = Rule(
         ]
     },
 )
+
+
+_EACH = list_of(REAL_SERVER)
+
+
+def _real_servers_of(value: object) -> tuple[RealServerEntry, ...]:
+    """``real_servers:``. A list in the long form throughout (what most files write, tens
+    of thousands of times) is read in one loop, one call per service, not per real server;
+    anything else, or a fault, item by item by the rules (which name the item)."""
+    if type(value) is list:
+        out: list[RealServerEntry] = []
+        new, canonical = _NEW, _canonical
+        for data in value:
+            if type(data) is not dict or len(data) != 3:
+                break
+            try:
+                address, port, weight = data["address"], data["port"], data["weight"]
+            except KeyError:
+                break
+            if not (
+                address.__class__ is str
+                and port.__class__ is int
+                and weight.__class__ is int
+                and 0 <= port <= MAX_PORT
+                and 0 <= weight <= MAX_WEIGHT
+            ):
+                break
+            try:
+                out.append(new(RealServerEntry, (canonical(address), port, weight, None, 0, 0)))
+            except ValueError:
+                break
+        else:
+            return tuple(out)
+    result: tuple[RealServerEntry, ...] = _EACH.check(value)
+    return result
+
+
+REAL_SERVERS = Rule(_real_servers_of, _EACH.schema)
 
 
 @functools.lru_cache(maxsize=1024)  # bounded: a file's services mostly share a few
@@ -209,7 +246,7 @@ class ServiceEntry(Section):
     """Forwarding of its real servers that name none (default: defaults.forwarding). An IPv4
     real server in an IPv6 service, or the reverse, needs tun; fullnat is every real
     server's or none's, and needs an snat address of the service's family."""
-    real_servers: Annotated[tuple[RealServerEntry, ...], list_of(REAL_SERVER)] = ()
+    real_servers: Annotated[tuple[RealServerEntry, ...], REAL_SERVERS] = ()
     """ADDRESS:PORT ([v6]:PORT), or a mapping: address, port (default: the service's), weight
     (0-65535), forwarding, upper_threshold, lower_threshold."""
     health_check: Annotated[str | None, TEXT] = None  # none, tcp, http[:/path], https[:/path]
@@ -256,14 +293,20 @@ class ServiceEntry(Section):
         where it says none, packed as they are read (one loop over tens of thousands: no
         call per real server, and no RealServer made)."""
         rows: list[Any] = []
-        index_of: dict[tuple[str, int], int] = {}
-        v6, tun = key.family is Family.INET6, Forwarding.TUN
+        index_of: dict[bytes, int] = {}  # by packed key: the same bytes object for a repeat
+        v6, tun, marked = key.family is Family.INET6, Forwarding.TUN, key.fwmark
+        service_port, default_weight, packed, shared = (
+            key.port,
+            defaults.weight,
+            _packed,
+            shared_attrs,
+        )
         for index, (address, given_port, given_weight, given_fwd, upper, lower) in enumerate(
             self.real_servers
         ):
-            port = key.port if given_port is None else given_port
+            port = service_port if given_port is None else given_port
             fwd = given_fwd or mode
-            if port == 0 and not key.fwmark:
+            if port == 0 and not marked:
                 reason = "a real server of an address:port service needs a port"
                 raise Refusal(("real_servers", index), reason)
             if (":" in address) is not v6 and fwd is not tun:
@@ -274,10 +317,11 @@ class ServiceEntry(Section):
                     f"{key.family.label}; mixing families only works with "
                     "forwarding: tun",
                 )
-            first = index_of.setdefault((address, port), index)
+            dest = packed(address, port)
+            first = index_of.setdefault(dest, index)
             if first != index:
                 reason = "real server declared twice (first on line {first})"
                 raise Refusal(("real_servers", index), reason, ("real_servers", first))
-            weight = defaults.weight if given_weight is None else given_weight
-            rows += (packed_key(address, port), shared_attrs((weight, fwd, upper, lower)))
+            weight = default_weight if given_weight is None else given_weight
+            rows += (dest, shared((weight, fwd, upper, lower)))
         return Dests.from_rows(rows)

@@ -104,3 +104,34 @@ def test_a_real_server_in_the_long_form_reads_as_the_rules_read_it(
         return repr([vs.real_servers for vs in settings.services.values()])
 
     assert load("") == load(', "upper_threshold": 0')
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(ADDRESSES), numbers, numbers), min_size=1, max_size=4))
+def test_lists_of_long_form_real_servers_read_as_the_rules_read_them(
+    servers: list[tuple[str, object, object]],
+) -> None:
+    """Two services share a list of real servers in the long form, each on its own line:
+    read in one loop per list, with each address read once per file, they give the same
+    real servers, or the same refusal naming the same item and line, as the rules reading
+    them item by item; and a file read again reads the same (nothing kept from the last)."""
+
+    def load(extra: str) -> str:
+        items = "".join(
+            "      - "
+            + json.dumps({"address": address, "port": port, "weight": weight})[:-1]
+            + extra
+            + "}\n"
+            for address, port, weight in servers
+        )
+        text = "ownership: {networks: [10.0.0.0/8]}\nservices:\n" + "".join(
+            f"  - address: 10.9.0.{n}\n    port: 80\n    real_servers:\n{items}" for n in (1, 2)
+        )
+        try:
+            settings = parse_config(text, "f.yaml")
+        except ConfigError as exc:
+            return str(exc)
+        return repr([vs.real_servers for vs in settings.services.values()])
+
+    first = load("")
+    assert first == load(', "upper_threshold": 0') == load("")
