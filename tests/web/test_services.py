@@ -108,8 +108,13 @@ def test_kubernetes_scheduler_is_stored_on_the_service_and_applied(kube) -> None
     annotations = api.get("services", "web")["metadata"]["annotations"]
     assert annotations["lvs-director.io/scheduler-override"] == "sh"
     eventually(lambda: ipvs.read().services[key].config.scheduler == "sh", what="sh applied")
-    view = client.get("/api/v1/services/default/web", headers=AUTH).get_json()
-    assert view["virtual_services"][0]["scheduler_source"] == "api"
+
+    def source() -> str:
+        view = client.get("/api/v1/services/default/web", headers=AUTH).get_json()
+        return str(view["virtual_services"][0]["scheduler_source"])
+
+    # The view is published once the step that programmed it ends (a moment after the kernel).
+    eventually(lambda: source() == "api", what="the view says the API chose it")
     assert client.delete("/api/v1/services/default/web/scheduler", headers=AUTH).status_code == 200
     assert (
         "lvs-director.io/scheduler-override"
