@@ -464,18 +464,25 @@ def start_director_process(lab: BgpLab, d: BgpDirector, tools: Path | None = Non
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 300  # Python and pyroute2 start slowly under emulation
+    # Python and pyroute2 start slowly under emulation (a starved VM took over 300 s once)
+    deadline = time.monotonic() + 600
+    last = "no answer yet"
     while time.monotonic() < deadline:
         if d.process.poll() is not None:
             raise RuntimeError(f"{d.name}: director run exited {d.process.returncode}")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(f"{d.url}/readyz", timeout=5) as reply,
-        ):
-            if reply.status == 200:
-                return
+        try:
+            with urllib.request.urlopen(f"{d.url}/readyz", timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except OSError as exc:  # refused (not listening yet), or 503 with the reason
+            body = exc.read().decode(errors="replace") if hasattr(exc, "read") else ""
+            last = f"{exc} {body}"[:300]
         time.sleep(0.5)
-    raise RuntimeError(f"{d.name}: the director process never became ready")
+    said = (d.workdir / "director.log").read_text(errors="replace")[-1500:]
+    raise RuntimeError(
+        f"{d.name}: the director process never became ready (last /readyz: {last}); its "
+        f"log ends:\n{said}"
+    )
 
 
 def kill_director_process(d: BgpDirector) -> None:
@@ -502,7 +509,7 @@ def ctl(d: BgpDirector, *args: str) -> str:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,  # a new Python process and one request: over 120 s on a starved VM once
         check=False,
     )
     if done.returncode != 0:

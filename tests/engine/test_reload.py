@@ -79,9 +79,13 @@ def test_a_one_line_change_reaches_the_kernel_as_one_operation(
     assert runtime.reload(str(path)) == ("applied", "added=0 removed=0 changed=1")
     assert weight(ipvs, 0) == 5, "the change is in the kernel when reload returns"
     assert len(ipvs.applied) - before == 1, ipvs.applied[before:]
-    assert (
-        runtime.controller.exports.view.desired[key(0)].real_servers[("192.0.2.1", 8080)].weight
-        == 5
+    # The view (the API's, the status page's) is published once the loop's step ends.
+    eventually(
+        lambda: (
+            runtime.controller.exports.view.desired[key(0)].real_servers[("192.0.2.1", 8080)].weight
+            == 5
+        ),
+        what="the view's desired weight",
     )
     assert metric(runtime, "director_config_reloads_total", {"result": "applied"}) == 1
     assert metric(runtime, "director_config_last_reload_successful") == 1
