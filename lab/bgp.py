@@ -36,6 +36,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.error import HTTPError
 
 from director.cli.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
@@ -475,7 +476,7 @@ def start_director_process(lab: BgpLab, d: BgpDirector, tools: Path | None = Non
                 if reply.status == 200:
                     return
         except OSError as exc:  # refused (not listening yet), or 503 with the reason
-            body = exc.read().decode(errors="replace") if hasattr(exc, "read") else ""
+            body = exc.read().decode(errors="replace") if isinstance(exc, HTTPError) else ""
             last = f"{exc} {body}"[:300]
         time.sleep(0.5)
     said = (d.workdir / "director.log").read_text(errors="replace")[-1500:]

@@ -295,12 +295,7 @@ class ServiceEntry(Section):
         rows: list[Any] = []
         index_of: dict[bytes, int] = {}  # by packed key: the same bytes object for a repeat
         v6, tun, marked = key.family is Family.INET6, Forwarding.TUN, key.fwmark
-        service_port, default_weight, packed, shared = (
-            key.port,
-            defaults.weight,
-            _packed,
-            shared_attrs,
-        )
+        service_port, default_weight = key.port, defaults.weight
         for index, (address, given_port, given_weight, given_fwd, upper, lower) in enumerate(
             self.real_servers
         ):
@@ -317,11 +312,11 @@ class ServiceEntry(Section):
                     f"{key.family.label}; mixing families only works with "
                     "forwarding: tun",
                 )
-            dest = packed(address, port)
+            dest = _packed(address, port)
             first = index_of.setdefault(dest, index)
             if first != index:
                 reason = "real server declared twice (first on line {first})"
                 raise Refusal(("real_servers", index), reason, ("real_servers", first))
             weight = default_weight if given_weight is None else given_weight
-            rows += (dest, shared((weight, fwd, upper, lower)))
+            rows += (dest, shared_attrs((weight, fwd, upper, lower)))
         return Dests.from_rows(rows)

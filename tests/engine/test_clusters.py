@@ -88,8 +88,7 @@ def test_each_clusters_services_get_its_own_pools_nodes_and_status(site: Site) -
     # Events are written apart from status (a slow Event write never holds status back):
     # each cluster's comes, in its own cluster, after its status.
     for cluster in (site.a, site.b):
-        eventually(partial(reasons, cluster, "web"), what="the Event")
-        assert reasons(cluster, "web") == ["AddressAssigned"]
+        assert eventually(partial(reasons, cluster, "web"), what="the Event") == ["AddressAssigned"]
     produced = site.runtime.controller.table.produced
     assert {"a/default/web", "b/default/web"} <= set(produced)
     # a's NodePort VIP serves a's node ports only
