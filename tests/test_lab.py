@@ -171,3 +171,24 @@ def test_the_shape_check_holds_tests_to_mirror_the_code(
         "director/core/new.py: no tests/core/test_new.py (tests mirror director/)",
         "director/web/app.py: UNMIRRORED names tests/web/test_api.py, which is not there",
     ]
+
+
+def test_the_vm_caches_what_the_guest_only_reads_and_never_the_folder_results_come_back_in() -> (
+    None
+):
+    """The interpreter, the venv and the repo's code are read through a cached 9p export in
+    the VM; .lab (where --rwdir brings the results back) and .git are left uncached, and a
+    failed mount only costs speed: the guest's command runs either way."""
+    from lab import vm
+
+    trees = vm.cached_trees()
+    assert Path(os.__file__).resolve().parent in trees  # the standard library
+    assert Path("/usr") not in trees and Path(sys.base_prefix).resolve() not in trees
+    assert Path(sys.prefix).resolve() in trees
+    assert (REPO / "director").resolve() in trees and (REPO / "tests").resolve() in trees
+    lab_dir = (REPO / ".lab").resolve()
+    assert not [t for t in trees if t == lab_dir or lab_dir in t.parents or t in lab_dir.parents]
+    assert (REPO / ".git").resolve() not in trees
+    mounts = vm.cached_mounts()
+    assert "cache=loose" in mounts and ".lab" not in mounts
+    assert mounts.rstrip().endswith(">&2"), "a failed mount must not stop the guest's command"
