@@ -86,10 +86,15 @@ def boot(
     rwdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
-    guest = (
-        f"{cached_mounts()}; cd {shlex.quote(str(REPO))} && export PYTHONDONTWRITEBYTECODE=1 "
-        f"PATH={shlex.quote(env['PATH'])}:/usr/sbin:/sbin && {command}"
+    # virtme-ng passes the command on the guest kernel's command line, 2,048 bytes in all
+    # with its own options: a longer one panics the kernel at boot (and the VM waits out its
+    # timeout). The command goes as a script in the results folder; the line names it.
+    script = rwdir / ".guest.sh"
+    script.write_text(
+        f"{cached_mounts()}\ncd {shlex.quote(str(REPO))} && export PYTHONDONTWRITEBYTECODE=1 "
+        f"PATH={shlex.quote(env['PATH'])}:/usr/sbin:/sbin && {command}\n"
     )
+    guest = f"exec bash {shlex.quote(str(script))}"
     cmd = [
         vng,
         "--run",

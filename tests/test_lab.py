@@ -192,3 +192,37 @@ def test_the_vm_caches_what_the_guest_only_reads_and_never_the_folder_results_co
     mounts = vm.cached_mounts()
     assert "cache=loose" in mounts and ".lab" not in mounts
     assert mounts.rstrip().endswith(">&2"), "a failed mount must not stop the guest's command"
+
+
+def test_a_long_guest_command_travels_as_a_script_not_on_the_kernel_command_line(
+    tmp_path: Path,
+) -> None:
+    """virtme-ng puts the command on the guest kernel's command line (2,048 bytes with its
+    own options; past that the kernel panics at boot and the VM sits until its timeout):
+    however long the command, vng is given a few bytes naming a script that holds it."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    argv = tmp_path / "argv"
+    vng = fake / "vng"
+    vng.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > {argv}\n')
+    vng.chmod(0o755)
+    command = "pytest -k '" + " or ".join(f"test_{i}" for i in range(400)) + "'"
+    script = (
+        "import sys; from pathlib import Path; from lab.vm import boot; "
+        "sys.exit(boot(sys.argv[2], Path(sys.argv[1])))"
+    )
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "rw"), command],
+        env=env,
+        timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    given = argv.read_text().splitlines()
+    guest = given[-1]
+    assert given[-3:-1] == ["bash", "-c"] and len(guest) < 200, guest
+    held = (tmp_path / "rw" / ".guest.sh").read_text()
+    assert guest.endswith(".guest.sh") and command in held
