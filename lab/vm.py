@@ -154,9 +154,45 @@ def precompile() -> None:
     )
 
 
-def kernel_suite(pytest_args: list[str]) -> int:
+class Follower:
+    """Copies what a file in the results folder gains to our stdout while the VM runs (the
+    guest writes it through --rwdir): a run cut off from outside (CI's own time limit) still
+    shows how far it got and what it was doing."""
+
+    def __init__(self, path: Path, every: float = 2.0) -> None:
+        self.path, self.every, self.done = path, every, threading.Event()
+        self.offset = 0
+        self.thread = threading.Thread(target=self._run, name="follow", daemon=True)
+
+    def __enter__(self) -> Follower:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        self.copy()  # what came after the last look
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every):
+            self.copy()
+
+    def copy(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                gained = f.read()
+        except OSError:  # not written yet
+            return
+        if gained:
+            self.offset += len(gained)
+            sys.stdout.buffer.write(gained)
+            sys.stdout.flush()
+
+
+def kernel_suite(pytest_args: list[str], results: Path | None = None) -> int:
     """Run the kernel-marked tests in one VM boot, one pytest process; check the result."""
-    results = REPO / ".lab" / "kernel-suite"
+    results = results or REPO / ".lab" / "kernel-suite"
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir(parents=True)
     precompile()
@@ -167,11 +203,9 @@ def kernel_suite(pytest_args: list[str]) -> int:
         f"--junitxml={results}/junit.xml {args} > {results}/pytest.log 2>&1; "
         f"echo $? > {results}/exit; dmesg > {results}/dmesg.log 2>&1; true"
     )
-    # 18-19 minutes on a usual day; 53 on a slow one (2026-11-29): the VM's bound is 2 hours
-    boot(command, results, timeout=7200)
-    log = results / "pytest.log"
-    if log.exists():
-        sys.stdout.write(log.read_text())
+    # 18-21 minutes on a usual day; 53 on a slow one (2026-11-29): the VM's bound is 2 hours
+    with Follower(results / "pytest.log"):
+        boot(command, results, timeout=7200)
     exit_file = results / "exit"
     if not exit_file.exists():
         print("lab: FAILED: the kernel suite did not run (no exit status came back from the VM)")

@@ -226,3 +226,51 @@ def test_a_long_guest_command_travels_as_a_script_not_on_the_kernel_command_line
     assert given[-3:-1] == ["bash", "-c"] and len(guest) < 200, guest
     held = (tmp_path / "rw" / ".guest.sh").read_text()
     assert guest.endswith(".guest.sh") and command in held
+
+
+def test_the_kernel_suite_log_reaches_our_stdout_while_the_vm_runs_and_once(tmp_path: Path) -> None:
+    """A run cut off from outside (CI's own time limit) must still show how far the kernel
+    suite got: what pytest writes in the VM reaches our stdout while the VM runs, not at
+    its end, and each line once. The fake VM writes its first line, then waits until our
+    stdout has shown it before it ends."""
+    results = tmp_path / "results"
+    seen = tmp_path / "seen"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    vng = fake / "vng"
+    vng.write_text(
+        "#!/bin/sh\n"
+        f"echo 'tests/system/test_bgp_lab.py ..' > {results}/pytest.log\n"
+        f"for i in $(seq 600); do [ -e {seen} ] && break; sleep 0.1; done\n"
+        f"[ -e {seen} ] || exit 1\n"
+        f"echo '1 passed' >> {results}/pytest.log\n"
+        f"echo 0 > {results}/exit\n"
+        f'echo \'<testsuite tests="1" failures="0" errors="0" skipped="0"/>\' '
+        f"> {results}/junit.xml\n"
+    )
+    vng.chmod(0o755)
+    script = (
+        "import sys; from pathlib import Path; from lab.vm import kernel_suite, precompile; "
+        "import lab.vm; lab.vm.precompile = lambda: None; "
+        "sys.exit(kernel_suite([], Path(sys.argv[1])))"
+    )
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(results)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "test_bgp_lab.py" in line:
+                seen.touch()  # the fake VM may end now
+        code = proc.wait(timeout=60)
+    text = "".join(lines)
+    assert code == 0, text
+    assert seen.exists(), text
+    assert text.count("test_bgp_lab.py ..") == 1 and text.count("1 passed") == 1, text
+    assert text.index("test_bgp_lab.py ..") < text.index("lab: VM finished"), text
