@@ -34,7 +34,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.error import HTTPError
@@ -578,7 +577,6 @@ def session_down_after(router: Netns, address: str, since: float) -> tuple[float
 
 
 TRIES = 3  # a probe that times out (a starved emulated machine) is tried again
-PROBES_AT_ONCE = 8
 
 
 def probe_flows(lab: BgpLab, d: BgpDirector, ports: range, vip: str = VIP) -> dict[int, str]:
@@ -586,21 +584,16 @@ def probe_flows(lab: BgpLab, d: BgpDirector, ports: range, vip: str = VIP) -> di
     "error: ..." for a flow that got no answer in TRIES tries: a probe that timed out, never
     a disagreement (see ``agreement``)."""
     lab.probe.ip(f"route replace {vip}/32 via {d.front}")
-
-    def flow(port: int) -> str:
-        for _ in range(TRIES):
-            got = _probe(lab, vip, port)
-            if not got.startswith("error"):
-                break
-        return got
-
+    out: dict[int, str] = {}
     try:
-        # Flows are independent (each its own source port, hashed alone): a few at a time.
-        # One after another, 1,000 flows took 10 s and more under emulation.
-        with ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="probe") as pool:
-            return dict(zip(ports, pool.map(flow, ports), strict=True))
+        for port in ports:
+            for _ in range(TRIES):
+                out[port] = _probe(lab, vip, port)
+                if not out[port].startswith("error"):
+                    break
     finally:
         lab.probe.ip(f"route del {vip}/32 via {d.front}")
+    return out
 
 
 def _probe(lab: BgpLab, vip: str, port: int) -> str:
