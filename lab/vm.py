@@ -203,7 +203,7 @@ def kernel_suite(pytest_args: list[str], results: Path | None = None) -> int:
         f"--junitxml={results}/junit.xml {args} > {results}/pytest.log 2>&1; "
         f"echo $? > {results}/exit; dmesg > {results}/dmesg.log 2>&1; true"
     )
-    # 18-21 minutes on a usual day; 53 on a slow one (2026-11-29): the VM's bound is 2 hours
+    # 18-22 minutes on a usual day; 53 on a slow one (2026-11-29): the VM's bound is 2 hours
     with Follower(results / "pytest.log"):
         boot(command, results, timeout=7200)
     exit_file = results / "exit"
