@@ -12,20 +12,26 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_vm_runner_never_truncates_a_redirected_log(tmp_path: Path) -> None:
-    """`make test > log`: what was written before the VM boots stays in the file, whatever
-    the VM's console does with its stdout (qemu reopens it, which truncated the file)."""
+def fake_vng(tmp_path: Path, body: str) -> dict[str, str]:
+    """A shell script named vng (``body`` after its #! line) first on PATH: the environment
+    a child running lab.vm with it needs."""
     fake = tmp_path / "bin"
     fake.mkdir()
     vng = fake / "vng"
-    vng.write_text("#!/bin/sh\necho 'from the VM' > /dev/stdout\n")  # opens with O_TRUNC
+    vng.write_text(f"#!/bin/sh\n{body}")
     vng.chmod(0o755)
+    return dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+
+
+def test_the_vm_runner_never_truncates_a_redirected_log(tmp_path: Path) -> None:
+    """`make test > log`: what was written before the VM boots stays in the file, whatever
+    the VM's console does with its stdout (qemu reopens it, which truncated the file)."""
+    env = fake_vng(tmp_path, "echo 'from the VM' > /dev/stdout\n")  # opens with O_TRUNC
     log = tmp_path / "log"
     script = (
         "import sys; from pathlib import Path; from lab.vm import boot; "
         "print('host tests: 200 passed', flush=True); sys.exit(boot('true', Path(sys.argv[1])))"
     )
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
     with log.open("w") as out:
         done = subprocess.run(
             [sys.executable, "-c", script, str(tmp_path / "rw")],
@@ -200,18 +206,13 @@ def test_a_long_guest_command_travels_as_a_script_not_on_the_kernel_command_line
     """virtme-ng puts the command on the guest kernel's command line (2,048 bytes with its
     own options; past that the kernel panics at boot and the VM sits until its timeout):
     however long the command, vng is given a few bytes naming a script that holds it."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
     argv = tmp_path / "argv"
-    vng = fake / "vng"
-    vng.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > {argv}\n')
-    vng.chmod(0o755)
+    env = fake_vng(tmp_path, f'for a in "$@"; do printf "%s\\n" "$a"; done > {argv}\n')
     command = "pytest -k '" + " or ".join(f"test_{i}" for i in range(400)) + "'"
     script = (
         "import sys; from pathlib import Path; from lab.vm import boot; "
         "sys.exit(boot(sys.argv[2], Path(sys.argv[1])))"
     )
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "rw"), command],
         env=env,
@@ -235,26 +236,21 @@ def test_the_kernel_suite_log_reaches_our_stdout_while_the_vm_runs_and_once(tmp_
     stdout has shown it before it ends."""
     results = tmp_path / "results"
     seen = tmp_path / "seen"
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    vng = fake / "vng"
-    vng.write_text(
-        "#!/bin/sh\n"
+    env = fake_vng(
+        tmp_path,
         f"echo 'tests/system/test_bgp_lab.py ..' > {results}/pytest.log\n"
         f"for i in $(seq 600); do [ -e {seen} ] && break; sleep 0.1; done\n"
         f"[ -e {seen} ] || exit 1\n"
         f"echo '1 passed' >> {results}/pytest.log\n"
         f"echo 0 > {results}/exit\n"
         f'echo \'<testsuite tests="1" failures="0" errors="0" skipped="0"/>\' '
-        f"> {results}/junit.xml\n"
+        f"> {results}/junit.xml\n",
     )
-    vng.chmod(0o755)
     script = (
-        "import sys; from pathlib import Path; from lab.vm import kernel_suite, precompile; "
-        "import lab.vm; lab.vm.precompile = lambda: None; "
-        "sys.exit(kernel_suite([], Path(sys.argv[1])))"
+        "import sys; from pathlib import Path; import lab.vm; "
+        "lab.vm.precompile = lambda: None; "
+        "sys.exit(lab.vm.kernel_suite([], Path(sys.argv[1])))"
     )
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
     with subprocess.Popen(
         [sys.executable, "-c", script, str(results)],
         env=env,
