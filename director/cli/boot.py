@@ -11,6 +11,7 @@ so it replays nothing. What the replay did is logged once logging is up
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -19,6 +20,10 @@ from director.cli import startup
 # The command's own options that come before its subcommand and take a value (the unit runs
 # ``director --log-level info run ...``); a test holds this to the parser.
 GLOBAL_VALUED = ("--log-level", "--log-format")
+# The commands that run for long or change the kernel or files themselves: their process ends
+# the usual way (atexit handlers, every module torn down). The others, which read and print
+# (check, plan, ctl, status, schema, ...), end as soon as their output is out (end_now).
+ENDED_THE_USUAL_WAY = frozenset({"run", "apply", "decommission", "bundle"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +42,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup.AHEAD.update(ahead)
     from director.cli.main import main as director
 
-    return director(argv)
+    code = director(argv)
+    if argv is None and command not in ENDED_THE_USUAL_WAY:
+        end_now(code)
+    return code
+
+
+def end_now(code: int) -> int:
+    """The process of a command that has said all it has to say ends at once: Python's own
+    teardown (every module emptied, the collector run over what is left) took 20-30 ms
+    after ``director check`` had printed its verdict, a tenth of the whole command at 1,000
+    services. Everything written is flushed first; if that fails (a closed pipe), the
+    interpreter's own exit reports it, as it would have."""
+    try:
+        if "logging" in sys.modules:
+            sys.modules["logging"].shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # the usual exit says it (BrokenPipeError: exit status 120)
+        return code
+    os._exit(code)
 
 
 def subcommand(args: Sequence[str]) -> tuple[str | None, list[str]]:

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from director import __version__, logs
 from director.cli import ctl
@@ -23,10 +23,7 @@ from director.cli.plans import (
     plan_json,
     print_plan,
 )
-from director.dataplane.interface import IpvsUnavailable
-
-if TYPE_CHECKING:
-    pass
+from director.core.errors import DirectorError
 
 _log = logging.getLogger("director.cli")
 DESCRIPTION = (
@@ -101,6 +98,7 @@ def cmd_conntrackd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_schedulers(args: argparse.Namespace) -> int:
+    from director.dataplane.interface import IpvsUnavailable
     from director.dataplane.modules import offered_schedulers
 
     offered = sorted(offered_schedulers())
@@ -331,7 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_CONFIG
-    except IpvsUnavailable as exc:
+    except DirectorError as exc:  # the dataplane's module is loaded by the commands using it
+        from director.dataplane.interface import IpvsUnavailable
+
+        if not isinstance(exc, IpvsUnavailable):
+            raise
         print(f"director: {exc}.", file=sys.stderr)
         return EXIT_NO_IPVS
 

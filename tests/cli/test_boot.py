@@ -3,6 +3,10 @@ arguments it reads are the command's own, and any other command goes straight on
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +141,52 @@ def test_a_parse_ahead_that_fails_is_said_and_the_start_goes_on(
     assert startup.AHEAD["forked"] is False
     assert "Resource temporarily unavailable" in str(startup.AHEAD["reason"])
     startup.AHEAD.clear()
+
+
+def _director(*args: str, stdout: int = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "director", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_a_command_that_only_prints_ends_at_once_with_all_its_output_out(tmp_path: Path) -> None:
+    """A read-only command's process skips Python's teardown (end_now): what it printed,
+    on stdout and stderr, and its exit status are those of the usual exit."""
+    from director.schema.config import json_schema_text
+
+    done = _director("schema")
+    assert done.returncode == 0 and done.stdout == json_schema_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("services:\n  - address: 10.0.0.1\n    port: 99999\n")
+    done = _director("check", "--offline", "--json", "--config", str(bad))
+    report = json.loads(done.stdout)
+    assert done.returncode == 2 and report["ok"] is False
+    assert report["error"]["line"] == 3 and "65535 (got 99999)" in report["error"]["reason"]
+    done = _director("check", "--offline", "--config", str(bad))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"director: invalid configuration: {bad}:3: services[0].port: must be an integer "
+        "between 1 and 65535 (got 99999)\n"
+    )
+
+
+def test_a_command_whose_reader_went_away_fails_as_python_would() -> None:
+    """stdout closed before the output is out: no silent success (Python's own exit
+    reports the broken pipe, status 120)."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = _director("schema", stdout=writer)
+    finally:
+        os.close(writer)
+    assert done.returncode != 0 and "BrokenPipeError" in done.stderr
+
+
+def test_a_command_that_changes_something_ends_the_usual_way() -> None:
+    assert {"run", "apply", "decommission", "bundle"} <= boot.ENDED_THE_USUAL_WAY
+    assert not {"check", "plan", "ctl", "status", "schema"} & boot.ENDED_THE_USUAL_WAY
