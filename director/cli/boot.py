@@ -16,10 +16,8 @@ import sys
 from collections.abc import Sequence
 
 from director.cli import startup
+from director.cli.argv import options, subcommand
 
-# The command's own options that come before its subcommand and take a value (the unit runs
-# ``director --log-level info run ...``); a test holds this to the parser.
-GLOBAL_VALUED = ("--log-level", "--log-format")
 # The commands that run for long or change the kernel or files themselves: their process ends
 # the usual way (atexit handlers, every module torn down). The others, which read and print
 # (check, plan, ctl, status, schema, ...), end as soon as their output is out (end_now).
@@ -64,18 +62,9 @@ def end_now(code: int) -> int:
     os._exit(code)
 
 
-def subcommand(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """The subcommand and what follows it, past the command's own options."""
-    at = 0
-    while at < len(args) and args[at].startswith("-"):
-        name, equals, _ = args[at].partition("=")
-        at += 2 if name in GLOBAL_VALUED and not equals else 1
-    return (args[at], list(args[at + 1 :])) if at < len(args) else (None, [])
-
-
 def replay_for(args: Sequence[str]) -> dict[str, object]:
     """The replay ``director run ARGS`` asks for, done (or why not)."""
-    given = _options(args, ("--config", "--config-cache", "--netns"))
+    given = options(args, ("--config", "--config-cache", "--netns"))
     if "--dry-run" in args or "-h" in args or "--help" in args:
         return {"replayed": False, "reason": "not asked (--dry-run or --help)"}
     from director.schema.stamp import default_cache
@@ -104,18 +93,5 @@ def parse_ahead(args: Sequence[str]) -> dict[str, object]:
     from director.cli import ahead
     from director.schema.stamp import default_cache
 
-    given = _options(args, ("--config", "--config-cache"))
+    given = options(args, ("--config", "--config-cache"))
     return ahead.start(given.get("--config"), given.get("--config-cache", default_cache()), args)
-
-
-def _options(args: Sequence[str], names: tuple[str, ...]) -> dict[str, str]:
-    """``--name VALUE`` and ``--name=VALUE`` of ``names`` (the last one given wins)."""
-    found: dict[str, str] = {}
-    for position, arg in enumerate(args):
-        name, equals, value = arg.partition("=")
-        if name in names:
-            if equals:
-                found[name] = value
-            elif position + 1 < len(args):
-                found[name] = args[position + 1]
-    return found

@@ -10,10 +10,9 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-from director import __version__, logs
-from director.cli import ctl
+from director import logs
+from director.cli.parser import build_parser, parser_for
 from director.cli.plans import (
     EXIT_CONFIG,
     EXIT_FAILED_OPS,
@@ -26,15 +25,6 @@ from director.cli.plans import (
 from director.core.errors import DirectorError
 
 _log = logging.getLogger("director.cli")
-DESCRIPTION = (
-    "An IPVS load balancer (LVS director) for on-prem Kubernetes and for services declared by "
-    "hand: it programs the kernel's virtual services, keeps them true, and fails over with "
-    "keepalived or scales out behind BGP."
-)
-EPILOG = (
-    "Start with `director check --config FILE`; `director COMMAND --help` for each command. "
-    "The README and docs/ describe the configuration, the admin API and operating it."
-)
 
 
 def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
@@ -128,160 +118,14 @@ def cmd_metallb_pools(args: argparse.Namespace) -> int:
     return 0 if converted.pools else EXIT_CONFIG
 
 
-def _operations(sub: Any) -> None:
-    """The commands for running a box over the years: decommission, a support bundle, the
-    way in from MetalLB, shell completion."""
-    p = sub.add_parser(
-        "decommission",
-        help="take this box out of service for good: remove the IPVS services it owns (never "
-        "a foreign one), its nftables table and its BGP VIPs on lo; the director must be "
-        "stopped; without --yes, only say what would go",
-    )
-    p.add_argument("--config", required=True, help="the director's YAML configuration")
-    p.add_argument("--netns", help="the IPVS of this network namespace")
-    p.add_argument("--yes", action="store_true", help="remove it (without: only show)")
-    p = sub.add_parser(
-        "bundle",
-        help="write a support bundle (tar.gz) for a bug report: the configuration with "
-        "secrets redacted, status and plan from the API, the IPVS table, sysctls, keepalived's "
-        "and FRR's files, recent logs; changes nothing",
-    )
-    p.add_argument("--config", required=True, help="the director's YAML configuration")
-    p.add_argument("--out", help="the file to write (default: director-bundle-HOST-TIME.tar.gz)")
-    p.add_argument("--lines", type=int, default=2000, help="journal lines per unit")
-    p.add_argument("--url", help="the admin API (default: from the configuration)")
-    p.add_argument("--token-file", help="the API token (default: from the configuration)")
-    p.add_argument("--ca-file", help="CA for an https API (default: api.tls_cert)")
-    p = sub.add_parser(
-        "metallb-pools",
-        help="print a pools: section made from MetalLB's IPAddressPool and advertisement "
-        "objects (kubectl get ipaddresspools,l2advertisements,bgpadvertisements -n "
-        "metallb-system -o yaml); what does not carry over is said in notes",
-    )
-    p.add_argument("file", help="the YAML (- for standard input)")
-    p = sub.add_parser(
-        "completion",
-        help='print shell completion: eval "$(director completion bash)" in ~/.bashrc (zsh: '
-        "the same in ~/.zshrc)",
-    )
-    p.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete for")
-
-
-class _Formatter(argparse.HelpFormatter):
-    """argparse's help, sized to the terminal when it is written, not when it is made.
-
-    Python 3.11's add_argument makes a formatter for every argument only to check its
-    metavar, and each sized itself to the terminal: shutil imported and a hundred
-    terminal-size reads at the start of every command, for no help shown."""
-
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
-        super().__init__(prog, indent_increment, max_help_position, width=80)
-        self._help_position = max_help_position
-
-    def format_help(self) -> str:
-        import shutil
-
-        width = shutil.get_terminal_size().columns - 2  # as HelpFormatter sizes itself
-        self._width = width
-        self._max_help_position = min(
-            self._help_position, max(width - 20, self._indent_increment * 2)
-        )
-        return super().format_help()
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose help is :class:`_Formatter`'s (its subcommands' too: they
-    are made of the parent's class)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="director", description=DESCRIPTION, epilog=EPILOG)
-    parser.add_argument("--version", action="version", version=f"director {__version__}")
-    parser.add_argument(
-        "--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for run, else WARNING)"
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=logs.FORMATS,
-        default="logfmt",
-        help="logfmt (default) or json, one line per event",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (
-        ("plan", "print what apply would change, changing nothing"),
-        ("apply", "apply the configuration to the kernel once"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--config", required=True, help="the director's YAML configuration")
-        p.add_argument("--netns", help="operate on the IPVS of this network namespace")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-    p = sub.add_parser("run", help="run the director: follow the cluster, program IPVS")
-    p.add_argument("--config", required=True, help="the director's YAML configuration")
-    p.add_argument("--netns", help="program the IPVS of this network namespace")
-    p.add_argument("--kubeconfig", help="overrides kubernetes.kubeconfig of the config")
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="shadow mode: write nothing to the kernel or the cluster, log what would change",
-    )
-    p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
-    p.add_argument(
-        "--config-cache",
-        help="keep the parsed file here, and start from it while the file and the director are "
-        "unchanged (default: config.cache in systemd's $STATE_DIRECTORY; '' for none)",
-    )
-    ctl.build(sub)
-    p = sub.add_parser("check", help="validate a configuration file (and a kubeconfig) and exit")
-    p.add_argument("--config", help="the director's YAML configuration to validate")
-    p.add_argument("--kubeconfig", help="also check that this kubeconfig loads")
-    clusters = "with --config: also check each cluster's kubeconfig and Lease"
-    p.add_argument("--clusters", action="store_true", help=clusters)
-    p.add_argument(
-        "--offline",
-        action="store_true",
-        help="skip what only the box itself can tell (the API's listen address is one of its "
-        "own): for building an image",
-    )
-    p.add_argument(
-        "--json", action="store_true", help="one JSON object: what was checked, notes, refusal"
-    )
-    p = sub.add_parser(
-        "keepalived-config",
-        help="print this director's keepalived.conf for its static VIPs (the Ansible role "
-        "installs it once, checked with keepalived -t; the director rewrites it from then on)",
-    )
-    p.add_argument("--config", required=True, help="the director's YAML configuration")
-    p = sub.add_parser(
-        "conntrackd-config",
-        help="print this director's conntrackd.conf (ha.conntrackd; the Ansible role installs "
-        "it once, the director keeps it as rendered from then on)",
-    )
-    p.add_argument("--config", required=True, help="the director's YAML configuration")
-    p = sub.add_parser("schedulers", help="list the IPVS schedulers this kernel offers")
-    p.add_argument("--json", action="store_true", help='{"schedulers": [...]}')
-    sub.add_parser(
-        "schema",
-        help="print the configuration file's JSON Schema (for editors and CI; the same "
-        "schema director check applies)",
-    )
-    _operations(sub)
-    for command in sub.choices.values():  # the logging options after the command too
-        command.add_argument("--log-level", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        command.add_argument(
-            "--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
-        )
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser_for(given).parse_args(given)
     logs.setup(args.log_level or ("INFO" if args.command == "run" else "WARNING"), args.log_format)
     if args.command in ("ctl", "status"):  # the light commands: no schema, no engine
-        return ctl.main_ctl(args)
+        from director.cli.ctl import main_ctl
+
+        return main_ctl(args)
     from director.schema.config import ConfigError, json_schema_text
 
     try:

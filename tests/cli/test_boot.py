@@ -70,27 +70,6 @@ def test_another_command_goes_straight_to_it(
     assert called == [] and startup.REPLAY == {}
 
 
-def test_the_subcommand_is_found_past_the_commands_own_options() -> None:
-    """The unit runs ``director --log-level info run --config ...``."""
-    args = ["--log-level", "info", "--log-format=json", "run", "--config", "d.yaml"]
-    assert boot.subcommand(args) == ("run", ["--config", "d.yaml"])
-    assert boot.subcommand(["run"]) == ("run", [])
-    assert boot.subcommand(["--version"]) == (None, [])
-    assert boot.subcommand(["--log-level=debug", "check"]) == ("check", [])
-
-
-def test_the_options_read_as_taking_a_value_are_the_parsers() -> None:
-    from director.cli.main import build_parser
-
-    valued = {
-        option
-        for action in build_parser()._actions
-        if action.option_strings and action.nargs != 0 and action.dest not in ("help", "version")
-        for option in action.option_strings
-    }
-    assert valued == set(boot.GLOBAL_VALUED)
-
-
 def test_a_run_as_the_unit_starts_it_looks_for_its_table(
     static_box: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
