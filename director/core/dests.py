@@ -26,7 +26,7 @@ def shared_attrs(attrs: _Attrs) -> _Attrs:
 
 # The packed key of a real server in ``Dests``: its address in 16 bytes (IPv4's first four,
 # then zeros, as the kernel's union nf_inet_addr), its port in network order, its family.
-_KEY = 19
+KEY_SIZE = 19
 _ZEROS = bytes(12)
 _V4, _V6 = int(socket.AF_INET), int(socket.AF_INET6)
 _V4_BYTE, _V6_BYTE = bytes((_V4,)), bytes((_V6,))
@@ -45,8 +45,9 @@ def packed_key(address: str, port: int) -> bytes:
         raise ValueError(f"{shown(address)} is not an IPv4 or IPv6 address") from None
 
 
-def _key_at(keys: bytes, at: int) -> DestKey:
-    """The (address, port) of the packed key at ``at``."""
+def key_at(keys: bytes, at: int) -> DestKey:
+    """The (address, port) of the packed key at byte ``at`` of ``keys`` (the n-th real
+    server's at ``n * KEY_SIZE``)."""
     port = (keys[at + 16] << 8) | keys[at + 17]
     if keys[at + 18] == _V4:
         return socket.inet_ntop(_V4, keys[at : at + 4]), port
@@ -104,8 +105,14 @@ class Dests(Mapping[DestKey, RealServer]):
     def from_rows(cls, rows: Sequence[Any]) -> Dests:
         """Real servers given flat (packed key, ``shared_attrs`` tuple, ...), each key once:
         as the kernel adapter decodes them, with no RealServer and no text made."""
+        return cls.from_packed(b"".join(rows[0::2]), rows[1::2])
+
+    @classmethod
+    def from_packed(cls, keys: bytes, attrs: Sequence[_Attrs]) -> Dests:
+        """Real servers given as their packed keys, joined (each key once), and each one's
+        ``shared_attrs`` tuple, in the same order."""
         out = cls.__new__(cls)
-        out._keys, out._attrs = b"".join(rows[0::2]), Dests._one_or_each(rows[1::2])
+        out._keys, out._attrs = keys, Dests._one_or_each(attrs)
         out._next = 0
         return out
 
@@ -137,23 +144,23 @@ class Dests(Mapping[DestKey, RealServer]):
         at = 0
         while True:
             at = keys.find(needle, at)
-            if at < 0 or at % _KEY == 0:
+            if at < 0 or at % KEY_SIZE == 0:
                 return at
             at += 1
 
     def _attr(self, at: int) -> _Attrs:
         attrs = self._attrs
-        return attrs[0] if len(attrs) == 1 else attrs[at // _KEY]
+        return attrs[0] if len(attrs) == 1 else attrs[at // KEY_SIZE]
 
     def _server(self, at: int) -> RealServer:
-        address, port = _key_at(self._keys, at)
+        address, port = key_at(self._keys, at)
         return RealServer(address, port, *self._attr(at))
 
     def __getitem__(self, key: DestKey) -> RealServer:
         at = self._find(key)
         if at < 0:
             raise KeyError(key)
-        self._next = at + _KEY  # a hint, no more: a race between readers only costs a scan
+        self._next = at + KEY_SIZE  # a hint, no more: a race between readers only costs a scan
         return self._server(at)
 
     def get(self, key: DestKey, default: Any = None) -> Any:
@@ -164,11 +171,11 @@ class Dests(Mapping[DestKey, RealServer]):
         return self._find(key) >= 0
 
     def __len__(self) -> int:
-        return len(self._keys) // _KEY
+        return len(self._keys) // KEY_SIZE
 
     def __iter__(self) -> Iterator[DestKey]:
         keys = self._keys
-        return map(_key_at, repeat(keys), range(0, len(keys), _KEY))
+        return map(key_at, repeat(keys), range(0, len(keys), KEY_SIZE))
 
     def servers(self) -> Iterator[RealServer]:
         attrs, make = self._attrs, tuple.__new__  # RealServer's own __new__ costs as much
@@ -191,7 +198,7 @@ class Dests(Mapping[DestKey, RealServer]):
         if len(rows) != len(at) or len(set(rows)) != len(rows):
             raise ValueError("an order must name every real server once")
         out = Dests.__new__(Dests)
-        out._keys = b"".join([keys[row * _KEY : (row + 1) * _KEY] for row in rows])
+        out._keys = b"".join([keys[row * KEY_SIZE : (row + 1) * KEY_SIZE] for row in rows])
         out._attrs = attrs if len(attrs) == 1 else tuple(attrs[row] for row in rows)
         out._next = 0
         return out
@@ -209,7 +216,9 @@ class Dests(Mapping[DestKey, RealServer]):
 
     def _set(self) -> frozenset[tuple[bytes, _Attrs]]:
         keys = self._keys
-        return frozenset((keys[at : at + _KEY], self._attr(at)) for at in range(0, len(keys), _KEY))
+        return frozenset(
+            (keys[at : at + KEY_SIZE], self._attr(at)) for at in range(0, len(keys), KEY_SIZE)
+        )
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Dests):

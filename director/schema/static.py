@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, NamedTuple
 
-from director.core.dests import Dests, packed_key, shared_attrs
+from director.core.dests import KEY_SIZE, Dests, key_at, packed_key, shared_attrs
 from director.core.model import (
     MAX_WEIGHT,
     Family,
@@ -164,13 +164,26 @@ REAL_SERVER = Rule(
 _EACH = list_of(REAL_SERVER)
 
 
-def _real_servers_of(value: object) -> tuple[RealServerEntry, ...]:
-    """``real_servers:``. A list in the long form throughout (what most files write, tens
-    of thousands of times) is read in one loop, one call per service, not per real server;
-    anything else, or a fault, item by item by the rules (which name the item)."""
+class PackedServers:
+    """A ``real_servers:`` list in the long form throughout (``{address, port, weight}``
+    each, what most files write tens of thousands of times), as one loop reads it: each real
+    server's packed key and its weight, nothing else made per real server. What only the
+    service can tell (the family, a repeat) is checked when it compiles."""
+
+    __slots__ = ("keys", "weights")
+
+    def __init__(self, keys: list[bytes], weights: list[int]) -> None:
+        self.keys, self.weights = keys, weights
+
+
+def _real_servers_of(value: object) -> tuple[RealServerEntry, ...] | PackedServers:
+    """``real_servers:``. A list in the long form throughout is read in one loop, one call
+    per service, not per real server (:class:`PackedServers`); anything else, a port 0 or a
+    fault, item by item by the rules (which name the item)."""
     if type(value) is list:
-        out: list[RealServerEntry] = []
-        new, canonical = _NEW, _canonical
+        keys: list[bytes] = []
+        weights: list[int] = []
+        packed = _packed
         for data in value:
             if type(data) is not dict or len(data) != 3:
                 break
@@ -182,16 +195,17 @@ def _real_servers_of(value: object) -> tuple[RealServerEntry, ...]:
                 address.__class__ is str
                 and port.__class__ is int
                 and weight.__class__ is int
-                and 0 <= port <= MAX_PORT
+                and 0 < port <= MAX_PORT
                 and 0 <= weight <= MAX_WEIGHT
             ):
                 break
             try:
-                out.append(new(RealServerEntry, (canonical(address), port, weight, None, 0, 0)))
+                keys.append(packed(address, port))
             except ValueError:
                 break
+            weights.append(weight)
         else:
-            return tuple(out)
+            return PackedServers(keys, weights)
     result: tuple[RealServerEntry, ...] = _EACH.check(value)
     return result
 
@@ -246,7 +260,7 @@ class ServiceEntry(Section):
     """Forwarding of its real servers that name none (default: defaults.forwarding). An IPv4
     real server in an IPv6 service, or the reverse, needs tun; fullnat is every real
     server's or none's, and needs an snat address of the service's family."""
-    real_servers: Annotated[tuple[RealServerEntry, ...], REAL_SERVERS] = ()
+    real_servers: Annotated[tuple[RealServerEntry, ...] | PackedServers, REAL_SERVERS] = ()
     """ADDRESS:PORT ([v6]:PORT), or a mapping: address, port (default: the service's), weight
     (0-65535), forwarding, upper_threshold, lower_threshold."""
     health_check: Annotated[str | None, TEXT] = None  # none, tcp, http[:/path], https[:/path]
@@ -292,6 +306,8 @@ class ServiceEntry(Section):
         """The real servers, each with the service's port, forwarding and the default weight
         where it says none, packed as they are read (one loop over tens of thousands: no
         call per real server, and no RealServer made)."""
+        if isinstance(self.real_servers, PackedServers):
+            return _packed_servers(self.real_servers, key, mode)
         rows: list[Any] = []
         index_of: dict[bytes, int] = {}  # by packed key: the same bytes object for a repeat
         v6, tun, marked = key.family is Family.INET6, Forwarding.TUN, key.fwmark
@@ -305,18 +321,48 @@ class ServiceEntry(Section):
                 reason = "a real server of an address:port service needs a port"
                 raise Refusal(("real_servers", index), reason)
             if (":" in address) is not v6 and fwd is not tun:
-                raise Refusal(
-                    ("real_servers", index),
-                    f"real server {address} is "
-                    f"{Family.of(address).label} but the service is "
-                    f"{key.family.label}; mixing families only works with "
-                    "forwarding: tun",
-                )
+                raise Refusal(("real_servers", index), _mixed(address, key))
             dest = _packed(address, port)
             first = index_of.setdefault(dest, index)
             if first != index:
-                reason = "real server declared twice (first on line {first})"
-                raise Refusal(("real_servers", index), reason, ("real_servers", first))
+                raise Refusal(("real_servers", index), _TWICE, ("real_servers", first))
             weight = default_weight if given_weight is None else given_weight
             rows += (dest, shared_attrs((weight, fwd, upper, lower)))
         return Dests.from_rows(rows)
+
+
+_TWICE = "real server declared twice (first on line {first})"
+
+
+def _mixed(address: str, key: ServiceKey) -> str:
+    return (
+        f"real server {address} is {Family.of(address).label} but the service is "
+        f"{key.family.label}; mixing families only works with forwarding: tun"
+    )
+
+
+def _packed_servers(given: PackedServers, key: ServiceKey, mode: Forwarding) -> Dests:
+    """A long-form list's real servers (:class:`PackedServers`): its family and repeats
+    checked over the joined keys (in C), the first fault in the file's order refused."""
+    keys = b"".join(given.keys)
+    count = len(given.keys)
+    faults: list[tuple[int, str, Path | None]] = []
+    if mode is not Forwarding.TUN:  # each key's last byte is its family
+        other = Family.INET if key.family is Family.INET6 else Family.INET6
+        at = keys[KEY_SIZE - 1 :: KEY_SIZE].find(other)
+        if at >= 0:
+            faults.append((at, _mixed(key_at(keys, at * KEY_SIZE)[0], key), None))
+    if len(set(given.keys)) != count:
+        first: dict[bytes, int] = {}
+        for index, dest in enumerate(given.keys):
+            if first.setdefault(dest, index) != index:
+                faults.append((index, _TWICE, ("real_servers", first[dest])))
+                break
+    if faults:
+        index, reason, before = min(faults, key=lambda fault: fault[0])
+        raise Refusal(("real_servers", index), reason, before)
+    weights = given.weights
+    if weights.count(weights[0] if weights else 0) == count:  # one weight for all: one tuple
+        return Dests.from_packed(keys, [shared_attrs((weights[0], mode, 0, 0))] if count else [])
+    attrs = {weight: shared_attrs((weight, mode, 0, 0)) for weight in set(weights)}
+    return Dests.from_packed(keys, [attrs[weight] for weight in weights])

@@ -3,9 +3,11 @@ names are addressable and unique, generic flag names load as the kernel names th
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from director.core.model import Forwarding
 from director.schema.config import ConfigError, parse_config
@@ -61,3 +63,61 @@ def test_generic_flag_names_load_as_the_kernel_names_them() -> None:
         "198.51.100.2": {"mh-port"},
         "198.51.100.3": {"flag-1"},
     }
+
+
+_ADDRESSES = ["192.0.2.1", "192.0.2.2", "2001:db8::1", "2001:db8::2", "192.0.2.300", "2001:DB8::2"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["198.51.100.1", "2001:db8:100::1"]),
+    st.sampled_from(["", "    forwarding: tun\n"]),
+    st.lists(
+        st.tuples(st.sampled_from(_ADDRESSES), st.sampled_from([0, 80, 8080]), st.integers(0, 3)),
+        max_size=6,
+    ),
+)
+def test_a_long_form_list_read_in_one_loop_is_what_it_is_read_item_by_item(
+    vip: str, forwarding: str, servers: list[tuple[str, int, int]]
+) -> None:
+    """The one loop for ``{address, port, weight}`` throughout (PackedServers) gives the
+    same real servers, in the same order, or the same refusal (field, reason and line)
+    as the rules reading the same list item by item (a fourth key sends it there)."""
+
+    def parsed(extra: str) -> object:
+        items = "".join(
+            f"      - {{address: {address!r}, port: {port}, weight: {weight}{extra}}}\n"
+            for address, port, weight in servers
+        )
+        text = (
+            HEAD + f"  - address: {vip!r}\n    port: 443\n{forwarding}"
+            f"    real_servers:{' []' if not servers else ''}\n{items}"
+        )
+        try:
+            (vs,) = parse_config(text, "rs.yaml").services.values()
+        except ConfigError as exc:
+            return str(exc)
+        return list(vs.real_servers.values())
+
+    one_loop = parsed("")
+    assert one_loop == parsed(", upper_threshold: 0")
+    if isinstance(one_loop, list):
+        assert [(rs.address, rs.port) for rs in one_loop] == [
+            (ipaddress.ip_address(address).compressed, port) for address, port, _ in servers
+        ]
+
+
+def test_a_big_long_form_list_keeps_each_real_servers_weight() -> None:
+    items = "".join(
+        f"      - {{address: 192.0.2.{i}, port: 80, weight: {i % 3}}}\n" for i in range(1, 60)
+    )
+    text = HEAD + "  - address: 198.51.100.1\n    port: 80\n    real_servers:\n" + items
+    (vs,) = parse_config(text).services.values()
+    assert [rs.weight for rs in vs.real_servers.values()] == [i % 3 for i in range(1, 60)]
+    same = (
+        HEAD
+        + "  - address: 198.51.100.1\n    port: 80\n    real_servers:\n"
+        + items.replace("weight: 1", "weight: 0").replace("weight: 2", "weight: 0")
+    )
+    (vs,) = parse_config(same).services.values()
+    assert {rs.weight for rs in vs.real_servers.values()} == {0} and len(vs.real_servers) == 59
