@@ -83,8 +83,9 @@ def after(method: Callable[[T], T]) -> Callable[[T], T]:
 
 
 def section(cls: type[T]) -> type[T]:
-    """``cls`` as a frozen, slotted dataclass whose construction checks every field."""
-    made: Any = dataclasses.dataclass(frozen=True, slots=True)(cls)
+    """``cls`` as a frozen, slotted dataclass whose construction checks every field (its
+    ``__init__`` is :func:`_init`: the dataclass's own is not made, to be thrown away)."""
+    made: Any = dataclasses.dataclass(frozen=True, slots=True, init=False)(cls)
     setattr(made, _SECTION, True)
     # What pydantic reads when it makes the JSON Schema from the class (never imported here).
     made.__pydantic_config__ = {"extra": "forbid"}
