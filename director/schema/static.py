@@ -97,25 +97,16 @@ _RS_KEYS = Keys.of({key: required for key, (_, required) in _RS_RULES.items()})
 _RS_CHECKS = {key: rule.check for key, (rule, _) in _RS_RULES.items()}
 
 
-_NEW = tuple.__new__
-
-
 # A file's services mostly share their real servers (the same nodes behind many VIPs and
 # ports): each address is read, and packed, once per file, not once per mention. Bounded,
 # and emptied after each file (``forget_addresses``): nothing of a file stays in memory.
-@functools.lru_cache(maxsize=4096)
-def _canonical(text: str) -> str:
-    return canonical_address(text)
-
-
 @functools.lru_cache(maxsize=4096)
 def _packed(address: str, port: int) -> bytes:
     return packed_key(address, port)
 
 
 def forget_addresses() -> None:
-    """Empty the per-file caches of addresses (called once a file is read)."""
-    _canonical.cache_clear()
+    """Empty the per-file cache of addresses (called once a file is read)."""
     _packed.cache_clear()
 
 
