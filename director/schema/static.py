@@ -352,8 +352,5 @@ def _packed_servers(given: PackedServers, key: ServiceKey, mode: Forwarding) -> 
     if faults:
         index, reason, before = min(faults, key=lambda fault: fault[0])
         raise Refusal(("real_servers", index), reason, before)
-    weights = given.weights
-    if weights.count(weights[0] if weights else 0) == count:  # one weight for all: one tuple
-        return Dests.from_packed(keys, [shared_attrs((weights[0], mode, 0, 0))] if count else [])
-    attrs = {weight: shared_attrs((weight, mode, 0, 0)) for weight in set(weights)}
-    return Dests.from_packed(keys, [attrs[weight] for weight in weights])
+    attrs = {weight: shared_attrs((weight, mode, 0, 0)) for weight in set(given.weights)}
+    return Dests.from_packed(keys, [attrs[weight] for weight in given.weights])
