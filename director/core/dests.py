@@ -156,6 +156,17 @@ class Dests(Mapping[DestKey, RealServer]):
         address, port = key_at(self._keys, at)
         return RealServer(address, port, *self._attr(at))
 
+    def server_at(self, row: int) -> RealServer:
+        """The real server in row ``row`` (from 0, in order)."""
+        if not 0 <= row < len(self):
+            raise IndexError("real server row out of range")
+        return self._server(row * KEY_SIZE)
+
+    def packed(self) -> tuple[bytes, tuple[_Attrs, ...]]:
+        """The packed keys, joined (``KEY_SIZE`` bytes each, in order), and the (weight,
+        forwarding, upper, lower) tuples: one for all of them, or one each."""
+        return self._keys, self._attrs
+
     def __getitem__(self, key: DestKey) -> RealServer:
         at = self._find(key)
         if at < 0:
@@ -192,10 +203,17 @@ class Dests(Mapping[DestKey, RealServer]):
         as they are: no RealServer, text or packing made (the kernel's order of a first sync's
         100,000 real servers, ``director.core.plan.as_applied``). ``now``: their keys in
         their present order, when the caller has made them already."""
-        keys, attrs = self._keys, self._attrs
         at = {key: row for row, key in enumerate(self if now is None else now)}
         rows = [at[key] for key in order]
         if len(rows) != len(at) or len(set(rows)) != len(rows):
+            raise ValueError("an order must name every real server once")
+        return self.moved(rows)
+
+    def moved(self, rows: Sequence[int]) -> Dests:
+        """These real servers with their rows in the order ``rows`` gives (each row's
+        number, from 0, once), moved as they are."""
+        keys, attrs = self._keys, self._attrs
+        if sorted(rows) != list(range(len(keys) // KEY_SIZE)):
             raise ValueError("an order must name every real server once")
         out = Dests.__new__(Dests)
         out._keys = b"".join([keys[row * KEY_SIZE : (row + 1) * KEY_SIZE] for row in rows])

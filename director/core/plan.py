@@ -6,9 +6,10 @@ holds is *foreign*: left alone, and reported.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from director.core.added import AddedService
 from director.core.dests import HASHING_SCHEDULERS, DestEdit, Dests, hash_order
 from director.core.model import DestKey, RealServer, ServiceKey
 from director.core.ownership import Ownership
@@ -42,8 +43,8 @@ def plan_service(
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
     hashing = desired.config.scheduler in HASHING_SCHEDULERS
     origin = desired.origin
-    if actual is None and not hashing:  # a first sync's 100,000 real servers: see _added
-        return _added(key, desired, origin)
+    if actual is None and not hashing:  # a first sync's 100,000 real servers
+        return list(AddedService(key, desired))
     if in_step(desired, actual):
         return []  # the common case of a resync (the very object, once read back as cached)
     ops: list[Op] = []
@@ -73,20 +74,6 @@ def plan_service(
     # list is in hash_order already, should the scheduler become a hashing one.
     added.sort(reverse=True)
     ops.extend(Op(OpKind.ADD_DEST, key, dest=wanted[dkey], origin=origin) for dkey in added)
-    return ops
-
-
-def _added(key: ServiceKey, desired: VirtualService, origin: str) -> list[Op]:
-    """A service the kernel lacks (not a hashing one): added, then its real servers, last
-    first, so the kernel's list ends in ``hash_order`` (what ``plan_service`` does for any
-    service, without a lookup or key made per real server). Real servers of one service
-    differ in (address, port), so sorting them sorts their keys."""
-    make, add = tuple.__new__, OpKind.ADD_DEST  # Op's own __new__ costs as much again
-    ops = [Op(OpKind.ADD_SERVICE, key, config=desired.config, origin=origin)]
-    ops += [
-        make(Op, (add, key, None, rs, origin))
-        for rs in sorted(desired.real_servers.values(), reverse=True)
-    ]
     return ops
 
 
@@ -208,13 +195,17 @@ def outline(desired: Table, actual: Table, ownership: Ownership) -> Outline:
 
 def outlined_ops(
     shape: Outline, desired: Table, actual: Table
-) -> Iterator[tuple[ServiceKey, list[Op]]]:
+) -> Iterator[tuple[ServiceKey, Sequence[Op]]]:
     """Each outlined service's operations, planned when asked for against ``actual`` as it
     is then (a caller applying them service by service may update it between two)."""
     for key in shape.removals:
         yield key, plan_service(key, None, actual.get(key))
     for key in shape.changes:
-        yield key, plan_service(key, desired[key], actual.get(key))
+        vs, before = desired[key], actual.get(key)
+        if before is None and vs.config.scheduler not in HASHING_SCHEDULERS:
+            yield key, AddedService(key, vs)  # its operations made only if asked for
+        else:
+            yield key, plan_service(key, vs, before)
 
 
 def build_plan(desired: Table, actual: Table, ownership: Ownership) -> Plan:

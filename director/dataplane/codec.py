@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+from collections.abc import Sequence
 
+from director.core.dests import KEY_SIZE
 from director.core.model import (
     Family,
     Forwarding,
@@ -125,6 +127,49 @@ HEAD = struct.Struct("=IHHIIBBH")  # nlmsghdr + genlmsghdr
 def dest_message_layout(nested_len: int, full: bool) -> struct.Struct:
     """A whole real-server request (headers, service key, dest attributes) as one struct."""
     return struct.Struct(f"=IHHIIBBH{nested_len}s{_DEST_FULL_FMT if full else _DEST_KEY_FMT}")
+
+
+# The same request for an added real server packed from its ``Dests`` row: its address's 16
+# bytes and its port's two (network order) as the row holds them.
+_DEST_ROW_FMT = "HHHH16sHH2s2xHHH2x" + _DEST_FULL_FMT[len(_DEST_KEY_FMT) :]
+
+
+@functools.lru_cache(maxsize=64)
+def dest_row_layout(nested_len: int) -> struct.Struct:
+    """An added real server's whole request (headers, service key, dest attributes) as one
+    struct, from its packed row (``director.core.dests``)."""
+    return struct.Struct(f"=IHHIIBBH{nested_len}s{_DEST_ROW_FMT}")
+
+
+def pack_added_rows(
+    layout: struct.Struct,
+    family: int,
+    seq: int,
+    nested: bytes,
+    *,
+    packed: tuple[bytes, Sequence[tuple[int, Forwarding, int, int]]],
+    rows: range,
+) -> list[bytes]:
+    """Requests adding the real servers in ``rows`` of ``packed`` (``Dests.packed``: the
+    keys, and one (weight, forwarding, upper, lower) for all or one each), in the order
+    ``rows`` gives, numbered from ``seq + 1``; ``layout`` is ``dest_row_layout``'s for the
+    service's ``nested`` key. None may be ``fullnat`` (refused before sending)."""
+    keys, attrs = packed
+    pack, size, one = layout.pack, layout.size, attrs[0] if len(attrs) == 1 else None
+    out = []
+    for number, row in enumerate(rows, seq + 1):
+        at = row * KEY_SIZE
+        weight, forwarding, upper, lower = one or attrs[row]
+        # fmt: off
+        out.append(pack(
+            size, family, NLM_F_REQUEST, number & 0xFFFFFFFF, 0, CMD_NEW_DEST, GENL_VERSION, 0,
+            nested, _DEST_FULL_LEN, CMD_ATTR_DEST,
+            20, DEST_ADDR, keys[at : at + 16], 6, DEST_PORT, keys[at + 16 : at + 18],
+            6, DEST_ADDR_FAMILY, keys[at + 18], 8, DEST_FWD_METHOD, forwarding,
+            8, DEST_WEIGHT, weight, 8, DEST_U_THRESH, upper, 8, DEST_L_THRESH, lower,
+        ))
+        # fmt: on
+    return out
 
 
 def pack_dest_message(

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from director.core.added import AddedService, parts_of
 from director.core.counters import Counters
 from director.core.errors import DirectorError
 from director.core.model import DestKey, Forwarding, ServiceKey
@@ -106,28 +107,41 @@ def scheduler_refusals(ops: Sequence[Op], available: Iterable[str]) -> dict[int,
     offered = frozenset(available)
     refused: dict[int, OpError] = {}
     dead: set[ServiceKey] = set()
-    for index, op in enumerate(ops):
-        if op.config is not None and op.config.scheduler not in offered:
-            refused[index] = OpError(
-                op,
-                "ENOENT",
-                f"scheduler {op.config.scheduler!r} is not available in this kernel "
-                f"(no module ip_vs_{op.config.scheduler}); available: "
-                f"{', '.join(sorted(offered))}",
-            )
-        elif op.config is not None:
-            try:  # flag names that have no bit cannot be sent at all
-                config_bits(op.config)
-            except ValueError as exc:
-                refused[index] = OpError(op, "EINVAL", str(exc))
-        if op.dest is not None and op.dest.forwarding is Forwarding.FULLNAT:
-            refused[index] = OpError(
-                op,
-                "EINVAL",
-                "fullnat is the director's mode, not an IPVS forwarding method (sent as nat)",
-            )
-        if index in refused and op.kind is OpKind.ADD_SERVICE:
-            dead.add(op.key)
-        elif op.key in dead and op.dest is not None:
-            refused[index] = OpError(op, "ESRCH", f"not sent: adding {op.key} was refused")
+    for start, part in parts_of(ops):
+        if isinstance(part, AddedService) and part.plain:
+            _refuse(start, part[0], offered, refused, dead)
+            if start not in refused:
+                continue  # nothing in its real servers is refused before sending
+        # (an added service refused: each of its real servers with it, below)
+        for index, op in enumerate(part, start):
+            _refuse(index, op, offered, refused, dead)
     return refused
+
+
+def _refuse(
+    index: int, op: Op, offered: frozenset[str], refused: dict[int, OpError], dead: set[ServiceKey]
+) -> None:
+    """``op``, at ``index``, refused if it must be (see ``scheduler_refusals``)."""
+    if op.config is not None and op.config.scheduler not in offered:
+        refused[index] = OpError(
+            op,
+            "ENOENT",
+            f"scheduler {op.config.scheduler!r} is not available in this kernel "
+            f"(no module ip_vs_{op.config.scheduler}); available: "
+            f"{', '.join(sorted(offered))}",
+        )
+    elif op.config is not None:
+        try:  # flag names that have no bit cannot be sent at all
+            config_bits(op.config)
+        except ValueError as exc:
+            refused[index] = OpError(op, "EINVAL", str(exc))
+    if op.dest is not None and op.dest.forwarding is Forwarding.FULLNAT:
+        refused[index] = OpError(
+            op,
+            "EINVAL",
+            "fullnat is the director's mode, not an IPVS forwarding method (sent as nat)",
+        )
+    if index in refused and op.kind is OpKind.ADD_SERVICE:
+        dead.add(op.key)
+    elif dead and op.dest is not None and op.key in dead:
+        refused[index] = OpError(op, "ESRCH", f"not sent: adding {op.key} was refused")

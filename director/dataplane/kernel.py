@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+from director.core.added import service_ops
 from director.core.counters import SERVICE_COUNTERS, Counters
 from director.core.dests import Dests
 from director.core.model import DestKey, RealServer, ServiceConfig, ServiceKey
@@ -285,7 +286,7 @@ class KernelIpvs:
     def _usable_schedulers(self, ops: Sequence[Op]) -> frozenset[str]:
         """Offered schedulers, after loading the modules of those the ops use."""
         offered = set(self.schedulers())
-        wanted = {op.config.scheduler for op in ops if op.config is not None}
+        wanted = {op.config.scheduler for op in service_ops(ops) if op.config is not None}
         for name in wanted & offered:
             problem = load_module(f"ip_vs_{name}")
             if problem is not None:

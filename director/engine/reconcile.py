@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from director.core.added import AddedService, OpChain, kinds_counted, parts_of
 from director.core.model import ServiceKey
 from director.core.ownership import Ownership
 from director.core.plan import (
@@ -26,7 +27,7 @@ from director.core.plan import (
     outlined_ops,
     plan_service,
 )
-from director.core.services import Op, Table, VirtualService
+from director.core.services import Op, OpKind, Table, VirtualService
 from director.dataplane.interface import ApplyResult, Ipvs
 from director.logs import event
 
@@ -92,14 +93,14 @@ class Reconciler:
         shape = outline(desired, self.actual, self.ownership)
         self._log_left_alone(shape.foreign, shape.refused)
         results: list[ApplyResult] = []
-        ops: list[Op] = []
+        ops = OpChain()  # each service's operations one part (an added one not made yet)
         keys: list[ServiceKey] = []
         for key, service_ops in outlined_ops(shape, desired, self.actual):
-            ops += service_ops
+            ops.append(service_ops)
             keys.append(key)
             if len(ops) >= CHUNK_OPS:
                 results.append(self._apply_chunk(desired, ops, keys))
-                ops, keys = [], []
+                ops, keys = OpChain(), []
         results.append(self._apply_chunk(desired, ops, keys))
         plan = Plan(foreign=shape.foreign, refused=shape.refused)
         return SyncReport(plan, _merged(results), time.perf_counter() - started)
@@ -107,17 +108,24 @@ class Reconciler:
     def _apply_chunk(
         self, desired: Table, ops: Sequence[Op], keys: list[ServiceKey]
     ) -> ApplyResult:
-        """Send whole services' operations (``keys``: those services); the cache follows
-        what the kernel accepted."""
-        chunk = tuple(ops)
+        """Send whole services' operations (``keys``: those services; an ``OpChain`` holds
+        one part each); the cache follows what the kernel accepted."""
+        chunk = ops if isinstance(ops, OpChain) else tuple(ops)
         result = self._apply(chunk, update_cache=False, bulk=True)
         if self.dry_run or not chunk:
             return result
         if result.ok:  # these services now are as desired (or gone), in the kernel's order
+            added = {
+                part.key: part.applied
+                for _at, part in parts_of(chunk)
+                if isinstance(part, AddedService)
+            }
             for key in keys:
                 vs = desired.get(key)
                 if vs is None:
                     self.actual.pop(key, None)
+                elif key in added:  # its order worked out as it was planned
+                    self.actual[key] = added[key]
                 else:
                     self.actual[key] = as_applied(vs, self.actual.get(key))
         else:
@@ -137,7 +145,7 @@ class Reconciler:
         return SyncReport(plan, result, time.perf_counter() - started)
 
     def _apply(
-        self, ops: tuple[Op, ...], update_cache: bool = True, bulk: bool = False
+        self, ops: Sequence[Op], update_cache: bool = True, bulk: bool = False
     ) -> ApplyResult:
         """Send ``ops``. Each is logged (at INFO; a full sync's at DEBUG, with one summary
         line at INFO: 55,000 lines for a big first sync would flood the journal and cost
@@ -154,8 +162,10 @@ class Reconciler:
         result = self.ipvs.apply(ops)
         if update_cache:
             apply_ops_to_table(self.actual, ops, set(result.failed))
-        kinds = Counter(op.kind.value for op in ops) if bulk else Counter[str]()
-        counts: dict[str, Any] = {k.replace("-", "_"): n for k, n in sorted(kinds.items())}
+        kinds = kinds_counted(ops) if bulk else Counter[OpKind]()
+        counts: dict[str, Any] = {
+            kind.value.replace("-", "_"): n for kind, n in sorted(kinds.items(), key=_by_value)
+        }
         event(
             log,
             "ipvs.applied",
@@ -165,6 +175,10 @@ class Reconciler:
             **counts,
         )
         return result
+
+
+def _by_value(item: tuple[OpKind, int]) -> str:
+    return item[0].value
 
 
 def _merged(results: list[ApplyResult]) -> ApplyResult:
