@@ -30,11 +30,14 @@ class AddedService(Sequence[Op]):
     head) ends in ``hash_order``. ``applied`` is the service as the kernel then holds it
     (``desired`` itself when its real servers are in that order already)."""
 
-    __slots__ = ("_count", "applied", "config", "key", "origin")
+    __slots__ = ("_count", "applied", "config", "key", "origin", "plain")
     key: ServiceKey
     config: ServiceConfig
     origin: str
     applied: VirtualService  # as the kernel holds it once these are applied
+    # No real server asks for ``fullnat`` (refused one by one before sending), so each is
+    # sent as its row says.
+    plain: bool
     _count: int  # real servers
 
     def __init__(self, key: ServiceKey, desired: VirtualService) -> None:
@@ -48,17 +51,12 @@ class AddedService(Sequence[Op]):
             moved = dests.moved(rows)
             self.applied = VirtualService(key, desired.config, moved, desired.origin)
         self._count = len(keys)
+        self.plain = Forwarding.FULLNAT not in dests.forwardings()
 
     @property
     def dests(self) -> Dests:
         """The real servers in the kernel's order once added (head first)."""
         return Dests.of(self.applied.real_servers)
-
-    @property
-    def plain(self) -> bool:
-        """No real server asks for ``fullnat`` (which is refused one by one before sending),
-        so each is sent as its row says."""
-        return Forwarding.FULLNAT not in self.dests.forwardings()
 
     def __len__(self) -> int:
         return self._count + 1

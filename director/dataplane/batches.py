@@ -5,7 +5,6 @@ replay of a kept table stores them)."""
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator
-from itertools import islice
 from typing import Protocol
 
 from director.core.added import AddedService, parts_of
@@ -13,10 +12,12 @@ from director.core.model import ServiceKey
 from director.core.services import Op, OpKind
 from director.dataplane.codec import (
     CMD_ATTR_SERVICE,
+    CMD_NEW_SERVICE,
     HEAD,
     OP_CMD,
     dest_message_layout,
     dest_row_layout,
+    encode_added_service,
     encode_op,
     encode_service_key,
     pack_added_rows,
@@ -52,8 +53,7 @@ def encoded_batches(
             yield from filling.each_op(part, start, skip)
             continue
         assert isinstance(part, AddedService)
-        yield from filling.each_op(islice(part, 1), start, skip)  # the service itself
-        yield from filling.added(part, start + 1, rows)
+        yield from filling.added(part, start, rows)
     if filling.parts:
         yield filling.take()
 
@@ -125,9 +125,21 @@ class _Filling:
         self.size = size_now
 
     def added(self, part: AddedService, index: int, rows: range) -> Iterator[Batch]:
-        """``part``'s real servers (the first at position ``index``), in the order of
-        ``rows``, packed from their rows as many at a time as the datagram has room for."""
-        nested = self.nested(part.key)
+        """``part`` (at position ``index``): the service, then its real servers in the
+        order of ``rows``, packed from their rows as many at a time as the datagram has
+        room for."""
+        payload, nested = encode_added_service(part.key, part.config)
+        length = HEAD.size + len(payload)
+        if self.parts and self.size + length > BATCH_BYTES:
+            yield self.take()
+        seq = self.numbering.seq = (self.numbering.seq + 1) & 0xFFFFFFFF
+        head = HEAD.pack(
+            length, self.family, NLM_F_REQUEST, seq, 0, CMD_NEW_SERVICE, GENL_VERSION, 0
+        )
+        self.parts.append(head + payload)
+        self.indices.append(index)
+        self.size += length
+        index += 1
         layout = dest_row_layout(len(nested))
         size, packed = layout.size, part.rows()
         while rows:

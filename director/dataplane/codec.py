@@ -106,11 +106,27 @@ def encode_service_key(key: ServiceKey) -> bytes:
 
 
 def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
+    return _config_attrs(key.family, config)
+
+
+def encode_added_service(key: ServiceKey, config: ServiceConfig) -> tuple[bytes, bytes]:
+    """An added service's request payload (IPVS_CMD_ATTR_SERVICE: its key and config), and
+    its key nested as its real servers' requests carry it; the key encoded once, the config
+    once for every service that shares it."""
+    key_attrs = encode_service_key(key)
+    return (
+        pack_nla(CMD_ATTR_SERVICE, key_attrs + _config_attrs(key.family, config)),
+        pack_nla(CMD_ATTR_SERVICE, key_attrs),
+    )
+
+
+@functools.lru_cache(maxsize=256)  # a table's services share a handful of configs
+def _config_attrs(family: Family, config: ServiceConfig) -> bytes:
     return (
         pack_nla(SVC_SCHED_NAME, config.scheduler.encode() + b"\0")
         + pack_nla(SVC_FLAGS, _FLAGS.pack(config_bits(config), 0xFFFFFFFF))
         + pack_nla(SVC_TIMEOUT, U32.pack(config.persistence))
-        + pack_nla(SVC_NETMASK, _netmask(key.family, config.netmask))
+        + pack_nla(SVC_NETMASK, _netmask(family, config.netmask))
     )
 
 
