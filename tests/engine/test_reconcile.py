@@ -62,3 +62,42 @@ def test_a_dry_run_counts_what_it_would_send_and_sends_nothing() -> None:
     ipvs = FakeIpvs()
     report = Reconciler(ipvs, OWN, dry_run=True).full_sync({TCP: vs(TCP, A, B)})
     assert report.result.requested == 3 and ipvs.applied == [] and ipvs.calls == 0
+
+
+def test_a_first_sync_in_chunks_caches_each_service_as_the_kernel_then_lists_it() -> None:
+    """600 services of 10 real servers (two chunks), each listed out of the kernel's order
+    (10.0.0.2 before 10.0.0.10), but one: the cache holds each in the kernel's order (a
+    resync finds nothing to send), and the one already in that order as the very object."""
+    ipvs = FakeIpvs()
+    reconciler = Reconciler(ipvs, OWN)
+    keys = [ServiceKey.inet(IpProtocol.TCP, "198.51.100.10", port) for port in range(1000, 1600)]
+    desired = {key: vs(key, *((f"10.0.0.{i}", 80) for i in range(2, 12))) for key in keys}
+    in_order = vs(keys[0], ("10.0.0.1", 80), ("10.0.0.10", 80))
+    desired[keys[0]] = in_order
+    report = reconciler.full_sync(desired, keep_plan=False)
+    assert report.result.ok and report.result.requested == 599 * 11 + 3
+    kernel = ipvs.read().services
+    for key in keys:
+        assert list(reconciler.actual[key].real_servers) == list(kernel[key].real_servers)
+        assert reconciler.actual[key] == desired[key]
+    assert list(kernel[keys[1]].real_servers)[:3] == [
+        ("10.0.0.10", 80),
+        ("10.0.0.11", 80),
+        ("10.0.0.2", 80),
+    ]
+    assert reconciler.actual[keys[0]] is in_order
+    again = reconciler.full_sync(desired, keep_plan=False)
+    assert again.result.requested == 0
+
+
+def test_an_added_service_the_kernel_cannot_schedule_is_refused_whole_and_the_rest_go_on() -> None:
+    ipvs = FakeIpvs(schedulers={"rr"})
+    reconciler = Reconciler(ipvs, OWN)
+    lc = VirtualService(TCP, ServiceConfig("lc"), vs(TCP, A, B).real_servers, "static/lc")
+    report = reconciler.full_sync({TCP: lc, UDP: vs(UDP, A)}, keep_plan=False)
+    assert [(e.op.kind, e.errno) for e in report.result.errors] == [
+        (OpKind.ADD_SERVICE, "ENOENT"),
+        (OpKind.ADD_DEST, "ESRCH"),
+        (OpKind.ADD_DEST, "ESRCH"),
+    ]
+    assert set(ipvs.read().services) == {UDP} and set(reconciler.actual) == {UDP}
