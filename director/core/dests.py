@@ -8,7 +8,6 @@ kernel's own attributes give, so the codec builds it from a dump without making 
 from __future__ import annotations
 
 import socket
-import struct
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from functools import lru_cache
 from typing import Any
@@ -30,7 +29,6 @@ KEY_SIZE = 19
 _ZEROS = bytes(12)
 _V4, _V6 = int(socket.AF_INET), int(socket.AF_INET6)
 _V4_BYTE, _V6_BYTE = bytes((_V4,)), bytes((_V6,))
-_KEY_FIELDS = struct.Struct(">16sHB")  # a packed key's address, port and family
 
 
 def packed_key(address: str, port: int) -> bytes:
@@ -186,11 +184,16 @@ class Dests(Mapping[DestKey, RealServer]):
         return len(self._keys) // KEY_SIZE
 
     def __iter__(self) -> Iterator[DestKey]:
-        ntop = socket.inet_ntop  # key_at's work, with no call made for each key
+        keys, ntop = self._keys, socket.inet_ntop  # key_at's work, no call made for each key
         return iter(
             [
-                (ntop(_V4, address[:4]) if family == _V4 else ntop(_V6, address), port)
-                for address, port, family in _KEY_FIELDS.iter_unpack(self._keys)
+                (
+                    ntop(_V4, keys[at : at + 4])
+                    if keys[at + 18] == _V4
+                    else ntop(_V6, keys[at : at + 16]),
+                    (keys[at + 16] << 8) | keys[at + 17],
+                )
+                for at in range(0, len(keys), KEY_SIZE)
             ]
         )
 
