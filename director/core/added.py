@@ -24,7 +24,33 @@ from director.core.model import Forwarding, ServiceConfig, ServiceKey
 from director.core.services import Op, OpKind, VirtualService
 
 
-class AddedService(Sequence[Op]):
+class _Made(Sequence[Op]):
+    """Operations made when asked for: ``_at`` makes the one at a position in range; slices
+    and negative positions read as a list's."""
+
+    __slots__ = ()
+
+    def _at(self, index: int) -> Op:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Op: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Op]: ...
+
+    def __getitem__(self, index: int | slice) -> Op | list[Op]:
+        count = len(self)
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(count)[index]]
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("operation index out of range")
+        return self._at(index)
+
+
+class AddedService(_Made):
     """A service the kernel lacks, not a hashing one, as the operations that add it: the
     service, then its real servers last first, so the kernel's list (an add goes to its
     head) ends in ``hash_order``. ``applied`` is the service as the kernel then holds it
@@ -61,20 +87,7 @@ class AddedService(Sequence[Op]):
     def __len__(self) -> int:
         return self._count + 1
 
-    @overload
-    def __getitem__(self, index: int) -> Op: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Op]: ...
-
-    def __getitem__(self, index: int | slice) -> Op | list[Op]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(len(self))[index]]
-        count = self._count + 1
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError("operation index out of range")
+    def _at(self, index: int) -> Op:
         if index == 0:
             return Op(OpKind.ADD_SERVICE, self.key, config=self.config, origin=self.origin)
         rs = self.dests.server_at(self._count - index)  # the last in the kernel's list first
@@ -95,7 +108,7 @@ class AddedService(Sequence[Op]):
         return f"AddedService({self.key}, {self._count} real servers)"
 
 
-class OpChain(Sequence[Op]):
+class OpChain(_Made):
     """Whole services' operations, one part after another, seen as one sequence (an
     ``AddedService`` part stays one object). A position counts from the first part's first
     operation, as a plan's does."""
@@ -121,19 +134,7 @@ class OpChain(Sequence[Op]):
     def __len__(self) -> int:
         return self._count
 
-    @overload
-    def __getitem__(self, index: int) -> Op: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Op]: ...
-
-    def __getitem__(self, index: int | slice) -> Op | list[Op]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(self._count)[index]]
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError("operation index out of range")
+    def _at(self, index: int) -> Op:
         at = bisect_right(self._starts, index) - 1  # an empty part shares the next's start
         return self.parts[at][index - self._starts[at]]
 
