@@ -51,10 +51,11 @@ class _Made(Sequence[Op]):
 
 
 class AddedService(_Made):
-    """A service the kernel lacks, not a hashing one, as the operations that add it: the
-    service, then its real servers last first, so the kernel's list (an add goes to its
-    head) ends in ``hash_order``. ``applied`` is the service as the kernel then holds it
-    (``desired`` itself when its real servers are in that order already)."""
+    """A service the kernel lacks as the operations that add it (``added_whole`` says
+    which): the service, then its real servers last first, so the kernel's list (an add
+    goes to its head) ends in ``hash_order``, the order a hashing scheduler needs.
+    ``applied`` is the service as the kernel then holds it (``desired`` itself when its
+    real servers are in that order already)."""
 
     __slots__ = ("_count", "applied", "config", "key", "origin", "plain")
     key: ServiceKey
@@ -106,6 +107,17 @@ class AddedService(_Made):
 
     def __repr__(self) -> str:
         return f"AddedService({self.key}, {self._count} real servers)"
+
+
+def added_whole(desired: VirtualService) -> bool:
+    """Whether a service the kernel lacks is added as an ``AddedService``: any but an
+    ``mh`` one with a quiesced (weight 0) real server, which is added at its live peers'
+    weight and then quiesced (``director.core.plan``: mh keeps a real server's last weight
+    above 0 in its table)."""
+    if desired.config.scheduler != "mh":
+        return True
+    _keys, attrs = Dests.of(desired.real_servers).packed()
+    return all(weight for weight, _forwarding, _upper, _lower in attrs)
 
 
 class OpChain(_Made):

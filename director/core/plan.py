@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from director.core.added import AddedService
+from director.core.added import AddedService, added_whole
 from director.core.dests import HASHING_SCHEDULERS, DestEdit, Dests, hash_order
 from director.core.model import DestKey, RealServer, ServiceKey
 from director.core.ownership import Ownership
@@ -41,10 +41,10 @@ def plan_service(
         if actual is None:
             return []
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
+    if actual is None and added_whole(desired):  # a first sync's 100,000 real servers
+        return list(AddedService(key, desired))
     hashing = desired.config.scheduler in HASHING_SCHEDULERS
     origin = desired.origin
-    if actual is None and not hashing:  # a first sync's 100,000 real servers
-        return list(AddedService(key, desired))
     if in_step(desired, actual):
         return []  # the common case of a resync (the very object, once read back as cached)
     ops: list[Op] = []
@@ -202,7 +202,7 @@ def outlined_ops(
         yield key, plan_service(key, None, actual.get(key))
     for key in shape.changes:
         vs, before = desired[key], actual.get(key)
-        if before is None and vs.config.scheduler not in HASHING_SCHEDULERS:
+        if before is None and added_whole(vs):
             yield key, AddedService(key, vs)  # its operations made only if asked for
         else:
             yield key, plan_service(key, vs, before)

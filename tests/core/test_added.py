@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, strategies as st
 
-from director.core.added import AddedService, OpChain, kinds_counted, service_ops
+from director.core.added import AddedService, OpChain, added_whole, kinds_counted, service_ops
 from director.core.dests import Dests, hash_order
 from director.core.model import (
     Forwarding,
@@ -17,7 +17,7 @@ from director.core.model import (
     ServiceConfig,
     ServiceKey,
 )
-from director.core.plan import as_applied
+from director.core.plan import as_applied, plan_service
 from director.core.services import Op, OpKind, VirtualService
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
@@ -88,6 +88,28 @@ def test_fullnat_real_servers_make_an_added_service_not_plain() -> None:
     nat = service(WEB, [RealServer("10.0.0.1", 80)])
     full = service(WEB, [RealServer("10.0.0.1", 80, forwarding=Forwarding.FULLNAT)])
     assert AddedService(WEB, nat).plain and not AddedService(WEB, full).plain
+
+
+@given(service_servers, st.sampled_from(["wlc", "rr", "sh", "dh", "mh"]))
+def test_a_service_the_kernel_lacks_is_added_as_onto_an_empty_one_whatever_its_scheduler(
+    real_servers: list[RealServer], scheduler: str
+) -> None:
+    """sh, dh and mh choose from a table built in the order of the kernel's list: added
+    whole, a hashing service's list is in hash_order as when its real servers are added to
+    it empty. An mh service with a quiesced real server is planned apart (added live, then
+    quiesced: mh keeps its last weight above 0), and only it."""
+    config = ServiceConfig(scheduler)
+    desired = VirtualService.build(WEB, config, real_servers, origin="static/web")
+    empty = VirtualService.build(WEB, config, [], origin="static/web")
+    add = Op(OpKind.ADD_SERVICE, WEB, config=config, origin="static/web")
+    assert plan_service(WEB, desired, None) == [add, *plan_service(WEB, desired, empty)]
+    quiesced = any(rs.weight == 0 for rs in real_servers)
+    assert added_whole(desired) is not (scheduler == "mh" and quiesced)
+    if added_whole(desired):
+        assert AddedService(WEB, desired).applied == as_applied(desired, None)
+        assert list(AddedService(WEB, desired).applied.real_servers) == list(
+            as_applied(desired, None).real_servers
+        )
 
 
 def parts_strategy() -> st.SearchStrategy[list[list[Op] | AddedService]]:
