@@ -233,6 +233,7 @@ def _keep_table(
 ) -> None:
     import time
 
+    from director.core.added import OpChain
     from director.core.plan import outline, outlined_ops
     from director.dataplane import replay
     from director.dataplane.memory import give_back_free_memory
@@ -241,10 +242,11 @@ def _keep_table(
     if replay.kept_for(path, key):
         return  # kept already, by a start with this very file, code and intents
     started = time.monotonic()
-    # Planned a service at a time, encoded a datagram at a time, spooled to disk as made: the
-    # 55,000 operations of a 5,000-service table (7.5 MB of datagrams) never live at once.
+    # Encoded a datagram at a time, spooled to disk as made: the 55,000 operations of a
+    # 5,000-service table (7.5 MB of datagrams) never live at once (an added service's real
+    # servers are packed from their rows, as the first sync sent them).
     shape = outline(wanted, {}, ownership)
-    ops = (op for _key, planned in outlined_ops(shape, wanted, {}) for op in planned)
+    ops = OpChain(planned for _key, planned in outlined_ops(shape, wanted, {}))
     try:
         kept, size = replay.store(
             path, key, ipvs.family, ipvs.encoded(ops), services=len(wanted), depends=depends

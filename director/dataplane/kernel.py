@@ -16,7 +16,7 @@ import errno
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
@@ -295,25 +295,16 @@ class KernelIpvs:
         return frozenset(offered)
 
     # -- writing -----------------------------------------------------------------------
-    def encoded(self, ops: Iterable[Op]) -> Iterator[tuple[bytes, int, int]]:
+    def encoded(self, ops: Sequence[Op]) -> Iterator[tuple[bytes, int, int]]:
         """``ops`` as the datagrams ``apply`` sends them, numbered from 1, not sent: (datagram,
         first sequence number, messages), each made as the one before is taken (a table's
-        worth never lives at once). A static box keeps its table so for its next start
-        (``director.dataplane.replay``). Ops the kernel would refuse before any is sent (a
-        scheduler it does not offer) are left out."""
-        usable: dict[str, bool] = {}
-
-        def offered(op: Op) -> bool:
-            name = op.config.scheduler if op.config is not None else None
-            if name is None:
-                return True
-            if name not in usable:  # its module loaded the first time it is met
-                usable[name] = name in self._usable_schedulers([op])
-            return usable[name]
-
+        worth never lives at once: an ``OpChain``'s added services are packed from their
+        rows, as ``apply`` packs them). A static box keeps its table so for its next start
+        (``director.dataplane.replay``). Ops ``apply`` would refuse before sending (a
+        scheduler the kernel does not offer, and that service's real servers) are left out."""
+        refused = scheduler_refusals(ops, self._usable_schedulers(ops))
         numbering = SimpleNamespace(seq=0)
-        kept = (op for op in ops if offered(op))
-        for batch, indices, first in encoded_batches(kept, (), self.family, numbering):
+        for batch, indices, first in encoded_batches(ops, refused, self.family, numbering):
             yield batch, first, len(indices)
 
     @_serialised

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
+from director.core.added import AddedService, OpChain
 from director.core.dests import packed_key
 from director.core.model import (
     Family,
@@ -21,7 +22,7 @@ from director.core.model import (
     ServiceConfig,
     ServiceKey,
 )
-from director.core.services import Op, OpKind
+from director.core.services import Op, OpKind, VirtualService
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
@@ -299,9 +300,21 @@ def test_a_kept_table_is_the_very_datagrams_a_sync_sends(monkeypatch: pytest.Mon
     ops = [Op(OpKind.ADD_SERVICE, key, config=ServiceConfig("wlc"))]
     ops += [Op(OpKind.ADD_DEST, key, dest=rs) for rs in dests]
     kernel, sock = scripted_kernel()
-    kernel._schedulers, kernel._lock = frozenset({"wlc"}), threading.Lock()
+    kernel._schedulers, kernel._lock = frozenset({"wlc", "mh"}), threading.Lock()
     kept = list(kernel.encoded(ops))
     assert len(kept) > 1 and sum(count for _, _, count in kept) == len(ops)
+    # A first start's table as the daemon keeps it: added services packed from their rows,
+    # byte for byte as the operations one by one; a scheduler the kernel lacks left out.
+    other = ServiceKey.inet(Protocol.TCP, "198.51.100.11", 80)
+    missing = ServiceKey.inet(Protocol.TCP, "198.51.100.12", 80)
+
+    def added(at: ServiceKey, scheduler: str) -> AddedService:
+        return AddedService(at, VirtualService.build(at, ServiceConfig(scheduler), dests[:300]))
+
+    chain = OpChain([added(other, "mh"), added(missing, "sed"), ops[:3]])
+    by_op = list(kernel.encoded(list(chain)))
+    assert [data for data, _, _ in kernel.encoded(chain)] == [data for data, _, _ in by_op]
+    assert sum(count for _, _, count in by_op) == 301 + 3
     sock.datagrams = [
         struct.pack("=IHHIIi", 36, 2, 0, first + count - 1, 0, 0) + bytes(16)
         for _, first, count in kept
