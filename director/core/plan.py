@@ -41,8 +41,9 @@ def plan_service(
         if actual is None:
             return []
         return [Op(OpKind.DEL_SERVICE, key, origin=actual.origin)]
-    if actual is None and added_whole(desired):  # a first sync's 100,000 real servers
-        return list(AddedService(key, desired))
+    whole = _added(key, desired, actual)
+    if whole is not None:  # a first sync's 100,000 real servers
+        return list(whole)
     hashing = desired.config.scheduler in HASHING_SCHEDULERS
     origin = desired.origin
     if in_step(desired, actual):
@@ -75,6 +76,16 @@ def plan_service(
     added.sort(reverse=True)
     ops.extend(Op(OpKind.ADD_DEST, key, dest=wanted[dkey], origin=origin) for dkey in added)
     return ops
+
+
+def _added(
+    key: ServiceKey, desired: VirtualService, actual: VirtualService | None
+) -> AddedService | None:
+    """``desired`` as one ``AddedService`` if the kernel lacks it and it is added whole
+    (``added_whole``); None if it is planned operation by operation."""
+    if actual is None and added_whole(desired):
+        return AddedService(key, desired)
+    return None
 
 
 def in_step(desired: VirtualService, actual: VirtualService | None) -> bool:
@@ -202,10 +213,8 @@ def outlined_ops(
         yield key, plan_service(key, None, actual.get(key))
     for key in shape.changes:
         vs, before = desired[key], actual.get(key)
-        if before is None and added_whole(vs):
-            yield key, AddedService(key, vs)  # its operations made only if asked for
-        else:
-            yield key, plan_service(key, vs, before)
+        added = _added(key, vs, before)  # its operations made only if asked for
+        yield key, added if added is not None else plan_service(key, vs, before)
 
 
 def build_plan(desired: Table, actual: Table, ownership: Ownership) -> Plan:

@@ -25,7 +25,7 @@ from director.core.counters import SERVICE_COUNTERS, Counters
 from director.core.dests import Dests
 from director.core.model import DestKey, RealServer, ServiceConfig, ServiceKey
 from director.core.services import DestState, KernelTable, Op, VirtualService, read_back
-from director.dataplane.batches import encoded_batches
+from director.dataplane.batches import Batch, Numbering, encoded_batches
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
@@ -302,19 +302,26 @@ class KernelIpvs:
         rows, as ``apply`` packs them). A static box keeps its table so for its next start
         (``director.dataplane.replay``). Ops ``apply`` would refuse before sending (a
         scheduler the kernel does not offer, and that service's real servers) are left out."""
-        refused = scheduler_refusals(ops, self._usable_schedulers(ops))
-        numbering = SimpleNamespace(seq=0)
-        for batch, indices, first in encoded_batches(ops, refused, self.family, numbering):
+        _refused, batches = self._batches(ops, SimpleNamespace(seq=0))
+        for batch, indices, first in batches:
             yield batch, first, len(indices)
+
+    def _batches(
+        self, ops: Sequence[Op], numbering: Numbering
+    ) -> tuple[dict[int, OpError], Iterator[Batch]]:
+        """What ``apply`` refuses before sending (by position), and the rest as datagrams
+        numbered by ``numbering``: one decision for what is sent and what is kept."""
+        refused = scheduler_refusals(ops, self._usable_schedulers(ops))
+        return refused, encoded_batches(ops, refused, self.family, numbering)
 
     @_serialised
     def apply(self, ops: Sequence[Op]) -> ApplyResult:
         if not ops:
             return ApplyResult()
-        errors: dict[int, OpError] = scheduler_refusals(ops, self._usable_schedulers(ops))
-        sends = 0
         genl = self._genl
-        for batch, indices, first_seq in encoded_batches(ops, errors, self.family, genl):
+        errors, batches = self._batches(ops, genl)
+        sends = 0
+        for batch, indices, first_seq in batches:
             for position, code, text in genl.batch_errors(batch, first_seq, len(indices)):
                 index = indices[position]
                 errors[index] = OpError(ops[index], errno_name(code), text)
