@@ -177,7 +177,12 @@ def _p99(values: list[float]) -> float:
     return ordered[max(0, int(len(ordered) * 0.99) - 1)]
 
 
-def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0) -> dict[str, Any]:
+def isolation(
+    services: int, events: int, b_services: int = 200, a_nice: int = 0, intake: str = "process"
+) -> dict[str, Any]:
+    """B's event-to-kernel times alone, while A relists, while A churns; ``intake``: each
+    cluster's lists and watches in a process of its own (``process``, what ``clusters:``
+    runs) or on the director's threads (``thread``, what it ran before 0.4.19)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
     with stands([services, b_services], workdir, (a_nice,)) as (a, b):
         text = settings_text([a.kubeconfig, b.kubeconfig], ["a", "b"])
@@ -190,7 +195,12 @@ def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0
                     applied[ref] = time.perf_counter()
                     cv.notify_all()
 
-        runtime = Runtime(parse_config(text, "bench.yaml"), FakeIpvs(), observer=observer)
+        runtime = Runtime(
+            parse_config(text, "bench.yaml"),
+            FakeIpvs(),
+            observer=observer,
+            intake_processes=intake == "process",
+        )
         started = time.perf_counter()
         runtime.start()
         try:
@@ -241,17 +251,30 @@ def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0
             stop = threading.Event()
             cycles: list[float] = []
 
+            a_intake = next(
+                (w for w in runtime.served.watchers if w.cluster == "a" and hasattr(w, "mirror")),
+                None,
+            )
+
+            def relisted() -> int:
+                """A's relists taken in whole: on the director's threads, each a list of A's
+                EndpointSlices reaching the loop; in A's intake process, each of A's three
+                resources listed again (what changed, if anything, sent as events)."""
+                if a_intake is not None:
+                    return int(a_intake.mirror.relists) // 3
+                with cv:
+                    return len(relists)
+
             def relisting() -> None:
                 while not stop.is_set():
-                    with cv:
-                        seen = len(relists)
+                    seen = relisted()
                     t0 = time.perf_counter()
                     a.expire()
-                    with cv:
-                        cv.wait_for(
-                            lambda seen=seen: len(relists) > seen or stop.is_set(),  # type: ignore[misc]
-                            timeout=120,
-                        )
+                    deadline = time.monotonic() + 120
+                    while relisted() <= seen and not stop.is_set():
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("A's relist never ended")
+                        time.sleep(0.01)
                     cycles.append(time.perf_counter() - t0)
 
             storm = threading.Thread(target=relisting, daemon=True)
@@ -272,6 +295,7 @@ def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0
         finally:
             runtime.stop()
     return {
+        "intake": intake,
         "a_stand_in_nice": a_nice,
         "a_services": services,
         "b_services": b_services,
@@ -299,8 +323,20 @@ def isolation(services: int, events: int, b_services: int = 200, a_nice: int = 0
     }
 
 
+def private_mb(pid: int) -> float:
+    """What a process holds that no other does (its USS: private clean and dirty pages)."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total / 1024
+
+
 def memory_child(clusters: int, services: int) -> dict[str, Any]:
-    """One director serving ``clusters`` clusters of ``services`` each (one: kubernetes:)."""
+    """One director serving ``clusters`` clusters of ``services`` each (one: kubernetes:).
+    With ``clusters:``, its intake processes' and their zygote's own memory (USS: what is
+    shared with the director is in its RSS already) is added to the director's RSS."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-clusters-mem-"))
     with stands([services] * clusters, workdir) as found:
         names = [""] if clusters == 1 else [f"c{i}" for i in range(clusters)]
@@ -313,13 +349,20 @@ def memory_child(clusters: int, services: int) -> dict[str, Any]:
             ready = time.perf_counter() - started
             gc.collect()
             rss = rss_mb()
+            zygote = runtime.served.zygote
+            pids = [w.pid for w in runtime.served.watchers if getattr(w, "pid", None)]
+            pids += [zygote.pid] if zygote is not None else []
+            intake = sum(private_mb(pid) for pid in pids if pid)
         finally:
             runtime.stop()
     return {
         "clusters": clusters,
         "services_each": services,
         "ready_s": round(ready, 1),
-        "rss_mb": round(rss, 1),
+        "director_rss_mb": round(rss, 1),
+        "intake_processes": len(pids),
+        "intake_private_mb": round(intake, 1),
+        "rss_mb": round(rss + intake, 1),
     }
 
 
@@ -332,6 +375,8 @@ def memory(total: int, clusters: int = 3) -> dict[str, Any]:
             capture_output=True,
             text=True,
             check=True,
+            # as the systemd unit runs the director (and its intake processes)
+            env=dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "1")),
         )
         out[f"{count}x{each}"] = json.loads(run.stdout.strip().splitlines()[-1])
     several, one = out[f"{clusters}x{total // clusters}"], out[f"1x{total}"]
@@ -353,6 +398,14 @@ def main() -> None:
     parser.add_argument("--memory-total", type=int, default=15000)
     parser.add_argument("--memory-child", type=int, nargs=2, metavar=("CLUSTERS", "EACH"))
     parser.add_argument("--skip", choices=("isolation", "memory"), action="append", default=[])
+    parser.add_argument(
+        "--intake",
+        nargs="+",
+        choices=("process", "thread"),
+        default=["process", "thread"],
+        help="isolation with each cluster's intake in a process of its own, on threads, or "
+        "both in turn (the default)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.memory_child:
@@ -360,8 +413,10 @@ def main() -> None:
         return
     results: dict[str, Any] = {}
     if "isolation" not in args.skip:
-        results["isolation"] = isolation(args.services, args.events, a_nice=args.a_nice)
-        print(f"bench-clusters isolation: {json.dumps(results['isolation'])}", flush=True)
+        runs = results["isolation"] = []
+        for intake in args.intake:
+            runs.append(isolation(args.services, args.events, a_nice=args.a_nice, intake=intake))
+            print(f"bench-clusters isolation: {json.dumps(runs[-1])}", flush=True)
     if "memory" not in args.skip:
         results["memory"] = memory(args.memory_total)
         print(f"bench-clusters memory: {json.dumps(results['memory'])}", flush=True)

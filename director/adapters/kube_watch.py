@@ -23,6 +23,7 @@ from director.adapters.kube import (
     short_reason,
     text_field,
 )
+from director.core.cluster import split_resource
 from director.logs import event
 
 log = logging.getLogger("director.kube")
@@ -57,6 +58,11 @@ class Watcher:
         self._thread = threading.Thread(
             target=self._run, name=f"watch-{resource.name}", daemon=True
         )
+
+    @property
+    def cluster(self) -> str:
+        """The cluster it follows ("" for the one cluster of ``kubernetes:``)."""
+        return split_resource(self.resource.name)[0]
 
     def start(self) -> None:
         self._thread.start()
@@ -105,6 +111,7 @@ class Watcher:
                     delay = BACKOFF_BASE  # the server answers: the next failure starts afresh
                     self.handler(self.resource.name, "RELIST", items)
                     event(log, "kube.listed", resource=self.resource.name, items=len(items), rv=rv)
+                    del items  # not held for the whole watch (an intake process's is bytes)
                 events = self.kube.watch(self.resource, self.resource_version, self.watch_seconds)
                 self._stream = events
                 if self._stop.is_set():  # stopped while the watch was being opened

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from director.adapters.systemd import Notifier
 from director.cli import wiring
-from director.cli.served import Served
+from director.cli.served import Served, intakes
 from director.cli.wiring import Daemons
 from director.core.firewall import Firewall
 from director.dataplane.interface import Ipvs
@@ -58,18 +58,19 @@ class Runtime:
         firewall: Firewall | None = None,
         on_fatal: Callable[[str], None] | None = None,
         metrics: bool | None = None,
+        intake_processes: bool | None = None,
     ) -> None:
         """``reader``: a second adapter for the API's and the metrics' reads. ``firewall``:
-        the source filter (by default nftables beside the kernel, the fake beside the fake).
-        ``on_fatal(reason)``: a thread the director needs has died. ``metrics``: keep the
-        Prometheus figures (default: when the file has an ``api:`` section, the only way to
-        scrape them; a test or bench that reads the registry in process asks for them)."""
+        the source filter (nftables beside the kernel, the fake beside the fake). ``on_fatal
+        (reason)``: a thread the director needs died. ``metrics``: keep the Prometheus
+        figures (default: with ``api:``). ``intake_processes``: default with ``clusters:``."""
         self.on_fatal, self.dry_run = on_fatal, dry_run
         self.failed: str | None = None  # why the director must stop, once it must
         self.metrics: Metrics | None = wiring.metrics(settings, metrics)
         recorder = self.metrics.recorder if self.metrics is not None else None
-        served = wiring.clusters(settings, kubeconfig)  # each with its client and writer
-        writers = None if dry_run else {one.name: one.writer for one in served}
+        made = wiring.clusters(settings, kubeconfig)  # each with its client and writer
+        kept = intakes(settings, intake_processes)  # a fork server: before a second thread
+        writers = None if dry_run else {one.name: one.writer for one in made}
         self.hooks = Hooks()  # every call out of the loop: who listens is set as parts are made
         self.controller = Controller(
             ipvs,
@@ -94,7 +95,7 @@ class Runtime:
                 lambda: wiring.conntrack(self._daemons()),
             )
         )
-        self.served = Served(settings, served, self.controller, dry_run, watch_seconds)
+        self.served = Served(settings, made, self.controller, dry_run, watch_seconds, intakes=kept)
         self.api = wiring.api_server(
             settings,
             self.controller,

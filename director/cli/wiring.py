@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from director.adapters.lease import Elector
 from director.cli.preflight import read_token
 from director.core.announce import PeerState
-from director.core.cluster import resource_name
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
 from director.core.owned import Ledger
@@ -35,8 +34,7 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.frr_sync import FrrSync
     from director.adapters.http import HttpServer as ApiServer
     from director.adapters.keepalived import KeepalivedSync
-    from director.adapters.kube import Handler, KubeApi
-    from director.adapters.kube_watch import Watcher
+    from director.adapters.kube import KubeApi
     from director.adapters.kube_write import KubeWriter
     from director.adapters.metrics import Metrics
     from director.adapters.metrics_daemons import FrrFigures
@@ -101,6 +99,7 @@ class Cluster(NamedTuple):
     name: str  # "" for kubernetes:, the one cluster
     api: KubeApi
     writer: KubeWriter
+    kubeconfig: str | None = None  # where its credentials are (None: the pod's account)
 
 
 def clusters(
@@ -135,38 +134,8 @@ def clusters(
         kube_api.api.configuration.retries = False  # the watchers have their own backoff
         # Events name the cluster as this director knows it: "From lvs-director/prod".
         component = f"{COMPONENT}/{kube.cluster}" if kube.cluster else COMPONENT
-        out.append(Cluster(kube.cluster, kube_api, KubeWriter(kube_api, component, kube.identity)))
-    return out
-
-
-def watchers(served: list[Cluster], submit: Handler, watch_seconds: int) -> list[Watcher]:
-    """One watcher per resource of each cluster followed (none without a cluster); a named
-    cluster's resources are ``prod/services`` and the like, its objects carry its name."""
-    if not served:
-        return []
-    from director.adapters.kube import RESOURCES, Resource
-    from director.adapters.kube_watch import Watcher
-    from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
-
-    parsers = {
-        "services": service_from_json,
-        "endpointslices": slice_from_json,
-        "nodes": node_from_json,
-    }
-    out: list[Watcher] = []
-    for one in served:
-        for resource in RESOURCES:
-            named = Resource(resource_name(one.name, resource.name), resource.path)
-            parse = partial(parsers[resource.name], cluster=one.name) if one.name else None
-            out.append(
-                Watcher(
-                    one.api,
-                    named,
-                    submit,
-                    parse or parsers[resource.name],
-                    watch_seconds=watch_seconds,
-                )
-            )
+        writer = KubeWriter(kube_api, component, kube.identity)
+        out.append(Cluster(kube.cluster, kube_api, writer, where))
     return out
 
 

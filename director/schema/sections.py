@@ -227,6 +227,11 @@ class ClusterSettings(KubeSettings):
     """The pools its Services may draw from (by name), and only those. None listed: the pools
     no cluster lists (shared by every cluster that lists none). A pool listed by one cluster
     is that cluster's alone; an address is never given to two clusters."""
+    intake: Annotated[str, one_of("process", "thread")] = field(default="process", kw_only=True)
+    """Where the cluster's lists and watches run: process (a process of its own, so that its
+    relists and bursts never hold the other clusters' events back; about 15-20 MB each) or
+    thread (in the director's interpreter: less memory, less isolation). A cluster a reload
+    adds to a director started with none in a process runs on threads until a restart."""
 
     @property
     def cluster(self) -> str:
