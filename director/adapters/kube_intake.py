@@ -48,6 +48,7 @@ PARSERS = {
     "nodes": node_from_json,
 }
 RESTART_BASE, RESTART_MAX = 0.5, 30.0  # seconds before an intake process is started again
+NICE = 10  # the intake processes' niceness, over the director's
 STEADY = 60.0  # an intake process that ran this long starts its successor's backoff afresh
 
 
@@ -145,6 +146,11 @@ def _serve(sock: socket.socket, spec: Spec) -> None:
     """The intake process: the cluster's watchers, until the director's end closes."""
     gc.freeze()  # what it shares with the director is never walked (nor copied) by its GC
     _quiet_signals()
+    # Below the director: a cluster's bulk (a relist decoded, a runaway controller) never
+    # takes a core from the loop that programs the kernel; among themselves the intake
+    # processes are equal, and one woken for a single event runs before a busy one.
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a kubeconfig's exec plugin is waited for
     sender = Sender(sock)
 

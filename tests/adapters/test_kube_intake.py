@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.kube_intake import ClusterIntake
+from director.adapters.kube_intake import NICE, ClusterIntake
 from director.cli.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
@@ -86,6 +86,11 @@ def _serve(api: FakeApiServer, name: str, pods: list[str]) -> str:
 def test_each_cluster_is_followed_by_a_process_of_its_own(site: Site) -> None:
     a, b = site.intake("a"), site.intake("b")
     assert len({os.getpid(), a.pid, b.pid}) == 3
+    # below the director: a cluster's bulk parsing never takes a core from its loop
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    for pid in (a.pid, b.pid):
+        assert pid is not None
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, ours + NICE)
     vip_a, vip_b = _serve(site.a, "web", ["10.1.0.1"]), _serve(site.b, "web", ["10.2.0.1"])
     eventually(lambda: site.real_servers(vip_a) == {"192.0.2.11"}, what="a's node in the kernel")
     eventually(lambda: site.real_servers(vip_b) == {"192.0.2.21"}, what="b's node in the kernel")
