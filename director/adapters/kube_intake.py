@@ -159,8 +159,6 @@ def _serve(sock: socket.socket, spec: Spec) -> None:
             sender.handle(resource, kind, payload)
         except OSError:  # the director is gone
             os._exit(0)
-        if kind == "RELIST":
-            _trim()
 
     try:
         api = KubeApi.connect(spec.kubeconfig)
@@ -190,18 +188,6 @@ def _serve(sock: socket.socket, spec: Spec) -> None:
 def _packed(parse: Callable[..., Any], cluster: str, obj: Any) -> Packed:
     """Parsed, then packed at once: a list of 10,000 objects is held as their bytes."""
     return pack(parse(obj, cluster=cluster))
-
-
-def _trim() -> None:
-    """After a list: the heap it grew given back (its pages of JSON, freed, would otherwise
-    stay with the process)."""
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 class ClusterIntake:
