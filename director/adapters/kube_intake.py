@@ -24,7 +24,6 @@ import contextlib
 import gc
 import logging
 import os
-import pickle
 import signal
 import socket
 import threading
@@ -33,7 +32,16 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from director.adapters.intake_wire import Broken, Mirror, Packed, Sender, dumps, pack, read_frame
+from director.adapters.intake_wire import (
+    Broken,
+    Mirror,
+    Packed,
+    Sender,
+    dumps,
+    loads,
+    pack,
+    read_frame,
+)
 from director.adapters.kube import RESOURCES, Handler, KubeApi, Resource, short_reason
 from director.adapters.kube_watch import Watcher
 from director.core.cluster import resource_name
@@ -124,7 +132,7 @@ def _zygote(sock: socket.socket) -> None:
         frame = read_frame(sock)
         if frame is None:  # the director closed its end, or is gone
             return
-        spec = Spec(*pickle.loads(frame))
+        spec = Spec(*loads(frame))
         ours, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:  # the intake process
@@ -282,7 +290,7 @@ class ClusterIntake:
                 frame = read_frame(sock)
                 if frame is None:
                     return "its socket closed (the process ended)"
-                resource, kind, payload = pickle.loads(frame)
+                resource, kind, payload = loads(frame)
                 for handed in self.mirror.take(resource, kind, payload):
                     self.submit(resource, *handed)
         except Broken as exc:  # never from a process of this program; start it afresh

@@ -5,6 +5,7 @@ whole the first time, and a later one as the changes that make the director's co
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import sys
@@ -16,7 +17,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from director.adapters.intake_wire import Broken, Mirror, Sender, dumps, key_of, pack, read_frame
+from director.adapters.intake_wire import (
+    Broken,
+    Mirror,
+    Sender,
+    dumps,
+    key_of,
+    loads,
+    pack,
+    read_frame,
+)
 from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from lab.kubeapi import endpoint_slice, node, service
@@ -99,7 +109,7 @@ def wire() -> Iterator[tuple[Sender, Callable[..., list[tuple[str, str, Any]]]]]
         while True:
             frame = read_frame(ours)
             assert frame is not None
-            resource, kind, payload = pickle.loads(frame)
+            resource, kind, payload = loads(frame)
             if kind == "END":
                 thread.join()
                 return out
@@ -197,6 +207,9 @@ def test_a_key_the_director_was_never_sent_breaks_the_link() -> None:
         mirror.take("c/services", "GONE", ["c/default/ghost"])
     with pytest.raises(Broken, match="where an object was expected"):
         mirror.take("c/services", "ADDED", dumps("not an object"))
+    # a frame naming anything but the values packed here is refused, not run
+    with pytest.raises(Broken, match=r"names posix\.system"):
+        mirror.take("c/services", "ADDED", pickle.dumps(os.system))
 
 
 def test_a_frame_cut_short_or_absurd_is_refused() -> None:
