@@ -180,21 +180,39 @@ def _serve(sock: socket.socket, spec: Spec) -> None:
         )
         return
     api.api.configuration.retries = False  # the watchers have their own backoff
-    for resource in RESOURCES:
-        Watcher(
-            api,
-            Resource(resource_name(spec.cluster, resource.name), resource.path),
-            handle,
-            partial(_packed, PARSERS[resource.name], spec.cluster),
-            watch_seconds=spec.watch_seconds,
-        ).start()
+    for watcher in cluster_watchers(api, spec.cluster, handle, spec.watch_seconds, packed=True):
+        watcher.start()
     with contextlib.suppress(OSError):
         while sock.recv(4096):
             pass
 
 
+def cluster_watchers(
+    api: KubeApi, cluster: str, handler: Handler, watch_seconds: int, *, packed: bool = False
+) -> list[Watcher]:
+    """A cluster's watcher of each resource (``prod/services`` and the like for a named
+    cluster, its objects carrying its name); ``packed``: each object packed as soon as it
+    is parsed (an intake process holds a list of 10,000 as their bytes)."""
+    out = []
+    for resource in RESOURCES:
+        parse = PARSERS[resource.name]
+        out.append(
+            Watcher(
+                api,
+                Resource(resource_name(cluster, resource.name), resource.path),
+                handler,
+                partial(_packed, parse, cluster)
+                if packed
+                else partial(parse, cluster=cluster)
+                if cluster
+                else parse,
+                watch_seconds=watch_seconds,
+            )
+        )
+    return out
+
+
 def _packed(parse: Callable[..., Any], cluster: str, obj: Any) -> Packed:
-    """Parsed, then packed at once: a list of 10,000 objects is held as their bytes."""
     return pack(parse(obj, cluster=cluster))
 
 
@@ -202,20 +220,13 @@ class ClusterIntake:
     """One cluster's intake process, seen from the director (see the module's docstring):
     started, stopped and listed as the cluster's watchers would be."""
 
-    def __init__(
-        self,
-        zygote: Zygote,
-        spec: Spec,
-        submit: Handler,
-        sleep: Callable[[float], bool] | None = None,
-    ) -> None:
+    def __init__(self, zygote: Zygote, spec: Spec, submit: Handler) -> None:
         self.zygote, self.spec, self.submit = zygote, spec, submit
         self.pid: int | None = None
         self.starts = 0  # intake processes started for this cluster
         self.mirror = Mirror()
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
-        self._sleep = sleep or self._stop.wait
         self._thread = threading.Thread(
             target=self._run, name=f"intake-{spec.cluster}", daemon=True
         )
@@ -280,7 +291,7 @@ class ClusterIntake:
                     "DISCONNECTED",
                     f"intake process ended: {reason}",
                 )
-            self._sleep(delay)
+            self._stop.wait(delay)
             delay = min(delay * 2, RESTART_MAX)
 
     def _read(self, sock: socket.socket) -> str:

@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from director.cli import wiring
-from director.core.cluster import resource_name
 from director.engine.loop import Controller
 from director.logs import event
 from director.schema.config import Settings
@@ -154,25 +152,12 @@ def watchers(
     cluster's resources are ``prod/services`` and the like, its objects carry its name."""
     if not served:  # a static box loads no Kubernetes client
         return []
-    from director.adapters.kube import RESOURCES, Resource
-    from director.adapters.kube_intake import PARSERS, ClusterIntake, Spec
-    from director.adapters.kube_watch import Watcher
+    from director.adapters.kube_intake import ClusterIntake, Spec, cluster_watchers
 
     out: list[Intake] = []
     for one in served:
         if zygote is not None and one.name in processes:
             out.append(ClusterIntake(zygote, Spec(one.name, one.kubeconfig, watch_seconds), submit))
-            continue
-        for resource in RESOURCES:
-            named = Resource(resource_name(one.name, resource.name), resource.path)
-            parse = PARSERS[resource.name]
-            out.append(
-                Watcher(
-                    one.api,
-                    named,
-                    submit,
-                    partial(parse, cluster=one.name) if one.name else parse,
-                    watch_seconds=watch_seconds,
-                )
-            )
+        else:
+            out.extend(cluster_watchers(one.api, one.name, submit, watch_seconds))
     return out
