@@ -326,6 +326,128 @@ def test_systemctl_reload_applies_a_one_line_change_and_refuses_a_bad_file(lab: 
     assert back is not None, "the original file did not come back on reload"
 
 
+def _unit_processes(lab: Lab) -> dict[int, int]:
+    """Every process of director.service (its cgroup) and its nice value."""
+    group = lab.box.sh("systemctl show -p ControlGroup --value director").strip()
+    listed = lab.box.sh(
+        f"for p in $(cat /sys/fs/cgroup{group}/cgroup.procs); do "
+        # nice is the 19th field of /proc/PID/stat, the 17th after the name's ") "
+        "echo \"$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f17)\"; done",
+        check=False,
+    )
+    return {
+        int(pid): int(nice)
+        for pid, nice in (line.split() for line in listed.splitlines() if len(line.split()) == 2)
+        if nice.lstrip("-").isdigit()
+    }
+
+
+def _intake_pid(lab: Lab, cluster: str, since: str) -> int | None:
+    """The pid of ``cluster``'s intake process as the director last logged it since ``since``."""
+    said = lab.box.sh(
+        f"journalctl -u director --since '{since}' -o cat | "
+        f"grep -E 'event=kube.intake_started cluster={cluster} ' || true"
+    ).split()
+    pids = [int(word[4:]) for word in said if word.startswith("pid=")]
+    return pids[-1] if pids else None
+
+
+def _programmed(lab: Lab, api: FakeApiServer, name: str) -> str | None:
+    """The address ``name`` was given in ``api``'s cluster, once the box's kernel serves it."""
+    status = api.get("services", name)["status"]["loadBalancer"].get("ingress") or []
+    address = status[0]["ip"] if status else None
+    if address is None or f"TCP  {address}:80 " not in lab.box.sh("ipvsadm -Ln"):
+        return None
+    return str(address)
+
+
+def test_two_clusters_each_in_an_intake_process_under_the_hardened_unit(lab: Lab) -> None:
+    """`clusters:` with the default intake (each cluster's lists and watches in a process of
+    its own, forked by a zygote, at nice 10) under the role's unit as it is:
+    SystemCallFilter=@system-service, RestrictAddressFamilies, NoNewPrivileges. The file goes
+    from `kubernetes:` to two clusters (a second API stand-in) and the unit is restarted
+    (a reload cannot fork the first intake process). kill -9 of one cluster's intake process:
+    the director starts another, that cluster's next Service reaches the kernel, the other
+    cluster's process and traffic are untouched."""
+    conf = "/etc/director/director.yaml"
+    staging = FakeApiServer(host=bootlab.KUBE, token=bootlab.KUBE_TOKEN)
+    staging.port = bootlab.KUBE_PORT + 1
+    lab.be.call(staging.start)
+    for index, address in enumerate(BACKENDS, 1):
+        staging.create("nodes", node(f"node{index}", address))
+    lab.box.sh(f"cp -p {conf} /root/director.yaml.one-cluster")
+    lab.box.sh(
+        "cp -p /etc/director/kubeconfig /etc/director/kubeconfig-staging && sed -i "
+        f"'s/:{bootlab.KUBE_PORT}/:{staging.port}/' /etc/director/kubeconfig-staging"
+    )
+    two = (
+        "clusters:\\n- name: staging\\n  kubeconfig: /etc/director/kubeconfig-staging\\n"
+        "  lease_namespace: lvs-director\\n  identity: edge1\\n  lease_seconds: 5\\n- name: prod"
+    )
+    try:
+        # The `kubernetes:` section's keys become the prod cluster's (same indentation).
+        lab.box.sh(f"sed -i 's|^kubernetes:$|{two}|' {conf}")
+        assert "- name: prod" in lab.box.sh(f"cat {conf}")
+        lab.box.sh(f"{DIRECTOR} check --config {conf}")
+        since = lab.box.sh("date '+%Y-%m-%d %H:%M:%S'").strip()
+        started = time.monotonic()
+        lab.box.sh("systemctl restart director", timeout=300)
+        print(f"\nboot: restarted with two clusters, ready in {time.monotonic() - started:.1f}s")
+        assert lab.box.sh("systemctl is-active director").strip() == "active"
+        main = int(lab.box.sh("systemctl show -p MainPID --value director").strip())
+        processes = _unit_processes(lab)
+        intakes = sorted(pid for pid, nice in processes.items() if nice == 10)
+        journal = lab.box.sh(f"journalctl -u director --since '{since}' -o cat")
+        print(f"boot: the unit's processes and nice values: {processes} (main {main})")
+        assert len(intakes) == 2 and processes.get(main) == 0, (processes, journal[-3000:])
+        assert len(processes) == 4, "the director, the zygote and one intake per cluster"
+        first = {name: _intake_pid(lab, name, since) for name in ("staging", "prod")}
+        assert sorted(pid for pid in first.values() if pid) == intakes, (first, intakes)
+
+        # A Service of each cluster programmed, each cluster's status in its own API.
+        web = wait_for(lambda: _programmed(lab, lab.api, "web"), 120, step=2.0)
+        obj = service("api", [("http", "TCP", 80)])
+        obj["spec"]["ports"][0]["nodePort"] = NODE_PORT
+        staging.create("services", obj)
+        took = wait_for(lambda: _programmed(lab, staging, "api"), 180, step=2.0)
+        assert took is not None and web is not None, lab.box.sh(
+            "journalctl -u director -n 60 -o cat"
+        )
+        given = _programmed(lab, staging, "api")
+        assert given is not None and given != _programmed(lab, lab.api, "web")
+        print(f"boot: staging's Service got {given} and reached the kernel in {took:.1f}s")
+
+        # kill -9 of staging's intake process.
+        killed, kept = first["staging"], first["prod"]
+        lab.box.sh(f"kill -9 {killed}")
+        again = wait_for(
+            lambda: _intake_pid(lab, "staging", since) not in (None, killed), 120, step=2.0
+        )
+        ended = lab.box.sh(
+            f"journalctl -u director --since '{since}' -o cat | grep kube.intake_ended || true"
+        )
+        assert again is not None and "cluster=staging" in ended, ended
+        obj = service("db", [("pg", "TCP", 80)])
+        obj["spec"]["ports"][0]["nodePort"] = NODE_PORT
+        staging.create("services", obj)
+        took = wait_for(lambda: _programmed(lab, staging, "db"), 180, step=2.0)
+        assert took is not None, lab.box.sh("journalctl -u director -n 60 -o cat")
+        after = _unit_processes(lab)
+        print(
+            f"boot: kill -9 of staging's intake process {killed}: another after {again:.1f}s; "
+            f"staging's next Service in the kernel {took:.1f}s after it was made; {after}"
+        )
+        assert kept in after and after.get(main) == 0, "prod's intake and the director stayed"
+        assert _answers(lab), "the static service answered throughout"
+        assert lab.box.sh("systemctl is-active director").strip() == "active"
+    finally:
+        lab.box.sh(f"cp -p /root/director.yaml.one-cluster {conf}")
+        lab.box.sh("systemctl restart director", timeout=300)
+        staging.stop()
+    left = _unit_processes(lab)
+    assert 10 not in left.values(), f"no intake process with kubernetes: ({left})"
+
+
 def test_the_watchdog_restarts_a_director_whose_loop_stopped(lab: Lab) -> None:
     pid = lab.box.sh("systemctl show -p MainPID --value director").strip()
     restarts = int(lab.box.sh("systemctl show -p NRestarts --value director").strip())
