@@ -117,8 +117,9 @@ def stands(sizes: list[int], workdir: Path, nice: tuple[int, ...] = ()) -> Itera
             child.wait(timeout=60)
 
 
-def settings_text(kubeconfigs: list[Path], names: list[str]) -> str:
-    """Each cluster with a pool of its own (its Services' status addresses)."""
+def settings_text(kubeconfigs: list[Path], names: list[str], intake: str = "process") -> str:
+    """Each cluster with a pool of its own (its Services' status addresses); ``names`` [""]:
+    the one cluster of ``kubernetes:``."""
     pools = "".join(
         f"  - {{name: {name}, addresses: [198.{NETS[i]}.0.0/16]}}\n" for i, name in enumerate(names)
     )
@@ -130,7 +131,7 @@ def settings_text(kubeconfigs: list[Path], names: list[str]) -> str:
         )
     clusters = "".join(
         f"  - {{name: {name}, kubeconfig: {kubeconfigs[i]}, identity: bench, pools: [{name}], "
-        "resync_seconds: 86400}\n"
+        f"resync_seconds: 86400, intake: {intake}}}\n"
         for i, name in enumerate(names)
     )
     return f"pools:\n{pools}clusters:\n{clusters}"
@@ -185,7 +186,7 @@ def isolation(
     runs) or on the director's threads (``thread``, what it ran before 0.4.19)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
     with stands([services, b_services], workdir, (a_nice,)) as (a, b):
-        text = settings_text([a.kubeconfig, b.kubeconfig], ["a", "b"])
+        text = settings_text([a.kubeconfig, b.kubeconfig], ["a", "b"], intake)
         applied: dict[str, float] = {}
         cv = threading.Condition()
 
@@ -251,17 +252,17 @@ def isolation(
             stop = threading.Event()
             cycles: list[float] = []
 
-            a_intake = next(
-                (w for w in runtime.served.watchers if w.cluster == "a" and hasattr(w, "mirror")),
-                None,
+            a_slices = next(
+                w for w in runtime.served.watchers if w.resource.name == "a/endpointslices"
             )
+            a_held = getattr(a_slices, "held", None)
 
             def relisted() -> int:
-                """A's relists taken in whole: on the director's threads, each a list of A's
-                EndpointSlices reaching the loop; in A's intake process, each of A's three
-                resources listed again (what changed, if anything, sent as events)."""
-                if a_intake is not None:
-                    return int(a_intake.mirror.relists) // 3
+                """A's relists taken in whole, each a list of A's EndpointSlices: on the
+                director's threads, reaching the loop; in list processes, each listed again
+                (what changed, if anything, sent as events)."""
+                if a_held is not None:
+                    return int(a_held.relists)
                 with cv:
                     return len(relists)
 
@@ -333,14 +334,16 @@ def private_mb(pid: int) -> float:
     return total / 1024
 
 
-def memory_child(clusters: int, services: int) -> dict[str, Any]:
-    """One director serving ``clusters`` clusters of ``services`` each (one: kubernetes:).
-    With ``clusters:``, its intake processes' and their zygote's own memory (USS: what is
-    shared with the director is in its RSS already) is added to the director's RSS."""
+def memory_child(clusters: int, services: int, intake: str) -> dict[str, Any]:
+    """One director serving ``clusters`` clusters of ``services`` each, their lists taken by
+    list processes (``process``) or on the director's threads (``thread``; ``kubernetes``:
+    one cluster in the one-cluster form). The zygote's own memory, and any list process's
+    still running (USS: what is shared with the director is in its RSS already), is added
+    to the director's RSS."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-clusters-mem-"))
     with stands([services] * clusters, workdir) as found:
-        names = [""] if clusters == 1 else [f"c{i}" for i in range(clusters)]
-        text = settings_text([s.kubeconfig for s in found], names)
+        names = [""] if intake == "kubernetes" else [f"c{i}" for i in range(clusters)]
+        text = settings_text([s.kubeconfig for s in found], names, intake)
         runtime = Runtime(parse_config(text, "bench.yaml"), FakeIpvs())
         started = time.perf_counter()
         runtime.start()
@@ -352,35 +355,53 @@ def memory_child(clusters: int, services: int) -> dict[str, Any]:
             zygote = runtime.served.zygote
             pids = [w.pid for w in runtime.served.watchers if getattr(w, "pid", None)]
             pids += [zygote.pid] if zygote is not None else []
-            intake = sum(private_mb(pid) for pid in pids if pid)
+            intake_mb = sum(private_mb(pid) for pid in pids if pid)
         finally:
             runtime.stop()
     return {
         "clusters": clusters,
         "services_each": services,
+        "intake": intake,
         "ready_s": round(ready, 1),
         "director_rss_mb": round(rss, 1),
         "intake_processes": len(pids),
-        "intake_private_mb": round(intake, 1),
-        "rss_mb": round(rss + intake, 1),
+        "intake_private_mb": round(intake_mb, 1),
+        "rss_mb": round(rss + intake_mb, 1),
     }
 
 
-def memory(total: int, clusters: int = 3) -> dict[str, Any]:
-    """Each shape in a fresh process, side by side: several clusters, then one."""
+# (clusters, intake) of each shape measured; the first two are set against the third (one
+# cluster of the same total in the one-cluster form), and the first also against the fourth
+# (one cluster of that total, its intake in a process as well: what a cluster costs beyond
+# the intake process every cluster has).
+SHAPES = ((3, "process"), (3, "thread"), (1, "kubernetes"), (1, "process"))
+
+
+def memory(total: int) -> dict[str, Any]:
+    """Each shape in a fresh process, side by side."""
     out: dict[str, Any] = {}
-    for count, each in ((clusters, total // clusters), (1, total)):
+    for count, intake in SHAPES:
         run = subprocess.run(
-            [sys.executable, "-m", "lab.bench_clusters", "--memory-child", str(count), str(each)],
+            [
+                sys.executable,
+                "-m",
+                "lab.bench_clusters",
+                "--memory-child",
+                str(count),
+                str(total // count),
+                intake,
+            ],
             capture_output=True,
             text=True,
             check=True,
             # as the systemd unit runs the director (and its intake processes)
             env=dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "1")),
         )
-        out[f"{count}x{each}"] = json.loads(run.stdout.strip().splitlines()[-1])
-    several, one = out[f"{clusters}x{total // clusters}"], out[f"1x{total}"]
-    out["rss_ratio"] = round(several["rss_mb"] / one["rss_mb"], 2)
+        out[f"{count}x{total // count} {intake}"] = json.loads(run.stdout.strip().splitlines()[-1])
+    rss = [out[f"{count}x{total // count} {intake}"]["rss_mb"] for count, intake in SHAPES]
+    out["rss_ratio_process"] = round(rss[0] / rss[2], 2)
+    out["rss_ratio_thread"] = round(rss[1] / rss[2], 2)
+    out["rss_ratio_process_vs_one_process"] = round(rss[0] / rss[3], 2)
     return out
 
 
@@ -396,7 +417,7 @@ def main() -> None:
         "here it shares the director's 2 cores, and at 0 its relists take a core from B's",
     )
     parser.add_argument("--memory-total", type=int, default=15000)
-    parser.add_argument("--memory-child", type=int, nargs=2, metavar=("CLUSTERS", "EACH"))
+    parser.add_argument("--memory-child", nargs=3, metavar=("CLUSTERS", "EACH", "INTAKE"))
     parser.add_argument("--skip", choices=("isolation", "memory"), action="append", default=[])
     parser.add_argument(
         "--intake",
@@ -409,7 +430,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.memory_child:
-        print(json.dumps(memory_child(*args.memory_child)), flush=True)
+        count, each, intake = args.memory_child
+        print(json.dumps(memory_child(int(count), int(each), intake)), flush=True)
         return
     results: dict[str, Any] = {}
     if "isolation" not in args.skip:

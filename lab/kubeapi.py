@@ -514,6 +514,9 @@ class Store:
         self.objects: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
         self.history: dict[str, list[tuple[int, str, Obj]]] = {p: [] for p in KINDS}
         self.compacted = 0  # watches from before this resourceVersion get 410
+        # Set: lists are answered; cleared (hold_lists): each list waits, as on a slow server.
+        self.lists_open = threading.Event()
+        self.lists_open.set()
         # Random, as kube-apiserver allocates them: nothing may count on a sequence.
         shuffle = random.Random().shuffle
         ports, ips = list(range(30000, 32768)), list(range(10, 60000))
@@ -940,6 +943,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 limit = int(query.get("limit", ["0"])[0] or 0)
                 token = query.get("continue", [""])[0]
+                store.lists_open.wait(120)
                 self._send_json(200, store.list(plural, namespace, limit, token))
             elif method == "GET":
                 self._send_json(200, store.get(plural, ns, name))  # type: ignore[arg-type]
@@ -1261,6 +1265,14 @@ class FakeApiServer:
             with self.store.lock:
                 self.store.compacted = self.store.rv
             self.start()
+
+    def hold_lists(self, held: bool = True) -> None:
+        """Every list (each page of it) waits until ``hold_lists(False)``: a server slow to
+        answer lists, for as long as a test needs one under way."""
+        if held:
+            self.store.lists_open.clear()
+        else:
+            self.store.lists_open.set()
 
     def expire_watches(self) -> None:
         """Every watch cut, and the history behind it compacted: each client's watch comes

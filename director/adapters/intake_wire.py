@@ -1,32 +1,33 @@
-"""What a cluster's intake process sends the director (``director.adapters.kube_intake``):
-frames of pickled ``(resource, kind, payload)``, the parsed objects in them packed so that
-they come back out as the in-process parse makes them (interned names, shared port tuples),
-and a relist sent as what changed since the last one.
+"""What a cluster's list process sends the director (``director.adapters.kube_intake``):
+frames of pickled messages, the parsed objects in them packed so that they come back out as
+the in-process parse makes them (interned names, shared port tuples), and a relist sent as
+what changed since the director last saw each object.
 
 The two ends are one program (the child is forked from the director) over a socketpair: the
 pickles are never read from anywhere else.
 
-The first list of each resource is sent whole. A later one (after 410 Gone: an etcd
-compaction, a restarted API server) is sent as what changed since: the objects whose bytes
-differ from what this process sent last (a digest of each is kept), as ADDED or MODIFIED,
-and the keys of those the list no longer holds, which the director (``Mirror``: the very
-objects its snapshot holds, by key) hands on as DELETED. The director's copy ends as a whole
-list would leave it. A relist of 10,000 unchanged Services costs the director nothing:
-another cluster's events do not wait behind it.
+A list is taken by a child process made for it. The director hands it what it holds of the
+resource: each object's identity (``namespace/name``) and the ``resourceVersion`` it holds it
+at (``Held.known``). The child (``Listing``) decodes every page of the list, but parses and
+sends only the objects whose version differs (a changed object always has a new one), and
+at the end the identities the list no longer holds. The director (``Held``) hands the first
+list on whole (RELIST), and each later one (after 410 Gone: an etcd compaction, a restarted
+API server) as the watch events that make its copy the list: ADDED or MODIFIED for what was
+sent, DELETED, with the very object it holds, for what is gone. A relist of 10,000
+unchanged Services costs the director nothing: another cluster's events do not wait behind
+it.
 """
 
 from __future__ import annotations
 
 import copyreg
-import hashlib
 import io
 import pickle
 import socket
 import sys
-import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from director.core.cluster import NO_LABELS, NodeInfo, ServiceInfo, SliceInfo
 from director.core.untrusted import shared, short
@@ -116,11 +117,6 @@ def loads(data: bytes) -> Any:
     return _Unpickler(io.BytesIO(data)).load()
 
 
-def key_of(info: Info) -> str:
-    """The object's key within its resource (as the snapshot keys it)."""
-    return info.name if isinstance(info, NodeInfo) else info.ref
-
-
 # -- frames -----------------------------------------------------------------------------
 def read_frame(sock: socket.socket) -> bytes | None:
     """The next frame; None when the other end has closed."""
@@ -147,122 +143,105 @@ def _exactly(sock: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-class Packed(NamedTuple):
-    """A parsed object as the intake process keeps it until it is sent: its key and its
-    bytes (a few hundred; the object itself is let go as soon as it is packed)."""
-
-    key: str
-    data: bytes
+Listed = tuple[str, str, bytes]  # (identity, resourceVersion, the packed object)
 
 
-def pack(info: Info) -> Packed:
-    return Packed(key_of(info), dumps(info))
+def identity(obj: Any) -> tuple[str, str]:
+    """An object's identity within its resource (``namespace/name``; ``/name`` for a Node)
+    and the ``resourceVersion`` it came at ("" if it has none), from its JSON."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return "", ""
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    version = meta.get("resourceVersion") or ""
+    return f"{namespace}/{name}", version if isinstance(version, str) else str(version)
 
 
-class Sender:
-    """The intake process's end: ``handle`` is the watchers' callback (from their threads),
-    each call one or more frames; the objects in its payloads come packed (``pack``)."""
+class Listing:
+    """The list process's end of one list: ``take`` each object's JSON as the list decodes
+    it, ``done`` at its end. ``known``: the identities the director holds and their
+    versions (empty for a first list: everything is sent)."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._lock = threading.Lock()
-        self._sent: dict[str, dict[str, bytes]] = {}  # resource -> key -> digest of its bytes
-        self._listed: set[str] = set()  # resources listed once by this process
-        self.unchanged = 0  # objects of later relists not sent: unchanged
+    def __init__(self, known: Mapping[str, str], send: Callable[[Any], None]) -> None:
+        self._known, self._send = known, send
+        self._seen: set[str] = set()
+        self._part: list[Listed] = []
+        self.sent = self.unchanged = 0
 
-    def send(self, message: tuple[str, str, Any]) -> None:
-        data = dumps(message)
-        with self._lock:
-            self._sock.sendall(len(data).to_bytes(_HEADER, "big") + data)
-
-    def handle(self, resource: str, kind: str, payload: Any) -> None:
-        if kind in ("CONNECTED", "DISCONNECTED"):
-            self.send((resource, kind, payload))
-        elif kind == "RELIST":
-            self._relist(resource, payload)
-        else:
-            sent = self._sent.setdefault(resource, {})
-            if kind == "DELETED":
-                sent.pop(payload.key, None)
-            else:
-                sent[payload.key] = _digest(payload.data)
-            self.send((resource, kind, payload.data))
-
-    def _relist(self, resource: str, items: Iterable[Packed]) -> None:
-        before = self._sent.get(resource, {})
-        now: dict[str, bytes] = {}
-        if resource not in self._listed:  # the first list of this process: all of it
-            self._listed.add(resource)
-            part: list[bytes] = []
-            for key, data in items:
-                now[key] = _digest(data)
-                part.append(data)
-                if len(part) == PART:
-                    self.send((resource, "PART", part))
-                    part = []
-            self._sent[resource] = now
-            self.send((resource, "RELIST", part))
+    def take(self, obj: Any, parse: Callable[[Any], Any]) -> None:
+        """One object of the list; ``parse``: its value or None (refused, and said so)."""
+        ident, version = identity(obj)
+        self._seen.add(ident)
+        if version and self._known.get(ident) == version:
+            self.unchanged += 1  # the director holds it as it is: not even parsed
             return
-        # A relist (410 Gone): what changed since, as the watch events that make the
-        # director's copy the list; what did not change is not sent at all.
-        for key, data in items:
-            digest = now[key] = _digest(data)
-            known = before.get(key)
-            if known == digest:
-                self.unchanged += 1
-            else:
-                self.send((resource, "MODIFIED" if known else "ADDED", data))
-        gone = [key for key in before if key not in now]
-        self._sent[resource] = now
-        for at in range(0, len(gone), PART):
-            self.send((resource, "GONE", gone[at : at + PART]))
-        self.send((resource, "RELISTED", None))
+        info = parse(obj)
+        if info is None:
+            return
+        self._part.append((ident, version, dumps(info)))
+        self.sent += 1
+        if len(self._part) == PART:
+            self._send(("PART", self._part))
+            self._part = []
+
+    def done(self, version: str) -> None:
+        """The list's end: what is left of it, the version to watch from, and the identities
+        it no longer holds."""
+        if self._part:
+            self._send(("PART", self._part))
+            self._part = []
+        gone = [ident for ident in self._known if ident not in self._seen]
+        self._send(("DONE", version, gone))
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-class Mirror:
-    """The director's end: what the intake process sent of each resource (the objects the
-    snapshot holds, not copies): a relist's removals name their keys only."""
+class Held:
+    """What the director holds of one resource whose lists are taken by list processes: each
+    object's identity, its version and its value (the object the snapshot holds, not a
+    copy). ``known`` goes to the next list's process; ``listed`` turns what it sent into
+    what to hand on; ``watched`` keeps up with the watch in between."""
 
     def __init__(self) -> None:
-        self._objects: dict[str, dict[str, Info]] = {}
-        self._parts: dict[str, list[Info]] = {}
+        self._objects: dict[str, tuple[str, Info]] = {}
+        self._first = True
         self.decoded = 0  # objects decoded from their bytes
-        self.relists = 0  # relists after the first list, each taken as its changes
+        self.relists = 0  # lists after the first, each taken as its changes
 
-    def take(self, resource: str, kind: str, payload: Any) -> list[tuple[str, Any]]:
-        """One frame's message, as what to hand on: ``(kind, payload)`` each."""
-        if kind in ("CONNECTED", "DISCONNECTED"):
-            return [(kind, payload)]
-        if kind in ("PART", "RELIST"):
-            part = self._parts.setdefault(resource, [])
-            part.extend(self._loads(item) for item in payload)
-            if kind == "PART":
-                return []
-            items = self._parts.pop(resource)
-            self._objects[resource] = {key_of(info): info for info in items}
-            return [("RELIST", items)]
-        held = self._objects.setdefault(resource, {})
-        if kind == "GONE":
-            out: list[tuple[str, Any]] = []
-            for key in payload:
-                info = held.pop(key, None)
-                if info is None:
-                    raise Broken(f"{resource}: {key} was never sent")
-                out.append(("DELETED", info))
-            return out
-        if kind == "RELISTED":
-            self.relists += 1
-            return []
-        info = self._loads(payload)
+    def known(self) -> dict[str, str]:
+        """The identities held and their versions ({} until a first list was handed on:
+        the next list is sent whole)."""
+        if self._first:
+            return {}
+        return {ident: version for ident, (version, _) in self._objects.items()}
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def listed(self, sent: Iterable[Listed], gone: Iterable[str]) -> list[tuple[str, Any]]:
+        """A list's objects as sent (``sent``: what changed, all of it for a first list) and
+        the identities it no longer holds, as what to hand on: ``(kind, payload)`` each."""
+        missing = [ident for ident in gone if ident not in self._objects]
+        if missing:  # checked before anything changes: a broken list changes nothing
+            raise Broken(f"{missing[0]} was never listed")
+        taken = [(ident, version, self._loads(data)) for ident, version, data in sent]
+        if self._first:
+            self._first = False
+            self._objects = {ident: (version, info) for ident, version, info in taken}
+            return [("RELIST", [info for _, _, info in taken])]
+        self.relists += 1
+        out: list[tuple[str, Any]] = []
+        for ident, version, info in taken:
+            out.append(("MODIFIED" if ident in self._objects else "ADDED", info))
+            self._objects[ident] = (version, info)
+        out.extend(("DELETED", self._objects.pop(ident)[1]) for ident in gone)
+        return out
+
+    def watched(self, kind: str, obj: Any, info: Info) -> None:
+        """A watch event the director handed on (``obj``: its JSON, ``info``: its value)."""
+        ident, version = identity(obj)
         if kind == "DELETED":
-            held.pop(key_of(info), None)
+            self._objects.pop(ident, None)
         else:
-            held[key_of(info)] = info
-        return [(kind, info)]
+            self._objects[ident] = (version, info)
 
     def _loads(self, data: bytes) -> Info:
         self.decoded += 1
@@ -270,8 +249,3 @@ class Mirror:
         if not isinstance(value, ServiceInfo | SliceInfo | NodeInfo):
             raise Broken(f"a {type(value).__name__} where an object was expected")
         return value
-
-    def forget(self) -> None:
-        """A new intake process: it sends everything afresh."""
-        self._objects.clear()
-        self._parts.clear()

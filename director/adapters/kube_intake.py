@@ -1,21 +1,25 @@
-"""Each cluster's intake in a process of its own (``clusters:``): its lists and watches, the
-decoding of their JSON and the parse into the director's small values run in a child, so
-one cluster's 10,000-Service relist or runaway controller costs the director's own
-interpreter almost nothing, and another cluster's event does not wait behind it.
+"""Each cluster's lists decoded in a process of its own (``clusters:``, ``intake: process``):
+the first list of each resource and every relist after 410 Gone (an etcd compaction, a
+restarted API server) are taken by a child made for that one list. The child decodes the
+list's JSON and sends the director only the objects that changed since the director last saw
+them, parsed and packed (``director.adapters.intake_wire``), and the ones that are gone. One
+cluster's 10,000-Service relist costs the director's own interpreter almost nothing, and
+another cluster's event does not wait behind it. The watch between lists, a few objects at a
+time, runs on the director's threads as for ``kubernetes:``; so no process is kept for a
+cluster between its lists.
 
 - ``Zygote``: forked once while the director has a single thread (a fork of a process with
-  threads may copy a lock some thread held); it forks each cluster's intake process on
-  request and hands back its end of a socketpair. Its children share the director's
-  imported code with it, page for page, until they write to it.
-- The intake process (``_serve``): the cluster's three watchers (``Watcher``, as in the
-  director for ``kubernetes:``), their callback a ``Sender``; it ends when the director's end
-  of its socket closes (a stop, a removed cluster, the director's death).
-- ``ClusterIntake``: the director's side, one thread per cluster reading the frames,
-  putting relists together (``Mirror``) and handing each event to the loop as a
-  watcher would. An intake process that ends (killed, crashed) is started again with a
-  backoff; meanwhile the cluster's watches count as disconnected and its Services stay
-  programmed. A zygote that is gone ends the thread: the director's watchdog stops it, and
-  systemd starts it afresh.
+  threads may copy a lock some thread held); it forks each list process on request and hands
+  back its end of a socketpair. Its children share the director's imported code with it,
+  page for page, until they write to it.
+- The list process (``_list_once``): at nice 10, below the director's loop; it connects with
+  the cluster's kubeconfig, lists, sends, and exits. It ends early, too, when the director's
+  end of its socket closes (a stop, a removed cluster, the director's death).
+- ``ChildListed``: the director's watcher of one resource (``Watcher``, its lists taken by a
+  list process). A list process that fails or dies (killed, crashed) is a failed list: the
+  watcher retries with its backoff, the cluster's watches count as disconnected meanwhile and
+  its Services stay programmed. A zygote that is gone ends the watcher's thread: the
+  director's watchdog stops the director, and systemd starts it afresh.
 """
 
 from __future__ import annotations
@@ -27,24 +31,22 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from director.adapters.intake_wire import (
-    Broken,
-    Mirror,
-    Packed,
-    Sender,
-    dumps,
-    loads,
-    pack,
-    read_frame,
+from director.adapters.intake_wire import Broken, Held, Listed, Listing, dumps, loads, read_frame
+from director.adapters.kube import (
+    RESOURCES,
+    Handler,
+    Json,
+    KubeApi,
+    KubeError,
+    Resource,
+    short_reason,
 )
-from director.adapters.kube import RESOURCES, Handler, KubeApi, Resource, short_reason
-from director.adapters.kube_watch import Watcher
-from director.core.cluster import resource_name
+from director.adapters.kube_watch import Fatal, Watcher, refusing
+from director.core.cluster import resource_name, split_resource
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.logs import event
 
@@ -55,21 +57,27 @@ PARSERS = {
     "endpointslices": slice_from_json,
     "nodes": node_from_json,
 }
-RESTART_BASE, RESTART_MAX = 0.5, 30.0  # seconds before an intake process is started again
-NICE = 10  # the intake processes' niceness, over the director's
-STEADY = 60.0  # an intake process that ran this long starts its successor's backoff afresh
+NICE = 10  # the list processes' niceness, over the director's
 
 
-class Spec(NamedTuple):
-    """What an intake process needs: the cluster's name and where its credentials are."""
+class ListSpec(NamedTuple):
+    """What the zygote forks a list process with: the cluster, its credentials, and the
+    resource (its name, as ``prod/services``, and its path). What the director holds of the
+    resource goes to the list process itself, as its socket's first frame (the zygote never
+    holds a list's worth of anything)."""
 
     cluster: str
     kubeconfig: str | None
-    watch_seconds: int
+    resource: str
+    path: str
+
+
+class ZygoteGone(OSError):
+    """The zygote is gone: no list process can be made again."""
 
 
 class Zygote:
-    """The process that forks the intake processes (see the module's docstring)."""
+    """The process that forks the list processes (see the module's docstring)."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
@@ -87,22 +95,27 @@ class Zygote:
         self.pid, self._sock, self._lock = pid, ours, threading.Lock()
         event(log, "kube.intake_zygote_started", pid=pid)
 
-    def spawn(self, spec: Spec) -> tuple[int, socket.socket]:
-        """A new intake process for ``spec``: its pid and the director's end of its socket.
+    def spawn(self, spec: ListSpec) -> tuple[int, socket.socket]:
+        """A new list process for ``spec``: its pid and the director's end of its socket.
         Raises OSError when the zygote is gone."""
         data = dumps(tuple(spec))
-        with self._lock:
-            self._sock.sendall(len(data).to_bytes(4, "big") + data)
-            message, fds, _flags, _addr = socket.recv_fds(self._sock, 16, 1)
+        try:
+            with self._lock:
+                self._sock.sendall(len(data).to_bytes(4, "big") + data)
+                message, fds, _flags, _addr = socket.recv_fds(self._sock, 16, 1)
+        except OSError as exc:
+            raise ZygoteGone(f"the zygote is gone: {exc}") from exc
+        if len(message) == 4 and not fds:  # it could not fork this time (memory, limits)
+            raise OSError(int.from_bytes(message, "big"), "the zygote could not fork")
         if len(message) != 4 or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
-            raise OSError("the intake zygote is gone")
+            raise ZygoteGone("the zygote is gone")
         return int.from_bytes(message, "big"), socket.socket(fileno=fds[0])
 
     def close(self) -> None:
-        """The zygote ends (it reads the end of its socket); its intake processes end with
-        their own sockets."""
+        """The zygote ends (it reads the end of its socket); a list process under way ends
+        with its own socket."""
         with contextlib.suppress(OSError):
             self._sock.close()
         with contextlib.suppress(ChildProcessError):
@@ -132,15 +145,25 @@ def _zygote(sock: socket.socket) -> None:
         frame = read_frame(sock)
         if frame is None:  # the director closed its end, or is gone
             return
-        spec = Spec(*loads(frame))
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:  # the intake process
+        spec = ListSpec(*loads(frame))
+        try:
+            ours, theirs = socket.socketpair()
+        except OSError as exc:  # this once (memory, a limit): the watcher backs off
+            socket.send_fds(sock, [(exc.errno or 0).to_bytes(4, "big")], [])
+            continue
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            socket.send_fds(sock, [(exc.errno or 0).to_bytes(4, "big")], [])
+            continue
+        if pid == 0:  # the list process
             code = 0
             try:
                 sock.close()
                 ours.close()
-                _serve(theirs, spec)
+                _list_once(theirs, spec)
             except BaseException:
                 code = 1
             finally:
@@ -150,168 +173,189 @@ def _zygote(sock: socket.socket) -> None:
         ours.close()
 
 
-def _serve(sock: socket.socket, spec: Spec) -> None:
-    """The intake process: the cluster's watchers, until the director's end closes."""
+class _DirectorGone(Exception):
+    pass
+
+
+def _list_once(sock: socket.socket, spec: ListSpec) -> None:
+    """The list process: one list of one resource, sent as it is decoded; then it exits."""
     gc.freeze()  # what it shares with the director is never walked (nor copied) by its GC
     _quiet_signals()
-    # Below the director: a cluster's bulk (a relist decoded, a runaway controller) never
-    # takes a core from the loop that programs the kernel; among themselves the intake
-    # processes are equal, and one woken for a single event runs before a busy one.
+    # Below the director: a cluster's relist never takes a core from the loop that programs
+    # the kernel.
     with contextlib.suppress(OSError):
         os.nice(NICE)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a kubeconfig's exec plugin is waited for
-    sender = Sender(sock)
 
-    def handle(resource: str, kind: str, payload: Any) -> None:
+    def send(message: Any) -> None:
+        data = dumps(message)
         try:
-            sender.handle(resource, kind, payload)
-        except OSError:  # the director is gone
-            os._exit(0)
+            sock.sendall(len(data).to_bytes(4, "big") + data)
+        except OSError as exc:
+            raise _DirectorGone from exc
 
+    first = read_frame(sock)  # what the director holds of the resource
+    if first is None:
+        return
+    known = loads(first)
+    del first
+    resource = Resource(spec.resource, spec.path)
+    cluster, plural = split_resource(spec.resource)
+    parse = refusing(partial(PARSERS[plural], cluster=cluster), resource)
+    listing = Listing(known, send)
     try:
         api = KubeApi.connect(spec.kubeconfig)
-    except Exception as exc:
-        event(
-            log,
-            "kube.intake_failed",
-            level=logging.ERROR,
-            cluster=spec.cluster,
-            error=short_reason(exc),
-        )
+        api.api.configuration.retries = False  # the watcher has its own backoff
+        _, version = api.list(resource, partial(listing.take, parse=parse))
+        listing.done(version)
+    except _DirectorGone:
         return
-    api.api.configuration.retries = False  # the watchers have their own backoff
-    for watcher in cluster_watchers(api, spec.cluster, handle, spec.watch_seconds, packed=True):
-        watcher.start()
-    with contextlib.suppress(OSError):
-        while sock.recv(4096):
-            pass
+    except Exception as exc:  # the director's watcher says it, and backs off
+        status = exc.status if isinstance(exc, KubeError) else 0
+        with contextlib.suppress(_DirectorGone):
+            send(("FAILED", status, short_reason(exc)))
 
 
 def cluster_watchers(
-    api: KubeApi, cluster: str, handler: Handler, watch_seconds: int, *, packed: bool = False
+    api: KubeApi,
+    cluster: str,
+    handler: Handler,
+    watch_seconds: int,
+    *,
+    zygote: Zygote | None = None,
+    kubeconfig: str | None = None,
 ) -> list[Watcher]:
     """A cluster's watcher of each resource (``prod/services`` and the like for a named
-    cluster, its objects carrying its name); ``packed``: each object packed as soon as it
-    is parsed (an intake process holds a list of 10,000 as their bytes)."""
-    out = []
+    cluster, its objects carrying its name); with a ``zygote``, their lists taken by list
+    processes that connect with ``kubeconfig``."""
+    out: list[Watcher] = []
     for resource in RESOURCES:
-        parse = PARSERS[resource.name]
-        out.append(
-            Watcher(
-                api,
-                Resource(resource_name(cluster, resource.name), resource.path),
-                handler,
-                partial(_packed, parse, cluster)
-                if packed
-                else partial(parse, cluster=cluster)
-                if cluster
-                else parse,
-                watch_seconds=watch_seconds,
+        base = PARSERS[resource.name]
+        parse: Callable[[Json], Any] = partial(base, cluster=cluster) if cluster else base
+        named = Resource(resource_name(cluster, resource.name), resource.path)
+        if zygote is None:
+            out.append(Watcher(api, named, handler, parse, watch_seconds=watch_seconds))
+        else:
+            out.append(
+                ChildListed(
+                    api,
+                    named,
+                    handler,
+                    parse,
+                    zygote=zygote,
+                    kubeconfig=kubeconfig,
+                    watch_seconds=watch_seconds,
+                )
             )
-        )
     return out
 
 
-def _packed(parse: Callable[..., Any], cluster: str, obj: Any) -> Packed:
-    return pack(parse(obj, cluster=cluster))
+class ChildListed(Watcher):
+    """A watcher whose lists are taken by list processes (see the module's docstring)."""
 
-
-class ClusterIntake:
-    """One cluster's intake process, seen from the director (see the module's docstring):
-    started, stopped and listed as the cluster's watchers would be."""
-
-    def __init__(self, zygote: Zygote, spec: Spec, submit: Handler) -> None:
-        self.zygote, self.spec, self.submit = zygote, spec, submit
-        self.pid: int | None = None
-        self.starts = 0  # intake processes started for this cluster
-        self.mirror = Mirror()
+    def __init__(
+        self,
+        kube: KubeApi,
+        resource: Resource,
+        handler: Handler,
+        parse: Callable[[Json], Any],
+        *,
+        zygote: Zygote,
+        kubeconfig: str | None,
+        watch_seconds: int = 300,
+    ) -> None:
+        super().__init__(kube, resource, handler, parse, watch_seconds=watch_seconds)
+        self.zygote, self.kubeconfig = zygote, kubeconfig
+        self.held = Held()
+        self.pid: int | None = None  # the list process under way, if any
+        self.lists = 0  # list processes made
         self._sock: socket.socket | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"intake-{spec.cluster}", daemon=True
-        )
-
-    @property
-    def cluster(self) -> str:
-        return self.spec.cluster
-
-    def start(self) -> None:
-        self._thread.start()
+        self._lock = threading.Lock()
 
     def stop(self) -> None:
-        """The intake process ends (its socket closes) and this thread with it."""
-        self._stop.set()
-        sock = self._sock
+        """Stop; a list under way ends with its process."""
+        super().stop()
+        self._end_list(kill=True)
+
+    def list_all(self) -> str:
+        spec = ListSpec(self.cluster, self.kubeconfig, self.resource.name, self.resource.path)
+        try:
+            pid, sock = self.zygote.spawn(spec)
+        except ZygoteGone as exc:
+            raise Fatal(f"no process can take its lists: {short_reason(exc)}") from exc
+        with self._lock:
+            self.pid, self._sock = pid, sock
+        self.lists += 1
+        if self._stop.is_set():  # stopped while it was being made
+            self._end_list(kill=True)
+        try:
+            known = dumps(self.held.known())
+            sock.sendall(len(known).to_bytes(4, "big") + known)
+            del known
+            sent, version, gone = self._read(sock)
+            handed = self.held.listed(sent, gone)
+        except OSError:
+            self._end_list(kill=True)
+            raise
+        except Broken as exc:  # never from this program's child
+            self._end_list(kill=True)
+            raise OSError(f"its list process broke the protocol: {exc}") from None
+        self._end_list(kill=False)  # it exits on its own once its list is sent
+        self._set_connected(True)
+        for kind, payload in handed:
+            self.handler(self.resource.name, kind, payload)
+        event(
+            log,
+            "kube.listed",
+            resource=self.resource.name,
+            items=len(self.held),
+            sent=len(sent),
+            gone=len(gone),
+            rv=version,
+            pid=pid,
+        )
+        return version
+
+    def watched(self, kind: str, obj: Json) -> None:
+        info = self.parse(obj)
+        if info is not None:
+            self.held.watched(kind, obj, info)
+            self.handler(self.resource.name, kind, info)
+
+    def _read(self, sock: socket.socket) -> tuple[list[Listed], str, list[str]]:
+        """What the list process sends, until its list is done: the objects it sent, the
+        version to watch from, and the identities gone. Raises as a list would (KubeError,
+        OSError), or Broken."""
+        sent: list[Listed] = []
+        while True:
+            frame = read_frame(sock)
+            if frame is None:
+                raise OSError("its list process ended before the list did")
+            message = loads(frame)
+            if not isinstance(message, tuple) or not message:
+                raise Broken(f"a {type(message).__name__} where a message was expected")
+            kind, *rest = message
+            if kind == "PART" and len(rest) == 1 and isinstance(rest[0], list):
+                sent.extend(rest[0])
+            elif kind == "DONE" and len(rest) == 2 and isinstance(rest[1], list):
+                return sent, str(rest[0]), [str(ident) for ident in rest[1]]
+            elif kind == "FAILED" and len(rest) == 2:
+                status, reason = int(rest[0]), str(rest[1])
+                if status:
+                    raise KubeError(status, "", reason)
+                raise OSError(reason)
+            else:
+                raise Broken(f"a message {str(kind)[:40]!r}")
+
+    def _end_list(self, *, kill: bool) -> None:
+        """The list under way, if any, done with: its socket closed, and (``kill``) its
+        process killed (a stop, a broken list)."""
+        with self._lock:
+            pid, sock, self.pid, self._sock = self.pid, self._sock, None, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-
-    def _run(self) -> None:
-        delay = RESTART_BASE
-        while not self._stop.is_set():
-            try:
-                self.pid, sock = self.zygote.spawn(self.spec)
-            except OSError as exc:  # the zygote is gone: this thread ends, the director too
-                event(
-                    log,
-                    "kube.intake_zygote_gone",
-                    level=logging.CRITICAL,
-                    cluster=self.cluster,
-                    error=short_reason(exc),
-                )
-                return  # the director's watchdog sees this thread end, and stops it
-            self.starts += 1
-            self._sock, started = sock, time.monotonic()
-            self.mirror.forget()
-            event(log, "kube.intake_started", cluster=self.cluster, pid=self.pid)
-            if self._stop.is_set():  # stopped while it was being started
-                sock.close()
-                return
-            try:
-                reason = self._read(sock)
-            finally:
-                self._sock = None
-                sock.close()
-            if self._stop.is_set():
-                return
-            if time.monotonic() - started >= STEADY:
-                delay = RESTART_BASE
-            event(
-                log,
-                "kube.intake_ended",
-                level=logging.ERROR,
-                cluster=self.cluster,
-                pid=self.pid,
-                reason=reason,
-                retry_in=f"{delay:.1f}s",
-            )
-            for resource in RESOURCES:  # its Services stay programmed meanwhile
-                self.submit(
-                    resource_name(self.cluster, resource.name),
-                    "DISCONNECTED",
-                    f"intake process ended: {reason}",
-                )
-            self._stop.wait(delay)
-            delay = min(delay * 2, RESTART_MAX)
-
-    def _read(self, sock: socket.socket) -> str:
-        """Hand on every event the intake process sends, until it ends; why it ended."""
-        try:
-            while True:
-                frame = read_frame(sock)
-                if frame is None:
-                    return "its socket closed (the process ended)"
-                resource, kind, payload = loads(frame)
-                for handed in self.mirror.take(resource, kind, payload):
-                    self.submit(resource, *handed)
-        except Broken as exc:  # never from a process of this program; start it afresh
-            self._kill()
-            return f"protocol: {exc}"
-        except OSError as exc:
-            self._kill()
-            return short_reason(exc)
-
-    def _kill(self) -> None:
-        if self.pid is not None:
+            sock.close()
+        if kill and pid is not None:
             with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)

@@ -32,6 +32,35 @@ PROBE_EVERY = 1.0  # seconds between looks at a server that stopped answering (j
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled per failure up to backoff_max
 
 
+def refusing(parse: Callable[[Json], Any], resource: Resource) -> Callable[[Json], Any]:
+    """``parse``, giving None (logged) should it ever fail on an object: one object the
+    director cannot read never stops the list or the watch."""
+
+    def parsed(obj: Json) -> Any:
+        try:
+            return parse(obj)
+        except Exception as exc:
+            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+            name = f"{text_field(meta, 'namespace')}/{text_field(meta, 'name')}"
+            event(
+                log,
+                "kube.object_refused",
+                level=logging.ERROR,
+                resource=resource.name,
+                object=name,
+                error=short_reason(exc),
+                exc_info=exc,
+            )
+            return None
+
+    return parsed
+
+
+class Fatal(Exception):
+    """The watcher cannot go on (the process that takes its lists cannot be made): its
+    thread ends, and the director's watchdog stops the director for systemd."""
+
+
 class Watcher:
     """List + watch of one resource on a thread of its own; ``parse`` turns each object's
     JSON into what the handler keeps."""
@@ -47,7 +76,7 @@ class Watcher:
         backoff_max: float = 30.0,
     ) -> None:
         self.kube, self.resource, self.handler = kube, resource, handler
-        self._parse = parse
+        self._refusing = refusing(parse, resource)
         self.watch_seconds, self.backoff_max = watch_seconds, backoff_max
         self.resource_version: str | None = None
         self._stream: WatchStream | None = None  # the watch under way, if any
@@ -75,23 +104,22 @@ class Watcher:
             stream.shutdown()
 
     def parse(self, obj: Json) -> Any:
-        """The object's value, or None (logged) should the parser ever fail on it: one
-        object the director cannot read never stops the list or the watch."""
-        try:
-            return self._parse(obj)
-        except Exception as exc:
-            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-            name = f"{text_field(meta, 'namespace')}/{text_field(meta, 'name')}"
-            event(
-                log,
-                "kube.object_refused",
-                level=logging.ERROR,
-                resource=self.resource.name,
-                object=name,
-                error=short_reason(exc),
-                exc_info=exc,
-            )
-            return None
+        """The object's value, or None (logged) should the parser ever fail on it."""
+        return self._refusing(obj)
+
+    def list_all(self) -> str:
+        """The whole resource, handed on as one RELIST; the version to watch from."""
+        items, rv = self.kube.list(self.resource, self.parse)
+        self._set_connected(True)
+        self.handler(self.resource.name, "RELIST", items)
+        event(log, "kube.listed", resource=self.resource.name, items=len(items), rv=rv)
+        return rv
+
+    def watched(self, kind: str, obj: Json) -> None:
+        """One watch event: parsed here, off the controller's thread, and handed on."""
+        info = self.parse(obj)
+        if info is not None:
+            self.handler(self.resource.name, kind, info)
 
     def _set_connected(self, up: bool, error: str | None = None) -> None:
         if up != self.connected:
@@ -105,13 +133,8 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 if self.resource_version is None:
-                    items, rv = self.kube.list(self.resource, self.parse)
-                    self.resource_version = rv
-                    self._set_connected(True)
+                    self.resource_version = self.list_all()
                     delay = BACKOFF_BASE  # the server answers: the next failure starts afresh
-                    self.handler(self.resource.name, "RELIST", items)
-                    event(log, "kube.listed", resource=self.resource.name, items=len(items), rv=rv)
-                    del items  # not held for the whole watch (an intake process's is bytes)
                 events = self.kube.watch(self.resource, self.resource_version, self.watch_seconds)
                 self._stream = events
                 if self._stop.is_set():  # stopped while the watch was being opened
@@ -123,12 +146,18 @@ class Watcher:
                     if seen:
                         self.resource_version = str(seen)
                     if kind != "BOOKMARK":
-                        # Parsed here, off the controller's thread.
-                        info = self.parse(obj)
-                        if info is not None:
-                            self.handler(self.resource.name, kind, info)
+                        self.watched(kind, obj)
                     if self._stop.is_set():
                         return
+            except Fatal as exc:
+                event(
+                    log,
+                    "kube.watch_ended",
+                    level=logging.CRITICAL,
+                    resource=self.resource.name,
+                    reason=str(exc),
+                )
+                return  # the director's watchdog sees this thread end, and stops it
             except Gone as exc:
                 event(log, "kube.watch_gone", resource=self.resource.name, reason=str(exc))
                 self.resource_version = None  # relist; the kernel is not touched

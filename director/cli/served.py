@@ -16,11 +16,9 @@ from director.schema.config import Settings
 
 if TYPE_CHECKING:
     from director.adapters.kube import Handler
-    from director.adapters.kube_intake import ClusterIntake, Zygote
+    from director.adapters.kube_intake import Zygote
     from director.adapters.kube_watch import Watcher
     from director.adapters.lease import Elector
-
-    Intake = Watcher | ClusterIntake  # what follows a cluster, as Served starts and stops it
 
 
 log = logging.getLogger("director.runtime")
@@ -39,7 +37,8 @@ class Served:
         intakes: Intakes | None = None,
     ) -> None:
         """``made``: each cluster's client and writer; a shadow (``dry_run``) holds no
-        Lease. ``intakes``: which clusters have an intake process, and their zygote."""
+        Lease. ``intakes``: which clusters have their lists taken by list processes, and
+        the zygote that forks those."""
         self.controller, self.dry_run, self.watch_seconds = controller, dry_run, watch_seconds
         self.intakes = intakes or Intakes(None, None)
         self.zygote = self.intakes.zygote
@@ -52,10 +51,10 @@ class Served:
                     "cluster.intake_thread",
                     level=logging.WARNING,
                     cluster=name,
-                    reason="no intake process ran at the start: this cluster's watches run "
-                    "in the director until a restart",
+                    reason="no list process could be made at the start: this cluster's "
+                    "lists are decoded in the director until a restart",
                 )
-        self.watchers: list[Intake] = watchers(
+        self.watchers: list[Watcher] = watchers(
             made, controller.submit, watch_seconds, self.zygote, processes
         )
         self.electors: list[Elector] = (
@@ -92,7 +91,7 @@ class Served:
         Leases stopped (each Lease given up), the added ones' started."""
         leases = {f"lease/{name}" for name in removed}
 
-        def gone(watcher: Intake) -> bool:
+        def gone(watcher: Watcher) -> bool:
             return watcher.cluster in removed
 
         for watcher in self.watchers:
@@ -116,7 +115,7 @@ class Served:
 
 
 def in_processes(settings: Settings, override: bool | None = None) -> set[str]:
-    """The clusters followed by a process of their own: those whose ``intake`` is
+    """The clusters whose lists are taken by list processes: those whose ``intake`` is
     ``process`` (``override``: all of them, or none; ``kubernetes:`` never)."""
     named = settings.clusters
     if override is not None:
@@ -125,13 +124,14 @@ def in_processes(settings: Settings, override: bool | None = None) -> set[str]:
 
 
 class Intakes(NamedTuple):
-    zygote: Zygote | None  # forks the intake processes (None: no cluster has one)
-    override: bool | None  # every cluster in a process (True), none (False), or as it says
+    zygote: Zygote | None  # forks the list processes (None: no cluster has them)
+    override: bool | None  # every cluster's lists in processes (True), none (False), or as
+    # the file says
 
 
 def intakes(settings: Settings, override: bool | None) -> Intakes:
-    """Which clusters have an intake process (see ``in_processes``), and their fork server,
-    made now: before the director has a second thread."""
+    """Which clusters have their lists taken by list processes (see ``in_processes``), and
+    the fork server of those, made now: before the director has a second thread."""
     if not in_processes(settings, override):
         return Intakes(None, override)
     from director.adapters.kube_intake import Zygote
@@ -145,19 +145,21 @@ def watchers(
     watch_seconds: int,
     zygote: Zygote | None = None,
     processes: set[str] | frozenset[str] = frozenset(),
-) -> list[Intake]:
-    """What follows each cluster (none without a cluster): for those in ``processes`` (with
-    ``zygote``), an intake process each, so that no cluster's lists and watches hold
-    another's events back; for the others one watcher thread per resource. A named
-    cluster's resources are ``prod/services`` and the like, its objects carry its name."""
+) -> list[Watcher]:
+    """What follows each cluster (none without a cluster): one watcher thread per resource;
+    for the clusters in ``processes`` (with ``zygote``), their lists taken by list
+    processes, so that no cluster's relist holds another's events back. A named cluster's
+    resources are ``prod/services`` and the like, its objects carry its name."""
     if not served:  # a static box loads no Kubernetes client
         return []
-    from director.adapters.kube_intake import ClusterIntake, Spec, cluster_watchers
+    from director.adapters.kube_intake import cluster_watchers
 
-    out: list[Intake] = []
+    out: list[Watcher] = []
     for one in served:
-        if zygote is not None and one.name in processes:
-            out.append(ClusterIntake(zygote, Spec(one.name, one.kubeconfig, watch_seconds), submit))
-        else:
-            out.extend(cluster_watchers(one.api, one.name, submit, watch_seconds))
+        listing = zygote if one.name in processes else None
+        out.extend(
+            cluster_watchers(
+                one.api, one.name, submit, watch_seconds, zygote=listing, kubeconfig=one.kubeconfig
+            )
+        )
     return out

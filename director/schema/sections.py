@@ -228,10 +228,12 @@ class ClusterSettings(KubeSettings):
     no cluster lists (shared by every cluster that lists none). A pool listed by one cluster
     is that cluster's alone; an address is never given to two clusters."""
     intake: Annotated[str, one_of("process", "thread")] = field(default="process", kw_only=True)
-    """Where the cluster's lists and watches run: process (a process of its own, so that its
-    relists and bursts never hold the other clusters' events back; about 15-20 MB each) or
-    thread (in the director's interpreter: less memory, less isolation). A cluster a reload
-    adds to a director started with none in a process runs on threads until a restart."""
+    """Where the cluster's lists are decoded: process (each list, the first and every relist
+    after 410 Gone, by a process made for that list, which sends the director only what
+    changed, so that one cluster's relist never holds another's events back) or thread (in
+    the director's interpreter). Watch events are decoded in the director either way. A
+    cluster a reload adds to a director started with none of its lists in processes has them
+    decoded in the director until a restart."""
 
     @property
     def cluster(self) -> str:

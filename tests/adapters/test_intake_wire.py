@@ -1,7 +1,7 @@
-"""What a cluster's intake process sends the director: the objects come out equal to what the
-child parsed, sharing their strings as an in-process parse does, and a relist comes out
-whole the first time, and a later one as the changes that make the director's copy that list
-(what did not change is not sent at all)."""
+"""What a list process sends the director: the objects come out equal to what the child
+parsed, sharing their strings as an in-process parse does; a first list comes out whole, and
+a later one as the changes that make the director's copy that list (what the director holds
+at the version listed is not parsed, nor sent)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,12 @@ import os
 import pickle
 import socket
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from director.adapters.intake_wire import (
-    Broken,
-    Mirror,
-    Sender,
-    dumps,
-    key_of,
-    loads,
-    pack,
-    read_frame,
-)
+from director.adapters.intake_wire import PART, Broken, Held, Listing, dumps, loads, read_frame
 from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from lab.kubeapi import endpoint_slice, node, service
@@ -90,44 +78,21 @@ def nodes(draw: st.DrawFn, cluster: str = "c") -> NodeInfo:
 OBJECTS = st.one_of(services(), slices(), nodes())
 
 
-@contextmanager
-def wire() -> Iterator[tuple[Sender, Callable[..., list[tuple[str, str, Any]]]]]:
-    """A sender, and ``call(resource, kind, payload)``: the sender's call made (on a thread
-    of its own, as a watcher makes it) and what the director's end hands on for it."""
-    ours, theirs = socket.socketpair()
-    mirror, sender = Mirror(), Sender(theirs)
-
-    def call(resource: str, kind: str, payload: Any) -> list[tuple[str, str, Any]]:
-        def send() -> None:
-            packed = [pack(i) for i in payload] if kind == "RELIST" else pack(payload)
-            sender.handle(resource, kind, packed)
-            sender.send(("", "END", None))
-
-        thread = threading.Thread(target=send)
-        thread.start()
-        out = []
-        while True:
-            frame = read_frame(ours)
-            assert frame is not None
-            resource, kind, payload = loads(frame)
-            if kind == "END":
-                thread.join()
-                return out
-            out.extend((resource, *handed) for handed in mirror.take(resource, kind, payload))
-
-    try:
-        yield sender, call
-    finally:
-        ours.close()
-        theirs.close()
+def _through(info: Any) -> Any:
+    """``info`` as the director gets it from a list process: packed, pickled, read back."""
+    sent: list[Any] = []
+    listing = Listing({}, sent.append)
+    listing.take({"metadata": {"namespace": "default", "name": "x"}}, lambda _obj: info)
+    listing.done("7")
+    ((handed_kind, handed),) = Held().listed(sent[0][1], [])
+    assert handed_kind == "RELIST"
+    return handed[0]
 
 
 @settings(max_examples=60, deadline=None)
 @given(OBJECTS)
 def test_an_object_arrives_equal_sharing_its_strings_as_a_parse_does(info: Any) -> None:
-    with wire() as (_, received):
-        ((resource, kind, got),) = received("c/things", "ADDED", info)
-    assert (resource, kind) == ("c/things", "ADDED")
+    got = _through(info)
     assert got == info and type(got) is type(info)
     assert got.cluster is sys.intern("c")
     if isinstance(got, ServiceInfo):
@@ -137,79 +102,118 @@ def test_an_object_arrives_equal_sharing_its_strings_as_a_parse_does(info: Any) 
         assert got.service is sys.intern(got.service), "shared with its Service's ref"
 
 
-def _keyed(items: list[Any]) -> list[Any]:
-    """A list as the API server gives it: one object per key (the last one wins)."""
-    return list({key_of(i): i for i in items}.values())
+def _parse(obj: Any) -> ServiceInfo:
+    return service_from_json(obj, cluster="c")
 
 
-# A cluster's history: relists (the whole list again) and watch events, in any order.
+# A cluster's history: writes and deletions (each seen by the director's watch, or missed:
+# a watch cut before it came) and lists (the first, then relists after 410 Gone).
 STEPS = st.lists(
     st.one_of(
-        st.tuples(st.just("RELIST"), st.lists(services(), max_size=6)),
-        st.tuples(st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), services()),
+        st.tuples(st.just("WRITE"), NAMES, st.sampled_from(["rr", "sh", "wlc"]), st.booleans()),
+        st.tuples(st.just("DELETE"), NAMES, st.just(""), st.booleans()),
+        st.tuples(st.just("LIST"), st.just(""), st.just(""), st.just(False)),
     ),
     min_size=1,
-    max_size=8,
+    max_size=12,
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(STEPS)
 def test_a_relist_leaves_the_directors_copy_as_the_list_sending_only_changes(
-    steps: list[Any],
+    steps: list[tuple[str, str, str, bool]],
 ) -> None:
-    with wire() as (sender, received):
-        held: dict[str, ServiceInfo] | None = None  # the director's copy, by key
-        for kind, payload in steps:
-            if kind != "RELIST":
-                ((_, got_kind, got),) = received("c/services", kind, payload)
-                assert (got_kind, got) == (kind, payload)
-                if held is not None:
-                    if kind == "DELETED":
-                        held.pop(key_of(got), None)
-                    else:
-                        held[key_of(got)] = got
-                continue
-            items = _keyed(payload)
-            quiet = sender.unchanged
-            handed = received("c/services", "RELIST", items)
-            if held is None:  # the first list: whole, in its order
-                assert handed == [("c/services", "RELIST", items)]
-                held = {key_of(i): i for i in items}
-                continue
-            for _, got_kind, got in handed:  # as the snapshot takes watch events
-                assert got_kind in ("ADDED", "MODIFIED", "DELETED")
-                if got_kind == "DELETED":
-                    del held[key_of(got)]
+    api: dict[str, dict[str, Any]] = {}  # name -> the object as the API server holds it
+    version = 0
+    held = Held()
+    copy: dict[str, ServiceInfo] | None = None  # the director's, as its snapshot takes events
+    at: dict[str, str] = {}  # the version of each object the director last saw
+    for kind, name, scheduler, watched in steps:
+        if kind == "LIST":
+            sent: list[Any] = []
+            listing = Listing(held.known(), sent.append)
+            for obj in api.values():
+                listing.take(obj, _parse)
+            listing.done(str(version))
+            *parts, (done, _, gone) = sent
+            assert done == "DONE" and all(part[0] == "PART" for part in parts)
+            objects = [item for part in parts for item in part[1]]
+            stale = {n for n, obj in api.items() if at.get(n) != obj["metadata"]["resourceVersion"]}
+            if copy is not None:  # only what the director does not hold as it is
+                assert sorted(ident.split("/")[1] for ident, _, _ in objects) == sorted(stale)
+            for handed_kind, handed in held.listed(objects, gone):
+                if handed_kind == "RELIST":
+                    assert copy is None, "whole, the first time only"
+                    copy = {info.ref: info for info in handed}
+                elif handed_kind == "DELETED":
+                    assert copy is not None
+                    del copy[handed.ref]
                 else:
-                    assert held.get(key_of(got)) != got, "only what changed is sent"
-                    held[key_of(got)] = got
-            assert held == {key_of(i): i for i in items}
-            assert sender.unchanged - quiet == len(items) - sum(
-                kind != "DELETED" for _, kind, _ in handed
-            )
+                    assert copy is not None
+                    copy[handed.ref] = handed
+            assert copy == {f"c/default/{n}": _parse(obj) for n, obj in api.items()}
+            at = {n: obj["metadata"]["resourceVersion"] for n, obj in api.items()}
+            continue
+        version += 1
+        if kind == "WRITE":
+            obj = service(name, [("http", "TCP", 80)])
+            obj["metadata"]["annotations"] = {"lvs-director.io/scheduler": scheduler}
+            obj["metadata"]["resourceVersion"] = str(version)
+            obj["metadata"]["namespace"] = "default"
+            obj["metadata"]["creationTimestamp"] = "2026-12-03T10:00:00Z"
+            event = "MODIFIED" if name in api else "ADDED"
+            api[name] = obj
+        elif name in api:
+            obj, event = api.pop(name), "DELETED"
+        else:
+            continue
+        if watched and copy is not None:  # the watch handed it on (only once listed)
+            info = _parse(obj)
+            held.watched(event, obj, info)
+            if event == "DELETED":
+                copy.pop(info.ref, None)
+                at.pop(name, None)
+            else:
+                copy[info.ref] = info
+                at[name] = obj["metadata"]["resourceVersion"]
 
 
 def test_a_long_list_is_sent_in_parts_and_a_relist_of_it_unchanged_sends_nothing() -> None:
-    infos = [
-        service_from_json(service(f"s{i}", [("http", "TCP", 80)]), cluster="c") for i in range(1000)
-    ]
-    with wire() as (sender, received):
-        ((_, kind, got),) = received("c/services", "RELIST", infos)
-        assert kind == "RELIST" and got == infos
-        assert received("c/services", "RELIST", infos[1:]) == [("c/services", "DELETED", infos[0])]
-        assert sender.unchanged == 999
+    objects = []
+    for i in range(1000):
+        obj = service(f"s{i}", [("http", "TCP", 80)])
+        obj["metadata"].update(resourceVersion=str(i + 1), namespace="default")
+        objects.append(obj)
+    held, sent = Held(), list[Any]()
+    listing = Listing(held.known(), sent.append)
+    for obj in objects:
+        listing.take(obj, _parse)
+    listing.done("1000")
+    assert [len(message[1]) for message in sent[:-1]] == [PART] * 3 + [1000 - 3 * PART]
+    ((kind, infos),) = held.listed([i for m in sent[:-1] for i in m[1]], sent[-1][2])
+    assert kind == "RELIST" and [info.name for info in infos] == [f"s{i}" for i in range(1000)]
+    sent.clear()
+    listing = Listing(held.known(), sent.append)
+    for obj in objects[1:]:  # s0 gone, the rest as they were
+        listing.take(obj, lambda _obj: pytest.fail("an unchanged object was parsed"))
+    listing.done("1001")
+    assert sent == [("DONE", "1001", ["default/s0"])] and listing.unchanged == 999
+    assert held.listed([], ["default/s0"]) == [("DELETED", infos[0])]
 
 
-def test_a_key_the_director_was_never_sent_breaks_the_link() -> None:
-    mirror = Mirror()
-    with pytest.raises(Broken, match="never sent"):
-        mirror.take("c/services", "GONE", ["c/default/ghost"])
+def test_an_identity_the_director_never_held_breaks_the_link() -> None:
+    held = Held()
+    held.listed([], [])
+    with pytest.raises(Broken, match="never listed"):
+        held.listed([], ["default/ghost"])
     with pytest.raises(Broken, match="where an object was expected"):
-        mirror.take("c/services", "ADDED", dumps("not an object"))
+        held.listed([("default/x", "1", dumps("not an object"))], [])
     # a frame naming anything but the values packed here is refused, not run
     with pytest.raises(Broken, match=r"names posix\.system"):
-        mirror.take("c/services", "ADDED", pickle.dumps(os.system))
+        held.listed([("default/x", "1", pickle.dumps(os.system))], [])
+    with pytest.raises(Broken, match=r"names posix\.system"):
+        loads(pickle.dumps(os.system))
 
 
 def test_a_frame_cut_short_or_absurd_is_refused() -> None:

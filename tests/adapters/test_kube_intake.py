@@ -1,9 +1,10 @@
-"""Each cluster's intake in a process of its own (``clusters:``, issue 37): two API stand-ins
-and one director (the Runtime, fake IPVS). Each cluster is followed by a process that is not
-the director; kill -9 of one cluster's process leaves its Services programmed, a new one
-takes over and the cluster's next change reaches the kernel, the other cluster untouched; a
-relist of a cluster whose objects did not change hands the director nothing to decode; a
-stop leaves no process behind; without the zygote the director stops itself."""
+"""Each cluster's lists taken by a process made for each list (``clusters:``, ``intake:
+process``, issue 37): two API stand-ins and one director (the Runtime, fake IPVS). A list
+runs in a process that is not the director, below it (nice +10); kill -9 of it mid-relist
+leaves the cluster's Services programmed and the other cluster's changes flowing, and the
+list is taken again; a relist sends the director only what changed (nothing at all when
+nothing did); a stop leaves no process behind; without the zygote the director stops
+itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.kube_intake import NICE, ClusterIntake
+from director.adapters.kube_intake import NICE, ChildListed
 from director.cli.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
@@ -29,9 +30,9 @@ class Site:
     def __init__(self, a: FakeApiServer, b: FakeApiServer, runtime: Runtime, ipvs: FakeIpvs):
         self.a, self.b, self.runtime, self.ipvs = a, b, runtime, ipvs
 
-    def intake(self, cluster: str) -> ClusterIntake:
-        (found,) = [w for w in self.runtime.served.watchers if w.cluster == cluster]
-        assert isinstance(found, ClusterIntake)
+    def watcher(self, resource: str) -> ChildListed:
+        (found,) = [w for w in self.runtime.served.watchers if w.resource.name == resource]
+        assert isinstance(found, ChildListed)
         return found
 
     def real_servers(self, vip: str) -> set[str]:
@@ -46,6 +47,11 @@ def _ended(pid: int) -> bool:
             return stat.read().rpartition(")")[2].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rpartition(")")[2].split()[1])
 
 
 @pytest.fixture
@@ -70,6 +76,7 @@ def site(tmp_path: Path) -> Iterator[Site]:
             assert runtime.wait_ready(30), "the first sync never came"
             yield Site(a, b, runtime, ipvs)
         finally:
+            a.hold_lists(False)
             runtime.stop()
 
 
@@ -83,78 +90,104 @@ def _serve(api: FakeApiServer, name: str, pods: list[str]) -> str:
     return str(vip)
 
 
-def test_each_cluster_is_followed_by_a_process_of_its_own(site: Site) -> None:
-    a, b = site.intake("a"), site.intake("b")
-    assert len({os.getpid(), a.pid, b.pid}) == 3
-    # below the director: a cluster's bulk parsing never takes a core from its loop
-    ours = os.getpriority(os.PRIO_PROCESS, 0)
-    for pid in (a.pid, b.pid):
-        assert pid is not None
-        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, ours + NICE)
+def _relisting(site: Site, resource: str) -> int:
+    """``resource`` of cluster a relisting (410 Gone), its list held by the stand-in: the
+    pid of the process taking it."""
+    site.a.hold_lists()
+    site.a.expire_watches()
+    watcher = site.watcher(resource)
+    return eventually(lambda: watcher.pid, what=f"a process listing {resource}")
+
+
+def test_each_list_is_taken_by_a_process_below_the_director(site: Site) -> None:
     vip_a, vip_b = _serve(site.a, "web", ["10.1.0.1"]), _serve(site.b, "web", ["10.2.0.1"])
     eventually(lambda: site.real_servers(vip_a) == {"192.0.2.11"}, what="a's node in the kernel")
     eventually(lambda: site.real_servers(vip_b) == {"192.0.2.21"}, what="b's node in the kernel")
-
-
-def test_kill_9_of_one_clusters_intake_process(site: Site) -> None:
-    vip_a, vip_b = _serve(site.a, "web", ["10.1.0.1"]), _serve(site.b, "api", ["10.2.0.1"])
-    eventually(lambda: vs_of(site.ipvs, vip_a) is not None, what="a's virtual service")
-    a, b = site.intake("a"), site.intake("b")
-    killed, b_pid = a.pid, b.pid
-    assert killed is not None
-    os.kill(killed, signal.SIGKILL)
-    eventually(lambda: a.pid != killed and a.starts == 2, what="a new intake process for a")
-    assert vs_of(site.ipvs, vip_a) is not None, "a's Service stayed programmed"
-    health = site.runtime.controller.health
-    eventually(lambda: health.connected.get("a/services") is True, what="a followed again")
-    # a's next change reaches the kernel through the new process; b never noticed
-    site.a.create("nodes", node("n2", "192.0.2.12"))
-    eventually(
-        lambda: site.real_servers(vip_a) == {"192.0.2.11", "192.0.2.12"},
-        what="a's new node in the kernel",
+    zygote = site.runtime.served.zygote
+    assert zygote is not None
+    for resource in ("a/services", "a/endpointslices", "a/nodes", "b/services"):
+        assert site.watcher(resource).lists == 1, resource  # the first list, in a process
+    pid = _relisting(site, "a/services")
+    assert pid not in (os.getpid(), zygote.pid) and _parent(pid) == zygote.pid
+    # below the director: a cluster's relist never takes a core from its loop
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    eventually(  # (set by the process itself, as it starts)
+        lambda: os.getpriority(os.PRIO_PROCESS, pid) == min(19, ours + NICE),
+        what="the list process at nice +10",
     )
+    site.a.hold_lists(False)
+    eventually(lambda: _ended(pid), what="the list process ended with its list")
+    assert site.watcher("a/services").lists == 2
+
+
+def test_kill_9_of_a_list_process_mid_relist(site: Site) -> None:
+    vip_a, vip_b = _serve(site.a, "web", ["10.1.0.1"]), _serve(site.b, "api", ["10.2.0.1"])
+    eventually(lambda: site.real_servers(vip_a) == {"192.0.2.11"}, what="a's real server")
+    killed = _relisting(site, "a/nodes")
+    os.kill(killed, signal.SIGKILL)
+    health = site.runtime.controller.health
+    eventually(lambda: health.connected.get("a/nodes") is False, what="a's nodes: disconnected")
+    # while a cannot list, a's Service stays programmed and b's changes go on
     site.b.create("nodes", node("n2", "192.0.2.22"))
     eventually(lambda: site.real_servers(vip_b) == {"192.0.2.21", "192.0.2.22"})
-    assert b.pid == b_pid and b.starts == 1
+    assert site.real_servers(vip_a) == {"192.0.2.11"}, "a's Service stayed programmed"
     assert _ended(killed)
+    site.a.create("nodes", node("n2", "192.0.2.12"))  # seen by the next list, not a watch
+    site.a.hold_lists(False)
+    eventually(
+        lambda: site.real_servers(vip_a) == {"192.0.2.11", "192.0.2.12"},
+        what="a's new node, by the list taken again",
+    )
+    eventually(lambda: health.connected.get("a/nodes") is True, what="a's nodes followed again")
+    assert site.watcher("a/nodes").lists >= 3
+    assert site.watcher("b/nodes").lists == 1, "b never relisted"
 
 
-def test_a_relist_of_an_unchanged_cluster_hands_the_director_nothing_to_decode(site: Site) -> None:
+def test_a_relist_hands_the_director_only_what_changed(site: Site) -> None:
     for i in range(30):  # (no address: nothing the director writes changes them)
         site.a.create("services", service(f"s{i}", PORTS, type="ClusterIP", lb_class=None))
-    health = site.runtime.controller.health
     snapshot = site.runtime.controller.intake.snapshot
     eventually(lambda: sum(r.startswith("a/") for r in snapshot.services) == 30)
-    mirror = site.intake("a").mirror
-    decoded, relists = mirror.decoded, mirror.relists
+    held = site.watcher("a/services").held
+    decoded, relists = held.decoded, held.relists
     site.a.expire_watches()  # every watch 410: each resource listed again
-    eventually(lambda: mirror.relists - relists == 3, what="a's three resources relisted")
-    assert mirror.decoded == decoded, "nothing changed: nothing sent"
-    eventually(lambda: health.connected.get("a/services") is True)
+    eventually(lambda: held.relists == relists + 1, what="a's Services relisted")
+    assert held.decoded == decoded, "nothing changed: nothing sent"
+    # Changes only a list sees (made while the relist waits): one Service changed, one
+    # gone, one new.
+    _relisting(site, "a/services")
+    site.a.patch("services", "s1", {"metadata": {"annotations": {"lvs-director.io/x": "y"}}})
+    site.a.delete("services", "s2")
+    site.a.create("services", service("new", PORTS, type="ClusterIP", lb_class=None))
+    site.a.hold_lists(False)
+    eventually(lambda: held.relists == relists + 2, what="a's Services relisted again")
+    assert held.decoded == decoded + 2, "the changed and the new one, no other"
+    eventually(lambda: "a/default/s2" not in snapshot.services, what="the gone one gone")
+    assert "a/default/new" in snapshot.services
+    assert snapshot.services["a/default/s1"].annotations == {"lvs-director.io/x": "y"}
     site.a.create("services", service("after", PORTS))
     eventually(lambda: "a/default/after" in snapshot.services, what="a's watch after relist")
 
 
-def test_a_stop_leaves_no_intake_process(tmp_path: Path, site: Site) -> None:
-    pids = [site.intake("a").pid, site.intake("b").pid]
+def test_a_stop_leaves_no_process(site: Site) -> None:
+    listing = _relisting(site, "a/endpointslices")  # a list under way
     zygote = site.runtime.served.zygote
     assert zygote is not None
     site.runtime.stop()
-    for pid in [*pids, zygote.pid]:
-        assert pid is not None
+    for pid in (listing, zygote.pid):
         eventually(lambda pid=pid: _ended(pid), what=f"process {pid} ended")  # type: ignore[misc]
 
 
-def test_without_its_zygote_a_cluster_cannot_be_followed_and_the_director_stops(site: Site) -> None:
+def test_without_its_zygote_a_cluster_cannot_be_listed_and_the_director_stops(site: Site) -> None:
     zygote = site.runtime.served.zygote
     assert zygote is not None
-    a = site.intake("a")
     os.kill(zygote.pid, signal.SIGKILL)
-    assert a.pid is not None
-    os.kill(a.pid, signal.SIGKILL)
-    eventually(lambda: not a._thread.is_alive(), what="a's intake thread ended")
+    eventually(lambda: _ended(zygote.pid), what="the zygote gone")
+    site.a.expire_watches()  # a/services etc. must list again: no process can take it
+    watcher = site.watcher("a/services")
+    eventually(lambda: not watcher._thread.is_alive(), what="a's services watcher ended")
     eventually(
-        lambda: site.runtime.failed is not None and "intake-a" in site.runtime.failed,
+        lambda: site.runtime.failed is not None and "watch-a/services" in site.runtime.failed,
         what="the director's watchdog",
     )
 
@@ -162,9 +195,10 @@ def test_without_its_zygote_a_cluster_cannot_be_followed_and_the_director_stops(
 def test_a_cluster_may_stay_on_the_directors_threads(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``intake: thread``: that cluster's watchers run in the director, the others' in their
-    processes; both are served. A reload may not add the first process-followed cluster to
-    a director that has no fork server (it was made at the start): it says restart."""
+    """``intake: thread``: that cluster's lists are decoded in the director, the others' in
+    list processes; both are served. A reload cannot give the first such cluster list
+    processes on a director that has no fork server (it is made at the start): it says so,
+    and a restart does."""
     with FakeApiServer() as a, FakeApiServer() as b:
         a.create("nodes", node("n1", "192.0.2.11"))
         b.create("nodes", node("n1", "192.0.2.21"))
@@ -203,7 +237,7 @@ def test_a_cluster_may_stay_on_the_directors_threads(
         try:
             assert runtime.wait_ready(30)
             kinds = {(w.cluster, type(w).__name__) for w in runtime.served.watchers}
-            assert kinds == {("a", "Watcher"), ("b", "ClusterIntake")}
+            assert kinds == {("a", "Watcher"), ("b", "ChildListed")}
             site = Site(a, b, runtime, ipvs)
             vip_a, vip_b = _serve(a, "web", ["10.1.0.1"]), _serve(b, "web", ["10.2.0.1"])
             eventually(lambda: site.real_servers(vip_a) == {"192.0.2.11"})
