@@ -25,7 +25,8 @@ import io
 import pickle
 import socket
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
@@ -206,12 +207,18 @@ class Held:
         self.decoded = 0  # objects decoded from their bytes
         self.relists = 0  # lists after the first, each taken as its changes
 
-    def known(self) -> dict[str, str]:
-        """The identities held and their versions ({} until a first list was handed on:
-        the next list is sent whole)."""
+    def known_parts(self, size: int = PART) -> Iterator[list[tuple[str, str]]]:
+        """The identities held and their versions, ``size`` at a time (none until a first
+        list was handed on: the next list is sent whole)."""
         if self._first:
-            return {}
-        return {ident: version for ident, (version, _) in self._objects.items()}
+            return
+        items = iter(self._objects.items())
+        while part := [(ident, version) for ident, (version, _) in islice(items, size)]:
+            yield part
+
+    def known(self) -> dict[str, str]:
+        """``known_parts`` as one mapping."""
+        return {ident: version for part in self.known_parts() for ident, version in part}
 
     def __len__(self) -> int:
         return len(self._objects)
