@@ -145,6 +145,7 @@ def _exactly(sock: socket.socket, size: int) -> bytes | None:
 
 
 Listed = tuple[str, str, bytes]  # (identity, resourceVersion, the packed object)
+Taken = tuple[str, str, Any]  # (identity, resourceVersion, the object decoded)
 
 
 def identity(obj: Any) -> tuple[str, str]:
@@ -223,13 +224,18 @@ class Held:
     def __len__(self) -> int:
         return len(self._objects)
 
-    def listed(self, sent: Iterable[Listed], gone: Iterable[str]) -> list[tuple[str, Any]]:
-        """A list's objects as sent (``sent``: what changed, all of it for a first list) and
-        the identities it no longer holds, as what to hand on: ``(kind, payload)`` each."""
+    def decode(self, part: Iterable[Listed]) -> list[Taken]:
+        """A part of a list as sent, its objects decoded (as each frame arrives: a list's
+        bytes are never all held at once)."""
+        return [(ident, version, self._loads(data)) for ident, version, data in part]
+
+    def listed(self, taken: list[Taken], gone: Iterable[str]) -> list[tuple[str, Any]]:
+        """A list's objects as sent and decoded (``taken``: what changed, all of it for a
+        first list) and the identities it no longer holds, as what to hand on: ``(kind,
+        payload)`` each."""
         missing = [ident for ident in gone if ident not in self._objects]
         if missing:  # checked before anything changes: a broken list changes nothing
             raise Broken(f"{missing[0]} was never listed")
-        taken = [(ident, version, self._loads(data)) for ident, version, data in sent]
         if self._first:
             self._first = False
             self._objects = {ident: (version, info) for ident, version, info in taken}

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from director.adapters.intake_wire import Broken, Held, Listed, Listing, dumps, loads, read_frame
+from director.adapters.intake_wire import Broken, Held, Listing, Taken, dumps, loads, read_frame
 from director.adapters.kube import (
     RESOURCES,
     Handler,
@@ -302,8 +302,8 @@ class ChildListed(Watcher):
                 sock.sendall(len(data).to_bytes(4, "big") + data)
             data = dumps(None)
             sock.sendall(len(data).to_bytes(4, "big") + data)
-            sent, version, gone = self._read(sock)
-            handed = self.held.listed(sent, gone)
+            taken, version, gone = self._read(sock)
+            handed = self.held.listed(taken, gone)
         except OSError:
             self._end_list(kill=True)
             raise
@@ -319,7 +319,7 @@ class ChildListed(Watcher):
             "kube.listed",
             resource=self.resource.name,
             items=len(self.held),
-            sent=len(sent),
+            sent=len(taken),
             gone=len(gone),
             rv=version,
             pid=pid,
@@ -332,11 +332,11 @@ class ChildListed(Watcher):
             self.held.watched(kind, obj, info)
             self.handler(self.resource.name, kind, info)
 
-    def _read(self, sock: socket.socket) -> tuple[list[Listed], str, list[str]]:
-        """What the list process sends, until its list is done: the objects it sent, the
-        version to watch from, and the identities gone. Raises as a list would (KubeError,
-        OSError), or Broken."""
-        sent: list[Listed] = []
+    def _read(self, sock: socket.socket) -> tuple[list[Taken], str, list[str]]:
+        """What the list process sends, until its list is done: the objects it sent
+        (decoded as they come), the version to watch from, and the identities gone.
+        Raises as a list would (KubeError, OSError), or Broken."""
+        taken: list[Taken] = []
         while True:
             frame = read_frame(sock)
             if frame is None:
@@ -346,9 +346,9 @@ class ChildListed(Watcher):
                 raise Broken(f"a {type(message).__name__} where a message was expected")
             kind, *rest = message
             if kind == "PART" and len(rest) == 1 and isinstance(rest[0], list):
-                sent.extend(rest[0])
+                taken.extend(self.held.decode(rest[0]))
             elif kind == "DONE" and len(rest) == 2 and isinstance(rest[1], list):
-                return sent, str(rest[0]), [str(ident) for ident in rest[1]]
+                return taken, str(rest[0]), [str(ident) for ident in rest[1]]
             elif kind == "FAILED" and len(rest) == 2:
                 status, reason = int(rest[0]), str(rest[1])
                 if status:

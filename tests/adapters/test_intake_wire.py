@@ -84,7 +84,8 @@ def _through(info: Any) -> Any:
     listing = Listing({}, sent.append)
     listing.take({"metadata": {"namespace": "default", "name": "x"}}, lambda _obj: info)
     listing.done("7")
-    ((handed_kind, handed),) = Held().listed(sent[0][1], [])
+    held = Held()
+    ((handed_kind, handed),) = held.listed(held.decode(sent[0][1]), [])
     assert handed_kind == "RELIST"
     return handed[0]
 
@@ -142,7 +143,7 @@ def test_a_relist_leaves_the_directors_copy_as_the_list_sending_only_changes(
             stale = {n for n, obj in api.items() if at.get(n) != obj["metadata"]["resourceVersion"]}
             if copy is not None:  # only what the director does not hold as it is
                 assert sorted(ident.split("/")[1] for ident, _, _ in objects) == sorted(stale)
-            for handed_kind, handed in held.listed(objects, gone):
+            for handed_kind, handed in held.listed(held.decode(objects), gone):
                 if handed_kind == "RELIST":
                     assert copy is None, "whole, the first time only"
                     copy = {info.ref: info for info in handed}
@@ -191,7 +192,8 @@ def test_a_long_list_is_sent_in_parts_and_a_relist_of_it_unchanged_sends_nothing
         listing.take(obj, _parse)
     listing.done("1000")
     assert [len(message[1]) for message in sent[:-1]] == [PART] * 3 + [1000 - 3 * PART]
-    ((kind, infos),) = held.listed([i for m in sent[:-1] for i in m[1]], sent[-1][2])
+    taken = held.decode([i for m in sent[:-1] for i in m[1]])
+    ((kind, infos),) = held.listed(taken, sent[-1][2])
     assert kind == "RELIST" and [info.name for info in infos] == [f"s{i}" for i in range(1000)]
     sent.clear()
     listing = Listing(held.known(), sent.append)
@@ -208,10 +210,10 @@ def test_an_identity_the_director_never_held_breaks_the_link() -> None:
     with pytest.raises(Broken, match="never listed"):
         held.listed([], ["default/ghost"])
     with pytest.raises(Broken, match="where an object was expected"):
-        held.listed([("default/x", "1", dumps("not an object"))], [])
+        held.decode([("default/x", "1", dumps("not an object"))])
     # a frame naming anything but the values packed here is refused, not run
     with pytest.raises(Broken, match=r"names posix\.system"):
-        held.listed([("default/x", "1", pickle.dumps(os.system))], [])
+        held.decode([("default/x", "1", pickle.dumps(os.system))])
     with pytest.raises(Broken, match=r"names posix\.system"):
         loads(pickle.dumps(os.system))
 
