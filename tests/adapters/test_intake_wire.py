@@ -234,3 +234,15 @@ def test_a_frame_cut_short_or_absurd_is_refused() -> None:
     with ours, theirs:
         theirs.close()
         assert read_frame(ours) is None
+
+
+@given(st.text(min_size=1, max_size=24))
+def test_a_version_goes_back_to_a_list_process_as_it_came(version: str) -> None:
+    """Versions are opaque text: whatever an API server sends comes back to the next list
+    exactly (kept as an int only where it reads back the same)."""
+    held = Held()
+    held.listed([], [])
+    obj = service("web", [("http", "TCP", 80)])
+    obj["metadata"].update(namespace="default", resourceVersion=version)
+    held.watched("ADDED", obj, _parse(obj))
+    assert held.known() == {"default/web": version}
