@@ -164,7 +164,7 @@ class Listing:
     it, ``done`` at its end. ``known``: the identities the director holds and their
     versions (empty for a first list: everything is sent)."""
 
-    def __init__(self, known: Mapping[str, str], send: Callable[[Any], None]) -> None:
+    def __init__(self, known: Mapping[str, int | str], send: Callable[[Any], None]) -> None:
         self._known, self._send = known, send
         self._seen: set[str] = set()
         self._part: list[Listed] = []
@@ -174,7 +174,7 @@ class Listing:
         """One object of the list; ``parse``: its value or None (refused, and said so)."""
         ident, version = identity(obj)
         self._seen.add(ident)
-        if version and self._known.get(ident) == version:
+        if version and self._known.get(ident) == compact(version):
             self.unchanged += 1  # the director holds it as it is: not even parsed
             return
         info = parse(obj)
@@ -211,18 +211,19 @@ class Held:
         self.decoded = 0  # objects decoded from their bytes
         self.relists = 0  # lists after the first, each taken as its changes
 
-    def known_parts(self, size: int = PART) -> Iterator[list[tuple[str, str]]]:
-        """The identities held and their versions, ``size`` at a time (none until a first
-        list was handed on: the next list is sent whole)."""
+    def known_parts(self, size: int = PART) -> Iterator[dict[str, int | str]]:
+        """The identities held and their versions (``compact``), ``size`` at a time (none
+        until a first list was handed on: the next list is sent whole). A part is a slice
+        of the mapping itself: nothing is made for each object."""
         if self._first:
             return
         items = iter(self._versions.items())
-        while part := [(ident, str(version)) for ident, version in islice(items, size)]:
+        while part := dict(islice(items, size)):
             yield part
 
-    def known(self) -> dict[str, str]:
+    def known(self) -> dict[str, int | str]:
         """``known_parts`` as one mapping."""
-        return {ident: version for part in self.known_parts() for ident, version in part}
+        return {ident: version for part in self.known_parts() for ident, version in part.items()}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -265,7 +266,7 @@ class Held:
 
     def _keep(self, ident: str, version: str, info: Info) -> None:
         self._objects[ident] = info
-        self._versions[ident] = _compact(version)
+        self._versions[ident] = compact(version)
 
     def _loads(self, data: bytes) -> Info:
         self.decoded += 1
@@ -275,7 +276,7 @@ class Held:
         return value
 
 
-def _compact(version: str) -> int | str:
+def compact(version: str) -> int | str:
     """A version as an int where it reads back as the same text (kube-apiserver's do)."""
     if version.isascii() and version.isdigit() and version[0] != "0" and len(version) < 19:
         return int(version)

@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from director.adapters.intake_wire import PART, Broken, Held, Listing, dumps, loads, read_frame
+from director.adapters.intake_wire import (
+    PART,
+    Broken,
+    Held,
+    Listing,
+    compact,
+    dumps,
+    loads,
+    read_frame,
+)
 from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from lab.kubeapi import endpoint_slice, node, service
@@ -245,4 +254,10 @@ def test_a_version_goes_back_to_a_list_process_as_it_came(version: str) -> None:
     obj = service("web", [("http", "TCP", 80)])
     obj["metadata"].update(namespace="default", resourceVersion=version)
     held.watched("ADDED", obj, _parse(obj))
-    assert held.known() == {"default/web": version}
+    (kept,) = held.known().values()
+    assert str(kept) == version and compact(version) == kept
+    # as a list process compares it: unchanged
+    sent: list[Any] = []
+    listing = Listing(held.known(), sent.append)
+    listing.take(obj, _parse)
+    assert listing.unchanged == 1
