@@ -28,6 +28,7 @@ import contextlib
 import gc
 import logging
 import os
+import pickle
 import signal
 import socket
 import threading
@@ -305,12 +306,15 @@ class ChildListed(Watcher):
             sock.sendall(len(data).to_bytes(4, "big") + data)
             taken, version, gone = self._read(sock)
             handed = self.held.listed(taken, gone)
-        except OSError:
+        except KubeError:  # the server's answer, passed on: the process exits on its own
+            self._end_list(kill=False)
+            raise
+        except (Broken, pickle.UnpicklingError, ValueError, TypeError) as exc:
+            self._end_list(kill=True)  # never from this program's child
+            raise OSError(f"its list process broke the protocol: {exc}") from None
+        except BaseException:  # it died, the director stops, the socket broke
             self._end_list(kill=True)
             raise
-        except Broken as exc:  # never from this program's child
-            self._end_list(kill=True)
-            raise OSError(f"its list process broke the protocol: {exc}") from None
         self._end_list(kill=False)  # it exits on its own once its list is sent
         self._set_connected(True)
         for kind, payload in handed:

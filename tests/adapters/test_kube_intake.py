@@ -29,6 +29,7 @@ PORTS = [("http", "TCP", 80)]
 class Site:
     def __init__(self, a: FakeApiServer, b: FakeApiServer, runtime: Runtime, ipvs: FakeIpvs):
         self.a, self.b, self.runtime, self.ipvs = a, b, runtime, ipvs
+        self.kubeconfig_a = Path()
 
     def watcher(self, resource: str) -> ChildListed:
         (found,) = [w for w in self.runtime.served.watchers if w.resource.name == resource]
@@ -74,7 +75,9 @@ def site(tmp_path: Path) -> Iterator[Site]:
         runtime.start()
         try:
             assert runtime.wait_ready(30), "the first sync never came"
-            yield Site(a, b, runtime, ipvs)
+            site = Site(a, b, runtime, ipvs)
+            site.kubeconfig_a = tmp_path / "a"
+            yield site
         finally:
             a.hold_lists(False)
             runtime.stop()
@@ -167,6 +170,32 @@ def test_a_relist_hands_the_director_only_what_changed(site: Site) -> None:
     assert snapshot.services["a/default/s1"].annotations == {"lvs-director.io/x": "y"}
     site.a.create("services", service("after", PORTS))
     eventually(lambda: "a/default/after" in snapshot.services, what="a's watch after relist")
+
+
+def test_a_list_the_server_refuses_is_retried_with_the_credentials_of_then(site: Site) -> None:
+    """a's token is rotated while a relist is under way: the list's next page is answered
+    401, passed on as the server's answer (a backoff, not an outage), the list process's
+    socket closed; once the operator's rotation rewrites the kubeconfig, the next list
+    process reads it and lists."""
+    for i in range(150):  # more than a first page
+        site.a.create("services", service(f"s{i}", PORTS, type="ClusterIP", lb_class=None))
+    snapshot = site.runtime.controller.intake.snapshot
+    eventually(lambda: sum(r.startswith("a/") for r in snapshot.services) == 150)
+    health = site.runtime.controller.health
+    watcher = site.watcher("a/services")
+    _relisting(site, "a/services")  # its first page asked for, with the token of then
+    site.a.rotate_token("rotated")
+    site.a.hold_lists(False)
+    eventually(lambda: "401" in (watcher.last_error or ""), what="the next page's 401")
+    assert health.connected.get("a/services") is False
+    eventually(lambda: watcher.pid is None and watcher._sock is None, what="its list done with")
+    lists = watcher.lists
+    site.a.kubeconfig(site.kubeconfig_a)  # the rotation reaches the box's file
+    site.a.create("services", service("after", PORTS, type="ClusterIP", lb_class=None))
+    eventually(
+        lambda: "a/default/after" in snapshot.services, timeout=60, what="listed with the new token"
+    )
+    assert watcher.lists > lists and health.connected.get("a/services") is True
 
 
 def test_a_stop_leaves_no_process(site: Site) -> None:
