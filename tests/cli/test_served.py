@@ -109,11 +109,13 @@ def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
         assert allocator.users(ip_address(vip_a)) == (), "a's address released"
         eventually(lambda: not any(w._thread.is_alive() for w in watching_a), timeout=10)
         assert runtime.controller.health.leaders == {"b": True}
-        assert set(runtime.controller.health.connected) == {
-            "b/services",
-            "b/endpointslices",
-            "b/nodes",
-        }
+        eventually(  # a's gone; b's each connected once its first list is in
+            lambda: (
+                set(runtime.controller.health.connected)
+                == {"b/services", "b/endpointslices", "b/nodes"}
+            ),
+            what="only b's resources followed",
+        )
         assert vs_of(ipvs, vip_b) is not None, "b untouched"
         # a late change in the removed cluster changes nothing
         a.create("services", service("late", PORTS))
