@@ -373,7 +373,7 @@ def memory_child(clusters: int, services: int, intake: str) -> dict[str, Any]:
 # (clusters, intake) of each shape measured; the first two are set against the third (one
 # cluster of the same total in the one-cluster form), and the first also against the fourth
 # (one cluster of that total, its intake in a process as well: what a cluster costs beyond
-# the intake process every cluster has).
+# the zygote every director with list processes has).
 SHAPES = ((3, "process"), (3, "thread"), (1, "kubernetes"), (1, "process"))
 
 
@@ -394,7 +394,7 @@ def memory(total: int) -> dict[str, Any]:
             capture_output=True,
             text=True,
             check=True,
-            # as the systemd unit runs the director (and its intake processes)
+            # as the systemd unit runs the director (and its list processes)
             env=dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("MALLOC_ARENA_MAX", "1")),
         )
         out[f"{count}x{total // count} {intake}"] = json.loads(run.stdout.strip().splitlines()[-1])
