@@ -60,11 +60,10 @@ class Runtime:
         metrics: bool | None = None,
         intake_processes: bool | None = None,
     ) -> None:
-        """``reader``: a second adapter for the API's and the metrics' reads. ``firewall``:
-        the source filter (nftables beside the kernel, the fake beside the fake). ``on_fatal
-        (reason)``: a thread the director needs died. ``metrics``: keep the Prometheus
-        figures (default: with ``api:``). ``intake_processes``: every cluster's lists in
-        list processes (True), none (False), or as each cluster's ``intake`` says (None)."""
+        """``reader``: a second adapter for the API's and the metrics' reads. ``firewall``: the
+        source filter (nftables beside the kernel, the fake beside the fake). ``on_fatal
+        (reason)``: a thread the director needs died. ``metrics``: keep the Prometheus figures
+        (default: with ``api:``). ``intake_processes``: all lists in processes, none, or as is."""
         self.on_fatal, self.dry_run = on_fatal, dry_run
         self.failed: str | None = None  # why the director must stop, once it must
         self.metrics: Metrics | None = wiring.metrics(settings, metrics)
