@@ -133,6 +133,12 @@ def read_frame(sock: socket.socket) -> bytes | None:
     return body
 
 
+def send_frame(sock: socket.socket, value: Any) -> None:
+    """``value`` pickled, as one frame (``read_frame`` reads it)."""
+    data = dumps(value)
+    sock.sendall(len(data).to_bytes(_HEADER, "big") + data)
+
+
 def _exactly(sock: socket.socket, size: int) -> bytes | None:
     chunks, left = [], size
     while left:
@@ -168,7 +174,7 @@ class Listing:
         self._known, self._send = known, send
         self._seen: set[str] = set()
         self._part: list[Listed] = []
-        self.sent = self.unchanged = 0
+        self.unchanged = 0  # objects the director holds as listed: not parsed, not sent
 
     def take(self, obj: Any, parse: Callable[[Any], Any]) -> None:
         """One object of the list; ``parse``: its value or None (refused, and said so)."""
@@ -181,7 +187,6 @@ class Listing:
         if info is None:
             return
         self._part.append((ident, version, dumps(info)))
-        self.sent += 1
         if len(self._part) == PART:
             self._send(("PART", self._part))
             self._part = []
@@ -220,10 +225,6 @@ class Held:
         items = iter(self._versions.items())
         while part := dict(islice(items, size)):
             yield part
-
-    def known(self) -> dict[str, int | str]:
-        """``known_parts`` as one mapping."""
-        return {ident: version for part in self.known_parts() for ident, version in part.items()}
 
     def __len__(self) -> int:
         return len(self._objects)

@@ -36,7 +36,15 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from director.adapters.intake_wire import Broken, Held, Listing, Taken, dumps, loads, read_frame
+from director.adapters.intake_wire import (
+    Broken,
+    Held,
+    Listing,
+    Taken,
+    loads,
+    read_frame,
+    send_frame,
+)
 from director.adapters.kube import (
     RESOURCES,
     Handler,
@@ -63,12 +71,11 @@ NICE = 10  # the list processes' niceness, over the director's
 
 
 class ListSpec(NamedTuple):
-    """What the zygote forks a list process with: the cluster, its credentials, and the
-    resource (its name, as ``prod/services``, and its path). What the director holds of the
-    resource goes to the list process itself, as its socket's first frame (the zygote never
-    holds a list's worth of anything)."""
+    """What the zygote forks a list process with: the cluster's credentials, and the
+    resource (its name, as ``prod/services``: the cluster's, and its path). What the
+    director holds of the resource goes to the list process itself, as its socket's first
+    frames (the zygote never holds a list's worth of anything)."""
 
-    cluster: str
     kubeconfig: str | None
     resource: str
     path: str
@@ -106,10 +113,9 @@ class Zygote:
     def spawn(self, spec: ListSpec) -> tuple[int, socket.socket]:
         """A new list process for ``spec``: its pid and the director's end of its socket.
         Raises OSError when the zygote is gone."""
-        data = dumps(tuple(spec))
         try:
             with self._lock:
-                self._sock.sendall(len(data).to_bytes(4, "big") + data)
+                send_frame(self._sock, tuple(spec))
                 message, fds, _flags, _addr = socket.recv_fds(self._sock, 16, 1)
         except OSError as exc:
             raise ZygoteGone(f"the zygote is gone: {exc}") from exc
@@ -156,14 +162,13 @@ def _zygote(sock: socket.socket) -> None:
         spec = ListSpec(*loads(frame))
         try:
             ours, theirs = socket.socketpair()
+            try:
+                pid = os.fork()
+            except OSError:
+                ours.close()
+                theirs.close()
+                raise
         except OSError as exc:  # this once (memory, a limit): the watcher backs off
-            socket.send_fds(sock, [(exc.errno or 0).to_bytes(4, "big")], [])
-            continue
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            ours.close()
-            theirs.close()
             socket.send_fds(sock, [(exc.errno or 0).to_bytes(4, "big")], [])
             continue
         if pid == 0:  # the list process
@@ -196,9 +201,8 @@ def _list_once(sock: socket.socket, spec: ListSpec) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a kubeconfig's exec plugin is waited for
 
     def send(message: Any) -> None:
-        data = dumps(message)
         try:
-            sock.sendall(len(data).to_bytes(4, "big") + data)
+            send_frame(sock, message)
         except OSError as exc:
             raise _DirectorGone from exc
 
@@ -286,7 +290,7 @@ class ChildListed(Watcher):
         self._end_list(kill=True)
 
     def list_all(self) -> str:
-        spec = ListSpec(self.cluster, self.kubeconfig, self.resource.name, self.resource.path)
+        spec = ListSpec(self.kubeconfig, self.resource.name, self.resource.path)
         try:
             pid, sock = self.zygote.spawn(spec)
         except ZygoteGone as exc:
@@ -300,10 +304,8 @@ class ChildListed(Watcher):
             # What it holds, a part at a time: one pickle of 10,000 versions would hold the
             # interpreter from another cluster's event for as long as it takes.
             for part in self.held.known_parts():
-                data = dumps(part)
-                sock.sendall(len(data).to_bytes(4, "big") + data)
-            data = dumps(None)
-            sock.sendall(len(data).to_bytes(4, "big") + data)
+                send_frame(sock, part)
+            send_frame(sock, None)
             taken, version, gone = self._read(sock)
             handed = self.held.listed(taken, gone)
         except KubeError:  # the server's answer, passed on: the process exits on its own

@@ -112,6 +112,11 @@ def test_an_object_arrives_equal_sharing_its_strings_as_a_parse_does(info: Any) 
         assert got.service is sys.intern(got.service), "shared with its Service's ref"
 
 
+def _known(held: Held) -> dict[str, int | str]:
+    """What the director hands a list process, as one mapping."""
+    return {ident: version for part in held.known_parts() for ident, version in part.items()}
+
+
 def _parse(obj: Any) -> ServiceInfo:
     return service_from_json(obj, cluster="c")
 
@@ -142,7 +147,7 @@ def test_a_relist_leaves_the_directors_copy_as_the_list_sending_only_changes(
     for kind, name, scheduler, watched in steps:
         if kind == "LIST":
             sent: list[Any] = []
-            listing = Listing(held.known(), sent.append)
+            listing = Listing(_known(held), sent.append)
             for obj in api.values():
                 listing.take(obj, _parse)
             listing.done(str(version))
@@ -196,7 +201,7 @@ def test_a_long_list_is_sent_in_parts_and_a_relist_of_it_unchanged_sends_nothing
         obj["metadata"].update(resourceVersion=str(i + 1), namespace="default")
         objects.append(obj)
     held, sent = Held(), list[Any]()
-    listing = Listing(held.known(), sent.append)
+    listing = Listing(_known(held), sent.append)
     for obj in objects:
         listing.take(obj, _parse)
     listing.done("1000")
@@ -205,7 +210,7 @@ def test_a_long_list_is_sent_in_parts_and_a_relist_of_it_unchanged_sends_nothing
     ((kind, infos),) = held.listed(taken, sent[-1][2])
     assert kind == "RELIST" and [info.name for info in infos] == [f"s{i}" for i in range(1000)]
     sent.clear()
-    listing = Listing(held.known(), sent.append)
+    listing = Listing(_known(held), sent.append)
     for obj in objects[1:]:  # s0 gone, the rest as they were
         listing.take(obj, lambda _obj: pytest.fail("an unchanged object was parsed"))
     listing.done("1001")
@@ -254,10 +259,10 @@ def test_a_version_goes_back_to_a_list_process_as_it_came(version: str) -> None:
     obj = service("web", [("http", "TCP", 80)])
     obj["metadata"].update(namespace="default", resourceVersion=version)
     held.watched("ADDED", obj, _parse(obj))
-    (kept,) = held.known().values()
+    (kept,) = _known(held).values()
     assert str(kept) == version and compact(version) == kept
     # as a list process compares it: unchanged
     sent: list[Any] = []
-    listing = Listing(held.known(), sent.append)
+    listing = Listing(_known(held), sent.append)
     listing.take(obj, _parse)
     assert listing.unchanged == 1
