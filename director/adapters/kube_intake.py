@@ -108,6 +108,7 @@ class Zygote:
                 os._exit(code)
         theirs.close()
         self.pid, self._sock, self._lock = pid, ours, threading.Lock()
+        self._ended = False
         event(log, "kube.intake_zygote_started", pid=pid)
 
     def spawn(self, spec: ListSpec) -> tuple[int, socket.socket]:
@@ -127,13 +128,27 @@ class Zygote:
             raise ZygoteGone("the zygote is gone")
         return int.from_bytes(message, "big"), socket.socket(fileno=fds[0])
 
+    def alive(self) -> bool:
+        """Whether the zygote still runs (the director's watchdog asks: one that is gone
+        restarts the director while calm, not at the next relist). Reaps one that ended."""
+        if self._ended:
+            return False
+        try:
+            pid, _status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already
+            pid = self.pid
+        self._ended = pid == self.pid
+        return not self._ended
+
     def close(self) -> None:
         """The zygote ends (it reads the end of its socket); a list process under way ends
         with its own socket."""
         with contextlib.suppress(OSError):
             self._sock.close()
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+        if not self._ended:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self._ended = True
 
 
 def _quiet_signals() -> None:

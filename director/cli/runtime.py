@@ -184,8 +184,12 @@ class Runtime:
     def _watch(self) -> None:
         while not self._stopping.wait(0.5):
             dead = [t.name for t in self.essential_threads() if t.ident and not t.is_alive()]
-            if dead and not self._stopping.is_set():
-                self.fail(f"thread {', '.join(dead)} ended")
+            ended = [f"thread {', '.join(dead)} ended"] if dead else []
+            zygote = self.served.zygote
+            if zygote is not None and not zygote.alive():
+                ended.append(f"the zygote that forks the list processes (pid {zygote.pid}) ended")
+            if ended and not self._stopping.is_set():
+                self.fail("; ".join(ended))
                 return
 
     def fail(self, reason: str) -> None:

@@ -4,7 +4,7 @@ runs in a process that is not the director, below it (nice +10); kill -9 of it m
 leaves the cluster's Services programmed and the other cluster's changes flowing, and the
 list is taken again; a relist sends the director only what changed (nothing at all when
 nothing did); a stop leaves no process behind; without the zygote the director stops
-itself."""
+itself (its watchdog asks, or a list finds it gone)."""
 
 from __future__ import annotations
 
@@ -207,18 +207,34 @@ def test_a_stop_leaves_no_process(site: Site) -> None:
         eventually(lambda pid=pid: _ended(pid), what=f"process {pid} ended")  # type: ignore[misc]
 
 
-def test_without_its_zygote_a_cluster_cannot_be_listed_and_the_director_stops(site: Site) -> None:
+def test_a_zygote_that_is_gone_stops_the_director_while_it_is_calm(site: Site) -> None:
+    """Not at the next relist (which may come in a storm of them): the watchdog asks."""
     zygote = site.runtime.served.zygote
     assert zygote is not None
+    os.kill(zygote.pid, signal.SIGKILL)
+    eventually(lambda: site.runtime.failed is not None, what="the director's watchdog")
+    assert f"zygote that forks the list processes (pid {zygote.pid}) ended" in str(
+        site.runtime.failed
+    )
+    # no list was needed to notice: every watcher still watches
+    assert all(w._thread.is_alive() for w in site.runtime.served.watchers)
+
+
+def test_a_list_that_finds_the_zygote_gone_ends_its_watcher(site: Site) -> None:
+    """Between the watchdog's looks, a relist finds no zygote: the watcher's thread ends
+    (``kube.watch_ended``), which stops the director too."""
+    zygote = site.runtime.served.zygote
+    assert zygote is not None
+    site.runtime._stopping.set()  # the watchdog looks no more
     os.kill(zygote.pid, signal.SIGKILL)
     eventually(lambda: _ended(zygote.pid), what="the zygote gone")
     site.a.expire_watches()  # a/services etc. must list again: no process can take it
     watcher = site.watcher("a/services")
     eventually(lambda: not watcher._thread.is_alive(), what="a's services watcher ended")
-    eventually(
-        lambda: site.runtime.failed is not None and "watch-a/" in site.runtime.failed,
-        what="the director's watchdog",
-    )
+    assert site.runtime.failed is None
+    site.runtime._stopping.clear()
+    site.runtime._watch()  # the watchdog's next look
+    assert "watch-a/services" in str(site.runtime.failed)
 
 
 def test_a_cluster_may_stay_on_the_directors_threads(
