@@ -12,14 +12,14 @@ cluster between its lists.
   threads may copy a lock some thread held); it forks each list process on request and hands
   back its end of a socketpair. Its children share the director's imported code with it,
   page for page, until they write to it.
-- The list process (``_list_once``): at nice 10, below the director's loop; it connects with
-  the cluster's kubeconfig, lists, sends, and exits. It ends early, too, when the director's
-  end of its socket closes (a stop, a removed cluster, the director's death).
+- The list process (``_list_once``): SCHED_IDLE, below the director; it connects with the
+  cluster's kubeconfig, lists, sends, and exits; or ends when the director's end of its
+  socket closes (a stop, a removed cluster, the director's death).
 - ``ChildListed``: the director's watcher of one resource (``Watcher``, its lists taken by a
   list process). A list process that fails or dies (killed, crashed) is a failed list: the
   watcher retries with its backoff, the cluster's watches count as disconnected meanwhile and
-  its Services stay programmed. A zygote that is gone ends the watcher's thread: the
-  director's watchdog stops the director, and systemd starts it afresh.
+  its Services stay programmed. A zygote that is gone stops the director (its watchdog asks
+  every 0.5 s; a list that finds it gone ends its thread), and systemd starts it afresh.
 """
 
 from __future__ import annotations
@@ -67,14 +67,16 @@ PARSERS = {
     "endpointslices": slice_from_json,
     "nodes": node_from_json,
 }
-NICE = 10  # the list processes' niceness, over the director's
+# List processes run on what the box leaves idle: a task that wakes (the loop, another
+# cluster's watch) takes the core at once; at nice 10 it waited out their slice, a few ms
+# (``lab.bench_clusters``). Nice 19 too, should the kernel refuse the policy.
+NICE, POLICY = 19, os.SCHED_IDLE
 
 
 class ListSpec(NamedTuple):
-    """What the zygote forks a list process with: the cluster's credentials, and the
-    resource (its name, as ``prod/services``: the cluster's, and its path). What the
-    director holds of the resource goes to the list process itself, as its socket's first
-    frames (the zygote never holds a list's worth of anything)."""
+    """What the zygote forks a list process with: the cluster's credentials, the resource's
+    name (``prod/services``) and path. What the director holds of it goes to the list
+    process itself, as its socket's first frames."""
 
     kubeconfig: str | None
     resource: str
@@ -162,9 +164,8 @@ def _quiet_signals() -> None:
 
 def _zygote(sock: socket.socket) -> None:
     # Nothing the director had open is held here (its API's listening socket, its kernel
-    # sockets, an API stand-in's): a restarted director must be able to take them again.
-    # The objects that owned them are frozen first, never finalized here, so none closes a
-    # number reused since.
+    # sockets): a restarted director must be able to take them again. Their objects are
+    # frozen first, never finalized here, so none closes a number reused since.
     gc.freeze()
     os.closerange(3, sock.fileno())
     os.closerange(sock.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
@@ -209,10 +210,10 @@ def _list_once(sock: socket.socket, spec: ListSpec) -> None:
     """The list process: one list of one resource, sent as it is decoded; then it exits."""
     gc.freeze()  # what it shares with the director is never walked (nor copied) by its GC
     _quiet_signals()
-    # Below the director: a cluster's relist never takes a core from the loop that programs
-    # the kernel.
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError):  # below the director (see POLICY)
         os.nice(NICE)
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, POLICY, os.sched_param(0))
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a kubeconfig's exec plugin is waited for
 
     def send(message: Any) -> None:
@@ -338,10 +339,9 @@ class ChildListed(Watcher):
             self.handler(self.resource.name, kind, payload)
         sent = len(taken)
         del handed, taken
-        # As after each page of a list decoded here: what was made since the last freeze is
-        # collected (a few ms at most), and what survives frozen, so that the collector's
-        # full collections never walk what the director holds (they held every thread,
-        # another cluster's events too, for 3-5 ms).
+        # As after each page of a list decoded here: what was made since the last freeze
+        # collected, and what survives frozen (full collections never walk what the director
+        # holds: they held every thread, another cluster's events too, for 3-5 ms).
         settle_page()
         event(
             log,

@@ -326,19 +326,26 @@ def test_systemctl_reload_applies_a_one_line_change_and_refuses_a_bad_file(lab: 
     assert back is not None, "the original file did not come back on reload"
 
 
-def _unit_processes(lab: Lab) -> dict[int, int]:
-    """Every process of director.service (its cgroup) and its nice value."""
+SCHED_IDLE = 5  # the list processes' scheduling policy (sched(7))
+
+
+def _unit_processes(lab: Lab) -> dict[int, tuple[int, int]]:
+    """Every process of director.service (its cgroup): its nice value and its scheduling
+    policy."""
     group = lab.box.sh("systemctl show -p ControlGroup --value director").strip()
     listed = lab.box.sh(
         f"for p in $(cat /sys/fs/cgroup{group}/cgroup.procs); do "
-        # nice is the 19th field of /proc/PID/stat, the 17th after the name's ") "
-        "echo \"$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f17)\"; done",
+        # nice and policy are the 19th and 41st fields of /proc/PID/stat, the 17th and the
+        # 39th after the name's ") "
+        "echo \"$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f17,39)\"; done",
         check=False,
     )
     return {
-        int(pid): int(nice)
-        for pid, nice in (line.split() for line in listed.splitlines() if len(line.split()) == 2)
-        if nice.lstrip("-").isdigit()
+        int(pid): (int(nice), int(policy))
+        for pid, nice, policy in (
+            line.split() for line in listed.splitlines() if len(line.split()) == 3
+        )
+        if nice.lstrip("-").isdigit() and policy.isdigit()
     }
 
 
@@ -362,7 +369,7 @@ def _programmed(lab: Lab, api: FakeApiServer, name: str) -> str | None:
 
 def test_two_clusters_listed_by_processes_under_the_hardened_unit(lab: Lab) -> None:
     """`clusters:` with the default intake (each list decoded by a process made for it,
-    forked by a zygote, at nice 10) under the role's unit as it is:
+    forked by a zygote, SCHED_IDLE at nice 19) under the role's unit as it is:
     SystemCallFilter=@system-service, RestrictAddressFamilies, NoNewPrivileges. The file goes
     from `kubernetes:` to two clusters (a second API stand-in) and the unit is restarted (a
     reload cannot make the zygote). kill -9 of staging's list processes mid-relist: the lists
@@ -401,7 +408,7 @@ def test_two_clusters_listed_by_processes_under_the_hardened_unit(lab: Lab) -> N
         listers = _logged_pids(lab, since, first)
         print(f"boot: the zygote {zygote}; the first lists' processes {listers}")
         assert len(listers) == 6 and not {main, zygote} & set(listers), listers
-        assert _unit_processes(lab).get(zygote) == 0, "the zygote runs in the unit"
+        assert _unit_processes(lab).get(zygote) == (0, 0), "the zygote runs in the unit"
 
         # A Service of each cluster programmed, each cluster's status in its own API.
         web = wait_for(lambda: _programmed(lab, lab.api, "web"), 120, step=2.0)
@@ -421,8 +428,8 @@ def test_two_clusters_listed_by_processes_under_the_hardened_unit(lab: Lab) -> N
         staging.hold_lists()
         staging.expire_watches()
 
-        def listing() -> list[int]:  # the list processes under way: at nice 10
-            return sorted(p for p, n in _unit_processes(lab).items() if n == 10)
+        def listing() -> list[int]:  # the list processes under way: SCHED_IDLE, nice 19
+            return sorted(p for p, n in _unit_processes(lab).items() if n == (19, SCHED_IDLE))
 
         held = wait_for(lambda: len(listing()) == 3, 120, step=1.0)  # one per resource
         killed = listing()
@@ -483,7 +490,7 @@ def test_two_clusters_listed_by_processes_under_the_hardened_unit(lab: Lab) -> N
         lab.box.sh("systemctl restart director", timeout=300)
         staging.stop()
     left = _unit_processes(lab)
-    assert 10 not in left.values(), f"no list process with kubernetes: ({left})"
+    assert (19, SCHED_IDLE) not in left.values(), f"no list process with kubernetes: ({left})"
 
 
 def test_the_watchdog_restarts_a_director_whose_loop_stopped(lab: Lab) -> None:
