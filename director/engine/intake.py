@@ -20,7 +20,11 @@ from director.schema.config import Settings
 log = logging.getLogger("director.controller")
 ClusterEvent = WatchState | Listed | ObjectChanged
 CLUSTER_EVENTS = (WatchState, Listed, ObjectChanged)
-EVENTS_STEP = 64  # watch events of one cluster taken in a step, at most
+# Watch events of one cluster taken in a step, at most. Another cluster's event that comes
+# during a step waits for its end: at 64, B's p99 while A's EndpointSlices churned was 33 ms
+# (6.6x B alone), at 8 13-19 ms; a backlog drains as fast at 8 as at 64 (2,300 events a
+# second, host, fake): a step costs little besides its events.
+EVENTS_STEP = 8
 RESOURCES = ("services", "endpointslices", "nodes")
 
 
