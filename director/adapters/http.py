@@ -23,16 +23,19 @@ import errno
 import logging
 import selectors
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, cast
 
 from director.adapters.http_conns import Mailbox, Slots, raise_descriptor_limit
 from director.adapters.http_wire import Conn, Refuse, Wsgi, answer, parse_head, respond, take_body
 from director.core.errors import DirectorError
 from director.logs import event
+
+if TYPE_CHECKING:  # ssl is loaded only by a server with a certificate (1.3 MB)
+    import ssl
 
 log = logging.getLogger("director.api")
 
@@ -71,7 +74,12 @@ class HttpServer:
         self.app, self.host, self.body_bytes, self.gate = app, host, body_bytes, gate
         self._bind = (host, port)
         self._tls: ssl.SSLContext | None = None
+        # what a read that would block raises (TLS: also a record not whole yet)
+        self._would_block: tuple[type[OSError], ...] = (BlockingIOError,)
         if cert and key:
+            import ssl
+
+            self._would_block = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
             try:
                 context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 context.load_cert_chain(cert, key)
@@ -255,7 +263,7 @@ class HttpServer:
             self._serve(conn, mask, read)
         except Refuse as exc:
             self._refuse(conn, exc.status, exc.detail)
-        except (OSError, ssl.SSLError, ValueError):
+        except (OSError, ValueError):  # ssl.SSLError is an OSError
             self._close(conn)
 
     def _refuse(self, conn: Conn, status: int, detail: str) -> None:
@@ -264,7 +272,7 @@ class HttpServer:
         the connection, and the client would lose the answer)."""
         try:
             conn.sock.send(answer(status, detail, close=True))
-            if isinstance(conn.sock, ssl.SSLSocket):
+            if conn.tls:
                 raise OSError("TLS: no half-close")
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
@@ -310,6 +318,8 @@ class HttpServer:
             self._dispatch(conn)
 
     def _handshake(self, conn: Conn) -> None:
+        import ssl  # loaded already: the server has a certificate
+
         sock = conn.sock
         assert isinstance(sock, ssl.SSLSocket)
         try:
@@ -333,11 +343,12 @@ class HttpServer:
         """What the socket holds now (b"": closed), or None: nothing yet."""
         try:
             data = conn.sock.recv(65536)
-            if isinstance(conn.sock, ssl.SSLSocket):
-                while conn.sock.pending():
-                    data += conn.sock.recv(conn.sock.pending())
+            if conn.tls:  # what TLS has decrypted already is not in the socket any more
+                tls = cast("ssl.SSLSocket", conn.sock)
+                while tls.pending():
+                    data += tls.recv(tls.pending())
             return data
-        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        except self._would_block:
             return None
 
     def _head(self, conn: Conn, head: bytes) -> None:

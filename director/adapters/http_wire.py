@@ -11,28 +11,14 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from email.utils import formatdate
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from director.core.errors import TITLES, problem_document
 from director.logs import event
 
 log = logging.getLogger("director.api")
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-REASONS = {
-    100: "Continue",
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    408: "Request Timeout",
-    413: "Content Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-    505: "HTTP Version Not Supported",
-}
 
 
 @dataclass
@@ -61,6 +47,20 @@ class Conn:
     req: Request = field(default_factory=Request)
     want_write: bool = False  # the TLS handshake waits to write
     keep: bool = False  # after a worker's answer: read the next request
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(when: float | None = None) -> str:
+    """An HTTP date (RFC 9110's IMF-fixdate), in English whatever the locale: what
+    ``email.utils.formatdate(usegmt=True)`` writes, without loading the email package."""
+    t = time.gmtime(when)
+    return (
+        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year}"
+        f" {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    )
 
 
 def respond(app: Wsgi, conn: Conn, host: str, port: int, write_seconds: float) -> bool:
@@ -92,7 +92,7 @@ def respond(app: Wsgi, conn: Conn, host: str, port: int, write_seconds: float) -
             headers.append(("Transfer-Encoding", "chunked"))
         headers.append(("Connection", "close" if wants_close else "keep-alive"))
         if "date" not in names:
-            headers.append(("Date", formatdate(usegmt=True)))
+            headers.append(("Date", http_date()))
         head = f"{conn.req.version} {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
         send(conn, head.encode("latin-1") + b"\r\n", deadline)
         if not bodiless:
@@ -185,19 +185,12 @@ def _chained(first: bytes, rest: Iterable[bytes]) -> Iterable[bytes]:
 
 def answer(status: int, detail: str, *, close: bool) -> bytes:
     """A problem+json answer the loop sends itself (before any worker is involved)."""
-    body = json.dumps(
-        {
-            "type": "about:blank",
-            "title": REASONS.get(status, "Error"),
-            "status": status,
-            "detail": detail,
-        }
-    ).encode()
+    body = json.dumps(problem_document(status, detail)).encode()
     extra = 'WWW-Authenticate: Bearer realm="director"\r\n' if status == 401 else ""
     head = (
-        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {TITLES.get(status, 'Error')}\r\n"
         f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n{extra}"
-        f"Date: {formatdate(usegmt=True)}\r\n"
+        f"Date: {http_date()}\r\n"
         f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n"
     )
     return head.encode("latin-1") + body

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.conntrackd import ConntrackdFile
     from director.adapters.frr_sync import FrrSync
     from director.adapters.http import HttpServer as ApiServer
+    from director.adapters.http_wire import Wsgi
     from director.adapters.keepalived import KeepalivedSync
     from director.adapters.kube import KubeApi
     from director.adapters.kube_write import KubeWriter
@@ -218,26 +219,35 @@ def api_server(
     reader: Ipvs | None,
     peers: Callable[[], tuple[PeerState, ...]],
 ) -> ApiServer | None:
-    """The admin API on its production server (none without an ``api:`` section)."""
+    """The admin API on its production server (none without an ``api:`` section): its front
+    answers health checks and scrapes, and makes the Flask app at the first other request."""
     if settings.api is None:
         return None
+    import threading
+
     from director.adapters.http import HttpServer as ApiServer
-    from director.web.app import create_app, early_gate
-    from director.web.bodies import MAX_BODY
+    from director.web.front import MAX_BODY, Front, early_gate
 
     api = settings.api
     token = read_token(api.token_file)
-    app = create_app(
-        controller.door(),
-        token,
-        writer=writer,
-        metrics=scrape,
-        reader=reader,
-        public=api.public,
-        peers=peers,
-    )
+    loop = controller.door()
+
+    def admin(slots: threading.BoundedSemaphore) -> Wsgi:
+        from director.web.app import admin_app
+
+        return admin_app(
+            loop,
+            token,
+            writer=writer,
+            metrics=scrape,
+            reader=reader,
+            public=api.public,
+            peers=peers,
+            slots=slots,
+        )
+
     return ApiServer(
-        app,
+        Front(loop, scrape, token, api.public, admin),
         api.host,
         api.port,
         body_bytes=MAX_BODY,

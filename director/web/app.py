@@ -19,7 +19,6 @@ scrapes and page loads can never take every worker from the authenticated API.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,16 +30,11 @@ from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.logs import event
 from director.web import bgp, drains, errors, health, services, status
-from director.web.bodies import MAX_BODY
 from director.web.context import KEY, AnnotationWriter, ApiContext, MetricsText
 from director.web.errors import problem
-from director.web.health import OPEN_PATHS
+from director.web.front import MAX_BODY, OPEN, OPEN_SLOTS, PUBLIC_CHOICES, Front, opened_by, verdict
 
 log = logging.getLogger("director.api")
-
-OPEN_SLOTS = 4  # workers the endpoints without a token may hold at once
-PUBLIC_CHOICES = ("health", "metrics", "status_page")  # what api.public may open
-# path -> what opens it without the token
 
 
 def create_app(
@@ -53,71 +47,58 @@ def create_app(
     public: Iterable[str] = PUBLIC_CHOICES,
     peers: Callable[[], Sequence[PeerState]] | None = None,
 ) -> Flask:
-    """``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock),
-    so that listing 10,000 services never delays the control loop's writes. ``metrics``: what
-    /metrics serves (none: an empty page). ``public``: which of health, metrics and
-    status_page answer without the token. ``peers``: the BGP sessions (none: no BGP)."""
-    if not token:
-        raise ValueError("the admin API needs a non-empty token")
-    opened = frozenset(public)
-    unknown = sorted(opened - set(PUBLIC_CHOICES))
-    if unknown:
-        raise ValueError(f"api.public: unknown {', '.join(unknown)}")
+    """The whole API as one Flask app, its front (``director.web.front``) answering
+    ``/healthz``, ``/readyz`` and ``/metrics``: what the tests drive. ``reader``: an IPVS
+    adapter of its own for the API's reads (its own socket and lock), so that listing 10,000
+    services never delays the control loop's writes. ``metrics``: what /metrics serves
+    (none: an empty page). ``public``: which of health, metrics and status_page answer
+    without the token. ``peers``: the BGP sessions (none: no BGP)."""
+    slots = threading.BoundedSemaphore(OPEN_SLOTS)
+    app = admin_app(
+        loop,
+        token,
+        writer=writer,
+        metrics=metrics,
+        reader=reader,
+        public=public,
+        peers=peers,
+        slots=slots,
+    )
+    app.wsgi_app = Front(  # type: ignore[method-assign]
+        loop, metrics, token, public, made=app.wsgi_app, slots=slots
+    )
+    return app
+
+
+def admin_app(
+    loop: LoopPort,
+    token: str,
+    *,
+    writer: AnnotationWriter | Mapping[str, AnnotationWriter] | None = None,
+    metrics: MetricsText | None = None,
+    reader: Ipvs | None = None,
+    public: Iterable[str] = PUBLIC_CHOICES,
+    peers: Callable[[], Sequence[PeerState]] | None = None,
+    slots: threading.BoundedSemaphore | None = None,
+) -> Flask:
+    """The Flask app of everything the front does not answer; ``slots``: the workers the
+    routes open to all share (the front's), as in ``create_app`` for the rest."""
+    opened = opened_by(token, public)
     app = Flask("director")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[KEY] = ApiContext(loop, reader or loop.ipvs, writer, metrics, peers)
     errors.register(app, MAX_BODY)
-    _gate(app, token.encode(), opened)
+    _gate(app, token.encode(), opened, slots or threading.BoundedSemaphore(OPEN_SLOTS))
     for blueprint in (health.routes, services.routes, drains.routes, bgp.routes, status.routes):
         app.register_blueprint(blueprint)
     return app
 
 
-OPEN = (0, "open")  # the verdict on a route open to all
-
-
-def verdict(
-    path: str, authorization: str, expected: bytes, opened: frozenset[str]
-) -> tuple[int, str] | None:
-    """What the token gate says of a request for ``path``: OPEN (open to all), None (the
-    token is right, or the router answers 404/405), or the refusal (401, 403)."""
-    opener = OPEN_PATHS.get(path, "token")
-    if opener == "always" or (opener != "token" and opener in opened):
-        return OPEN
-    if path not in OPEN_PATHS and not path.startswith("/api/"):
-        return None  # a 404 (or 405) from the router
-    scheme, _, credentials = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
-        return 401, "this endpoint needs 'Authorization: Bearer <token>'"
-    if not hmac.compare_digest(credentials.strip().encode(errors="replace"), expected):
-        return 403, "the bearer token is not valid"
-    return None
-
-
-def early_gate(
-    token: str, public: Iterable[str] = PUBLIC_CHOICES
-) -> Callable[[str, str, dict[str, str]], tuple[int, str] | None]:
-    """The gate the HTTP server applies before it reads a body: a request the token gate
-    refuses is answered at once (its body never read, its connection closed), and the
-    routes open to all take no body at all."""
-    expected, opened = token.encode(), frozenset(public)
-
-    def gate(method: str, path: str, headers: dict[str, str]) -> tuple[int, str] | None:
-        said = verdict(path, headers.get("authorization", ""), expected, opened)
-        if said is OPEN:
-            declared = headers.get("content-length", "0") not in ("", "0")
-            if declared or "transfer-encoding" in headers:
-                return 400, "this endpoint takes no request body"
-            return None
-        return said
-
-    return gate
-
-
-def _gate(app: Flask, expected: bytes, opened: frozenset[str]) -> None:
+def _gate(
+    app: Flask, expected: bytes, opened: frozenset[str], open_slots: threading.BoundedSemaphore
+) -> None:
     """The bearer token, on everything but what ``opened`` opens (a few workers at most)."""
-    open_slots = threading.BoundedSemaphore(OPEN_SLOTS)
 
     @app.before_request
     def _auth() -> Response | None:

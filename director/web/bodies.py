@@ -12,10 +12,10 @@ from werkzeug.exceptions import HTTPException
 from director.core.model import IpProtocol, UdpOnly, check_flags, shown
 from director.schema.api import SchedulerChoice, read
 from director.web.errors import Problem
+from director.web.front import MAX_BODY
 
 T = TypeVar("T")
 
-MAX_BODY = 64 * 1024
 MAX_DEPTH = 16  # JSON nesting: no request of this API needs more than 3
 
 

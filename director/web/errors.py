@@ -9,23 +9,10 @@ import logging
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from director.core.errors import DirectorError
+from director.core.errors import TITLES, DirectorError, problem_document
 from director.logs import event
 
 log = logging.getLogger("director.api")
-
-TITLES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 
 
 class Problem(DirectorError):
@@ -37,13 +24,7 @@ class Problem(DirectorError):
 
 
 def problem(status: int, detail: str, title: str | None = None) -> Response:
-    body = {
-        "type": "about:blank",
-        "title": title or TITLES.get(status, "Error"),
-        "status": status,
-        "detail": detail,
-    }
-    response = jsonify(body)
+    response = jsonify(problem_document(status, detail, title))
     response.status_code = status
     response.mimetype = "application/problem+json"
     if status == 401:

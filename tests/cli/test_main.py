@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -201,11 +202,12 @@ def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_lin
 
 
 # -- a static box loads what its file uses (issue 38) -------------------------------------------
-def modules_loaded_by_run(config: Path) -> set[str]:
+def modules_loaded_by_run(config: Path, then: Callable[[], None] | None = None) -> set[str]:
     """The top-level packages a real ``director run`` process (fake dataplane) imported from
-    its start until it stopped, once ready: ``sys.modules`` as it exits (``-X importtime``
-    misses what ``importlib.import_module`` loads, as pydantic does its own parts)."""
-    said = run_until(config, "event=controller.ready")
+    its start until it stopped, once ready (and ``then`` done): ``sys.modules`` as it exits
+    (``-X importtime`` misses what ``importlib.import_module`` loads, as pydantic does its
+    own parts)."""
+    said = run_until(config, "event=controller.ready", then=then)
     (names,) = [text[len(MODULES) :] for text in said if text.startswith(MODULES)]
     return {name.split(".")[0] for name in names.split()}
 
@@ -213,10 +215,15 @@ def modules_loaded_by_run(config: Path) -> set[str]:
 MODULES = "modules loaded: "
 
 
-def run_until(config: Path, line: str, env: dict[str, str] | None = None) -> list[str]:
+def run_until(
+    config: Path,
+    line: str,
+    env: dict[str, str] | None = None,
+    then: Callable[[], None] | None = None,
+) -> list[str]:
     """What a real ``director run`` process (fake dataplane, ``-X importtime``) writes to
-    stderr until ``line`` appears, then (stopped with SIGTERM, it must exit 0) the rest,
-    the names in ``sys.modules`` at its exit last."""
+    stderr until ``line`` appears, then (``then`` done, stopped with SIGTERM, it must exit
+    0) the rest, the names in ``sys.modules`` at its exit last."""
     import signal
 
     script = (
@@ -240,6 +247,8 @@ def run_until(config: Path, line: str, env: dict[str, str] | None = None) -> lis
             said.append(text)
             if line in text:
                 break
+        if then is not None and any(line in text for text in said):
+            then()
     finally:
         proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=30)

@@ -3,9 +3,21 @@ time went."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from tests.cli.test_main import API_ONLY, CLUSTER_ONLY, api_config, modules_loaded_by_run
+from tests.cli.test_main import (
+    API_ONLY,
+    CLUSTER_ONLY,
+    MODULES,
+    api_config,
+    modules_loaded_by_run,
+    run_until,
+)
 
 
 def test_a_static_box_without_api_loads_neither_the_cluster_client_nor_the_web_server(
@@ -24,9 +36,60 @@ def test_a_static_box_without_api_loads_neither_the_cluster_client_nor_the_web_s
     assert loaded.isdisjoint(unused), sorted(loaded & unused)
 
 
-def test_a_static_box_with_the_api_loads_the_web_server_but_not_the_cluster_client(
+def test_a_static_box_with_the_api_keeps_its_figures_but_loads_no_cluster_client(
     tmp_path: Path,
 ) -> None:
     loaded = modules_loaded_by_run(api_config(tmp_path))
-    assert loaded >= API_ONLY | {"prometheus_client"}, sorted(loaded)
+    assert "prometheus_client" in loaded, sorted(loaded)
+    assert loaded.isdisjoint(CLUSTER_ONLY | API_ONLY), sorted(loaded & (CLUSTER_ONLY | API_ONLY))
+
+
+def test_a_static_box_with_the_api_answers_scrapes_and_health_checks_without_flask(
+    tmp_path: Path,
+) -> None:
+    """What a box is asked every few seconds (/healthz, /readyz, a Prometheus scrape) is
+    answered by the front: Flask, and werkzeug are never loaded. The
+    first request for anything else loads the admin app (``event=api.loaded``) and is
+    answered by it."""
+    port = free_port()
+    config = api_config(tmp_path, listen=f"127.0.0.1:{port}")
+    token = (tmp_path / "token").read_text().strip()
+    base = f"http://127.0.0.1:{port}"
+
+    def asked() -> None:
+        for path in ("/healthz", "/readyz"):
+            assert get(f"{base}{path}", token)[0] == 200
+        status, body = get(f"{base}/metrics", token, gzip=True)
+        assert status == 200 and b"director_" in gzip.decompress(body)
+
+    loaded = modules_loaded_by_run(config, then=asked)
+    assert loaded.isdisjoint(API_ONLY), sorted(loaded & API_ONLY)
     assert loaded.isdisjoint(CLUSTER_ONLY), sorted(loaded & CLUSTER_ONLY)
+
+    def admin() -> None:
+        asked()
+        status, body = get(f"{base}/api/v1/services", token)
+        assert status == 200 and [i["origin"]["name"] for i in json.loads(body)["items"]] == ["web"]
+        assert get(f"{base}/api/v1/services", "not-the-token")[0] == 403
+
+    said = run_until(config, "event=controller.ready", then=admin)
+    loaded = {name.split(".")[0] for name in said[-1][len(MODULES) :].split()}
+    assert loaded >= API_ONLY, sorted(loaded)
+    assert [line for line in said if "event=api.loaded path=/api/v1/services" in line], said[-40:]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get(url: str, token: str, gzip: bool = False) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if gzip:
+        headers["Accept-Encoding"] = "gzip"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
