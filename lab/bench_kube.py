@@ -34,10 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from director.adapters.kube import FIELD_MANAGER, RESOURCES, KubeApi, api_client
 from director.adapters.metrics_ipvs import IpvsExposition, Scrape
+from director.adapters.promtext import CollectorRegistry
 from director.cli.runtime import Runtime
 from director.dataplane.interface import Ipvs
 from director.engine.reconcile import SyncReport

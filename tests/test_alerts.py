@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics import Metrics
 from director.adapters.metrics_daemons import FrrFigures
+from director.adapters.promtext import generate_latest
 from director.core.announce import PeerState
 from director.core.services import Op, OpKind
 from director.dataplane.fake import FakeIpvs

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from flask.testing import FlaskClient
-from prometheus_client import CollectorRegistry
 
 from director.adapters.metrics import DirectorCollector, Recorder
 from director.adapters.metrics_ipvs import IpvsExposition, Scrape
+from director.adapters.promtext import CollectorRegistry
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.engine.loop import Controller

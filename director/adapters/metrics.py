@@ -14,10 +14,6 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from director.adapters.metrics_daemons import (
     ConntrackCollector,
     FrrCollector,
@@ -25,6 +21,16 @@ from director.adapters.metrics_daemons import (
     KeepalivedCollector,
 )
 from director.adapters.metrics_ipvs import SERVICE_LABELS, IpvsExposition, Scrape, service_labels
+from director.adapters.promtext import (
+    CollectorRegistry,
+    Counter,
+    CounterMetricFamily,
+    Gauge,
+    GaugeMetricFamily,
+    Histogram,
+    Metric,
+    ProcessCollector,
+)
 from director.core.owned import Failure
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
@@ -76,7 +82,7 @@ class Recorder:
 
 
 # The per-service and per-real-server families: (name, help, type, column of the counters).
-class DirectorCollector(Collector):
+class DirectorCollector:
     """The director's own figures (the kernel's counters are ``IpvsExposition``'s)."""
 
     def __init__(self, loop: LoopPort) -> None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from director.adapters.promtext import CounterMetricFamily, GaugeMetricFamily, Metric
 from director.core.announce import PeerState
 
 
-class KeepalivedCollector(Collector):
+class KeepalivedCollector:
     """keepalived's side of the metrics: configurations it refused, reloads.
     ``counts()``: (rejected, reloads), or None without keepalived."""
 
@@ -36,7 +34,7 @@ class KeepalivedCollector(Collector):
         )
 
 
-class ConntrackCollector(Collector):
+class ConntrackCollector:
     """netfilter's connection table where full NAT runs (``figures()``: its counters, or
     None without full NAT): connections that could not be inserted, among them a full-NAT
     connection that found no free port of its SNAT address."""
@@ -70,7 +68,7 @@ class FrrFigures(NamedTuple):
     reloads: int
 
 
-class FrrCollector(Collector):
+class FrrCollector:
     """FRR's side: each BGP session (and its BFD), configurations FRR refused, reloads."""
 
     def __init__(self, figures: Callable[[], FrrFigures | None]) -> None:

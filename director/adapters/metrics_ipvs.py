@@ -8,9 +8,7 @@ import time
 import zlib
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
+from director.adapters.promtext import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from director.core.cluster import split_ref
 from director.core.counters import DEST_COUNTERS, SERVICE_COUNTERS
 from director.core.model import ServiceKey

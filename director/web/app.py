@@ -30,9 +30,18 @@ from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.logs import event
 from director.web import bgp, drains, errors, health, services, status
-from director.web.context import KEY, AnnotationWriter, ApiContext, MetricsText
+from director.web.context import KEY, AnnotationWriter, ApiContext
 from director.web.errors import problem
-from director.web.front import MAX_BODY, OPEN, OPEN_SLOTS, PUBLIC_CHOICES, Front, opened_by, verdict
+from director.web.front import (
+    MAX_BODY,
+    OPEN,
+    OPEN_SLOTS,
+    PUBLIC_CHOICES,
+    Front,
+    MetricsText,
+    opened_by,
+    verdict,
+)
 
 log = logging.getLogger("director.api")
 

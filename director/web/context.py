@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from flask import current_app
@@ -20,19 +20,10 @@ from director.core.services import KernelTable
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.web.errors import Problem
+from director.web.front import MetricsText
 
 INTENT_TIMEOUT = 10.0  # seconds an API write waits for the loop
 KEY = "director"
-
-
-class MetricsText(Protocol):
-    """What ``/metrics`` serves (``director.adapters.metrics.Scrape``)."""
-
-    content_type: str
-
-    def gzipped(self) -> bytes: ...
-
-    def plain(self) -> Iterator[bytes]: ...
 
 
 class AnnotationWriter(Protocol):

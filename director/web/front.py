@@ -17,14 +17,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from director.core.errors import problem_document
 from director.logs import event
 
 if TYPE_CHECKING:
     from director.engine.ports import LoopPort
-    from director.web.context import MetricsText
 
 log = logging.getLogger("director.api")
 
@@ -105,6 +104,16 @@ def json_answer(status: int, body: object, mimetype: str = "application/json") -
 
 def problem_answer(status: int, detail: str) -> Answer:
     return json_answer(status, problem_document(status, detail), "application/problem+json")
+
+
+class MetricsText(Protocol):
+    """What ``/metrics`` serves (``director.adapters.metrics_ipvs.Scrape``)."""
+
+    content_type: str
+
+    def gzipped(self) -> bytes: ...
+
+    def plain(self) -> Iterator[bytes]: ...
 
 
 class Front:

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from director.adapters.http import HttpServer as ApiServer
+from director.adapters.promtext import Collector, GaugeMetricFamily
 from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs

@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 from flask.testing import FlaskClient
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics_ipvs import IpvsExposition, Scrape
+from director.adapters.promtext import CollectorRegistry
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from lab.wait import eventually

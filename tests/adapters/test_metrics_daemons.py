@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
 
 from director.adapters.metrics_daemons import (
     ConntrackCollector,
@@ -15,6 +13,7 @@ from director.adapters.metrics_daemons import (
     FrrFigures,
     KeepalivedCollector,
 )
+from director.adapters.promtext import Collector, CollectorRegistry, generate_latest
 from director.core.announce import PeerState
 
 

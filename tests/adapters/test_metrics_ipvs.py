@@ -9,9 +9,8 @@ import gzip
 from collections.abc import Iterator
 from typing import cast
 
-from prometheus_client import CollectorRegistry, Gauge
-
 from director.adapters.metrics_ipvs import UNPACK_BYTES, IpvsExposition, Scrape
+from director.adapters.promtext import CollectorRegistry, Gauge
 
 
 class Lines:

@@ -202,14 +202,16 @@ def test_check_refuses_a_cluster_run_could_not_reach_and_run_says_why_in_one_lin
 
 
 # -- a static box loads what its file uses (issue 38) -------------------------------------------
-def modules_loaded_by_run(config: Path, then: Callable[[], None] | None = None) -> set[str]:
-    """The top-level packages a real ``director run`` process (fake dataplane) imported from
-    its start until it stopped, once ready (and ``then`` done): ``sys.modules`` as it exits
-    (``-X importtime`` misses what ``importlib.import_module`` loads, as pydantic does its
-    own parts)."""
+def modules_loaded_by_run(
+    config: Path, then: Callable[[], None] | None = None, whole: bool = False
+) -> set[str]:
+    """The top-level packages (``whole``: the modules) a real ``director run`` process
+    (fake dataplane) imported from its start until it stopped, once ready (and ``then``
+    done): ``sys.modules`` as it exits (``-X importtime`` misses what
+    ``importlib.import_module`` loads, as pydantic does its own parts)."""
     said = run_until(config, "event=controller.ready", then=then)
     (names,) = [text[len(MODULES) :] for text in said if text.startswith(MODULES)]
-    return {name.split(".")[0] for name in names.split()}
+    return set(names.split()) if whole else {name.split(".")[0] for name in names.split()}
 
 
 MODULES = "modules loaded: "

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from director.adapters.promtext import generate_latest
 from director.cli.runtime import Runtime
 from director.core.firewall import FakeFirewall, render_nft
 from director.core.model import Family, Forwarding, IpProtocol as Protocol, ServiceKey

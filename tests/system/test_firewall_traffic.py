@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from director.adapters.promtext import generate_latest
 from director.cli import wiring
 from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
