@@ -141,7 +141,11 @@ class Wake:
 def _first_moments() -> None:
     """Say what the command's first moments did (:mod:`director.cli.boot`) with a kept
     table, and wait for the child that parses the file into the cache while this imports,
-    if one was forked (:mod:`director.cli.ahead`), and say what came of it."""
+    if one was forked (:mod:`director.cli.ahead`), and say what came of it. Before the
+    director has a second thread: one C heap for all of them (``one_heap``)."""
+    from director.dataplane.memory import one_heap
+
+    one_heap()
     if REPLAY:
         logs.event(_log, "startup.replay", fields=REPLAY)
     if AHEAD:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from director.dataplane.memory import give_back_free_memory
 
@@ -22,3 +24,39 @@ def test_the_heap_freed_after_a_big_sync_goes_back_to_the_system() -> None:
     assert give_back_free_memory() is True
     assert before - _rss_mb() > 50, "the freed 100 MB stayed in the process"
     assert len(kept) == 2000
+
+
+HEAPS = """
+import ctypes, sys, tempfile, threading
+from director.dataplane.memory import one_heap
+if sys.argv[1] == "one":
+    assert one_heap() is True
+def work():  # a thread's allocations, as an API worker's scrape makes them
+    keep = [bytearray(4096) for _ in range(2000)]
+    del keep
+for _ in range(3):
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+path = tempfile.mktemp()
+out = ctypes.c_void_p(libc.fopen(path.encode(), b"w"))
+libc.malloc_info(0, out)
+libc.fclose(out)
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def test_every_thread_of_the_director_allocates_from_one_heap() -> None:
+    """glibc's own count of its heaps (malloc_info) after threads allocated: one with
+    ``one_heap``, where by default a thread that found the heap busy kept one of its own
+    (what a scrape on an API worker left in a static box's RSS)."""
+    counts = {
+        how: subprocess.run(
+            [sys.executable, "-c", HEAPS, how], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for how in ("one", "default")
+    }
+    assert counts["one"] == "1", counts
+    assert int(counts["default"]) >= 2, counts  # the check can tell the two apart
