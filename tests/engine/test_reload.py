@@ -48,8 +48,18 @@ def weight(ipvs: FakeIpvs, i: int, rs: str = "192.0.2.1") -> int:
 
 
 def metric(runtime: Runtime, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """The sample ``name`` with ``labels`` as a scrape writes it (Prometheus's own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from director.adapters.promtext import generate_latest
+
     assert runtime.metrics is not None, "the runtime keeps its figures (metrics=True)"
-    return runtime.metrics.registry.get_sample_value(name, labels or {})
+    text = generate_latest(runtime.metrics.registry).decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == (labels or {}):
+                return float(sample.value)
+    return None
 
 
 @pytest.fixture
