@@ -4,8 +4,9 @@ The same table (N virtual services x 10 real servers, ``lab.bench_config``'s fil
 keepalived and by ``director run``, each in a fresh namespace. keepalived's resident memory is
 read once the kernel holds the whole table (its parent and its checker process, summed); the
 director's after its first periodic resync (the whole table read back) and two scrapes of
-``/metrics`` as Prometheus asks for them (gzip), with the API it needs for them, and again
-with nothing but the file (no ``api:``: no scrape). Each director starts as on a box's first
+``/metrics`` as Prometheus asks for them (gzip), with the API it needs for them (and once
+more after an operator's first request of the admin API, which loads its Flask app), and
+again with nothing but the file (no ``api:``: no scrape). Each director starts as on a box's first
 boot: its state directory empty (``--config-cache`` in a new folder), so its file is parsed
 by a child while it imports (``director.cli.ahead``), as the unit's ``ExecStartPre`` would
 have parsed it into the cache; ``--in-process`` parses it in the director itself
@@ -101,6 +102,9 @@ def director(
                 size = scrape(ns)
             out["scrape_gzip_bytes"] = size
             out["after_scrapes_mib"] = round(rss_kib([proc.pid]) / 1024, 1)
+            # What an operator's first use of the admin API adds: its Flask app, made then.
+            ask(ns, "/api/v1/status")
+            out["after_admin_request_mib"] = round(rss_kib([proc.pid]) / 1024, 1)
         return out
     finally:
         stop_group(proc)
@@ -109,9 +113,15 @@ def director(
 
 def scrape(ns: Netns) -> int:
     """/metrics as Prometheus asks for it, from inside the namespace; the body's bytes."""
+    return ask(ns, "/metrics", gzip=True)
+
+
+def ask(ns: Netns, path: str, gzip: bool = False) -> int:
+    """GET ``path`` of the API with the token, from inside the namespace; the body's bytes."""
+    headers = {"Authorization": f"Bearer {TOKEN}", **({"Accept-Encoding": "gzip"} if gzip else {})}
     script = (
-        "import urllib.request, sys; r = urllib.request.Request('http://127.0.0.1:19180/metrics',"
-        " headers={'Accept-Encoding': 'gzip', 'Authorization': 'Bearer " + TOKEN + "'});"
+        "import urllib.request; r = urllib.request.Request("
+        f"'http://127.0.0.1:19180{path}', headers={headers!r});"
         " print(len(urllib.request.urlopen(r, timeout=600).read()))"
     )
     return int(ns.exec([sys.executable, "-c", script]).strip())
