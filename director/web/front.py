@@ -41,7 +41,11 @@ OPEN_PATHS = {
 }
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 OPEN = (0, "open")  # the verdict on a route open to all
-ALLOWED = "GET, HEAD, OPTIONS"  # the methods of the routes the front answers
+ALLOWED = "GET, HEAD, OPTIONS"
+NOT_FOUND = (  # werkzeug's words, as the admin app says them
+    "The requested URL was not found on the server. If you entered the URL manually please "
+    "check your spelling and try again."
+)  # the methods of the routes the front answers
 Answer = tuple[int, list[tuple[str, str]], Iterable[bytes]]
 
 
@@ -167,9 +171,12 @@ class Front:
     ) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         route = self.routes.get(path)
-        if route is None:
+        if route is not None:
+            status, headers, body = self.answer(route, path, environ)
+        elif path in OPEN_PATHS or path.startswith("/api/"):
             return self.admin(path)(environ, start_response)
-        status, headers, body = self.answer(route, path, environ)
+        else:  # the admin app has no such route: not made for a scanner's guess
+            status, headers, body = problem_answer(404, NOT_FOUND)
         start_response(f"{status} {http.HTTPStatus(status).phrase}", headers)
         return body
 
@@ -200,6 +207,7 @@ class Front:
             self.slots.release()
 
     # -- the routes -----------------------------------------------------------------------
+
     def _stalled(self, limit: float) -> Answer | None:
         """A 503 when the control loop has not stepped for ``limit`` seconds."""
         stalled = time.monotonic() - self.loop.last_step

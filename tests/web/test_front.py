@@ -4,6 +4,7 @@ same answers as the admin app gives; the admin app made once, at the first other
 from __future__ import annotations
 
 import gzip
+import json
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -110,3 +111,17 @@ def test_a_stalled_loop_is_unhealthy(front: tuple[Front, list[int]], monkeypatch
     status, headers, body = call(app, "GET", "/healthz")
     assert (status, headers["Content-Type"]) == (503, "application/problem+json")
     assert b"has not run for" in body
+
+
+def test_a_scanners_guess_is_a_404_without_the_admin_app(
+    front: tuple[Front, list[int]], client: FlaskClient
+) -> None:
+    """A path the admin app has no route for is answered 404 by the front, in the admin
+    app's words, whatever the method: a scanner never makes it load Flask."""
+    app, made = front
+    flask_says = client.get("/wp-login.php")
+    for method, path in (("GET", "/wp-login.php"), ("POST", "/.env"), ("GET", "/metricsz")):
+        status, headers, body = call(app, method, path)
+        assert (status, headers["Content-Type"]) == (404, "application/problem+json")
+        assert json.loads(body) == flask_says.get_json()
+    assert not made
