@@ -55,7 +55,9 @@ class Metric:
         value: float | None = None,
         labels: Sequence[str] | None = None,
     ) -> None:
-        self.name, self.documentation = name, documentation
+        # a counter's family is named without the ``_total`` its samples carry
+        self.name = name.removesuffix("_total") if self.kind == "counter" else name
+        self.documentation = documentation
         self.labels = tuple(labels or ())
         self.samples: list[tuple[str, Labels, float]] = []
         if value is not None:
@@ -74,15 +76,6 @@ class GaugeMetricFamily(Metric):
 class CounterMetricFamily(Metric):
     kind = "counter"
     suffix = "_total"
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        value: float | None = None,
-        labels: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, value, labels)
 
 
 class Collector(Protocol):
@@ -155,7 +148,8 @@ class _Instrument:
         registry: CollectorRegistry | None = None,
         buckets: Sequence[float] = (),
     ) -> None:
-        self.name, self.documentation = name, documentation
+        self.name = name.removesuffix("_total") if self.kind == "counter" else name
+        self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.bounds = tuple(buckets)
         self._series: dict[tuple[str, ...], _Series] = {}
@@ -177,7 +171,7 @@ class _Instrument:
 
     def collect(self) -> Iterable[Metric]:
         metric = Metric(self.name, self.documentation)
-        metric.kind = self.kind
+        metric.kind = self.kind  # the name is the family's already
         with self._lock:
             for values, series in self._series.items():
                 labels = tuple(zip(self.labelnames, values, strict=True))
@@ -190,16 +184,6 @@ class _Instrument:
 
 class Counter(_Instrument):
     kind = "counter"
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str] = (),
-        *,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry=registry)
 
     def labels(self, *values: str) -> CounterChild:
         return CounterChild(self, self._child(values))

@@ -233,9 +233,9 @@ def api_server(
     loop = controller.door()
 
     def admin(slots: threading.BoundedSemaphore) -> Wsgi:
-        from director.web.app import admin_app
+        from director.web.app import create_app
 
-        return admin_app(
+        return create_app(
             loop,
             token,
             writer=writer,
@@ -244,6 +244,7 @@ def api_server(
             public=api.public,
             peers=peers,
             slots=slots,
+            front=False,
         )
 
     return ApiServer(

@@ -55,52 +55,31 @@ def create_app(
     reader: Ipvs | None = None,
     public: Iterable[str] = PUBLIC_CHOICES,
     peers: Callable[[], Sequence[PeerState]] | None = None,
-) -> Flask:
-    """The whole API as one Flask app, its front (``director.web.front``) answering
-    ``/healthz``, ``/readyz`` and ``/metrics``: what the tests drive. ``reader``: an IPVS
-    adapter of its own for the API's reads (its own socket and lock), so that listing 10,000
-    services never delays the control loop's writes. ``metrics``: what /metrics serves
-    (none: an empty page). ``public``: which of health, metrics and status_page answer
-    without the token. ``peers``: the BGP sessions (none: no BGP)."""
-    slots = threading.BoundedSemaphore(OPEN_SLOTS)
-    app = admin_app(
-        loop,
-        token,
-        writer=writer,
-        metrics=metrics,
-        reader=reader,
-        public=public,
-        peers=peers,
-        slots=slots,
-    )
-    app.wsgi_app = Front(  # type: ignore[method-assign]
-        loop, metrics, token, public, made=app.wsgi_app, slots=slots
-    )
-    return app
-
-
-def admin_app(
-    loop: LoopPort,
-    token: str,
-    *,
-    writer: AnnotationWriter | Mapping[str, AnnotationWriter] | None = None,
-    metrics: MetricsText | None = None,
-    reader: Ipvs | None = None,
-    public: Iterable[str] = PUBLIC_CHOICES,
-    peers: Callable[[], Sequence[PeerState]] | None = None,
     slots: threading.BoundedSemaphore | None = None,
+    front: bool = True,
 ) -> Flask:
-    """The Flask app of everything the front does not answer; ``slots``: the workers the
-    routes open to all share (the front's), as in ``create_app`` for the rest."""
+    """The admin API's Flask app. ``front``: with its front (``director.web.front``)
+    answering ``/healthz``, ``/readyz`` and ``/metrics``, the whole API as one app (what
+    the tests drive); without, the app a front makes at the first request it cannot answer
+    itself, sharing its ``slots`` (the workers the routes open to all may hold).
+    ``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock), so
+    that listing 10,000 services never delays the control loop's writes. ``metrics``: what
+    /metrics serves (none: an empty page). ``public``: which of health, metrics and
+    status_page answer without the token. ``peers``: the BGP sessions (none: no BGP)."""
     opened = opened_by(token, public)
+    slots = slots or threading.BoundedSemaphore(OPEN_SLOTS)
     app = Flask("director")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[KEY] = ApiContext(loop, reader or loop.ipvs, writer, metrics, peers)
     errors.register(app, MAX_BODY)
-    _gate(app, token.encode(), opened, slots or threading.BoundedSemaphore(OPEN_SLOTS))
+    _gate(app, token.encode(), opened, slots)
     for blueprint in (health.routes, services.routes, drains.routes, bgp.routes, status.routes):
         app.register_blueprint(blueprint)
+    if front:
+        app.wsgi_app = Front(  # type: ignore[method-assign]
+            loop, metrics, token, public, made=app.wsgi_app, slots=slots
+        )
     return app
 
 

@@ -13,7 +13,7 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
 
-from director.web.app import admin_app
+from director.web.app import create_app
 from director.web.front import OPEN_SLOTS, Front, Wsgi
 from tests.weblab import AUTH, TOKEN, Director
 
@@ -38,7 +38,7 @@ def front(director: Director) -> tuple[Front, list[int]]:
 
     def admin(slots: threading.BoundedSemaphore) -> Wsgi:
         made.append(1)
-        return admin_app(door, TOKEN, metrics=director.scrape, slots=slots)
+        return create_app(door, TOKEN, metrics=director.scrape, slots=slots, front=False)
 
     return Front(door, director.scrape, TOKEN, ("health",), admin), made
 
