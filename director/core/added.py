@@ -70,14 +70,13 @@ class AddedService(_Made):
     def __init__(self, key: ServiceKey, desired: VirtualService) -> None:
         self.key, self.config, self.origin = key, desired.config, desired.origin
         dests = Dests.of(desired.real_servers)
-        keys = list(dests)  # (address text, port): hash_order's own sort key
-        rows = sorted(range(len(keys)), key=keys.__getitem__)
-        if rows == list(range(len(keys))):
+        rows = dests.hash_rows()
+        if rows == list(range(len(rows))):
             self.applied = desired
         else:
             moved = dests.moved(rows)
             self.applied = VirtualService(key, desired.config, moved, desired.origin)
-        self._count = len(keys)
+        self._count = len(rows)
         self.plain = Forwarding.FULLNAT not in dests.forwardings()
 
     @property

@@ -44,6 +44,14 @@ def packed_key(address: str, port: int) -> bytes:
         raise ValueError(f"{shown(address)} is not an IPv4 or IPv6 address") from None
 
 
+# An IPv4 address's text is its octets' texts joined by dots; none of "0." ... "255." is the
+# beginning of another, so texts compare as the sequences of their octets' ranks among those
+# 256 ("1." < "10." < "100." < "101." ... < "2." ...): an octet's byte mapped to its rank.
+_TEXT_RANK = bytes(
+    sorted(range(256), key=lambda octet: f"{octet}.").index(octet) for octet in range(256)
+)
+
+
 def key_at(keys: bytes, at: int) -> DestKey:
     """The (address, port) of the packed key at byte ``at`` of ``keys`` (the n-th real
     server's at ``n * KEY_SIZE``)."""
@@ -196,6 +204,20 @@ class Dests(Mapping[DestKey, RealServer]):
                 for at in range(0, len(keys), KEY_SIZE)
             ]
         )
+
+    def hash_rows(self) -> list[int]:
+        """The rows in ``hash_order`` (by address text, then port) without making the text
+        of every address where all are IPv4: each address's octets mapped to their text's
+        rank (``_TEXT_RANK``), then its port, sort as the text and port do."""
+        keys = self._keys
+        if _V6 in keys[KEY_SIZE - 1 :: KEY_SIZE]:
+            texts = list(self)
+            return sorted(range(len(texts)), key=texts.__getitem__)
+        ranked = keys.translate(_TEXT_RANK)  # the ports and families too: those are not read
+        order = [
+            ranked[at : at + 4] + keys[at + 16 : at + 18] for at in range(0, len(keys), KEY_SIZE)
+        ]
+        return sorted(range(len(order)), key=order.__getitem__)
 
     def servers(self) -> Iterator[RealServer]:
         attrs, make = self._attrs, tuple.__new__  # RealServer's own __new__ costs as much

@@ -136,3 +136,35 @@ def test_real_servers_put_in_another_order_are_the_same_ones_in_that_order(
     if len(order) > 1:
         with pytest.raises(ValueError, match="every real server once"):
             Dests(servers).reordered([order[0], *order[:-1]])
+
+
+V4_TEXT = st.tuples(*[st.integers(0, 255)] * 4).map(lambda o: ".".join(map(str, o)))
+V6_TEXT = st.ip_addresses(v=6).map(str)
+
+
+@given(
+    servers=st.lists(
+        st.tuples(st.one_of(V4_TEXT, V4_TEXT, V6_TEXT), st.integers(0, 65535)), max_size=40
+    )
+)
+def test_hash_rows_are_the_order_of_the_address_text_then_the_port(
+    servers: list[tuple[str, int]],
+) -> None:
+    """What two directors must agree on (a hashing scheduler's list): by the canonical text
+    of the address, then the port; the IPv4 shortcut (no text made) gives that order, as
+    the text does when an IPv6 address is among them."""
+    dests = Dests.of([RealServer(a, p, 1, Forwarding.NAT) for a, p in dict.fromkeys(servers)])
+    keys = list(dests)
+    assert [keys[row] for row in dests.hash_rows()] == sorted(keys)
+
+
+def test_hash_rows_put_1_before_10_before_2() -> None:
+    addresses = ["10.0.0.2", "10.0.0.10", "10.0.0.1", "9.0.0.1", "100.0.0.1", "10.0.0.100"]
+    dests = Dests.of([RealServer(a, 80, 1, Forwarding.NAT) for a in addresses])
+    keys = list(dests)
+    shown = [keys[row][0] for row in dests.hash_rows()]
+    assert (
+        shown
+        == sorted(addresses)
+        == ["10.0.0.1", "10.0.0.10", "10.0.0.100", "10.0.0.2", "100.0.0.1", "9.0.0.1"]
+    )
