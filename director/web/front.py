@@ -41,11 +41,11 @@ OPEN_PATHS = {
 }
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 OPEN = (0, "open")  # the verdict on a route open to all
-ALLOWED = "GET, HEAD, OPTIONS"
+ALLOWED = "GET, HEAD, OPTIONS"  # the methods of the routes the front answers
 NOT_FOUND = (  # werkzeug's words, as the admin app says them
     "The requested URL was not found on the server. If you entered the URL manually please "
     "check your spelling and try again."
-)  # the methods of the routes the front answers
+)
 Answer = tuple[int, list[tuple[str, str]], Iterable[bytes]]
 
 
