@@ -145,7 +145,14 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     shutil.copytree(REPO / "director", BOX / "site" / "director")
     keepalived = BOX / "keepalived"
     shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
-    env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"), "PYTHONNOUSERSITE": "1"}
+    # A box's Python writes what it compiles beside its bytecode (the lab's guest does not):
+    # the dataclasses' code too (director.cli.classcode), from the priming start on.
+    env = {
+        "PYTHONHOME": str(BOX / "py"),
+        "PYTHONPATH": str(BOX / "site"),
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "",
+    }
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")

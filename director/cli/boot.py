@@ -33,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             done = {"replayed": False, "reason": f"failed: {exc!r}"[:300]}
         startup.REPLAY.update(done)
         startup.STARTUP.mark("replay")
+    from director.cli import classcode  # after the replay: it loads dataclasses
+
+    classcode.install()
+    if command == "run":
         try:
             ahead = parse_ahead(rest)
         except Exception as exc:  # nor for the parse's
@@ -41,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from director.cli.main import main as director
 
     code = director(argv)
+    classcode.keep()  # a command's (``director run`` keeps after its imports)
     if argv is None and command not in ENDED_THE_USUAL_WAY:
         end_now(code)
     return code

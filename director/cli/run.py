@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from director import logs
-from director.cli import ahead
+from director.cli import ahead, classcode
 from director.cli.plans import EXIT_FATAL, open_ipvs
 from director.cli.startup import AHEAD, REPLAY, STARTUP
 from director.dataplane.interface import IpvsUnavailable
@@ -140,12 +140,16 @@ class Wake:
 
 def _first_moments() -> None:
     """Say what the command's first moments did (:mod:`director.cli.boot`) with a kept
-    table, and wait for the child that parses the file into the cache while this imports,
-    if one was forked (:mod:`director.cli.ahead`), and say what came of it. Before the
-    director has a second thread: one C heap for all of them (``one_heap``)."""
+    table and with the dataclasses' kept code (``classcode``: given back, and written now
+    that the imports are done), and wait for the child that parses the file into the cache
+    while this imports, if one was forked (:mod:`director.cli.ahead`), and say what came of
+    it. Before the director has a second thread: one C heap for all of them (``one_heap``)."""
     from director.dataplane.memory import one_heap
 
     one_heap()
+    code = classcode.keep()
+    if code:
+        logs.event(_log, "startup.class_code", fields=code)
     if REPLAY:
         logs.event(_log, "startup.replay", fields=REPLAY)
     if AHEAD:

@@ -47,9 +47,8 @@ def packed_key(address: str, port: int) -> bytes:
 # An IPv4 address's text is its octets' texts joined by dots; none of "0." ... "255." is the
 # beginning of another, so texts compare as the sequences of their octets' ranks among those
 # 256 ("1." < "10." < "100." < "101." ... < "2." ...): an octet's byte mapped to its rank.
-_TEXT_RANK = bytes(
-    sorted(range(256), key=lambda octet: f"{octet}.").index(octet) for octet in range(256)
-)
+_IN_TEXT_ORDER = sorted(range(256), key=lambda octet: f"{octet}.")
+_TEXT_RANK = bytes(sorted(range(256), key=_IN_TEXT_ORDER.__getitem__))  # octet -> its rank
 
 
 def key_at(keys: bytes, at: int) -> DestKey:
