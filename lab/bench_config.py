@@ -69,8 +69,9 @@ def timed(argv: list[str], cwd: Path | None = None) -> float:
 
 def installed(tree: Path, where: Path) -> Path:
     """The ``director`` command of the checkout ``tree`` as an operator has it: built as a
-    wheel, installed in a venv of its own; its dependencies are this interpreter's (a .pth
-    line: a plain path, no finder)."""
+    wheel, installed in a venv of its own, its dataclasses' code written as the role writes
+    it (where the tree has ``director.cli.classcode``); its dependencies are this
+    interpreter's (a .pth line: a plain path, no finder)."""
     venv = where / f"venv-{len(list(where.glob('venv-*')))}"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -84,6 +85,12 @@ def installed(tree: Path, where: Path) -> Path:
         [*pip, "--python", str(venv / "bin" / "python"), "install", "--no-deps", str(wheel)],
         check=True,
     )
+    if (tree / "director" / "cli" / "classcode.py").exists():  # as the role installs it
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "director.cli.classcode"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     return venv / "bin" / "director"
 
 

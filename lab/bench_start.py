@@ -142,22 +142,25 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     for info in site.glob("*.dist-info"):
         if re.sub(r"[-_.]+", "_", info.name.split("-")[0]).lower() in wanted:
             shutil.copytree(info, BOX / "site" / info.name)
-    shutil.copytree(REPO / "director", BOX / "site" / "director")
+    # The dataclasses' code as the role writes it at install (director.cli.classcode): the
+    # box's starts, like the unit's, write nothing (the guest sets PYTHONDONTWRITEBYTECODE).
+    shutil.copytree(
+        REPO / "director",
+        BOX / "site" / "director",
+        ignore=shutil.ignore_patterns("dataclass-code.*"),
+    )
     keepalived = BOX / "keepalived"
     shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
-    # A box's Python writes what it compiles beside its bytecode (the lab's guest does not):
-    # the dataclasses' code too (director.cli.classcode), from the priming start on.
-    env = {
-        "PYTHONHOME": str(BOX / "py"),
-        "PYTHONPATH": str(BOX / "site"),
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONDONTWRITEBYTECODE": "",
-    }
+    env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"), "PYTHONNOUSERSITE": "1"}
+    python = str(BOX / "py" / "bin" / version)
+    subprocess.run(
+        [python, "-m", "director.cli.classcode"], env={**os.environ, **env}, cwd=BOX, check=True
+    )
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
         earlier = {**env, "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
-    return Box([str(BOX / "py" / "bin" / version), "-m", "director"], env, str(keepalived), earlier)
+    return Box([python, "-m", "director"], env, str(keepalived), earlier)
 
 
 def start_once(

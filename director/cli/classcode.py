@@ -154,8 +154,9 @@ def _write(path: str) -> int:
 def warm(path: str | None = None) -> dict[str, object]:
     """Import every module of the director with the shim installed, and write the code of all
     their dataclasses to ``path`` (default: ``default_path()``), whatever
-    ``PYTHONDONTWRITEBYTECODE`` says (asked for by name); what was done. What an installer
-    runs once, as the owner of the release, after installing it."""
+    ``PYTHONDONTWRITEBYTECODE`` says (asked for by name); what was done. A module that needs
+    a dependency not installed is passed over (``missing`` names the dependencies). What an
+    installer runs once, as the owner of the release, after installing it."""
     import importlib
     import pkgutil
 
@@ -164,14 +165,21 @@ def warm(path: str | None = None) -> dict[str, object]:
     install(path)
     wanted = sys.dont_write_bytecode
     sys.dont_write_bytecode = False
+    missing: set[str] = set()
     try:
         for module in pkgutil.walk_packages(director.__path__, "director."):
-            if not module.name.endswith("__main__"):
+            if module.name.endswith("__main__"):
+                continue
+            try:
                 importlib.import_module(module.name)
+            except ModuleNotFoundError as exc:  # a dependency this box goes without
+                if (exc.name or "director").partition(".")[0] == "director":
+                    raise
+                missing.add(exc.name or "")
     finally:
         written = (_path[0] if _path else "", keep())
         sys.dont_write_bytecode = wanted
-    return {**written[1], "path": written[0]}
+    return {**written[1], "missing": ",".join(sorted(missing)) or "-", "path": written[0]}
 
 
 def main() -> int:
@@ -183,6 +191,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from director.cli import classcode as _module  # the one every command imports
-
-    raise SystemExit(_module.main())
+    raise SystemExit(main())

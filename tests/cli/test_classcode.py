@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import CodeType
 
 import pytest
 
@@ -280,3 +281,22 @@ def test_an_installer_warms_the_code_for_a_service_that_cannot_write_it(tmp_path
     assert int(said["kept"]) >= int(said["compiled"]) > unwarmed["compiled"]
     after = startup_class_code(config, prefix, write=False)
     assert after["compiled"] == 0 and after["taken"] >= unwarmed["compiled"]
+
+
+def test_warming_passes_over_a_module_whose_dependency_the_box_goes_without(tmp_path: Path) -> None:
+    """A box without the Kubernetes client (a static box's image) still gets the code of
+    every other module's dataclasses, and is told what was passed over."""
+    kept = tmp_path / "code.marshal"
+    script = (
+        "import sys; sys.modules['kubernetes'] = None\n"  # import kubernetes: not found
+        "from director.cli import classcode\n"
+        f"print(classcode.warm({str(kept)!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    figures = done.stdout.strip()
+    assert "'missing': 'kubernetes'" in figures and kept.exists(), figures
+    format_, _magic, texts = marshal.loads(kept.read_bytes())
+    assert format_ == classcode.FORMAT and len(texts) > 300
+    assert all(isinstance(code, CodeType) for code in texts.values())
