@@ -254,7 +254,7 @@ def test_the_release_keeps_its_dataclass_code_for_the_read_only_unit(
         " print(classcode.keep())",
     )
     figures = ast.literal_eval(started.stdout.strip())
-    assert figures["compiled"] == 0 and figures["taken"] > 100, figures
+    assert figures["compiled"] == 0 and figures["taken"] > 0, figures
 
 
 @pytest.mark.role
