@@ -153,9 +153,21 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
     env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"), "PYTHONNOUSERSITE": "1"}
     python = str(BOX / "py" / "bin" / version)
-    subprocess.run(
-        [python, "-m", "director.cli.classcode"], env={**os.environ, **env}, cwd=BOX, check=True
-    )
+    # Warmed by the lab's whole Python (same version, so the same cache tag): the installer
+    # walks every module with pkgutil, which a box's Python has and a start never loads.
+    warming = {**os.environ, "PYTHONPATH": env["PYTHONPATH"], "PYTHONNOUSERSITE": "1"}
+    warming.pop("PYTHONHOME", None)
+    warmed = subprocess.run(
+        [sys.executable, "-m", "director.cli.classcode"],
+        env=warming,
+        cwd=BOX,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if str(BOX / "site" / "director") not in warmed:
+        raise SystemExit(f"bench: the dataclasses' code went elsewhere: {warmed.strip()}")
+    print(f"bench: dataclasses' code {warmed.strip()}", flush=True)
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
