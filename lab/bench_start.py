@@ -155,8 +155,7 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     python = str(BOX / "py" / "bin" / version)
     # Warmed by the lab's whole Python (same version, so the same cache tag): the installer
     # walks every module with pkgutil, which a box's Python has and a start never loads.
-    warming = {**os.environ, "PYTHONPATH": env["PYTHONPATH"], "PYTHONNOUSERSITE": "1"}
-    warming.pop("PYTHONHOME", None)
+    warming = {k: v for k, v in {**os.environ, **env}.items() if k != "PYTHONHOME"}
     warmed = subprocess.run(
         [sys.executable, "-m", "director.cli.classcode"],
         env=warming,
