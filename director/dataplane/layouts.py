@@ -24,6 +24,7 @@ from director.dataplane.codec import (
     DEST_L_THRESH,
     DEST_PERSIST_CONNS,
     DEST_PORT,
+    DEST_STATS,
     DEST_STATS64,
     DEST_U_THRESH,
     DEST_WEIGHT,
@@ -201,6 +202,49 @@ def _wire_service_config(
         netmask = int.from_bytes(mask, "big").bit_count()
     persistence = timeout if bits & SVC_F_PERSISTENT else 0
     return service_config(sched.split(b"\0", 1)[0].decode(), bits, persistence, netmask)
+
+
+# What the kernel changes in a real server's message by itself, as traffic flows: its
+# connection counts and its counters. Everything else in the message is its configuration
+# (or the attributes' own headers), which only a command changes.
+_DEST_VOLATILE = frozenset(
+    (DEST_ACTIVE_CONNS, DEST_INACT_CONNS, DEST_PERSIST_CONNS, DEST_STATS, DEST_STATS64)
+)
+
+
+def dest_settled(data: Wire, offset: int, end: int) -> struct.Struct | None:
+    """A struct that takes, from a GET_DEST reply message laid out as the one at
+    ``offset``, every byte but the message header (the request's sequence number and port)
+    and the volatile attributes (connection counts and counters, headers and all), in a
+    few pieces; None for a message not nested as a real server's. Its size is the whole
+    message's: a message of another length is another layout. Two messages whose pieces
+    are equal decode alike (``decode_dest_row`` reads none of what it skips)."""
+    start = offset + 20  # nlmsghdr + genlmsghdr
+    alen, akind = NLA.unpack_from(data, start)
+    nest_end = start + alen
+    if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or nest_end > end:
+        return None
+    skipped: list[tuple[int, int]] = []
+    pos = start + 4
+    while pos < nest_end:
+        if pos + 4 > nest_end:
+            return None
+        size, kind = NLA.unpack_from(data, pos)
+        step = (size + 3) & ~3
+        if size < 4 or pos + step > nest_end:
+            return None
+        if kind & NLA_TYPE_MASK in _DEST_VOLATILE:
+            skipped.append((pos - offset, pos - offset + step))
+        pos += step
+    layout, at = "=16x", 16
+    for first, last in skipped:
+        if first > at:
+            layout += f"{first - at}s"
+        layout += f"{last - first}x"
+        at = last
+    if end - offset > at:
+        layout += f"{end - offset - at}s"
+    return struct.Struct(layout)
 
 
 def decode_dest_row(data: bytes, offset: int, layout: Layout) -> tuple[bytes, Any] | None:

@@ -114,8 +114,15 @@ def test_we_decode_a_service_that_pyroute2_encoded() -> None:
 COUNTS = (2**33 + 7, 70, 60, 2**40 + 1, 2**64 - 1)
 
 
-def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
-    """IPVS_CMD_ATTR_DEST as ip_vs_genl_fill_dest() writes it (Linux 6.1 order)."""
+def kernel_dest_reply(
+    rs: RealServer,
+    family: int,
+    extra: bytes = b"",
+    counts: tuple[int, ...] = COUNTS,
+    conns: tuple[int, int, int] = (3, 1, 0),
+) -> bytes:
+    """IPVS_CMD_ATTR_DEST as ip_vs_genl_fill_dest() writes it (Linux 6.1 order); ``counts``
+    and ``conns`` (active, inactive, persistent): what traffic changes."""
 
     def nla(kind: int, payload: bytes) -> bytes:
         size = 4 + len(payload)
@@ -125,9 +132,9 @@ def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
     rates = (5, 4, 3, 2, 1)  # cps, pps in and out, bps in and out
     stats = b"".join(  # ip_vs_genl_fill_stats: 32 bits but for the bytes
         nla(i + 1, struct.pack("=Q", v) if i in (3, 4) else struct.pack("=I", v & 0xFFFFFFFF))
-        for i, v in enumerate((*COUNTS, *rates))
+        for i, v in enumerate((*counts, *rates))
     )
-    stats64 = b"".join(nla(i + 1, struct.pack("=Q", v)) for i, v in enumerate((*COUNTS, *rates)))
+    stats64 = b"".join(nla(i + 1, struct.pack("=Q", v)) for i, v in enumerate((*counts, *rates)))
     body = (
         nla(1, packed)
         + nla(2, struct.pack(">H", rs.port))
@@ -138,9 +145,9 @@ def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
         + nla(15, b"\0\0")  # tun_flags
         + nla(5, struct.pack("=I", rs.upper_threshold))
         + nla(6, struct.pack("=I", rs.lower_threshold))
-        + nla(7, struct.pack("=I", 3))
-        + nla(8, struct.pack("=I", 1))
-        + nla(9, struct.pack("=I", 0))
+        + nla(7, struct.pack("=I", conns[0]))
+        + nla(8, struct.pack("=I", conns[1]))
+        + nla(9, struct.pack("=I", conns[2]))
         + nla(11, struct.pack("=H", family))
         + extra
         + nla(10 | 0x8000, stats)
@@ -149,8 +156,16 @@ def kernel_dest_reply(rs: RealServer, family: int, extra: bytes = b"") -> bytes:
     return nla(CMD_ATTR_DEST | 0x8000, body)
 
 
-def dest_message(rs: RealServer, family: int, seq: int, genl_family: int = 0x21) -> bytes:
-    body = kernel_dest_reply(rs, family)
+def dest_message(
+    rs: RealServer,
+    family: int,
+    seq: int,
+    genl_family: int = 0x21,
+    *,
+    counts: tuple[int, ...] = COUNTS,
+    conns: tuple[int, int, int] = (3, 1, 0),
+) -> bytes:
+    body = kernel_dest_reply(rs, family, counts=counts, conns=conns)
     return struct.pack("=IHHII", 20 + len(body), genl_family, 2, seq, 0) + b"\x08\x01\0\0" + body
 
 
@@ -180,6 +195,8 @@ def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel.family = 0x21
     kernel._genl = GenlSocket(sock, 0x21)  # type: ignore[arg-type]
     kernel._dest_layout, kernel._counter_layout = None, None
+    kernel._dest_settled, kernel._settled, kernel._run_structs = None, {}, {}
+    kernel._lock = threading.RLock()
     kernel._service_layouts = {}
     return kernel, sock
 
@@ -220,7 +237,7 @@ def test_a_reply_longer_than_the_receive_buffer_is_refused_not_read_cut_short() 
     seq = kernel._genl.seq + 1
     one = dest_message(rs, socket.AF_INET, seq)
     sock.datagrams = [one * (RECV_BYTES // len(one) - 1) + done(seq)]
-    assert kernel._dest_configs(key) == {rs.key: rs}
+    assert kernel._dest_configs(key)[0] == {rs.key: rs}
 
 
 def test_an_error_reply_raises_with_the_errno() -> None:
