@@ -116,7 +116,6 @@ def test_a_reply_whose_counters_alone_moved_is_taken_as_read_before() -> None:
     assert none is None and got == {a.key: a}
 
 
-
 def test_a_reply_is_marked_alike_however_the_kernel_cut_it_into_datagrams() -> None:
     """The kernel sends a dump's NLMSG_DONE in a datagram of its own, and a service's real
     servers over as many datagrams as they fill: a datagram taken whole and one split
@@ -131,8 +130,7 @@ def test_a_reply_is_marked_alike_however_the_kernel_cut_it_into_datagrams() -> N
     def cut(*parts: tuple[int, int], stray: bool = False) -> None:
         seq = kernel._genl.seq + 1
         grams = [
-            b"".join(dest_message(rs, socket.AF_INET, seq) for rs in servers[a:b])
-            for a, b in parts
+            b"".join(dest_message(rs, socket.AF_INET, seq) for rs in servers[a:b]) for a, b in parts
         ]
         if stray:  # an answer to an earlier request, left in the socket
             grams[0] = dest_message(servers[0], socket.AF_INET, seq - 1) + grams[0]
@@ -146,6 +144,7 @@ def test_a_reply_is_marked_alike_however_the_kernel_cut_it_into_datagrams() -> N
         cut(*parts, stray=stray)
         got, again = kernel._dest_configs(key)
         assert again == mark and list(got.values()) == servers, parts
+
 
 def test_a_whole_read_forgets_the_services_it_no_longer_finds() -> None:
     """What a read keeps for the next one is each service the kernel held this time: a
