@@ -55,6 +55,7 @@ def one_round(tree: Path, out: Path, services: int) -> dict[str, float]:
         "noop_resync_ratio": raw["director_noop_resync_s"] / raw["ipvsadm_list_s"],
         "director_full_sync_s": raw["director_full_sync_s"],
         "director_noop_resync_s": raw["director_noop_resync_s"],
+        **{k: raw[k] for k in ("director_noop_resync_runs", "ipvsadm_list_runs") if k in raw},
     }
 
 
@@ -72,7 +73,10 @@ def main() -> None:
         for label in order:
             figures = one_round(trees[label], args.out / f"{label}-{number}", args.services)
             runs[label].append(figures)
-            shown = " ".join(f"{name}={value:.3f}" for name, value in figures.items())
+            shown = " ".join(
+                f"{name}={value:.3f}" if isinstance(value, float) else f"{name}={value}"
+                for name, value in figures.items()
+            )
             print(f"bench_ab: round {number} {label}: {shown}", flush=True)
     medians = {
         label: {name: statistics.median(run[name] for run in done) for name in FIGURES}
