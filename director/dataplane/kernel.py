@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
@@ -54,12 +53,12 @@ from director.dataplane.layouts import (
     decode_service_row,
     dest_counters,
     dest_layout,
-    dest_settled,
     service_layout,
 )
 from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
 from director.dataplane.netlink import NLA, NLA_TYPE_MASK, pack_nla, parse_attrs
 from director.dataplane.netns import in_netns
+from director.dataplane.replies import DestReplies, dest_request_of
 from director.logs import event
 
 log = logging.getLogger("director.ipvs")
@@ -89,10 +88,9 @@ class KernelIpvs:
         self._genl = GenlSocket(in_netns(netns, open_socket), self.family)
         self._schedulers: frozenset[str] | None = None
         self._dest_layout: Layout | None = None  # see _dest_configs
-        self._dest_settled: struct.Struct | None = None  # see _dest_reply
-        self._run_structs: dict[int, tuple[struct.Struct, struct.Struct]] = {}  # _runs
+        self._replies = DestReplies()  # see _dest_configs
         # Each service's real servers as the last whole read found them, with the mark of
-        # the reply they were decoded from (see _dest_reply).
+        # the reply they were decoded from (see _dest_configs).
         self._settled: dict[ServiceKey, tuple[int, Dests]] = {}
         self._counter_layout: Layout | None = None  # see _dest_counters
         self._service_layouts: dict[int, Layout] = {}  # by length; see _services
@@ -164,19 +162,6 @@ class KernelIpvs:
     def _dest_request(key: ServiceKey) -> bytes:
         return pack_nla(CMD_ATTR_SERVICE, encode_service_key(key))
 
-    @staticmethod
-    def _dest_request_of(data: bytes, offset: int, end: int) -> bytes | None:
-        """The GET_DEST request for the service of the GET_SERVICE reply message at
-        ``offset``: the service's attribute as the kernel wrote it, sent back whole. The
-        kernel takes a service's key from it (its family, and its mark or its protocol,
-        address and port: ``ip_vs_genl_parse_service`` asked for no full entry) and reads
-        nothing else; encoding the key anew cost a resync 1.7 us a service natively."""
-        start = offset + 20  # nlmsghdr + genlmsghdr
-        alen, kind = NLA.unpack_from(data, start)
-        if kind & NLA_TYPE_MASK != CMD_ATTR_SERVICE or start + alen > end:
-            return None
-        return data[start : start + alen]
-
     def _dest_configs(
         self,
         key: ServiceKey,
@@ -184,7 +169,7 @@ class KernelIpvs:
         request: bytes | None = None,
     ) -> tuple[Dests, int | None]:
         """One service's real servers (no counters), and the mark of the reply they were
-        read from (``_dest_reply``): the hot path of a full resync.
+        read from (``DestReplies``): the hot path of a full resync.
 
         ``settled``: (mark, real servers) as an earlier read found them. A reply with the
         same mark holds the same configuration, its counters aside: those real servers are
@@ -193,8 +178,8 @@ class KernelIpvs:
         and no walk of its attributes (a message laid out otherwise is decoded in full),
         straight into the packed rows of a ``Dests``, with no RealServer and no address text
         made. (Measured: reading on two or three sockets from as many threads is slower.)
-        ``request``: the dump's request, if made already (``_dest_request_of``)."""
-        messages, mark = self._dest_reply(request or self._dest_request(key))
+        ``request``: the dump's request, if made already (``dest_request_of``)."""
+        messages, mark = self._replies.read(self._genl, request or self._dest_request(key))
         if settled is not None and mark is not None and settled[0] == mark:
             return settled[1], mark
         rows: list[Any] = []
@@ -214,71 +199,6 @@ class KernelIpvs:
                 row = Dests.row(rs)
             rows += row
         return Dests.from_rows(rows), mark
-
-    def _dest_reply(self, request: bytes) -> tuple[list[tuple[bytes, int, int]], int | None]:
-        """A GET_DEST dump: its messages (datagram, start, end), and its mark: the hash of
-        everything they say but their headers and what traffic changes (connection counts,
-        counters; ``dest_settled``), in their order. The mark is None where a message is not
-        laid out as the first one learnt.
-
-        The same mark, the same configuration: a no-op resync then decodes no real server,
-        which was a third of its time under emulation (26 us each of 100,000). What it
-        keeps is a number per service beside the real servers the tables hold anyway. Two
-        different replies share a mark by a 64-bit hash collision alone (Python's hash of
-        bytes is keyed at random per process: a cluster's objects cannot aim at one).
-
-        A datagram of nothing but messages of the learnt length is taken whole: one struct
-        call checks every message's header, one takes every message's pieces (``_runs``);
-        any other is split message by message."""
-        genl = self._genl
-        seq = genl.send_dump(CMD_GET_DEST, request)
-        messages: list[tuple[bytes, int, int]] = []
-        pieces: list[bytes] = []
-        laid_out = True
-        while True:
-            data = genl.recv()
-            start, settled = 0, self._dest_settled
-            if settled is not None:
-                size = settled.size
-                count, rest = divmod(len(data), size)
-                runs = self._runs(count) if count and rest in (0, 20) else None  # 20: DONE
-                if runs is not None and runs[0].unpack_from(data) == (
-                    (size, genl.family, seq) * count
-                ):
-                    messages += [(data, at, at + size) for at in range(0, count * size, size)]
-                    pieces += runs[1].unpack_from(data)
-                    if not rest:
-                        continue
-                    start = count * size
-            before = len(messages)
-            ended = genl.dump_part(data, seq, messages, start)
-            for got, offset, end in messages[before:]:
-                if settled is None:
-                    settled = self._dest_settled = dest_settled(got, offset, end)
-                if settled is None or end - offset != settled.size:
-                    laid_out = False
-                    continue
-                pieces += settled.unpack_from(got, offset)
-            if ended:
-                return messages, hash(tuple(pieces)) if laid_out else None
-
-    def _runs(self, count: int) -> tuple[struct.Struct, struct.Struct] | None:
-        """For a datagram of ``count`` messages of the learnt length: a struct of each
-        one's (length, type, sequence number), and one of each one's pieces
-        (``dest_settled``), in turn. Kept for the counts seen (a datagram holds at most
-        32 KiB: a hundred-odd messages)."""
-        settled = self._dest_settled
-        assert settled is not None
-        found = self._run_structs.get(count)
-        if found is None:
-            if len(self._run_structs) >= 256:
-                return None
-            head = f"I H 2x I {settled.size - 12}x "  # length, type, flags, seq, the rest
-            found = self._run_structs[count] = (
-                struct.Struct("=" + head * count),
-                struct.Struct("=" + settled.format.lstrip("=") * count),
-            )
-        return found
 
     def _dest_counters(self, key: ServiceKey, counters: Counters) -> None:
         """One service's real servers with their counters, into ``counters``: laid out as
@@ -306,7 +226,7 @@ class KernelIpvs:
             now: dict[ServiceKey, tuple[int, Dests]] = {}
             for message in self._service_messages():
                 key, config, _counts = self._service(*message)
-                request = self._dest_request_of(*message)
+                request = dest_request_of(*message)
                 try:
                     dests, mark = self._dest_configs(key, settled.get(key), request)
                 except OSError as exc:

@@ -36,6 +36,7 @@ from director.dataplane.codec import (
 from director.dataplane.genl import RECV_BYTES, GenlSocket
 from director.dataplane.kernel import KernelIpvs
 from director.dataplane.netlink import NLM_F_ACK, parse_attrs as _attrs, split_messages
+from director.dataplane.replies import DestReplies
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -195,7 +196,7 @@ def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel.family = 0x21
     kernel._genl = GenlSocket(sock, 0x21)  # type: ignore[arg-type]
     kernel._dest_layout, kernel._counter_layout = None, None
-    kernel._dest_settled, kernel._settled, kernel._run_structs = None, {}, {}
+    kernel._replies, kernel._settled = DestReplies(), {}
     kernel._lock = threading.RLock()
     kernel._service_layouts = {}
     return kernel, sock
