@@ -95,7 +95,17 @@ def test_one_clusters_outage_leaves_its_traffic_and_the_other_clusters_changes(
                 <= (ipaddress.ip_address(vip_b))
             )
             key_b = ServiceKey.inet(Protocol.TCP, vip_b, 80)
-            eventually(lambda: ipvs.read_service(key_b), what="b's virtual service")
+            # Each cluster's real server in the kernel, not its virtual service alone: the
+            # Service may be programmed before its EndpointSlice is seen, and a virtual
+            # service with no real server answers a client with "port unreachable".
+            for vip, name in ((vip_a, "a's"), (vip_b, "b's")):
+                key = ServiceKey.inet(Protocol.TCP, vip, 80)
+                eventually(
+                    lambda key=key: (
+                        (vs := ipvs.read_service(key)) is not None and len(vs.real_servers) == 1
+                    ),
+                    what=f"{name} virtual service and its real server",
+                )
             assert ask_tcp(lab.client, vip_a, 80) == lab.backends[0].name
             assert ask_tcp(lab.client, vip_b, 80) == lab.backends[0].name
 
