@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,8 +37,9 @@ print("RESULTS " + json.dumps(results, default=str), flush=True)
 FIGURES = ("full_sync_ratio", "noop_resync_ratio", "director_full_sync_s", "director_noop_resync_s")
 
 
-def one_round(tree: Path, out: Path, services: int) -> dict[str, float]:
-    """One dataplane run from ``tree``: the figures ``FIGURES`` names."""
+def one_round(tree: Path, out: Path, services: int) -> dict[str, Any]:
+    """One dataplane run from ``tree``: the figures ``FIGURES`` names (and each no-op
+    resync's and ``ipvsadm -Ln``'s seconds, where the tree's bench records them)."""
     done = subprocess.run(
         [sys.executable, "-c", ONE_ROUND, str(out), str(services)],
         cwd=tree,
@@ -67,7 +69,7 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=10_000)
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": REPO}
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     for number in range(args.rounds):
         order = ("before", "after") if number % 2 == 0 else ("after", "before")
         for label in order:

@@ -224,18 +224,13 @@ def dest_settled(data: Wire, offset: int, end: int) -> struct.Struct | None:
     nest_end = start + alen
     if akind & NLA_TYPE_MASK != CMD_ATTR_DEST or nest_end > end:
         return None
-    skipped: list[tuple[int, int]] = []
-    pos = start + 4
-    while pos < nest_end:
-        if pos + 4 > nest_end:
-            return None
-        size, kind = NLA.unpack_from(data, pos)
-        step = (size + 3) & ~3
-        if size < 4 or pos + step > nest_end:
-            return None
-        if kind & NLA_TYPE_MASK in _DEST_VOLATILE:
-            skipped.append((pos - offset, pos - offset + step))
-        pos += step
+    skipped = sorted(  # (first, last) of each volatile attribute, its header included
+        (at - 4 - offset, at - 4 - offset + ((size + 7) & ~3))
+        for kind, (at, size) in parse_attrs(data, start + 4, nest_end).items()
+        if kind in _DEST_VOLATILE
+    )
+    if skipped and skipped[-1][1] > nest_end - offset:
+        return None
     layout, at = "=16x", 16
     for first, last in skipped:
         if first > at:

@@ -394,3 +394,36 @@ def test_a_read_given_the_callers_table_returns_its_objects_where_nothing_change
     assert after[DNS6] is known[DNS6]
     assert after[WEB] is not known[WEB] and after[WEB].real_servers[B.key].weight == 9
     assert after == ipvs.read().services
+
+
+@pytest.mark.kernel
+def test_a_real_server_changed_with_ipvsadm_after_marked_reads_is_seen_and_repaired(
+    netns: str,
+) -> None:
+    """A resync takes a service's real servers as read before when the kernel's reply
+    carries the same mark (``director.dataplane.replies``). A weight and an upper threshold
+    changed behind the director's back with ``ipvsadm``, after two resyncs that marked every
+    reply, are read back as the kernel now holds them, and the next resync puts them back."""
+    import ipaddress
+    import subprocess
+
+    from director.core.ownership import Ownership
+    from director.dataplane.kernel import KernelIpvs
+    from director.engine.reconcile import Reconciler
+
+    desired = {WEB: VirtualService(WEB, RR, {rs.key: rs for rs in (A, B)})}
+    ipvs = KernelIpvs(netns=netns)
+    try:
+        reconciler = Reconciler(ipvs, Ownership((ipaddress.ip_network("198.51.100.0/24"),), ()))
+        assert reconciler.full_sync(desired, reread=False).result.ok
+        for _ in range(2):  # the first read marks each reply, the second takes them as read
+            assert reconciler.full_sync(desired).result.requested == 0
+        edit = ["ipvsadm", "-e", "-t", "198.51.100.10:80", "-r", "192.0.2.11:8080", "-m"]
+        subprocess.run(["ip", "netns", "exec", netns, *edit, "-w", "7", "-x", "50"], check=True)
+        seen = ipvs.read(known=reconciler.actual).services[WEB].real_servers[A.key]
+        assert (seen.weight, seen.upper_threshold) == (7, 50)
+        repaired = reconciler.full_sync(desired)
+        assert repaired.result.ok and repaired.result.requested == 1
+        assert ipvs.read().services[WEB].real_servers[A.key] == A
+    finally:
+        ipvs.close()
