@@ -34,6 +34,7 @@ from director.core.services import (
     read_back,
 )
 from director.dataplane.interface import ApplyResult, OpError, error_message, scheduler_refusals
+from director.dataplane.proctext import Rotation, prefix_of, service_text
 
 
 class FakeIpvs:
@@ -51,6 +52,19 @@ class FakeIpvs:
         self.applied: list[Op] = []  # every op the kernel accepted, in order
         self.calls = 0  # apply() calls
         self._lock = threading.RLock()  # the kernel serialises too (__ip_vs_mutex)
+        # What a resync takes as read before, as the kernel adapter does: a service whose
+        # text (``director.dataplane.proctext``) is unchanged keeps the real servers read
+        # then, unless its share is due; what this handle changes is read in full next.
+        self._rotation = Rotation()
+        self._settled: dict[ServiceKey, Mapping[DestKey, RealServer]] = {}
+
+    def elsewhere(self) -> FakeIpvs:
+        """Another handle on the same table: another process's (``ipvsadm``), whose changes
+        this one's reads learn only from what they read."""
+        other = FakeIpvs(self._schedulers, record=False)
+        other._table, other._conns, other._stats = self._table, self._conns, self._stats
+        other._lock = self._lock
+        return other
 
     # -- test hooks ----------------------------------------------------------------------
     def set_connections(self, key: ServiceKey, dest: DestKey, active: int, inactive: int) -> None:
@@ -70,12 +84,10 @@ class FakeIpvs:
     def _read(
         self, stats: bool, known: Mapping[ServiceKey, VirtualService] | None = None
     ) -> KernelTable:
-        if known is None:
+        if stats:
             out = KernelTable(services=dict(self._table))
         else:  # as the kernel: each service compared with the caller's as it is read
-            found = (
-                read_back(k, vs.config, vs.real_servers, known) for k, vs in self._table.items()
-            )
+            found = (read_back(k, vs.config, vs.real_servers, known) for k, vs in self._resynced())
             out = KernelTable(services={vs.key: vs for vs in found})
         if stats:
             for key, vs in self._table.items():
@@ -83,6 +95,27 @@ class FakeIpvs:
                 for dkey in vs.real_servers:
                     active, inactive = self._conns.get((key, dkey), (0, 0))
                     out.dest_state[(key, dkey)] = DestState(active, inactive)
+        return out
+
+    def _resynced(self) -> list[tuple[ServiceKey, VirtualService]]:
+        """Every service as a resync's read finds it: the real servers of one the text
+        shows unchanged as the last read had them, unless its share is due."""
+        rotation = self._rotation
+        marks = None
+        if rotation.wants_text():
+            marks = [(prefix_of(k), hash(service_text(vs))) for k, vs in self._table.items()]
+        share = rotation.plan(marks)
+        settled, now = self._settled, {}
+        out = []
+        for key, vs in self._table.items():
+            kept = settled.get(key)
+            seen = vs
+            if kept is not None and kept is not vs.real_servers and not share.full(key):
+                seen = VirtualService(key, vs.config, kept)
+            out.append((key, seen))
+            now[key] = seen.real_servers
+        self._settled = now
+        rotation.done(len(out))
         return out
 
     def read_counters(self) -> Counters:
@@ -127,7 +160,10 @@ class FakeIpvs:
         self.calls += 1
         errors = scheduler_refusals(ops, self._schedulers)
         editing: dict[ServiceKey, DestEdit] = {}  # a service's real servers, op by op
+        added = 0
         for index, op in enumerate(ops):
+            self._settled.pop(op.key, None)  # read in full at the next resync
+            added += op.kind is OpKind.ADD_SERVICE
             if index in errors:
                 continue
             if editing and op.key not in editing:
@@ -138,6 +174,7 @@ class FakeIpvs:
             elif self._record:
                 self.applied.append(op)
         self._finish(editing)
+        self._rotation.added(added)
         ordered = tuple(errors[i] for i in sorted(errors))
         return ApplyResult(len(ops), ordered, 0, frozenset(errors))
 

@@ -59,6 +59,7 @@ from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedul
 from director.dataplane.netlink import NLA, NLA_TYPE_MASK, pack_nla, parse_attrs
 from director.dataplane.netns import in_netns
 from director.dataplane.replies import DestReplies, dest_request_of
+from director.dataplane.tabletext import TableText
 from director.logs import event
 
 log = logging.getLogger("director.ipvs")
@@ -92,6 +93,10 @@ class KernelIpvs:
         # Each service's real servers as the last whole read found them, with the mark of
         # the reply they were decoded from (see _dest_configs).
         self._settled: dict[ServiceKey, tuple[int, Dests]] = {}
+        # Which services a resync reads in full, by the kernel's text of the table
+        # (``director.dataplane.proctext``); the text read through a file opened in the
+        # namespace (None: this kernel prints none).
+        self._text = TableText(netns)
         self._counter_layout: Layout | None = None  # see _dest_counters
         self._service_layouts: dict[int, Layout] = {}  # by length; see _services
         try:
@@ -106,6 +111,7 @@ class KernelIpvs:
 
     def close(self) -> None:
         self._genl.close()
+        self._text.close()
 
     def __enter__(self) -> KernelIpvs:
         return self
@@ -222,22 +228,11 @@ class KernelIpvs:
     ) -> KernelTable:
         table = KernelTable()
         if not stats:
-            settled: dict[ServiceKey, tuple[int, Dests]] = self._settled
-            now: dict[ServiceKey, tuple[int, Dests]] = {}
-            for message in self._service_messages():
-                key, config, _counts = self._service(*message)
-                request = dest_request_of(*message)
-                try:
-                    dests, mark = self._dest_configs(key, settled.get(key), request)
-                except OSError as exc:
-                    if exc.errno in (errno.ESRCH, errno.ENOENT):
-                        continue  # deleted by someone else between the two dumps
-                    raise
-                vs = read_back(key, config, dests, known)
-                table.services[vs.key] = vs
-                if mark is not None:  # the table's own object (the same, in the same order)
-                    now[vs.key] = (mark, Dests.of(vs.real_servers))
-            self._settled = now  # services gone since are forgotten
+            try:
+                self._read_configs(table, known)
+            except BaseException:
+                self._text.rotation.forget()  # what was read part way is read in full next
+                raise
             return table
         for data, start, end in self._genl.dump(CMD_GET_SERVICE, b""):  # rates too: in full
             nested, size = parse_attrs(data, start, end)[CMD_ATTR_SERVICE]
@@ -256,6 +251,37 @@ class KernelIpvs:
             table.services[key] = VirtualService(key, config, servers)
             table.service_stats[key] = decode_stats64(data, where)
         return table
+
+    def _read_configs(
+        self, table: KernelTable, known: Mapping[ServiceKey, VirtualService] | None
+    ) -> None:
+        """The whole table without counters, into ``table``: a resync's read. A service the
+        kernel's text shows as the last resync found it keeps the real servers read then,
+        unless its share is due (``director.dataplane.proctext``); every other service's
+        are read through netlink (``_dest_configs``)."""
+        share = self._text.share()  # read before anything it vouches for
+        settled: dict[ServiceKey, tuple[int, Dests]] = self._settled
+        now: dict[ServiceKey, tuple[int, Dests]] = {}
+        for message in self._service_messages():
+            key, config, _counts = self._service(*message)
+            kept = settled.get(key)
+            mark: int | None
+            if kept is not None and not share.full(key):
+                mark, dests = kept
+            else:
+                request = dest_request_of(*message)
+                try:
+                    dests, mark = self._dest_configs(key, kept, request)
+                except OSError as exc:
+                    if exc.errno in (errno.ESRCH, errno.ENOENT):
+                        continue  # deleted by someone else between the two dumps
+                    raise
+            vs = read_back(key, config, dests, known)
+            table.services[vs.key] = vs
+            if mark is not None:  # the table's own object (the same, in the same order)
+                now[vs.key] = (mark, Dests.of(vs.real_servers))
+        self._settled = now  # services gone since are forgotten
+        self._text.rotation.done(len(table.services))
 
     @_serialised
     def read_counters(self) -> Counters:
@@ -342,6 +368,7 @@ class KernelIpvs:
         if not ops:
             return ApplyResult()
         genl = self._genl
+        self._text.changing(ops, self._settled)
         errors, batches = self._batches(ops, genl)
         sends = 0
         for batch, indices, first_seq in batches:

@@ -37,6 +37,7 @@ from director.dataplane.genl import RECV_BYTES, GenlSocket
 from director.dataplane.kernel import KernelIpvs
 from director.dataplane.netlink import NLM_F_ACK, parse_attrs as _attrs, split_messages
 from director.dataplane.replies import DestReplies
+from director.dataplane.tabletext import TableText
 
 V6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
 
@@ -197,6 +198,7 @@ def scripted_kernel() -> tuple[KernelIpvs, ScriptedSocket]:
     kernel._genl = GenlSocket(sock, 0x21)  # type: ignore[arg-type]
     kernel._dest_layout, kernel._counter_layout = None, None
     kernel._replies, kernel._settled = DestReplies(), {}
+    kernel._text = TableText(None, opened=False)  # no text: every service read in full
     kernel._lock = threading.RLock()
     kernel._service_layouts = {}
     return kernel, sock

@@ -427,3 +427,102 @@ def test_a_real_server_changed_with_ipvsadm_after_marked_reads_is_seen_and_repai
         assert ipvs.read().services[WEB].real_servers[A.key] == A
     finally:
         ipvs.close()
+
+
+def _elsewhere(ipvs: Ipvs) -> Ipvs:
+    """Another process's handle on the same table (``ipvsadm``'s, say): its changes reach
+    the subject only through what the subject reads."""
+    from director.dataplane.fake import FakeIpvs
+    from director.dataplane.kernel import KernelIpvs
+
+    if isinstance(ipvs, FakeIpvs):
+        return ipvs.elsewhere()
+    assert isinstance(ipvs, KernelIpvs)
+    return KernelIpvs(netns=ipvs.netns)
+
+
+def test_a_big_tables_changes_made_elsewhere_are_read_back_at_once_or_within_the_parts(
+    ipvs: Ipvs,
+) -> None:
+    """Past ``SHARE`` services a resync skips the real servers of a service the kernel's
+    text shows unchanged (``director.dataplane.proctext``), but for a share read in full
+    each time. So, after two reads: a weight changed elsewhere (the text shows it) is read
+    back by the next read; a threshold changed elsewhere (no text shows it) by one of the
+    next ``parts`` reads; a threshold the subject's own user sets, by the next read."""
+    from director.dataplane.proctext import SHARE
+
+    count = SHARE + 200
+    keys = [
+        ServiceKey.inet(Protocol.TCP, f"198.18.{i // 250}.{i % 250 + 1}", 80) for i in range(count)
+    ]
+    ops = []
+    for key in keys:
+        ops += [add(key), dest(OpKind.ADD_DEST, key, A)]
+    assert ipvs.apply(ops).ok
+    for _ in range(2):  # the first reads all, the second its text too: the baseline
+        assert len(ipvs.read().services) == count
+    other = _elsewhere(ipvs)
+    try:
+        weighted, limited = keys[5], keys[9]
+        assert other.apply(
+            [
+                dest(OpKind.SET_DEST, weighted, A._replace(weight=7)),
+                dest(OpKind.SET_DEST, limited, A._replace(upper_threshold=50)),
+            ]
+        ).ok
+    finally:
+        if other is not ipvs:
+            other.close()
+    reads = [ipvs.read().services for _ in range(-(-count // SHARE))]
+    assert reads[0][weighted].real_servers[A.key].weight == 7
+    assert any(r[limited].real_servers[A.key].upper_threshold == 50 for r in reads)
+    assert reads[-1][limited].real_servers[A.key].upper_threshold == 50
+    own = keys[11]
+    assert ipvs.apply([dest(OpKind.SET_DEST, own, A._replace(upper_threshold=60))]).ok
+    assert ipvs.read().services[own].real_servers[A.key].upper_threshold == 60
+
+
+@pytest.mark.kernel
+def test_the_fake_prints_the_table_as_the_kernel_does(netns: str) -> None:
+    """The kernel's text of the table (``/proc/net/ip_vs``) decides what a resync skips.
+    The fake's must show exactly what the kernel's shows (and hide what it hides), or the
+    fake would see changes the kernel's text never shows: service by service, byte for
+    byte, across families, firewall marks, persistence, flags and methods."""
+    import re
+    import subprocess
+
+    from director.dataplane.fake import FakeIpvs
+    from director.dataplane.kernel import KernelIpvs
+    from director.dataplane.proctext import body_of, render
+
+    tunnel6 = RealServer("2001:db8::20", 0, 2, Forwarding.TUN)
+    dns4 = ServiceKey.inet(Protocol.UDP, "198.51.100.12", 53)
+    ops = [
+        add(WEB, ServiceConfig("wlc", netmask=32)),
+        dest(OpKind.ADD_DEST, WEB, A),
+        dest(OpKind.ADD_DEST, WEB, B._replace(forwarding=Forwarding.DR, weight=65535)),
+        dest(OpKind.ADD_DEST, WEB, tunnel6._replace(port=8080)),
+        add(DNS6, ServiceConfig("rr", persistence=300, netmask=64)),
+        dest(OpKind.ADD_DEST, DNS6, RealServer("2001:db8::1", 53, 0)),
+        add(dns4, ServiceConfig("wrr", frozenset({"onepacket"}))),
+        dest(OpKind.ADD_DEST, dns4, RealServer("192.0.2.13", 53, 4, Forwarding.NAT, 10, 2)),
+        add(SCTP, ServiceConfig("sh", frozenset({"sh-port"}), persistence=60, netmask=24)),
+        add(MARK4, ServiceConfig("lc", persistence=3600, netmask=24)),
+        dest(OpKind.ADD_DEST, MARK4, RealServer("192.0.2.20", 0, 1, Forwarding.TUN)),
+        add(MARK6, RR6),
+        dest(OpKind.ADD_DEST, MARK6, tunnel6),
+    ]
+    fake = FakeIpvs()
+    kernel = KernelIpvs(netns=netns)
+    try:
+        assert fake.apply(ops).ok and kernel.apply(ops).ok
+    finally:
+        kernel.close()
+    shown = subprocess.run(
+        ["ip", "netns", "exec", netns, "cat", "/proc/net/ip_vs"], capture_output=True, check=True
+    ).stdout
+
+    def blocks(text: bytes) -> list[bytes]:
+        return sorted(re.split(rb"\n(?=[^ ])", body_of(text).rstrip(b"\n")))
+
+    assert blocks(render(fake.read().services.values())) == blocks(shown)

@@ -1,0 +1,224 @@
+"""The kernel's own text of the IPVS table (``/proc/net/ip_vs``), marked service by service,
+to tell which services a resync must read again through netlink. Pure.
+
+A periodic resync reads every real server back through netlink: three system calls a
+service, as ``ipvsadm -Ln`` makes them. The kernel's text is one read for the whole table,
+3-5x cheaper, but it leaves out each real server's thresholds and tunnel settings, and it
+prints a bypassed real server as a masqueraded one. So the text is used to skip, never to
+read: a service whose text (its traffic counters aside) is the same as at the last resync
+keeps the real servers netlink read then, and each resync still reads a share of the
+services in full (``Rotation``), by their key, so that what the text cannot show is read
+back within ``PARTS`` resyncs. A service the director changes itself is read in full at the
+next resync (the adapter forgets what it read of it). A table of up to ``SHARE`` services
+is read in full every time: the text is not read at all.
+
+The text, as ``ip_vs_info_seq_show`` (net/netfilter/ipvs/ip_vs_ctl.c) prints it::
+
+    IP Virtual Server version 1.2.1 (size=4096)
+    Prot LocalAddress:Port Scheduler Flags
+      -> RemoteAddress:Port Forward Weight ActiveConn InActConn
+    TCP  C6120001:0050 wlc
+      -> C6130001:1F90      Masq    1      0          0
+
+(Both lines end in spaces, not shown.) A real server's line ends with its two connection
+counts, each printed ``%-10d`` (so the line's last 21 characters); everything before them
+is configuration.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import struct
+import sys
+from array import array
+from collections.abc import Iterable
+
+from director.core.model import ONEPACKET, Family, Forwarding, IpProtocol, ServiceKey
+from director.core.services import VirtualService
+
+SHARE = 1000  # a resync reads at least this many services' real servers in full
+PARTS = 10  # ... and each service's in full at least once in this many resyncs
+COUNTS = 21  # the last characters of a real server's line: its two connection counts
+HZ = 250  # Debian's kernels (CONFIG_HZ): the text prints a persistence timeout in jiffies
+
+_SERVICES = re.compile(rb"\n(?=[^ ])")  # a service's line starts at the line's start
+_PROTOCOLS = {IpProtocol.TCP: b"TCP", IpProtocol.UDP: b"UDP", IpProtocol.SCTP: b"SCTP"}
+_FORWARDING = {Forwarding.LOCAL: b"Local", Forwarding.TUN: b"Tunnel", Forwarding.DR: b"Route"}
+HEADINGS = (
+    b"IP Virtual Server version 1.2.1 (size=4096)\n"
+    b"Prot LocalAddress:Port Scheduler Flags\n"
+    b"  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n"
+)
+_LAYOUTS: dict[tuple[int, int], struct.Struct] = {}  # (line length, lines): bounded below
+
+
+def body_of(text: bytes) -> bytes:
+    """The services' lines: the text without its three lines of headings."""
+    start = 0
+    for _ in range(3):
+        start = text.find(b"\n", start) + 1
+        if not start:
+            return b""
+    return text[start:]
+
+
+def block_marks(text: bytes) -> list[tuple[bytes, int]]:
+    """Each service's block in ``text``: (its line, up to the address and port, which is
+    ``prefix_of`` its key; the mark of the whole block but its connection counts)."""
+    body = body_of(text).rstrip(b"\n")
+    if not body:
+        return []
+    out: list[tuple[bytes, int]] = []
+    for block in _SERVICES.split(body):
+        line_end = block.find(b"\n")
+        if line_end < 0:  # a service with no real server
+            out.append((_prefix_of_line(block), hash(block)))
+            continue
+        line = block[:line_end]
+        out.append((_prefix_of_line(line), hash((line, _settled_lines(block, line_end + 1)))))
+    return out
+
+
+def _prefix_of_line(line: bytes) -> bytes:
+    """``TCP  C6120001:0050 wlc`` -> ``TCP  C6120001:0050``."""
+    end = line.find(b" ", 5)
+    return line if end < 0 else line[:end]
+
+
+def _settled_lines(block: bytes, start: int) -> tuple[bytes, ...]:
+    """The real servers' lines from ``start``, each without its connection counts. Lines of
+    one length (one family, weights alike in width: nearly always) are cut by one struct
+    call; any other block line by line. Either way nothing before the counts is left out:
+    a count printed wider than 10 characters only moves a digit into the mark (the
+    service is read again, never missed)."""
+    first = block.find(b"\n", start)
+    length = (first if first >= 0 else len(block)) - start + 1  # with its newline
+    region = len(block) - start + 1
+    lines = region // length
+    if (
+        region == lines * length
+        and length > COUNTS + 1
+        and block.count(b"\n", start) == lines - 1
+        and block[start + length - 1 :: length].count(b"\n") == lines - 1
+    ):
+        layout = _LAYOUTS.get((length, lines))
+        if layout is None:
+            keep = f"{length - COUNTS - 1}s"
+            layout = struct.Struct((keep + f"{COUNTS + 1}x") * (lines - 1) + keep)
+            if len(_LAYOUTS) < 256:
+                _LAYOUTS[(length, lines)] = layout
+        found: tuple[bytes, ...] = layout.unpack_from(block, start)
+        return found
+    return tuple(line[:-COUNTS] for line in block[start:].split(b"\n"))
+
+
+def changed_prefixes(marks: list[tuple[bytes, int]], before: array[int] | None) -> set[bytes]:
+    """The services whose block is not one ``before`` held (``before``: the marks of the
+    text read at the previous resync; None: every service)."""
+    if before is None:
+        return {prefix for prefix, _mark in marks}
+    seen = set(before)
+    return {prefix for prefix, mark in marks if mark not in seen}
+
+
+class Rotation:
+    """Which services' real servers each resync reads in full through netlink."""
+
+    def __init__(self) -> None:
+        self.before: array[int] | None = None  # the marks of the last resync's text
+        self.turn = 0
+        self.size = 0  # services the last read found, and those added since
+
+    def wants_text(self) -> bool:
+        """A small table is read in full every time, its text not read at all."""
+        return self.size > SHARE
+
+    def plan(self, marks: list[tuple[bytes, int]] | None) -> Share:
+        """Start a resync with the marks of the kernel's text (``block_marks``), read before
+        anything else; None: no text (a small table, or none to read), all in full."""
+        self.turn += 1
+        parts = 1 if marks is None else max(1, min(PARTS, -(-len(marks) // SHARE)))
+        if marks is None or parts == 1:
+            self.before = None
+            return Share(None, 1, 0)
+        changed = changed_prefixes(marks, self.before)
+        self.before = array("q", (mark for _prefix, mark in marks))
+        return Share(changed, parts, self.turn % parts)
+
+    def added(self, services: int) -> None:
+        self.size += services
+
+    def done(self, services: int) -> None:
+        """A read ended, having found ``services``."""
+        self.size = services
+
+    def forget(self) -> None:
+        """A read that failed part way: the next reads every service in full."""
+        self.before = None
+
+
+class Share:
+    """One resync's choice: ``full(key)`` says whether a service's real servers are read in
+    full (netlink), or may be taken as the last resync had them."""
+
+    __slots__ = ("changed", "parts", "turn")
+
+    def __init__(self, changed: set[bytes] | None, parts: int, turn: int) -> None:
+        self.changed = changed  # None: every service in full
+        self.parts = parts
+        self.turn = turn  # the services whose key hashes to it are read in full
+
+    def full(self, key: ServiceKey) -> bool:
+        changed = self.changed
+        if changed is None or hash(key) % self.parts == self.turn:
+            return True
+        return bool(changed) and prefix_of(key) in changed
+
+
+def prefix_of(key: ServiceKey) -> bytes:
+    """How the text begins a service's line: protocol, address and port (or mark)."""
+    if key.fwmark:
+        return b"FWM  %08X" % key.fwmark
+    assert key.protocol is not None
+    name = _PROTOCOLS.get(key.protocol, b"IP_%d" % key.protocol)
+    return name + b"  " + _endpoint(key.family, key.address, key.port)
+
+
+def _endpoint(family: Family, address: str, port: int) -> bytes:
+    if family is Family.INET6:
+        return b"[%s]:%04X" % (ipaddress.IPv6Address(address).exploded.encode(), port)
+    return b"%08X:%04X" % (int(ipaddress.IPv4Address(address)), port)
+
+
+def service_text(vs: VirtualService) -> bytes:
+    """A service's block as the kernel prints it, its counts 0 (real servers in the order
+    given: the kernel's is newest first)."""
+    key, config = vs.key, vs.config
+    name = config.scheduler.encode()
+    ops = b"ops " if ONEPACKET in config.flags else b""
+    if key.fwmark:
+        line = b"FWM  %08X %s %s" % (key.fwmark, name, ops)
+    elif key.family is Family.INET6:
+        line = prefix_of(key) + b" %s " % name
+    else:
+        line = prefix_of(key) + b" %s %s " % (name, ops)
+    if config.persistence:
+        if key.family is Family.INET6:  # a prefix length, kept as it was sent (host order)
+            mask = int.from_bytes(config.netmask.to_bytes(4, sys.byteorder), "big")
+        else:
+            mask = (0xFFFFFFFF << (32 - config.netmask)) & 0xFFFFFFFF
+        line += b"persistent %d %08X\n" % (config.persistence * HZ, mask)
+    else:
+        line += b"\n"
+    out = [line]
+    for rs in vs.real_servers.values():
+        method = _FORWARDING.get(rs.forwarding.kernel, b"Masq")
+        where = _endpoint(Family.of(rs.address), rs.address, rs.port)
+        out.append(b"  -> %s      %-7s %-6d %-10d %-10d\n" % (where, method, rs.weight, 0, 0))
+    return b"".join(out)
+
+
+def render(services: Iterable[VirtualService]) -> bytes:
+    """The text the kernel would print for these services: what the fake shows."""
+    return HEADINGS + b"".join(service_text(vs) for vs in services)
