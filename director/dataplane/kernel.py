@@ -58,6 +58,7 @@ from director.dataplane.layouts import (
 from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
 from director.dataplane.netlink import NLA, NLA_TYPE_MASK, pack_nla, parse_attrs
 from director.dataplane.netns import in_netns
+from director.dataplane.proctext import prefix_of
 from director.dataplane.replies import DestReplies, dest_request_of
 from director.dataplane.tabletext import TableText
 from director.logs import event
@@ -260,26 +261,35 @@ class KernelIpvs:
         unless its share is due (``director.dataplane.proctext``); every other service's
         are read through netlink (``_dest_configs``)."""
         share = self._text.share()  # read before anything it vouches for
+        changed, parts, turn = share.changed, share.parts, share.turn
         settled: dict[ServiceKey, tuple[int, Dests]] = self._settled
         now: dict[ServiceKey, tuple[int, Dests]] = {}
         for message in self._service_messages():
             key, config, _counts = self._service(*message)
             kept = settled.get(key)
-            mark: int | None
-            if kept is not None and not share.full(key):
-                mark, dests = kept
-            else:
-                request = dest_request_of(*message)
-                try:
-                    dests, mark = self._dest_configs(key, kept, request)
-                except OSError as exc:
-                    if exc.errno in (errno.ESRCH, errno.ENOENT):
-                        continue  # deleted by someone else between the two dumps
-                    raise
+            if (
+                kept is not None
+                and changed is not None
+                and kept[0] % parts != turn  # its share is not due (``Share``)
+                and (not changed or prefix_of(key) not in changed)
+            ):
+                vs = table.services[key] = read_back(key, config, kept[1], known)
+                now[key] = (kept[0], Dests.of(vs.real_servers))  # the table's own object
+                continue
+            salt = hash(key)  # mixed into the mark: services alike fall in different shares
+            request = dest_request_of(*message)
+            try:
+                dests, mark = self._dest_configs(
+                    key, None if kept is None else (kept[0] ^ salt, kept[1]), request
+                )
+            except OSError as exc:
+                if exc.errno in (errno.ESRCH, errno.ENOENT):
+                    continue  # deleted by someone else between the two dumps
+                raise
             vs = read_back(key, config, dests, known)
             table.services[vs.key] = vs
             if mark is not None:  # the table's own object (the same, in the same order)
-                now[vs.key] = (mark, Dests.of(vs.real_servers))
+                now[vs.key] = (mark ^ salt, Dests.of(vs.real_servers))
         self._settled = now  # services gone since are forgotten
         self._text.rotation.done(len(table.services))
 

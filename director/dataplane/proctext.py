@@ -167,9 +167,13 @@ class Share:
     def __init__(self, changed: set[bytes] | None, parts: int, turn: int) -> None:
         self.changed = changed  # None: every service in full
         self.parts = parts
-        self.turn = turn  # the services whose key hashes to it are read in full
+        self.turn = turn  # the services whose number is it (modulo parts) are read in full
 
     def full(self, key: ServiceKey) -> bool:
+        """Whether ``key``'s service is read in full, its number its key's hash. (The kernel
+        adapter numbers a service by its reply's mark mixed with that hash: any number
+        that stays while what the service was read as stays is due within ``parts``
+        resyncs, and a number that spreads services alike evens the shares.)"""
         changed = self.changed
         if changed is None or hash(key) % self.parts == self.turn:
             return True
