@@ -3,15 +3,16 @@ resync reads in full (``director.dataplane.proctext`` decides; this reads and fo
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 from director.core.added import AddedService, parts_of
 from director.core.model import ServiceKey
 from director.core.services import Op, OpKind
 from director.dataplane.netns import in_netns
-from director.dataplane.proctext import Rotation, Share, block_marks
+from director.dataplane.proctext import Rotation, Share, marks_of
 
 TEXT = "/proc/thread-self/net/ip_vs"  # the calling thread's namespace's
 V = TypeVar("V")
@@ -33,20 +34,24 @@ class TableText:
 
     def read(self) -> bytes | None:
         """The whole text (None: this kernel prints none)."""
-        if self._fd is None:
+        chunks = self.chunks()
+        return None if chunks is None else b"".join(chunks)
+
+    def chunks(self) -> Iterator[bytes] | None:
+        """The text from its start, 64 KiB at a time, as it is read (None: no text). Small
+        reads: a whole text of 3 MB read at once is taken from the heap, and kept there."""
+        fd = self._fd
+        if fd is None:
             return None
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        chunks = []
-        while chunk := os.read(self._fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return iter(functools.partial(os.read, fd, 1 << 16), b"")
 
     def share(self) -> Share:
         """A resync's choice of the services read in full, the text read now (before
         anything it vouches for is read) if the table is big enough to need it."""
         rotation = self.rotation
-        text = self.read() if rotation.wants_text() else None
-        return rotation.plan(None if text is None else block_marks(text))
+        chunks = self.chunks() if rotation.wants_text() else None
+        return rotation.plan(None if chunks is None else marks_of(chunks))
 
     def changing(self, ops: Sequence[Op], settled: dict[ServiceKey, V]) -> None:
         """What the director changes is read in full at the next resync: each service's

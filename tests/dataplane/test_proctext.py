@@ -15,7 +15,15 @@ from director.core.model import (
     ServiceKey,
 )
 from director.core.services import VirtualService
-from director.dataplane.proctext import PARTS, SHARE, Rotation, block_marks, prefix_of, render
+from director.dataplane.proctext import (
+    PARTS,
+    SHARE,
+    Rotation,
+    block_marks,
+    marks_of,
+    prefix_of,
+    render,
+)
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
 DNS6 = ServiceKey.inet(Protocol.UDP, "2001:db8:100::53", 53)
@@ -168,3 +176,17 @@ def test_a_service_whose_text_changed_is_read_in_full_at_once() -> None:
     rotation.forget()  # a read that failed part way
     after = rotation.plan(block_marks(render(services)))
     assert all(after.full(vs.key) for vs in services)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 4000), max_size=12))
+def test_the_text_read_in_chunks_is_marked_as_the_whole(cuts: list[int]) -> None:
+    """The adapter reads the text 64 KiB at a time, and a chunk ends anywhere: in the
+    headings, in a service's line, in a real server's, between two blocks."""
+    services = [service(WEB, A, B), service(DNS6, RealServer("2001:db8::1", 53)), service(MARK)]
+    services += [vs for vs in table(20)]
+    text = with_counts(render(services), [(i, i * 7) for i in range(40)])
+    at = sorted({min(c, len(text)) for c in cuts})
+    chunks = [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
+    assert list(marks_of(c for c in chunks if c)) == block_marks(text)
+    assert list(marks_of([render([])])) == []
