@@ -110,7 +110,7 @@ class FakeIpvs:
         for key, vs in self._table.items():
             kept = settled.get(key)
             seen = vs
-            if kept is not None and kept is not vs.real_servers and not share.full(key):
+            if kept is not None and kept is not vs.real_servers and not share.full(hash(key), key):
                 seen = VirtualService(key, vs.config, kept)
             out.append((key, seen))
             now[key] = seen.real_servers

@@ -58,7 +58,6 @@ from director.dataplane.layouts import (
 from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
 from director.dataplane.netlink import NLA, NLA_TYPE_MASK, pack_nla, parse_attrs
 from director.dataplane.netns import in_netns
-from director.dataplane.proctext import prefix_of
 from director.dataplane.replies import DestReplies, dest_request_of
 from director.dataplane.tabletext import TableText
 from director.logs import event
@@ -261,18 +260,12 @@ class KernelIpvs:
         unless its share is due (``director.dataplane.proctext``); every other service's
         are read through netlink (``_dest_configs``)."""
         share = self._text.share()  # read before anything it vouches for
-        changed, parts, turn = share.changed, share.parts, share.turn
         settled: dict[ServiceKey, tuple[int, Dests]] = self._settled
         now: dict[ServiceKey, tuple[int, Dests]] = {}
         for message in self._service_messages():
             key, config, _counts = self._service(*message)
             kept = settled.get(key)
-            if (
-                kept is not None
-                and changed is not None
-                and kept[0] % parts != turn  # its share is not due (``Share``)
-                and (not changed or prefix_of(key) not in changed)
-            ):
+            if kept is not None and not share.full(kept[0], key):
                 vs = table.services[key] = read_back(key, config, kept[1], known)
                 now[key] = (kept[0], Dests.of(vs.real_servers))  # the table's own object
                 continue

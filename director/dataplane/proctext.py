@@ -199,13 +199,13 @@ class Share:
         self.parts = parts
         self.turn = turn  # the services whose number is it (modulo parts) are read in full
 
-    def full(self, key: ServiceKey) -> bool:
-        """Whether ``key``'s service is read in full, its number its key's hash. (The kernel
-        adapter numbers a service by its reply's mark mixed with that hash: any number
-        that stays while what the service was read as stays is due within ``parts``
-        resyncs, and a number that spreads services alike evens the shares.)"""
+    def full(self, number: int, key: ServiceKey) -> bool:
+        """Whether ``key``'s service is read in full, ``number`` choosing its share: any
+        number that stays while what the service was read as stays makes it due within
+        ``parts`` resyncs (the kernel adapter's is its reply's mark mixed with its key's
+        hash, which spreads services with the same real servers over the shares)."""
         changed = self.changed
-        if changed is None or hash(key) % self.parts == self.turn:
+        if changed is None or number % self.parts == self.turn:
             return True
         return bool(changed) and prefix_of(key) in changed
 

@@ -35,7 +35,7 @@ def test_a_kernel_that_prints_no_text_is_read_in_full() -> None:
     text = TableText(None, opened=False)
     text.rotation.added(50_000)
     assert text.read() is None
-    assert text.share().full(WEB)
+    assert text.share().full(hash(WEB), WEB)
 
 
 @pytest.mark.kernel
