@@ -11,9 +11,14 @@ reboots: its parse taken from the cache the run before left (``--config-cache``,
 before the turns begin), and its table replayed from the datagrams that run kept beside it
 (``director.dataplane.replay``) before the rest of the director loads. A fourth is the
 director's first start with an empty state directory (``--config-cache`` in a folder emptied
-before each turn), as a box's first boot without the unit's ``ExecStartPre``: its file parsed
-by a child while it imports (``director.cli.ahead``). The first contender has no cache at all
+before each turn), as a box's first boot under the role's unit: its file parsed by a child
+while it imports (``director.cli.ahead``). The first contender has no cache at all
 (``--config-cache`` unset outside a unit): the file parsed in the process, after its imports.
+A fifth, ``unit``, is a reboot under the role's unit as systemd starts it: the commands of its
+``ExecStartPre=`` and ``ExecStart=`` lines, read from the role's template, one after the
+other, the clock started at the first one's exec, in a state directory the run before filled
+(``$STATE_DIRECTORY``). With ``--before``, ``unit_before`` is 0.4.25's unit, which ran
+``director check`` first, with the earlier code.
 
 Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``);
 ``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
@@ -33,6 +38,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -40,6 +46,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,13 +189,28 @@ def start_once(
     env: dict[str, str] | None = None,
     *,
     cwd: Path | None = None,
+    pre: Sequence[list[str]] = (),
 ) -> dict[str, Any]:
-    """Seconds from exec until the whole table is in a fresh namespace's kernel."""
+    """Seconds from exec until the whole table is in a fresh namespace's kernel: from the
+    exec of the first of ``pre`` (run one after the other, each to its end, as systemd runs
+    a unit's ``ExecStartPre=``; in the host's namespace, where a unit runs them) when any."""
     ns = Netns(f"start-{name}-{services}")
     ns.ip("link set lo up")
     want = (services, services * REAL_SERVERS)
     with log.open("ab") as out:
         started = time.monotonic()
+        for command in pre:
+            done = subprocess.run(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=cwd or (BOX if env else None),
+                check=False,
+            )
+            if done.returncode != 0:
+                ns.close()
+                raise SystemExit(f"{name}: {command[-3:]} exited {done.returncode}; see {log.name}")
         proc = subprocess.Popen(
             ["ip", "netns", "exec", ns.name, *argv],
             stdout=out,
@@ -219,6 +241,47 @@ def start_once(
             stop_group(proc)
             ns.close()
     return {"seconds": round(took, 3)}
+
+
+UNIT = REPO / "ansible/roles/director/templates/director.service.j2"
+# 0.4.25's unit had the file checked in a process of its own before every start.
+CHECK_FIRST = (
+    "ExecStartPre={{ director_install_dir }}/bin/director check --config "
+    "{{ director_config_dir }}/director.yaml"
+)
+
+
+def unit_commands(
+    director: list[str], config: Path, *, check_first: bool = False
+) -> list[list[str]]:
+    """What systemd runs to start the role's unit, in its order (every ``ExecStartPre=``,
+    then ``ExecStart=``), read from the role's template: the director as the box runs it,
+    ``config`` as its file. ``check_first``: with 0.4.25's check before it, if the template
+    has none."""
+    lines = [
+        line
+        for line in UNIT.read_text().splitlines()
+        if line.startswith(("ExecStartPre=", "ExecStart="))
+    ]
+    if check_first and not any(line.startswith("ExecStartPre=") for line in lines):
+        lines.insert(0, CHECK_FIRST)
+    lines.sort(key=lambda line: not line.startswith("ExecStartPre="))  # stable: pre first
+    commands = []
+    for line in lines:
+        text = line.split("=", 1)[1]
+        for var, value in (
+            ("{{ director_install_dir }}/bin/director", "@DIRECTOR@"),
+            ("{{ director_config_dir }}/director.yaml", str(config)),
+            ("{{ director_log_level }}", "info"),
+        ):
+            text = text.replace(var, value)
+        if "{" in text:
+            raise SystemExit(f"bench: the unit's line needs more than the bench renders: {line}")
+        argv = shlex.split(text)
+        if argv[0] != "@DIRECTOR@":
+            raise SystemExit(f"bench: the unit runs something other than the director: {line}")
+        commands.append([*director, *argv[1:]])
+    return commands
 
 
 def phases(log: Path) -> list[dict[str, float]]:
@@ -273,14 +336,33 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
         "before": box.before,
     }
     prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
-    runs: dict[str, list[float]] = {name: [] for name in argv if env[name] is not None}
+    # A reboot under the role's unit, as systemd starts it: its state directory holds what the
+    # run before kept (the parse, the table). "unit_before": 0.4.25's unit with the earlier
+    # code (--before), which checked the file in a process of its own first.
+    pres: dict[str, list[list[str]]] = {}
+    units = {"unit": (box.env, False), "unit_before": (box.before, True)}
+    for name, (unit_env, check_first) in units.items():
+        if unit_env is None:
+            continue
+        state = workdir / f"{name}-{services}"
+        shutil.rmtree(state, ignore_errors=True)
+        state.mkdir()
+        *pres[name], argv[name] = unit_commands(
+            box.director, director_file, check_first=check_first
+        )
+        env[name] = {**unit_env, "STATE_DIRECTORY": str(state)}
+        primer = [*director, "--config-cache", str(state / "config.cache")]
+        prime(primer, services, state / "config.cache", unit_env, workdir)
+    runs: dict[str, list[float]] = {name: [] for name in argv if env.get(name) is not None}
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
     for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
         for name, seconds in runs.items():
             if name == "first":  # an empty state directory, every turn
                 shutil.rmtree(workdir / "first", ignore_errors=True)
                 (workdir / "first").mkdir()
-            took = start_once(name, argv[name], services, logs[name], env[name])
+            took = start_once(
+                name, argv[name], services, logs[name], env[name], pre=pres.get(name, ())
+            )
             seconds.append(took["seconds"])
     out: dict[str, Any] = {"services": services, "real_servers": services * REAL_SERVERS}
     for name, values in runs.items():
@@ -293,8 +375,9 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
     out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
     out["ratio_restart"] = round(out["restart"]["median"] / out["keepalived"]["median"], 3)
     out["ratio_first"] = round(out["first"]["median"] / out["keepalived"]["median"], 3)
-    if "before" in out:
-        out["ratio_before"] = round(out["before"]["median"] / out["keepalived"]["median"], 3)
+    for name in ("before", "unit", "unit_before"):
+        if name in out:
+            out[f"ratio_{name}"] = round(out[name]["median"] / out["keepalived"]["median"], 3)
     return out
 
 
@@ -334,7 +417,7 @@ def _said(name: str, figures: dict[str, Any]) -> str:
     return f"{said} [{split}]" if split else said
 
 
-CONTENDERS = ("keepalived", "director", "first", "restart", "before")
+CONTENDERS = ("keepalived", "director", "first", "restart", "unit", "before", "unit_before")
 
 
 def main() -> None:
@@ -375,7 +458,13 @@ def main() -> None:
                 + ", ".join(_said(name, row[name]) for name in CONTENDERS if name in row)
                 + f" (ratio {row['ratio']}; restart {row['ratio_restart']}"
                 + f"; first with a state directory {row['ratio_first']}"
+                + f"; a reboot under the unit {row['ratio_unit']}"
                 + (f"; before {row['ratio_before']}" if "ratio_before" in row else "")
+                + (
+                    f"; 0.4.25's unit {row['ratio_unit_before']}"
+                    if "ratio_unit_before" in row
+                    else ""
+                )
                 + ")",
                 flush=True,
             )

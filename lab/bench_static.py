@@ -8,8 +8,8 @@ director's after its first periodic resync (the whole table read back) and two s
 more after an operator's first request of the admin API, which loads its Flask app), and
 again with nothing but the file (no ``api:``: no scrape). Each director starts as on a box's first
 boot: its state directory empty (``--config-cache`` in a new folder), so its file is parsed
-by a child while it imports (``director.cli.ahead``), as the unit's ``ExecStartPre`` would
-have parsed it into the cache; ``--in-process`` parses it in the director itself
+by a child while it imports (``director.cli.ahead``), as under the role's unit;
+``--in-process`` parses it in the director itself
 (``--config-cache ''``), as 0.4.8 measured.
 
     python -m lab.vm run lab.bench_static --memory 4G -- --services 1000 5000

@@ -7,7 +7,6 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from director.cli.plans import EXIT_CONFIG
@@ -16,25 +15,6 @@ if TYPE_CHECKING:
     from director.schema.config import ConfigError, KubeSettings, Settings
 
 _log = logging.getLogger("director.cli")
-
-
-def _checked_file(path: str, load: Callable[[str], Settings]) -> Settings:
-    """The file check validates: parsed, or (in a unit with a state directory: the unit's
-    ExecStartPre) taken from the cache when the cache holds this very file, which is
-    then kept there for the start that follows."""
-    from director.schema.stamp import default_cache
-
-    found = default_cache()
-    if found is None:  # run by hand: the parse alone (no cache, no reader's memory)
-        return load(path)
-    from pathlib import Path
-
-    from director.schema.reparse import Reparser
-
-    cache, reader = Path(found), Reparser()
-    settings = reader.load(path, cache)
-    reader.save(cache)
-    return settings
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -93,7 +73,7 @@ def _check(args: argparse.Namespace, report: dict[str, Any]) -> int:
         return _refuse(args, report, "--clusters checks the clusters of --config: give it")
     settings: Settings | None = None
     if args.config is not None:
-        settings = _checked_file(args.config, load_config)
+        settings = load_config(args.config)  # parsed afresh: a check writes nothing
         from director.cli.preflight import preflight
 
         problems, notes = preflight(settings, host=not args.offline)

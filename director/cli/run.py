@@ -188,10 +188,10 @@ def _table_keeper(
     """What keeps a static box's table for its next start's replay (``table.cache`` beside
     the parse's, :mod:`director.dataplane.replay`): once the first sync is applied, the
     static services as programmed then, planned from an empty kernel and encoded on a thread
-    of its own, with the API's intents file as it was (a replay needs it unchanged); nothing
-    when the cache already holds this file's. Not kept: a box with the cluster's Services
-    (its table is not the file's alone), a full-NAT service (its SNAT rule must be in force
-    first), a shadow (it writes nothing), no cache."""
+    of its own, with the API's files as they were (the intents, the token, the TLS pair: a
+    replay needs them unchanged); nothing when the cache already holds this file's. Not
+    kept: a box with the cluster's Services (its table is not the file's alone), a full-NAT
+    service (its SNAT rule must be in force first), a shadow (it writes nothing), no cache."""
     import threading
 
     from director.dataplane.kernel import KernelIpvs
@@ -210,8 +210,17 @@ def _table_keeper(
             for key, vs in table.desired.items()
             if table.owner.get(key) == STATIC and key not in settings.static_snat
         }
-        # The intents the first sync applied, as they are now (an API call is the loop's).
-        depends = {api.intents_file: digest(api.intents_file)} if api is not None else {}
+        # The intents the first sync applied, as they are now (an API call is the loop's), and
+        # the files the start read and would refuse: the token, the TLS pair. A replay runs
+        # before they are read again; as they were, they pass again.
+        files = (
+            [api.intents_file, api.token_file, api.tls_cert, api.tls_key] if api is not None else []
+        )
+        try:
+            depends = {name: digest(name) for name in files if name}
+        except OSError as exc:  # unreadable now: no table kept, the start reads them anew
+            logs.event(_log, "table.not_kept", level=logging.WARNING, reason=str(exc))
+            return
         key = reader.last_key()
         if key is not None:
             threading.Thread(

@@ -163,10 +163,12 @@ def test_director_run_keeps_its_parse_in_the_units_state_directory(tmp_path: Pat
     assert "event=config.cache_ignored" in third and "the file or the code changed" in third
 
 
-def test_the_units_check_before_a_start_parses_once_for_both(tmp_path: Path) -> None:
-    """The unit's ExecStartPre (director check, in the same state directory) leaves its parse
-    for the start that follows: a start after an edit pays one parse, not two; an invalid
-    file is refused by the check with its line, whatever the cache holds."""
+def test_a_check_in_the_units_state_directory_writes_nothing_and_refuses_with_the_line(
+    tmp_path: Path,
+) -> None:
+    """`director check` validates; it never writes the box's state, even run where the unit's
+    would be (systemd's $STATE_DIRECTORY): the start that follows parses and keeps its own,
+    and an invalid file is refused with its line, whatever the cache holds."""
     config, state = tmp_path / "director.yaml", tmp_path / "state"
     state.mkdir()
     config.write_text(services(4))
@@ -174,8 +176,9 @@ def test_the_units_check_before_a_start_parses_once_for_both(tmp_path: Path) -> 
     check = [sys.executable, "-m", "director", "check", "--offline", "--config", str(config)]
     done = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    assert (state / "config.cache").exists()
-    assert "event=config.cache_used" in _run_until(config, state, "event=startup.timing")
+    assert list(state.iterdir()) == []
+    started = _run_until(config, state, "event=config.cache_saved")
+    assert "event=config.cache_used" not in started and (state / "config.cache").exists()
     config.write_text(services(4).replace("port: 80\n", "port: 99999\n", 1))
     done = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 2 and f"{config}:6: services[0].port" in done.stderr, done.stderr

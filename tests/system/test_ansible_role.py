@@ -352,6 +352,10 @@ def test_unit_is_valid_hardened_and_enabled(applied: tuple[Run, Run, Run]) -> No
     assert not [line for line in text.splitlines() if line.startswith("RestrictRealtime=")]
     assert "ProtectSystem=strict" in text and "StateDirectory=director" in text
     assert "LimitNOFILE=65536" in text  # not the default soft limit of 1,024
+    # A start, a reboot's too, is one Python process: `director run` refuses a bad file itself
+    # (the role checked it before installing it), with no `director check` before it.
+    starts = [line for line in text.splitlines() if line.startswith("ExecStart")]
+    assert len(starts) == 1 and " run --config /etc/director/director.yaml" in starts[0], starts
     verify = chroot(
         "systemd-analyze", "verify", "/etc/systemd/system/director.service", check=False
     )

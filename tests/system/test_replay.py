@@ -218,3 +218,32 @@ def test_a_box_with_the_api_replays_only_with_its_intents_as_they_were(
     assert f"{intents} changed since it was kept" in third.said("startup.replay")
     assert len(table(third.ns.name)) == 7  # the first sync built it
     third.stop()
+
+
+def test_a_box_whose_token_went_bad_replays_nothing_and_refuses_to_start(
+    tmp_path: Path, starts: list[Start]
+) -> None:
+    """A reboot after the admin token was spoiled: the start refuses it (the unit runs no
+    check before it), and the replay, which runs before the token is read, must not have
+    put the table in first: the kernel stays empty, as it would have under a check."""
+    token, intents = tmp_path / "token", tmp_path / "intents.json"
+    token.write_text("a-token-of-some-thirty-two-chars\n")
+    token.chmod(0o600)
+    (tmp_path / "d.yaml").write_text(
+        config_text(4)
+        + f"api: {{listen: '127.0.0.1:19182', token_file: {token}, intents_file: {intents}}}\n"
+    )
+    first, kept = started(tmp_path, starts, "replay-tok1", "table.kept")
+    assert "services=7" in kept
+    first.stop()
+    token.write_text("short\n")
+    second = Start(tmp_path, "replay-tok2")
+    starts.append(second)
+    second.run()
+    assert second.proc is not None
+    code = second.proc.wait(120)
+    second.proc = None
+    assert code != 0, second.text()[-3000:]
+    assert f"{token} changed since it was kept" in second.said("startup.replay")
+    assert "at least 16 characters" in second.text(), second.text()[-3000:]
+    assert table(second.ns.name) == {}
