@@ -192,18 +192,25 @@ def test_full_nat_services_are_never_replayed(tmp_path: Path, starts: list[Start
     second.stop()
 
 
+def api_box(tmp: Path, port: int) -> tuple[Path, Path]:
+    """A file of four services (seven with the extra shapes) and ``api:`` on ``port``: its
+    token and intents files."""
+    token, intents = tmp / "token", tmp / "intents.json"
+    token.write_text("a-token-of-some-thirty-two-chars\n")
+    token.chmod(0o600)
+    (tmp / "d.yaml").write_text(
+        config_text(4)
+        + f"api: {{listen: '127.0.0.1:{port}', token_file: {token}, intents_file: {intents}}}\n"
+    )
+    return token, intents
+
+
 def test_a_box_with_the_api_replays_only_with_its_intents_as_they_were(
     tmp_path: Path, starts: list[Start]
 ) -> None:
     """A drain or a maintenance set through the API since the table was kept changes what
     the first sync must build: the replay leaves it to the first sync."""
-    token, intents = tmp_path / "token", tmp_path / "intents.json"
-    token.write_text("a-token-of-some-thirty-two-chars\n")
-    token.chmod(0o600)
-    (tmp_path / "d.yaml").write_text(
-        config_text(4)
-        + f"api: {{listen: '127.0.0.1:19181', token_file: {token}, intents_file: {intents}}}\n"
-    )
+    _, intents = api_box(tmp_path, 19181)
     first, kept = started(tmp_path, starts, "replay-api1", "table.kept")
     assert "services=7" in kept
     first.stop()
@@ -226,13 +233,7 @@ def test_a_box_whose_token_went_bad_replays_nothing_and_refuses_to_start(
     """A reboot after the admin token was spoiled: the start refuses it (the unit runs no
     check before it), and the replay, which runs before the token is read, must not have
     put the table in first: the kernel stays empty, as it would have under a check."""
-    token, intents = tmp_path / "token", tmp_path / "intents.json"
-    token.write_text("a-token-of-some-thirty-two-chars\n")
-    token.chmod(0o600)
-    (tmp_path / "d.yaml").write_text(
-        config_text(4)
-        + f"api: {{listen: '127.0.0.1:19182', token_file: {token}, intents_file: {intents}}}\n"
-    )
+    token, _ = api_box(tmp_path, 19182)
     first, kept = started(tmp_path, starts, "replay-tok1", "table.kept")
     assert "services=7" in kept
     first.stop()
