@@ -190,7 +190,8 @@ def test_a_list_the_server_refuses_is_retried_with_the_credentials_of_then(site:
     site.a.rotate_token("rotated")
     site.a.hold_lists(False)
     eventually(lambda: "401" in (watcher.last_error or ""), what="the next page's 401")
-    assert health.connected.get("a/services") is False
+    # the watcher's DISCONNECTED reaches the health the controller keeps on its own thread
+    eventually(lambda: health.connected.get("a/services") is False, what="a/services down")
     eventually(lambda: watcher.pid is None and watcher._sock is None, what="its list done with")
     lists = watcher.lists
     site.a.kubeconfig(site.kubeconfig_a)  # the rotation reaches the box's file
