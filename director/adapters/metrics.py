@@ -101,6 +101,30 @@ class DirectorCollector:
         yield self._dropped(view)
         yield from self._state(view)
         yield from self._owned()
+        yield from self._reads()
+
+    def _reads(self) -> Iterator[Metric]:
+        """How the resyncs read the table back (``director.dataplane.proctext``)."""
+        counts = self.loop.ipvs.reads
+        read = CounterMetricFamily(
+            "director_resync_services_read",
+            "Virtual services the resyncs read back, by how their real servers were read: "
+            'through netlink (read="netlink"), or taken as the resync before read them '
+            'because the kernel\'s text (/proc/net/ip_vs) shows them unchanged (read="text"; '
+            "only past 1,000 services).",
+            labels=["read"],
+        )
+        read.add_metric(["netlink"], counts.netlink)
+        read.add_metric(["text"], counts.text)
+        yield read
+        yield GaugeMetricFamily(
+            "director_resync_shares",
+            "The shares the resyncs read the table in, as of the last one: each virtual "
+            "service's real servers are read through netlink at least once in this many "
+            "resyncs, so a change the kernel's text does not show (a threshold set by hand) "
+            "is repaired within as many. 1: each resync reads them all.",
+            value=counts.parts,
+        )
 
     def _owned(self) -> Iterator[Metric]:
         """Each owned resource (read from the ledger: its keepers run on other threads)."""

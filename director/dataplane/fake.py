@@ -34,7 +34,7 @@ from director.core.services import (
     read_back,
 )
 from director.dataplane.interface import ApplyResult, OpError, error_message, scheduler_refusals
-from director.dataplane.proctext import Rotation, prefix_of, service_text
+from director.dataplane.proctext import ReadCounts, Rotation, prefix_of, service_text
 
 
 class FakeIpvs:
@@ -107,15 +107,18 @@ class FakeIpvs:
         share = rotation.plan(marks)
         settled, now = self._settled, {}
         out = []
+        texted = 0
         for key, vs in self._table.items():
             kept = settled.get(key)
             seen = vs
-            if kept is not None and kept is not vs.real_servers and not share.full(hash(key), key):
-                seen = VirtualService(key, vs.config, kept)
+            if kept is not None and not share.full(hash(key), key):
+                texted += 1
+                if kept is not vs.real_servers:
+                    seen = VirtualService(key, vs.config, kept)
             out.append((key, seen))
             now[key] = seen.real_servers
         self._settled = now
-        rotation.done(len(out))
+        rotation.done(len(out), texted)
         return out
 
     def read_counters(self) -> Counters:
@@ -148,6 +151,10 @@ class FakeIpvs:
 
     def schedulers(self) -> frozenset[str]:
         return self._schedulers
+
+    @property
+    def reads(self) -> ReadCounts:
+        return self._rotation.counts
 
     def close(self) -> None:
         pass

@@ -19,6 +19,7 @@ from director.core.errors import DirectorError
 from director.core.model import DestKey, Forwarding, ServiceKey
 from director.core.services import DestState, KernelTable, Op, OpKind, VirtualService
 from director.dataplane.flags import config_bits
+from director.dataplane.proctext import ReadCounts
 
 
 class IpvsUnavailable(DirectorError, RuntimeError):
@@ -83,6 +84,14 @@ class Ipvs(Protocol):
 
     def schedulers(self) -> frozenset[str]:
         """Schedulers this kernel offers (loaded or loadable)."""
+        ...
+
+    @property
+    def reads(self) -> ReadCounts:
+        """What the reads of the whole table without counters (a resync's) have done: the
+        services whose real servers were read through netlink, those the kernel's text
+        vouched for (``director.dataplane.proctext``), and the resyncs within which each is
+        read through netlink. Updated by the reading thread; read by a scrape's."""
         ...
 
     def close(self) -> None: ...

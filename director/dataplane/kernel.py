@@ -58,6 +58,7 @@ from director.dataplane.layouts import (
 from director.dataplane.modules import UNAVAILABLE, load_module, offered_schedulers, resolve_family
 from director.dataplane.netlink import NLA, NLA_TYPE_MASK, pack_nla, parse_attrs
 from director.dataplane.netns import in_netns
+from director.dataplane.proctext import ReadCounts
 from director.dataplane.replies import DestReplies, dest_request_of
 from director.dataplane.tabletext import TableText
 from director.logs import event
@@ -108,6 +109,10 @@ class KernelIpvs:
                     "programming IPVS needs root (CAP_NET_ADMIN); run director as root"
                 ) from None
             raise IpvsUnavailable(f"{UNAVAILABLE} ({exc})") from None
+
+    @property
+    def reads(self) -> ReadCounts:
+        return self._text.rotation.counts
 
     def close(self) -> None:
         self._genl.close()
@@ -262,12 +267,14 @@ class KernelIpvs:
         share = self._text.share()  # read before anything it vouches for
         settled: dict[ServiceKey, tuple[int, Dests]] = self._settled
         now: dict[ServiceKey, tuple[int, Dests]] = {}
+        texted = 0
         for message in self._service_messages():
             key, config, _counts = self._service(*message)
             kept = settled.get(key)
             if kept is not None and not share.full(kept[0], key):
                 vs = table.services[key] = read_back(key, config, kept[1], known)
                 now[key] = (kept[0], Dests.of(vs.real_servers))  # the table's own object
+                texted += 1
                 continue
             salt = hash(key)  # mixed into the mark: services alike fall in different shares
             request = dest_request_of(*message)
@@ -284,7 +291,7 @@ class KernelIpvs:
             if mark is not None:  # the table's own object (the same, in the same order)
                 now[vs.key] = (mark ^ salt, Dests.of(vs.real_servers))
         self._settled = now  # services gone since are forgotten
-        self._text.rotation.done(len(table.services))
+        self._text.rotation.done(len(table.services), texted)
 
     @_serialised
     def read_counters(self) -> Counters:

@@ -10,7 +10,9 @@ keeps the real servers netlink read then, and each resync still reads a share of
 services in full (``Rotation``), by their key, so that what the text cannot show is read
 back within ``PARTS`` resyncs. A service the director changes itself is read in full at the
 next resync (the adapter forgets what it read of it). A table of up to ``SHARE`` services
-is read in full every time: the text is not read at all.
+is read in full every time: the text is not read at all, but at a process's first read
+(which cannot know the size yet). ``ReadCounts`` says what the reads did (the metrics'
+``director_resync_services_read_total`` and ``director_resync_shares``).
 
 The text, as ``ip_vs_info_seq_show`` (net/netfilter/ipvs/ip_vs_ctl.c) prints it::
 
@@ -29,10 +31,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from director.core.model import ONEPACKET, Family, Forwarding, IpProtocol, ServiceKey
 from director.core.services import VirtualService
@@ -44,6 +48,7 @@ HZ = 250  # Debian's kernels (CONFIG_HZ): the text prints a persistence timeout 
 
 _SERVICES = re.compile(rb"\n(?=[^ ])")  # a service's line starts at the line's start
 _PROTOCOLS = {IpProtocol.TCP: b"TCP", IpProtocol.UDP: b"UDP", IpProtocol.SCTP: b"SCTP"}
+_NAMED = {name: protocol for protocol, name in _PROTOCOLS.items()}
 _FORWARDING = {Forwarding.LOCAL: b"Local", Forwarding.TUN: b"Tunnel", Forwarding.DR: b"Route"}
 HEADINGS = (
     b"IP Virtual Server version 1.2.1 (size=4096)\n"
@@ -111,8 +116,9 @@ def _marked(data: bytes, start: int, ends: list[int]) -> Iterator[tuple[bytes, i
 
 
 def _prefix_of_line(line: bytes) -> bytes:
-    """``TCP  C6120001:0050 wlc`` -> ``TCP  C6120001:0050``."""
-    end = line.find(b" ", 5)
+    """``TCP  C6120001:0050 wlc`` -> ``TCP  C6120001:0050`` (and ``SCTP  ...``: the two
+    spaces after the protocol's name, however long, then the address up to the next)."""
+    end = line.find(b" ", line.find(b"  ") + 2)
     return line if end < 0 else line[:end]
 
 
@@ -143,22 +149,41 @@ def _settled_lines(text: bytes, start: int, end: int) -> tuple[bytes, ...]:
     return tuple(line[:-COUNTS] for line in text[start:end].split(b"\n"))
 
 
+@dataclass(slots=True)
+class ReadCounts:
+    """What the resyncs' reads of the whole table have done since the adapter opened: the
+    services whose real servers were read through netlink, and those the kernel's text
+    showed unchanged, taken as the read before had them; and, as of the last read, in how
+    many resyncs every service's real servers are read through netlink at least once (1: in
+    each; past ``SHARE`` services, up to ``PARTS``)."""
+
+    netlink: int = 0
+    text: int = 0
+    parts: int = 1
+
+
 class Rotation:
     """Which services' real servers each resync reads in full through netlink."""
 
     def __init__(self) -> None:
+        self.counts = ReadCounts()
         self.before: array[int] | None = None  # the marks of the last resync's text
         self.turn = 0
         self.size = 0  # services the last read found, and those added since
+        self.read = False  # whether a read has ended (and told the table's size)
 
     def wants_text(self) -> bool:
-        """A small table is read in full every time, its text not read at all."""
-        return self.size > SHARE
+        """A small table is read in full every time, its text not read at all. A process's
+        first read, which cannot know the table's size, reads the text: a director started
+        on a big table (a restart, a replay) compares its second read with it, where it
+        would otherwise read the whole table in full twice."""
+        return self.size > SHARE or not self.read
 
     def plan(self, marks: Iterable[tuple[bytes, int]] | None) -> Share:
         """Start a resync with the marks of the kernel's text (``marks_of``), read before
         anything else; None: no text (a small table, or none to read), all in full."""
         self.turn += 1
+        self.counts.parts = 1
         if marks is None:
             self.before = None
             return Share(None, 1, 0)
@@ -167,21 +192,27 @@ class Rotation:
         changed: set[bytes] = set()
         for prefix, mark in marks:
             now.append(mark)
-            if seen is None or mark not in seen:
+            if seen is not None and mark not in seen:
                 changed.add(prefix)
         parts = max(1, min(PARTS, -(-len(now) // SHARE)))
         if parts == 1:
             self.before = None
             return Share(None, 1, 0)
         self.before = now
-        return Share(changed, parts, self.turn % parts)
+        self.counts.parts = parts
+        keys = None if seen is None else changed_keys(changed)  # None: nothing to compare with
+        return Share(keys, parts, self.turn % parts)
 
     def added(self, services: int) -> None:
         self.size += services
 
-    def done(self, services: int) -> None:
-        """A read ended, having found ``services``."""
+    def done(self, services: int, kept: int) -> None:
+        """A read ended, having found ``services``, of which it took ``kept`` as the read
+        before had them (the rest read through netlink)."""
         self.size = services
+        self.read = True
+        self.counts.netlink += services - kept
+        self.counts.text += kept
 
     def forget(self) -> None:
         """A read that failed part way: the next reads every service in full."""
@@ -194,8 +225,8 @@ class Share:
 
     __slots__ = ("changed", "parts", "turn")
 
-    def __init__(self, changed: set[bytes] | None, parts: int, turn: int) -> None:
-        self.changed = changed  # None: every service in full
+    def __init__(self, changed: set[ServiceKey] | None, parts: int, turn: int) -> None:
+        self.changed = changed  # the services whose text changed; None: every one in full
         self.parts = parts
         self.turn = turn  # the services whose number is it (modulo parts) are read in full
 
@@ -205,9 +236,43 @@ class Share:
         ``parts`` resyncs (the kernel adapter's is its reply's mark mixed with its key's
         hash, which spreads services with the same real servers over the shares)."""
         changed = self.changed
-        if changed is None or number % self.parts == self.turn:
-            return True
-        return bool(changed) and prefix_of(key) in changed
+        return changed is None or number % self.parts == self.turn or key in changed
+
+
+def changed_keys(prefixes: Iterable[bytes]) -> set[ServiceKey] | None:
+    """The keys of the services the text ``prefixes`` begin (``prefix_of``'s inverse; a
+    firewall mark's, both families'), each address as the kernel adapter reads it
+    (``socket.inet_ntop``). None, every service read in full, if one cannot be read back:
+    a change is never missed for want of a name. Only the changed few are read back: a
+    resync tests each service it would skip against a set of keys, never formats its
+    prefix (28 ms at 10,000 services, natively, against 1 ms)."""
+    keys: set[ServiceKey] = set()
+    for prefix in prefixes:
+        found = _keys_of(prefix)
+        if found is None:
+            return None
+        keys.update(found)
+    return keys
+
+
+def _keys_of(prefix: bytes) -> tuple[ServiceKey, ...] | None:
+    name, sep, endpoint = prefix.partition(b"  ")
+    try:
+        if name == b"FWM":
+            mark = int(endpoint, 16)
+            return (ServiceKey.mark(Family.INET, mark), ServiceKey.mark(Family.INET6, mark))
+        protocol = _NAMED.get(name)
+        if protocol is None or not sep:
+            return None
+        address, _colon, port = endpoint.rpartition(b":")
+        if address.startswith(b"["):
+            packed = ipaddress.IPv6Address(address[1:-1].decode()).packed
+            text = socket.inet_ntop(socket.AF_INET6, packed)
+        else:
+            text = socket.inet_ntop(socket.AF_INET, int(address, 16).to_bytes(4, "big"))
+        return (ServiceKey.inet(protocol, text, int(port, 16)),)
+    except (ValueError, OverflowError, UnicodeDecodeError):
+        return None
 
 
 def prefix_of(key: ServiceKey) -> bytes:

@@ -175,3 +175,52 @@ def test_a_scrape_of_a_big_table_leaves_the_director_the_size_it_was() -> None:
     assert grown < 12, f"a {len(text) / 1e6:.0f} MB scrape left the process {grown:.1f} MiB bigger"
     # Once it can serve no more, not even the gzip is held until the next scrape.
     eventually(lambda: scrape._gzipped == b"", timeout=10, what="the scrape let go")
+
+
+def test_a_big_tables_resync_says_how_much_the_kernels_text_vouched_for() -> None:
+    """Past 1,000 services a resync reads a share of the real servers through netlink and
+    takes the rest as the resync before read them, the kernel's text showing them unchanged.
+    The scrape says how many of each, and in how many resyncs every service is read (how
+    long a threshold set by hand may stand)."""
+    from director.adapters.metrics import DirectorCollector
+    from director.adapters.promtext import generate_latest
+    from director.core.model import RealServer, ServiceConfig
+    from director.core.services import Op, OpKind
+    from director.engine.loop import Controller
+    from director.schema.config import parse_config
+    from tests.weblab import STATIC
+
+    ipvs = FakeIpvs()
+    others = [ServiceKey.inet(Protocol.TCP, "203.0.113.1", port) for port in range(1, 1501)]
+    ops = []
+    for key in others:  # another tool's services, outside the director's networks
+        ops += [
+            Op(OpKind.ADD_SERVICE, key, config=ServiceConfig("rr")),
+            Op(OpKind.ADD_DEST, key, dest=RealServer("192.0.2.50", key.port)),
+        ]
+    assert ipvs.elsewhere().apply(ops).ok
+    controller = Controller(ipvs, parse_config(STATIC, "static.yaml"))
+    registry = CollectorRegistry()
+    registry.register(DirectorCollector(controller.door()))
+
+    def figures() -> dict[str, float]:
+        text = generate_latest(registry).decode()
+        return {
+            s.name + "".join(s.labels.values()): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith("director_resync_s")
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    eventually(lambda: controller.step(0.01) or controller.health.synced, what="first sync")
+    before = figures()
+    assert before["director_resync_services_read_totaltext"] == 0, "nothing read before"
+    controller.programmer.full_resync()
+    after = figures()
+    netlink = after["director_resync_services_read_totalnetlink"]
+    netlink -= before["director_resync_services_read_totalnetlink"]
+    text = after["director_resync_services_read_totaltext"]
+    assert netlink + text == len(others) + 2  # every service: web and dns, and the others
+    assert text > len(others) / 4, "about half vouched for by the text"
+    assert after["director_resync_shares"] == 2  # 1,502 services: two shares of 1,000 at most

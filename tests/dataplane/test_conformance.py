@@ -455,12 +455,16 @@ def test_a_big_tables_changes_made_elsewhere_are_read_back_at_once_or_within_the
     keys = [
         ServiceKey.inet(Protocol.TCP, f"198.18.{i // 250}.{i % 250 + 1}", 80) for i in range(count)
     ]
+    six = RealServer("2001:db8::11", 53)
     ops = []
     for key in keys:
         ops += [add(key), dest(OpKind.ADD_DEST, key, A)]
+    for key in (SCTP, MARK4):  # every kind of line the text begins a service with
+        ops += [add(key), dest(OpKind.ADD_DEST, key, A)]
+    ops += [add(DNS6, RR6), dest(OpKind.ADD_DEST, DNS6, six)]
     assert ipvs.apply(ops).ok
-    for _ in range(2):  # the first reads all, the second its text too: the baseline
-        assert len(ipvs.read().services) == count
+    for _ in range(2):  # the baseline: the first reads all (and the text), the second a share
+        assert len(ipvs.read().services) == count + 3
     other = _elsewhere(ipvs)
     try:
         weighted, limited = keys[5], keys[9]
@@ -468,6 +472,8 @@ def test_a_big_tables_changes_made_elsewhere_are_read_back_at_once_or_within_the
             [
                 dest(OpKind.SET_DEST, weighted, A._replace(weight=7)),
                 dest(OpKind.SET_DEST, limited, A._replace(upper_threshold=50)),
+                *(dest(OpKind.SET_DEST, key, A._replace(weight=4)) for key in (SCTP, MARK4)),
+                dest(OpKind.SET_DEST, DNS6, six._replace(weight=4)),
             ]
         ).ok
     finally:
@@ -475,11 +481,44 @@ def test_a_big_tables_changes_made_elsewhere_are_read_back_at_once_or_within_the
             other.close()
     reads = [ipvs.read().services for _ in range(-(-count // SHARE))]
     assert reads[0][weighted].real_servers[A.key].weight == 7
+    assert reads[0][SCTP].real_servers[A.key].weight == 4, "an SCTP service's text read too"
+    assert reads[0][MARK4].real_servers[A.key].weight == 4
+    assert reads[0][DNS6].real_servers[six.key].weight == 4
     assert any(r[limited].real_servers[A.key].upper_threshold == 50 for r in reads)
     assert reads[-1][limited].real_servers[A.key].upper_threshold == 50
     own = keys[11]
     assert ipvs.apply([dest(OpKind.SET_DEST, own, A._replace(upper_threshold=60))]).ok
     assert ipvs.read().services[own].real_servers[A.key].upper_threshold == 60
+
+
+def test_a_director_started_on_a_big_table_reads_only_a_share_at_its_second_read(
+    ipvs: Ipvs,
+) -> None:
+    """A restart (or a replay by another process) finds a big table it did not write: its
+    first read reads every service through netlink, and the kernel's text with it, so the
+    second read takes what the text shows unchanged as the first read had it; ``reads``
+    counts both."""
+    from director.dataplane.proctext import SHARE
+
+    count = SHARE * 2 + 500
+    ops = []
+    for i in range(count):
+        key = ServiceKey.inet(Protocol.TCP, f"198.18.{i // 250}.{i % 250 + 1}", 80)
+        ops += [add(key), dest(OpKind.ADD_DEST, key, A)]
+    assert ipvs.apply(ops).ok
+    restarted = _elsewhere(ipvs)  # the new process's handle: it wrote none of it
+    try:
+        assert len(restarted.read().services) == count
+        first = (restarted.reads.netlink, restarted.reads.text)
+        second = restarted.read().services
+        assert second[ServiceKey.inet(Protocol.TCP, "198.18.0.1", 80)].real_servers == {A.key: A}
+        counts = restarted.reads
+    finally:
+        if restarted is not ipvs:
+            restarted.close()
+    assert first == (count, 0), "nothing read before: every service through netlink"
+    assert counts.parts == 3 and counts.netlink + counts.text == 2 * count
+    assert count / 2 < counts.text < count, "about two thirds vouched for by the text"
 
 
 @pytest.mark.kernel

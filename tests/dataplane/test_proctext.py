@@ -13,6 +13,7 @@ from director.core.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,
+    canonical_address,
 )
 from director.core.services import VirtualService
 from director.dataplane.proctext import (
@@ -20,6 +21,7 @@ from director.dataplane.proctext import (
     SHARE,
     Rotation,
     block_marks,
+    changed_keys,
     marks_of,
     prefix_of,
     render,
@@ -140,7 +142,7 @@ def table(n: int) -> list[VirtualService]:
 
 def test_a_small_table_is_read_in_full_every_time() -> None:
     rotation = Rotation()
-    rotation.done(SHARE)
+    rotation.done(SHARE, 0)
     assert not rotation.wants_text()
     share = rotation.plan(None)
     assert all(share.full(hash(vs.key), vs.key) for vs in table(10))
@@ -172,7 +174,7 @@ def test_a_service_whose_text_changed_is_read_in_full_at_once() -> None:
     services[1234] = service(changed.key, A._replace(weight=9))
     share = rotation.plan(block_marks(render(services)))
     assert share.full(hash(changed.key), changed.key)
-    assert share.changed == {prefix_of(changed.key)}
+    assert share.changed == {changed.key}
     rotation.forget()  # a read that failed part way
     after = rotation.plan(block_marks(render(services)))
     assert all(after.full(hash(vs.key), vs.key) for vs in services)
@@ -190,3 +192,31 @@ def test_the_text_read_in_chunks_is_marked_as_the_whole(cuts: list[int]) -> None
     chunks = [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
     assert list(marks_of(c for c in chunks if c)) == block_marks(text)
     assert list(marks_of([render([])])) == []
+
+
+_KEYS = st.one_of(
+    st.builds(
+        ServiceKey.inet,
+        st.sampled_from(list(Protocol)),
+        st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(
+            lambda a: canonical_address(str(a))
+        ),
+        st.integers(0, 65535),
+    ),
+    st.builds(ServiceKey.mark, st.sampled_from(list(Family)), st.integers(1, 2**32 - 1)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_KEYS, min_size=1, max_size=5, unique=True))
+def test_a_changed_services_line_names_its_key(keys: list[ServiceKey]) -> None:
+    """Whatever the protocol's name (SCTP's is four letters, TCP's three), the family, the
+    address (IPv4-mapped, zero) or the mark: the text's line of a service begins
+    with its key's prefix, and a changed line names the key back, as the kernel adapter
+    reads it, so the service is read in full at the next resync."""
+    text = render([service(key) for key in keys])
+    prefixes = [prefix for prefix, _mark in block_marks(text)]
+    assert prefixes == [prefix_of(key) for key in keys]
+    named = changed_keys(prefixes)
+    assert named is not None and set(keys) <= named
+    assert len(named) <= 2 * len(keys)  # a firewall mark names its two families' keys

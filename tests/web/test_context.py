@@ -35,10 +35,10 @@ class Loop:
 class Counting(FakeIpvs):
     def __init__(self) -> None:
         super().__init__()
-        self.reads = 0
+        self.stat_reads = 0
 
     def read(self, stats: bool = False):  # type: ignore[no-untyped-def]
-        self.reads += 1
+        self.stat_reads += 1
         return super().read(stats=stats)
 
 
@@ -54,10 +54,10 @@ def test_the_counters_are_read_once_a_second_whatever_the_request_rate(clock: li
     ctx = ApiContext(Loop(), ipvs, None, None)  # type: ignore[arg-type]
     first = ctx.counters()
     clock[0] += 0.9
-    assert ctx.counters() is first and ipvs.reads == 1
+    assert ctx.counters() is first and ipvs.stat_reads == 1
     clock[0] += 0.2
     ctx.counters()
-    assert ipvs.reads == 2
+    assert ipvs.stat_reads == 2
 
 
 def drain() -> AddDrain:
