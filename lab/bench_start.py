@@ -17,8 +17,12 @@ while it imports (``director.cli.ahead``). The first contender has no cache at a
 A fifth, ``unit``, is a reboot under the role's unit as systemd starts it: the commands of its
 ``ExecStartPre=`` and ``ExecStart=`` lines, read from the role's template, one after the
 other, the clock started at the first one's exec, in a state directory the run before filled
-(``$STATE_DIRECTORY``). With ``--before``, ``unit_before`` is 0.4.25's unit, which ran
-``director check`` first, with the earlier code.
+(``$STATE_DIRECTORY``). ``unit_reloaded`` is the same after a reload: the state directory
+as a run left it once it had read a changed file (SIGHUP) and served it (before 0.4.28 its
+table was kept only at the first sync, so this reboot replayed nothing). With ``--before``,
+``unit_before`` and ``unit_reloaded_before`` are those two with the earlier code (and with
+``--before-checks-first``, ``unit_before`` runs ``director check`` first, as 0.4.25's unit
+did).
 
 Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``);
 ``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
@@ -40,13 +44,14 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +63,7 @@ from lab.wait import stop_group
 REPEAT = 3
 TIMEOUT = 900.0
 POLL = 0.05
+RELOAD_SETTLE = 60.0  # seconds a reload's table may take to be kept (none before 0.4.28)
 REPO = Path(__file__).resolve().parent.parent
 BOX = Path("/dev/shm/bench-start-box")
 
@@ -307,7 +313,9 @@ def warm_up(services: int, workdir: Path, code: Path | None = None) -> tuple[lis
     return [Path(line) for line in loaded.read_text().splitlines()], seconds
 
 
-def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, Any]:
+def measure(
+    services: int, workdir: Path, repeat: int, box: Box, *, before_checks_first: bool = False
+) -> dict[str, Any]:
     director_file, keepalived_file = write_tables(services, workdir)
     director = [*box.director, "run", "--config", str(director_file)]
     argv = {
@@ -337,10 +345,11 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
     }
     prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
     # A reboot under the role's unit, as systemd starts it: its state directory holds what the
-    # run before kept (the parse, the table). "unit_before": 0.4.25's unit with the earlier
-    # code (--before), which checked the file in a process of its own first.
+    # run before kept (the parse, the table). "unit_before": the unit with the earlier
+    # code (--before); with --before-checks-first, the file checked in a process of its own
+    # first, as 0.4.25's unit did.
     pres: dict[str, list[list[str]]] = {}
-    units = {"unit": (box.env, False), "unit_before": (box.before, True)}
+    units = {"unit": (box.env, False), "unit_before": (box.before, before_checks_first)}
     for name, (unit_env, check_first) in units.items():
         if unit_env is None:
             continue
@@ -353,6 +362,30 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
         env[name] = {**unit_env, "STATE_DIRECTORY": str(state)}
         primer = [*director, "--config-cache", str(state / "config.cache")]
         prime(primer, services, state / "config.cache", unit_env, workdir)
+    # A reboot after a reload: the state directory as a run left it once it had read a
+    # changed file (SIGHUP) and served it, restored before every turn (each start may write
+    # it). "unit_reloaded_before": the earlier code (--before) under the same unit.
+    restore: dict[str, tuple[Path, Path]] = {}
+    reloaded = workdir / f"reloaded-{services}.yaml"
+    for name, unit_env in (("unit_reloaded", box.env), ("unit_reloaded_before", box.before)):
+        if unit_env is None:
+            continue
+        state = workdir / f"{name}-{services}"
+        *pres[name], argv[name] = unit_commands(box.director, reloaded)
+        env[name] = {**unit_env, "STATE_DIRECTORY": str(state)}
+        restore[name] = (
+            prime_reloaded(
+                name,
+                box.director,
+                services,
+                state=state,
+                config=reloaded,
+                final=director_file,
+                env=unit_env,
+                workdir=workdir,
+            ),
+            state,
+        )
     runs: dict[str, list[float]] = {name: [] for name in argv if env.get(name) is not None}
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
     for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
@@ -360,6 +393,10 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
             if name == "first":  # an empty state directory, every turn
                 shutil.rmtree(workdir / "first", ignore_errors=True)
                 (workdir / "first").mkdir()
+            if name in restore:
+                snapshot, state = restore[name]
+                shutil.rmtree(state, ignore_errors=True)
+                shutil.copytree(snapshot, state)
             took = start_once(
                 name, argv[name], services, logs[name], env[name], pre=pres.get(name, ())
             )
@@ -375,7 +412,7 @@ def measure(services: int, workdir: Path, repeat: int, box: Box) -> dict[str, An
     out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
     out["ratio_restart"] = round(out["restart"]["median"] / out["keepalived"]["median"], 3)
     out["ratio_first"] = round(out["first"]["median"] / out["keepalived"]["median"], 3)
-    for name in ("before", "unit", "unit_before"):
+    for name in ("before", "unit", "unit_before", "unit_reloaded", "unit_reloaded_before"):
         if name in out:
             out[f"ratio_{name}"] = round(out[name]["median"] / out["keepalived"]["median"], 3)
     return out
@@ -411,13 +448,102 @@ def prime(argv: list[str], services: int, cache: Path, env: dict[str, str], work
             ns.close()
 
 
+def prime_reloaded(
+    name: str,
+    director: list[str],
+    services: int,
+    *,
+    state: Path,
+    config: Path,
+    final: Path,
+    env: dict[str, str],
+    workdir: Path,
+) -> Path:
+    """The state directory a reboot after a reload finds, made once: a run under the unit's
+    environment started on the table less one service, then ``config`` rewritten as
+    ``final``'s table and reloaded (SIGHUP), stopped once the reload's parse is kept (and,
+    where the code keeps it, the table: at most ``RELOAD_SETTLE`` seconds after the parse).
+    Returns a copy of that directory, restored before each turn."""
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir()
+    (workdir / f"fewer-{services}").mkdir(exist_ok=True)
+    fewer, _ = write_tables(services - 1, workdir / f"fewer-{services}")
+    shutil.copy(fewer, config)
+    log = workdir / f"prime-{name}-{services}.log"
+    ns = Netns(f"start-reload-{services}")
+    ns.ip("link set lo up")
+    argv = unit_commands(director, config)[-1]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns.name, *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **env, "STATE_DIRECTORY": str(state)},
+            cwd=BOX if env else None,
+        )
+        try:
+            _wait_log(log, proc, lambda text: "event=table.kept" in text, "the first table kept")
+            shutil.copy(final, config)
+            os.killpg(proc.pid, signal.SIGHUP)
+            _wait_log(
+                log,
+                proc,
+                lambda text: (
+                    "event=config.cache_saved" in text.partition("event=config.reloaded")[2]
+                ),
+                "the reload's parse kept",
+            )
+            with contextlib.suppress(SystemExit):  # 0.4.27 and before: never kept again
+                _wait_log(
+                    log,
+                    proc,
+                    lambda text: "event=table.kept" in text.partition("event=config.reloaded")[2],
+                    "the reload's table kept",
+                    RELOAD_SETTLE,
+                )
+        finally:
+            stop_group(proc)
+            ns.close()
+    snapshot = workdir / f"{name}-{services}-snapshot"
+    shutil.rmtree(snapshot, ignore_errors=True)
+    shutil.copytree(state, snapshot)
+    return snapshot
+
+
+def _wait_log(
+    log: Path,
+    proc: subprocess.Popen[bytes],
+    seen: Callable[[str], bool],
+    what: str,
+    timeout: float = TIMEOUT,
+) -> None:
+    started = time.monotonic()
+    while not seen(log.read_text(errors="replace")):
+        if proc.poll() is not None:
+            raise SystemExit(f"bench: the priming start exited ({proc.returncode}); see {log}")
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"bench: no {what} after {timeout:.0f} s; see {log}")
+        time.sleep(0.5)
+
+
 def _said(name: str, figures: dict[str, Any]) -> str:
     split = " ".join(f"{k}={v}" for k, v in figures.get("phases", {}).items())
     said = f"{name} {figures['median']:.2f} s {figures['seconds']}"
     return f"{said} [{split}]" if split else said
 
 
-CONTENDERS = ("keepalived", "director", "first", "restart", "unit", "before", "unit_before")
+CONTENDERS = (
+    "keepalived",
+    "director",
+    "first",
+    "restart",
+    "unit",
+    "unit_reloaded",
+    "before",
+    "unit_before",
+    "unit_reloaded_before",
+)
 
 
 def main() -> None:
@@ -430,6 +556,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--before", type=Path, help="a folder with an earlier director package: one more contender"
+    )
+    parser.add_argument(
+        "--before-checks-first",
+        action="store_true",
+        help="run `director check` before the earlier code's unit starts, as 0.4.25's unit did",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -449,7 +580,9 @@ def main() -> None:
                 flush=True,
             )
         for count in args.services:
-            row = measure(count, Path(tmp), args.repeat, box)
+            row = measure(
+                count, Path(tmp), args.repeat, box, before_checks_first=args.before_checks_first
+            )
             row["where"] = "9p" if args.from_9p else "tmpfs"
             rows.append(row)
             print(
@@ -461,7 +594,7 @@ def main() -> None:
                 + f"; a reboot under the unit {row['ratio_unit']}"
                 + (f"; before {row['ratio_before']}" if "ratio_before" in row else "")
                 + (
-                    f"; 0.4.25's unit {row['ratio_unit_before']}"
+                    f"; the earlier code's unit {row['ratio_unit_before']}"
                     if "ratio_unit_before" in row
                     else ""
                 )

@@ -20,10 +20,7 @@ from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
     from director.cli.runtime import Runtime
-    from director.core.ownership import Ownership
-    from director.core.services import Table
-    from director.dataplane.kernel import KernelIpvs
-    from director.schema.config import Settings
+    from director.cli.startcache import StartCaches
     from director.schema.reparse import Reparser
 
 _log = logging.getLogger("director.cli")
@@ -80,12 +77,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_fatal=lambda _reason: wake.ask(asked, "stop"),
         )
         STARTUP.mark("start")
-        keep_table = _table_keeper(
-            runtime, settings, ipvs, config_reader, None if args.dry_run else cache
-        )
-        runtime.hooks.on_ready = _timed_ready(
-            runtime, runtime.hooks.on_ready, _keeper(config_reader, cache, keep_table)
-        )
+        runtime.hooks.on_ready = _timed_ready(runtime, runtime.hooks.on_ready)
+        caches = _start_caches(runtime, ipvs, config_reader, cache, dry_run=args.dry_run)
         runtime.start()
     except ValueError as exc:  # a token file, a kubeconfig, the API's address, the FIFO
         raise ConfigError(settings.source, 0, "", str(exc)) from None
@@ -95,7 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if "reload" in asked and "stop" not in asked:
                 asked.discard("reload")
                 runtime.reload(args.config, config_reader)
-                _keeper(config_reader, cache)()  # the parse of the file now running
+                if caches is not None:  # the file just read, kept for the next start
+                    caches.due()
     finally:
         runtime.stop()
         wake.close()
@@ -165,130 +159,37 @@ def _config_cache(given: str | None) -> Path | None:
     return Path(given) if given else None
 
 
-def _keeper(
-    reader: Reparser, cache: Path | None, then: Callable[[], None] = lambda: None
-) -> Callable[[], None]:
-    """What keeps the file's parse for the next start: a write on a thread of its own (the
-    loop and the reload go on meanwhile); nothing without a cache. And ``then``."""
-    import threading
-
-    def keep() -> None:
-        if cache is not None:
-            threading.Thread(
-                target=reader.save, args=(cache,), name="config-cache", daemon=True
-            ).start()
-        then()
-
-    return keep
-
-
-def _table_keeper(
-    runtime: Runtime, settings: Settings, ipvs: object, reader: Reparser, cache: Path | None
-) -> Callable[[], None]:
-    """What keeps a static box's table for its next start's replay (``table.cache`` beside
-    the parse's, :mod:`director.dataplane.replay`): once the first sync is applied, the
-    static services as programmed then, planned from an empty kernel and encoded on a thread
-    of its own, with the API's files as they were (the intents, the token, the TLS pair: a
-    replay needs them unchanged); nothing when the cache already holds this file's. Not
-    kept: a box with the cluster's Services (its table is not the file's alone), a full-NAT
-    service (its SNAT rule must be in force first), a shadow (it writes nothing), no cache."""
-    import threading
-
+def _start_caches(
+    runtime: Runtime, ipvs: object, reader: Reparser, cache: Path | None, *, dry_run: bool
+) -> StartCaches | None:
+    """What keeps the next start's caches (:mod:`director.cli.startcache`): the file's
+    parse, and a static box's table beside it for a replay (not by a shadow, which writes
+    nothing to the kernel, nor beside the fake); nothing without a cache. Looked at after
+    each step of the loop, once the first sync is applied."""
+    from director.cli.startcache import Encoder, StartCaches, chained
     from director.dataplane.kernel import KernelIpvs
-    from director.engine.view import STATIC
 
-    if cache is None or settings.in_cluster or not isinstance(ipvs, KernelIpvs):
-        return lambda: None
-    api = settings.api
-
-    def keep() -> None:  # the loop's thread: the table as the first sync left it
-        from director.dataplane.replay import digest
-
-        table = runtime.controller.table
-        wanted = {
-            key: vs
-            for key, vs in table.desired.items()
-            if table.owner.get(key) == STATIC and key not in settings.static_snat
-        }
-        # The intents the first sync applied, as they are now (an API call is the loop's), and
-        # the files the start read and would refuse: the token, the TLS pair. A replay runs
-        # before they are read again; as they were, they pass again.
-        files = (
-            [api.intents_file, api.token_file, api.tls_cert, api.tls_key] if api is not None else []
-        )
-        try:
-            depends = {name: digest(name) for name in files if name}
-        except OSError as exc:  # unreadable now: no table kept, the start reads them anew
-            logs.event(_log, "table.not_kept", level=logging.WARNING, reason=str(exc))
-            return
-        key = reader.last_key()
-        if key is not None:
-            threading.Thread(
-                target=_keep_table,
-                args=(ipvs, wanted),
-                kwargs={
-                    "ownership": settings.ownership,
-                    "key": key,
-                    "cache": cache,
-                    "depends": depends,
-                },
-                name="table-cache",
-                daemon=True,
-            ).start()
-
-    return keep
-
-
-def _keep_table(
-    ipvs: KernelIpvs,
-    wanted: Table,
-    *,
-    ownership: Ownership,
-    key: str,
-    cache: Path,
-    depends: dict[str, str],
-) -> None:
-    import time
-
-    from director.core.added import OpChain
-    from director.core.plan import outline, outlined_ops
-    from director.dataplane import replay
-    from director.dataplane.memory import give_back_free_memory
-
-    path = replay.path_beside(str(cache))
-    if replay.kept_for(path, key):
-        return  # kept already, by a start with this very file, code and intents
-    started = time.monotonic()
-    # Encoded a datagram at a time, spooled to disk as made: the 55,000 operations of a
-    # 5,000-service table (7.5 MB of datagrams) never live at once (an added service's real
-    # servers are packed from their rows, as the first sync sent them).
-    shape = outline(wanted, {}, ownership)
-    ops = OpChain(planned for _key, planned in outlined_ops(shape, wanted, {}))
-    try:
-        kept, size = replay.store(
-            path, key, ipvs.family, ipvs.encoded(ops), services=len(wanted), depends=depends
-        )
-    except OSError as exc:
-        logs.event(_log, "table.not_kept", level=logging.WARNING, path=path, reason=str(exc))
-        return
-    finally:  # this thread's heap: its free pages back to the system
-        give_back_free_memory()
-    logs.event(
-        _log,
-        "table.kept",
-        path=path,
-        services=len(wanted),
-        ops=kept,
-        bytes=size,
-        seconds=f"{time.monotonic() - started:.3f}",
+    if cache is None:
+        return None
+    loop = runtime.controller
+    encoder = (
+        Encoder(ipvs.encoded, ipvs.family) if isinstance(ipvs, KernelIpvs) and not dry_run else None
     )
+    caches = StartCaches(
+        reader,
+        cache,
+        intents=lambda: loop.store.current,
+        ready=lambda: loop.health.first_sync_done,
+        encoder=encoder,
+        ledger=loop.health.owned,
+    )
+    runtime.hooks.on_step = chained(runtime.hooks.on_step, caches.check)
+    return caches
 
 
-def _timed_ready(
-    runtime: Runtime, ready: Callable[[str], None] | None, then: Callable[[], None]
-) -> Callable[[str], None]:
+def _timed_ready(runtime: Runtime, ready: Callable[[str], None] | None) -> Callable[[str], None]:
     """``ready``, and then (the loop's own thread, once the first sync is applied) where the
-    start's time went, since exec, and ``then``."""
+    start's time went, since exec."""
 
     def timed(message: str) -> None:
         if ready is not None:
@@ -297,6 +198,5 @@ def _timed_ready(
         first_sync = runtime.controller.programmer.first_sync_phases
         phases = {f"first_sync_{name}": seconds for name, seconds in first_sync}
         logs.event(_log, "startup.timing", fields=STARTUP.figures(**phases))
-        then()
 
     return timed

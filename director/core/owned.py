@@ -1,6 +1,6 @@
 """Owned state: every resource the director writes outside its own process (IPVS, the
 nftables table, the VIPs on ``lo``, keepalived's file, FRR's announcements and boot file,
-the state and intents files, the Lease) is kept by the one pattern IPVS follows.
+the state and intents files, the start's caches, the Lease) is kept by the one pattern IPVS follows.
 
 Each keeper knows what it wants, reads back what is really there, applies the difference,
 and does so again on a schedule and after any failure. What happened is reported here:
@@ -47,6 +47,7 @@ RESOURCES = (
     "frr",
     "state-file",
     "intents-file",
+    "start-cache",
     "lease",
 )
 

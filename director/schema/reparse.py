@@ -152,12 +152,19 @@ class Reparser:
         with self._lock:
             return self._last[0] if self._last is not None else None
 
-    def save(self, cache: Path) -> bool:
+    def last(self) -> tuple[str, Settings] | None:
+        """The cache key of the file the last load read whole and well, and its settings
+        (None: not known, as when no cache was named)."""
+        with self._lock:
+            return self._last
+
+    def save(self, cache: Path, *, again: bool = False) -> bool:
         """Keep what the last load made of its file in ``cache`` (nothing to do when the
-        cache already holds it); False when it could not be written."""
+        cache already holds it, unless ``again``: the file was removed or replaced); False
+        when it could not be written."""
         with self._lock:  # what one load left (each load makes new dicts, never edits old ones)
             last, memory = self._last, (self._outside, self._settings, self._items)
-        if last is None or last[0] == self._cached:
+        if last is None or (last[0] == self._cached and not again):
             return True
         saved = cache_store(cache, last[0], last[1], memory)
         if saved:

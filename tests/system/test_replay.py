@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from director.cli import main as cli
+from director.dataplane import replay
 from director.dataplane.kernel import KernelIpvs
 from lab.netns import Netns
 from lab.wait import eventually, stop_group
@@ -248,3 +249,50 @@ def test_a_box_whose_token_went_bad_replays_nothing_and_refuses_to_start(
     assert f"{token} changed since it was kept" in second.said("startup.replay")
     assert "at least 16 characters" in second.text(), second.text()[-3000:]
     assert table(second.ns.name) == {}
+
+
+def test_a_reboot_after_a_reload_replays_the_file_it_reloaded(
+    tmp_path: Path, starts: list[Start], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table was kept once, at the first sync: after a reload (SIGHUP) the reboot found
+    it under the old file's key and replayed nothing, a cold start. It is kept again once
+    the reload is read."""
+    first, kept = started(tmp_path, starts, "replay-reload1", "table.kept")
+    assert f"services={SERVICES + 3}" in kept, kept
+    (tmp_path / "d.yaml").write_text(config_text(SERVICES - 5))
+    assert first.proc is not None
+    first.proc.send_signal(signal.SIGHUP)
+    eventually(
+        lambda: f"services={SERVICES - 2}" in first.said("table.kept"),
+        120,
+        "the reloaded file's table kept",
+    )
+    assert "event=config.reloaded" in first.text()
+    built = table(first.ns.name)
+    assert len(built) == SERVICES - 2
+    first.stop()
+
+    second, _ = started(tmp_path, starts, "replay-reload2", "startup.timing")
+    replayed = second.said("startup.replay")
+    assert f"replayed=True services={SERVICES - 2}" in replayed and "refused=0" in replayed
+    assert table(second.ns.name) == built
+    assert no_changes(tmp_path / "d.yaml", second.ns.name, capsys)
+    second.stop()
+
+
+def test_a_table_cache_someone_removed_is_written_again_before_the_reboot(
+    tmp_path: Path, starts: list[Start]
+) -> None:
+    """The kept table is owned state: removed (by hand, a cleanup), it is drift, written
+    again within a check's period, and the reboot after it still replays."""
+    first, _ = started(tmp_path, starts, "replay-removed1", "table.kept")
+    kept = tmp_path / "table.cache"
+    kept.unlink()
+    repaired = first.wait_for("owned.repaired", timeout=120)
+    assert "resource=start-cache" in repaired and "table.cache was removed" in repaired
+    assert replay.stored_key(str(kept)) is not None
+    first.stop()
+
+    second, _ = started(tmp_path, starts, "replay-removed2", "startup.timing")
+    assert f"replayed=True services={SERVICES + 3}" in second.said("startup.replay")
+    second.stop()
