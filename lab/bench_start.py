@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lab.bench_config import REAL_SERVERS, write_tables
 from lab.netns import Netns
@@ -217,14 +217,7 @@ def start_once(
             if done.returncode != 0:
                 ns.close()
                 raise SystemExit(f"{name}: {command[-3:]} exited {done.returncode}; see {log.name}")
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.name, *argv],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-            cwd=cwd or (BOX if env else None),
-        )
+        proc = spawn(ns, argv, out, env or {}, cwd)
         try:
             seen = (0, 0)
             while time.monotonic() - started < TIMEOUT:
@@ -255,6 +248,21 @@ CHECK_FIRST = (
     "ExecStartPre={{ director_install_dir }}/bin/director check --config "
     "{{ director_config_dir }}/director.yaml"
 )
+
+
+def spawn(
+    ns: Netns, argv: list[str], out: BinaryIO, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``argv`` started in ``ns``, in a session of its own, its output to ``out``; from the
+    box's folder when it runs with the box's environment."""
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ns.name, *argv],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **env},
+        cwd=cwd or (BOX if env else None),
+    )
 
 
 def unit_commands(
@@ -427,14 +435,7 @@ def prime(argv: list[str], services: int, cache: Path, env: dict[str, str], work
     ns = Netns(f"start-prime-{services}")
     ns.ip("link set lo up")
     with (workdir / f"prime-{services}.log").open("ab") as out:
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.name, *argv],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **env},
-            cwd=BOX if env else None,
-        )
+        proc = spawn(ns, argv, out, env)
         try:
             started = time.monotonic()
             while not (cache.exists() and table.exists()) and time.monotonic() - started < TIMEOUT:
@@ -474,14 +475,7 @@ def prime_reloaded(
     ns.ip("link set lo up")
     argv = unit_commands(director, config)[-1]
     with log.open("ab") as out:
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.name, *argv],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **env, "STATE_DIRECTORY": str(state)},
-            cwd=BOX if env else None,
-        )
+        proc = spawn(ns, argv, out, {**env, "STATE_DIRECTORY": str(state)})
         try:
             _wait_log(log, proc, lambda text: "event=table.kept" in text, "the first table kept")
             shutil.copy(final, config)

@@ -144,10 +144,12 @@ class StartCaches:
             return
         self._next = now + VERIFY_SECONDS
         try:
-            work = self._wanted()
-        except Exception as exc:  # an intents or token file unreadable now: tried again
+            self._round()
+        except Exception as exc:  # a file unreadable now, no thread to be had: tried again
             self._failed(exc)
-            return
+
+    def _round(self) -> None:
+        work = self._wanted()
         if work is None:
             state = self.ledger.get(RESOURCE)
             if state is not None and not state.in_sync:  # put right meanwhile (by a round)

@@ -197,3 +197,21 @@ def test_a_cache_of_another_format_names_no_key(tmp_path: Path, size: int) -> No
     path.write_bytes(b"x" * size)
     assert config_key(path) is None
     assert config_key(tmp_path / "absent") is None
+
+
+def test_a_look_that_fails_never_stops_the_loop_and_is_tried_again(tmp_path: Path) -> None:
+    box = Box(tmp_path)
+    failing = True
+
+    def intents() -> Intents:
+        if failing:
+            raise PermissionError(13, "Permission denied", str(tmp_path / "intents.json"))
+        return Intents()
+
+    box.caches.intents = intents
+    box.step()  # the loop's step: nothing raised into it
+    state = box.ledger.get(RESOURCE)
+    assert state is not None and not state.in_sync and "Permission denied" in str(state.last_error)
+    failing = False
+    box.step(VERIFY_SECONDS + 60)
+    assert box.state()[0] is True and replay.kept_for(str(box.table), box.key())
