@@ -290,6 +290,10 @@ def linked() -> Iterator[tuple[Netns, Netns]]:
     """boot-net (where qemu runs) and boot-be, joined by a veth: bev in boot-net, on bridge
     br1 (the back network), and be0 in boot-be."""
     made: list[Netns] = []
+    for leftover in ("boot-net", "boot-be"):  # a run killed before its teardown left them
+        if leftover in run(["ip", "netns", "list"]).split():
+            print(f"bootlab: removing the namespace {leftover} an earlier run left", flush=True)
+            run(["ip", "netns", "del", leftover])
     try:
         net = Netns("boot-net")
         made.append(net)
