@@ -41,9 +41,9 @@ from director.core.owned import Ledger, Retry, Transient, classify, file_mark
 from director.core.services import Op, Table
 from director.dataplane import replay
 from director.logs import event
+from director.schema.cache import stored_key as config_key
 from director.schema.config import Settings
 from director.schema.reparse import Reparser
-from director.schema.stamp import FORMAT
 
 log = logging.getLogger("director.cli")
 
@@ -72,17 +72,6 @@ class _Work:
     table: Table | None  # the table to write (None: nothing)
     depends: dict[str, str]
     drift: str | None  # what someone else did to them, if anything
-
-
-def config_key(path: Path) -> str | None:
-    """The key the parse's cache at ``path`` was kept under (None: none, or not ours)."""
-    try:
-        with path.open("rb") as handle:
-            if handle.readline() != f"{FORMAT}\n".encode():
-                return None
-            return handle.readline().rstrip(b"\n").decode()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def static_table(settings: Settings, intents: Intents) -> Table:

@@ -31,7 +31,7 @@ from director.logs import event
 from director.schema.config import Settings
 from director.schema.stamp import FORMAT, default_cache, header, key_of
 
-__all__ = ["default_path", "key_of", "load", "store"]
+__all__ = ["default_path", "key_of", "load", "store", "stored_key"]
 
 log = logging.getLogger("director.config")
 
@@ -64,6 +64,18 @@ def load(path: Path, key: str) -> tuple[Settings, Any] | None:
     took = time.monotonic() - started
     event(log, "config.cache_used", cache=str(path), seconds=f"{took:.3f}")
     return settings, memory
+
+
+def stored_key(path: Path) -> str | None:
+    """The key the cache at ``path`` was kept under (None: none, or not this format), read
+    from its header alone."""
+    try:
+        with path.open("rb") as handle:
+            if handle.readline() != f"{FORMAT}\n".encode():
+                return None
+            return handle.readline().rstrip(b"\n").decode()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _ignored(path: Path, reason: str) -> tuple[Settings, Any] | None:

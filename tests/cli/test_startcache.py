@@ -11,12 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from director.cli.startcache import RESOURCE, VERIFY_SECONDS, Encoder, StartCaches, config_key
+from director.cli.startcache import RESOURCE, VERIFY_SECONDS, Encoder, StartCaches
 from director.core.intents import Drain, Intents
 from director.core.owned import Ledger
 from director.core.services import Op
 from director.dataplane import replay
 from director.dataplane.batches import encoded_batches
+from director.schema.cache import stored_key as config_key
 from director.schema.reparse import Reparser
 
 FAMILY = 0x2A
