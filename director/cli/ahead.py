@@ -30,12 +30,19 @@ from director.schema.stamp import header, key_of_file
 
 # The child's pid and when it was forked, once one is; what came of it (logged as
 # ``event=startup.parse_ahead`` by ``director run``).
-_CHILD: list[tuple[int, float]] = []
+_CHILD: list[tuple[int, float, int]] = []  # pid, when, the read end of its report
+_GO: list[int] = []  # the write end of the pipe the child waits on before it sends
 
 
-def start(config: str | None, cache: str | None, args: Sequence[str]) -> dict[str, object]:
-    """Fork the child that parses ``config`` into ``cache``, when it is worth it; what was
-    done (or why not)."""
+NOT_SENT = "\0not sent"  # ``netns`` for a child that sends no table (a replay did; a shadow)
+
+
+def start(
+    config: str | None, cache: str | None, args: Sequence[str], *, netns: str | None = NOT_SENT
+) -> dict[str, object]:
+    """Fork the child that parses ``config`` into ``cache``, when it is worth it, and sends
+    the file's static table to the kernel of ``netns`` (None: this one's; NOT_SENT: none)
+    as soon as it is parsed (:mod:`director.cli.early`); what was done (or why not)."""
     if "-h" in args or "--help" in args:
         return {"forked": False, "reason": "not asked (--help)"}
     if not config or not cache:
@@ -50,11 +57,30 @@ def start(config: str | None, cache: str | None, args: Sequence[str]) -> dict[st
     if not os.access(folder, os.W_OK | os.X_OK):
         return {"forked": False, "reason": f"{folder} is not writable"}
     began = time.monotonic()
+    report, into = os.pipe()
+    wait_go, give_go = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: parse, keep, exit (never back into the command)
-        _child(config, cache)
-    _CHILD.append((pid, began))
+    if pid == 0:  # the child: parse, send, keep, exit (never back into the command)
+        os.close(report)
+        os.close(give_go)
+        _child(config, cache, netns, into, wait_go)
+    os.close(into)
+    os.close(wait_go)
+    _CHILD.append((pid, began, report))
+    _GO.append(give_go)
     return {"forked": True}
+
+
+def go() -> None:
+    """The command has read its arguments and is ``director run``: the child may send the
+    table once it has parsed the file. A command that ends before (a mistyped option) never
+    says so, and the child, seeing the pipe closed, sends nothing."""
+    while _GO:
+        fd = _GO.pop()
+        try:
+            os.write(fd, b"1")
+        finally:
+            os.close(fd)
 
 
 def _holds(cache: str, key: str) -> bool:
@@ -66,9 +92,10 @@ def _holds(cache: str, key: str) -> bool:
         return False
 
 
-def _child(config: str, cache: str) -> None:
+def _child(config: str, cache: str, netns: str | None, report: int, go: int) -> None:
     status = 1
     try:
+        import json
         import logging
 
         logging.disable(logging.CRITICAL)  # the command says what came of it, once
@@ -77,7 +104,14 @@ def _child(config: str, cache: str) -> None:
         from director.schema.reparse import Reparser
 
         reader = Reparser()
-        reader.load(config, Path(cache))
+        settings = reader.load(config, Path(cache))
+        # The table first, the cache after: the kernel is waiting. Only once the command has
+        # read its arguments (a refused command leaves no table behind).
+        if netns != NOT_SENT and os.read(go, 1) == b"1":
+            from director.cli import early
+
+            sent = early.send(settings, netns)
+            os.write(report, json.dumps(sent).encode()[:4096])
         status = 0 if reader.save(Path(cache)) else 1
     except BaseException:  # a fault in the file: the command parses it and says where
         status = 1
@@ -86,15 +120,16 @@ def _child(config: str, cache: str) -> None:
 
 
 def wait() -> dict[str, object]:
-    """Wait for the child, if one was forked: what it did, and how long the command waited
-    for it beyond its own imports. Once."""
+    """Wait for the child, if one was forked: what it did, how long the command waited for
+    it beyond its own imports, and (``early``) what it sent of the table. Once."""
     if not _CHILD:
         return {}
-    pid, began = _CHILD.pop()
+    pid, began, report = _CHILD.pop()
     waited = time.monotonic()
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:  # reaped elsewhere: the cache says whether it was written
+        os.close(report)
         return {"parsed": False, "reason": "the child was reaped elsewhere"}
     done = time.monotonic()
     code = os.waitstatus_to_exitcode(status)
@@ -105,4 +140,20 @@ def wait() -> dict[str, object]:
     }
     if code != 0:
         figures["reason"] = f"the child exited {code}: the file is parsed here"
+    sent = _report(report)
+    if sent is not None:
+        figures["early"] = sent
     return figures
+
+
+def _report(fd: int) -> dict[str, object] | None:
+    """What the child wrote of its early table (it has exited: all of it is there)."""
+    import json
+
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+        found = json.loads(data) if data else None
+    except (OSError, ValueError):
+        return {"sent": False, "reason": "the child's report did not read"}
+    return found if isinstance(found, dict) else None

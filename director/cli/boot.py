@@ -1,7 +1,9 @@
 """The ``director`` command's first moments. For ``director run`` of a static box, its table
-back in the kernel before the rest of the director loads (:mod:`director.dataplane.replay`),
-and its file parsed by a child process while the rest loads (:mod:`director.cli.ahead`);
-then the command itself (:mod:`director.cli.main`).
+back in the kernel before the rest of the director loads (:mod:`director.dataplane.replay`);
+or, with no kept table to replay, its file read and its table sent at once
+(:mod:`director.cli.early`), by the child process that parses the file into the cache while
+the rest loads (:mod:`director.cli.ahead`) or here; then the command itself
+(:mod:`director.cli.main`).
 
 Only what the replay needs is loaded here, and only the arguments it needs are read (the
 command's own parser reads them all again, and refuses what it refuses): ``--config``,
@@ -11,9 +13,10 @@ so it replays nothing. What the replay did is logged once logging is up
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from director.cli import startup
 from director.cli.argv import options, subcommand
@@ -37,11 +40,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     classcode.install()
     if command == "run":
+        # A static box's table sent once its file is read, if no kept one was replayed
+        # (director.cli.early): by the child that parses the file into the cache, or by the
+        # command once it has read its arguments, from the parse made here.
+        send = "--dry-run" not in rest and not startup.REPLAY.get("replayed")
         try:
-            ahead = parse_ahead(rest)
+            ahead = parse_ahead(rest, send=send)
         except Exception as exc:  # nor for the parse's
             ahead = {"forked": False, "reason": f"failed: {exc!r}"[:300]}
         startup.AHEAD.update(ahead)
+        if not ahead.get("forked"):
+            try:
+                parse_here(rest)
+            except Exception as exc:  # nor for the early table's
+                startup.EARLY.update({"sent": False, "reason": f"failed: {exc!r}"[:300]})
+        startup.STARTUP.mark("parse")
     from director.cli.main import main as director
 
     code = director(argv)
@@ -92,11 +105,66 @@ def replay_for(args: Sequence[str]) -> dict[str, object]:
     return replay.replay(table, wanted, given.get("--netns"))
 
 
-def parse_ahead(args: Sequence[str]) -> dict[str, object]:
+def parse_ahead(args: Sequence[str], *, send: bool) -> dict[str, object]:
     """The file of ``director run ARGS`` parsed into its cache by a child process, while
-    this one imports the rest (:mod:`director.cli.ahead`); what was done, or why not."""
+    this one imports the rest (:mod:`director.cli.ahead`), its static table sent by it if
+    ``send``; what was done, or why not."""
     from director.cli import ahead
     from director.schema.stamp import default_cache
 
+    given = options(args, ("--config", "--config-cache", "--netns"))
+    return ahead.start(
+        given.get("--config"),
+        given.get("--config-cache", default_cache()),
+        args,
+        netns=given.get("--netns") if send else ahead.NOT_SENT,
+    )
+
+
+def parse_here(args: Sequence[str]) -> None:
+    """The file of ``director run ARGS`` read here (from the cache when it holds it) and
+    kept for the command (``startup.PARSED``), which sends its table once it has read its
+    arguments (:mod:`director.cli.early`). A file that does not parse is left to the
+    command, which reads it again and says where its fault is."""
+    if "-h" in args or "--help" in args:
+        return
+    from pathlib import Path
+
+    from director.schema.stamp import default_cache
+
     given = options(args, ("--config", "--config-cache"))
-    return ahead.start(given.get("--config"), given.get("--config-cache", default_cache()), args)
+    config, named = given.get("--config"), given.get("--config-cache", default_cache())
+    if not config:
+        return
+    from director.schema.reparse import Reparser
+
+    cache = Path(named) if named else None
+    reader = Reparser()
+    with _held_logs():  # what the reader says (the cache used, or why not), said later
+        try:
+            settings = reader.load(config, cache)
+        except Exception:  # the command reads it again and reports the fault with its line
+            startup.EARLY.update({"sent": False, "reason": "the file did not read"})
+            return
+    startup.PARSED.append((config, cache, reader, settings))
+
+
+@contextlib.contextmanager
+def _held_logs() -> Iterator[None]:
+    """Log records at INFO and above kept in ``startup.HELD`` (logging is not set up yet:
+    ``director run`` hands them to its handlers once it is)."""
+    import logging
+
+    class Held(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            startup.HELD.append(record)
+
+    root, held = logging.getLogger(), Held()
+    level = root.level
+    root.addHandler(held)
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(held)
+        root.setLevel(level)

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 from director import logs
 from director.cli import ahead, classcode
 from director.cli.plans import EXIT_FATAL, open_ipvs
-from director.cli.startup import AHEAD, REPLAY, STARTUP
+from director.cli.startup import AHEAD, EARLY, HELD, PARSED as STARTUP_PARSED, REPLAY, STARTUP
 from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
     from director.cli.runtime import Runtime
     from director.cli.startcache import StartCaches
+    from director.dataplane.interface import Ipvs
+    from director.schema.config import Settings
     from director.schema.reparse import Reparser
 
 _log = logging.getLogger("director.cli")
@@ -28,20 +30,25 @@ _log = logging.getLogger("director.cli")
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The appliance: follow the cluster until SIGTERM/SIGINT; SIGHUP reloads the file."""
-    import signal
+    ahead.go()  # the arguments are read: the child parsing the file may send its table
+    cache = _config_cache(args.config_cache)
+    parsed = _parsed(args.config, cache)  # read already by the first moments (boot)
+    if parsed is not None and not args.dry_run and not REPLAY.get("replayed"):
+        from director.cli.early import send
 
-    from director.cli.runtime import Runtime
+        EARLY.update(send(parsed[1], args.netns))
+        STARTUP.mark("sent")
+    import director.cli.runtime  # noqa: F401  (the runtime's imports: the "imports" phase)
     from director.dataplane.fake import FakeIpvs
-    from director.schema.config import ConfigError
     from director.schema.notes import bgp_notes, snat_notes
     from director.schema.reparse import Reparser
 
     STARTUP.mark("imports")
     _first_moments()
-    config_reader = Reparser()  # reads the file again, on SIGHUP, at the cost of the edit
-    cache = _config_cache(args.config_cache)
-    settings = config_reader.load(args.config, cache)
+    # The reader reads the file again, on SIGHUP, at the cost of the edit.
+    config_reader, settings = parsed or _read(Reparser(), args.config, cache)
     STARTUP.mark("config")
+    sent_early = bool(EARLY.get("sent") or REPLAY.get("replayed"))
 
     for note in bgp_notes(settings) + snat_notes(settings):
         logs.event(_log, "config.note", level=logging.WARNING, note=note)
@@ -53,6 +60,43 @@ def cmd_run(args: argparse.Namespace) -> int:
         # A shadow on a host without IPVS plans against an empty table.
         logs.event(_log, "ipvs.unavailable_shadow", reason=str(exc))
         ipvs = FakeIpvs()
+    served: list[Runtime] = []  # the runtime, once made
+    try:
+        return _serve(
+            args,
+            settings,
+            ipvs,
+            config_reader=config_reader,
+            cache=cache,
+            served=served,
+            sent_early=sent_early,
+        )
+    except BaseException:
+        if sent_early and not _kept(served):  # refused after its first moments sent a table
+            _withdraw(settings, ipvs)
+        raise
+    finally:
+        ipvs.close()
+
+
+def _serve(
+    args: argparse.Namespace,
+    settings: Settings,
+    ipvs: Ipvs,
+    *,
+    config_reader: Reparser,
+    cache: Path | None,
+    served: list[Runtime],
+    sent_early: bool,
+) -> int:
+    """The director until it is asked to stop (or fails); its exit status. The runtime is
+    put in ``served`` once made."""
+    import signal
+
+    from director.cli.runtime import Runtime
+    from director.dataplane.fake import FakeIpvs
+    from director.schema.config import ConfigError
+
     # The main thread sleeps until a signal (or a fatal fault) wakes it: SIGTERM/SIGINT stop,
     # SIGHUP reloads (systemctl reload: ExecReload=kill -HUP), without polling.
     asked, wake = set[str](), Wake()
@@ -76,6 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             netns=args.netns,
             on_fatal=lambda _reason: wake.ask(asked, "stop"),
         )
+        served.append(runtime)
         STARTUP.mark("start")
         runtime.hooks.on_ready = _timed_ready(runtime, runtime.hooks.on_ready)
         caches = _start_caches(runtime, ipvs, config_reader, cache, dry_run=args.dry_run)
@@ -93,13 +138,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         runtime.stop()
         wake.close()
-        ipvs.close()
         if reader is not None:
             reader.close()
     if runtime.failed is not None:
+        if sent_early and not _kept(served):
+            _withdraw(settings, ipvs)  # failed before it kept the table it was sent
         print(f"director: stopped: {runtime.failed}", file=sys.stderr)
         return EXIT_FATAL
     return 0
+
+
+def _parsed(config: str, cache: Path | None) -> tuple[Reparser, Settings] | None:
+    """The file as the first moments read it, if they read this one (for this cache)."""
+    for given, kept, reader, settings in STARTUP_PARSED:
+        if given == config and kept == cache:
+            STARTUP_PARSED.clear()  # the parse is the command's now
+            return reader, settings  # type: ignore[return-value]
+    STARTUP_PARSED.clear()
+    return None
+
+
+def _kept(served: list[Runtime]) -> bool:
+    """The runtime applied its first sync: the table is the director's own from then on."""
+    return bool(served) and served[0].controller.health.first_sync_done
+
+
+def _read(reader: Reparser, config: str, cache: Path | None) -> tuple[Reparser, Settings]:
+    return reader, reader.load(config, cache)
+
+
+def _withdraw(settings: Settings, ipvs: Ipvs) -> None:
+    """The static services the first moments sent (a replay, an early table) removed: the
+    start failed before its first sync, and no director keeps them."""
+    from director.cli.early import withdraw
+
+    try:
+        removed = withdraw(settings, ipvs)
+    except Exception as exc:  # the start's own failure is the one to report
+        logs.event(_log, "startup.withdraw_failed", level=logging.ERROR, reason=repr(exc))
+        return
+    logs.event(_log, "startup.withdrawn", level=logging.WARNING, services=removed)
 
 
 class Wake:
@@ -141,13 +219,21 @@ def _first_moments() -> None:
     from director.dataplane.memory import one_heap
 
     one_heap()
+    for record in HELD:  # what the first moments' parse said, said now that logging is up
+        assert isinstance(record, logging.LogRecord)
+        logging.getLogger(record.name).handle(record)
+    HELD.clear()
     code = classcode.keep()
     if code:
         logs.event(_log, "startup.class_code", fields=code)
     if REPLAY:
         logs.event(_log, "startup.replay", fields=REPLAY)
     if AHEAD:
-        logs.event(_log, "startup.parse_ahead", fields={**AHEAD, **ahead.wait()})
+        done = ahead.wait()
+        EARLY.update(done.pop("early", None) or {})  # type: ignore[call-overload]
+        logs.event(_log, "startup.parse_ahead", fields={**AHEAD, **done})
+    if EARLY:
+        logs.event(_log, "startup.early", fields=EARLY)
 
 
 def _config_cache(given: str | None) -> Path | None:

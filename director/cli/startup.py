@@ -61,3 +61,12 @@ REPLAY: dict[str, object] = {}
 # What the child that parses the file while the command loads did (director.cli.ahead):
 # logged as ``event=startup.parse_ahead``.
 AHEAD: dict[str, object] = {}
+# What a first start sent of a static box's table once its file was read, with no kept table
+# to replay (director.cli.early): logged as ``event=startup.early``.
+EARLY: dict[str, object] = {}
+# The file as the first moments read it (director.cli.boot.parse_here): (the file's path as
+# given, the cache, the reader, the settings), taken by ``director run`` rather than read
+# again. Types left open: this module loads nothing.
+PARSED: list[tuple[str, object, object, object]] = []
+# Log records made before logging was set up (that parse's), handled once it is.
+HELD: list[object] = []

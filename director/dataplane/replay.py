@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from director.dataplane.genl import GenlSocket, open_socket
@@ -177,7 +177,7 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
         refused = _send(data, index, family, netns)
     except OSError as exc:
         return _skipped(f"the kernel: {exc.strerror or exc}")
-    except _Declined as exc:
+    except Declined as exc:
         return _skipped(str(exc))
     seconds = round(time.monotonic() - started, 3)
     return {
@@ -189,8 +189,8 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
     }
 
 
-class _Declined(Exception):
-    pass
+class Declined(Exception):
+    """The kernel is not as a replay (or a first start's early table) needs it: why."""
 
 
 def _skipped(reason: str) -> dict[str, object]:
@@ -199,7 +199,24 @@ def _skipped(reason: str) -> dict[str, object]:
 
 def _send(data: bytes, index: list[tuple[int, ...]], family: int, netns: str | None) -> int:
     """The datagrams sent, in order, on a socket of ``netns``; how many messages the kernel
-    refused. _Declined if the kernel is not as the cache needs it."""
+    refused. Declined if the kernel is not as the cache needs it."""
+    with empty_table(netns) as genl:
+        if genl.family != family:
+            raise Declined("the kernel numbers IPVS's netlink family differently now")
+        refused = 0
+        offset = 0
+        for size, first, count in index:
+            chunk = data[offset : offset + size]
+            offset += size
+            refused += sum(1 for _ in genl.batch_errors(chunk, first, count))
+        return refused
+
+
+@contextlib.contextmanager
+def empty_table(netns: str | None) -> Iterator[GenlSocket]:
+    """IPVS's generic netlink socket in ``netns`` (the family as the kernel numbers it now),
+    if the kernel holds no virtual service at all; Declined otherwise, OSError from the
+    kernel. Closed after."""
     if netns is None:
         sock = open_socket()
     else:
@@ -211,19 +228,11 @@ def _send(data: bytes, index: list[tuple[int, ...]], family: int, netns: str | N
         name = pack_nla(CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME.encode() + b"\0")
         answers = control.request(CTRL_CMD_GETFAMILY, name)  # loads ip_vs if need be
         if not answers:
-            raise _Declined("the kernel did not say which family IPVS is")
+            raise Declined("the kernel did not say which family IPVS is")
         answer, start, end = answers[0]
-        if family_id(answer, start - 4, end) != family:
-            raise _Declined("the kernel numbers IPVS's netlink family differently now")
-        genl = GenlSocket(sock, family)
+        genl = GenlSocket(sock, family_id(answer, start - 4, end))
         if next(genl.messages(GET_SERVICE, b""), None) is not None:
-            raise _Declined("the kernel holds virtual services already")
-        refused = 0
-        offset = 0
-        for size, first, count in index:
-            chunk = data[offset : offset + size]
-            offset += size
-            refused += sum(1 for _ in genl.batch_errors(chunk, first, count))
-        return refused
+            raise Declined("the kernel holds virtual services already")
+        yield genl
     finally:
         sock.close()

@@ -120,8 +120,11 @@ def test_a_child_that_fails_leaves_the_command_to_parse(tmp_path: Path) -> None:
     if pid == 0:
         signal.pause()  # a child still at its parse, then killed
         os._exit(0)
+    report, into = os.pipe()
+    os.close(into)
     os.kill(pid, signal.SIGKILL)
-    ahead._CHILD.append((pid, 0.0))
+    ahead._CHILD.append((pid, 0.0, report))
     found = ahead.wait()
     assert found["parsed"] is False and "exited -9" in str(found["reason"])
+    assert "early" not in found  # it said nothing of a table
     assert not cache.exists()

@@ -94,7 +94,7 @@ def test_a_replay_that_fails_is_said_and_the_start_goes_on(
 
     ran: list[object] = []
     monkeypatch.setattr(replay, "replay", broken)
-    monkeypatch.setattr(boot, "parse_ahead", lambda args: {"forked": False})  # no fork here
+    monkeypatch.setattr(boot, "parse_ahead", lambda args, send: {"forked": False})  # no fork
     monkeypatch.setattr("director.cli.main.main", lambda argv=None: ran.append(argv) or 0)
     startup.REPLAY.clear()
     args = ["run", "--config", str(config), "--config-cache", str(cache)]
@@ -108,7 +108,9 @@ def test_a_parse_ahead_that_fails_is_said_and_the_start_goes_on(
 ) -> None:
     config, cache = static_box
 
-    def broken(config: str | None, cache: str | None, args: object) -> dict[str, object]:
+    def broken(
+        config: str | None, cache: str | None, args: object, netns: str | None
+    ) -> dict[str, object]:
         raise OSError(11, "Resource temporarily unavailable")  # fork(2) refused
 
     ran: list[object] = []

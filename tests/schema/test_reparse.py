@@ -221,3 +221,14 @@ def test_an_alias_to_another_items_anchor_is_read_as_a_full_read_reads_it() -> N
     }
     assert weights == {"static/a": [5], "static/b": [5]}
     assert reader.reused == 0
+
+
+@given(st.text(alphabet="&*!<>[]{},:?- \t\na#\"'", max_size=40))
+def test_a_file_is_cut_into_items_only_where_the_pattern_finds_nothing_that_ties_them(
+    text: str,
+) -> None:
+    """The quick look for anchors, aliases, tags and merge keys (a scan for their characters
+    before the pattern's search) decides as the pattern alone does, on any text."""
+    from director.schema.reparse import _NOT_PLAIN, _not_plain
+
+    assert _not_plain(text) == (_NOT_PLAIN.search(text) is not None)

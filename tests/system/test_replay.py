@@ -57,9 +57,11 @@ class Start:
         self.log = tmp / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def run(self) -> None:
+    def run(self, cache: str | None = None) -> None:
+        """``cache``: ``--config-cache`` ('' for none); the state directory's by default."""
         argv = [sys.executable, "-m", "director", "run", "--config", str(self.tmp / "d.yaml")]
-        argv += ["--netns", self.ns.name, "--config-cache", str(self.tmp / "config.cache")]
+        named = str(self.tmp / "config.cache") if cache is None else cache
+        argv += ["--netns", self.ns.name, "--config-cache", named]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -296,3 +298,54 @@ def test_a_table_cache_someone_removed_is_written_again_before_the_reboot(
     second, _ = started(tmp_path, starts, "replay-removed2", "startup.timing")
     assert f"replayed=True services={SERVICES + 3}" in second.said("startup.replay")
     second.stop()
+
+
+def test_a_first_start_has_its_table_in_the_kernel_as_soon_as_its_file_is_read(
+    tmp_path: Path, starts: list[Start], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing kept yet (a first boot): the child that parses the file into the cache sends
+    the table once it has read the file, while the command loads; the first sync finds it
+    there and sends nothing. Without a cache, the command's first moments read the file
+    and it sends the table before it loads the rest."""
+    first, said = started(tmp_path, starts, "early-child", "startup.timing")
+    sent = first.said("startup.early")
+    assert f"sent=True services={SERVICES + 3}" in sent and "refused=0" in sent, sent
+    assert "forked=True parsed=True" in first.said("startup.parse_ahead")
+    figures = dict(part.split("=", 1) for part in (sent + " " + said).split() if "=" in part)
+    assert float(figures["seconds"]) < float(figures["total"])  # sent before it was ready
+    assert "event=sync.first" not in first.text(), "the first sync found its table there"
+    assert no_changes(tmp_path / "d.yaml", first.ns.name, capsys)
+    built = table(first.ns.name)
+    assert len(built) == SERVICES + 3
+    first.stop()
+
+    here = Start(tmp_path, "early-here")
+    starts.append(here)
+    here.run(cache="")
+    here.wait_for("startup.timing")
+    assert f"sent=True services={SERVICES + 3}" in here.said("startup.early")
+    assert "forked=False" in here.said("startup.parse_ahead")  # no cache: no child
+    assert "event=sync.first" not in here.text()
+    assert table(here.ns.name) == built
+    here.stop()
+
+
+def test_a_first_start_refused_after_its_early_table_takes_it_back(
+    tmp_path: Path, starts: list[Start]
+) -> None:
+    """The file reads, so its table is sent at once; then the start refuses the admin
+    token (read only once the director has loaded). No director keeps that table: it is
+    taken back, and the kernel is as empty as it was."""
+    token, _ = api_box(tmp_path, 19183)
+    token.write_text("short\n")
+    start = Start(tmp_path, "early-refused")
+    starts.append(start)
+    start.run()
+    assert start.proc is not None
+    code = start.proc.wait(120)
+    start.proc = None
+    assert code != 0, start.text()[-3000:]
+    assert "sent=True services=7" in start.said("startup.early"), start.text()[-3000:]
+    assert "at least 16 characters" in start.text()
+    assert "services=7" in start.said("startup.withdrawn"), start.text()[-3000:]
+    assert table(start.ns.name) == {}
