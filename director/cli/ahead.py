@@ -11,7 +11,10 @@ So at the command's first moments (:mod:`director.cli.boot`), when the cache is 
 (systemd's state directory, or ``--config-cache``), its folder writable, and it does not
 hold this file's parse, a child process is forked: it parses the file and writes the cache,
 exactly as a running director keeps it (:class:`director.schema.reparse.Reparser`), and
-exits. Meanwhile the command imports the runtime (side by side where a second core is
+exits. Before it writes the cache, it sends a static box's table to the kernel
+(:mod:`director.cli.early`), once the command has said ``go`` (it has read its arguments:
+``director run`` with a mistyped option must leave no table behind), and writes what it
+sent on a pipe the command reads. Meanwhile the command imports the runtime (side by side where a second core is
 free: under the lab's emulation they were not); then it waits for the child and takes the
 parse from the cache, as any restart does. A child that
 fails (a fault in the file, a full disk, a signal) leaves the cache as it was: the file is

@@ -31,6 +31,9 @@ def run(config: Path, cache: str, until: str | None = "event=controller.ready") 
     script = (
         "import sys; from director.dataplane.fake import FakeIpvs; "
         "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
+        # and the early table never reaches this host's kernel, whatever it has
+        "import director.cli.early as early; "
+        "early.empty_table = lambda netns: (_ for _ in ()).throw(OSError(19, 'a test')); "
         "from director.cli.boot import main; "
         f"sys.exit(main(['--log-level', 'info', 'run', '--config', {str(config)!r}, "
         f"'--config-cache', {cache!r}]))"

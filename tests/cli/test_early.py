@@ -206,10 +206,17 @@ def test_a_failed_start_takes_back_its_static_services_and_nothing_else(tmp_path
     assert list(ipvs.read().services) == [foreign]
 
 
-def test_the_child_sends_only_once_the_command_has_read_its_arguments(tmp_path: Path) -> None:
+def test_the_child_sends_only_once_the_command_has_read_its_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A command refused for its arguments (it never says go) leaves no table: the child
-    parses and keeps the cache, and sends nothing. Told to go, it tries (here, a host
-    without IPVS: the kernel's answer is its report)."""
+    parses and keeps the cache, and sends nothing. Told to go, it sends (here to a kernel
+    that answers no, whatever this host has: its answer is the child's report)."""
+
+    def no_kernel(netns: str | None) -> Kernel:
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(early, "empty_table", no_kernel)  # the forked child's too
     config = tmp_path / "director.yaml"
     config.write_text(box(3))
     for told in (False, True):
@@ -223,6 +230,6 @@ def test_the_child_sends_only_once_the_command_has_read_its_arguments(tmp_path: 
         assert found["parsed"] is True and cache.exists()
         if told:
             assert found["early"]["sent"] is False  # type: ignore[index]
-            assert "the kernel" in found["early"]["reason"]  # type: ignore[index]
+            assert found["early"]["reason"] == "the kernel: No such device"  # type: ignore[index]
         else:
             assert "early" not in found
