@@ -109,8 +109,15 @@ def parse_ahead(args: Sequence[str], *, send: bool) -> dict[str, object]:
     """The file of ``director run ARGS`` parsed into its cache by a child process, while
     this one imports the rest (:mod:`director.cli.ahead`), its static table sent by it if
     ``send``; what was done, or why not."""
+    # What the child needs, loaded once here before it is forked (it would load it again
+    # beside the command's own imports, on the other core: twice the work, and its table
+    # later); the command needs all of it too.
+    import director.schema.reparse
     from director.cli import ahead
     from director.schema.stamp import default_cache
+
+    if send:
+        import director.cli.early  # noqa: F401
 
     given = options(args, ("--config", "--config-cache", "--netns"))
     return ahead.start(

@@ -8,7 +8,7 @@ loaded and started: the imports of the engine, the adapters and the API, the run
 parts, the translation, then the first sync. Here, once the file is parsed and validated
 whole (in the command's first moments, or in the child that parses it into the cache,
 :mod:`director.cli.ahead`), the table its first sync would build from nothing
-(:func:`director.cli.startcache.static_table`: the file's services with the API's saved
+(``static_table``: the file's services with the API's saved
 intents, less full NAT's) is planned, packed and sent at once, under the same conditions
 as a replay: a static box (no ``kubernetes:``), not a shadow, and a kernel that holds no
 virtual service at all. It only ever adds to an empty table.
@@ -31,7 +31,6 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from director.cli.startcache import static_table
 from director.core.added import OpChain
 from director.core.intents import Intents
 from director.core.plan import outline, outlined_ops
@@ -40,7 +39,6 @@ from director.dataplane.batches import encoded_batches
 from director.dataplane.genl import GenlSocket
 from director.dataplane.interface import scheduler_refusals
 from director.dataplane.memory import one_heap
-from director.dataplane.modules import load_module, offered_schedulers
 from director.dataplane.replay import Declined, empty_table
 from director.schema.config import Settings
 
@@ -82,6 +80,16 @@ def send(settings: Settings, netns: str | None) -> dict[str, object]:
     }
 
 
+def static_table(settings: Settings, intents: Intents) -> Table:
+    """What a start's first sync builds from nothing on a static box: the file's services
+    with the API's intents (no health verdict yet, no drain in progress), less full NAT's."""
+    return {
+        key: intents.apply(key, vs)
+        for key, vs in settings.services.items()
+        if key not in settings.static_snat
+    }
+
+
 def withdraw(settings: Settings, ipvs: object) -> int:
     """Remove the static services an early send added, after a start that failed before
     its first sync (``ipvs``: the kernel adapter, whose ``apply`` takes the operations);
@@ -102,13 +110,12 @@ def _not(reason: str) -> dict[str, object]:
 
 
 def _usable(table: Table) -> frozenset[str]:
-    """The schedulers the kernel offers, the modules of those the table uses loaded (as the
-    kernel adapter does before it sends)."""
-    offered = set(offered_schedulers())
-    for name in {vs.config.scheduler for vs in table.values()} & offered:
-        if load_module(f"ip_vs_{name}") is not None:
-            offered.discard(name)
-    return frozenset(offered)
+    """The schedulers the table names: the kernel loads a scheduler's module itself when a
+    service names it, and refuses one it does not have (counted as refused; the first sync
+    then refuses it before sending, and says why). Looking first (the module tree, a
+    modprobe each) is the kernel adapter's way: a tenth of a second and more here, at no
+    gain. Only what has no bit at all (unknown flags) is left out before sending."""
+    return frozenset(vs.config.scheduler for vs in table.values())
 
 
 def _chunks(table: Table, settings: Settings) -> Iterator[OpChain]:

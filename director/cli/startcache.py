@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from director.cli.early import static_table
 from director.core.intents import Intents
 from director.core.owned import Ledger, Retry, Transient, classify, file_mark
 from director.core.services import Op, Table
@@ -72,16 +73,6 @@ class _Work:
     table: Table | None  # the table to write (None: nothing)
     depends: dict[str, str]
     drift: str | None  # what someone else did to them, if anything
-
-
-def static_table(settings: Settings, intents: Intents) -> Table:
-    """What a start's first sync builds from nothing on a static box: the file's services
-    with the API's intents (no health verdict yet, no drain in progress), less full NAT's."""
-    return {
-        key: intents.apply(key, vs)
-        for key, vs in settings.services.items()
-        if key not in settings.static_snat
-    }
 
 
 class StartCaches:

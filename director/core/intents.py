@@ -18,7 +18,6 @@ from typing import Any
 
 from director.core.errors import DirectorError
 from director.core.model import RealServer, ServiceConfig, ServiceKey, canonical_address
-from director.core.owned import write_atomic
 from director.core.services import VirtualService
 
 MAX_DRAINS = 1000  # each is matched against every real server on every sync
@@ -133,6 +132,8 @@ class Intents:
             "drains": [d.as_json() for d in self.drains.values()],
             "maintenance": self.maintenance,
         }
+        from director.core.owned import write_atomic  # here: a start reads, never writes
+
         write_atomic(path, json.dumps(body, indent=1) + "\n")
 
     @classmethod

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from director.cli import ahead, early
-from director.cli.startcache import static_table
+from director.cli.early import static_table
 from director.core.added import OpChain
 from director.core.intents import Intents
 from director.core.plan import outline, outlined_ops
