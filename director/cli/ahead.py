@@ -34,6 +34,8 @@ from director.schema.stamp import header, key_of_file
 # The child's pid and when it was forked, once one is; what came of it (logged as
 # ``event=startup.parse_ahead`` by ``director run``).
 _CHILD: list[tuple[int, float, int]] = []  # pid, when, the read end of its report
+_SENT: list[dict[str, object] | None] = []  # its report, once ``sent`` has read it
+_GOES: list[bool] = []  # the child was told to go (it sends the table)
 _GO: list[int] = []  # the write end of the pipe the child waits on before it sends
 
 
@@ -70,7 +72,10 @@ def start(
     os.close(into)
     os.close(wait_go)
     _CHILD.append((pid, began, report))
-    _GO.append(give_go)
+    if netns != NOT_SENT:
+        _GO.append(give_go)
+    else:  # it sends nothing, and waits for nothing
+        os.close(give_go)
     return {"forked": True}
 
 
@@ -84,6 +89,21 @@ def go() -> None:
             os.write(fd, b"1")
         finally:
             os.close(fd)
+        _GOES.append(True)
+
+
+def sent() -> None:
+    """Wait until the child that sends the table has sent it (or has failed): the command's
+    own imports then wait, rather than take the other core from the child's parse and send
+    (under the lab's emulation the two slowed each other by a third). Its report is kept for
+    ``wait``. Nothing to wait for when no child sends one."""
+    if not _CHILD or _SENT or not _GOES:
+        return
+    try:  # one write of under PIPE_BUF bytes, or nothing at all (the child's end closed)
+        data = os.read(_CHILD[-1][2], 4096)
+    except OSError:
+        data = b""
+    _SENT.append(_decoded(data))
 
 
 def _holds(cache: str, key: str) -> bool:
@@ -133,6 +153,8 @@ def wait() -> dict[str, object]:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:  # reaped elsewhere: the cache says whether it was written
         os.close(report)
+        _SENT.clear()
+        _GOES.clear()
         return {"parsed": False, "reason": "the child was reaped elsewhere"}
     done = time.monotonic()
     code = os.waitstatus_to_exitcode(status)
@@ -143,20 +165,33 @@ def wait() -> dict[str, object]:
     }
     if code != 0:
         figures["reason"] = f"the child exited {code}: the file is parsed here"
-    sent = _report(report)
+    sent = _SENT.pop() if _SENT else _decoded(_read_all(report))
+    os.close(report)
+    _GOES.clear()
     if sent is not None:
         figures["early"] = sent
     return figures
 
 
-def _report(fd: int) -> dict[str, object] | None:
-    """What the child wrote of its early table (it has exited: all of it is there)."""
+def _read_all(fd: int) -> bytes:
+    """What is in the pipe (the child has exited: all of it, then the end)."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    return b"".join(chunks)
+
+
+def _decoded(data: bytes) -> dict[str, object] | None:
+    """The child's report of its early table (nothing: it sent none)."""
     import json
 
+    if not data:
+        return None
     try:
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read()
-        found = json.loads(data) if data else None
-    except (OSError, ValueError):
+        found = json.loads(data)
+    except ValueError:
         return {"sent": False, "reason": "the child's report did not read"}
     return found if isinstance(found, dict) else None

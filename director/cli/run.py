@@ -31,6 +31,7 @@ _log = logging.getLogger("director.cli")
 def cmd_run(args: argparse.Namespace) -> int:
     """The appliance: follow the cluster until SIGTERM/SIGINT; SIGHUP reloads the file."""
     ahead.go()  # the arguments are read: the child parsing the file may send its table
+    ahead.sent()  # and the imports below wait until it has (both cores for its parse)
     cache = _config_cache(args.config_cache)
     parsed = _parsed(args.config, cache)  # read already by the first moments (boot)
     if parsed is not None and not args.dry_run and not REPLAY.get("replayed"):

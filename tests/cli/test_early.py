@@ -226,6 +226,8 @@ def test_the_child_sends_only_once_the_command_has_read_its_arguments(
             ahead.go()
         else:
             os.close(ahead._GO.pop())  # the command exited
+        ahead.sent()  # told: until its report is in; not told: nothing to wait for
+        assert bool(ahead._SENT) is told
         found = ahead.wait()
         assert found["parsed"] is True and cache.exists()
         if told:
