@@ -28,8 +28,11 @@ Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box`
 ``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
 
 The director's own log says where its time went (``event=startup.timing``: the interpreter,
-imports, reading the file, starting its parts, the first read of the kernel, translating,
-programming, publishing); the bench prints the median of each phase.
+the replay, the first moments' read of the file, the early table sent from it, imports,
+taking the parse, starting its parts, the first read of the kernel, translating,
+programming, publishing); the bench prints the median of each phase. A director whose
+first moments completed the table (a replay, an early table) is stopped only once it has
+logged that line.
 
     python -m lab.vm run lab.bench_start
 """
@@ -362,8 +365,19 @@ def warm_up(services: int, workdir: Path, code: Path | None = None) -> tuple[lis
 
 
 def measure(
-    services: int, workdir: Path, repeat: int, box: Box, *, before_checks_first: bool = False
+    services: int,
+    workdir: Path,
+    repeat: int,
+    box: Box,
+    *,
+    before_checks_first: bool = False,
+    only: frozenset[str] | None = None,
 ) -> dict[str, Any]:
+    """Each contender's starts in turn (``only``: those named, keepalived always)."""
+
+    def wanted(name: str) -> bool:
+        return only is None or name in only or name == "keepalived"
+
     director_file, keepalived_file = write_tables(services, workdir)
     director = [*box.director, "run", "--config", str(director_file)]
     argv = {
@@ -391,7 +405,8 @@ def measure(
         "first": box.env,
         "before": box.before,
     }
-    prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
+    if wanted("restart"):
+        prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
     # A reboot under the role's unit, as systemd starts it: its state directory holds what the
     # run before kept (the parse, the table). "unit_before": the unit with the earlier
     # code (--before); with --before-checks-first, the file checked in a process of its own
@@ -399,7 +414,7 @@ def measure(
     pres: dict[str, list[list[str]]] = {}
     units = {"unit": (box.env, False), "unit_before": (box.before, before_checks_first)}
     for name, (unit_env, check_first) in units.items():
-        if unit_env is None:
+        if unit_env is None or not wanted(name):
             continue
         state = workdir / f"{name}-{services}"
         shutil.rmtree(state, ignore_errors=True)
@@ -416,7 +431,7 @@ def measure(
     restore: dict[str, tuple[Path, Path]] = {}
     reloaded = workdir / f"reloaded-{services}.yaml"
     for name, unit_env in (("unit_reloaded", box.env), ("unit_reloaded_before", box.before)):
-        if unit_env is None:
+        if unit_env is None or not wanted(name):
             continue
         state = workdir / f"{name}-{services}"
         *pres[name], argv[name] = unit_commands(box.director, reloaded)
@@ -434,7 +449,9 @@ def measure(
             ),
             state,
         )
-    runs: dict[str, list[float]] = {name: [] for name in argv if env.get(name) is not None}
+    runs: dict[str, list[float]] = {
+        name: [] for name in argv if env.get(name) is not None and wanted(name)
+    }
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
     for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
         for name, seconds in runs.items():
@@ -457,12 +474,10 @@ def measure(
             out[name]["phases"] = {
                 k: round(statistics.median(p.get(k, 0.0) for p in split), 3) for k in split[0]
             }
-    out["ratio"] = round(out["director"]["median"] / out["keepalived"]["median"], 3)
-    out["ratio_restart"] = round(out["restart"]["median"] / out["keepalived"]["median"], 3)
-    out["ratio_first"] = round(out["first"]["median"] / out["keepalived"]["median"], 3)
-    for name in ("before", "unit", "unit_before", "unit_reloaded", "unit_reloaded_before"):
+    for name in CONTENDERS[1:]:
         if name in out:
-            out[f"ratio_{name}"] = round(out[name]["median"] / out["keepalived"]["median"], 3)
+            ratio = round(out[name]["median"] / out["keepalived"]["median"], 3)
+            out["ratio" if name == "director" else f"ratio_{name}"] = ratio
     return out
 
 
@@ -596,6 +611,12 @@ def main() -> None:
         action="store_true",
         help="run `director check` before the earlier code's unit starts, as 0.4.25's unit did",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=CONTENDERS[1:],
+        help="these contenders alone (and keepalived): more turns in the same time",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -615,7 +636,12 @@ def main() -> None:
             )
         for count in args.services:
             row = measure(
-                count, Path(tmp), args.repeat, box, before_checks_first=args.before_checks_first
+                count,
+                Path(tmp),
+                args.repeat,
+                box,
+                before_checks_first=args.before_checks_first,
+                only=frozenset(args.only) if args.only else None,
             )
             row["where"] = "9p" if args.from_9p else "tmpfs"
             rows.append(row)
@@ -623,14 +649,11 @@ def main() -> None:
                 f"bench start at {count} services x {REAL_SERVERS} (exec -> whole table in the "
                 f"kernel): "
                 + ", ".join(_said(name, row[name]) for name in CONTENDERS if name in row)
-                + f" (ratio {row['ratio']}; restart {row['ratio_restart']}"
-                + f"; first with a state directory {row['ratio_first']}"
-                + f"; a reboot under the unit {row['ratio_unit']}"
-                + (f"; before {row['ratio_before']}" if "ratio_before" in row else "")
-                + (
-                    f"; the earlier code's unit {row['ratio_unit_before']}"
-                    if "ratio_unit_before" in row
-                    else ""
+                + " (ratios to keepalived: "
+                + "; ".join(
+                    f"{name} {row['ratio' if name == 'director' else f'ratio_{name}']}"
+                    for name in CONTENDERS[1:]
+                    if name in row
                 )
                 + ")",
                 flush=True,
