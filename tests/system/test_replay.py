@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -349,3 +350,37 @@ def test_a_first_start_refused_after_its_early_table_takes_it_back(
     assert "at least 16 characters" in start.text()
     assert "services=7" in start.said("startup.withdrawn"), start.text()[-3000:]
     assert table(start.ns.name) == {}
+
+
+def test_a_reboot_refused_after_its_replay_takes_the_replayed_table_back(
+    tmp_path: Path, starts: list[Start]
+) -> None:
+    """The replay cannot tell that the API's port is taken on this boot: the table goes in,
+    the start is refused once the API binds, and what the replay added is taken out again
+    (until 0.4.29 it stayed, with no director keeping it)."""
+    api_box(tmp_path, 19184)
+    first, kept = started(tmp_path, starts, "replay-port1", "table.kept")
+    assert "services=7" in kept
+    first.stop()
+    second = Start(tmp_path, "replay-port2")
+    starts.append(second)
+
+    def taken() -> socket.socket:
+        holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        holder.bind(("127.0.0.1", 19184))
+        holder.listen()
+        return holder
+
+    holder = second.ns.call(taken)
+    try:
+        second.run()
+        assert second.proc is not None
+        code = second.proc.wait(120)
+        second.proc = None
+    finally:
+        holder.close()
+    assert code != 0, second.text()[-3000:]
+    assert "replayed=True services=7" in second.said("startup.replay"), second.text()[-3000:]
+    assert "api.listen 127.0.0.1:19184" in second.text()
+    assert "services=7" in second.said("startup.withdrawn"), second.text()[-3000:]
+    assert table(second.ns.name) == {}
