@@ -87,6 +87,8 @@ def go() -> None:
         fd = _GO.pop()
         try:
             os.write(fd, b"1")
+        except OSError:  # the child has exited already (a fault in the file): nothing to send
+            continue
         finally:
             os.close(fd)
         _GOES.append(True)

@@ -235,3 +235,18 @@ def test_the_child_sends_only_once_the_command_has_read_its_arguments(
             assert found["early"]["reason"] == "the kernel: No such device"  # type: ignore[index]
         else:
             assert "early" not in found
+
+
+def test_a_child_gone_before_the_command_says_go_stops_nothing(tmp_path: Path) -> None:
+    """A fault in the file ends the child at once, often before the command has read its
+    arguments: the command's go finds the pipe closed and goes on (it then parses the file
+    itself and says where the fault is)."""
+    config = tmp_path / "director.yaml"
+    config.write_text(box(3).replace("192.0.2.1:8080", "192.0.2.300:8080"))
+    assert ahead.start(str(config), str(tmp_path / "c.cache"), [], netns=None) == {"forked": True}
+    os.waitid(os.P_PID, ahead._CHILD[-1][0], os.WEXITED | os.WNOWAIT)  # exited, not reaped
+    ahead.go()  # the pipe is closed: no BrokenPipeError
+    ahead.sent()  # nothing to wait for: it was never told
+    found = ahead.wait()
+    assert found["parsed"] is False and "exited 1" in str(found["reason"])
+    assert "early" not in found
