@@ -120,6 +120,18 @@ def started(
     return start, start.wait_for(event)
 
 
+def refused(tmp: Path, starts: list[Start], name: str) -> Start:
+    """A start (in a new namespace) that must exit with a failure: the start, once exited."""
+    start = Start(tmp, name)
+    starts.append(start)
+    start.run()
+    assert start.proc is not None
+    code = start.proc.wait(120)
+    start.proc = None
+    assert code != 0, start.text()[-3000:]
+    return start
+
+
 def table(ns: str) -> dict[str, list[str]]:
     with KernelIpvs(netns=ns) as ipvs:
         held = ipvs.read()
@@ -242,13 +254,7 @@ def test_a_box_whose_token_went_bad_replays_nothing_and_refuses_to_start(
     assert "services=7" in kept
     first.stop()
     token.write_text("short\n")
-    second = Start(tmp_path, "replay-tok2")
-    starts.append(second)
-    second.run()
-    assert second.proc is not None
-    code = second.proc.wait(120)
-    second.proc = None
-    assert code != 0, second.text()[-3000:]
+    second = refused(tmp_path, starts, "replay-tok2")
     assert f"{token} changed since it was kept" in second.said("startup.replay")
     assert "at least 16 characters" in second.text(), second.text()[-3000:]
     assert table(second.ns.name) == {}
@@ -339,13 +345,7 @@ def test_a_first_start_refused_after_its_early_table_takes_it_back(
     taken back, and the kernel is as empty as it was."""
     token, _ = api_box(tmp_path, 19183)
     token.write_text("short\n")
-    start = Start(tmp_path, "early-refused")
-    starts.append(start)
-    start.run()
-    assert start.proc is not None
-    code = start.proc.wait(120)
-    start.proc = None
-    assert code != 0, start.text()[-3000:]
+    start = refused(tmp_path, starts, "early-refused")
     assert "sent=True services=7" in start.said("startup.early"), start.text()[-3000:]
     assert "at least 16 characters" in start.text()
     assert "services=7" in start.said("startup.withdrawn"), start.text()[-3000:]
@@ -362,8 +362,6 @@ def test_a_reboot_refused_after_its_replay_takes_the_replayed_table_back(
     first, kept = started(tmp_path, starts, "replay-port1", "table.kept")
     assert "services=7" in kept
     first.stop()
-    second = Start(tmp_path, "replay-port2")
-    starts.append(second)
 
     def taken() -> socket.socket:
         holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -371,7 +369,9 @@ def test_a_reboot_refused_after_its_replay_takes_the_replayed_table_back(
         holder.listen()
         return holder
 
-    holder = second.ns.call(taken)
+    second = Start(tmp_path, "replay-port2")
+    starts.append(second)
+    holder = second.ns.call(taken)  # the port taken in the reboot's namespace
     try:
         second.run()
         assert second.proc is not None
