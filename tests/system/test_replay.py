@@ -371,7 +371,7 @@ def test_a_reboot_refused_after_its_replay_takes_the_replayed_table_back(
 
     second = Start(tmp_path, "replay-port2")
     starts.append(second)
-    holder = second.ns.call(taken)  # the port taken in the reboot's namespace
+    holder = taken()  # where the director's API listens (--netns is IPVS's namespace only)
     try:
         second.run()
         assert second.proc is not None
