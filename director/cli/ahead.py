@@ -15,8 +15,8 @@ exits. Before it writes the cache, it sends a static box's table to the kernel
 (:mod:`director.cli.early`), once the command has said ``go`` (it has read its arguments:
 ``director run`` with a mistyped option must leave no table behind), and writes what it
 sent on a pipe the command reads. Meanwhile the command imports the runtime (side by side
-where a second core is free); then it waits for the child and takes the parse from the
-cache, as any restart does. A child that
+where a second core is free; when the child sends a table, only once it has: ``sent``);
+then it waits for the child and takes the parse from the cache, as any restart does. A child that
 fails (a fault in the file, a full disk, a signal) leaves the cache as it was: the file is
 then parsed in the command itself, and a fault is reported with its line as ever.
 
