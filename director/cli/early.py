@@ -97,7 +97,7 @@ def withdraw(settings: Settings, ipvs: object) -> int:
     apply = getattr(ipvs, "apply", None)
     if apply is None:
         return 0
-    keys = [key for key in settings.services if key not in settings.static_snat]
+    keys = static_table(settings, Intents())  # the intents change no key
     ops = tuple(Op(OpKind.DEL_SERVICE, key, origin="startup.withdrawn") for key in keys)
     if not ops:
         return 0

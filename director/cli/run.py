@@ -63,21 +63,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         ipvs = FakeIpvs()
     served: list[Runtime] = []  # the runtime, once made
     try:
-        return _serve(
-            args,
-            settings,
-            ipvs,
-            config_reader=config_reader,
-            cache=cache,
-            served=served,
-            sent_early=sent_early,
-        )
+        code = _serve(args, settings, ipvs, config_reader=config_reader, cache=cache, served=served)
     except BaseException:
-        if sent_early and not _kept(served):  # refused after its first moments sent a table
-            _withdraw(settings, ipvs)
+        code = EXIT_FATAL
         raise
     finally:
+        # Refused, or failed, after its first moments sent a table, before it kept it.
+        if code != 0 and sent_early and not _kept(served):
+            _withdraw(settings, ipvs)
         ipvs.close()
+    return code
 
 
 def _serve(
@@ -88,7 +83,6 @@ def _serve(
     config_reader: Reparser,
     cache: Path | None,
     served: list[Runtime],
-    sent_early: bool,
 ) -> int:
     """The director until it is asked to stop (or fails); its exit status. The runtime is
     put in ``served`` once made."""
@@ -142,8 +136,6 @@ def _serve(
         if reader is not None:
             reader.close()
     if runtime.failed is not None:
-        if sent_early and not _kept(served):
-            _withdraw(settings, ipvs)  # failed before it kept the table it was sent
         print(f"director: stopped: {runtime.failed}", file=sys.stderr)
         return EXIT_FATAL
     return 0

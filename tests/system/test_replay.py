@@ -334,6 +334,12 @@ def test_a_first_start_has_its_table_in_the_kernel_as_soon_as_its_file_is_read(
     assert "forked=False" in here.said("startup.parse_ahead")  # no cache: no child
     assert "event=sync.first" not in here.text()
     assert table(here.ns.name) == built
+    # The early table is the director's own, kept true as any: a service removed behind its
+    # back is put back by the next resync.
+    here.ns.exec(["ipvsadm", "-D", "-t", "198.51.100.1:80"])
+    assert "198.51.100.1:80" not in " ".join(table(here.ns.name))
+    assert "ops=3" in here.wait_for("resync.repaired", timeout=240)  # the service, 2 servers
+    assert table(here.ns.name) == built
     here.stop()
 
 
