@@ -118,35 +118,115 @@ def _copy_file(origin: Path, roots: dict[Path, Path]) -> None:
 @dataclass
 class Box:
     """How each contender is started: the director's argv prefix and environment, keepalived's
-    binary, and (``--before``) the environment that runs an earlier director's code instead."""
+    binary, (``--before``) the environment that runs an earlier director's code instead, and
+    (``lab``) the director's argv and environment on the lab's own interpreter."""
 
     director: list[str]
     env: dict[str, str]
     keepalived: str
     before: dict[str, str] | None = None
+    lab: tuple[list[str], dict[str, str]] | None = None
 
 
-def local_box(modules: list[Path], before: Path | None = None) -> Box:
-    """Both contenders as installed on a box's own disk, on the guest's tmpfs: the ``modules``
-    a start loaded (standard library and dependencies, with their compiled
-    copies), every dependency's metadata, the director's code and keepalived's binary. The
-    lab's root is the host's filesystem over 9p without a cache, where every stat and read
-    crosses emulated virtio: a Python process opens hundreds of files at start, keepalived a
-    few, so from there the figure is the lab's, not a box's. ``before``: a folder holding an
-    earlier ``director`` package, laid out beside the current one."""
+# The interpreter a box runs the director on: the role's ``director_python`` (its virtualenv
+# is made from it). Debian's python3.11 is built with profile-guided optimisation and links
+# libpython statically; the lab's (pyenv) is neither, and ran the same Python work about a
+# quarter slower natively.
+ROLE_DEFAULTS = REPO / "ansible/roles/director/defaults/main.yml"
+
+
+def role_python() -> Path | None:
+    """The role's default ``director_python``, resolved, when this machine has it and it is
+    the lab's minor version (the dependencies in the lab's venv are built for that)."""
+    found = re.search(r"^director_python:\s*(\S+)", ROLE_DEFAULTS.read_text(), re.MULTILINE)
+    if not found or not Path(found.group(1)).exists():
+        return None
+    python = Path(found.group(1)).resolve()
+    said = subprocess.run(
+        [str(python), "-c", "import sys; print(*sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    return python if said == [str(n) for n in sys.version_info[:2]] else None
+
+
+@dataclass
+class Home:
+    """One interpreter laid out in the box: its binary, its standard library, and the files
+    of the modules a start loaded with it."""
+
+    python: Path
+    stdlib: Path
+    modules: list[Path]
+
+
+def home_of(python: Path, modules: list[Path]) -> Home:
+    stdlib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return Home(python, Path(stdlib), modules)
+
+
+def _libraries(binary: Path) -> list[Path]:
+    """The shared libraries ``binary`` loads (ldd), less the dynamic loader itself."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        if "=>" in parts and len(parts) > 2 and parts[2].startswith("/"):
+            found.append(Path(parts[2]))
+    return found
+
+
+def local_box(homes: dict[str, Home], before: Path | None = None) -> Box:
+    """Both contenders as installed on a box's own disk, on the guest's tmpfs: for each of
+    ``homes`` (``py``: the box's interpreter; ``lab``: the lab's, when it differs) the
+    interpreter and the standard library modules a start loaded with it (with their
+    compiled copies), the dependencies' modules, every dependency's metadata, the director's
+    code, keepalived's binary, and the shared libraries of all of them (``lib``, named by
+    ``LD_LIBRARY_PATH`` for every contender alike: from the lab's root keepalived's 45
+    libraries took 0.17 s of each start in the guest, its whole ``--version`` 0.27 s against
+    0.09 s). The lab's root is the host's filesystem over 9p without a cache, where every
+    stat and read crosses emulated virtio: a Python process opens hundreds of files at start,
+    keepalived a few dozen, so from there the figure is the lab's, not a box's. ``before``: a
+    folder holding an earlier ``director`` package, laid out beside the current one."""
     shutil.rmtree(BOX, ignore_errors=True)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
     site = Path(sysconfig.get_paths()["purelib"])
-    roots = {site: BOX / "site", stdlib: BOX / "py" / "lib" / version}
-    (BOX / "py" / "lib" / version / "lib-dynload").mkdir(parents=True)
-    (BOX / "py" / "bin").mkdir(parents=True)
-    shutil.copy2(Path(sys.executable).resolve(), BOX / "py" / "bin" / version)
-    for landmark in ("os.py", "os.pyc"):  # where the interpreter finds its prefix
-        with contextlib.suppress(FileNotFoundError):
-            shutil.copy2(stdlib / landmark, BOX / "py" / "lib" / version / landmark)
-    for module in modules:
-        _copy_file(module, roots)
+    libs = BOX / "lib"
+    libs.mkdir(parents=True)
+    keepalived = BOX / "keepalived"
+    shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
+    shared = set(_libraries(keepalived))
+    envs: dict[str, dict[str, str]] = {}
+    pythons: dict[str, str] = {}
+    for name, home in homes.items():
+        root = BOX / name
+        roots = {site: BOX / "site", home.stdlib: root / "lib" / version}
+        (root / "lib" / version / "lib-dynload").mkdir(parents=True)
+        (root / "bin").mkdir(parents=True)
+        shutil.copy2(home.python, root / "bin" / version)
+        for landmark in ("os.py", "os.pyc"):  # where the interpreter finds its prefix
+            with contextlib.suppress(FileNotFoundError):
+                shutil.copy2(home.stdlib / landmark, root / "lib" / version / landmark)
+        for module in home.modules:
+            _copy_file(module, roots)
+            if module.suffix == ".so":
+                shared.update(_libraries(module))
+        shared.update(_libraries(home.python))
+        envs[name] = {
+            "PYTHONHOME": str(root),
+            "PYTHONPATH": str(BOX / "site"),
+            "PYTHONNOUSERSITE": "1",
+            "LD_LIBRARY_PATH": str(libs),
+        }
+        pythons[name] = str(root / "bin" / version)
+    for library in shared:
+        shutil.copy2(library, libs / library.name)
     # The metadata of the box's dependencies (requirements.lock), which pydantic scans for
     # plugins at its first schema: a box has those, not the lab's test tools.
     lock = (REPO / "requirements.lock").read_text().splitlines()
@@ -157,23 +237,22 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     }
     for info in site.glob("*.dist-info"):
         if re.sub(r"[-_.]+", "_", info.name.split("-")[0]).lower() in wanted:
-            shutil.copytree(info, BOX / "site" / info.name)
-    # The dataclasses' code as the role writes it at install (director.cli.classcode): the
-    # box's starts, like the unit's, write nothing (the guest sets PYTHONDONTWRITEBYTECODE).
+            shutil.copytree(info, BOX / "site" / info.name, dirs_exist_ok=True)
+    # The dataclasses' code as the role writes it at install (director.cli.classcode), with
+    # the box's interpreter and its whole standard library (the installer walks every module
+    # with pkgutil, which a start never loads): the box's starts, like the unit's, write
+    # nothing (the guest sets PYTHONDONTWRITEBYTECODE).
     shutil.copytree(
         REPO / "director",
         BOX / "site" / "director",
         ignore=shutil.ignore_patterns("dataclass-code.*"),
     )
-    keepalived = BOX / "keepalived"
-    shutil.copy2(shutil.which("keepalived") or "/usr/sbin/keepalived", keepalived)
-    env = {"PYTHONHOME": str(BOX / "py"), "PYTHONPATH": str(BOX / "site"), "PYTHONNOUSERSITE": "1"}
-    python = str(BOX / "py" / "bin" / version)
-    # Warmed by the lab's whole Python (same version, so the same cache tag): the installer
-    # walks every module with pkgutil, which a box's Python has and a start never loads.
-    warming = {k: v for k, v in {**os.environ, **env}.items() if k != "PYTHONHOME"}
+    # (with every dependency the role installs: the lab's venv after the box's own folder)
+    installer = str(homes["py"].python)
+    warming = {k: v for k, v in {**os.environ, **envs["py"]}.items() if k != "PYTHONHOME"}
+    warming["PYTHONPATH"] = f"{BOX / 'site'}{os.pathsep}{site}"
     warmed = subprocess.run(
-        [sys.executable, "-m", "director.cli.classcode"],
+        [installer, "-m", "director.cli.classcode"],
         env=warming,
         cwd=BOX,
         check=True,
@@ -186,21 +265,22 @@ def local_box(modules: list[Path], before: Path | None = None) -> Box:
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
-        earlier = {**env, "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
+        earlier = {**envs["py"], "PYTHONPATH": f"{BOX / 'before'}{os.pathsep}{BOX / 'site'}"}
         # Installed as the role installs it, as the current code is: its modules' bytecode
         # (a checkout made by `git archive` has none, and the guest writes none) and its
         # dataclasses' code. Without them its imports took 2.5 s where this code's take 0.9.
         subprocess.run(
-            [sys.executable, "-m", "compileall", "-q", str(BOX / "before" / "director")], check=True
+            [installer, "-m", "compileall", "-q", str(BOX / "before" / "director")], check=True
         )
         subprocess.run(
-            [sys.executable, "-m", "director.cli.classcode"],
-            env={**warming, "PYTHONPATH": earlier["PYTHONPATH"]},
+            [installer, "-m", "director.cli.classcode"],
+            env={**warming, "PYTHONPATH": f"{earlier['PYTHONPATH']}{os.pathsep}{site}"},
             cwd=BOX,
             check=True,
             capture_output=True,
         )
-    return Box([python, "-m", "director"], env, str(keepalived), earlier)
+    lab = ([pythons["lab"], "-m", "director"], envs["lab"]) if "lab" in homes else None
+    return Box([pythons["py"], "-m", "director"], envs["py"], str(keepalived), earlier, lab)
 
 
 def start_once(
@@ -308,6 +388,19 @@ def spawn(
     )
 
 
+def unit_environment() -> dict[str, str]:
+    """The variables the role's unit sets (its ``Environment=`` lines): what the unit's
+    starts, and a first boot under it, run with (``MALLOC_ARENA_MAX``)."""
+    found = {}
+    for line in UNIT.read_text().splitlines():
+        if line.startswith("Environment="):
+            name, _, value = line.removeprefix("Environment=").partition("=")
+            if "{" in value or " " in name:
+                raise SystemExit(f"bench: the unit's line needs more than this: {line}")
+            found[name] = value
+    return found
+
+
 def unit_commands(
     director: list[str], config: Path, *, check_first: bool = False
 ) -> list[list[str]]:
@@ -350,17 +443,25 @@ def phases(log: Path) -> list[dict[str, float]]:
     return found
 
 
-def warm_up(services: int, workdir: Path, code: Path | None = None) -> tuple[list[Path], float]:
+def warm_up(
+    services: int, workdir: Path, code: Path | None = None, python: Path | None = None
+) -> tuple[list[Path], float]:
     """One director start from the lab's root: the files of the modules a start loads (the
     box is laid out with them), and its seconds on 9p. ``code``: a folder holding another
-    ``director`` package to start instead (an earlier one loads modules this one does not)."""
+    ``director`` package to start instead (an earlier one loads modules this one does not);
+    ``python``: another interpreter than the lab's, given the lab's dependencies."""
     director_file, _ = write_tables(services, workdir)
     loaded = workdir / "loaded.txt"
-    argv = [sys.executable, "-c", WRAPPER, str(loaded), "run", "--config", str(director_file)]
-    env = None if code is None else {"PYTHONPATH": str(code)}
+    interpreter = str(python or sys.executable)
+    argv = [interpreter, "-c", WRAPPER, str(loaded), "run", "--config", str(director_file)]
+    paths = [str(code)] if code is not None else []
+    if python is not None:
+        paths += [str(REPO)] if code is None else []
+        paths.append(sysconfig.get_paths()["purelib"])
+    env = {"PYTHONPATH": os.pathsep.join(paths)} if paths else None
     name = "director" if code is None else "before"
     log = workdir / f"warm-up-{name}.log"
-    seconds = start_once(name, argv, services, log, env, cwd=code)["seconds"]
+    seconds = start_once(name, argv, services, log, env, cwd=code or REPO)["seconds"]
     return [Path(line) for line in loaded.read_text().splitlines()], seconds
 
 
@@ -398,12 +499,15 @@ def measure(
         "first": [*director, "--config-cache", str(workdir / "first" / "config.cache")],
         "before": director,
     }
+    if box.lab is not None:  # the same first start on the lab's interpreter
+        argv["lab_python"] = [*box.lab[0], "run", "--config", str(director_file)]
     env = {
         "keepalived": box.env,
         "director": box.env,
         "restart": box.env,
-        "first": box.env,
+        "first": {**box.env, **unit_environment()},
         "before": box.before,
+        "lab_python": box.lab[1] if box.lab is not None else None,
     }
     if wanted("restart"):
         prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
@@ -422,7 +526,7 @@ def measure(
         *pres[name], argv[name] = unit_commands(
             box.director, director_file, check_first=check_first
         )
-        env[name] = {**unit_env, "STATE_DIRECTORY": str(state)}
+        env[name] = {**unit_env, **unit_environment(), "STATE_DIRECTORY": str(state)}
         primer = [*director, "--config-cache", str(state / "config.cache")]
         prime(primer, services, state / "config.cache", unit_env, workdir)
     # A reboot after a reload: the state directory as a run left it once it had read a
@@ -435,7 +539,7 @@ def measure(
             continue
         state = workdir / f"{name}-{services}"
         *pres[name], argv[name] = unit_commands(box.director, reloaded)
-        env[name] = {**unit_env, "STATE_DIRECTORY": str(state)}
+        env[name] = {**unit_env, **unit_environment(), "STATE_DIRECTORY": str(state)}
         restore[name] = (
             prime_reloaded(
                 name,
@@ -592,6 +696,7 @@ CONTENDERS = (
     "before",
     "unit_before",
     "unit_reloaded_before",
+    "lab_python",
 )
 
 
@@ -612,6 +717,12 @@ def main() -> None:
         help="run `director check` before the earlier code's unit starts, as 0.4.25's unit did",
     )
     parser.add_argument(
+        "--python",
+        type=Path,
+        help="the interpreter the box runs the director on (default: the role's"
+        " director_python, when it is the lab's minor version; else the lab's own)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         choices=CONTENDERS[1:],
@@ -625,13 +736,20 @@ def main() -> None:
             [sys.executable, "-m", "director"], {}, shutil.which("keepalived") or "keepalived"
         )
         if not args.from_9p:
-            modules, seconds = warm_up(min(args.services), Path(tmp))
+            python = args.python or role_python()
+            modules, seconds = warm_up(min(args.services), Path(tmp), python=python)
             if args.before is not None:  # and what the earlier one loads (0.4.7: pydantic)
-                modules += warm_up(min(args.services), Path(tmp), args.before)[0]
-            box = local_box(modules, args.before)
+                modules += warm_up(min(args.services), Path(tmp), args.before, python)[0]
+            homes = {"py": home_of(python or Path(sys.executable).resolve(), modules)}
+            if python is not None and python != Path(sys.executable).resolve():
+                lab = warm_up(min(args.services), Path(tmp))[0]
+                homes["lab"] = home_of(Path(sys.executable).resolve(), lab)
+            box = local_box(homes, args.before)
             print(
                 f"bench start: one start from the lab's root (9p) took {seconds:.1f} s and "
-                f"imported {len(modules)} modules; the contenders run from tmpfs",
+                f"imported {len(modules)} modules; the contenders run from tmpfs, the"
+                f" director on {homes['py'].python}"
+                + (f" (lab_python: {homes['lab'].python})" if "lab" in homes else ""),
                 flush=True,
             )
         for count in args.services:

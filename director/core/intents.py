@@ -10,7 +10,6 @@ apart from ``load``/``save`` (one small JSON file, replaced atomically).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +52,8 @@ class Drain:
     @property
     def ident(self) -> str:
         """The short id the API names it by."""
+        import hashlib  # here: a first start loads this module before its table is sent
+
         return hashlib.sha256(self.id.encode()).hexdigest()[:12]
 
     def as_json(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ The director then starts as ever: it reads the kernel back, finds its table ther
 first sync sends nothing; whatever the replay did not do (a message the kernel refused, a
 health verdict since), the first sync does. Nothing here can remove anything.
 
-Light: ``os``, ``hashlib``, ``socket`` and ``struct`` (through
+Light: ``os``, ``hashlib`` (for a digest), ``socket`` and ``struct`` (through
 :mod:`director.dataplane.genl`), so that the kernel has the table before Python has loaded
 the engine, the schema and the adapters: under emulation most of a start (see
 docs/performance.md).
@@ -24,7 +24,6 @@ docs/performance.md).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -71,6 +70,8 @@ def _header(handle: BinaryIO, lines: int) -> list[bytes] | None:
 
 def digest(path: str) -> str:
     """A file's contents as one digest ("absent" for none): what the table also depended on."""
+    import hashlib  # here: an early table loads this module (director.cli.early), and no digest
+
     try:
         with open(path, "rb") as handle:
             return hashlib.sha256(handle.read()).hexdigest()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,8 @@ def load(path: Path, key: str) -> tuple[Settings, Any] | None:
                 return _ignored(path, "not this format")
             if handle.readline() != f"{key}\n".encode():
                 return _ignored(path, "the file or the code changed")
+            import pickle  # here, as in store: a first start has no cache to read
+
             stored = pickle.load(handle)
     except FileNotFoundError:
         return None
@@ -86,6 +87,8 @@ def _ignored(path: Path, reason: str) -> tuple[Settings, Any] | None:
 
 def store(path: Path, key: str, settings: Settings, memory: Any) -> bool:
     """Write the cache (a new file, renamed into place); False, logged, when it cannot be."""
+    import pickle  # here: a first start reads its file before it loads what writes the cache
+
     started = time.monotonic()
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     try:
