@@ -250,3 +250,79 @@ def test_a_child_gone_before_the_command_says_go_stops_nothing(tmp_path: Path) -
     found = ahead.wait()
     assert found["parsed"] is False and "exited 1" in str(found["reason"])
     assert "early" not in found
+
+
+# What a first start has loaded when its table goes to the kernel, written by a real
+# ``director run`` (no cache) whose send is replaced by a look at ``sys.modules``.
+AT_SEND = """
+import sys
+import director.cli.early as early
+def send(settings, netns):
+    print(" ".join(sorted(sys.modules)), flush=True)
+    raise SystemExit(0)
+early.send = send
+from director.cli.boot import main
+sys.argv = ["director", "run", "--config", sys.argv[1], "--config-cache", ""]
+main()
+"""
+# Loaded before the table for no use of its own: OpenSSL (hashlib), pickle (the cache, which a
+# first start has not got), socket.py (its enums and selectors: the C module is enough),
+# the API's and the cluster's libraries.
+NOT_BEFORE_THE_TABLE = {
+    "hashlib",
+    "_hashlib",
+    "pickle",
+    "socket",
+    "selectors",
+    "flask",
+    "kubernetes",
+}
+
+
+def modules_at_send(tmp_path: Path, **env: str) -> set[str]:
+    import subprocess
+    import sys
+
+    config = tmp_path / "director.yaml"
+    config.write_text(box(20))
+    environment = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    done = subprocess.run(
+        [sys.executable, "-c", AT_SEND, str(config)],
+        capture_output=True,
+        text=True,
+        env={**environment, **env},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(done.stdout.split())
+
+
+def test_a_first_start_loads_nothing_before_its_table_that_the_table_does_not_need(
+    tmp_path: Path,
+) -> None:
+    loaded = modules_at_send(tmp_path, MALLOC_ARENA_MAX="1")
+    assert "director.schema.config" in loaded  # the file was read: this is the send
+    assert not loaded & NOT_BEFORE_THE_TABLE
+    assert "ctypes" not in loaded  # under the unit, glibc has one heap already
+
+
+def test_the_send_makes_one_c_heap_unless_the_environment_has(
+    tmp_path: Path, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from director.dataplane import memory
+
+    made: list[bool] = []
+
+    def one_heap() -> bool:
+        made.append(True)
+        return True
+
+    monkeypatch.setattr(memory, "one_heap", one_heap)
+    settings = parsed(box(3), tmp_path)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "1")  # the role's unit
+    assert early.send(settings, None)["sent"] is True
+    assert made == []
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert early.send(settings, None)["sent"] is True
+    assert made == [True]
