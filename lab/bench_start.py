@@ -24,8 +24,13 @@ table was kept only at the first sync, so this reboot replayed nothing). With ``
 ``--before-checks-first``, ``unit_before`` runs ``director check`` first, as 0.4.25's unit
 did).
 
-Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``);
-``--from-9p`` runs them from the lab's root instead, to show what the lab's filesystem costs.
+Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``), their
+shared libraries too; ``--from-9p`` runs them from the lab's root instead, to show what the
+lab's filesystem costs. The director runs on the interpreter the role makes its virtualenv
+from (``director_python``: Debian's python3.11, built with profile-guided optimisation), not
+the lab's own (pyenv's, without it), and the unit's starts (and ``first``, a first boot
+under it) with the unit's ``Environment=``. ``lab_python`` is the director's first start
+without a cache on the lab's interpreter, as every run before 0.4.30 measured it.
 
 The director's own log says where its time went (``event=startup.timing``: the interpreter,
 the replay, the first moments' read of the file, the early table sent from it, imports,

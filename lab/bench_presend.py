@@ -1,0 +1,106 @@
+"""A first start's Python before its table goes to the kernel, two checkouts side by side (VM).
+
+``director run`` with a static file and nothing kept (no cache) reads its file and sends its
+table (``director.cli.early``) before it loads the rest. What comes before the send is all
+Python: the interpreter, the imports the reader and the sender need, the file. Here the send
+itself is replaced by a look at the clock (seconds since exec, the kernel's record of the
+process's start) and at ``sys.modules``, so the figure has neither the kernel's work nor a
+poll of the kernel's table in it: the noise of ``lab.bench_start``'s whole starts (a few
+tenths of a second a turn in the VM) hid a change of a tenth.
+
+Both run as ``lab.bench_start`` runs the director: from a box on the guest's tmpfs, on the
+role's interpreter, under the unit's environment; the current code and ``--before``'s in
+turns, REPEAT times each, at each size.
+
+    python -m lab.vm run lab.bench_presend -- --before DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lab.bench_config import write_tables
+from lab.bench_start import BOX, home_of, local_box, role_python, unit_environment, warm_up
+
+REPEAT = 11
+AT_SEND = """
+import sys
+import director.cli.early as early
+from director.cli import startup
+def send(settings, netns):
+    startup.STARTUP.mark("at_send")
+    figures = startup.STARTUP.figures()
+    figures["modules"] = len(sys.modules)
+    print("AT_SEND", __import__("json").dumps(figures), flush=True)
+    raise SystemExit(0)
+early.send = send
+from director.cli.boot import main
+sys.argv = ["director", "run", "--config", sys.argv[1], "--config-cache", ""]
+main()
+"""
+
+
+def once(python: str, env: dict[str, str], config: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [python, "-c", AT_SEND, str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=BOX,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("AT_SEND ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"bench presend: {done.stderr[-1500:]}")
+    figures: dict[str, float] = json.loads(lines[0].removeprefix("AT_SEND "))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--repeat", type=int, default=REPEAT)
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-presend-") as tmp:
+        python = role_python()
+        modules = warm_up(min(args.services), Path(tmp), python=python)[0]
+        modules += warm_up(min(args.services), Path(tmp), args.before, python)[0]
+        from sys import executable
+
+        box = local_box({"py": home_of(python or Path(executable).resolve(), modules)}, args.before)
+        assert box.before is not None
+        envs = {
+            "after": {**box.env, **unit_environment()},
+            "before": {**box.before, **unit_environment()},
+        }
+        for count in args.services:
+            config, _ = write_tables(count, Path(tmp))
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in envs}
+            for _ in range(args.repeat):
+                for name, env in envs.items():
+                    runs[name].append(once(box.director[0], env, config))
+            row: dict[str, object] = {"services": count}
+            for name, figures in runs.items():
+                row[name] = {
+                    key: round(statistics.median(f[key] for f in figures), 3) for key in figures[0]
+                }
+                row[name]["at_send_each"] = [f["total"] for f in figures]  # type: ignore[index]
+            after, before = row["after"], row["before"]
+            row["ratio"] = round(after["total"] / before["total"], 3)  # type: ignore[index]
+            rows.append(row)
+            print(f"bench presend at {count} services: {json.dumps(row)}", flush=True)
+    (args.out / "results.json").write_text(json.dumps({"presend": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
