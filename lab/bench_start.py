@@ -147,13 +147,18 @@ def role_python() -> Path | None:
     if not found or not Path(found.group(1)).exists():
         return None
     python = Path(found.group(1)).resolve()
-    said = subprocess.run(
-        [str(python), "-c", "import sys; print(*sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
+    try:
+        said = _asked(python, "import sys; print(*sys.version_info[:2])").split()
+    except (OSError, subprocess.CalledProcessError):  # not one that runs here
+        return None
     return python if said == [str(n) for n in sys.version_info[:2]] else None
+
+
+def _asked(python: Path, code: str) -> str:
+    """What ``python -c code`` prints."""
+    return subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @dataclass
@@ -167,12 +172,7 @@ class Home:
 
 
 def home_of(python: Path, modules: list[Path]) -> Home:
-    stdlib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    stdlib = _asked(python, "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
     return Home(python, Path(stdlib), modules)
 
 
