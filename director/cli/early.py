@@ -21,6 +21,16 @@ The director then starts as after a replay: it reads the kernel back, finds its 
 and the first sync sends nothing; what the kernel refused, the first sync does again. A start
 that fails before its first sync (a token file that does not read, a port that is taken)
 removes the services sent here (``withdraw``): no table is left that no director keeps.
+
+Whatever is imported before the send delays the table (under the lab's emulation a module of
+the standard library costs tens of milliseconds), so the modules the reader and the sender
+load take nothing they do not use there: ``hashlib`` (OpenSSL) only where a digest is made
+(the reader's items take ``_blake2``, which is hashlib's BLAKE2 itself), ``pickle`` only
+where a cache is read or written, ``ctypes`` only outside the role's unit (whose
+``MALLOC_ARENA_MAX=1`` has made glibc's one heap already), and the C module ``_socket``
+instead of ``socket.py``, whose enums and ``selectors`` none of them needs (its constants
+are plain ints there). A test holds the modules loaded at the send
+(``tests/cli/test_early.py``).
 """
 
 from __future__ import annotations
