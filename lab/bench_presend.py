@@ -24,20 +24,22 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from lab.bench_config import write_tables
 from lab.bench_start import BOX, home_of, local_box, role_python, unit_environment, warm_up
 
 REPEAT = 11
 AT_SEND = """
-import sys
+import json, sys
 import director.cli.early as early
 from director.cli import startup
 def send(settings, netns):
     startup.STARTUP.mark("at_send")
     figures = startup.STARTUP.figures()
     figures["modules"] = len(sys.modules)
-    print("AT_SEND", __import__("json").dumps(figures), flush=True)
+    figures["loaded"] = sorted(sys.modules)
+    print("AT_SEND", json.dumps(figures), flush=True)
     raise SystemExit(0)
 early.send = send
 from director.cli.boot import main
@@ -46,19 +48,32 @@ main()
 """
 
 
-def once(python: str, env: dict[str, str], config: Path) -> dict[str, float]:
+def at_send(
+    python: str, config: Path, env: dict[str, str], cwd: Path | None = None
+) -> dict[str, Any]:
+    """A real ``director run --config CONFIG`` (no cache) on ``python`` with the environment
+    ``env``, stopped where it would send its table: its phases' seconds since exec
+    (``director.cli.startup``), how many modules it had loaded and their names (``loaded``).
+    The test of what a first start loads before its table takes the names from here too."""
     done = subprocess.run(
         [python, "-c", AT_SEND, str(config)],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
-        cwd=BOX,
+        env=env,
+        cwd=cwd,
+        timeout=600,
         check=False,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("AT_SEND ")]
     if done.returncode != 0 or not lines:
-        raise SystemExit(f"bench presend: {done.stderr[-1500:]}")
-    figures: dict[str, float] = json.loads(lines[0].removeprefix("AT_SEND "))
+        raise SystemExit(f"at the send: exited {done.returncode}: {done.stderr[-1500:]}")
+    found: dict[str, Any] = json.loads(lines[0].removeprefix("AT_SEND "))
+    return found
+
+
+def once(python: str, env: dict[str, str], config: Path) -> dict[str, float]:
+    figures = at_send(python, config, {**os.environ, **env}, cwd=BOX)
+    del figures["loaded"]
     return figures
 
 

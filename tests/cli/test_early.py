@@ -252,19 +252,6 @@ def test_a_child_gone_before_the_command_says_go_stops_nothing(tmp_path: Path) -
     assert "early" not in found
 
 
-# What a first start has loaded when its table goes to the kernel, written by a real
-# ``director run`` (no cache) whose send is replaced by a look at ``sys.modules``.
-AT_SEND = """
-import sys
-import director.cli.early as early
-def send(settings, netns):
-    print(" ".join(sorted(sys.modules)), flush=True)
-    raise SystemExit(0)
-early.send = send
-from director.cli.boot import main
-sys.argv = ["director", "run", "--config", sys.argv[1], "--config-cache", ""]
-main()
-"""
 # Loaded before the table for no use of its own: OpenSSL (hashlib), pickle (the cache, which a
 # first start has not got), socket.py (its enums and selectors: the C module is enough),
 # the API's and the cluster's libraries.
@@ -280,22 +267,15 @@ NOT_BEFORE_THE_TABLE = {
 
 
 def modules_at_send(tmp_path: Path, **env: str) -> set[str]:
-    import subprocess
+    """What a real ``director run`` (no cache) has loaded when its table would go out."""
     import sys
+
+    from lab.bench_presend import at_send
 
     config = tmp_path / "director.yaml"
     config.write_text(box(20))
     environment = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    done = subprocess.run(
-        [sys.executable, "-c", AT_SEND, str(config)],
-        capture_output=True,
-        text=True,
-        env={**environment, **env},
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return set(done.stdout.split())
+    return set(at_send(sys.executable, config, {**environment, **env})["loaded"])
 
 
 def test_a_first_start_loads_nothing_before_its_table_that_the_table_does_not_need(
