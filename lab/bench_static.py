@@ -63,7 +63,7 @@ def keepalived(conf: Path, services: int, workdir: Path) -> dict[str, Any]:
     )
     try:
         want = (services, services * REAL_SERVERS)
-        eventually(lambda: table_in(ns.name) >= want, 900, "keepalived's table")
+        eventually(lambda: table_in(ns) >= want, 900, "keepalived's table")
         time.sleep(2)
         pids = [int((workdir / name).read_text()) for name in ("ka.pid", "ka-checkers.pid")]
         return {"rss_mib": round(rss_kib(pids) / 1024, 1), "processes": len(pids)}

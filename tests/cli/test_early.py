@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,7 @@ def first_sync_messages(settings: Settings, intents: Intents) -> list[tuple[int,
 def test_the_table_sent_early_is_what_the_first_sync_would_send(
     tmp_path: Path, kernel: Kernel
 ) -> None:
-    """1,500 services (4,500 operations: two chunks, ten datagrams): every message, in
+    """1,500 services (4,500 operations: three chunks, ten datagrams): every message, in
     order, numbered one after the other, and only each datagram's last one acked."""
     settings = parsed(box(1500), tmp_path)
     said = early.send(settings, None)
@@ -124,6 +125,47 @@ def test_the_table_sent_early_is_what_the_first_sync_would_send(
     for data in kernel.datagrams:
         acked = [flags & 4 for _, flags, _, _, _ in split_messages(data)]
         assert acked[-1] and not any(acked[:-1])
+
+
+def test_the_kernel_is_sent_its_first_datagram_early_and_the_sender_is_not_kept_waiting(
+    tmp_path: Path, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first datagram goes to the sender once about 512 operations are planned, not the
+    4,096 of a whole chunk (the kernel idle meanwhile); the sender waits at most half a
+    millisecond for the interpreter after each answer (Python's default, 5 ms a datagram,
+    left the kernel idle a third of the time); and the process's own pace is given back."""
+    settings = parsed(box(1500), tmp_path)
+    planned, handed, paces = [0], list[int](), list[float]()
+
+    def counted(shape: Any, table: Any, actual: Any) -> Iterator[Any]:
+        for key, part in outlined_ops(shape, table, actual):
+            planned[0] += len(part)
+            yield key, part
+
+    def watched(*args: Any) -> Iterator[Any]:
+        for batch in encoded_batches(*args):
+            handed.append(planned[0])
+            yield batch
+
+    sending = kernel.batch_errors
+
+    def paced(batch: bytes, first: int, count: int) -> Iterator[tuple[int, int, str]]:
+        paces.append(sys.getswitchinterval())
+        return sending(batch, first, count)
+
+    monkeypatch.setattr(early, "outlined_ops", counted)
+    monkeypatch.setattr(early, "encoded_batches", watched)
+    monkeypatch.setattr(kernel, "batch_errors", paced)
+    own = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        assert early.send(settings, None)["sent"] is True
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+    finally:
+        sys.setswitchinterval(own)
+    assert handed[0] <= 512 + 3 < 4096 <= handed[-1]  # a service's 3 operations past 512
+    assert len(paces) == len(kernel.datagrams) >= 8
+    assert max(paces) <= 0.0005
 
 
 def test_the_apis_saved_intents_are_in_the_table_sent(tmp_path: Path, kernel: Kernel) -> None:
