@@ -3,9 +3,16 @@
 The same table (N virtual services x 10 real servers, written once as keepalived's
 ``virtual_server`` blocks and once as the director's YAML by ``lab.bench_config``). Each
 contender starts from exec in a fresh network namespace of its own (an empty IPVS table) and
-the clock runs until the kernel holds the whole table: every service and every real server,
-read back with ``ipvsadm``. The contenders take turns, REPEAT times each, in one boot; the
-figure is each one's median and their ratio (below 1.0: the director is done sooner).
+the clock runs until the kernel holds the whole table: every service and every real server.
+The kernel says when (``AddClock``: its function tracer stamps each add on the monotonic
+clock, the figure runs to the last one), and a look at the namespace's table says the whole
+table is there (``polled``: when a look saw it, the figure before 0.4.31, late by up to a
+look's period, a few tenths of a second; ``--looks`` times by the looks alone). The
+contenders take turns, REPEAT times each, in one boot; the figure is each one's median and
+their ratio (below 1.0: the director is done sooner). Beside it, from the same clock: when
+the first add came (``first_add``), and how long the kernel waited between two adds, summed
+over the waits above a millisecond (``kernel_waited``: a contender that packs its next
+requests, or waits for its answers, while the kernel has nothing to do).
 A third contender is the director restarted with the same file, as a box restarts or
 reboots: its parse taken from the cache the run before left (``--config-cache``, primed once
 before the turns begin), and its table replayed from the datagrams that run kept beside it
@@ -192,6 +199,26 @@ def _copy_file(origin: Path, roots: dict[Path, Path]) -> None:
             return
 
 
+# What a box's standard library holds that no start loads: left out of the box's copy.
+NOT_LOADED = frozenset(
+    {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
+)
+
+
+def _stdlib(stdlib: Path) -> list[Path]:
+    """The standard library as a box has it (but ``NOT_LOADED``): every module, not only
+    those a start loaded, since what a start loads later (``pickle`` when its table is
+    kept, since 0.4.30) is not in a warm-up that stopped before."""
+    found = []
+    for path in stdlib.rglob("*"):
+        parts = path.relative_to(stdlib).parts
+        if parts[0] in NOT_LOADED or "-packages" in parts[0] or "__pycache__" in parts:
+            continue
+        if path.suffix == ".py" or (parts[0] == "lib-dynload" and path.suffix == ".so"):
+            found.append(path)
+    return found
+
+
 @dataclass
 class Box:
     """How each contender is started: the director's argv prefix and environment, keepalived's
@@ -262,8 +289,8 @@ def _libraries(binary: Path) -> list[Path]:
 def local_box(homes: dict[str, Home], before: Path | None = None) -> Box:
     """Both contenders as installed on a box's own disk, on the guest's tmpfs: for each of
     ``homes`` (``py``: the box's interpreter; ``lab``: the lab's, when it differs) the
-    interpreter and the standard library modules a start loaded with it (with their
-    compiled copies), the dependencies' modules, every dependency's metadata, the director's
+    interpreter and its standard library (``_stdlib``, with the compiled copies), the
+    dependencies' modules a start loaded, every dependency's metadata, the director's
     code, keepalived's binary, and the shared libraries of all of them (``lib``, named by
     ``LD_LIBRARY_PATH`` for every contender alike: from the lab's root keepalived's 45
     libraries took 0.17 s of each start in the guest, its whole ``--version`` 0.27 s against
@@ -290,7 +317,7 @@ def local_box(homes: dict[str, Home], before: Path | None = None) -> Box:
         for landmark in ("os.py", "os.pyc"):  # where the interpreter finds its prefix
             with contextlib.suppress(FileNotFoundError):
                 shutil.copy2(home.stdlib / landmark, root / "lib" / version / landmark)
-        for module in home.modules:
+        for module in [*home.modules, *_stdlib(home.stdlib)]:
             _copy_file(module, roots)
             if module.suffix == ".so":
                 shared.update(_libraries(module))
@@ -722,6 +749,11 @@ def prime(argv: list[str], services: int, cache: Path, env: dict[str, str], work
                 time.sleep(0.5)
             if not (cache.exists() and table.exists()):
                 raise SystemExit(f"no {cache.name} and {table.name} after {TIMEOUT:.0f} s")
+        except SystemExit:
+            out.flush()
+            tail = (workdir / f"prime-{services}.log").read_text(errors="replace")[-3000:]
+            print(f"bench start: the priming start said:\n{tail}", flush=True)
+            raise
         finally:
             stop_group(proc)
             ns.close()

@@ -270,3 +270,35 @@ def test_the_kernel_suite_log_reaches_our_stdout_while_the_vm_runs_and_once(tmp_
     assert seen.exists(), text
     assert text.count("test_bgp_lab.py ..") == 1 and text.count("1 passed") == 1, text
     assert text.index("test_bgp_lab.py ..") < text.index("lab: VM finished"), text
+
+
+def test_the_start_bench_times_a_start_by_the_kernels_last_add_and_its_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start bench's figure is the monotonic stamp of the last IPVS add the kernel's
+    function tracer saw (lines as the guest's ftrace writes them, other functions and the
+    header left out, the CPUs' lines merged in time); the kernel's waits are the gaps above
+    a millisecond; events the tracer lost make no figure at all."""
+    from lab.bench_start import AddClock, waits
+
+    monkeypatch.setattr(AddClock, "ROOT", tmp_path)
+    clock = AddClock()
+    clock.begin()
+    assert (tmp_path / "tracing_on").read_text() == "1"
+    trace = tmp_path / "trace"
+    assert trace.read_text() == ""  # emptied at each start's beginning
+    trace.write_text(
+        "# tracer: function\n#\n"
+        "    keepalived-277     [000] .....    24.037345: ip_vs_add_service <-ip_vs_genl_set_cmd\n"
+        "      keepalived-277     [001] .....    24.040000: ip_vs_add_dest <-ip_vs_genl_set_cmd\n"
+        "      keepalived-277     [000] .....    24.039000: ip_vs_add_dest <-ip_vs_genl_set_cmd\n"
+        "      keepalived-277     [001] .....    25.500000: ip_vs_edit_dest <-ip_vs_genl_set_cmd\n"
+        "      keepalived-277     [001] .....    24.045000: ip_vs_add_dest <-ip_vs_genl_set_cmd\n"
+    )
+    stamps = clock.end()
+    assert (tmp_path / "tracing_on").read_text() == "0"
+    assert stamps == [24.037345, 24.039, 24.04, 24.045]
+    assert waits(stamps) == pytest.approx((24.039 - 24.037345) + (24.045 - 24.04))
+    trace.write_text("CPU:1 [LOST 12 EVENTS]\n" + " x-1 [000] ..... 1.0: ip_vs_add_dest <-y\n")
+    with pytest.raises(SystemExit, match="lost events"):
+        clock.end()
