@@ -53,10 +53,13 @@ from director.dataplane.interface import scheduler_refusals
 from director.dataplane.replay import Declined, empty_table
 from director.schema.config import Settings
 
-CHUNK_OPS = 4096  # planned and packed a chunk at a time, as a first sync does (reconcile)
-# The first chunk smaller: the kernel has its first datagram once 512 operations are
-# planned, not 4,096 (a third of the planning at 1,000 services, the kernel idle meanwhile).
+# Planned and packed a chunk at a time (a first sync's are 4,096 operations: reconcile). The
+# kernel waits for the next datagram while a chunk is planned, so the chunks here are small:
+# the first datagram goes once 512 operations are planned, and the packer, QUEUED datagrams
+# (~1,900 operations) ahead, never has more than 1,024 to plan before it packs again. The
+# packing took the same time natively (4,096 at a time against 1,024; 512 throughout 2% more).
 FIRST_CHUNK_OPS = 512
+CHUNK_OPS = 1024
 QUEUED = 4  # datagrams packed ahead of the one being sent (~64 KB each)
 # How soon the sender takes the interpreter back from the packer once the kernel has
 # answered a datagram (Python's default: 5 ms, a wait before each of the datagrams, the

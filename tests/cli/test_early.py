@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -108,7 +109,7 @@ def first_sync_messages(settings: Settings, intents: Intents) -> list[tuple[int,
 def test_the_table_sent_early_is_what_the_first_sync_would_send(
     tmp_path: Path, kernel: Kernel
 ) -> None:
-    """1,500 services (4,500 operations: three chunks, ten datagrams): every message, in
+    """1,500 services (4,500 operations: five chunks, ten datagrams): every message, in
     order, numbered one after the other, and only each datagram's last one acked."""
     settings = parsed(box(1500), tmp_path)
     said = early.send(settings, None)
@@ -131,7 +132,8 @@ def test_the_kernel_is_sent_its_first_datagram_early_and_the_sender_is_not_kept_
     tmp_path: Path, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first datagram goes to the sender once about 512 operations are planned, not the
-    4,096 of a whole chunk (the kernel idle meanwhile); the sender waits at most half a
+    4,096 of a first sync's chunk (the kernel idle meanwhile), and between two datagrams the
+    packer plans at most 1,024 more; the sender waits at most half a
     millisecond for the interpreter after each answer (Python's default, 5 ms a datagram,
     left the kernel idle a third of the time); and the process's own pace is given back."""
     settings = parsed(box(1500), tmp_path)
@@ -164,6 +166,7 @@ def test_the_kernel_is_sent_its_first_datagram_early_and_the_sender_is_not_kept_
     finally:
         sys.setswitchinterval(own)
     assert handed[0] <= 512 + 3 < 4096 <= handed[-1]  # a service's 3 operations past 512
+    assert max(b - a for a, b in itertools.pairwise(handed)) <= 1024 + 3
     assert len(paces) == len(kernel.datagrams) >= 8
     assert max(paces) <= 0.0005
 
