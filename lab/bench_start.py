@@ -676,14 +676,12 @@ def measure(
             ),
             state,
         )
-    runs: dict[str, list[float]] = {
+    runs: dict[str, list[dict[str, float]]] = {  # each start's figures (start_once)
         name: [] for name in argv if env.get(name) is not None and wanted(name)
     }
-    polled: dict[str, list[float]] = {name: [] for name in runs}
-    traced: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
     for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
-        for name, seconds in runs.items():
+        for name, starts in runs.items():
             if name == "first":  # an empty state directory, every turn
                 shutil.rmtree(workdir / "first", ignore_errors=True)
                 (workdir / "first").mkdir()
@@ -700,22 +698,20 @@ def measure(
                 pre=pres.get(name, ()),
                 clock=clock,
             )
-            seconds.append(took["seconds"])
-            polled[name].append(took["polled"])
-            if clock is not None:
-                traced[name].append({k: took[k] for k in ("first_add", "kernel_waited")})
+            starts.append(took)
     out: dict[str, Any] = {
         "services": services,
         "real_servers": services * REAL_SERVERS,
         "clock": "kernel" if clock is not None else "looks",
     }
-    for name, values in runs.items():
+    for name, starts in runs.items():
+        values = [start["seconds"] for start in starts]
         out[name] = {"seconds": values, "median": round(statistics.median(values), 3)}
         if clock is not None:  # what a look at the table saw, as the figures before 0.4.31
-            out[name]["polled"] = polled[name]
-            out[name]["polled_median"] = round(statistics.median(polled[name]), 3)
+            out[name]["polled"] = [start["polled"] for start in starts]
+            out[name]["polled_median"] = round(statistics.median(out[name]["polled"]), 3)
             for key in ("first_add", "kernel_waited"):  # exec -> first add; the kernel idle
-                out[name][key] = round(statistics.median(t[key] for t in traced[name]), 3)
+                out[name][key] = round(statistics.median(start[key] for start in starts), 3)
         split = phases(logs[name]) if name != "keepalived" else []
         if split:
             out[name]["phases"] = {
