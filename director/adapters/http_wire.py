@@ -36,6 +36,8 @@ class Request:
 
 @dataclass(eq=False)
 class Conn:
+    """One client connection of the admin API's server: its socket, peer and deadline."""
+
     sock: socket.socket
     fd: int
     client: str

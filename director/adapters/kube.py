@@ -82,6 +82,8 @@ class KubeError(DirectorError):
 
 @dataclass(frozen=True, slots=True)
 class Resource:
+    """A Kubernetes collection the director lists and watches, and its path."""
+
     name: str  # services | endpointslices | nodes
     path: str  # collection path for all namespaces
 

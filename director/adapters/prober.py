@@ -28,6 +28,8 @@ log = logging.getLogger("director.health")
 
 @dataclass
 class _Probe:
+    """One health check in flight: its target, socket and stage."""
+
     target: Target
     sock: socket.socket
     started: float

@@ -129,7 +129,7 @@ def _child(config: str, cache: str, netns: str | None, report: int, go: int) -> 
         from director.schema.reparse import Reparser
 
         reader = Reparser()
-        settings = reader.load(config, Path(cache))
+        settings = reader.load(config, Path(cache), later=True)  # its items cut at save
         # The table first, the cache after: the kernel is waiting. Only once the command has
         # read its arguments (a refused command leaves no table behind).
         if netns != NOT_SENT and os.read(go, 1) == b"1":

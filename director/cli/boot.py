@@ -149,7 +149,7 @@ def parse_here(args: Sequence[str]) -> None:
     reader = Reparser()
     with _held_logs():  # what the reader says (the cache used, or why not), said later
         try:
-            settings = reader.load(config, cache)
+            settings = reader.load(config, cache, later=True)  # the table first
         except Exception:  # the command reads it again and reports the fault with its line
             startup.EARLY.update({"sent": False, "reason": "the file did not read"})
             return

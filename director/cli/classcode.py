@@ -24,6 +24,14 @@ changed (an upgrade) is compiled again, and the file grows by it.
   dataclass of every module: ``python -m director.cli.classcode`` (``warm``).
 
 Light: ``marshal``, ``os`` and ``sys`` (and ``dataclasses``, which every command loads anyway).
+
+``dataclasses`` imports ``inspect`` (with ``ast``, ``dis`` and ``tokenize``: 5-8 ms natively,
+a tenth of a second of a first start under the lab's emulation) for one use: a dataclass
+written without a docstring is given one made from its signature. So ``install`` imports it
+with a stand-in for ``inspect`` (:class:`InspectOnUse`) that imports the real module the first
+time ``dataclasses`` uses it, and is nobody else's: any other ``import inspect`` loads the real
+module. The director's dataclasses have docstrings (a test holds it), so a first start sends
+its table without ``inspect`` loaded.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import contextlib
 import marshal
 import os
 import sys
-from types import CodeType
+from types import CodeType, ModuleType
 
 FORMAT = "director-dataclass-code-1"
 LIMIT = 4096  # texts kept at most: beyond, only what this process used (old versions' go)
@@ -99,9 +107,32 @@ def _exec(
     builtins.exec(source, scope, names)
 
 
+class InspectOnUse(ModuleType):
+    """What ``dataclasses`` takes for ``inspect`` when ``install`` imports it: the real
+    ``inspect``'s attributes, the module imported on the first use."""
+
+    def __getattr__(self, name: str) -> object:
+        import inspect  # the real one: this stand-in left sys.modules once dataclasses loaded
+
+        return getattr(inspect, name)
+
+
+def _import_dataclasses() -> None:
+    """``dataclasses`` loaded without ``inspect`` (see above), where neither is yet."""
+    if "dataclasses" in sys.modules or "inspect" in sys.modules:
+        return
+    stand_in = sys.modules["inspect"] = InspectOnUse("inspect")
+    try:
+        import dataclasses  # noqa: F401
+    finally:
+        if sys.modules.get("inspect") is stand_in:
+            del sys.modules["inspect"]
+
+
 def install(path: str | None = None) -> None:
     """From now on, until ``keep``, the dataclasses made take their methods' code from the
     file at ``path`` (default: ``default_path()``) where it holds their text."""
+    _import_dataclasses()
     import dataclasses
 
     if _path:

@@ -48,6 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _first_moments()
     # The reader reads the file again, on SIGHUP, at the cost of the edit.
     config_reader, settings = parsed or _read(Reparser(), args.config, cache)
+    config_reader.settle()  # the first moments' parse left its items for after the table
     STARTUP.mark("config")
     sent_early = bool(EARLY.get("sent") or REPLAY.get("replayed"))
 

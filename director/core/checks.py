@@ -20,6 +20,8 @@ KINDS = ("tcp", "http", "https")
 
 @dataclass(frozen=True, slots=True)
 class CheckSpec:
+    """How a real server is checked: the kind, the path and answer wanted, and the timings."""
+
     kind: str = "tcp"  # tcp | http | https
     path: str = "/"
     expect: tuple[int, int] = (200, 399)  # inclusive status range

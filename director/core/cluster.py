@@ -22,6 +22,8 @@ NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class ServicePort:
+    """One port of a Kubernetes Service, as the director reads it."""
+
     name: str
     protocol: str  # TCP | UDP | SCTP
     port: int
@@ -31,6 +33,8 @@ class ServicePort:
 
 @dataclass(frozen=True, slots=True)
 class ServiceInfo:
+    """A Kubernetes Service, as much of it as the director uses."""
+
     namespace: str
     name: str
     uid: str
@@ -153,6 +157,8 @@ class SliceInfo:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
+    """A Kubernetes Node: its addresses and whether it may take traffic."""
+
     name: str
     internal_ips: tuple[str, ...]
     ready: bool

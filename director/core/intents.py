@@ -32,6 +32,8 @@ class IntentRefused(DirectorError):
 
 @dataclass(frozen=True, slots=True)
 class Drain:
+    """An operator's drain: a real server's address (and port), everywhere or in one service."""
+
     address: str
     port: int | None = None  # None: every port of the address
     service: str | None = None  # str(ServiceKey); None: everywhere
@@ -62,6 +64,8 @@ class Drain:
 
 @dataclass
 class Intents:
+    """What the operator asked for through the API: schedulers, drains and maintenance."""
+
     schedulers: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
     drains: dict[str, Drain] = field(default_factory=dict)
     # Why this director withdraws every BGP route (None: it does not). Kept across restarts:
@@ -184,11 +188,15 @@ class SetScheduler:
 
 @dataclass(frozen=True, slots=True)
 class AddDrain:
+    """The intent to drain a real server."""
+
     drain: Drain
 
 
 @dataclass(frozen=True, slots=True)
 class RemoveDrain:
+    """The intent to end a drain, by its id."""
+
     ident: str  # Drain.ident
 
 

@@ -52,6 +52,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """What an assignment gave a Service: its addresses, or why none."""
+
     addresses: tuple[Address, ...] = ()
     error: str | None = None  # why nothing was assigned (all or nothing)
     pool: str | None = None
@@ -63,6 +65,8 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class _Holder:
+    """A Service's hold on an address: its sharing key and its ports."""
+
     sharing_key: str | None
     ports: frozenset[PortKey]
 
@@ -76,6 +80,8 @@ def _holder(sharing_key: str | None, ports: frozenset[PortKey]) -> _Holder:
 
 @dataclass
 class Allocator:
+    """The pools' addresses and who holds each."""
+
     pools: tuple[Pool, ...]
     # Addresses never given out, with what they are ("the NodePort VIP").
     reserved: dict[Address, str] = field(default_factory=dict)

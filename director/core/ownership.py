@@ -18,6 +18,8 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @dataclass(frozen=True, slots=True)
 class Ownership:
+    """The networks and firewall marks whose virtual services the director owns."""
+
     networks: tuple[Network, ...] = ()
     fwmarks: tuple[range, ...] = ()
     # (family, network as int, mask as int): owns() runs once per service on every full sync.

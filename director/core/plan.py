@@ -18,6 +18,8 @@ from director.core.services import Op, OpKind, Table, VirtualService
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """The operations that make the kernel's table the desired one, and what was left alone."""
+
     ops: tuple[Op, ...] = ()
     # Services in the kernel outside the owned ranges: never touched.
     foreign: tuple[ServiceKey, ...] = ()

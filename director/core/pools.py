@@ -133,6 +133,8 @@ NO_LIMIT = Allocation()
 
 @dataclass(frozen=True, slots=True)
 class Pool:
+    """An address pool: its ranges, how its addresses are announced and whom it serves."""
+
     name: str
     # Inclusive (first, last) address ranges as integers, each of one family.
     ranges: tuple[tuple[int, int, int], ...]  # (family 4|6, first, last)

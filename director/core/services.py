@@ -16,6 +16,8 @@ from director.core.model import DestKey, RealServer, ServiceConfig, ServiceKey, 
 
 @dataclass(frozen=True, slots=True)
 class VirtualService:
+    """A virtual service: its key, its configuration and its real servers."""
+
     key: ServiceKey
     config: ServiceConfig
     # Given as any mapping (or nothing), kept as Dests: compact, and compared fast.
@@ -61,6 +63,8 @@ class Stats:
 
 @dataclass(frozen=True, slots=True)
 class DestState:
+    """A real server's connection counts and statistics, as the kernel reports them."""
+
     active_connections: int = 0
     inactive_connections: int = 0
     persistent_connections: int = 0

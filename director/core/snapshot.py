@@ -56,6 +56,8 @@ def _resource_of(info: Info) -> str:
 
 @dataclass
 class Snapshot:
+    """The cluster as the director last saw it: Services, EndpointSlices and Nodes."""
+
     services: dict[str, ServiceInfo] = field(default_factory=dict)
     slices: dict[str, SliceInfo] = field(default_factory=dict)
     # service -> its slices' refs: a tuple while few (a set costs 216 bytes however few it

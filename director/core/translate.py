@@ -46,6 +46,8 @@ from director.core.services import VirtualService
 
 @dataclass(frozen=True, slots=True)
 class Translation:
+    """The desired table made from a snapshot, and what could not be made."""
+
     services: dict[ServiceKey, VirtualService] = field(default_factory=dict)
     options: Options | None = None
     problems: tuple[Problem, ...] = ()

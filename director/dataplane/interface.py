@@ -30,6 +30,8 @@ class IpvsUnavailable(DirectorError, RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class OpError:
+    """An operation the kernel refused, and why."""
+
     op: Op
     errno: str  # symbolic name: "EEXIST", "ESRCH", ...
     message: str
@@ -40,6 +42,8 @@ class OpError:
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
+    """What applying operations did: how many, how many sends, which failed."""
+
     requested: int = 0
     errors: tuple[OpError, ...] = ()
     sends: int = 0  # netlink send() calls (batches); 0 for the fake

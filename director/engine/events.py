@@ -57,6 +57,8 @@ class Listed:
 
 @dataclass(frozen=True, slots=True)
 class WatchState:
+    """A watch connected or lost."""
+
     resource: str
     connected: bool
     reason: str = ""
@@ -64,23 +66,31 @@ class WatchState:
 
 @dataclass(frozen=True, slots=True)
 class LeaderChanged:
+    """This director became or stopped being a cluster's leader."""
+
     leader: bool
     cluster: str = ""  # whose Lease ("": the one cluster of kubernetes:)
 
 
 @dataclass(frozen=True, slots=True)
 class TargetChecked:
+    """A health check's verdict on a target."""
+
     target: Target
     up: bool
 
 
 @dataclass(frozen=True, slots=True)
 class VrrpChanged:
+    """keepalived's VRRP state changed."""
+
     state: str  # MASTER | BACKUP | FAULT
 
 
 @dataclass(frozen=True, slots=True)
 class IntentPosted:
+    """An operator's intent from the API, and where its answer goes."""
+
     intent: Intent
     reply: Reply
 

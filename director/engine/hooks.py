@@ -21,6 +21,8 @@ Targets = Callable[[set[Target], set[Target]], None]
 
 @dataclass(slots=True)
 class Hooks:
+    """What the engine calls out to: readiness, health checks, keepalived, FRR."""
+
     on_ready: Callable[[str], None] | None = None  # once: the first sync is applied
     on_step: Callable[[], None] | None = None  # after every step (the watchdog, heartbeat)
     on_targets: Targets | None = None  # the health checks to add and to drop

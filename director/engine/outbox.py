@@ -45,6 +45,8 @@ EVENT_MAX_AGE = 300.0  # seconds: an Event not written by then is stale, and dro
 
 @dataclass(slots=True)
 class _Write:
+    """A write waiting in the outbox, and its retries."""
+
     write: Callable[[], None]
     seq: int
     born: float = 0.0  # monotonic time the target was first put (an Event's age)

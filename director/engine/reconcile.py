@@ -42,6 +42,8 @@ CHUNK_OPS = 4096
 
 @dataclass(frozen=True, slots=True)
 class SyncReport:
+    """What a full sync planned and applied, and how long it took."""
+
     plan: Plan  # its ops are empty when a full sync kept none (``keep_plan``)
     result: ApplyResult  # ``requested``: how many operations were planned
     seconds: float

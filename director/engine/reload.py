@@ -82,6 +82,8 @@ def restart_only(old: Settings, new: Settings) -> list[str]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Difference:
+    """The services a reload added, removed and changed."""
+
     added: frozenset[ServiceKey]
     removed: frozenset[ServiceKey]
     changed: frozenset[ServiceKey]

@@ -174,6 +174,8 @@ class LoopStatus:
 
 @dataclass(frozen=True, slots=True)
 class PoolUse:
+    """How much of an address pool is in use."""
+
     name: str
     size: int
     in_use: int

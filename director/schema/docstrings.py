@@ -1,17 +1,25 @@
 """A dataclass's attribute docstrings (the string literal under a field), read from its
-module's source: the configuration's field descriptions, for the JSON Schema and the docs."""
+module's source: the configuration's field descriptions, for the JSON Schema and the docs.
+
+``ast`` and ``inspect`` are loaded when a class's docs are first asked for, not with the
+schema: a start reads its file without them (tens of milliseconds under emulation)."""
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ast
 
 
 @functools.cache
 def _module_docs(module: str) -> dict[str, dict[str, str]]:
     """Top-level class name -> {field: docstring} for every class of ``module``."""
+    import ast
+    import inspect
+
     try:
         tree = ast.parse(inspect.getsource(sys.modules[module]))
     except (OSError, TypeError, KeyError):
@@ -24,6 +32,9 @@ def _module_docs(module: str) -> dict[str, dict[str, str]]:
 
 
 def _class_docs(node: ast.ClassDef) -> dict[str, str]:
+    import ast
+    import inspect
+
     docs: dict[str, str] = {}
     for before, after in zip(node.body, node.body[1:], strict=False):
         if (

@@ -83,6 +83,8 @@ def read_document(data: object) -> Document:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """The configuration file, checked and compiled."""
+
     source: str = "<defaults>"
     ownership: Ownership = field(default_factory=Ownership)
     defaults: Defaults = field(default_factory=Defaults)

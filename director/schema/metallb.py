@@ -25,6 +25,8 @@ KINDS = ("IPAddressPool", "L2Advertisement", "BGPAdvertisement")
 
 @dataclass
 class Converted:
+    """MetalLB's pools as the director's, and notes on what did not carry over."""
+
     pools: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

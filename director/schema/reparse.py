@@ -11,6 +11,10 @@ name or address declared twice) and the whole file is parsed as at start, so a f
 reported exactly as ``director check`` reports it, with its line. So is a file that is not
 plain YAML: an anchor in one item used by an alias in another (or a tag, a merge key) ties
 items together, and an item whose text did not change may still mean something new.
+
+Cutting the file and remembering each item (a digest of its text) is for the next parse; a
+first start's table waits for nothing of it. So a first load can leave it for later
+(``load(..., later=True)``, then ``settle``): ``director run`` sends its table first.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def _digest(item: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Split:
+    """A file cut into its ``services:`` items and the rest."""
+
     outside: str  # the file with the services items replaced by one mark
     items: tuple[str, ...]  # each item's text, comments and blank lines after it included
 
@@ -136,26 +142,43 @@ class Reparser:
         self._cached: str | None = None  # the key the cache holds (None: not known)
         self._keyed = False  # a cache was named: each load's key is kept, for a save
         self._lock = threading.Lock()  # a save (its own thread) sees one load's state whole
+        # A first parse's file and settings, their items not yet remembered (``settle``).
+        self._unsettled: tuple[str, Settings] | None = None
 
-    def load(self, path: str | Path, cache: Path | None = None) -> Settings:
+    def load(
+        self, path: str | Path, cache: Path | None = None, *, later: bool = False
+    ) -> Settings:
         """The file's settings; with ``cache``, taken from it when it holds this very file
-        parsed by this very code (see ``schema.cache``)."""
+        parsed by this very code (see ``schema.cache``). ``later``: a first parse leaves its
+        items to be remembered by ``settle`` (or the next load or save)."""
         with self._lock:
-            return self._load(path, cache)
+            return self._load(path, cache, later)
 
-    def _load(self, path: str | Path, cache: Path | None) -> Settings:
+    def settle(self) -> None:
+        """Remember what a ``later`` load left: its items, for the next parse."""
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._unsettled is not None:
+            text, settings = self._unsettled
+            self._unsettled = None
+            self._remember(split(text) if not _not_plain(text) else None, settings)
+
+    def _load(self, path: str | Path, cache: Path | None, later: bool = False) -> Settings:
         text, source = read_config(path)
         self._keyed |= cache is not None
         if not self._keyed:  # no cache: the file is not hashed for one
-            return self.parse(text, source)
+            return self._parse(text, source, later)
         key = cache_key(text.encode(), source)
         if cache is not None:
             found = cache_load(cache, key)
             if found is not None:
                 settings, (self._outside, self._settings, self._items) = found
+                self._unsettled = None
                 self._last, self._cached = (key, settings), key
                 return settings
-        settings = self.parse(text, source)
+        settings = self._parse(text, source, later)
         self._last = (key, settings)
         return settings
 
@@ -176,6 +199,7 @@ class Reparser:
         cache already holds it, unless ``again``: the file was removed or replaced); False
         when it could not be written."""
         with self._lock:  # what one load left (each load makes new dicts, never edits old ones)
+            self._settle()
             last, memory = self._last, (self._outside, self._settings, self._items)
         if last is None or (last[0] == self._cached and not again):
             return True
@@ -185,8 +209,17 @@ class Reparser:
         return saved
 
     def parse(self, text: str, source: str) -> Settings:
-        parts = split(text) if not _not_plain(text) else None
+        return self._parse(text, source)
+
+    def _parse(self, text: str, source: str, later: bool = False) -> Settings:
+        self._settle()
         self.reused = 0
+        if later and self._outside is None:  # nothing to reuse: parsed whole, cut after
+            settings = parse_config(text, source)
+            self._outside, self._settings, self._items = None, None, {}
+            self._unsettled = (text, settings)
+            return settings
+        parts = split(text) if not _not_plain(text) else None
         if parts is not None and parts.outside == self._outside:
             quick = self._incremental(parts, source)
             if quick is not None:

@@ -16,6 +16,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True, slots=True)
 class Operation:
+    """One operation of the admin API: its rule, method, shapes and answers."""
+
     rule: str  # the Flask rule: /api/v1/services/<namespace>/<name>
     method: str  # get, put, post, delete
     summary: str

@@ -300,3 +300,41 @@ def test_warming_passes_over_a_module_whose_dependency_the_box_goes_without(tmp_
     format_, _magic, texts = marshal.loads(kept.read_bytes())
     assert format_ == classcode.FORMAT and len(texts) > 300
     assert all(isinstance(code, CodeType) for code in texts.values())
+
+
+def test_dataclasses_load_inspect_only_when_a_class_needs_it() -> None:
+    """``install`` imports ``dataclasses`` without ``inspect`` (ast, dis: milliseconds of a
+    first start): a class with a docstring costs no ``inspect``; one without still gets the
+    docstring Python makes from its signature, ``inspect`` loaded for it then; and any other
+    ``import inspect`` gets the real module."""
+    code = """
+import sys
+from director.cli import classcode
+classcode.install()
+import dataclasses
+assert "inspect" not in sys.modules, "loaded with dataclasses"
+
+@dataclasses.dataclass
+class Told:
+    '''Documented.'''
+    a: int
+
+assert "inspect" not in sys.modules, "loaded for a documented class"
+assert Told.__doc__ == "Documented."
+
+@dataclasses.dataclass
+class Untold:
+    a: int
+    b: str = "x"
+
+assert Untold.__doc__ == "Untold(a: int, b: str = 'x')", Untold.__doc__
+import inspect
+assert type(inspect) is type(sys), type(inspect)
+assert inspect.signature(Untold).parameters["b"].default == "x"
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

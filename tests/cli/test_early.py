@@ -299,8 +299,12 @@ def test_a_child_gone_before_the_command_says_go_stops_nothing(tmp_path: Path) -
 
 # Loaded before the table for no use of its own: OpenSSL (hashlib), pickle (the cache, which a
 # first start has not got), socket.py (its enums and selectors: the C module is enough),
-# the API's and the cluster's libraries.
+# inspect and ast (dataclasses' docstrings for classes without one, the schema's field
+# docs), the API's and the cluster's libraries.
 NOT_BEFORE_THE_TABLE = {
+    "inspect",
+    "ast",
+    "dis",
     "hashlib",
     "_hashlib",
     "pickle",
