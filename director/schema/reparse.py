@@ -145,9 +145,7 @@ class Reparser:
         # A first parse's file and settings, their items not yet remembered (``settle``).
         self._unsettled: tuple[str, Settings] | None = None
 
-    def load(
-        self, path: str | Path, cache: Path | None = None, *, later: bool = False
-    ) -> Settings:
+    def load(self, path: str | Path, cache: Path | None = None, *, later: bool = False) -> Settings:
         """The file's settings; with ``cache``, taken from it when it holds this very file
         parsed by this very code (see ``schema.cache``). ``later``: a first parse leaves its
         items to be remembered by ``settle`` (or the next load or save)."""
