@@ -70,13 +70,12 @@ class AddedService(_Made):
     def __init__(self, key: ServiceKey, desired: VirtualService) -> None:
         self.key, self.config, self.origin = key, desired.config, desired.origin
         dests = Dests.of(desired.real_servers)
-        rows = dests.hash_rows()
-        if rows == list(range(len(rows))):
+        moved = dests.hash_ordered()
+        if moved is None:
             self.applied = desired
         else:
-            moved = dests.moved(rows)
             self.applied = VirtualService(key, desired.config, moved, desired.origin)
-        self._count = len(rows)
+        self._count = len(dests)
         self.plain = Forwarding.FULLNAT not in dests.forwardings()
 
     @property

@@ -242,9 +242,20 @@ class Dests(Mapping[DestKey, RealServer]):
     def moved(self, rows: Sequence[int]) -> Dests:
         """These real servers with their rows in the order ``rows`` gives (each row's
         number, from 0, once), moved as they are."""
-        keys, attrs = self._keys, self._attrs
-        if sorted(rows) != list(range(len(keys) // KEY_SIZE)):
+        if sorted(rows) != list(range(len(self._keys) // KEY_SIZE)):
             raise ValueError("an order must name every real server once")
+        return self._moved(rows)
+
+    def hash_ordered(self) -> Dests | None:
+        """These real servers in ``hash_order`` (``hash_rows``), or None when they are in it
+        already (the rows a sort gave are each row once: not checked again)."""
+        rows = self.hash_rows()
+        if rows == list(range(len(rows))):
+            return None
+        return self._moved(rows)
+
+    def _moved(self, rows: Sequence[int]) -> Dests:
+        keys, attrs = self._keys, self._attrs
         out = Dests.__new__(Dests)
         out._keys = b"".join([keys[row * KEY_SIZE : (row + 1) * KEY_SIZE] for row in rows])
         out._attrs = attrs if len(attrs) == 1 else tuple(attrs[row] for row in rows)

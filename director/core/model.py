@@ -259,20 +259,22 @@ class ServiceKey:
     port: int
     fwmark: int = 0
 
-    def _rank(self) -> tuple[int, int, str, int, int]:
+    def rank(self) -> tuple[int, int, str, int, int]:
+        """What keys are ordered by (``sorted(keys, key=ServiceKey.rank)`` orders them as
+        ``sorted(keys)`` does, comparing in C rather than calling ``__lt__``)."""
         return (self.family, self.protocol or 0, self.address, self.port, self.fwmark)
 
     def __lt__(self, other: ServiceKey) -> bool:
-        return self._rank() < other._rank()
+        return self.rank() < other.rank()
 
     def __le__(self, other: ServiceKey) -> bool:
-        return self._rank() <= other._rank()
+        return self.rank() <= other.rank()
 
     def __gt__(self, other: ServiceKey) -> bool:
-        return self._rank() > other._rank()
+        return self.rank() > other.rank()
 
     def __ge__(self, other: ServiceKey) -> bool:
-        return self._rank() >= other._rank()
+        return self.rank() >= other.rank()
 
     @classmethod
     def inet(cls, protocol: IpProtocol, address: str, port: int) -> ServiceKey:

@@ -203,7 +203,13 @@ def outline(desired: Table, actual: Table, ownership: Ownership) -> Outline:
         elif not in_step(vs, actual.get(key)):
             changes.append(key)
     refused.sort(key=lambda item: item[0])
-    return Outline(tuple(sorted(removals)), tuple(sorted(changes)), tuple(foreign), tuple(refused))
+    rank = ServiceKey.rank
+    return Outline(
+        tuple(sorted(removals, key=rank)),
+        tuple(sorted(changes, key=rank)),
+        tuple(foreign),
+        tuple(refused),
+    )
 
 
 def outlined_ops(

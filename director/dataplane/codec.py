@@ -92,17 +92,18 @@ def _netmask(family: Family, prefix: int) -> bytes:
 
 def encode_service_key(key: ServiceKey) -> bytes:
     """The attributes that identify a service (nested in IPVS_CMD_ATTR_SERVICE)."""
-    out = pack_nla(SVC_AF, U16.pack(key.family))
     if key.fwmark:
-        return out + pack_nla(SVC_FWMARK, U32.pack(key.fwmark))
+        return pack_nla(SVC_AF, U16.pack(key.family)) + pack_nla(SVC_FWMARK, U32.pack(key.fwmark))
     assert key.protocol is not None
     _, packed = _addr16(key.address)
-    return (
-        out
-        + pack_nla(SVC_PROTOCOL, U16.pack(key.protocol))
-        + pack_nla(SVC_ADDR, packed)
-        + pack_nla(SVC_PORT, BE16.pack(key.port))
-    )
+    return _INET_KEY.pack(
+        6, SVC_AF, key.family, 6, SVC_PROTOCOL, key.protocol, 20, SVC_ADDR, packed,
+        6, SVC_PORT, BE16.pack(key.port),
+    )  # fmt: skip
+
+
+# An address service's key attributes, each as pack_nla makes it (4-byte aligned), at once.
+_INET_KEY = struct.Struct("=HHH2xHHH2xHH16sHH2s2x")
 
 
 def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:
@@ -171,11 +172,13 @@ def pack_added_rows(
     ``rows`` gives, numbered from ``seq + 1``; ``layout`` is ``dest_row_layout``'s for the
     service's ``nested`` key. None may be ``fullnat`` (refused before sending)."""
     keys, attrs = packed
-    pack, size, one = layout.pack, layout.size, attrs[0] if len(attrs) == 1 else None
+    if len(attrs) == 1:  # one (weight, forwarding, upper, lower) for all: the common case
+        return _pack_alike_rows(layout.size, family, seq, nested, keys, attrs[0], rows)
+    pack, size = layout.pack, layout.size
     out = []
     for number, row in enumerate(rows, seq + 1):
         at = row * KEY_SIZE
-        weight, forwarding, upper, lower = one or attrs[row]
+        weight, forwarding, upper, lower = attrs[row]
         # fmt: off
         out.append(pack(
             size, family, NLM_F_REQUEST, number & 0xFFFFFFFF, 0, CMD_NEW_DEST, GENL_VERSION, 0,
@@ -185,6 +188,65 @@ def pack_added_rows(
             8, DEST_WEIGHT, weight, 8, DEST_U_THRESH, upper, 8, DEST_L_THRESH, lower,
         ))
         # fmt: on
+    return out
+
+
+# The same requests where the real servers share their attributes, each packed from what
+# varies alone (its number, address, port and family) between the parts every one of the
+# service's requests has alike, made once a call: 9 values a request, not 27 (the early
+# send's packing, the lab's guest: 0.72 s for 1,000 services x 10 where the kernel took 0.28).
+_PORT_NLA = struct.pack("=HH", 6, DEST_PORT)
+_FAMILY_NLA = struct.pack("=2xHH", 6, DEST_ADDR_FAMILY)  # after the port's padding
+
+
+@functools.lru_cache(maxsize=64)
+def _alike_layout(middle: int, tail: int) -> struct.Struct:
+    """head (8 bytes), number, the parts up to the address, the address, the port's header,
+    the port, the family's header, the family, the rest."""
+    return struct.Struct(f"=8sI{middle}s16s4s2s{len(_FAMILY_NLA)}sH{tail}s")
+
+
+def _pack_alike_rows(
+    size: int,
+    family: int,
+    seq: int,
+    nested: bytes,
+    keys: bytes,
+    attrs: tuple[int, Forwarding, int, int],
+    rows: range,
+) -> list[bytes]:
+    weight, forwarding, upper, lower = attrs
+    head = struct.pack("=IHH", size, family, NLM_F_REQUEST)
+    middle = (
+        struct.pack("=IBBH", 0, CMD_NEW_DEST, GENL_VERSION, 0)
+        + nested
+        + struct.pack("=HHHH", _DEST_FULL_LEN, CMD_ATTR_DEST, 20, DEST_ADDR)
+    )
+    # fmt: off
+    tail = struct.pack(
+        "=2xHHIHHIHHIHHI",  # the family's padding, then the four settings
+        8, DEST_FWD_METHOD, forwarding, 8, DEST_WEIGHT, weight,
+        8, DEST_U_THRESH, upper, 8, DEST_L_THRESH, lower,
+    )
+    # fmt: on
+    pack = _alike_layout(len(middle), len(tail)).pack
+    port_nla, family_nla = _PORT_NLA, _FAMILY_NLA
+    out = []
+    for number, row in enumerate(rows, seq + 1):
+        at = row * KEY_SIZE
+        out.append(
+            pack(
+                head,
+                number & 0xFFFFFFFF,
+                middle,
+                keys[at : at + 16],
+                port_nla,
+                keys[at + 16 : at + 18],
+                family_nla,
+                keys[at + 18],
+                tail,
+            )
+        )
     return out
 
 

@@ -345,3 +345,39 @@ def test_a_kept_table_is_the_very_datagrams_a_sync_sends(monkeypatch: pytest.Mon
     for data, first, count in kept:  # only each datagram's last message asks for an ack
         acks = [seq for _, flags, seq, _, _ in split_messages(data) if flags & NLM_F_ACK]
         assert acks == [first + count - 1]
+
+
+@given(
+    addresses=st.lists(st.ip_addresses().map(str), min_size=1, max_size=12, unique=True),
+    port=st.integers(1, 65535),
+    attrs=st.tuples(
+        st.integers(0, 65535),
+        st.sampled_from([Forwarding.NAT, Forwarding.DR, Forwarding.TUN]),
+        st.integers(0, 2**32 - 1),
+        st.integers(0, 2**32 - 1),
+    ),
+    seq=st.integers(0, 2**32 - 1),
+    service=st.sampled_from([V6, ServiceKey.inet(Protocol.TCP, "198.51.100.7", 443)]),
+)
+def test_real_servers_alike_are_packed_as_each_one_is(
+    addresses: list[str],
+    port: int,
+    attrs: tuple[int, Forwarding, int, int],
+    seq: int,
+    service: ServiceKey,
+) -> None:
+    """Real servers that share their settings (the common case, packed from what varies
+    alone) make the very requests the same real servers make given their settings each:
+    every address family, number (wrapping past 2**32), order and setting."""
+    from director.dataplane.codec import dest_row_layout, pack_added_rows
+    from director.dataplane.netlink import pack_nla
+
+    keys = b"".join(packed_key(address, port) for address in addresses)
+    nested = pack_nla(CMD_ATTR_SERVICE, encode_service_key(service))
+    layout = dest_row_layout(len(nested))
+    rows = range(len(addresses) - 1, -1, -1)
+    alike = pack_added_rows(layout, 0x2F, seq, nested, packed=(keys, (attrs,)), rows=rows)
+    each = pack_added_rows(
+        layout, 0x2F, seq, nested, packed=(keys, (attrs,) * len(addresses)), rows=rows
+    )
+    assert alike == each
