@@ -173,7 +173,9 @@ def pack_added_rows(
     service's ``nested`` key. None may be ``fullnat`` (refused before sending)."""
     keys, attrs = packed
     if len(attrs) == 1:  # one (weight, forwarding, upper, lower) for all: the common case
-        return _pack_alike_rows(layout.size, family, seq, nested, keys, attrs[0], rows)
+        return _pack_alike_rows(
+            layout.size, family, seq, nested, keys=keys, attrs=attrs[0], rows=rows
+        )
     pack, size = layout.pack, layout.size
     out = []
     for number, row in enumerate(rows, seq + 1):
@@ -211,6 +213,7 @@ def _pack_alike_rows(
     family: int,
     seq: int,
     nested: bytes,
+    *,
     keys: bytes,
     attrs: tuple[int, Forwarding, int, int],
     rows: range,
