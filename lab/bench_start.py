@@ -680,8 +680,9 @@ def measure(
         name: [] for name in argv if env.get(name) is not None and wanted(name)
     }
     logs = {name: workdir / f"{name}-{services}.log" for name in runs}
-    for _ in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
-        for name, starts in runs.items():
+    for turn in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
+        for name in turn_order(list(runs), turn):
+            starts = runs[name]
             if name == "first":  # an empty state directory, every turn
                 shutil.rmtree(workdir / "first", ignore_errors=True)
                 (workdir / "first").mkdir()
@@ -721,10 +722,29 @@ def measure(
         if name in out:
             ratio = round(out[name]["median"] / out["keepalived"]["median"], 3)
             out["ratio" if name == "director" else f"ratio_{name}"] = ratio
+            out[f"paired_ratio_{name}"] = paired_ratio(
+                out[name]["seconds"], out["keepalived"]["seconds"]
+            )
             if clock is not None:
                 looked = out[name]["polled_median"] / out["keepalived"]["polled_median"]
                 out[f"polled_ratio_{name}"] = round(looked, 3)
     return out
+
+
+def turn_order(names: list[str], turn: int) -> list[str]:
+    """The contenders' order in a turn: rotated by one each turn, so that none always
+    follows the same one (a namespace of 11,000 entries is still being torn down by the
+    kernel when the next start begins) nor always comes first."""
+    if not names:
+        return []
+    at = turn % len(names)
+    return names[at:] + names[:at]
+
+
+def paired_ratio(seconds: list[float], anchors: list[float]) -> float:
+    """The median of the turns' own ratios (each start over the anchor's in the same turn):
+    a turn the VM ran slow moves both sides of its ratio, not the median of one side."""
+    return round(statistics.median(a / b for a, b in zip(seconds, anchors, strict=True)), 3)
 
 
 def prime(argv: list[str], services: int, cache: Path, env: dict[str, str], workdir: Path) -> None:
@@ -930,6 +950,7 @@ def main() -> None:
                     + " (ratios to keepalived: "
                     + "; ".join(
                         f"{name} {row['ratio' if name == 'director' else f'ratio_{name}']}"
+                        f" (turn by turn {row[f'paired_ratio_{name}']})"
                         for name in CONTENDERS[1:]
                         if name in row
                     )

@@ -302,3 +302,21 @@ def test_the_start_bench_times_a_start_by_the_kernels_last_add_and_its_waits(
     trace.write_text("CPU:1 [LOST 12 EVENTS]\n" + " x-1 [000] ..... 1.0: ip_vs_add_dest <-y\n")
     with pytest.raises(SystemExit, match="lost events"):
         clock.end()
+
+
+def test_the_start_bench_rotates_its_contenders_and_pairs_each_turns_ratio() -> None:
+    """Each contender takes every place in the turns (none always follows another's torn
+    down namespace), and the ratio is each turn's own, their median: a slow turn moves both
+    sides of its ratio, where the medians of each side taken apart do not pair them."""
+    from lab.bench_start import paired_ratio, turn_order
+
+    names = ["keepalived", "director", "before"]
+    orders = [turn_order(names, turn) for turn in range(6)]
+    assert all(sorted(order) == sorted(names) for order in orders)
+    for name in names:
+        assert {order.index(name) for order in orders} == {0, 1, 2}
+    assert turn_order([], 3) == []
+    # slow turns (x3) in the director's and keepalived's alike: 0.9 each turn
+    keepalived = [1.0, 3.0, 1.0, 3.0, 3.0]
+    director = [0.9, 2.7, 0.9, 2.7, 2.7]
+    assert paired_ratio(director, keepalived) == 0.9

@@ -153,9 +153,14 @@ def test_hash_rows_are_the_order_of_the_address_text_then_the_port(
     """What two directors must agree on (a hashing scheduler's list): by the canonical text
     of the address, then the port; the IPv4 shortcut (no text made) gives that order, as
     the text does when an IPv6 address is among them."""
-    dests = Dests.of([RealServer(a, p, 1, Forwarding.NAT) for a, p in dict.fromkeys(servers)])
+    dests = Dests.of(
+        [RealServer(a, p, i % 3, Forwarding.NAT) for i, (a, p) in enumerate(dict.fromkeys(servers))]
+    )
     keys = list(dests)
     assert [keys[row] for row in dests.hash_rows()] == sorted(keys)
+    ordered = dests.hash_ordered()  # None: in that order already
+    assert list((ordered or dests).items()) == sorted(dests.items())
+    assert (ordered is None) == (keys == sorted(keys))
 
 
 def test_hash_rows_put_1_before_10_before_2() -> None:
