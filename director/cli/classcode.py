@@ -30,8 +30,8 @@ a tenth of a second of a first start under the lab's emulation) for one use: a d
 written without a docstring is given one made from its signature. So ``install`` imports it
 with a stand-in for ``inspect`` (:class:`InspectOnUse`) that imports the real module the first
 time ``dataclasses`` uses it, and is nobody else's: any other ``import inspect`` loads the real
-module. The director's dataclasses have docstrings (a test holds it), so a first start sends
-its table without ``inspect`` loaded.
+module. The director's dataclasses have docstrings, so a first start sends its table without
+``inspect`` loaded (``tests/cli/test_early.py`` holds what is loaded at the send).
 """
 
 from __future__ import annotations
