@@ -8,8 +8,9 @@ The kernel says when (``AddClock``: its function tracer stamps each add on the m
 clock, the figure runs to the last one), and a look at the namespace's table says the whole
 table is there (``polled``: when a look saw it, the figure before 0.4.31, late by up to a
 look's period, a few tenths of a second; ``--looks`` times by the looks alone). The
-contenders take turns, REPEAT times each, in one boot; the figure is each one's median and
-their ratio (below 1.0: the director is done sooner). Beside it, from the same clock: when
+contenders take turns, REPEAT times each, in one boot, in an order rotated each turn; the
+figure is each one's median and their ratio (below 1.0: the director is done sooner), and
+beside it the median of each turn's own ratio (``turn by turn``). From the same clock: when
 the first add came (``first_add``), and how long the kernel waited between two adds, summed
 over the waits above a millisecond (``kernel_waited``: a contender that packs its next
 requests, or waits for its answers, while the kernel has nothing to do).
