@@ -90,6 +90,10 @@ def _netmask(family: Family, prefix: int) -> bytes:
     return ((0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF).to_bytes(4, "big")
 
 
+# An address service's key attributes, each as pack_nla makes it (4-byte aligned), at once.
+_INET_KEY = struct.Struct("=HHH2xHHH2xHH16sHH2s2x")
+
+
 def encode_service_key(key: ServiceKey) -> bytes:
     """The attributes that identify a service (nested in IPVS_CMD_ATTR_SERVICE)."""
     if key.fwmark:
@@ -100,10 +104,6 @@ def encode_service_key(key: ServiceKey) -> bytes:
         6, SVC_AF, key.family, 6, SVC_PROTOCOL, key.protocol, 20, SVC_ADDR, packed,
         6, SVC_PORT, BE16.pack(key.port),
     )  # fmt: skip
-
-
-# An address service's key attributes, each as pack_nla makes it (4-byte aligned), at once.
-_INET_KEY = struct.Struct("=HHH2xHHH2xHH16sHH2s2x")
 
 
 def encode_service_config(key: ServiceKey, config: ServiceConfig) -> bytes:

@@ -214,7 +214,6 @@ class Reparser:
         self.reused = 0
         if later and self._outside is None:  # nothing to reuse: parsed whole, cut after
             settings = parse_config(text, source)
-            self._outside, self._settings, self._items = None, None, {}
             self._unsettled = (text, settings)
             return settings
         parts = split(text) if not _not_plain(text) else None
