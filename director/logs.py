@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -37,6 +38,16 @@ _PRIORITY = {
     logging.CRITICAL: 2,
 }
 FORMATS = ("logfmt", "json")
+# A credential in an Authorization header's form, wherever a message or a traceback quotes
+# one (an HTTP library's error names the header's value): never written to a log.
+_CREDENTIAL = re.compile(r"\b(Bearer|Basic)(\s+|%20)[A-Za-z0-9\-._~+/=]{4,}", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with every bearer or basic credential replaced by ``<redacted>``."""
+    if "earer" not in text and "asic" not in text and "EARER" not in text:
+        return text
+    return _CREDENTIAL.sub(lambda m: f"{m.group(1)} <redacted>", text)
 
 
 def _value(value: object) -> str:
@@ -118,6 +129,7 @@ class Formatter(logging.Formatter):
             )
             if trace:
                 line += f" traceback={_value(trace)}"
+        line = redact(line)
         if self.priority:
             line = f"<{_PRIORITY.get(record.levelno, 6)}>{line}"
         return line

@@ -25,7 +25,12 @@ Records whose fields are the keys of a document someone else defines are exempt,
 and with the document they mirror: splitting them would make their fields stop matching
 that document one for one. Everything else, above all a class with behaviour, keeps to 15.
 
-    python -m lab.shape            # prints each finding; exit 1 if there is one
+The three size caps (a function's lines, a module's lines, a class's attributes) are smoke
+detectors, not targets: they are printed as warnings and never fail lint (a file is as long
+as its one idea; issue 72). The rest are rules: an import circle, the engine's door, the
+core's wire format and the tests' mirror fail it.
+
+    python -m lab.shape            # prints each finding; exit 1 if a rule is broken
 """
 
 from __future__ import annotations
@@ -279,11 +284,18 @@ def findings(root: Path = ROOT) -> Iterator[str]:
                     )
 
 
+# what a size cap says (a warning), as opposed to a broken rule
+SIZE = re.compile(
+    r"\d+ lines \(\d+ at most\)|\d+ lines \(the loop stays under 300\)|has \d+ instance attributes"
+)
+
+
 def main() -> int:
     found = list(findings())
+    broken = [line for line in found if not SIZE.search(line)]
     for line in found:
-        print(line)
-    return 1 if found else 0
+        print(line if line in broken else f"warning: {line}")
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

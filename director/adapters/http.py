@@ -1,63 +1,247 @@
-"""The admin API's HTTP server: an event loop that owns every connection until its request is
-whole, and a few workers that only ever run the application.
+"""The admin API's HTTP server: Hypercorn (HTTP/1.1 and TLS on asyncio, h11's parser) serving
+the WSGI application through a2wsgi, with a guard of ours in between.
 
-One thread accepts, does the TLS handshake, and reads request headers and bodies, all without
-blocking, for every connection at once (as event-driven servers do). A worker gets a request
-only once its headers and its whole body have arrived; it runs the WSGI application and
-writes the answer (with a deadline), then hands a keep-alive connection back to the loop.
-So a client that sends nothing, or sends its headers or body a byte at a time, holds a file
-descriptor for a few seconds and never a worker: the API keeps answering everyone else.
+Why these: every connection is a coroutine on one event loop, so a client that is slow to
+send or slow to read holds a descriptor and a little memory, never a thread; the parser is
+h11 (strict framing: a chunk size is hex digits and nothing else); TLS is asyncio's. Hypercorn
+closes a connection that has not sent a whole request head within ``KEEP_ALIVE_SECONDS`` of
+connecting or of its last answer, whatever it trickles meanwhile (its idle timer stops only
+when a request's head is complete), and refuses a head over ``HEADER_BYTES`` with 431.
+Hypercorn's own WSGI wrapper is not used: its worker thread waits for each piece of the
+answer to be written, so clients that never read would hold every worker.
 
-Bounded everywhere: connections per client address and in all (below the descriptor limit,
-with a reserve kept for the control loop's own work: netlink sockets, nft, keepalived -t,
-vtysh); header bytes and seconds; body bytes and seconds (from the end of the headers); idle
-seconds; the seconds a worker may spend writing an answer. ``gate`` answers a request
-before its body is read (a missing token, a body where none belongs): the answer goes out at
-once and the connection is closed, the body never read.
+The guard (``Guard``, an ASGI middleware) keeps the workers for the application alone:
+- ``gate`` answers before the body is read (a missing token, a body where none belongs); the
+  body is never read and the connection is closed;
+- the body is read on the event loop, at most ``body_bytes`` and ``BODY_SECONDS`` (413, 408),
+  before a worker is asked for;
+- a2wsgi's queue from the worker to the loop is unbounded, so the worker hands the whole
+  answer over and is free; the loop writes it, and a client that has not taken it within
+  ``WRITE_SECONDS`` is disconnected.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import errno
+import json
 import logging
-import selectors
+import os
+import resource
 import socket
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, cast
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
 
-from director.adapters.http_conns import Mailbox, Slots, raise_descriptor_limit
-from director.adapters.http_wire import Conn, Refuse, Wsgi, answer, parse_head, respond, take_body
-from director.core.errors import DirectorError
+from director.core.errors import DirectorError, problem_document
 from director.logs import event
-
-if TYPE_CHECKING:  # ssl is loaded only by a server with a certificate (1.3 MB)
-    import ssl
 
 log = logging.getLogger("director.api")
 
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # (status, detail) to answer before the body is read, or None to go on.
 Gate = Callable[[str, str, dict[str, str]], tuple[int, str] | None]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Asgi = Callable[[Message, Receive, Send], Awaitable[None]]
 
 
 class ApiError(DirectorError, ValueError):
     """The admin API cannot start (its address, its certificate): a configuration error."""
 
 
+class TooLarge(Exception):
+    pass
+
+
+class Guard:
+    """What runs between Hypercorn and the WSGI bridge: the early gate, the body read on the
+    loop with its bounds, and a deadline on writing the answer (the module's docstring)."""
+
+    def __init__(
+        self,
+        app: Asgi,
+        *,
+        body_bytes: int,
+        body_seconds: float,
+        write_seconds: float,
+        gate: Gate | None = None,
+    ) -> None:
+        self.app, self.gate, self.body_bytes = app, gate, body_bytes
+        self.body_seconds, self.write_seconds = body_seconds, write_seconds
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan: the bridge answers it
+            await self.app(scope, receive, send)
+            return
+        client = (scope.get("client") or ("-", 0))[0]
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", ())
+        }
+        if self.gate is not None:
+            early = self.gate(scope["method"], scope["path"], headers)
+            if early is not None:  # answered now; the body is never read
+                await _problem(send, *early)
+                return
+        try:
+            body = await asyncio.wait_for(self._body(receive), self.body_seconds)
+        except TooLarge:
+            await _problem(send, 413, f"the request body is larger than {self.body_bytes} bytes")
+            return
+        except TimeoutError:
+            event(log, "api.client_too_slow", client=client, phase="body")
+            await _problem(send, 408, "the request body did not arrive in time")
+            return
+        if body is None:  # the client went before its body was whole
+            return
+        try:
+            await self.app(scope, _replay(body, receive), _bounded(send, self.write_seconds))
+        except TimeoutError:  # the client has not read its answer: its connection is closed
+            event(log, "api.client_too_slow", client=client, phase="answer")
+
+    async def _body(self, receive: Receive) -> bytes | None:
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if len(body) > self.body_bytes:
+                raise TooLarge
+            if not message.get("more_body", False):
+                return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body read already, handed to the application as one message; then what the
+    server says next (a disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _bounded(send: Send, seconds: float) -> Send:
+    """``send`` with one deadline for the whole answer, from its first piece."""
+    loop = asyncio.get_running_loop()
+    deadline: float | None = None
+
+    async def bounded(message: Message) -> None:
+        nonlocal deadline
+        if deadline is None:
+            deadline = loop.time() + seconds
+        await asyncio.wait_for(send(message), max(0.0, deadline - loop.time()))
+
+    return bounded
+
+
+async def _problem(send: Send, status: int, detail: str) -> None:
+    """An answer of the server's own (problem+json), and the connection closed after it."""
+    body = json.dumps(problem_document(status, detail)).encode()
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="director"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class _ErrorStream:
+    """``wsgi.errors``: what the application writes there becomes log events (one per line,
+    ``event=api.app_error``), never raw text between the logfmt lines on stderr."""
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                event(log, "api.app_error", level=logging.ERROR, text=line[:2000])
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+
+def _with_errors(app: Wsgi) -> Wsgi:
+    errors = _ErrorStream()
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        environ["wsgi.errors"] = errors
+        return app(environ, start_response)
+
+    return wsgi
+
+
+class _AsyncioNoise(logging.Filter):
+    """What asyncio says of the API's clients, kept out of the log or said as an event:
+    an accept that found no descriptor (a traceback each second while a crowd holds every
+    descriptor) becomes ``api.accept_paused`` every ten seconds at most; writes to a client
+    that has gone, and connections cancelled at a stop, are nothing to act on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        error = record.exc_info[1] if record.exc_info else None
+        if text.startswith("socket.send() raised exception") or isinstance(
+            error, asyncio.CancelledError
+        ):
+            return False
+        if not text.startswith("socket.accept() out of system resource"):
+            return True
+        now = time.monotonic()
+        if now - self._said >= 10.0:
+            self._said = now
+            event(
+                log,
+                "api.accept_paused",
+                level=logging.WARNING,
+                reason=getattr(error, "strerror", None) or "no descriptor left",
+                effect="new connections wait in the backlog for a second",
+            )
+        return False
+
+
+_ASYNCIO_NOISE = _AsyncioNoise()
+
+
+def raise_descriptor_limit() -> int:
+    """The soft limit on open files raised to the hard one (systemd's default soft limit is
+    1,024; the unit sets LimitNOFILE): the limit now. Every connection is a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
+
+
 class HttpServer:
+    """The admin API on its own thread and event loop (``start``, ``port``, ``stop``)."""
+
     THREADS = 16  # workers running the application
-    HEADER_BYTES = 32 * 1024
-    HEADER_SECONDS = 10.0  # from a request's first byte to the end of its headers
-    BODY_SECONDS = 10.0  # from the end of the headers to the end of the body
-    IDLE_SECONDS = 10.0  # a connection that sends nothing (new, or between requests)
-    WRITE_SECONDS = 60.0  # a worker writing one answer, at most
-    LINGER_SECONDS = 2.0  # after an early answer: what the client still sends is dropped
-    PER_CLIENT = 256  # connections one address may hold at once
-    MAX_CONNECTIONS = 4096  # connections in all, at most (and half the descriptors left)
-    RESERVE = 256  # descriptors kept for the rest of the director
+    HEADER_BYTES = 32 * 1024  # a request's head, at most (431 beyond)
+    KEEP_ALIVE_SECONDS = 5.0  # a connection without a whole request head (new, or between two)
+    BODY_SECONDS = 10.0  # from the end of the head to the end of the body
+    WRITE_SECONDS = 60.0  # from an answer's first byte to its last, taken by the client
+    HANDSHAKE_SECONDS = 10.0  # TLS
     BACKLOG = 1024
 
     def __init__(
@@ -73,30 +257,26 @@ class HttpServer:
     ) -> None:
         self.app, self.host, self.body_bytes, self.gate = app, host, body_bytes, gate
         self._bind = (host, port)
-        self._tls: ssl.SSLContext | None = None
-        # what a read that would block raises (TLS: also a record not whole yet)
-        self._would_block: tuple[type[OSError], ...] = (BlockingIOError,)
-        if cert and key:
-            import ssl
+        self.cert: str | None = cert if cert and key else None
+        self.key: str | None = key if cert and key else None
+        if self.cert and self.key:
+            import ssl  # loaded only by a server with a certificate
 
-            self._would_block = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-            try:
-                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-                context.load_cert_chain(cert, key)
+            try:  # said now, with the file names, not by the server's thread later
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    self.cert, self.key
+                )
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-                raise ApiError(f"api.tls_cert/tls_key: cannot load {cert}, {key}: {exc}") from None
-            self._tls = context
+                raise ApiError(
+                    f"api.tls_cert/tls_key: cannot load {self.cert}, {self.key}: {exc}"
+                ) from None
         self._listener: socket.socket | None = None
-        self._selector = selectors.DefaultSelector()
-        self.slots = Slots(self.MAX_CONNECTIONS)
-        self._mailbox = Mailbox()
-        self._stop = False
-        self._paused_until = 0.0  # accepting paused (no descriptor left)
-        self._workers = ThreadPoolExecutor(self.THREADS, thread_name_prefix="api-worker")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="api", daemon=True)
 
-    # -- life -----------------------------------------------------------------------------
     def start(self) -> None:
+        """Bind (an ApiError names the address that cannot be had) and serve."""
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -109,11 +289,14 @@ class HttpServer:
             raise ApiError(f"api.listen {where}: {exc.strerror or exc}") from None
         listener.setblocking(False)
         self._listener = listener
-        files = raise_descriptor_limit()
-        self.slots.limit = max(16, min(self.MAX_CONNECTIONS, (files - self.RESERVE) // 2))
-        self._selector.register(listener, selectors.EVENT_READ, None)
-        self._selector.register(self._mailbox.reader, selectors.EVENT_READ, "wake")
+        raise_descriptor_limit()
+        if _ASYNCIO_NOISE not in logging.getLogger("asyncio").filters:
+            logging.getLogger("asyncio").addFilter(_ASYNCIO_NOISE)
+        started = threading.Event()
+        self._started = started
         self._thread.start()
+        if not started.wait(30):
+            raise ApiError("api: the HTTP server did not start within 30 s")
 
     @property
     def port(self) -> int:
@@ -121,276 +304,68 @@ class HttpServer:
         return int(self._listener.getsockname()[1])
 
     def stop(self) -> None:
-        if self._thread.ident is None:
+        loop, stopping = self._loop, self._stopping
+        if self._thread.ident is None or loop is None or stopping is None:
             if self._listener is not None:
                 self._listener.close()
             return
-        self._stop = True
-        self._mailbox.ring()
+        with contextlib.suppress(RuntimeError):  # the loop has ended already
+            loop.call_soon_threadsafe(stopping.set)
         self._thread.join(timeout=10)
-        self._workers.shutdown(wait=False, cancel_futures=True)
 
-    # -- the loop -------------------------------------------------------------------------
+    def _config(self) -> Any:
+        from hypercorn.config import Config
+
+        assert self._listener is not None
+        config = Config()
+        # a copy of the listener's descriptor: Hypercorn closes its own at the end
+        config.bind = [f"fd://{os.dup(self._listener.fileno())}"]
+        config.certfile, config.keyfile = self.cert, self.key
+        config.keep_alive_timeout = self.KEEP_ALIVE_SECONDS
+        config.h11_max_incomplete_size = self.HEADER_BYTES
+        config.ssl_handshake_timeout = self.HANDSHAKE_SECONDS
+        config.backlog = self.BACKLOG
+        config.include_server_header = False
+        config.accesslog = None  # the application logs what changes (api.audit)
+        config.errorlog = logging.getLogger("director.api.server")
+        config.graceful_timeout = 2.0
+        config.wsgi_max_body_size = self.body_bytes
+        return config
+
+    def _asgi(self) -> Asgi:
+        from a2wsgi import WSGIMiddleware
+
+        # send_queue_size 0: unbounded, so a worker never waits on a client (module docstring)
+        bridge = WSGIMiddleware(_with_errors(self.app), self.THREADS, send_queue_size=0)  # type: ignore[arg-type]
+        return Guard(
+            bridge,  # type: ignore[arg-type]
+            body_bytes=self.body_bytes,
+            body_seconds=self.BODY_SECONDS,
+            write_seconds=self.WRITE_SECONDS,
+            gate=self.gate,
+        )
+
     def _run(self) -> None:
+        from hypercorn.asyncio import serve
+
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._stopping = asyncio.Event()
+        loop.call_soon(self._started.set)
         try:
-            while not self._stop:
-                for key, mask in self._selector.select(self._timeout(time.monotonic())):
-                    if key.data is None:
-                        self._accept()
-                    elif key.data == "wake":
-                        self._take_back(time.monotonic())
-                    else:
-                        self._guard(key.data, mask)
-                self._expire(time.monotonic())
+            served = serve(
+                self._asgi(),  # type: ignore[arg-type]
+                self._config(),
+                shutdown_trigger=self._stopping.wait,
+                mode="asgi",
+            )
+            loop.run_until_complete(served)
+        except Exception as exc:  # the server's own failure: said, and the rest goes on
+            event(log, "api.server_failed", level=logging.ERROR, error=repr(exc)[:300])
         finally:
-            for conn in list(self.slots.conns.values()):
-                self._close(conn)
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
             if self._listener is not None:
                 self._listener.close()
-            self._selector.close()
-
-    def _timeout(self, now: float) -> float:
-        soonest = min(
-            (c.deadline for c in self.slots.conns.values() if c.phase != "busy"), default=now + 1.0
-        )
-        if self._paused_until:
-            soonest = min(soonest, self._paused_until)
-        return max(0.01, min(soonest - now, 1.0))
-
-    def _accept(self) -> None:
-        assert self._listener is not None
-        for _ in range(64):  # a burst at a time; the rest at the next turn
-            try:
-                sock, address = self._listener.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # No descriptor to take it with: stop looking for a moment (the listen
-                    # socket stays readable, and would spin the loop).
-                    self._selector.unregister(self._listener)
-                    self._paused_until = time.monotonic() + 0.2
-                    self.slots.say("api.accept_paused", reason=exc.strerror or str(exc))
-                return
-            client = str(address[0])
-            if not self._room(client):
-                self.slots.refused += 1
-                sock.close()
-                self.slots.say(
-                    "api.connection_refused",
-                    client=client,
-                    reason="too many connections (from this address, or in all)",
-                )
-                continue
-            self._admit(sock, client, int(address[1]))
-
-    def _room(self, client: str) -> bool:
-        """Whether a new connection from ``client`` fits: under the caps, or once the
-        oldest connection that sends nothing (of that client, or of anyone for the total
-        cap) is closed to make room. An idle keep-alive connection may be closed at any
-        time; one in the middle of a request never is."""
-        slots = self.slots
-        for mine, full in (
-            (True, slots.per_client[client] >= self.PER_CLIENT),
-            (False, len(slots.conns) >= slots.limit),
-        ):
-            if not full:
-                continue
-            idle = [
-                c
-                for c in slots.conns.values()
-                if c.phase == "idle" and (c.client == client or not mine)
-            ]
-            for conn in sorted(idle, key=lambda c: c.deadline):
-                if _quiet(conn.sock):
-                    self._close(conn)
-                    break
-            else:
-                return False
-        return True
-
-    def _admit(self, sock: socket.socket, client: str, port: int) -> None:
-        sock.setblocking(False)
-        now = time.monotonic()
-        if self._tls is not None:
-            try:
-                sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-            except (OSError, ValueError):
-                sock.close()
-                return
-        conn = Conn(
-            sock, sock.fileno(), client, port, self._tls is not None, now + self.IDLE_SECONDS
-        )
-        conn.phase = "handshake" if conn.tls else "idle"
-        self.slots.add(conn)
-        self._selector.register(sock, selectors.EVENT_READ, conn)
-
-    def _expire(self, now: float) -> None:
-        if self._paused_until and now >= self._paused_until and self._listener is not None:
-            self._paused_until = 0.0
-            self._selector.register(self._listener, selectors.EVENT_READ, None)
-        late = [c for c in self.slots.conns.values() if c.phase != "busy" and c.deadline <= now]
-        for conn in late:
-            if conn.phase in ("headers", "body"):
-                with contextlib.suppress(OSError):
-                    conn.sock.send(answer(408, "the request did not arrive in time", close=True))
-                event(log, "api.client_too_slow", client=conn.client, phase=conn.phase)
-            self._close(conn)
-
-    def _close(self, conn: Conn) -> None:
-        if not self.slots.remove(conn):
-            return
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(conn.sock)
-        with contextlib.suppress(OSError):
-            conn.sock.close()
-
-    def _take_back(self, now: float) -> None:
-        """Connections the workers are done with: closed, or (keep-alive) their next request
-        read."""
-        for conn in self._mailbox.take():
-            if not conn.keep or self._stop:
-                self._close(conn)
-                continue
-            conn.sock.setblocking(False)
-            conn.phase, conn.deadline = "idle", now + self.IDLE_SECONDS
-            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
-            if conn.buffer:  # pipelined: the next request is here already
-                self._guard(conn, selectors.EVENT_READ, read=False)
-
-    def _guard(self, conn: Conn, mask: int, read: bool = True) -> None:
-        try:
-            self._serve(conn, mask, read)
-        except Refuse as exc:
-            self._refuse(conn, exc.status, exc.detail)
-        except (OSError, ValueError):  # ssl.SSLError is an OSError
-            self._close(conn)
-
-    def _refuse(self, conn: Conn, status: int, detail: str) -> None:
-        """Answer now and close: the answer goes out, the write side is shut, and what the
-        client still sends is read and dropped for a moment (closing on unread data resets
-        the connection, and the client would lose the answer)."""
-        try:
-            conn.sock.send(answer(status, detail, close=True))
-            if conn.tls:
-                raise OSError("TLS: no half-close")
-            conn.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self._close(conn)
-            return
-        conn.phase, conn.deadline = "linger", time.monotonic() + self.LINGER_SECONDS
-        conn.buffer.clear()
-
-    # -- reading a request ----------------------------------------------------------------
-    def _serve(self, conn: Conn, mask: int, read: bool) -> None:
-        if conn.phase == "handshake":
-            self._handshake(conn)
-            return
-        if conn.phase == "linger":
-            if not conn.sock.recv(65536):
-                self._close(conn)
-            return
-        if read:
-            data = self._receive(conn)
-            if data is None:
-                return
-            if not data:  # the client closed
-                self._close(conn)
-                return
-            conn.buffer += data
-        now = time.monotonic()
-        if conn.phase == "idle" and conn.buffer:
-            conn.phase, conn.deadline = "headers", now + self.HEADER_SECONDS
-        if conn.phase == "headers":
-            end = conn.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(conn.buffer) > self.HEADER_BYTES:
-                    raise Refuse(
-                        413, f"the request headers are larger than {self.HEADER_BYTES} bytes"
-                    )
-                return
-            if end > self.HEADER_BYTES:
-                raise Refuse(413, f"the request headers are larger than {self.HEADER_BYTES} bytes")
-            head, conn.buffer = bytes(conn.buffer[:end]), conn.buffer[end + 4 :]
-            self._head(conn, head)
-            conn.phase, conn.deadline = "body", now + self.BODY_SECONDS
-        if conn.phase == "body" and self._body(conn):
-            self._dispatch(conn)
-
-    def _handshake(self, conn: Conn) -> None:
-        import ssl  # loaded already: the server has a certificate
-
-        sock = conn.sock
-        assert isinstance(sock, ssl.SSLSocket)
-        try:
-            sock.do_handshake()
-        except ssl.SSLWantReadError:
-            self._want(conn, write=False)
-            return
-        except ssl.SSLWantWriteError:
-            self._want(conn, write=True)
-            return
-        self._want(conn, write=False)
-        conn.phase, conn.deadline = "idle", time.monotonic() + self.IDLE_SECONDS
-
-    def _want(self, conn: Conn, *, write: bool) -> None:
-        if write != conn.want_write:
-            conn.want_write = write
-            events = selectors.EVENT_WRITE if write else selectors.EVENT_READ
-            self._selector.modify(conn.sock, events, conn)
-
-    def _receive(self, conn: Conn) -> bytes | None:
-        """What the socket holds now (b"": closed), or None: nothing yet."""
-        try:
-            data = conn.sock.recv(65536)
-            if conn.tls:  # what TLS has decrypted already is not in the socket any more
-                tls = cast("ssl.SSLSocket", conn.sock)
-                while tls.pending():
-                    data += tls.recv(tls.pending())
-            return data
-        except self._would_block:
-            return None
-
-    def _head(self, conn: Conn, head: bytes) -> None:
-        req = conn.req = parse_head(head, self.body_bytes)
-        path = req.target.partition("?")[0]
-        early = self.gate(req.method, path, req.headers) if self.gate is not None else None
-        if early is not None:
-            raise Refuse(*early)  # answered now; the body is never read
-        if req.headers.get("expect", "").lower() == "100-continue" and (req.chunked or req.length):
-            conn.sock.send(f"{req.version} 100 Continue\r\n\r\n".encode())
-
-    def _body(self, conn: Conn) -> bool:
-        """Whether the whole body is here (moved from the buffer into ``conn.req.body``)."""
-        return take_body(conn.req, conn.buffer, self.body_bytes, self.HEADER_BYTES)
-
-    # -- running the application ----------------------------------------------------------
-    def _dispatch(self, conn: Conn) -> None:
-        self._selector.unregister(conn.sock)
-        conn.phase = "busy"
-        conn.sock.setblocking(True)
-        try:
-            self._workers.submit(self._work, conn)
-        except RuntimeError:  # shutting down
-            self._close(conn)
-
-    def _work(self, conn: Conn) -> None:
-        conn.keep = False
-        try:
-            conn.keep = respond(self.app, conn, self.host, self.port, self.WRITE_SECONDS)
-        except (OSError, TimeoutError) as exc:  # the client went, or did not read in time
-            event(log, "api.client_gone", client=conn.client, reason=str(exc)[:200])
-        except Exception as exc:  # the application's own errors are Flask's; this is ours
-            event(log, "api.error", level=logging.ERROR, error=repr(exc)[:300], exc_info=exc)
-        self._mailbox.put(conn)  # the loop closes it, or reads its next request
-
-
-def _quiet(sock: socket.socket) -> bool:
-    """Whether the client has sent nothing the server has not read (or has closed): such a
-    connection can be closed without losing a request."""
-    try:
-        return not socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return True  # broken: nothing to lose

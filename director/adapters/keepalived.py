@@ -127,16 +127,21 @@ class Heartbeat:
 def template_vars(ha: HaSettings, vips: Iterable[str], source_config: str) -> dict[str, Any]:
     """Plain, validated values for the template. VIPs of the unicast family go in
     virtual_ipaddress (the first ``inline_vips`` of them, so adverts stay small), the rest
-    and every VIP of the other family in virtual_ipaddress_excluded."""
+    and every VIP of the other family in virtual_ipaddress_excluded; so do the floating
+    gateways, by the same rule of family."""
     family = Family.of(ha.unicast_source)
     lines_inline: list[str] = []
     lines_excluded: list[str] = []
     for address, prefix, iface in ha.gateways:
-        lines_inline.append(f"{canonical_address(address)}/{prefix} dev {iface}")
+        # keepalived refuses an address of the other family in virtual_ipaddress ("address
+        # family must match VRRP instance"): a dual-stack pair's other gateway is excluded
+        line = f"{canonical_address(address)}/{prefix} dev {iface}"
+        (lines_inline if Family.of(address) is family else lines_excluded).append(line)
+    gateways_inline = len(lines_inline)
     for vip in sorted({canonical_address(v) for v in vips}, key=_sort_key):
         vip_family = Family.of(vip)
         line = f"{vip}/{vip_family.max_prefix} dev {ha.interface}"
-        if vip_family is family and len(lines_inline) < ha.inline_vips + len(ha.gateways):
+        if vip_family is family and len(lines_inline) < ha.inline_vips + gateways_inline:
             lines_inline.append(line)
         else:
             lines_excluded.append(line)

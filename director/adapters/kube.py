@@ -105,6 +105,12 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         configuration = client.Configuration.get_default_copy()
+    # A token file ends in a newline when a shell wrote it (``kubectl create token ... >
+    # file``): trimmed, as client-go and kubectl do, or every request fails before it is sent.
+    configuration.api_key = {
+        name: value.strip() if isinstance(value, str) else value
+        for name, value in (configuration.api_key or {}).items()
+    }
     api = client.ApiClient(configuration)
     api.user_agent = f"{FIELD_MANAGER}/{__version__}"
     return api

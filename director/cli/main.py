@@ -32,6 +32,20 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
     from director.schema.config import load_config
 
     settings = load_config(args.config)
+    if apply and settings.static_snat:
+        # full NAT is IPVS's NAT plus the director's nftables SNAT, which only ``run`` keeps:
+        # programmed alone, the service would reach its real servers with the client's
+        # address and their replies would bypass the box
+        names = ", ".join(
+            sorted(settings.services[k].origin or str(k) for k in settings.static_snat)
+        )
+        print(
+            f"director: {settings.source}: {names}: full NAT needs the SNAT rule that "
+            "`director run` keeps in nftables; `apply` programs IPVS alone and would serve "
+            "it as plain NAT: nothing was applied (run the director, or use nat for it)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     ipvs = open_ipvs(args.netns)
     try:
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=not apply)

@@ -112,7 +112,87 @@ def preflight(settings: Settings, *, host: bool = True) -> tuple[list[Problem], 
         found, said = _pair(settings)
         problems += found
         notes += said
+    if host:
+        problems += _interfaces(settings) + _own_in_pools(settings)
     return problems, notes
+
+
+def _interfaces(settings: Settings) -> list[Problem]:
+    """Every interface the pair's files name exists on this box: keepalived refuses a file
+    that names one that does not, and every later change of VIPs with it."""
+    ha = settings.ha
+    if ha is None:
+        return []
+    named: list[tuple[str, str]] = [("ha.interface", ha.interface)]
+    named += [(f"ha.track_interfaces[{i}]", n) for i, n in enumerate(ha.track_interfaces)]
+    if ha.sync_interface:
+        named.append(("ha.sync_interface", ha.sync_interface))
+    named += [(f"ha.gateways[{i}].interface", g[2]) for i, g in enumerate(ha.gateways)]
+    if ha.conntrackd is not None:
+        named.append(("ha.conntrackd.interface", ha.conntrackd.interface))
+    problems: list[Problem] = []
+    for where, name in named:
+        try:
+            socket.if_nametoindex(name)
+        except OSError:
+            problems.append((where, f"{name}: no such interface on this box"))
+    return problems
+
+
+def box_addresses() -> dict[str, str] | None:
+    """This box's own addresses (address -> interface), as ``ip`` lists them, less host
+    routes (/32, /128: the VIPs keepalived and the director add are such); None: ``ip``
+    could not say."""
+    import json
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "address", "show"], check=False, capture_output=True, text=True, timeout=10
+        )
+        links = json.loads(out.stdout) if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    if not isinstance(links, list):
+        return None
+    found: dict[str, str] = {}
+    for link in links:
+        for info in link.get("addr_info", ()) if isinstance(link, dict) else ():
+            local, prefix = info.get("local"), info.get("prefixlen")
+            if not isinstance(local, str) or not isinstance(prefix, int):
+                continue
+            try:
+                address = ipaddress.ip_address(local)
+            except ValueError:
+                continue
+            if prefix < address.max_prefixlen:
+                found[str(address)] = str(link.get("ifname", "?"))
+    return found
+
+
+def _own_in_pools(settings: Settings) -> list[Problem]:
+    """A pool never holds one of this box's own addresses, even one the file does not name
+    (its management address on eth0): a tenant's Service given it could take the box's own
+    ports (SSH). Floating gateways are the pair's, not the box's, and are left out."""
+    if not settings.pools:
+        return []
+    own = box_addresses() or {}
+    floating = {gw[0] for gw in settings.ha.gateways} if settings.ha else set()
+    problems: list[Problem] = []
+    for index, pool in enumerate(settings.pools):
+        held = sorted(
+            a for a in own if a not in floating and pool.contains(ipaddress.ip_address(a))
+        )
+        if held:
+            named = ", ".join(f"{a} ({own[a]})" for a in held)
+            problems.append(
+                (
+                    f"pools[{index}].addresses",
+                    f"holds {named}, this box's own address: a Service would be given it, "
+                    "and could take the box's ports",
+                )
+            )
+    return problems
 
 
 def _pair(settings: Settings) -> tuple[list[Problem], list[str]]:

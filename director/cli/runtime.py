@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from director.adapters.systemd import Notifier
 from director.cli import wiring
+from director.cli.preflight import read_token
 from director.cli.served import Served, intakes
 from director.cli.wiring import Daemons
 from director.core.firewall import Firewall
@@ -96,9 +97,11 @@ class Runtime:
             )
         )
         self.served = Served(settings, made, self.controller, dry_run, watch_seconds, intakes=kept)
+        self.token = wiring.admin_token(settings)  # a reload reads its file again
         self.api = wiring.api_server(
             settings,
             self.controller,
+            self.token,
             writer=writers,
             scrape=scrape,
             reader=reader,
@@ -255,6 +258,9 @@ class Runtime:
                 f"{', '.join(sections)} changed: only services, and whole clusters, can change "
                 "on a reload; restart the director for the rest"
             )
+        rotated = self._token(new)
+        if rotated is not None:
+            return "invalid", rotated
         added, removed = clusters.changed(self.controller.settings, new)
         try:  # the added clusters' credentials, loaded before the loop takes the file
             made = wiring.clusters(new, None, added) if added else []
@@ -272,6 +278,19 @@ class Runtime:
         if reply.ok and (made or removed):
             self.served.change(new, made, removed)
         return ("applied" if reply.ok else "refused"), reply.detail
+
+    def _token(self, new: Settings) -> str | None:
+        """The admin token read again from its file (an operator rotates it with a new file
+        and a reload): the next request is checked against it. Why not, or None."""
+        if self.token is None or new.api is None:
+            return None
+        try:
+            value = read_token(new.api.token_file)
+        except ValueError as exc:
+            return str(exc)
+        if self.token.set(value):
+            event(log, "api.token_rotated", file=new.api.token_file)
+        return None
 
     def _late(
         self, reply: Reply, new: Settings, made: list[wiring.Cluster], removed: list[str]

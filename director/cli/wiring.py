@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.conntrackd import ConntrackdFile
     from director.adapters.frr_sync import FrrSync
     from director.adapters.http import HttpServer as ApiServer
-    from director.adapters.http_wire import Wsgi
     from director.adapters.keepalived import KeepalivedSync
     from director.adapters.kube import KubeApi
     from director.adapters.kube_write import KubeWriter
@@ -43,6 +42,7 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.prober import Checker
     from director.adapters.sysctl import Sysctls
     from director.adapters.vrrp import VrrpFifo
+    from director.web.front import Token
 
 log = logging.getLogger("director.runtime")
 # A director serves the middle of a connection that started on another (ECMP moved it):
@@ -50,6 +50,15 @@ log = logging.getLogger("director.runtime")
 SLOPPY = {
     name: ("1", "connections break when directors join or leave")
     for name in ("net.ipv4.vs.sloppy_tcp", "net.ipv4.vs.sloppy_sctp")
+}
+# A real server removed (drained to nothing, gone from the cluster): its connections are
+# expired at their next packet, so the client's retry reaches a live one at once, instead
+# of hanging on a destination that no longer exists (every box, whatever it serves).
+EXPIRE_NODEST = {
+    "net.ipv4.vs.expire_nodest_conn": (
+        "1",
+        "connections to a removed real server hang until their client gives up",
+    )
 }
 # Full NAT: IPVS's connections in conntrack, so the SNAT of their packets is undone on the
 # replies (the IPv4 switch covers IPv6 too).
@@ -143,15 +152,17 @@ def clusters(
 def kernel_settings(
     settings: Settings, ipvs: Ipvs, netns: str | None, dry_run: bool, ledger: Ledger
 ) -> Sysctls | None:
-    """The kernel parameters full NAT and BGP need, kept (none beside the fake: the host is
-    not touched)."""
+    """The kernel parameters the director relies on, kept: ``expire_nodest_conn`` on every
+    box, and what full NAT and BGP need (none beside the fake: the host is not touched)."""
     if dry_run or isinstance(ipvs, FakeIpvs):
         return None
-    wanted = {**(FULLNAT_SYSCTLS if settings.snat else {}), **(SLOPPY if settings.bgp else {})}
+    wanted = {
+        **EXPIRE_NODEST,
+        **(FULLNAT_SYSCTLS if settings.snat else {}),
+        **(SLOPPY if settings.bgp else {}),
+    }
     if settings.snat and settings.ha is not None and settings.ha.conntrackd is not None:
         wanted.update(STRICT_PICKUP)
-    if not wanted:
-        return None
     from director.adapters.sysctl import Sysctls
 
     return Sysctls(netns or getattr(ipvs, "netns", None), wanted, ledger=ledger)
@@ -210,45 +221,46 @@ def metrics(settings: Settings, wanted: bool | None = None) -> Metrics | None:
     return Metrics()
 
 
+def admin_token(settings: Settings) -> Token | None:
+    """The admin API's token, read from its file (a ValueError says why it cannot be)."""
+    if settings.api is None:
+        return None
+    from director.web.front import Token
+
+    return Token(read_token(settings.api.token_file))
+
+
 def api_server(
     settings: Settings,
     controller: Controller,
+    token: Token | None,
     *,
     writer: Mapping[str, KubeWriter] | None,
     scrape: Scrape | None,
     reader: Ipvs | None,
     peers: Callable[[], tuple[PeerState, ...]],
 ) -> ApiServer | None:
-    """The admin API on its production server (none without an ``api:`` section): its front
-    answers health checks and scrapes, and makes the Flask app at the first other request."""
-    if settings.api is None:
+    """The admin API on its production server (none without an ``api:`` section). The
+    Flask app is made here, before the server accepts anything: no request ever waits for
+    it to load. ``token``: the admin token (a reload replaces it)."""
+    if settings.api is None or token is None:
         return None
-    import threading
-
     from director.adapters.http import HttpServer as ApiServer
-    from director.web.front import MAX_BODY, Front, early_gate
+    from director.web.app import create_app
+    from director.web.front import MAX_BODY, early_gate
 
     api = settings.api
-    token = read_token(api.token_file)
-    loop = controller.door()
-
-    def admin(slots: threading.BoundedSemaphore) -> Wsgi:
-        from director.web.app import create_app
-
-        return create_app(
-            loop,
-            token,
-            writer=writer,
-            metrics=scrape,
-            reader=reader,
-            public=api.public,
-            peers=peers,
-            slots=slots,
-            front=False,
-        )
-
+    app = create_app(
+        controller.door(),
+        token,
+        writer=writer,
+        metrics=scrape,
+        reader=reader,
+        public=api.public,
+        peers=peers,
+    )
     return ApiServer(
-        Front(loop, scrape, token, api.public, admin),
+        app,
         api.host,
         api.port,
         body_bytes=MAX_BODY,

@@ -360,7 +360,10 @@ class DestEdit:
 HASHING_SCHEDULERS = frozenset({"sh", "dh", "mh"})
 # What every director of a BGP fleet schedules with unless told otherwise: Maglev hashing of
 # address and port chooses alike on each box, so a flow ECMP moves keeps its real server.
-BGP_SCHEDULER = ("mh", frozenset({"mh-port"}))
+# mh-fallback: the kernel's Maglev table keeps the slots of a real server quiesced at weight
+# 0 (a failed health check, a drain), and without the flag a new connection hashed to one
+# finds no destination and is refused (ip_vs_mh.c); with it, the next slot's server takes it.
+BGP_SCHEDULER = ("mh", frozenset({"mh-port", "mh-fallback"}))
 NAT_OVER_BGP = (
     "nat cannot serve an address announced over BGP: the replies would have to come back "
     "through the one director that saw the connection start; use tun or dr"

@@ -173,9 +173,17 @@ class HaSettings(Section):
             )
         if not self.peers:
             raise problem("a pair needs its peer's address", ("peers",))
+        own = ipaddress.ip_address(self.unicast_source)
         for index, peer in enumerate(self.peers):
             if Family.of(peer) is not Family.of(self.unicast_source):
                 raise problem(
                     "peers must be of the unicast_source's address family", ("peers", index)
+                )
+            if ipaddress.ip_address(peer) == own:
+                raise problem(
+                    f"{peer} is this box's own unicast_source: a peer is the other box (was "
+                    "the other box's file copied without swapping the two?); keepalived "
+                    "would send its adverts to itself and both boxes would be MASTER",
+                    ("peers", index),
                 )
         return self

@@ -128,9 +128,10 @@ def pools_hold_none_of_the_boxs_addresses(c: _Compiling) -> None:
 
 
 def paths_apart(c: _Compiling) -> None:
-    """What the director writes never names what it reads, or another file it writes: a
-    bgp.config_file that is the configuration file itself would be overwritten with FRR's
-    text at the first announcement."""
+    """What the director writes (or a daemon it runs writes, unlinks or removes) never names
+    what it reads, or another such file: a bgp.config_file that is the configuration file
+    itself would be overwritten with FRR's text at the first announcement, and a
+    conntrackd socket at api.token_file unlinked."""
     doc = c.doc
     reads: list[tuple[tuple[str | int, ...], str | None]] = [((), c.source)]
     writes: list[tuple[tuple[str | int, ...], str | None]] = []
@@ -147,7 +148,13 @@ def paths_apart(c: _Compiling) -> None:
         reads.append((("ha", "pid_file"), doc.ha.pid_file))
         writes += [(("ha", "config_file"), doc.ha.config_file), (("ha", "fifo"), doc.ha.fifo)]
         if doc.ha.conntrackd is not None:
-            writes.append((("ha", "conntrackd", "config_file"), doc.ha.conntrackd.config_file))
+            ct = doc.ha.conntrackd
+            # conntrackd unlinks its socket's path before it binds, and makes and removes
+            # its lock file: both are written, as its configuration file is
+            writes += [
+                (("ha", "conntrackd", name), getattr(ct, name))
+                for name in ("config_file", "socket", "lock_file")
+            ]
     if doc.bgp is not None:
         writes.append((("bgp", "config_file"), doc.bgp.config_file))
     seen: dict[str, tuple[str | int, ...]] = {}
@@ -205,8 +212,9 @@ def services_unique_and_owned(c: _Compiling) -> None:
 def bgp_pools_have_peers(c: _Compiling) -> None:
     """A pool announced over BGP needs the speaker (``bgp:``), and its static services a
     forwarding method that lets any director serve the middle of a connection, and, unless
-    the entry names its scheduler, Maglev hashing (``mh`` with ``mh-port``): every director
-    then sends a flow to the same real server, as for Kubernetes Services."""
+    the entry names its scheduler, Maglev hashing (``mh`` with ``mh-port`` and
+    ``mh-fallback``): every director then sends a flow to the same real server, as for
+    Kubernetes Services."""
     index = next((i for i, pool in enumerate(c.pools) if pool.announce.bgp), None)
     if index is not None and c.doc.bgp is None:
         raise Refusal(
@@ -275,6 +283,15 @@ def fullnat_has_its_addresses(c: _Compiling) -> None:
             raise Refusal(
                 ("services", index, "real_servers"),
                 "fullnat is the whole service's: every real server of it, or none",
+            )
+        if key.fwmark:
+            # the firewall marks and SNATs address . protocol . port elements: a mark's
+            # packets would be masqueraded with the client's address, the replies bypass
+            # the box
+            raise Refusal(
+                ("services", index),
+                "fullnat cannot serve a firewall-mark service (the SNAT rule matches an "
+                "address, protocol and port); use nat, dr or tun for it",
             )
         if key.family not in families:
             version = 4 if key.family is Family.INET else 6

@@ -72,7 +72,7 @@ class Defaults(Section):
 
     scheduler: Annotated[str, SCHEDULER] = "wlc"
     """Scheduler of a static service that names none, and of a Kubernetes Service without the
-    annotation (over BGP: mh with mh-port instead)."""
+    annotation (over BGP: mh with mh-port and mh-fallback instead)."""
     forwarding: Annotated[Forwarding, FORWARDING] = Forwarding.NAT
     """Forwarding of a real server when neither it nor its service names one: nat (the director
     is the real servers' gateway), fullnat (nat, and the real servers see the box's snat

@@ -39,7 +39,9 @@ from director.web.front import (
     PUBLIC_CHOICES,
     Front,
     MetricsText,
+    Token,
     opened_by,
+    token_of,
     verdict,
 )
 
@@ -48,7 +50,7 @@ log = logging.getLogger("director.api")
 
 def create_app(
     loop: LoopPort,
-    token: str,
+    token: str | Token,
     *,
     writer: AnnotationWriter | Mapping[str, AnnotationWriter] | None = None,
     metrics: MetricsText | None = None,
@@ -59,38 +61,39 @@ def create_app(
     front: bool = True,
 ) -> Flask:
     """The admin API's Flask app. ``front``: with its front (``director.web.front``)
-    answering ``/healthz``, ``/readyz`` and ``/metrics``, the whole API as one app (what
-    the tests drive); without, the app a front makes at the first request it cannot answer
-    itself, sharing its ``slots`` (the workers the routes open to all may hold).
+    answering ``/healthz``, ``/readyz`` and ``/metrics`` (what the daemon serves); without,
+    the Flask app alone. ``token``: the bearer token, or the ``Token`` a reload replaces.
     ``reader``: an IPVS adapter of its own for the API's reads (its own socket and lock), so
     that listing 10,000 services never delays the control loop's writes. ``metrics``: what
     /metrics serves (none: an empty page). ``public``: which of health, metrics and
     status_page answer without the token. ``peers``: the BGP sessions (none: no BGP)."""
-    opened = opened_by(token, public)
+    held, opened = token_of(token), opened_by(public)
     slots = slots or threading.BoundedSemaphore(OPEN_SLOTS)
     app = Flask("director")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[KEY] = ApiContext(loop, reader or loop.ipvs, writer, metrics, peers)
     errors.register(app, MAX_BODY)
-    _gate(app, token.encode(), opened, slots)
+    _gate(app, held, opened, slots)
     for blueprint in (health.routes, services.routes, drains.routes, bgp.routes, status.routes):
         app.register_blueprint(blueprint)
     if front:
         app.wsgi_app = Front(  # type: ignore[method-assign]
-            loop, metrics, token, public, made=app.wsgi_app, slots=slots
+            loop, metrics, held, public, made=app.wsgi_app, slots=slots
         )
     return app
 
 
 def _gate(
-    app: Flask, expected: bytes, opened: frozenset[str], open_slots: threading.BoundedSemaphore
+    app: Flask, token: Token, opened: frozenset[str], open_slots: threading.BoundedSemaphore
 ) -> None:
     """The bearer token, on everything but what ``opened`` opens (a few workers at most)."""
 
     @app.before_request
     def _auth() -> Response | None:
-        said = verdict(request.path, request.headers.get("Authorization", ""), expected, opened)
+        said = verdict(
+            request.path, request.headers.get("Authorization", ""), token.expected, opened
+        )
         if said is OPEN:
             # Open to all: a few workers at most, the rest stay for the authenticated API.
             if not open_slots.acquire(blocking=False):

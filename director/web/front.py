@@ -1,31 +1,28 @@
-"""What a scraper and a load balancer's health check ask for, answered without Flask.
+"""What a scraper and a load balancer's health check ask for, answered without Flask's router.
 
-``/healthz``, ``/readyz`` and ``/metrics`` are asked for every few seconds on every box, and
-most boxes are asked for nothing else: the front answers them itself, with the standard
-library, and hands every other request to the admin API's Flask app, which is imported and
-made at the first such request (``event=api.loaded``; Flask, werkzeug and the routes cost a
-static box 17 MB it would otherwise hold for nothing). The token gate is the same for
+``/healthz``, ``/readyz`` and ``/metrics`` are asked for every few seconds on every box: the
+front answers them itself and hands every other request to the admin API's Flask app, which
+is made before the server accepts its first connection (a request is never answered by an
+app still being loaded, and a client never times out on it). The token gate is the same for
 both (``verdict``): a route ``api.public`` does not open needs the bearer token, and the
-routes open to all share ``OPEN_SLOTS`` workers, wherever they are answered."""
+routes open to all share ``OPEN_SLOTS`` workers, wherever they are answered. The token is a
+``Token``: a reload reads its file again and the next request is checked against the new one.
+"""
 
 from __future__ import annotations
 
 import hmac
 import http
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from director.core.errors import problem_document
-from director.logs import event
 
 if TYPE_CHECKING:
     from director.engine.ports import LoopPort
-
-log = logging.getLogger("director.api")
 
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 MAX_BODY = 64 * 1024  # bytes of a request body, at most
@@ -49,6 +46,29 @@ NOT_FOUND = (  # werkzeug's words, as the admin app says them
 Answer = tuple[int, list[tuple[str, str]], Iterable[bytes]]
 
 
+class Token:
+    """The admin token every gate compares with. ``set`` replaces it (a reload read its file
+    again): one reference swapped, so each request is checked against one token, old or new."""
+
+    def __init__(self, value: str) -> None:
+        if not value:
+            raise ValueError("the admin API needs a non-empty token")
+        self.expected = value.encode()
+
+    def set(self, value: str) -> bool:
+        """Take ``value``; whether it differs from the token held until now."""
+        if not value:
+            raise ValueError("the admin API needs a non-empty token")
+        new = value.encode()
+        changed = not hmac.compare_digest(new, self.expected)
+        self.expected = new
+        return changed
+
+
+def token_of(token: str | Token) -> Token:
+    return token if isinstance(token, Token) else Token(token)
+
+
 def verdict(
     path: str, authorization: str, expected: bytes, opened: frozenset[str]
 ) -> tuple[int, str] | None:
@@ -68,15 +88,15 @@ def verdict(
 
 
 def early_gate(
-    token: str, public: Iterable[str] = PUBLIC_CHOICES
+    token: str | Token, public: Iterable[str] = PUBLIC_CHOICES
 ) -> Callable[[str, str, dict[str, str]], tuple[int, str] | None]:
     """The gate the HTTP server applies before it reads a body: a request the token gate
     refuses is answered at once (its body never read, its connection closed), and the
     routes open to all take no body at all."""
-    expected, opened = token.encode(), frozenset(public)
+    held, opened = token_of(token), frozenset(public)
 
     def gate(method: str, path: str, headers: dict[str, str]) -> tuple[int, str] | None:
-        said = verdict(path, headers.get("authorization", ""), expected, opened)
+        said = verdict(path, headers.get("authorization", ""), held.expected, opened)
         if said is OPEN:
             declared = headers.get("content-length", "0") not in ("", "0")
             if declared or "transfer-encoding" in headers:
@@ -87,10 +107,8 @@ def early_gate(
     return gate
 
 
-def opened_by(token: str, public: Iterable[str]) -> frozenset[str]:
+def opened_by(public: Iterable[str]) -> frozenset[str]:
     """``api.public`` checked: what it opens (a ValueError names what it cannot)."""
-    if not token:
-        raise ValueError("the admin API needs a non-empty token")
     opened = frozenset(public)
     unknown = sorted(opened - set(PUBLIC_CHOICES))
     if unknown:
@@ -122,49 +140,28 @@ class MetricsText(Protocol):
 
 class Front:
     """The admin API's WSGI application: ``/healthz``, ``/readyz`` and ``/metrics`` answered
-    here, every other request by the app ``admin(slots)`` makes, once, at the first one
-    (``slots``: the open routes' shared workers, for the app's own open routes)."""
+    here, every other request by the admin app ``made`` (``slots``: the open routes' shared
+    workers, the same the admin app's own open routes take)."""
 
     def __init__(
         self,
         loop: LoopPort,
         metrics: MetricsText | None,
-        token: str,
+        token: str | Token,
         public: Iterable[str],
-        admin: Callable[[threading.BoundedSemaphore], Wsgi] | None = None,
         *,
-        made: Wsgi | None = None,
+        made: Wsgi,
         slots: threading.BoundedSemaphore | None = None,
     ) -> None:
-        """``admin``: makes the admin app, at the first request it answers; ``made``: the
-        admin app, made already (one of the two)."""
-        if (admin is None) == (made is None):
-            raise ValueError("the front needs the admin app or what makes it, not both")
         self.loop, self.metrics = loop, metrics
-        self.expected, self.opened = token.encode(), opened_by(token, public)
+        self.token, self.opened = token_of(token), opened_by(public)
         self.slots = slots or threading.BoundedSemaphore(OPEN_SLOTS)
-        self._admin, self._make_admin = made, admin
-        self._lock = threading.Lock()
+        self.admin = made
         self.routes: dict[str, Callable[[dict[str, Any]], Answer]] = {
             "/healthz": self.healthz,
             "/readyz": self.readyz,
             "/metrics": self.scrape,
         }
-
-    @property
-    def admin_loaded(self) -> bool:
-        return self._admin is not None
-
-    def admin(self, path: str) -> Wsgi:
-        """The admin app, made at the first request it answers."""
-        with self._lock:
-            if self._admin is None:
-                assert self._make_admin is not None
-                started = time.monotonic()
-                self._admin = self._make_admin(self.slots)
-                took = time.monotonic() - started
-                event(log, "api.loaded", path=path[:200], seconds=f"{took:.3f}")
-            return self._admin
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -174,7 +171,7 @@ class Front:
         if route is not None:
             status, headers, body = self.answer(route, path, environ)
         elif path in OPEN_PATHS or path.startswith("/api/"):
-            return self.admin(path)(environ, start_response)
+            return self.admin(environ, start_response)
         else:  # the admin app has no such route: not made for a scanner's guess
             status, headers, body = problem_answer(404, NOT_FOUND)
         start_response(f"{status} {http.HTTPStatus(status).phrase}", headers)
@@ -186,7 +183,9 @@ class Front:
         """The gate first (a refusal before a wrong method, as the admin app does), then
         the method, then the route in one of the open routes' workers."""
         method = environ.get("REQUEST_METHOD", "GET")
-        said = verdict(path, environ.get("HTTP_AUTHORIZATION", ""), self.expected, self.opened)
+        said = verdict(
+            path, environ.get("HTTP_AUTHORIZATION", ""), self.token.expected, self.opened
+        )
         if said is not None and said is not OPEN:
             return problem_answer(*said)
         if method == "OPTIONS":

@@ -100,6 +100,25 @@ def test_the_rendered_file_passes_keepalived_t(tmp_path: Path, netns: str) -> No
     Keepalived(settings).validate(target)  # raises with keepalived's words on failure
 
 
+def test_a_floating_gateway_of_the_other_family_passes_keepalived_t(
+    tmp_path: Path, netns: str
+) -> None:
+    """Issue 71, 2: an IPv6 floating gateway on an IPv4 pair (what dual-stack full NAT in a
+    pair needs) was rendered into virtual_ipaddress, and keepalived refused every file ("address
+    family must match VRRP instance"). It goes to virtual_ipaddress_excluded, which moves with
+    the instance whatever its family, and keepalived -t takes the file."""
+    target = tmp_path / "k.conf"
+    gateways = (("192.0.2.1", 24, "eth-back"), ("2001:db8:1::1", 64, "eth-back"))
+    settings = ha(tmp_path, netns=netns, gateways=gateways)
+    text = render_keepalived(settings, ["203.0.113.100", "2001:db8::7"])
+    inline = text.split("virtual_ipaddress {")[1].split("}")[0]
+    excluded = text.split("virtual_ipaddress_excluded {")[1].split("}")[0]
+    assert "192.0.2.1/24 dev eth-back" in inline and "2001:db8:1::1" not in inline
+    assert "2001:db8:1::1/64 dev eth-back" in excluded
+    target.write_text(text)
+    Keepalived(settings).validate(target)  # raises with keepalived's words on failure
+
+
 def test_nothing_from_the_cluster_reaches_the_file_unchecked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not an IPv4 or IPv6 address"):
         render_keepalived(ha(tmp_path), ["203.0.113.100 dev lo\n}\nvrrp_script x {"])

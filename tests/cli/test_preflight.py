@@ -99,3 +99,70 @@ def test_a_regular_file_at_the_fifo_path_is_never_replaced(
     assert done.returncode == cli.EXIT_CONFIG and "Traceback" not in done.stderr
     assert f"ha.fifo {precious} exists and is not a FIFO" in done.stderr
     assert precious.read_text() == "an operator's file\n"
+
+
+def test_a_mistyped_interface_fails_check_on_the_box_and_passes_an_image_build(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 71, 2: a mistyped ha.interface or track_interfaces passed ``director check`` on
+    the box (the role's validation step), and keepalived then refused every file rendered
+    with it. On the box each interface the pair's files name must exist; --offline (an
+    image build) cannot tell."""
+    config = api_config(tmp_path)
+    fifo = tmp_path / "k.fifo"
+    config.write_text(
+        config.read_text()
+        + "ha: {interface: lo, router_id: edge1, priority: 150, unicast_source: 203.0.113.11,\n"
+        f"     peers: [203.0.113.12], fifo: {fifo}, config_file: {tmp_path}/k.conf,\n"
+        "     track_interfaces: [lo, etho0], keepalived: /bin/true}\n"
+    )
+    assert cli.main(["check", "--config", str(config)]) == cli.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "ha.track_interfaces[1]: etho0: no such interface on this box" in err, err
+    assert "ha.interface" not in err  # lo is there
+    assert cli.main(["check", "--offline", "--config", str(config)]) == 0
+
+
+def test_a_pool_holding_one_of_the_box_s_own_addresses_fails_check_on_the_box(
+    tmp_path: Path,
+) -> None:
+    """Issue 71, 2: a pool holding the box's management address (not named in the file)
+    passed check, and a tenant's Service could be given it (the box's SSH taken). On the
+    box, check names the address and its interface. Host routes (/32, the VIPs keepalived
+    adds) are not the box's own."""
+    import os
+    import subprocess
+    import sys
+
+    ns = f"pf-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for command in (
+            ["link", "add", "mgmt0", "type", "veth", "peer", "name", "mgmt1"],
+            ["link", "set", "mgmt0", "up"],
+            ["address", "add", "198.51.100.7/24", "dev", "mgmt0"],
+            ["address", "add", "198.51.100.40/32", "dev", "mgmt0"],  # a VIP, as keepalived adds
+        ):
+            subprocess.run(["ip", "-n", ns, *command], check=True)
+        config = tmp_path / "director.yaml"
+        config.write_text(
+            "ownership: {networks: [198.51.100.0/24]}\n"
+            "pools: [{name: tenants, addresses: [198.51.100.0/26], announce: bgp}]\n"
+            "bgp:\n  asn: 64512\n  router_id: 192.0.2.11\n  peers:\n"
+            "    - {address: 192.0.2.1, asn: 64500}\n"
+        )
+        command = ["ip", "netns", "exec", ns, sys.executable, "-m", "director", "check"]
+        done = subprocess.run(
+            [*command, "--config", str(config)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == cli.EXIT_CONFIG, done.stdout + done.stderr
+        assert "pools[0].addresses: holds 198.51.100.7 (mgmt0), this box's own address" in (
+            done.stderr
+        )
+        assert "198.51.100.40" not in done.stderr
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

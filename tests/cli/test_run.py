@@ -10,14 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.cli.test_main import (
-    API_ONLY,
-    CLUSTER_ONLY,
-    MODULES,
-    api_config,
-    modules_loaded_by_run,
-    run_until,
-)
+from tests.cli.test_main import API_ONLY, CLUSTER_ONLY, api_config, modules_loaded_by_run
 
 
 def test_a_static_box_without_api_loads_neither_the_cluster_client_nor_the_web_server(
@@ -44,17 +37,15 @@ def test_a_static_box_with_the_api_keeps_its_figures_but_loads_no_cluster_client
     full = modules_loaded_by_run(api_config(tmp_path), whole=True)
     assert "director.adapters.promtext" in full, sorted(full)
     loaded = {name.split(".")[0] for name in full}
-    unused = CLUSTER_ONLY | API_ONLY | {"prometheus_client"}
+    unused = CLUSTER_ONLY | {"prometheus_client"}
     assert loaded.isdisjoint(unused), sorted(loaded & unused)
 
 
-def test_a_static_box_with_the_api_answers_scrapes_and_health_checks_without_flask(
-    tmp_path: Path,
-) -> None:
-    """What a box is asked every few seconds (/healthz, /readyz, a Prometheus scrape) is
-    answered by the front: Flask, and werkzeug are never loaded. The
-    first request for anything else loads the admin app (``event=api.loaded``) and is
-    answered by it."""
+def test_a_box_with_the_api_has_its_admin_app_before_it_accepts_a_request(tmp_path: Path) -> None:
+    """Issue 71, 1: the admin app was made at the first request for it (30-88 s in the lab
+    VM under load), past ``director ctl``'s 30 s, and a command reported as failed took
+    effect later. Now the app is made before the server listens: health checks, scrapes
+    and the API are answered by the same app from the first connection on."""
     port = free_port()
     config = api_config(tmp_path, listen=f"127.0.0.1:{port}")
     token = (tmp_path / "token").read_text().strip()
@@ -65,22 +56,14 @@ def test_a_static_box_with_the_api_answers_scrapes_and_health_checks_without_fla
             assert get(f"{base}{path}", token)[0] == 200
         status, body = get(f"{base}/metrics", token, gzip=True)
         assert status == 200 and b"director_" in gzip.decompress(body)
-
-    full = modules_loaded_by_run(config, then=asked, whole=True)
-    loaded = {name.split(".")[0] for name in full}
-    unused = API_ONLY | CLUSTER_ONLY | {"prometheus_client", "ssl", "email"}
-    assert loaded.isdisjoint(unused), sorted(loaded & unused)
-
-    def admin() -> None:
-        asked()
         status, body = get(f"{base}/api/v1/services", token)
         assert status == 200 and [i["origin"]["name"] for i in json.loads(body)["items"]] == ["web"]
         assert get(f"{base}/api/v1/services", "not-the-token")[0] == 403
 
-    said = run_until(config, "event=controller.ready", then=admin)
-    loaded = {name.split(".")[0] for name in said[-1][len(MODULES) :].split()}
+    full = modules_loaded_by_run(config, then=asked, whole=True)
+    loaded = {name.split(".")[0] for name in full}
     assert loaded >= API_ONLY, sorted(loaded)
-    assert [line for line in said if "event=api.loaded path=/api/v1/services" in line], said[-40:]
+    assert loaded.isdisjoint(CLUSTER_ONLY | {"prometheus_client"}), sorted(loaded & CLUSTER_ONLY)
 
 
 def free_port() -> int:

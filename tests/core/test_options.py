@@ -51,7 +51,7 @@ def test_a_service_over_bgp_defaults_to_maglev_and_tun_and_a_pool_s_forwarding_c
     over_bgp = defaults(POLICY, bgp=True)
     assert (over_bgp.scheduler, over_bgp.flags, over_bgp.forwarding) == (
         "mh",
-        {"mh-port"},
+        {"mh-port", "mh-fallback"},
         Forwarding.TUN,
     )
     assert defaults(POLICY, bgp=True, pool_forwarding=Forwarding.DR).forwarding is Forwarding.DR

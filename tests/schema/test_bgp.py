@@ -74,7 +74,8 @@ def test_a_bad_bgp_setting_is_refused_with_its_line_and_reason(text: str, expect
 def test_a_service_announced_over_bgp_gets_maglev_hashing_and_tun() -> None:
     out = translate(svc(), [VIP], [], NODES, POLICY, bgp=True)
     vs = out.services[KEY]
-    assert (vs.config.scheduler, vs.config.flags) == ("mh", frozenset({"mh-port"}))
+    # mh-fallback (issue 71, 5): a quiesced real server's slots go to the next one's
+    assert (vs.config.scheduler, vs.config.flags) == ("mh", frozenset({"mh-port", "mh-fallback"}))
     assert {rs.forwarding for rs in vs.real_servers.values()} == {Forwarding.TUN}
     assert not out.problems
     plain = translate(svc(), [VIP], [], NODES, POLICY).services[KEY]
@@ -99,8 +100,8 @@ def test_nat_is_refused_and_other_schedulers_warned_for_a_service_announced_over
 
 def test_a_static_service_announced_over_bgp_gets_maglev_hashing_unless_it_names_one() -> None:
     """As a Service does: a static service in a bgp pool with no scheduler of its own gets
-    mh with mh-port (the default scheduler, wlc, breaks connections on every ECMP change);
-    one that names another scheduler keeps it, and check and run say what it costs."""
+    mh with mh-port and mh-fallback (the default scheduler, wlc, breaks connections on every
+    ECMP change); one that names another scheduler keeps it, and check and run say what it costs."""
     from director.cli.preflight import preflight
     from director.schema.notes import bgp_notes
 
@@ -118,7 +119,7 @@ services:
     by_name = {vs.origin: vs.config for vs in settings.services.values()}
     assert (by_name["static/web"].scheduler, by_name["static/web"].flags) == (
         "mh",
-        frozenset({"mh-port"}),
+        frozenset({"mh-port", "mh-fallback"}),
     )
     assert by_name["static/rr"].scheduler == "rr"
     assert by_name["static/pair"].scheduler == "wlc"  # vrrp: one director serves it

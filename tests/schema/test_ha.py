@@ -14,6 +14,8 @@ from director.schema.ha import HaSettings
     [
         ("interface: 'eth0; rm'", "ha.interface", "is not an interface name"),
         ("peers: [2001:db8::2]", "ha.peers[0]", "address family"),
+        # issue 71, 2: the other box's file copied without swapping (split brain)
+        ("peers: [203.0.113.11]", "ha.peers[0]", "this box's own unicast_source"),
         ("advert_int: 0.001", "ha.advert_int", "between 0.01 and 40.95"),
         ("priority: 255", "ha.priority", "between 1 and 254"),
         ("fifo: 'run/x y'", "ha.fifo", "absolute path"),

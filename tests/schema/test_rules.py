@@ -73,6 +73,26 @@ FULLNAT = (
             "ha.config_file",
             "/etc/director/token is also api.token_file",
         ),
+        (  # issue 71, 2: conntrackd unlinks its socket's path before binding
+            "api: {token_file: /etc/director/token, intents_file: /var/lib/d/intents.json}\n"
+            + HA.replace(
+                "}\n",
+                ", conntrackd: {source: 10.9.0.1, peer: 10.9.0.2, interface: eth2, "
+                "socket: /var/lib/d/intents.json}}\n",
+            ),
+            "ha.conntrackd.socket",
+            "/var/lib/d/intents.json is also api.intents_file",
+        ),
+        (  # conntrackd makes and removes its lock file
+            "api: {token_file: /etc/director/token}\n"
+            + HA.replace(
+                "}\n",
+                ", conntrackd: {source: 10.9.0.1, peer: 10.9.0.2, interface: eth2, "
+                "lock_file: /etc/director/token}}\n",
+            ),
+            "ha.conntrackd.lock_file",
+            "/etc/director/token is also api.token_file",
+        ),
         (
             "pools:\n  - {name: p, addresses: [198.51.100.0/28], announce: bgp, "
             'communities: ["64512:70000"]}\n' + BGP,
@@ -101,6 +121,14 @@ FULLNAT = (
             + BGP,
             "pools[0].forwarding",
             "nat cannot serve an address announced over BGP",
+        ),
+        (  # issue 71, 3: the nftables table marks and SNATs address . proto . port only
+            "ownership: {networks: [10.0.0.0/8], fwmarks: [7]}\n"
+            "snat: {addresses: [10.0.0.254]}\n"
+            "services:\n  - {name: marked, fwmark: 7, family: ipv4, forwarding: fullnat, "
+            "real_servers: [10.0.0.1:80]}\n",
+            "services[0]",
+            "fullnat cannot serve a firewall-mark service",
         ),
         (
             FULLNAT + "snat: {addresses: [192.0.2.9]}\n",
