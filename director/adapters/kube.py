@@ -105,15 +105,32 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         configuration = client.Configuration.get_default_copy()
-    # A token file ends in a newline when a shell wrote it (``kubectl create token ... >
-    # file``): trimmed, as client-go and kubectl do, or every request fails before it is sent.
-    configuration.api_key = {
-        name: value.strip() if isinstance(value, str) else value
-        for name, value in (configuration.api_key or {}).items()
-    }
+    _trim_tokens(configuration)
     api = client.ApiClient(configuration)
     api.user_agent = f"{FIELD_MANAGER}/{__version__}"
     return api
+
+
+def _trim_tokens(configuration: client.Configuration) -> None:
+    """A token file ends in a newline when a shell wrote it (``kubectl create token ... >
+    file``): trimmed, as client-go and kubectl do, or every request fails before it is sent.
+    The client sets the token again before each request (its refresh hook): trimmed there
+    too."""
+
+    def trim(conf: client.Configuration) -> None:
+        for name, value in list((conf.api_key or {}).items()):
+            if isinstance(value, str):
+                conf.api_key[name] = value.strip()
+
+    trim(configuration)
+    hook = configuration.refresh_api_key_hook
+    if hook is not None:
+
+        def refresh(conf: client.Configuration) -> None:
+            hook(conf)
+            trim(conf)
+
+        configuration.refresh_api_key_hook = refresh
 
 
 def _stamp(path: str | None) -> tuple[int, int] | None:

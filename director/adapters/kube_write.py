@@ -49,14 +49,26 @@ class KubeWriter:
 
     def clear_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
         """Empty the Service's load-balancer status if it still names ``ips`` as this
-        director wrote them (a JSON patch whose ``test`` fails, 422, when anyone wrote it
-        since: another fleet serving the cluster now keeps what it wrote)."""
+        director wrote them: the status is read, its addresses compared (an API server
+        before 1.29 stores no ``ipMode``: what it stored is compared, not what was sent), and
+        a JSON patch whose ``test`` is the ingress as read empties it; the ``test`` fails,
+        422, when anyone wrote it since (another fleet serving the cluster keeps what it
+        wrote)."""
+        current = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/services/{name}")
+        status = current.get("status") if isinstance(current, dict) else None
+        balancer = status.get("loadBalancer") if isinstance(status, dict) else None
+        ingress = balancer.get("ingress") if isinstance(balancer, dict) else None
+        listed = [i.get("ip") for i in ingress or () if isinstance(i, dict)]
+        if not ingress or listed != list(ips):
+            event(
+                log,
+                "kube.status_kept",
+                service=f"{namespace}/{name}",
+                reason="it names other addresses (written by someone else since)",
+            )
+            return
         ops = [
-            {
-                "op": "test",
-                "path": "/status/loadBalancer/ingress",
-                "value": [{"ip": ip, "ipMode": "VIP"} for ip in ips],
-            },
+            {"op": "test", "path": "/status/loadBalancer/ingress", "value": ingress},
             {"op": "replace", "path": "/status/loadBalancer", "value": {}},
         ]
         try:

@@ -12,6 +12,7 @@ from director.adapters.promtext import CONTENT_TYPE_LATEST, CollectorRegistry, g
 from director.core.cluster import split_ref
 from director.core.counters import DEST_COUNTERS, SERVICE_COUNTERS
 from director.core.model import ServiceKey
+from director.core.services import static_name
 from director.dataplane.interface import Ipvs
 from director.dataplane.memory import give_back_free_memory
 from director.engine.ports import LoopPort
@@ -31,8 +32,9 @@ SERVICE_LABELS = [
 def origin_labels(origin: str) -> tuple[str, str, str, str]:
     """("namespace", "service", "port_name", "cluster") of an origin like ``shop/web:http``
     or ``prod/shop/web:http``."""
-    if origin.startswith("static/") or origin == "static":
-        return "", origin.partition("/")[2], "", ""
+    name = static_name(origin)
+    if name is not None:
+        return "", name, "", ""
     ref, _, port = origin.partition(":")
     cluster, namespace, name = split_ref(ref)
     return namespace, name, port, cluster

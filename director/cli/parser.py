@@ -185,6 +185,9 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
+        # no abbreviations: a prefix could change what a command writes (``run --dry`` was
+        # taken for --dry-run, ``--net`` for --netns; issue 71, 6)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

@@ -51,6 +51,10 @@ TRIGGER_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 # security group by default, Azure 1,000 a Service). More is refused as a whole: each is a
 # set element the filter holds, and a 1.5 MB Service can list 40,000.
 MAX_SOURCE_RANGES = 1000
+# Ports one Service may list: each is a virtual service in the kernel (with its real servers),
+# so a Service of 5,000 ports would be 5,000 virtual services. More is refused as a whole
+# (with an Event): nothing is programmed for it until it lists fewer.
+MAX_PORTS = 1000
 # The legacy way to give loadBalancerSourceRanges (kube honours it when the field is empty).
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -197,10 +201,17 @@ def service_from_json(obj: Json, cluster: str = "") -> ServiceInfo:
             and isinstance(v, str)
         )
     )
+    listed = as_list(spec.get("ports"))
+    if len(listed) > MAX_PORTS:  # refused before any is read: nothing programmed
+        problems.append(
+            f"spec.ports: {len(listed)} ports, more than the {MAX_PORTS} a Service may list "
+            "here; none is served until it lists fewer"
+        )
+        listed = []
     ports = shared(
         tuple(
             port
-            for index, p in enumerate(as_list(spec.get("ports")))
+            for index, p in enumerate(listed)
             if (port := _service_port(as_map(p), index, problems)) is not None
         )
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from director.core.errors import DirectorError
 from director.core.model import RealServer, ServiceConfig, ServiceKey, canonical_address
-from director.core.services import VirtualService
+from director.core.services import VirtualService, static_name
 
 MAX_DRAINS = 1000  # each is matched against every real server on every sync
 
@@ -75,8 +75,9 @@ class Intents:
     def apply(self, key: ServiceKey, vs: VirtualService) -> VirtualService:
         """``vs`` with its static scheduler override and drains applied."""
         config = vs.config
-        if vs.origin.startswith("static/"):
-            override = self.schedulers.get(vs.origin[len("static/") :])
+        name = static_name(vs.origin)
+        if name:
+            override = self.schedulers.get(name)
             if override is not None:
                 config = ServiceConfig(override[0], override[1], config.persistence, config.netmask)
         dests = vs.real_servers

@@ -8,7 +8,8 @@ director's policy, each refused on its own with a reason (a ``Problem``). Pure.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TypeVar, cast
 
@@ -27,7 +28,7 @@ from director.core.model import (
     shown,
     sloppy_address,
 )
-from director.core.pools import Address
+from director.core.pools import Address, Pool
 
 A_SCHEDULER = PREFIX + "scheduler"
 A_OVERRIDE = PREFIX + "scheduler-override"  # written by the admin API
@@ -68,6 +69,31 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
+class Reserved:
+    """Addresses no endpoint may be: the box's own that the file names, every static VIP
+    and NodePort VIP, and every address of a pool (a VIP, or one to be). A selector-less
+    Service's EndpointSlice is written by hand, and could point a VIP at the box itself or
+    at another VIP."""
+
+    named: Mapping[str, str] = field(default_factory=dict)  # address -> what it is
+    pools: tuple[Pool, ...] = ()
+
+    def why(self, text: str) -> str | None:
+        """What ``text`` is, when no endpoint may be it; None when it may."""
+        said = self.named.get(text)
+        if said is not None:
+            return said
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            return None
+        for pool in self.pools:
+            if pool.contains(address):
+                return f"an address of pool {pool.name!r} (a VIP)"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """What the director's settings say about Services in general."""
 
@@ -85,6 +111,7 @@ class Policy:
     snat: frozenset[Family] = frozenset()  # the families the box has an SNAT address of
     cluster: str = ""  # the cluster this policy is for ("": the one cluster)
     pools: frozenset[str] | None = None  # the pools its Services may draw from (None: all)
+    reserved: Reserved = field(default_factory=Reserved)  # what no endpoint may be
 
 
 def wants_address(svc: ServiceInfo, policy: Policy) -> bool:

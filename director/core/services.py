@@ -14,6 +14,20 @@ from director.core.dests import Dests
 from director.core.model import DestKey, RealServer, ServiceConfig, ServiceKey, format_endpoint
 
 
+def static_name(origin: str) -> str | None:
+    """The name of one of the configuration's own services from its origin (``static/web``
+    -> ``web``; ``static`` -> ""), or None: it is a Kubernetes Service's. A Kubernetes
+    origin always ends in ``:port`` (``ns/name:port``, ``cluster/ns/name:port``) and a static
+    name never holds ``:`` or ``/``, so a namespace or a cluster named ``static`` is never
+    taken for the file's own."""
+    if origin == "static":
+        return ""
+    head, slash, name = origin.partition("/")
+    if head == "static" and slash and ":" not in name and "/" not in name:
+        return name
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class VirtualService:
     """A virtual service: its key, its configuration and its real servers."""

@@ -239,6 +239,7 @@ def _lb_wants(
     if not wants_address(svc, policy):
         return []
     wants: list[_Want] = []
+    refused: set[str] = set()  # endpoints refused (said once each)
     for text in addresses:
         address = sloppy_address(text)
         if address is None:  # IPAM hands out canonical text: a bug, not the tenant's
@@ -258,6 +259,7 @@ def _lb_wants(
                 backends = [
                     (a, _target_port(ports, sp.name, sp.target_port), 1 if live else 0)
                     for a, _node, live, ports in _endpoints(slices, family)
+                    if _endpoint_allowed(a, policy, refused, problems)
                 ]
             else:
                 # nat rewrites to the node port; dr and tun cannot change the port, and
@@ -270,6 +272,27 @@ def _lb_wants(
             origin = f"{svc.ref}:{sp.name or sp.port}"
             wants.append(_Want(key, backends, origin, opts.backends != "pod", allowed))
     return wants
+
+
+def _endpoint_allowed(
+    address: str, policy: Policy, refused: set[str], problems: list[Problem]
+) -> bool:
+    """Whether an endpoint may be a real server: not one of the box's own addresses or a
+    VIP (``Policy.reserved``); a refusal is said once per address."""
+    why = policy.reserved.why(address)
+    if why is None:
+        return True
+    if address not in refused:
+        refused.add(address)
+        problems.append(
+            Problem(
+                "endpointslice",
+                f"endpoint {address} is {why}: refused as a real server (traffic to the VIP "
+                "would loop through the box)",
+                "EndpointRefused",
+            )
+        )
+    return False
 
 
 def _nodeport_wants(

@@ -1,6 +1,8 @@
 """Cluster writes (Service status, Events) on threads of their own, so the loop never waits
-on the API server: one thread for status, one for Events, so an Event write that hangs (an
-admission webhook that accepts and never answers) never holds a Service's status back.
+on the API server: ``STATUS_WRITERS`` threads for status, one for Events, so an Event write
+that hangs (an admission webhook that accepts and never answers) never holds a Service's
+status back, and one Service's status write that hangs never holds another's. A target is
+written by one thread at a time: a newer write for it waits until the one in flight ends.
 
 The latest write per target wins. Writes never wait on each other: each target that fails
 is retried on its own, with its own backoff, while the others go ahead. A refusal that will
@@ -10,9 +12,10 @@ drops that write, with a log line and a count.
 An answer that speaks for the whole server (429 Too Many Requests, 503, no answer at all)
 pauses that whole queue, with one backoff that doubles while the server keeps answering so:
 5,000 distinct Events against a server answering 429 are one attempt per backoff step, not
-5,000. Events are news, not state: at most ``MAX_EVENTS`` wait (the oldest gives way), and
-one not written within ``EVENT_MAX_AGE`` seconds is dropped as stale. Status writes are the
-Services' state: never dropped but for a refusal, at most one per Service."""
+5,000. Events are news, not state: at most ``MAX_EVENTS`` wait (the oldest gives way), one
+not written within ``EVENT_MAX_AGE`` seconds is dropped as stale, and a later Event of the
+same Service and reason replaces one still waiting (the caller's target says so). Status
+writes are the Services' state: never dropped but for a refusal, at most one per Service."""
 
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ SERVER_BUSY = frozenset({429, 502, 503, 504})
 FIRST_RETRY, LAST_RETRY = 0.5, 30.0  # seconds; doubled per failure of one target, jittered
 MAX_EVENTS = 1000  # Event writes waiting, at most (the oldest is dropped for a new one)
 EVENT_MAX_AGE = 300.0  # seconds: an Event not written by then is stale, and dropped
+STATUS_WRITERS = 4  # threads writing Service status (one Service's hanging write holds one)
 
 
 @dataclass(slots=True)
@@ -71,6 +75,7 @@ class Outbox:
         self._queues: tuple[list[tuple[float, int, tuple[str, ...]]], ...] = ([], [])
         self._seq = itertools.count()
         self._events: dict[tuple[str, ...], None] = {}  # pending Event targets, oldest first
+        self._inflight: set[tuple[str, ...]] = set()  # targets a thread is writing now
         # Per queue: no write before this (the server answered for itself), and how many
         # such answers in a row.
         self._paused = [0.0, 0.0]
@@ -79,7 +84,7 @@ class Outbox:
         self._random = random.Random()
         self._cv = threading.Condition()
         self._stop = False
-        lanes = enumerate(("status", "events"))  # queue 0, queue 1
+        lanes = [(0, f"status-{n}") for n in range(STATUS_WRITERS)] + [(1, "events")]
         self.threads = [
             threading.Thread(
                 target=self._run, args=(index,), name=f"cluster-writer-{lane}{named}", daemon=True
@@ -166,8 +171,8 @@ class Outbox:
         while queue:
             due, seq, target = queue[0]
             entry = self._pending.get(target)
-            if entry is None or entry.seq != seq:
-                heapq.heappop(queue)  # replaced or done
+            if entry is None or entry.seq != seq or entry.due != due or target in self._inflight:
+                heapq.heappop(queue)  # replaced, done, retried later, or put back once it ends
                 continue
             if index == 1 and now - entry.born > EVENT_MAX_AGE:
                 heapq.heappop(queue)
@@ -175,6 +180,7 @@ class Outbox:
                 return target, None  # stale: dropped (said outside the lock)
             if due <= now:
                 heapq.heappop(queue)
+                self._inflight.add(target)
                 return target, entry
             return due - now
         return None
@@ -197,11 +203,23 @@ class Outbox:
                 entry.write()
             except Exception as exc:  # the API may be down, or refuse this one write
                 self._failed(target, entry, exc)
+                self._landed(target)
                 continue
             with self._cv:
                 self._busy[_queue(target)] = 0
                 if self._pending.get(target) is entry:
                     self._forget(target)
+            self._landed(target)
+
+    def _landed(self, target: tuple[str, ...]) -> None:
+        """The write in flight for ``target`` has ended: a newer one that came meanwhile
+        (or its retry) goes back in its queue."""
+        with self._cv:
+            self._inflight.discard(target)
+            later = self._pending.get(target)
+            if later is not None:
+                self._push(target, later)
+                self._cv.notify_all()
 
     def _failed(self, target: tuple[str, ...], entry: _Write, exc: Exception) -> None:
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
@@ -227,7 +245,7 @@ class Outbox:
                 entry.due = self._clock() + wait
                 if server:
                     self._paused[index] = entry.due
-                self._push(target, entry)
+                # back in its queue once the write in flight is over (_landed)
         where = self._where(target)
         if dropped:  # a Service deleted meanwhile (404, 410) is no news
             level = logging.INFO if status in (404, 410) else logging.WARNING

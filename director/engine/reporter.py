@@ -251,8 +251,8 @@ class Reporter:
     def _send_event(self, svc: ServiceInfo, kind: str, reason: str, message: str) -> None:
         outbox = self.outboxes[svc.cluster]
         writer = outbox.writer
-        outbox.put(
-            ("event", svc.ref, reason, message),
+        outbox.put(  # a later message of the same Service and reason replaces this one
+            ("event", svc.ref, reason),
             lambda: writer.event(
                 svc.namespace, svc.name, svc.uid, kind=kind, reason=reason, message=message
             ),

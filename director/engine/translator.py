@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
-from director.core.model import Family, ServiceKey
-from director.core.options import Policy, relevant
+from director.core.model import Family, ServiceKey, canonical_address
+from director.core.options import Policy, Reserved, relevant
 from director.core.services import Table, VirtualService
 from director.core.translate import translate
 from director.engine.addresses import Addresses
@@ -51,7 +51,38 @@ def build_policy(
         snat=frozenset(Family.of(a) for a in (settings.snat.addresses if settings.snat else ())),
         cluster=kube.cluster,
         pools=given_pools(settings, kube),
+        reserved=reserved(settings),
     )
+
+
+def reserved(settings: Settings) -> Reserved:
+    """What no endpoint may be (``Reserved``): the box's own addresses the file names, the
+    static VIPs, the NodePort VIPs and every pool's addresses."""
+    named: dict[str, str] = {}
+    for address in settings.snat.addresses if settings.snat else ():
+        named[address] = "the box's SNAT address"
+    ha = settings.ha
+    if ha is not None:
+        named[ha.unicast_source] = "the box's VRRP source"
+        named.update({gw[0]: "a floating gateway of the pair" for gw in ha.gateways})
+    if settings.bgp is not None:
+        named[settings.bgp.router_id] = "the box's BGP router id"
+        named.update({p.source: "the box's BGP source" for p in settings.bgp.peers if p.source})
+    if settings.api is not None:
+        named[settings.api.host] = "the admin API's address"
+    for kube in settings.served:
+        named.update({vip: "a NodePort VIP" for vip in kube.nodeport_vips})
+    for key, vs in settings.services.items():
+        if not key.fwmark:
+            named[key.address] = f"the VIP of {vs.origin or key}"
+    return Reserved({_canonical(a): why for a, why in named.items()}, tuple(settings.pools))
+
+
+def _canonical(text: str) -> str:
+    try:
+        return canonical_address(text)
+    except ValueError:  # a host name (api.listen): no endpoint's address is ever one
+        return text
 
 
 def build_policies(settings: Settings, schedulers: frozenset[str]) -> dict[str, Policy]:

@@ -258,34 +258,40 @@ def _plain(node: yaml.Node, path: Path, lines: Lines) -> object:
 _SECRET_KEY = re.compile(r"(?:password|passwd|secret|token|credential)(?!_?file)", re.I)
 
 
+# a flag or nothing under a secret's key (``password: ~``): no secret to find in the text
+_NOT_SECRET = frozenset({"tag:yaml.org,2002:null", "tag:yaml.org,2002:bool"})
+
+
 def secret_values(text: str) -> set[str] | None:
     """Every value the file holds under a key that names a secret, however it is spelled in
     YAML (block or flow, quoted keys, a block scalar, the value on the next line, ``? key``,
-    an anchor and its alias), one entry per line of it; None when the text is not YAML (its
+    an anchor and its alias), one entry per line of it, as written: the nodes are composed,
+    never constructed, so a value YAML 1.1 would read as a number (``0x1A2B``, ``12:30:45``,
+    ``017``, ``1.``) is found by its key like any other. None when the text is not YAML (its
     secrets cannot be found: the caller leaves it out). Each node is walked once: aliases
     share nodes, and a "billion laughs" file is as small here as it is in the text."""
     import yaml
 
     try:
         with _quiet_stderr():
-            documents = list(yaml.safe_load_all(text))
+            documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except (yaml.YAMLError, RecursionError, ValueError):
         return None
     found: set[str] = set()
     seen: set[tuple[int, bool]] = set()
-    stack: list[tuple[object, bool]] = [(doc, False) for doc in documents]
+    stack: list[tuple[yaml.Node | None, bool]] = [(doc, False) for doc in documents]
     while stack:
         node, secret = stack.pop()
-        if isinstance(node, (dict, list)):
-            if (id(node), secret) in seen:
-                continue
-            seen.add((id(node), secret))
-        if isinstance(node, dict):
-            for key, value in node.items():
+        if node is None or (id(node), secret) in seen:
+            continue
+        seen.add((id(node), secret))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                named = isinstance(key, yaml.ScalarNode) and bool(_SECRET_KEY.search(key.value))
                 stack.append((key, secret))
-                stack.append((value, secret or bool(_SECRET_KEY.search(str(key)))))
-        elif isinstance(node, list):
-            stack.extend((item, secret) for item in node)
-        elif secret and node is not None and not isinstance(node, bool):
-            found.update(line.strip() for line in str(node).splitlines() if line.strip())
+                stack.append((value, secret or named))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, secret) for item in node.value)
+        elif secret and isinstance(node, yaml.ScalarNode) and node.tag not in _NOT_SECRET:
+            found.update(line.strip() for line in node.value.splitlines() if line.strip())
     return found

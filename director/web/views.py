@@ -9,15 +9,16 @@ from typing import Any
 from director.core.cluster import split_ref
 from director.core.intents import Drain
 from director.core.model import Forwarding, ServiceKey
-from director.core.services import KernelTable, VirtualService
+from director.core.services import KernelTable, VirtualService, static_name
 from director.engine.view import STATIC, LoopView
 from director.schema import replies
 from director.web.context import ApiContext
 
 
 def origin(text: str) -> dict[str, str]:
-    if text == STATIC or text.startswith("static/"):
-        return {"kind": "static", "name": text.partition("/")[2]}
+    name = static_name(text)
+    if name is not None:
+        return {"kind": STATIC, "name": name}
     ref, _, port = text.partition(":")
     cluster, namespace, name = split_ref(ref)
     out = {"kind": "kubernetes", "namespace": namespace, "name": name, "port_name": port}

@@ -47,6 +47,30 @@ def test_a_rotated_token_is_read_again_without_a_restart(
     assert refused.value.status == 401
 
 
+def test_a_token_file_that_ends_in_a_newline_is_trimmed_and_no_credential_is_logged(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Issue 71, 4: ``kubectl create token ... > file`` ends the file in a newline; every
+    request then failed before it was sent (an invalid header) and the token's text was
+    logged at every retry. It is trimmed as client-go and kubectl do; and whatever an error
+    quotes of an Authorization header, the log line says ``<redacted>``."""
+    import logging
+
+    from director.logs import Formatter
+
+    token_file = tmp_path / "token"
+    token_file.write_text(api.token + "\n")
+    kubeconfig = api.kubeconfig(tmp_path / "kc")
+    config = json.loads(kubeconfig.read_text())
+    config["users"][0]["user"] = {"tokenFile": str(token_file)}
+    kubeconfig.write_text(json.dumps(config))
+    assert KubeApi.connect(str(kubeconfig)).request("GET", "/api/v1/nodes")["items"] == []
+    error = ValueError(f"Invalid header value b'Bearer {api.token}\\n'")
+    record = logging.LogRecord("director.kube", logging.ERROR, "", 0, "%s", (error,), None)
+    line = Formatter().format(record)
+    assert api.token not in line and "Bearer <redacted>" in line, line
+
+
 def test_a_watch_is_cut_at_once_but_never_after_its_connection_went_back_to_the_pool() -> None:
     """``WatchStream.shutdown`` (a stopping watcher's) cuts a live watch; once the watch has
     ended and its connection is back in the pool, another request may be using it: it is

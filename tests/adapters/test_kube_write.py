@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from director.adapters.kube import KubeApi, api_client
 from director.adapters.kube_write import KubeWriter
 from lab.kubeapi import FakeApiServer
@@ -35,11 +37,20 @@ def test_the_director_s_writes_are_its_own_in_managed_fields(
         assert [f["manager"] for f in obj["metadata"]["managedFields"]] == ["lvs-director"]
 
 
+@pytest.mark.parametrize("version", [(1, 24), (1, 31)], ids=["1.24", "1.31"])
 def test_status_is_taken_back_only_while_it_still_names_what_this_director_wrote(
-    api: FakeApiServer, tmp_path: Path
+    tmp_path: Path, version: tuple[int, int]
 ) -> None:
     """A cluster no longer served: the director empties the status it wrote; a status
-    someone else wrote since (another fleet now serving the cluster) is left as it is."""
+    someone else wrote since (another fleet now serving the cluster) is left as it is.
+    Issue 71, 4: on an API server before 1.29 (no ipMode stored) the JSON patch's test,
+    which expected ipMode, failed with 422 and the status was never emptied."""
+
+    with FakeApiServer(version=version) as api:
+        _take_back(api, tmp_path)
+
+
+def _take_back(api: FakeApiServer, tmp_path: Path) -> None:
     from lab.kubeapi import service
 
     ports = [("http", "TCP", 80)]
@@ -56,4 +67,5 @@ def test_status_is_taken_back_only_while_it_still_names_what_this_director_wrote
     writer.clear_status("default", "mine", ("198.51.100.1",))
     writer.clear_status("default", "theirs", ("198.51.100.1",))
     assert api.get("services", "mine")["status"]["loadBalancer"] == {}
-    assert api.get("services", "theirs")["status"] == other["status"]
+    kept = api.get("services", "theirs")["status"]["loadBalancer"]["ingress"]
+    assert [i["ip"] for i in kept] == ["203.0.113.9"]

@@ -97,6 +97,20 @@ def test_a_bundle_redacts_a_secret_however_yaml_spells_it(spelling: str) -> None
     assert redact("bgp: [unclosed\n") is None  # not YAML: left out, not guessed at
 
 
+@pytest.mark.parametrize("value", ["0x1A2B", "12:30:45", "017", "1.", "1e3", ".inf"])
+def test_a_bundle_redacts_a_secret_yaml_would_read_as_a_number(value: str) -> None:
+    """Issue 71, 4: BGP passwords YAML 1.1 reads as numbers were left in clear text (the
+    value read, 6699, is not the text written, 0x1A2B). Redacted by key, as written."""
+    from director.cli.bundle import REDACTED, redact
+
+    text = (
+        "bgp:\n  asn: 64512\n  peers:\n    - address: 198.18.0.2\n      asn: 64500\n"
+        f"      password: {value}\n"
+    )
+    out = redact(text)
+    assert out is not None and value not in out and f"password: {REDACTED}" in out, out
+
+
 def test_a_bundle_written_over_an_existing_file_is_its_owners_alone(tmp_path: Path) -> None:
     from director.cli.bundle import write
 

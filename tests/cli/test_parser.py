@@ -85,3 +85,24 @@ def test_help_is_sized_to_the_columns_the_operator_has() -> None:
     narrow, wide = help_of("50"), help_of("150")
     assert max(map(len, narrow)) <= 48 < max(map(len, wide))
     assert max(map(len, wide)) <= 148
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        ["run", "--config", "d.yaml", "--dry"],
+        ["run", "--config", "d.yaml", "--net", "edge"],
+        ["apply", "--conf", "d.yaml"],
+    ],
+    ids=" ".join,
+)
+def test_no_option_is_taken_by_a_prefix(
+    line: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 71, 6: ``run --dry`` was read as --dry-run (a shadow run that still wrote to
+    the kernel), ``--net NS`` as --netns. A prefix is refused as an unknown option."""
+    with pytest.raises(SystemExit) as refused:
+        cli_parser.parser_for(line).parse_args(line)
+    assert refused.value.code == 2
+    said = capsys.readouterr().err
+    assert "unrecognized arguments" in said or "arguments are required: --config" in said

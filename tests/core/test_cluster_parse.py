@@ -82,3 +82,25 @@ def canonical_sloppy_v4(raw: object) -> str | None:
         return str(ipaddress.IPv4Address(".".join(str(int(p)) for p in raw.split("."))))
     except ValueError:
         return None
+
+
+def test_a_service_with_more_ports_than_the_cap_is_served_on_none_and_says_why() -> None:
+    """Issue 71, 4: a Service of 5,000 ports became 5,000 virtual services with no Event.
+    Past MAX_PORTS none is read (nothing programmed for it), and the problem says why."""
+    from director.core.cluster_parse import MAX_PORTS, service_from_json
+
+    def service(count: int) -> dict[str, Any]:
+        ports = [{"port": 1 + i, "protocol": "TCP"} for i in range(count)]
+        return {
+            "metadata": {"name": "wide", "namespace": "default", "uid": "u"},
+            "spec": {"type": "LoadBalancer", "ports": ports},
+        }
+
+    refused = service_from_json(service(5000))
+    assert refused.ports == ()
+    assert refused.problems == (
+        f"spec.ports: 5000 ports, more than the {MAX_PORTS} a Service may list here; "
+        "none is served until it lists fewer",
+    )
+    served = service_from_json(service(MAX_PORTS))
+    assert len(served.ports) == MAX_PORTS and not served.problems

@@ -25,3 +25,25 @@ def test_keys_and_ops_read_like_ipvsadm() -> None:
     assert Op(OpKind.SET_SERVICE, key, config=ServiceConfig("sh", persistence=60)).describe() == (
         "~ service udp [2001:db8::1]:53 scheduler=sh persistence=60s/32"
     )
+
+
+def test_a_namespace_or_a_cluster_named_static_is_never_taken_for_the_file_s_own() -> None:
+    """Issue 71, 4: a Service in a namespace (or a cluster) named ``static`` was shown as one
+    of the file's static services in the API, the status page and the metrics."""
+    from director.adapters.metrics_ipvs import origin_labels
+    from director.core.services import static_name
+    from director.web.views import origin
+
+    assert static_name("static/web") == "web" and static_name("static") == ""
+    assert static_name("static/web:http") is None  # namespace static, Service web
+    assert static_name("static/shop/web:80") is None  # cluster static
+    assert origin("static/web") == {"kind": "static", "name": "web"}
+    assert origin("static/web:http") == {
+        "kind": "kubernetes",
+        "namespace": "static",
+        "name": "web",
+        "port_name": "http",
+    }
+    assert origin_labels("static/web:http") == ("static", "web", "http", "")
+    assert origin_labels("static/shop/web:80") == ("shop", "web", "80", "static")
+    assert origin_labels("static/web") == ("", "web", "", "")

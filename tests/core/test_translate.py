@@ -308,3 +308,30 @@ def test_a_pool_s_forwarding_is_its_services_default_and_the_annotation_wins() -
     out = translate(dr, ["198.51.100.1"], [], NODES, policy, pool_forwarding=Forwarding.FULLNAT)
     assert out.snat == frozenset() and out.options is not None
     assert out.options.forwarding is Forwarding.DR
+
+
+def test_an_endpoint_that_is_the_box_or_a_vip_is_refused_with_a_reason() -> None:
+    """Issue 71, 4: a selector-less Service's hand-made EndpointSlice could point a VIP at
+    the box's own addresses or at another VIP. Such endpoints are refused (an Event says
+    which and why, once each); the others serve."""
+    from director.core.options import Reserved
+    from director.core.pools import Pool
+
+    pool = Pool.parse("tenants", ["198.51.100.0/28"])
+    policy = replace(
+        POLICY,
+        backends="pod",
+        reserved=Reserved({"192.0.2.254": "the box's SNAT address"}, (pool,)),
+    )
+    eps = slices(
+        ("10.1.0.5", "n1", True, False),
+        ("192.0.2.254", "n1", True, False),
+        ("198.51.100.9", "n2", True, False),
+    )
+    out = translate(svc(), ["198.51.100.1"], eps, NODES, policy)
+    assert list(out.services[KEY].real_servers) == [("10.1.0.5", 8080)]
+    refused = [p for p in out.problems if p.reason == "EndpointRefused"]
+    assert [p.message.split(":")[0] for p in refused] == [
+        "endpoint 192.0.2.254 is the box's SNAT address",
+        "endpoint 198.51.100.9 is an address of pool 'tenants' (a VIP)",
+    ]

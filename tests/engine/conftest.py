@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from lab.kubeapi import FakeApiServer
-from tests.kubelab import N1, N2, stand_in
+from tests.kubelab import N1, N2, no_credential_logged, stand_in
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
+def api(caplog: pytest.LogCaptureFixture) -> Iterator[FakeApiServer]:
     with stand_in(N1, N2) as server:
         yield server
+    no_credential_logged(caplog, server.token)
 
 
 @pytest.fixture

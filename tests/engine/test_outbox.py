@@ -190,3 +190,62 @@ def test_an_event_not_written_in_time_is_dropped_as_stale() -> None:
         assert failures[-1] == WriteFailed("create", "events", "stale", dropped=True)
     finally:
         outbox.close()
+
+
+def test_a_status_write_that_hangs_does_not_hold_back_another_service_s() -> None:
+    """Issue 71, 4: a webhook that never answered on one Service's status held the next
+    three new Services' status for 30-120 s. Status is written by several threads, one
+    target at a time: the others go ahead, and a newer write for the hanging Service waits
+    for the one in flight instead of racing it."""
+    hang = threading.Event()
+    writer = Refusing()
+    written: list[str] = []
+
+    def hanging(label: str) -> None:
+        hang.wait(30)  # the webhook's timeout
+        written.append(label)
+
+    outbox = Outbox(writer)
+    try:
+        outbox.put(("status", "default/stuck"), lambda: hanging("stuck first"))
+        eventually(lambda: ("status", "default/stuck") in outbox._inflight, what="under way")
+        outbox.put(("status", "default/stuck"), lambda: written.append("stuck second"))
+        for name in ("a", "b", "c"):
+            outbox.put(
+                ("status", f"default/{name}"), lambda n=name: writer.patch_status("default", n, ())
+            )
+        eventually(lambda: len(writer.status) == 3, timeout=5, what="the others written")
+        assert written == [], "the newer write for the stuck Service waits for the first"
+        hang.set()
+        eventually(outbox.idle, timeout=5, what="both of the stuck Service's written")
+        assert written == ["stuck first", "stuck second"]
+    finally:
+        hang.set()
+        outbox.close()
+
+
+def test_a_later_event_of_the_same_service_and_reason_replaces_one_waiting() -> None:
+    """Issue 71, 4: 3,000 distinct messages of one Service while the server answered 429
+    were kept and all written once it recovered. One waits per Service and reason."""
+    writer = Refusing()
+    writer.release.clear()  # the server does not answer yet
+    outbox = Outbox(writer)
+    try:
+        outbox.put(
+            ("event", "default/hold", "Hold"),
+            lambda: writer.event("default", "hold", "u", kind="Normal", reason="Hold", message="m"),
+        )
+        eventually(lambda: ("event", "default/hold", "Hold") in outbox._inflight, what="sent")
+        for n in range(3000):
+            outbox.put(
+                ("event", "default/web", "InvalidEndpoint"),
+                lambda n=n: writer.event(
+                    "default", "web", "u", kind="Warning", reason="InvalidEndpoint", message=f"{n}"
+                ),
+            )
+        writer.release.set()
+        eventually(outbox.idle, timeout=10, what="written")
+        assert writer.attempts.count("event web") == 1
+    finally:
+        writer.release.set()
+        outbox.close()
