@@ -93,6 +93,10 @@ class Allocator:
     # Addresses in use per pool, kept as they are taken and freed: the loop reads it on
     # every step, and counting 10,000 addresses against the pools took 40 ms each time.
     _in_pool: dict[str, int] = field(default_factory=dict)
+    # address -> the Service whose status names it and that holds nothing yet: no other
+    # Service is given it as a fresh address meanwhile (``claim``)
+    _claims: dict[Address, str] = field(default_factory=dict)
+    _claimed: dict[str, tuple[Address, ...]] = field(default_factory=dict)
 
     # -- queries -------------------------------------------------------------------------
     def pool_of(self, address: Address) -> Pool | None:
@@ -116,7 +120,25 @@ class Allocator:
         return self._in_pool.get(pool.name, 0)
 
     # -- changes -------------------------------------------------------------------------
+    def claim(self, name: str, addresses: Iterable[Address]) -> None:
+        """What Service ``name``'s status names, claimed for it until it is assigned or
+        released: a Service whose own address was taken meanwhile then gets a free one, not
+        the next Service's (a cluster added back would otherwise renumber a chain of its
+        Services). A Service that holds addresses already claims nothing."""
+        if name in self._held or name in self._claimed:
+            return
+        mine = tuple(addresses)
+        for address in mine:
+            self._claims.setdefault(address, name)
+        self._claimed[name] = mine
+
+    def _unclaim(self, name: str) -> None:
+        for address in self._claimed.pop(name, ()):
+            if self._claims.get(address) == name:
+                del self._claims[address]
+
     def release(self, name: str) -> None:
+        self._unclaim(name)
         for address in self._held.pop(name, ()):
             holders = self._used.get(address)
             if holders is not None:
@@ -254,12 +276,12 @@ class Allocator:
                 ):
                     return address
         for pool in pools:
-            found = self._scan(pool, version)
+            found = self._scan(pool, version, request.name)
             if found is not None:
                 return found
         return None
 
-    def _scan(self, pool: Pool, version: int) -> Address | None:
+    def _scan(self, pool: Pool, version: int, name: str = "") -> Address | None:
         """The first free address of ``version`` in ``pool``, starting after the last pick.
 
         The cursor keeps a fresh cluster's 10,000 allocations linear instead of quadratic.
@@ -273,7 +295,11 @@ class Allocator:
             value = low
             while value <= high:
                 address = make(value)
-                if address not in self._used and address not in self.reserved:
+                if (
+                    address not in self._used
+                    and address not in self.reserved
+                    and self._claims.get(address, name) == name
+                ):
                     self._cursor[(pool.name, version)] = value + 1
                     return address
                 value += 1

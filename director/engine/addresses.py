@@ -42,6 +42,11 @@ class Addresses:
     def release(self, ref: str) -> None:
         self.allocator.release(ref)
 
+    def claim(self, ref: str, ips: tuple[str, ...]) -> None:
+        """The addresses Service ``ref``'s status names, kept from other Services' fresh
+        picks until it is assigned (``Allocator.claim``)."""
+        self.allocator.claim(ref, (ipaddress.ip_address(text) for text in ips))
+
     def held(self, ref: str) -> list[str]:
         return [str(a) for a in self.allocator.held(ref)]
 

@@ -126,8 +126,15 @@ class Translator:
         self.store, self.reconciler = store, reconciler
 
     def order(self, refs: Iterable[str]) -> list[str]:
-        """Services already holding an address first (restart safety), oldest first."""
+        """Services already holding an address first (restart safety), oldest first. Every
+        address their statuses name is claimed first, before any of them is given a fresh
+        one (``Allocator.claim``), as at a start."""
         services = self.intake.snapshot.services
+        refs = list(refs)
+        for ref in refs:
+            svc = services.get(ref)
+            if svc is not None and svc.status_ips:
+                self.addresses.claim(ref, svc.status_ips)
 
         def rank(ref: str) -> tuple[int, str, str]:
             svc = services.get(ref)

@@ -376,3 +376,21 @@ def test_a_pool_not_given_to_a_cluster_is_refused_by_name() -> None:
     assert asked.error == "address 198.51.100.0: pool 'a-only' is not given to cluster 'b'"
     auto = alloc.assign(_cluster_request("b", 0, None, None, False))
     assert auto.ok and alloc.pool_of(auto.addresses[0]).name in GIVEN["b"]  # type: ignore[union-attr]
+
+
+def test_a_service_whose_address_was_taken_gets_a_free_one_not_its_neighbour_s() -> None:
+    """Issue 71, 4: a cluster added back, one of whose addresses another cluster took
+    meanwhile: its Service took the next free address by the allocator's view, which was
+    another of its Services' (status not read yet), and so on: 8 Services moved where one
+    had to. Every address the cluster's statuses name is claimed first."""
+    alloc = Allocator((Pool.parse("p", ["198.51.100.0-198.51.100.7"]),))
+    assert alloc.assign(req("other/thief"), keep=[ip("198.51.100.0")]).ok
+    statuses = {f"back/s{i}": ip(f"198.51.100.{i}") for i in range(4)}
+    for name, address in statuses.items():
+        alloc.claim(name, [address])
+    got = {name: alloc.assign(req(name), keep=[a]).addresses[0] for name, a in statuses.items()}
+    assert got["back/s0"] == ip("198.51.100.4"), "a free address, not s1's"
+    assert [got[f"back/s{i}"] for i in (1, 2, 3)] == [statuses[f"back/s{i}"] for i in (1, 2, 3)]
+    alloc.release("back/s3")  # a claim ends with its Service, assigned or not
+    fresh = [alloc.assign(req(f"new/{n}")).addresses[0] for n in range(4)]
+    assert fresh == [ip(f"198.51.100.{n}") for n in (5, 6, 7, 3)]
