@@ -124,7 +124,23 @@ def _check_clusters(args: argparse.Namespace, settings: Settings, report: dict[s
         report["notes"] += [f"{name}: {note}" for note in one["notes"]]
         code = code or result
     report["clusters"] = checked
-    return code
+    return code or _one_server_each(args, settings, report)
+
+
+def _one_server_each(args: argparse.Namespace, settings: Settings, report: dict[str, Any]) -> int:
+    """No two clusters' kubeconfigs reach one API server (``run`` refuses it too)."""
+    from director.adapters.kube import api_client
+    from director.cli.wiring import same_server
+
+    configured = []
+    for kube in settings.served:
+        if kube.kubeconfig is not None:
+            try:
+                configured.append((kube.cluster, api_client(kube.kubeconfig).configuration))
+            except Exception:  # said by the cluster's own check above
+                continue
+    said = same_server(configured)
+    return 0 if said is None else _refuse(args, report, said)
 
 
 def _check_kubeconfig(

@@ -263,7 +263,8 @@ class Runtime:
             return "invalid", rotated
         added, removed = clusters.changed(self.controller.settings, new)
         try:  # the added clusters' credentials, loaded before the loop takes the file
-            made = wiring.clusters(new, None, added) if added else []
+            kept = [c for c in self.served.clusters if c.name not in removed]
+            made = wiring.clusters(new, None, added, beside=kept) if added else []
         except ValueError as exc:
             return "refused", str(exc)
         writers = {} if self.dry_run else {one.name: one.writer for one in made}

@@ -40,6 +40,7 @@ class Served:
         Lease. ``intakes``: which clusters have their lists taken by list processes, and
         the zygote that forks those."""
         self.controller, self.dry_run, self.watch_seconds = controller, dry_run, watch_seconds
+        self.clusters = list(made)  # each served cluster's client (a reload compares with it)
         self.intakes = intakes or Intakes(None, None)
         self.zygote = self.intakes.zygote
         processes = in_processes(settings, self.intakes.override)
@@ -108,6 +109,7 @@ class Served:
             watch_seconds=self.watch_seconds,
             intakes=self.intakes,
         )
+        self.clusters = [*(c for c in self.clusters if c.name not in removed), *made]
         # one assignment each: the watchdog reads the lists from its own thread
         self.watchers = [*(w for w in self.watchers if not gone(w)), *added.watchers]
         self.electors = [*(e for e in self.electors if e.owned not in leases), *added.electors]

@@ -10,9 +10,10 @@ Prometheus's client (its figures are served by the API alone).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from director.adapters.lease import Elector
 from director.cli.preflight import read_token
@@ -113,11 +114,15 @@ class Cluster(NamedTuple):
 
 
 def clusters(
-    settings: Settings, kubeconfig: str | None, names: list[str] | None = None
+    settings: Settings,
+    kubeconfig: str | None,
+    names: list[str] | None = None,
+    beside: Sequence[Cluster] = (),
 ) -> list[Cluster]:
     """Each served cluster's Kubernetes client and writer (none without a cluster).
     ``kubeconfig``: the one cluster's, instead of the file's (``director run --kubeconfig``);
-    ``names``: these clusters only (those a reload adds)."""
+    ``names``: these clusters only (those a reload adds), ``beside`` the ones served now.
+    Two clusters that reach one API server are refused (a ValueError)."""
     if not settings.in_cluster:
         return []
     if kubeconfig and settings.clusters:
@@ -146,7 +151,34 @@ def clusters(
         component = f"{COMPONENT}/{kube.cluster}" if kube.cluster else COMPONENT
         writer = KubeWriter(kube_api, component, kube.identity)
         out.append(Cluster(kube.cluster, kube_api, writer, where))
+    said = same_server([(c.name, c.api.api.configuration) for c in (*beside, *out)])
+    if said is not None:
+        raise ValueError(said)
     return out
+
+
+def same_server(configured: Sequence[tuple[str, Any]]) -> str | None:
+    """Why two of these clusters are one (their kubeconfigs reach the same API server: its
+    address and its CA alike), or None. Served twice, each Service's status would flip
+    between two addresses a few times a second, for ever."""
+    import hashlib
+
+    seen: dict[tuple[str, str], str] = {}
+    for name, configuration in configured:
+        host = str(getattr(configuration, "host", "") or "").rstrip("/").lower()
+        ca = getattr(configuration, "ssl_ca_cert", None)
+        try:
+            digest = hashlib.sha256(Path(ca).read_bytes()).hexdigest() if ca else ""
+        except OSError:
+            digest = str(ca)
+        other = seen.setdefault((host, digest), name)
+        if other != name:
+            return (
+                f"clusters {other or 'kubernetes'} and {name or 'kubernetes'} reach the same "
+                f"API server ({host}): one cluster served twice would have each Service's "
+                "status flip between two addresses; list it once"
+            )
+    return None
 
 
 def kernel_settings(

@@ -241,3 +241,29 @@ def test_check_clusters_asks_each_clusters_api_server_for_its_lease(
         lab_at = out.index("cluster lab:")
         assert out.index("cluster prod:") < lab_at and out[lab_at + 2] == allowed
     assert cli.main(["check", "--clusters", "--kubeconfig", "x"]) == cli.EXIT_CONFIG
+
+
+def test_two_clusters_that_reach_one_api_server_are_refused_by_check_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 71, 4: two clusters: entries whose kubeconfigs reach the same API server passed
+    check --clusters, and at run time each Service's status flipped between two addresses
+    about three times a second, for ever. Both refuse it, naming the two."""
+    from director.cli import wiring
+    from director.schema.config import parse_config
+    from lab.kubeapi import FakeApiServer
+
+    with FakeApiServer() as server:
+        text = (
+            "pools: [{name: p, addresses: [198.51.100.0/28]}, "
+            "{name: q, addresses: [198.51.100.16/28]}]\nclusters:\n"
+            f"  - {{name: prod, kubeconfig: {server.kubeconfig(tmp_path / 'a')}, pools: [p]}}\n"
+            f"  - {{name: copy, kubeconfig: {server.kubeconfig(tmp_path / 'b')}, pools: [q]}}\n"
+        )
+        config = tmp_path / "director.yaml"
+        config.write_text(text)
+        assert cli.main(["check", "--config", str(config), "--clusters"]) == cli.EXIT_CONFIG
+        said = capsys.readouterr().err
+        assert "clusters prod and copy reach the same API server" in said, said
+        with pytest.raises(ValueError, match="clusters prod and copy reach the same API"):
+            wiring.clusters(parse_config(text, str(config)), None)
