@@ -3,7 +3,8 @@ director made and nothing else: the IPVS services in its owned ranges (its pools
 services, the NodePort VIP; a foreign service is listed and left), its nftables table
 (``inet director``) and the VIPs of its BGP pools held on ``lo``. It refuses while the director
 runs (stop it first: with BGP, the stop withdraws the routes). Without ``--yes`` it only says
-what it would remove."""
+what it would remove. A running director is found by the lock it holds on its configuration
+file (``runlock``), and by its API where it has one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 
+from director.cli import runlock
 from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, print_plan
 from director.engine.reconcile import Reconciler
 from director.schema.config import Settings, load_config
@@ -63,6 +65,14 @@ def _bgp_vips(settings: Settings, netns: str | None) -> list[str]:
 
 def cmd_decommission(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
+    if runlock.running(args.config):
+        print(
+            f"director: a director runs with {args.config} (it holds "
+            f"{runlock.path_for(args.config)}); stop it first (systemctl stop director), "
+            "then decommission",
+            file=sys.stderr,
+        )
+        return EXIT_RUNNING
     where = _running(settings)
     if where is not None:
         print(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from director import logs
-from director.cli import ahead, classcode
+from director.cli import ahead, classcode, runlock
 from director.cli.plans import EXIT_FATAL, open_ipvs
 from director.cli.startup import AHEAD, EARLY, HELD, PARSED as STARTUP_PARSED, REPLAY, STARTUP
 from director.dataplane.interface import IpvsUnavailable
@@ -54,6 +54,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     for note in bgp_notes(settings) + snat_notes(settings):
         logs.event(_log, "config.note", level=logging.WARNING, note=note)
+    # held until the process ends: decommission finds a running director by it
+    held = None if args.dry_run else runlock.hold(args.config)
+    if held is None and not args.dry_run:
+        logs.event(
+            _log,
+            "run.lock_unavailable",
+            level=logging.WARNING,
+            file=str(runlock.path_for(args.config)),
+            effect="director decommission cannot tell that this director runs",
+        )
     try:
         ipvs = open_ipvs(args.netns)
     except IpvsUnavailable as exc:
