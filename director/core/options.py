@@ -40,6 +40,22 @@ A_POOL = PREFIX + "pool"
 A_SHARED = PREFIX + "allow-shared-ip"
 A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
 A_LOCAL_WEIGHTS = PREFIX + "local-weights"  # endpoints (the default) | even
+# Every annotation the director reads: another under its prefix is a typo (``schedular``),
+# said with an Event rather than silently ignored.
+ANNOTATIONS = frozenset(
+    {
+        A_SCHEDULER,
+        A_OVERRIDE,
+        A_FORWARDING,
+        A_BACKENDS,
+        A_NODEPORT,
+        A_IPS,
+        A_POOL,
+        A_SHARED,
+        A_HEALTH,
+        A_LOCAL_WEIGHTS,
+    }
+)
 BACKEND_MODES = ("nodeport", "pod")
 LOCAL_WEIGHTS = ("endpoints", "even")
 NODE_HEALTHZ = CheckSpec("http", "/healthz", (200, 200), interval=2.0, timeout=1.0, rise=1, fall=1)
@@ -191,7 +207,16 @@ def options(
     ``bgp``: its address is announced over BGP (see :func:`defaults`)."""
     default = defaults(policy, bgp, pool_forwarding)
     base = previous or default
-    problems: list[Problem] = []
+    problems: list[Problem] = [
+        Problem(
+            key,
+            f"{key} is not an annotation the director knows; ignored (known: "
+            f"{', '.join(sorted(a.removeprefix(PREFIX) for a in ANNOTATIONS))})",
+            "UnknownAnnotation",
+        )
+        for key in sorted(svc.annotations)
+        if key.startswith(PREFIX) and key not in ANNOTATIONS
+    ]
     scheduler, flags, source = default.scheduler, default.flags, "default"
     for annotation, origin in ((A_SCHEDULER, "annotation"), (A_OVERRIDE, "api")):
         text = svc.annotations.get(annotation)

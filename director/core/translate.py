@@ -156,17 +156,17 @@ def translate(
 
 
 def _health_check(svc: ServiceInfo, policy: Policy, problems: list[Problem]) -> CheckSpec | None:
-    """The Service's active check: the default, or its annotation's (``none``: no check)."""
+    """The Service's active check: the default, or its annotation's (``none``: no check).
+    The annotation is read whether or not checks are configured: a broken value is said now,
+    not only once checks are turned on."""
     text = svc.annotations.get(A_HEALTH)
-    if text is None or not policy.checking:
+    if text is None:
         return policy.check
-    if text == "none":
-        return None
-    parsed = parse_check(text, policy.check or CheckSpec())
+    parsed = None if text == "none" else parse_check(text, policy.check or CheckSpec())
     if isinstance(parsed, str):
         problems.append(Problem(A_HEALTH, parsed))
         return policy.check
-    return parsed
+    return parsed if policy.checking else policy.check
 
 
 def _endpoints(slices: Iterable[SliceInfo], family: Family) -> list[Endpoint]:

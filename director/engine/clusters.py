@@ -7,9 +7,11 @@ they may draw from, which a cluster's arrival or departure can change."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from director.core.cluster import split_resource
 from director.core.ipam import Allocator
@@ -31,13 +33,21 @@ def entries(settings: Settings) -> dict[str, KubeSettings]:
 
 
 def reloadable(old: Settings, new: Settings) -> bool:
-    """Only whole clusters come and go on a reload: a cluster in both files is unchanged
-    (its kubeconfig, class, Lease and the rest are wired into parts made for it), and the
-    one-cluster ``kubernetes:`` is not among them."""
+    """Only whole clusters come and go on a reload, and a cluster's pools change: a cluster
+    in both files is otherwise unchanged (its kubeconfig, class, Lease and the rest are
+    wired into parts made for it), and the one-cluster ``kubernetes:`` is not among them.
+    A pool taken from a cluster whose Services hold addresses in it is refused by
+    ``pools_kept``, with the pool's name."""
     if old.kubernetes is not None or new.kubernetes is not None:
         return False
     before, after = entries(old), entries(new)
-    return all(before[name] == after[name] for name in before.keys() & after.keys())
+    return all(
+        _but_pools(before[name]) == _but_pools(after[name]) for name in before.keys() & after.keys()
+    )
+
+
+def _but_pools(kube: KubeSettings) -> object:
+    return dataclasses.replace(cast(Any, kube), pools=())
 
 
 def ownership_follows(old: Settings, new: Settings) -> bool:
@@ -104,8 +114,6 @@ def apply(
     the clusters removed, and of any whose pools changed), and what was done, for the reply
     and the log (empty: no cluster came or went)."""
     added, removed = changed(old, new)
-    if not added and not removed:
-        return set(), ""
     snapshot = intake.snapshot
     dirty: set[str] = set()
     for name in removed:
@@ -124,7 +132,7 @@ def apply(
             effect="its Services leave the kernel as deleted Services do, their "
             "addresses are released with them and taken back from their status",
         )
-    if not old.in_cluster:  # a box that served none: no unnamed cluster to lead either
+    if added and not old.in_cluster:  # a box that served none: no unnamed cluster to lead
         reporter.remove("")
     for name in added:
         writer = writers.get(name)

@@ -213,3 +213,25 @@ def test_a_cluster_added_by_a_reload_the_loop_takes_late_is_still_watched(tmp_pa
         (vip,) = eventually(lambda: ingress(b, "api"), what="b's status, the file taken late")
         eventually(lambda: vs_of(ipvs, vip), what="b's virtual service")
         assert any(w.cluster == "b" for w in runtime.served.watchers)
+
+
+def test_a_reload_that_takes_a_pool_from_a_cluster_s_own_list_says_which_pool(
+    tmp_path: Path,
+) -> None:
+    """Issue 71, 4: a reload that took a pool from a cluster's own ``pools:`` while its
+    Services held addresses there got the generic refusal ("clusters changed"). A cluster's
+    pools may change on a reload: one its Services hold addresses in is refused with the
+    pool's own message, and one they do not use goes."""
+    with site(tmp_path) as (a, _b, ka, kb, path, _ipvs, runtime):
+        a.create("services", service("web", PORTS))
+        assert eventually(lambda: ingress(a, "web")) == ["198.51.100.0"]  # pool a
+        path.write_text(
+            POOLS + "clusters:\n" + _entry("a", ka).replace("[a]", "[b]") + _entry("b", kb)
+        )
+        result, detail = runtime.reload(str(path))
+        assert (result, detail) == (
+            "refused",
+            "cluster 'a' would lose pool 'a', where its Services hold addresses "
+            "(a/default/web); restart to move them",
+        )
+        assert ingress(a, "web") == ["198.51.100.0"]

@@ -335,3 +335,21 @@ def test_an_endpoint_that_is_the_box_or_a_vip_is_refused_with_a_reason() -> None
         "endpoint 192.0.2.254 is the box's SNAT address",
         "endpoint 198.51.100.9 is an address of pool 'tenants' (a VIP)",
     ]
+
+
+def test_an_unknown_annotation_and_a_broken_health_check_are_said_at_once() -> None:
+    """Issue 71, 4: a typo under lvs-director.io/ (``schedular``) got no Event, and
+    lvs-director.io/health-check was not read at all while the file had no health checks:
+    a broken value surfaced only once checks were turned on."""
+    s = svc(
+        annotations={
+            "lvs-director.io/schedular": "sh",
+            "lvs-director.io/health-check": "htp:/healthz",
+        }
+    )
+    out = translate(s, ["198.51.100.1"], [], NODES, POLICY)  # no health checks configured
+    said = {p.annotation: (p.reason, p.message) for p in out.problems}
+    reason, message = said["lvs-director.io/schedular"]
+    assert reason == "UnknownAnnotation" and "known: " in message and "scheduler" in message
+    assert "lvs-director.io/health-check" in said
+    assert out.services[KEY].config.scheduler == "wlc"  # the typo changed nothing
