@@ -47,13 +47,16 @@ def test_the_vm_runner_never_truncates_a_redirected_log(tmp_path: Path) -> None:
 
 
 def test_the_shape_check_names_a_long_function_and_a_class_with_too_many_attributes(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`make lint` fails on a function over 80 lines or a class holding more than 15
-    instance attributes (fields or `self.x`), and passes the source as it is."""
+    """`make lint` names a function over 80 lines and a class holding more than 15 instance
+    attributes (fields or `self.x`) as warnings: a smoke detector, not a gate (issue 72);
+    the rules (circles, the engine's door, the mirror) are what fail it."""
     from lab import shape
 
-    assert list(shape.findings()) == []
+    assert shape.main() == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("warning: ") for line in printed), printed
     tree = tmp_path / "director"
     tree.mkdir()
     body = "\n".join(f"    x{i} = {i}" for i in range(80))

@@ -206,3 +206,49 @@ def test_quiescing_a_backend_moves_no_other_backends_flows(lab: Lab, ipvs: Kerne
     assert name not in after
     assert len(moved) == before.count(name) > 0
     assert choices(lab, VIPS[2], 22000) == after  # the same table as the one that saw it live
+
+
+def answered(lab: Lab, vip: str, first_port: int) -> tuple[list[str], int]:
+    """(the backend each flow reached, flows refused or unanswered) for FLOWS flows."""
+    source, out, lost = lab.client_sources4[0], [], 0
+    for sport in range(first_port, first_port + FLOWS):
+        sock = lab.client.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.settimeout(1)
+            sock.bind((source, sport))
+            sock.sendto(b"q", (vip, PORT))
+            out.append(sock.recv(512).decode())
+        except OSError:  # ICMP port unreachable (no destination), or nothing back
+            lost += 1
+        finally:
+            sock.close()
+    return out, lost
+
+
+def test_the_shipped_bgp_default_keeps_a_failed_backends_new_flows_flowing(
+    lab: Lab, ipvs: KernelIpvs
+) -> None:
+    """Issue 71, 5 (severe): BGP services defaulted to mh with mh-port and no mh-fallback.
+    The kernel's Maglev table keeps a quiesced real server's slots (a failed check, a
+    drain), and without mh-fallback a new flow hashed to one finds no destination and is
+    refused, on every director, for as long as the check fails. The shipped default
+    (``BGP_SCHEDULER``) sends those flows on: none refused. mh-port alone, for contrast,
+    refuses about the failed backend's share."""
+    from director.core.dests import BGP_SCHEDULER
+
+    every = real_servers(lab)
+    failed = every[5]._replace(weight=0)  # what a failed health check does (quiesce)
+    dests = [*every[:5], failed, *every[6:]]
+    shipped = service(VIPS[0], dests, ServiceConfig(BGP_SCHEDULER[0], BGP_SCHEDULER[1]))
+    bare = service(VIPS[1], dests, ServiceConfig("mh", frozenset({"mh-port"})))
+    reconciler = Reconciler(ipvs, OWNED)
+    assert reconciler.full_sync({shipped.key: shipped, bare.key: bare}).result.ok
+    reached, refused = answered(lab, VIPS[0], 23000)
+    _, refused_bare = answered(lab, VIPS[1], 23000)
+    name = f"{lab.backends[2].name}:{failed.port}"
+    print(
+        f"\none backend of ten failing its check: {refused}/{FLOWS} new flows refused under "
+        f"the shipped default, {refused_bare}/{FLOWS} with mh-port alone"
+    )
+    assert refused == 0 and name not in reached
+    assert refused_bare > 0  # the fault the default avoids is real on this kernel
