@@ -139,44 +139,15 @@ def _interfaces(settings: Settings) -> list[Problem]:
     return problems
 
 
-def box_addresses() -> dict[str, str] | None:
-    """This box's own addresses (address -> interface), as ``ip`` lists them, less host
-    routes (/32, /128: the VIPs keepalived and the director add are such); None: ``ip``
-    could not say."""
-    import json
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["ip", "-j", "address", "show"], check=False, capture_output=True, text=True, timeout=10
-        )
-        links = json.loads(out.stdout) if out.returncode == 0 else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-    if not isinstance(links, list):
-        return None
-    found: dict[str, str] = {}
-    for link in links:
-        for info in link.get("addr_info", ()) if isinstance(link, dict) else ():
-            local, prefix = info.get("local"), info.get("prefixlen")
-            if not isinstance(local, str) or not isinstance(prefix, int):
-                continue
-            try:
-                address = ipaddress.ip_address(local)
-            except ValueError:
-                continue
-            if prefix < address.max_prefixlen:
-                found[str(address)] = str(link.get("ifname", "?"))
-    return found
-
-
 def _own_in_pools(settings: Settings) -> list[Problem]:
     """A pool never holds one of this box's own addresses, even one the file does not name
     (its management address on eth0): a tenant's Service given it could take the box's own
     ports (SSH). Floating gateways are the pair's, not the box's, and are left out."""
     if not settings.pools:
         return []
-    own = box_addresses() or {}
+    from director.adapters.box import read_addresses
+
+    own = read_addresses() or {}
     floating = {gw[0] for gw in settings.ha.gateways} if settings.ha else set()
     problems: list[Problem] = []
     for index, pool in enumerate(settings.pools):

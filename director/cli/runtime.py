@@ -108,6 +108,7 @@ class Runtime:
             peers=lambda: wiring.peers(self._daemons()),
         )
         self.checker = wiring.checker(settings, netns, self.controller, self.hooks, self.metrics)
+        self.box = wiring.box_watch(settings, ipvs, netns, dry_run, self.controller)
         self.daemons = Daemons(
             wiring.vrrp(settings, dry_run, self.controller, self.hooks),  # + FIFO, conntrackd
             wiring.frr(
@@ -156,6 +157,8 @@ class Runtime:
         return self
 
     def _start_parts(self) -> None:
+        if self.box is not None:
+            self.box.start()
         if self.api is not None:
             self.api.start()
         if self.checker is not None:
@@ -178,7 +181,13 @@ class Runtime:
         threads = [self._thread, *self.served.threads()]
         for outbox in self.controller.reporter.outboxes.values():
             threads += outbox.threads
-        parts = (self.checker, self.daemons.keepalived, self.daemons.fifo, self.daemons.conntrackd)
+        parts = (
+            self.checker,
+            self.box,
+            self.daemons.keepalived,
+            self.daemons.fifo,
+            self.daemons.conntrackd,
+        )
         for part in (*parts, self.daemons.frr, self.daemons.sysctls, self.api):
             if part is not None:
                 threads.append(part._thread)
@@ -362,6 +371,8 @@ class Runtime:
             self.api.stop()
         if self.checker is not None:
             self.checker.stop()
+        if self.box is not None:
+            self.box.stop()
         if self.daemons.vrrp is not None:
             self.daemons.vrrp.sync.stop()
             self.daemons.vrrp.fifo.stop()

@@ -23,7 +23,7 @@ from director.core.model import Family
 from director.core.owned import Ledger
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
-from director.engine.events import LeaseRefused, TargetChecked, VrrpChanged
+from director.engine.events import BoxAddresses, LeaseRefused, TargetChecked, VrrpChanged
 from director.engine.hooks import Hooks
 from director.engine.loop import COMPONENT, Controller
 from director.logs import event
@@ -31,6 +31,7 @@ from director.schema.config import Settings
 
 if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
     # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
+    from director.adapters.box import BoxWatch
     from director.adapters.conntrackd import ConntrackdFile
     from director.adapters.frr_sync import FrrSync
     from director.adapters.http import HttpServer as ApiServer
@@ -179,6 +180,21 @@ def same_server(configured: Sequence[tuple[str, Any]]) -> str | None:
                 "status flip between two addresses; list it once"
             )
     return None
+
+
+def box_watch(
+    settings: Settings, ipvs: Ipvs, netns: str | None, dry_run: bool, controller: Controller
+) -> BoxWatch | None:
+    """The box's own addresses, watched where Services are given addresses or endpoints
+    (none beside the fake: the host's addresses are not the lab's)."""
+    if dry_run or isinstance(ipvs, FakeIpvs) or not (settings.pools or settings.in_cluster):
+        return None
+    from director.adapters.box import BoxWatch
+
+    return BoxWatch(
+        lambda found: controller.post(BoxAddresses(tuple(sorted(found.items())))),
+        netns or getattr(ipvs, "netns", None),
+    )
 
 
 def kernel_settings(

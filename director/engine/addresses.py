@@ -9,6 +9,7 @@ allocates consistently should it become the leader.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 
 from director.core.cluster import ServiceInfo
 from director.core.ipam import Allocator
@@ -95,12 +96,19 @@ class Addresses:
             self.reporter.write_status(svc, ())
 
 
-def reserved_addresses(settings: Settings) -> dict[Address, str]:
-    """Addresses the director serves otherwise, which IPAM must never hand to a Service:
-    those in a pool (IPAM refuses any other as outside its pools first; a static box of
-    5,000 services and no pool held half a megabyte of them for nothing)."""
+def reserved_addresses(
+    settings: Settings, box: Mapping[str, str] | None = None
+) -> dict[Address, str]:
+    """Addresses the director serves otherwise, or the box's own (``box``: address ->
+    interface), which IPAM must never hand to a Service: those in a pool (IPAM refuses any
+    other as outside its pools first; a static box of 5,000 services and no pool held half a
+    megabyte of them for nothing)."""
     out: dict[Address, str] = {}
     pools = settings.pools
+    for text, interface in (box or {}).items() if pools else ():
+        address = ipaddress.ip_address(text)
+        if any(pool.contains(address) for pool in pools):
+            out[address] = f"this box's own address (on {interface})"
     for key, vs in settings.services.items() if pools else ():
         if not key.fwmark:
             address = ipaddress.ip_address(key.address)

@@ -141,7 +141,10 @@ def apply(
         )
         event(log, "cluster.added", cluster=name)
     before, policy = translator.policies, translator.policy
-    translator.policies = {**build_policies(new, policy.schedulers), policy.cluster: policy}
+    translator.policies = {
+        **build_policies(new, policy.schedulers, translator.box),
+        policy.cluster: policy,
+    }
     for name, now in translator.policies.items():
         if name in before and name not in added and before[name] != now:
             dirty |= snapshot.every(name)  # its pools changed: its Services looked at again

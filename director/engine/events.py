@@ -132,8 +132,17 @@ class WriteFailed:
     cluster: str = ""  # whose API server (clusters:); "" for kubernetes:
 
 
+@dataclass(frozen=True, slots=True)
+class BoxAddresses:
+    """This box's own addresses changed (address -> interface): never a VIP, never an
+    endpoint (``adapters.box``)."""
+
+    addresses: tuple[tuple[str, str], ...]
+
+
 Event = (
-    ObjectChanged
+    BoxAddresses
+    | ObjectChanged
     | Listed
     | WatchState
     | LeaderChanged

@@ -24,6 +24,7 @@ from typing import Any
 from director.core.firewall import Firewall
 from director.core.intents import Intent
 from director.core.ipam import Allocator
+from director.core.snapshot import ALL
 from director.dataplane.interface import Ipvs
 from director.engine import events, reload
 from director.engine.addresses import Addresses, reserved_addresses
@@ -276,11 +277,23 @@ class Controller:
                 self.exports.vips.leaving = reason
             case events.Reloaded(settings, reply, writers):
                 reply.resolve(*reload.apply(self, settings, writers))
+            case events.BoxAddresses(addresses):
+                return self._box(dict(addresses))
             case events.WriteFailed() | events.LeaseRefused():
                 self.reporter.absorb(ev)
             case events.WatchState() | events.Listed() | events.ObjectChanged():
                 return self.intake.absorb(ev)
         return set()
+
+    def _box(self, box: dict[str, str]) -> set[str]:
+        """This box's own addresses changed: none is given to a Service, none is an
+        endpoint; every Service is looked at again (one the box's address was given to
+        gets another, one that asked for it is refused with an Event)."""
+        if not self.programmer.translator.box_changed(box):
+            return set()
+        self.addresses.allocator.reserved = reserved_addresses(self.settings, box)
+        event(log, "box.addresses", addresses=",".join(sorted(box)) or "-")
+        return {ALL}
 
     def _lead(self, leader: bool, cluster: str = "") -> set[str]:
         if leader == self.reporter.leads(cluster) or self.syncer.reconciler.dry_run:

@@ -180,7 +180,7 @@ def _apply(
         dry_run=loop.syncer.reconciler.dry_run,
     )
     if diff.added or diff.removed or came_and_went:
-        loop.addresses.allocator.reserved = reserved_addresses(new)
+        loop.addresses.allocator.reserved = reserved_addresses(new, loop.programmer.translator.box)
     if came_and_went:
         reconciler = loop.syncer.reconciler
         reconciler.ownership = clusters.owned_through(reconciler.ownership, new.ownership)

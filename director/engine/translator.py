@@ -5,7 +5,7 @@ gate and the drains, in that order. Refusals and conflicts are reported on the S
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
@@ -30,10 +30,13 @@ log = logging.getLogger("director.controller")
 
 
 def build_policy(
-    settings: Settings, schedulers: frozenset[str], kube: KubeSettings | None = None
+    settings: Settings,
+    schedulers: frozenset[str],
+    kube: KubeSettings | None = None,
+    box: Mapping[str, str] | None = None,
 ) -> Policy:
     """What the settings say about Services in general (``kube``: of that cluster; by
-    default the one of ``kubernetes:``)."""
+    default the one of ``kubernetes:``; ``box``: this box's own addresses, to interface)."""
     kube = kube or settings.kubernetes or KubeSettings()
     health = settings.health
     return Policy(
@@ -51,14 +54,15 @@ def build_policy(
         snat=frozenset(Family.of(a) for a in (settings.snat.addresses if settings.snat else ())),
         cluster=kube.cluster,
         pools=given_pools(settings, kube),
-        reserved=reserved(settings),
+        reserved=reserved(settings, box),
     )
 
 
-def reserved(settings: Settings) -> Reserved:
-    """What no endpoint may be (``Reserved``): the box's own addresses the file names, the
-    static VIPs, the NodePort VIPs and every pool's addresses."""
-    named: dict[str, str] = {}
+def reserved(settings: Settings, box: Mapping[str, str] | None = None) -> Reserved:
+    """What no endpoint may be (``Reserved``): the box's own addresses (those the file
+    names, and ``box``: those its interfaces hold), the static VIPs, the NodePort VIPs and
+    every pool's addresses."""
+    named: dict[str, str] = {a: f"this box's own address (on {i})" for a, i in (box or {}).items()}
     for address in settings.snat.addresses if settings.snat else ():
         named[address] = "the box's SNAT address"
     ha = settings.ha
@@ -85,9 +89,11 @@ def _canonical(text: str) -> str:
         return text
 
 
-def build_policies(settings: Settings, schedulers: frozenset[str]) -> dict[str, Policy]:
+def build_policies(
+    settings: Settings, schedulers: frozenset[str], box: Mapping[str, str] | None = None
+) -> dict[str, Policy]:
     """Each cluster's policy, by name ("": the one cluster of ``kubernetes:``)."""
-    return {kube.cluster: build_policy(settings, schedulers, kube) for kube in settings.served}
+    return {kube.cluster: build_policy(settings, schedulers, kube, box) for kube in settings.served}
 
 
 def given_pools(settings: Settings, kube: KubeSettings) -> frozenset[str] | None:
@@ -121,9 +127,24 @@ class Translator:
         self.settings, self.policy = settings, policy
         # each cluster's (the one cluster's is ``policy``)
         self.policies = {**build_policies(settings, policy.schedulers), policy.cluster: policy}
+        self.box: dict[str, str] = {}  # this box's own addresses (to interface), as last read
         self.intake, self.table, self.addresses, self.reporter = intake, table, addresses, reporter
         self.gate, self.drains, self.filter = gate, drains, source_filter
         self.store, self.reconciler = store, reconciler
+
+    def box_changed(self, box: Mapping[str, str]) -> bool:
+        """This box's own addresses read anew: the policies follow (no endpoint may be one);
+        whether they changed."""
+        if dict(box) == self.box:
+            return False
+        self.box = dict(box)
+        schedulers = self.policy.schedulers
+        self.policy = build_policy(self.settings, schedulers, box=self.box)
+        self.policies = {
+            **build_policies(self.settings, schedulers, self.box),
+            self.policy.cluster: self.policy,
+        }
+        return True
 
     def order(self, refs: Iterable[str]) -> list[str]:
         """Services already holding an address first (restart safety), oldest first. Every

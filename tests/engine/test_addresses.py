@@ -119,3 +119,28 @@ kubernetes: {{kubeconfig: {kubeconfig}, identity: a, lease_seconds: 2}}
 def ingress_in(api: FakeApiServer, name: str, namespace: str) -> list[str]:
     status = api.get("services", name, namespace=namespace)["status"]
     return [i["ip"] for i in status.get("loadBalancer", {}).get("ingress", [])]
+
+
+def test_an_address_the_box_gains_is_never_a_vip(api: FakeApiServer, kubeconfig: Path) -> None:
+    """Issue 71, 2: a pool holding one of the box's own interface addresses (its management
+    address) gave it to a tenant's Service, whose port 22 then took the box's SSH. The box's
+    addresses are watched (``adapters.box``): a Service holding one is moved to a free one,
+    and one asking for it is refused with an Event saying why; an endpoint that is one is
+    refused too."""
+    from director.engine.events import BoxAddresses
+
+    ipvs = FakeIpvs()
+    with start(kubeconfig, ipvs, pool="198.51.100.0/29") as runtime:
+        api.create("services", service("web", PORTS))
+        assert eventually(lambda: ingress(api, "web")) == ["198.51.100.1"]
+        runtime.controller.post(BoxAddresses((("198.51.100.1", "eth0"),)))
+        eventually(lambda: ingress(api, "web") == ["198.51.100.2"], what="web moved off it")
+        eventually(lambda: vs_of(ipvs, "198.51.100.1") is None, what="its old VIP gone")
+        asks = service(
+            "asks", PORTS, annotations={"lvs-director.io/load-balancer-ips": "198.51.100.1"}
+        )
+        api.create("services", asks)
+        eventually(lambda: "AddressRefused" in reasons(api, "asks"), what="a refusal")
+        refusal = next(e for e in api.events_for("asks") if e["reason"] == "AddressRefused")
+        assert "this box's own address (on eth0)" in refusal["message"], refusal["message"]
+        assert ingress(api, "asks") == []
