@@ -18,12 +18,33 @@ from director.schema.config import Settings
 
 class Reply:
     """The loop's answer to one admin-API intent: stored (and programmed), or refused with
-    an HTTP status and why. The API thread waits for it; the loop resolves it once."""
+    an HTTP status and why. The API thread waits for it; the loop resolves it once. An
+    asker that stops waiting ``abandon``s it, and a loop that ``take``s it afterwards makes
+    nothing of it: a change answered as not made is never made later."""
 
     def __init__(self) -> None:
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._state = "waiting"  # taken (by the loop) | abandoned (by the asker)
         self.status = 0
         self.detail = ""
+
+    def take(self) -> bool:
+        """The loop is about to make the change: False when its asker has given up."""
+        with self._lock:
+            if self._state == "abandoned":
+                return False
+            self._state = "taken"
+            return True
+
+    def abandon(self) -> bool:
+        """The asker gives up: False when the loop has taken the change already (its answer
+        comes once the step is done)."""
+        with self._lock:
+            if self._state == "taken":
+                return False
+            self._state = "abandoned"
+            return True
 
     def resolve(self, status: int, detail: str = "") -> None:
         if not self._done.is_set():

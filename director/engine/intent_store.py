@@ -80,6 +80,9 @@ class IntentStore:
         accepted: list[Reply] = []
         dirty: set[str] = set()
         for posted in items:
+            if not posted.reply.take():  # answered 503 already: nothing is made of it
+                event(log, "api.intent_abandoned", intent=type(posted.intent).__name__)
+                continue
             try:
                 new.change(posted.intent)
             except IntentRefused as exc:

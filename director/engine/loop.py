@@ -50,6 +50,7 @@ from director.schema.config import KubeSettings, Settings
 
 log = logging.getLogger("director.controller")
 COMPONENT = "lvs-director"
+TAKEN_WAIT = 15.0  # seconds an intent the loop took is waited for past the API's timeout
 __all__ = ["COMPONENT", "RESOURCES", "Controller", "build_policy", "reserved_addresses"]
 
 
@@ -148,10 +149,12 @@ class Controller:
 
     def submit_intent(self, intent: Intent, timeout: float = 10.0) -> events.Reply:
         """Hand an admin-API intent to the loop and wait until it is stored and applied (or
-        refused). An unresolved reply after ``timeout`` means the loop did not get to it."""
+        refused). An unresolved reply after ``timeout`` means the loop did not get to it, and
+        never will (abandoned); one the loop took meanwhile is waited for a while longer."""
         reply = events.Reply()
         self.post(events.IntentPosted(intent, reply))
-        reply.wait(timeout)
+        if not reply.wait(timeout) and not reply.abandon():
+            reply.wait(TAKEN_WAIT)
         return reply
 
     # -- the loop --------------------------------------------------------------------

@@ -121,8 +121,8 @@ class ApiContext:
             raise Problem(reply.status, reply.detail)
         raise Problem(
             503,
-            f"the control loop did not take the change within {INTENT_TIMEOUT:g} s; it may "
-            "still apply it (see GET /api/v1/status)",
+            f"the control loop did not take the change within {INTENT_TIMEOUT:g} s; nothing "
+            "was changed (it will not be applied later): try again",
         )
 
     def annotate(self, ref: str, values: dict[str, str | None]) -> None:

@@ -72,11 +72,13 @@ def test_a_write_the_loop_takes_returns_and_one_it_refuses_keeps_its_status() ->
     assert (caught.value.status, str(caught.value)) == (409, "drained already")
 
 
-def test_a_write_the_loop_does_not_take_in_time_is_a_503_that_says_it_may_still_apply() -> None:
+def test_a_write_the_loop_does_not_take_in_time_is_a_503_that_says_nothing_changed() -> None:
+    """Issue 71, 1: the loop drops an intent whose asker gave up (``Reply.abandon``), so the
+    503 says nothing was changed, and nothing will be."""
     loop = Loop(None)
     with pytest.raises(Problem) as caught:
         ApiContext(loop, FakeIpvs(), None, None).intent(drain())  # type: ignore[arg-type]
-    assert caught.value.status == 503 and "may still apply it" in str(caught.value)
+    assert caught.value.status == 503 and "nothing was changed" in str(caught.value)
     assert loop.timeouts == [10.0]
 
 
