@@ -27,8 +27,36 @@ from director.cli.argv import options, subcommand
 ENDED_THE_USUAL_WAY = frozenset({"run", "apply", "decommission", "bundle"})
 
 
+# ``director run``'s options, as its parser spells them: the first moments act on none but
+# these, written out whole (a prefix, ``--dry`` or ``--net``, is refused by the parser after
+# them, and must not have sent a table first).
+RUN_OPTIONS = frozenset(
+    {"--config", "--netns", "--kubeconfig", "--dry-run", "--state-file", "--config-cache"}
+    | {"--log-level", "--log-format"}
+)
+
+
+def whole(args: Sequence[str]) -> bool:
+    """Whether every option of ``args`` is one of RUN_OPTIONS written out whole (the values
+    after valued options are not options)."""
+    valued = RUN_OPTIONS - {"--dry-run"}
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name, equals, _ = arg.partition("=")
+        if arg.startswith("-"):
+            if name not in RUN_OPTIONS:
+                return False
+            skip = name in valued and not equals
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     command, rest = subcommand(list(sys.argv[1:] if argv is None else argv))
+    if command == "run" and not whole(rest):
+        command = None  # the parser says what is wrong; nothing is sent before it
     if command == "run":
         try:
             done = replay_for(rest)

@@ -32,7 +32,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The appliance: follow the cluster until SIGTERM/SIGINT; SIGHUP reloads the file."""
     ahead.go()  # the arguments are read: the child parsing the file may send its table
     ahead.sent()  # and the imports below wait until it has (both cores for its parse)
-    cache = _config_cache(args.config_cache)
+    cache = _config_cache(args.config_cache, args.config)
     parsed = _parsed(args.config, cache)  # read already by the first moments (boot)
     if parsed is not None and not args.dry_run and not REPLAY.get("replayed"):
         from director.cli.early import send
@@ -240,12 +240,16 @@ def _first_moments() -> None:
         logs.event(_log, "startup.early", fields=EARLY)
 
 
-def _config_cache(given: str | None) -> Path | None:
-    """``--config-cache``: a path, '' for none, unset for systemd's state directory's."""
+def _config_cache(given: str | None, config: str | None = None) -> Path | None:
+    """``--config-cache``: a path, '' for none, unset for systemd's state directory's. A
+    cache that would be written over the configuration file is refused (ConfigError)."""
     from director.schema.cache import default_path
+    from director.schema.config import ConfigError
 
     if given is None:
         return default_path()
+    if given and config and os.path.realpath(given) == os.path.realpath(config):
+        raise ConfigError(config, 0, "", f"--config-cache {given} is the configuration file itself")
     return Path(given) if given else None
 
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
+from director.core.planted import planted
 from director.dataplane.genl import GenlSocket, open_socket
 from director.dataplane.netlink import (
     CTRL_ATTR_FAMILY_NAME,
@@ -152,6 +153,9 @@ def replay(path: str, key: str, netns: str | None = None) -> dict[str, object]:
     started = time.monotonic()
     try:
         with open(path, "rb") as handle:
+            untrusted = planted(path, os.fstat(handle.fileno()))
+            if untrusted is not None:  # a planted table would program the kernel
+                return _skipped(f"not trusted: {untrusted}")
             head = _header(handle, 5)
             data = handle.read()
         if head is None:

@@ -10,7 +10,8 @@ The cache is taken only when everything the parse depended on is the same: the f
 bytes and its name, the working directory (relative paths are resolved against it), the
 director's own code (every module's size and modification time: an upgrade, or an edit of a
 development tree, makes a new key) and the Python that runs it. Anything else - no cache,
-another key, a file that does not unpickle, a version of this format that is not ours - and
+another key, a file that does not unpickle, a version of this format that is not ours, a
+file not owned by the director's user or writable by another (a planted pickle runs code) - and
 the file is parsed as ever, with its faults reported with their lines; the cache is written
 again once the director is serving. It is written whole to a new file and renamed into
 place (never half), readable by its owner only, its key ahead of the pickle: nothing is
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from director.core.planted import planted
 from director.logs import event
 from director.schema.config import Settings
 from director.schema.stamp import FORMAT, default_cache, header, key_of
@@ -47,6 +49,9 @@ def load(path: Path, key: str) -> tuple[Settings, Any] | None:
     started = time.monotonic()
     try:
         with path.open("rb") as handle:
+            untrusted = planted(str(path), os.fstat(handle.fileno()))
+            if untrusted is not None:  # a key anyone can compute is no guard against a plant
+                return _ignored(path, untrusted)
             # The header first: nothing is unpickled from a file of another format or key.
             if handle.readline() != f"{FORMAT}\n".encode():
                 return _ignored(path, "not this format")

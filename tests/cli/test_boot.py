@@ -171,3 +171,27 @@ def test_a_command_whose_reader_went_away_fails_as_python_would() -> None:
 def test_a_command_that_changes_something_ends_the_usual_way() -> None:
     assert {"run", "apply", "decommission", "bundle"} <= boot.ENDED_THE_USUAL_WAY
     assert not {"check", "plan", "ctl", "status", "schema"} & boot.ENDED_THE_USUAL_WAY
+
+
+@pytest.mark.parametrize(
+    "extra", [["--dry"], ["--net", "edge"], ["--config-c", "x"], ["-x"]], ids=" ".join
+)
+def test_a_run_whose_options_are_not_written_out_whole_sends_nothing_first(
+    static_box: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, extra: list[str]
+) -> None:
+    """Issue 71, 6: ``director run --dry`` (argparse's prefix of --dry-run) had its first
+    moments send the static table before the parser ran, ``--net NS`` sent it to the
+    director's own namespace, and a mistyped option was refused after the table went in.
+    The first moments act only on options written out whole; the parser refuses the rest."""
+    config, cache = static_box
+    first: list[str] = []
+    monkeypatch.setattr(boot, "replay_for", lambda args: first.append("replay") or {})
+    monkeypatch.setattr(
+        boot, "parse_ahead", lambda args, send: first.append("ahead") or {"forked": False}
+    )
+    monkeypatch.setattr(boot, "parse_here", lambda args: first.append("here"))
+    args = ["run", "--config", str(config), "--config-cache", str(cache), *extra]
+    with pytest.raises(SystemExit) as refused:
+        boot.main(args)
+    assert refused.value.code == 2 and first == []
+    assert boot.whole(["--config", "c", "--dry-run", "--netns=x", "--log-level", "info"])

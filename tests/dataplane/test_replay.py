@@ -112,3 +112,20 @@ def test_the_datagrams_are_written_as_they_come_and_a_failure_leaves_nothing(
     with pytest.raises(OSError, match="No space left"):
         replay.store(str(path), "k1", 33, failing(), services=1)
     assert list(tmp_path.iterdir()) == [], "no cache, no temporary file"
+
+
+def test_a_table_another_user_could_have_written_is_never_sent(tmp_path: Path) -> None:
+    """Issue 71, 6: a table.cache changed in place (its size and time put back) was replayed
+    into the kernel. One writable by another user, or owned by one, is not read at all."""
+    import os
+
+    path = tmp_path / replay.FILE_NAME
+    kept(path)
+    path.chmod(0o666)
+    assert replay.replay(str(path), "k1") == {
+        "replayed": False,
+        "reason": "not trusted: writable by other users",
+    }
+    path.chmod(0o600)
+    os.chown(path, 65534, 65534)
+    assert replay.replay(str(path), "k1")["reason"].startswith("not trusted: owned by uid 65534")

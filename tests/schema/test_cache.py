@@ -182,3 +182,52 @@ def test_a_check_in_the_units_state_directory_writes_nothing_and_refuses_with_th
     config.write_text(services(4).replace("port: 80\n", "port: 99999\n", 1))
     done = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 2 and f"{config}:6: services[0].port" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("plant", ["writable by others", "another user's", "a folder for all"])
+def test_a_cache_another_user_could_have_planted_is_never_unpickled(
+    written: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    plant: str,
+) -> None:
+    """Issue 71, 6: config.cache was unpickled without a look at its owner or mode, and its
+    key is computable by anyone (the file's bytes, the code's stat): a cache planted by
+    another user ran code as root. One not the director's user's alone is parsed over."""
+    path, cache = written
+    unpickled: list[object] = []
+    monkeypatch.setattr(pickle, "load", lambda *a, **k: unpickled.append(a))
+    if plant == "writable by others":
+        cache.chmod(0o666)
+    elif plant == "another user's":
+        os.chown(cache, 65534, 65534)
+    else:
+        cache.parent.chmod(0o777)
+    with caplog.at_level(logging.INFO, logger="director.config"):
+        settings = Reparser().load(path, cache)
+    assert unpickled == [] and settings == Reparser().load(path)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "event=config.cache_ignored" in said, said
+
+
+def test_a_cache_named_as_the_configuration_file_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 71, 6: ``--config-cache`` naming the configuration file overwrote it with the
+    pickle, even under --dry-run. Refused at start, the file untouched."""
+    path = tmp_path / "director.yaml"
+    path.write_text(services(2))
+    before = path.read_bytes()
+    script = (
+        "import sys; import director.cli.main as cli; "
+        "from director.dataplane.fake import FakeIpvs; "
+        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
+        f"sys.exit(cli.main(['run', '--config', {str(path)!r}, '--config-cache', "
+        f"{str(path)!r}, '--dry-run']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "is the configuration file itself" in done.stderr
+    assert path.read_bytes() == before
