@@ -1,5 +1,5 @@
 import sys
 
-from director.cli.boot import main
+from director.cli.main import main
 
 sys.exit(main())

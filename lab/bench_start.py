@@ -14,23 +14,15 @@ beside it the median of each turn's own ratio (``turn by turn``). From the same 
 the first add came (``first_add``), and how long the kernel waited between two adds, summed
 over the waits above a millisecond (``kernel_waited``: a contender that packs its next
 requests, or waits for its answers, while the kernel has nothing to do).
-A third contender is the director restarted with the same file, as a box restarts or
-reboots: its parse taken from the cache the run before left (``--config-cache``, primed once
-before the turns begin), and its table replayed from the datagrams that run kept beside it
-(``director.dataplane.replay``) before the rest of the director loads. A fourth is the
-director's first start with an empty state directory (``--config-cache`` in a folder emptied
-before each turn), as a box's first boot under the role's unit: its file parsed by a child
-while it imports (``director.cli.ahead``). The first contender has no cache at all
-(``--config-cache`` unset outside a unit): the file parsed in the process, after its imports.
-A fifth, ``unit``, is a reboot under the role's unit as systemd starts it: the commands of its
-``ExecStartPre=`` and ``ExecStart=`` lines, read from the role's template, one after the
-other, the clock started at the first one's exec, in a state directory the run before filled
-(``$STATE_DIRECTORY``). ``unit_reloaded`` is the same after a reload: the state directory
-as a run left it once it had read a changed file (SIGHUP) and served it (before 0.4.28 its
-table was kept only at the first sync, so this reboot replayed nothing). With ``--before``,
-``unit_before`` and ``unit_reloaded_before`` are those two with the earlier code (and with
-``--before-checks-first``, ``unit_before`` runs ``director check`` first, as 0.4.25's unit
-did).
+Since 0.4.34 a start has one way in (issue 72): the file is parsed and validated in the
+process, the first sync goes through the kernel adapter, and nothing is kept on disk for the
+next start. ``director`` is that start; ``unit`` is a reboot under the role's unit as systemd
+starts it (its ``ExecStartPre=`` and ``ExecStart=`` lines read from the role's template, the
+clock started at the first one's exec). With ``--before`` (a checkout of an earlier release,
+laid out beside it), ``before`` is that release's start with no cache, and ``unit_before``
+and ``unit_reloaded_before`` its reboots under its unit, from a state directory its run
+before filled (its parse kept, and from 0.4.20 its table, replayed before the rest loads),
+the second after a reload: the figures to set the plain start beside.
 
 Both run as from a box's own disk (a copy on the guest's tmpfs: see ``local_box``), their
 shared libraries too; ``--from-9p`` runs them from the lab's root instead, to show what the
@@ -343,30 +335,16 @@ def local_box(homes: dict[str, Home], before: Path | None = None) -> Box:
     for info in site.glob("*.dist-info"):
         if re.sub(r"[-_.]+", "_", info.name.split("-")[0]).lower() in wanted:
             shutil.copytree(info, BOX / "site" / info.name, dirs_exist_ok=True)
-    # The dataclasses' code as the role writes it at install (director.cli.classcode), with
-    # the box's interpreter and its whole standard library (the installer walks every module
-    # with pkgutil, which a start never loads): the box's starts, like the unit's, write
-    # nothing (the guest sets PYTHONDONTWRITEBYTECODE).
-    shutil.copytree(
-        REPO / "director",
-        BOX / "site" / "director",
-        ignore=shutil.ignore_patterns("dataclass-code.*"),
-    )
-    # (with every dependency the role installs: the lab's venv after the box's own folder)
+    # The director as the role installs it: its modules compiled (pip does at install), with
+    # the box's interpreter; the box's starts, like the unit's, write nothing (the guest sets
+    # PYTHONDONTWRITEBYTECODE).
+    shutil.copytree(REPO / "director", BOX / "site" / "director")
     installer = str(homes["py"].python)
+    subprocess.run(
+        [installer, "-m", "compileall", "-q", str(BOX / "site" / "director")], check=True
+    )
     warming = {k: v for k, v in {**os.environ, **envs["py"]}.items() if k != "PYTHONHOME"}
     warming["PYTHONPATH"] = f"{BOX / 'site'}{os.pathsep}{site}"
-    warmed = subprocess.run(
-        [installer, "-m", "director.cli.classcode"],
-        env=warming,
-        cwd=BOX,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    if str(BOX / "site" / "director") not in warmed:
-        raise SystemExit(f"bench: the dataclasses' code went elsewhere: {warmed.strip()}")
-    print(f"bench: dataclasses' code {warmed.strip()}", flush=True)
     earlier = None
     if before is not None:
         shutil.copytree(before / "director", BOX / "before" / "director")
@@ -377,13 +355,14 @@ def local_box(homes: dict[str, Home], before: Path | None = None) -> Box:
         subprocess.run(
             [installer, "-m", "compileall", "-q", str(BOX / "before" / "director")], check=True
         )
-        subprocess.run(
-            [installer, "-m", "director.cli.classcode"],
-            env={**warming, "PYTHONPATH": f"{earlier['PYTHONPATH']}{os.pathsep}{site}"},
-            cwd=BOX,
-            check=True,
-            capture_output=True,
-        )
+        if (before / "director" / "cli" / "classcode.py").exists():  # as that role did
+            subprocess.run(
+                [installer, "-m", "director.cli.classcode"],
+                env={**warming, "PYTHONPATH": f"{earlier['PYTHONPATH']}{os.pathsep}{site}"},
+                cwd=BOX,
+                check=True,
+                capture_output=True,
+            )
     lab = ([pythons["lab"], "-m", "director"], envs["lab"]) if "lab" in homes else None
     return Box([pythons["py"], "-m", "director"], envs["py"], str(keepalived), earlier, lab)
 
@@ -619,8 +598,6 @@ def measure(
             str(workdir / "ka-checkers.pid"),
         ],
         "director": director,
-        "restart": [*director, "--config-cache", str(workdir / f"config-{services}.cache")],
-        "first": [*director, "--config-cache", str(workdir / "first" / "config.cache")],
         "before": director,
     }
     if box.lab is not None:  # the same first start on the lab's interpreter
@@ -628,13 +605,9 @@ def measure(
     env = {
         "keepalived": box.env,
         "director": box.env,
-        "restart": box.env,
-        "first": {**box.env, **unit_environment()},
         "before": box.before,
         "lab_python": box.lab[1] if box.lab is not None else None,
     }
-    if wanted("restart"):
-        prime(argv["restart"], services, workdir / f"config-{services}.cache", box.env, workdir)
     # A reboot under the role's unit, as systemd starts it: its state directory holds what the
     # run before kept (the parse, the table). "unit_before": the unit with the earlier
     # code (--before); with --before-checks-first, the file checked in a process of its own
@@ -651,14 +624,15 @@ def measure(
             box.director, director_file, check_first=check_first
         )
         env[name] = {**unit_env, **unit_environment(), "STATE_DIRECTORY": str(state)}
-        primer = [*director, "--config-cache", str(state / "config.cache")]
-        prime(primer, services, state / "config.cache", unit_env, workdir)
+        if name == "unit_before":  # the earlier release kept its parse (and table) there
+            primer = [*director, "--config-cache", str(state / "config.cache")]
+            prime(primer, services, state / "config.cache", unit_env, workdir)
     # A reboot after a reload: the state directory as a run left it once it had read a
     # changed file (SIGHUP) and served it, restored before every turn (each start may write
     # it). "unit_reloaded_before": the earlier code (--before) under the same unit.
     restore: dict[str, tuple[Path, Path]] = {}
     reloaded = workdir / f"reloaded-{services}.yaml"
-    for name, unit_env in (("unit_reloaded", box.env), ("unit_reloaded_before", box.before)):
+    for name, unit_env in (("unit_reloaded_before", box.before),):
         if unit_env is None or not wanted(name):
             continue
         state = workdir / f"{name}-{services}"
@@ -684,9 +658,6 @@ def measure(
     for turn in range(repeat):  # in turn: a busy moment of the VM slows all alike, not one
         for name in turn_order(list(runs), turn):
             starts = runs[name]
-            if name == "first":  # an empty state directory, every turn
-                shutil.rmtree(workdir / "first", ignore_errors=True)
-                (workdir / "first").mkdir()
             if name in restore:
                 snapshot, state = restore[name]
                 shutil.rmtree(state, ignore_errors=True)
@@ -862,10 +833,7 @@ def _said(name: str, figures: dict[str, Any]) -> str:
 CONTENDERS = (
     "keepalived",
     "director",
-    "first",
-    "restart",
     "unit",
-    "unit_reloaded",
     "before",
     "unit_before",
     "unit_reloaded_before",

@@ -5,12 +5,9 @@ keepalived and by ``director run``, each in a fresh namespace. keepalived's resi
 read once the kernel holds the whole table (its parent and its checker process, summed); the
 director's after its first periodic resync (the whole table read back) and two scrapes of
 ``/metrics`` as Prometheus asks for them (gzip), with the API it needs for them (and once
-more after an operator's first request of the admin API, which loads its Flask app), and
-again with nothing but the file (no ``api:``: no scrape). Each director starts as on a box's first
-boot: its state directory empty (``--config-cache`` in a new folder), so its file is parsed
-by a child while it imports (``director.cli.ahead``), as under the role's unit;
-``--in-process`` parses it in the director itself
-(``--config-cache ''``), as 0.4.8 measured.
+more after an operator's first request of the admin API), and again with nothing but the
+file (no ``api:``: no scrape). ``--in-process`` is kept for the command line's sake: every
+start parses its file in the director itself (before 0.4.34 a child could).
 
     python -m lab.vm run lab.bench_static --memory 4G -- --services 1000 5000
 """
@@ -82,7 +79,6 @@ def director(
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir()
     argv = [sys.executable, "-m", "director", "run", "--config", str(config)]
-    argv += ["--config-cache", "" if in_process else str(state / "config.cache")]
     with log.open("ab") as sink:
         proc = subprocess.Popen(
             ["ip", "netns", "exec", ns.name, *argv],

@@ -13,7 +13,6 @@ FILE_OPTIONS = {
     "--config",
     "--kubeconfig",
     "--state-file",
-    "--config-cache",
     "--token-file",
     "--ca-file",
     "--out",

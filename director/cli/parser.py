@@ -10,7 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from director import __version__, logs
-from director.cli.argv import subcommand
+
+# The command's own options that come before its subcommand and take a value (the unit runs
+# ``director --log-level info run ...``).
+GLOBAL_VALUED = ("--log-level", "--log-format")
 
 DESCRIPTION = (
     "An IPVS load balancer (LVS director) for on-prem Kubernetes and for services declared by "
@@ -45,11 +48,6 @@ def _run(sub: Any) -> None:
         help="shadow mode: write nothing to the kernel or the cluster, log what would change",
     )
     p.add_argument("--state-file", help="keep the desired table (JSON) current in this file")
-    p.add_argument(
-        "--config-cache",
-        help="keep the parsed file here, and start from it while the file and the director are "
-        "unchanged (default: config.cache in systemd's $STATE_DIRECTORY; '' for none)",
-    )
 
 
 def _ctl(sub: Any) -> None:
@@ -236,6 +234,15 @@ def build_parser(only: str | None = None) -> _Parser:
             "--log-format", choices=logs.FORMATS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
     return parser
+
+
+def subcommand(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The subcommand and what follows it, past the command's own options."""
+    at = 0
+    while at < len(args) and args[at].startswith("-"):
+        name, equals, _ = args[at].partition("=")
+        at += 2 if name in GLOBAL_VALUED and not equals else 1
+    return (args[at], list(args[at + 1 :])) if at < len(args) else (None, [])
 
 
 def parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:

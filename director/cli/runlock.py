@@ -11,13 +11,16 @@ import os
 from pathlib import Path
 from typing import IO
 
-LOCK_DIR = Path("/run/lock")
+# Where the lock is: the unit's runtime directory (the hardened unit can write nothing else
+# under /run, and keeps it across restarts), else the system's lock directory; an operator's
+# shell finds the same one, whether or not it runs under the unit.
+LOCK_DIRS = (Path("/run/director"), Path("/run/lock"), Path("/tmp"))
 
 
 def path_for(config: str) -> Path:
     """The lock of ``config`` (one per file, whatever path names it)."""
     digest = hashlib.sha256(os.path.realpath(config).encode()).hexdigest()[:16]
-    where = LOCK_DIR if LOCK_DIR.is_dir() else Path("/tmp")
+    where = next((d for d in LOCK_DIRS if d.is_dir()), Path("/tmp"))
     return where / f"lvs-director-{digest}.lock"
 
 

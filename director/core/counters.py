@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
+import socket
 from array import array
 from collections.abc import Iterable, Sequence
 

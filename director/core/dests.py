@@ -7,7 +7,7 @@ kernel's own attributes give, so the codec builds it from a dump without making 
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
+import socket
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from functools import lru_cache
 from typing import Any

@@ -10,9 +10,9 @@ changes in ``director.core.services``, the kernel's counters in ``director.core.
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
 import functools
 import ipaddress
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum

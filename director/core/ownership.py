@@ -7,8 +7,8 @@ the configuration's schema and the decommissioning all ask this one question her
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 
 from director.core.model import ServiceKey

@@ -9,8 +9,8 @@ and receives it.
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
 import functools
+import socket
 import struct
 from collections.abc import Sequence
 

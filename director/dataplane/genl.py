@@ -4,9 +4,9 @@ No netlink library: ``director.dataplane.codec`` packs and parses the messages."
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
 import contextlib
 import errno
+import socket
 from collections.abc import Iterator
 
 from director.dataplane.netlink import (

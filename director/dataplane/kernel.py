@@ -17,7 +17,6 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from director.core.added import service_ops
@@ -354,17 +353,6 @@ class KernelIpvs:
         return frozenset(offered)
 
     # -- writing -----------------------------------------------------------------------
-    def encoded(self, ops: Sequence[Op]) -> Iterator[tuple[bytes, int, int]]:
-        """``ops`` as the datagrams ``apply`` sends them, numbered from 1, not sent: (datagram,
-        first sequence number, messages), each made as the one before is taken (a table's
-        worth never lives at once: an ``OpChain``'s added services are packed from their
-        rows, as ``apply`` packs them). A static box keeps its table so for its next start
-        (``director.dataplane.replay``). Ops ``apply`` would refuse before sending (a
-        scheduler the kernel does not offer, and that service's real servers) are left out."""
-        _refused, batches = self._batches(ops, SimpleNamespace(seq=0))
-        for batch, indices, first in batches:
-            yield batch, first, len(indices)
-
     def _batches(
         self, ops: Sequence[Op], numbering: Numbering
     ) -> tuple[dict[int, OpError], Iterator[Batch]]:

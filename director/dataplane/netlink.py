@@ -1,8 +1,6 @@
 """Netlink's own wire format: message and attribute headers, the generic netlink
 controller's question (which id a family has), a datagram split into its messages, and the
-kernel's words for an error. Pure, and light: ``struct`` and ``os`` only, so that a
-start can speak to the kernel before the rest of the director is loaded
-(:mod:`director.dataplane.replay`); :mod:`director.dataplane.codec` holds IPVS's own
+kernel's words for an error. Pure: :mod:`director.dataplane.codec` holds IPVS's own
 messages on top of it."""
 
 from __future__ import annotations

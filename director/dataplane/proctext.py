@@ -29,9 +29,9 @@ is configuration.
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
 import ipaddress
 import re
+import socket
 import struct
 import sys
 from array import array

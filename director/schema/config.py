@@ -148,17 +148,12 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
 
 
 def _parse(text: str, source: str) -> Settings:
-    data = yamldoc.fast(text)
-    lines: yamldoc.Lines | None = None
-    if data is None:
-        data, lines = _precise(text, source)
+    data, lines = _precise(text, source)
     if data is None:
         return Settings(source=source)
     try:
         return compile_document(read_document(data), source)
     except (Invalid, Refusal, Problem) as exc:
-        if lines is None:  # read fast, without lines: read it again to name them
-            _, lines = _precise(text, source)
         raise _located(exc, lines, source) from None
 
 

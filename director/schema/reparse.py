@@ -12,15 +12,15 @@ reported exactly as ``director check`` reports it, with its line. So is a file t
 plain YAML: an anchor in one item used by an alias in another (or a tag, a merge key) ties
 items together, and an item whose text did not change may still mean something new.
 
-Cutting the file and remembering each item (a digest of its text) is for the next parse; a
-first start's table waits for nothing of it. So a first load can leave it for later
-(``load(..., later=True)``, then ``settle``): ``director run`` sends its table first.
+The memory lives in the process: a start parses the file whole (nothing parsed is kept on
+disk).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import re
 import threading
 from collections.abc import Callable
@@ -31,7 +31,6 @@ from pathlib import Path
 from director.core.checks import CheckSpec
 from director.core.model import ServiceKey
 from director.core.services import Table, VirtualService
-from director.schema.cache import key_of as cache_key, load as cache_load, store as cache_store
 from director.schema.config import ConfigError, Settings, parse_config, read_config
 
 _SECTION = re.compile(r"services:[ \t]*(?:#[^\n]*)?\r?(?:\n|$)")
@@ -54,7 +53,7 @@ def _not_plain(text: str) -> bool:
 
 
 class _Check(Enum):
-    UNCHECKED = "no health_check line"  # an Enum member: one object, pickled or not
+    UNCHECKED = "no health_check line"
 
 
 _UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the section's default
@@ -62,17 +61,10 @@ _UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the sect
 # a service, its check (or _UNCHECKED), and whether it is full NAT
 Parsed = tuple[VirtualService, object, bool]
 
-try:  # hashlib's own BLAKE2 (what hashlib.blake2b is), without hashlib's load of OpenSSL
-    from _blake2 import blake2b as _blake2b  # (45 ms of a first start under the lab's emulation)
-except ImportError:  # a Python built without it
-    from hashlib import blake2b as _blake2b
-
-
 def _digest(item: str) -> bytes:
     """What an item is remembered by: its text's digest (16 bytes where the text of a
-    5,000-service file's items held 3.3 MB for life), stable across processes (the memory is
-    kept in the cache for the next start)."""
-    return _blake2b(item.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    5,000-service file's items held 3.3 MB for life)."""
+    return hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,85 +129,21 @@ class Reparser:
         self._settings: Settings | None = None
         self._items: dict[bytes, Parsed] = {}  # by each item's _digest
         self.reused = 0  # items the last parse took from the one before (a figure for logs)
-        # The last file loaded whole and well: its cache key and what it parsed to.
-        self._last: tuple[str, Settings] | None = None
-        self._cached: str | None = None  # the key the cache holds (None: not known)
-        self._keyed = False  # a cache was named: each load's key is kept, for a save
-        self._lock = threading.Lock()  # a save (its own thread) sees one load's state whole
-        # A first parse's file and settings, their items not yet remembered (``settle``).
-        self._unsettled: tuple[str, Settings] | None = None
+        self._lock = threading.Lock()  # one load at a time
 
-    def load(self, path: str | Path, cache: Path | None = None, *, later: bool = False) -> Settings:
-        """The file's settings; with ``cache``, taken from it when it holds this very file
-        parsed by this very code (see ``schema.cache``). ``later``: a first parse leaves its
-        items to be remembered by ``settle`` (or the next load or save)."""
+    def load(self, path: str | Path) -> Settings:
+        """The file's settings (only the services items that changed since the last load
+        are parsed again)."""
         with self._lock:
-            return self._load(path, cache, later)
-
-    def settle(self) -> None:
-        """Remember what a ``later`` load left: its items, for the next parse."""
-        with self._lock:
-            self._settle()
-
-    def _settle(self) -> None:
-        if self._unsettled is not None:
-            text, settings = self._unsettled
-            self._unsettled = None
-            self._remember(split(text) if not _not_plain(text) else None, settings)
-
-    def _load(self, path: str | Path, cache: Path | None, later: bool = False) -> Settings:
-        text, source = read_config(path)
-        self._keyed |= cache is not None
-        if not self._keyed:  # no cache: the file is not hashed for one
-            return self._parse(text, source, later)
-        key = cache_key(text.encode(), source)
-        if cache is not None:
-            found = cache_load(cache, key)
-            if found is not None:
-                settings, (self._outside, self._settings, self._items) = found
-                self._unsettled = None
-                self._last, self._cached = (key, settings), key
-                return settings
-        settings = self._parse(text, source, later)
-        self._last = (key, settings)
-        return settings
-
-    def last_key(self) -> str | None:
-        """The cache key of the file the last load read whole and well (None: not known,
-        as when no cache was named)."""
-        with self._lock:
-            return self._last[0] if self._last is not None else None
-
-    def last(self) -> tuple[str, Settings] | None:
-        """The cache key of the file the last load read whole and well, and its settings
-        (None: not known, as when no cache was named)."""
-        with self._lock:
-            return self._last
-
-    def save(self, cache: Path, *, again: bool = False) -> bool:
-        """Keep what the last load made of its file in ``cache`` (nothing to do when the
-        cache already holds it, unless ``again``: the file was removed or replaced); False
-        when it could not be written."""
-        with self._lock:  # what one load left (each load makes new dicts, never edits old ones)
-            self._settle()
-            last, memory = self._last, (self._outside, self._settings, self._items)
-        if last is None or (last[0] == self._cached and not again):
-            return True
-        saved = cache_store(cache, last[0], last[1], memory)
-        if saved:
-            self._cached = last[0]
-        return saved
+            text, source = read_config(path)
+            return self._parse(text, source)
 
     def parse(self, text: str, source: str) -> Settings:
-        return self._parse(text, source)
+        with self._lock:
+            return self._parse(text, source)
 
-    def _parse(self, text: str, source: str, later: bool = False) -> Settings:
-        self._settle()
+    def _parse(self, text: str, source: str) -> Settings:
         self.reused = 0
-        if later and self._outside is None:  # nothing to reuse: parsed whole, cut after
-            settings = parse_config(text, source)
-            self._unsettled = (text, settings)
-            return settings
         parts = split(text) if not _not_plain(text) else None
         if parts is not None and parts.outside == self._outside:
             quick = self._incremental(parts, source)

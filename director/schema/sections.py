@@ -7,8 +7,8 @@ holds the value types); the file's own objects (services, pools) are in
 
 from __future__ import annotations
 
-import _socket as socket  # socket.py's C half (director.cli.early says why)
 import ipaddress
+import socket
 from dataclasses import field
 from typing import Annotated, NamedTuple
 

@@ -1,29 +1,15 @@
-"""A YAML file as plain data (mappings, lists and text), with the line of every part.
+"""A YAML file as plain data (mappings, lists and text), with the line of every part: the one
+reader of the configuration file (PyYAML's composer, its C parser where it is built).
 
-Two readers give the same plain data, up to the form of a scalar: the precise reader keeps
-every scalar as its text (``"80"``, ``"true"``); the fast one gives JSON's numbers and
-booleans (``80``, ``True``). The schema's fields take both and give the same value.
-
-- The fast reader (rapidyaml, C++) takes plain files: printable ASCII, no anchors, aliases,
-  tags, escapes, directives or complex keys, one document whose top is a mapping. It reads a
-  5,000-service file in a tenth of a second and keeps no line numbers.
-- The precise reader (PyYAML's composer) takes everything YAML allows, refuses duplicate
-  keys and absurd nesting, and records the line of every key and value. A file that is not
-  plain, or that the schema refuses, is read again by it: errors name their line.
-
-The two agree on every file the fast reader takes (``tests/test_properties.py`` holds them
-to it).
+Every scalar is kept as its text (``"80"``, ``"true"``, ``"inf"``): the schema's fields give
+each its value, so no YAML 1.1 rule turns a password into a number. It takes everything YAML
+allows, refuses duplicate keys and absurd nesting, and records the line of every key and
+value, so every fault is reported with its line.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import re
-import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -35,40 +21,6 @@ if TYPE_CHECKING:
 
 Path = tuple[str | int, ...]
 MAX_DEPTH = 32  # the schema nests 5 deep; anything deeper is a mistake or an attack
-
-# What the fast reader takes: printable ASCII and newlines, without the characters that
-# start anchors (&), aliases (*), tags (!), directives (%), escapes (\\), complex keys (?)
-# or tabs. Anything else is the precise reader's.
-_PLAIN = bytes(c for c in range(0x20, 0x7F) if chr(c) not in "&*!%\\?") + b"\n"
-_NULL = re.compile(r"[\[:,]\s*null\s*[,\]}\n]")  # null, ~ or nothing: text in the precise
-_FLOW_LIST = re.compile(rb"\[[^\]]*")  # a flow list's text, to its first ]
-
-
-def _import_ryml() -> ModuleType | None:
-    """rapidyaml (a dependency; without it every file takes the precise reader), without
-    the module its wrapper loads only to mark its old names deprecated: ``deprecation``
-    brings ``packaging`` and ``datetime``, which nothing else of a check or a static box
-    needs. Those old names are not used here; the stand-in is gone once ryml is loaded."""
-    if "deprecation" in sys.modules:
-        stand_in = None
-    else:
-        stand_in = ModuleType("deprecation")
-        stand_in.deprecated = lambda **_: lambda fn: fn  # type: ignore[attr-defined]
-        sys.modules["deprecation"] = stand_in
-    try:
-        import ryml as module
-    except ImportError:  # pragma: no cover - exercised only on a broken install
-        return None
-    finally:
-        if stand_in is not None and sys.modules.get("deprecation") is stand_in:
-            del sys.modules["deprecation"]
-    loaded: ModuleType = module
-    return loaded
-
-
-ryml = _import_ryml()
-
-_STDERR = threading.Lock()
 
 
 class YamlError(ValueError):
@@ -101,56 +53,6 @@ class Lines:
         return self.values.get((), 0)
 
 
-def fast(text: str) -> object | None:
-    """The plain data of a plain file, or None: the precise reader must read it.
-
-    Numbers and true/false arrive as JSON made them (the fields take both forms and give
-    the same value); a float keeps its text."""
-    raw = text.encode()
-    if ryml is None or raw.translate(None, _PLAIN) or raw.startswith((b"---", b"...")):
-        return None
-    if b"\n---" in raw or b"\n..." in raw:
-        return None
-    try:
-        with _quiet_stderr():  # rapidyaml prints its own parse errors to stderr
-            tree = ryml.Tree()
-            tree.reserve(nodes_in(raw))
-            ryml.parse_in_arena(raw, tree)
-            root = tree.root_id()
-            if not tree.is_map(root):
-                return None
-            emitted = ryml.emit_json_malloc(tree, root)
-            del tree  # 40 MB at 5,000 services: gone before the data is made
-        if "null" in emitted and _NULL.search(emitted):
-            return None
-        data: object = json.loads(
-            emitted, parse_float=str, parse_constant=_refuse, object_pairs_hook=_unique
-        )
-        return data
-    except (_NotPlain, ValueError, RecursionError, MemoryError, RuntimeError):
-        return None
-    except Exception as exc:  # rapidyaml's own exception classes
-        if type(exc).__module__.startswith("ryml"):
-            return None
-        raise
-
-
-def nodes_in(raw: bytes) -> int:
-    """How many nodes rapidyaml makes of a plain file, near enough to allocate its tree once.
-
-    Left to grow, the tree doubles as it fills: a 5,000-service file (230,000 nodes) was
-    copied 14 times into a tree of 262,144, and the parse took half as many page faults
-    again as the nodes need. Each node is the top, a key's value (``key: `` or ``key:`` at
-    the end of a line), a block list's item (``- ``) or a flow list's (one more than its
-    commas); text that only looks like one (a comment, a flow mapping in a flow list) counts
-    too, so the figure is rarely under. Under, the tree grows from it as it did; 3% more
-    is allowed for that."""
-    counted = raw.count(b": ") + raw.count(b":\n") + raw.count(b"- ") + raw.count(b"-\n")
-    lists: list[bytes] = _FLOW_LIST.findall(raw)
-    counted += sum(1 + part.count(b",") for part in lists)
-    return counted + counted // 32 + 16
-
-
 def precise(text: str) -> tuple[object, Lines]:
     """The plain data and the line of every part; YamlError if it is not plain YAML."""
     root = _compose(text)
@@ -161,41 +63,17 @@ def precise(text: str) -> tuple[object, Lines]:
     return _plain(root, (), lines), lines
 
 
-class _NotPlain(ValueError):
-    pass
-
-
-def _refuse(_: str) -> object:
-    raise _NotPlain
-
-
-def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise _NotPlain  # a duplicate key: the precise reader names both lines
-    return out
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """fd 2 to /dev/null for the length of one parse (the error is reported by us)."""
-    with _STDERR:
-        saved = os.dup(2)
-        try:
-            with open(os.devnull, "wb") as sink:
-                os.dup2(sink.fileno(), 2)
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+def _loader(yaml: ModuleType) -> type:
+    """PyYAML's safe loader, its C parser where it was built with libyaml (Debian's is)."""
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[no-any-return]
 
 
 def _compose(text: str) -> yaml.Node | None:
     """The YAML node tree, or a YamlError naming the line (never a traceback)."""
-    import yaml  # here: a plain file never needs it
+    import yaml
 
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_loader(yaml))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else 0
@@ -273,8 +151,9 @@ def secret_values(text: str) -> set[str] | None:
     import yaml
 
     try:
-        with _quiet_stderr():
-            documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        documents = list(
+            yaml.compose_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        )
     except (yaml.YAMLError, RecursionError, ValueError):
         return None
     found: set[str] = set()

@@ -268,7 +268,7 @@ def imported(lines: list[str]) -> set[str]:
     }
 
 
-CLUSTER_ONLY = {"kubernetes", "urllib3", "yaml", "websocket", "oauthlib"}
+CLUSTER_ONLY = {"kubernetes", "urllib3", "websocket", "oauthlib"}
 
 
 API_ONLY = {"flask", "werkzeug"}

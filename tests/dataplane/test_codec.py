@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, strategies as st
 from pyroute2.netlink.generic.ipvs import ipvsmsg
 
-from director.core.added import AddedService, OpChain
 from director.core.dests import packed_key
 from director.core.model import (
     Family,
@@ -22,7 +21,7 @@ from director.core.model import (
     ServiceConfig,
     ServiceKey,
 )
-from director.core.services import Op, OpKind, VirtualService
+from director.core.services import Op, OpKind
 from director.dataplane.codec import (
     CMD_ATTR_DEST,
     CMD_ATTR_SERVICE,
@@ -35,7 +34,7 @@ from director.dataplane.codec import (
 )
 from director.dataplane.genl import RECV_BYTES, GenlSocket
 from director.dataplane.kernel import KernelIpvs
-from director.dataplane.netlink import NLM_F_ACK, parse_attrs as _attrs, split_messages
+from director.dataplane.netlink import parse_attrs as _attrs
 from director.dataplane.replies import DestReplies
 from director.dataplane.tabletext import TableText
 
@@ -307,44 +306,6 @@ def test_the_codec_packs_a_real_server_s_key_as_dests_holds_it(address: str, por
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     raw = socket.inet_pton(family, address).ljust(16, b"\0")
     assert wire_key(raw, port.to_bytes(2, "big"), family) == packed_key(address, port)
-
-
-def test_a_kept_table_is_the_very_datagrams_a_sync_sends(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a static box keeps for its next start's replay is what ``apply`` sends, message
-    for message, numbered from 1 (director.dataplane.replay sends it as it is)."""
-    import director.dataplane.kernel as kernel_module
-
-    monkeypatch.setattr(kernel_module, "load_module", lambda name: None)
-    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
-    dests = [RealServer(f"10.0.{i // 250}.{i % 250 + 1}", 8080) for i in range(600)]  # 2 batches+
-    ops = [Op(OpKind.ADD_SERVICE, key, config=ServiceConfig("wlc"))]
-    ops += [Op(OpKind.ADD_DEST, key, dest=rs) for rs in dests]
-    kernel, sock = scripted_kernel()
-    kernel._schedulers, kernel._lock = frozenset({"wlc", "mh"}), threading.Lock()
-    kept = list(kernel.encoded(ops))
-    assert len(kept) > 1 and sum(count for _, _, count in kept) == len(ops)
-    # A first start's table as the daemon keeps it: added services packed from their rows,
-    # byte for byte as the operations one by one; a scheduler the kernel lacks left out.
-    other = ServiceKey.inet(Protocol.TCP, "198.51.100.11", 80)
-    missing = ServiceKey.inet(Protocol.TCP, "198.51.100.12", 80)
-
-    def added(at: ServiceKey, scheduler: str) -> AddedService:
-        return AddedService(at, VirtualService.build(at, ServiceConfig(scheduler), dests[:300]))
-
-    chain = OpChain([added(other, "mh"), added(missing, "sed"), ops[:3]])
-    by_op = list(kernel.encoded(list(chain)))
-    assert [data for data, _, _ in kernel.encoded(chain)] == [data for data, _, _ in by_op]
-    assert sum(count for _, _, count in by_op) == 301 + 3
-    sock.datagrams = [
-        struct.pack("=IHHIIi", 36, 2, 0, first + count - 1, 0, 0) + bytes(16)
-        for _, first, count in kept
-    ]
-    assert kernel.apply(ops).ok
-    assert sock.sent == [data for data, _, _ in kept]
-    assert kept[0][1] == 1
-    for data, first, count in kept:  # only each datagram's last message asks for an ack
-        acks = [seq for _, flags, seq, _, _ in split_messages(data) if flags & NLM_F_ACK]
-        assert acks == [first + count - 1]
 
 
 @given(

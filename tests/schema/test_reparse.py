@@ -5,7 +5,6 @@ same line. Hypothesis makes the files and the edits."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -233,40 +232,3 @@ def test_a_file_is_cut_into_items_only_where_the_pattern_finds_nothing_that_ties
     from director.schema.reparse import _NOT_PLAIN, _not_plain
 
     assert _not_plain(text) == (_NOT_PLAIN.search(text) is not None)
-
-
-def test_a_first_load_left_for_later_still_reuses_its_items_and_saves_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A first start's load cuts its items after the table is sent (``later``): the same
-    settings at once, nothing cut until then, and once settled (or at the next load, or at
-    a save) a one-item edit parses that item alone, from memory or from the cache."""
-    from director.schema import reparse
-
-    items = [item(i, i % 3) for i in range(50)]
-    path = tmp_path / "director.yaml"
-    path.write_text(HEAD + "services:\n" + "".join(items) + TAIL)
-    cuts: list[int] = []
-    cut = reparse.split
-    monkeypatch.setattr(reparse, "split", lambda text: cuts.append(1) or cut(text))
-    for ending in ("settle", "next load", "save"):
-        cache = tmp_path / f"{ending}.cache"
-        reader = Reparser()
-        first = reader.load(path, cache, later=True)
-        assert first == parse_config(path.read_text(), str(path)) and cuts == []
-        if ending == "settle":
-            reader.settle()
-            assert cuts == [1]
-        elif ending == "save":
-            assert reader.save(cache) and cache.exists() and cuts == [1]
-            reader = Reparser()
-            reader.load(path, cache)  # the cache's parse, the items' memory with it
-            assert cuts == [1], "taken from the cache, not parsed"
-        edited = items.copy()
-        edited[3] = item(3, 0, weight=7)
-        path.write_text(HEAD + "services:\n" + "".join(edited) + TAIL)
-        second = reader.load(path, cache)
-        assert reader.reused == 49, ending
-        assert second == parse_config(path.read_text(), str(path))
-        path.write_text(HEAD + "services:\n" + "".join(items) + TAIL)
-        cuts.clear()

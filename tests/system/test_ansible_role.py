@@ -11,7 +11,6 @@ applies it, on a kernel with IPVS.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import re
@@ -234,27 +233,6 @@ def test_a_box_installed_before_releases_becomes_a_release(applied: tuple[Run, R
     assert chroot("/opt/director/bin/director", "--version").stdout.strip() == (
         f"director {__version__}"
     )
-
-
-@pytest.mark.role
-def test_the_release_keeps_its_dataclass_code_for_the_read_only_unit(
-    applied: tuple[Run, Run, Run],
-) -> None:
-    """The unit cannot write in the release (ProtectSystem=strict): the role wrote the
-    dataclasses' code there once, so a start in the release compiles none of it."""
-    release = ROOT / "opt/director/releases" / __version__
-    kept = list(release.glob("lib/python3*/site-packages/director/__pycache__/dataclass-code.*"))
-    assert len(kept) == 1, kept
-    started = chroot(
-        "/usr/bin/env",
-        "PYTHONDONTWRITEBYTECODE=1",  # as the unit: nothing can be written
-        "/opt/director/current/bin/python",
-        "-c",
-        "from director.cli import classcode; classcode.install(); import director.cli.run;"
-        " print(classcode.keep())",
-    )
-    figures = ast.literal_eval(started.stdout.strip())
-    assert figures["compiled"] == 0 and figures["taken"] > 0, figures
 
 
 @pytest.mark.role
