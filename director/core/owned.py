@@ -47,7 +47,6 @@ RESOURCES = (
     "frr",
     "state-file",
     "intents-file",
-    "start-cache",
     "lease",
 )
 
