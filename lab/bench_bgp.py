@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.schema.config import parse_config
 from lab.bgp import DIRECTOR_ASN, ROUTER_ASN, ROUTER_FRONT, BgpLab, bgp_lab, start_frr

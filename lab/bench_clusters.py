@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import Listed
 from director.engine.reconcile import SyncReport

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from director.cli.runtime import Runtime
 from director.core.cluster_parse import MAX_SOURCE_RANGES, service_from_json
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import IpProtocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service

@@ -37,7 +37,7 @@ from typing import Any
 from director.adapters.kube import FIELD_MANAGER, RESOURCES, KubeApi, api_client
 from director.adapters.metrics_ipvs import IpvsExposition, Scrape
 from director.adapters.promtext import CollectorRegistry
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.interface import Ipvs
 from director.engine.reconcile import SyncReport
 from director.schema.config import parse_config

@@ -6,7 +6,7 @@
                               └──────────── back 192.0.2.0/24 ───────── d1 .2   d2 .3   d3 .4
                                                                          be1-be10 .11-.20
 
-Each director runs ``director.cli.runtime.Runtime`` (two static services in a ``bgp`` pool,
+Each director runs ``director.daemon.runtime.Runtime`` (two static services in a ``bgp`` pool,
 Maglev hashing: the VIP .10 by tun, .11 by direct routing on the back segment) against the
 IPVS of its namespace, with its admin API on loopback, and its own FRR (zebra, bfdd, bgpd,
 each with ``-N`` so pid files and sockets stay per namespace). The director renders
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.error import HTTPError
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.schema.config import parse_config
 from lab.ha import veth

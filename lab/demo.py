@@ -57,7 +57,7 @@ def kubernetes_demo(lab: Lab) -> None:
     """director run's wiring against the API stand-in: a Service's life at the edge."""
     import tempfile
 
-    from director.cli.runtime import Runtime
+    from director.daemon.runtime import Runtime
     from director.schema.config import parse_config
     from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 
@@ -226,7 +226,7 @@ def clusters_demo(lab: Lab) -> None:
     and the other cluster's changes go on."""
     import tempfile
 
-    from director.cli.runtime import Runtime
+    from director.daemon.runtime import Runtime
     from director.schema.config import parse_config
     from lab.kubeapi import endpoint_slice, service
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from director.adapters.keepalived_process import LIMIT_US
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.schema.config import parse_config
 from lab.netns import Backend, BackendServers, Netns, run

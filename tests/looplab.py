@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer
 from tests.kubelab import settings

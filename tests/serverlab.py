@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, node, service

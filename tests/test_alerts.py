@@ -207,7 +207,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     serves on /metrics, the kernel's counters included."""
     import urllib.request
 
-    from director.cli.runtime import Runtime
+    from director.daemon.runtime import Runtime
     from director.schema.config import parse_config
     from lab.kubeapi import FakeApiServer, node
     from tests.serverlab import TOKEN, config as api_config

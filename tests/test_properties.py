@@ -19,7 +19,6 @@ import yaml
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from director.cli.runtime import Runtime
 from director.core.checks import CheckSpec
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.ipam import Allocator
@@ -29,6 +28,7 @@ from director.core.ownership import Ownership
 from director.core.plan import build_plan
 from director.core.pools import Pool
 from director.core.translate import translate
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.engine.loop import Controller
 from director.schema.config import ConfigError, load_config, parse_config

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 

@@ -130,7 +130,7 @@ def _check_clusters(args: argparse.Namespace, settings: Settings, report: dict[s
 def _one_server_each(args: argparse.Namespace, settings: Settings, report: dict[str, Any]) -> int:
     """No two clusters' kubeconfigs reach one API server (``run`` refuses it too)."""
     from director.adapters.kube import api_client
-    from director.cli.wiring import same_server
+    from director.daemon.wiring import same_server
 
     configured = []
     for kube in settings.served:

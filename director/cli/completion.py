@@ -9,14 +9,7 @@ import argparse
 import shlex
 from collections.abc import Iterator
 
-FILE_OPTIONS = {
-    "--config",
-    "--kubeconfig",
-    "--state-file",
-    "--token-file",
-    "--ca-file",
-    "--out",
-}
+FILE_OPTIONS = {"--config", "--kubeconfig", "--state-file", "--token-file", "--ca-file", "--out"}
 
 _BASH = r"""
 _director() {

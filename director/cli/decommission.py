@@ -14,8 +14,8 @@ import socket
 import subprocess
 import sys
 
-from director.cli import runlock
 from director.cli.plans import EXIT_FAILED_OPS, open_ipvs, print_plan
+from director.daemon import runlock
 from director.engine.reconcile import Reconciler
 from director.schema.config import Settings, load_config
 

@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("plan", "apply"):
             return cmd_plan(args, apply=args.command == "apply")
         if args.command == "run":  # each loads only its own module
-            from director.cli.run import cmd_run
+            from director.daemon.run import cmd_run
 
             return cmd_run(args)
         if args.command == "check":

@@ -20,13 +20,13 @@ EXIT_FAILED_OPS = 1  # some operations failed (each is printed with the kernel's
 EXIT_CONFIG = 2
 SHOWN_FAULTS = 20  # faults of an invalid file printed (check --json lists them all)
 EXIT_NO_IPVS = 3
-EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 def open_ipvs(netns: str | None) -> Ipvs:
-    from director.dataplane.kernel import KernelIpvs  # only the kernel commands pay for netlink
+    """The kernel's IPVS for the one-shot commands (made where the daemon makes its own)."""
+    from director.daemon.wiring import open_ipvs as made
 
-    return KernelIpvs(netns)
+    return made(netns)
 
 
 def _summary(ops: Sequence[Op]) -> str:

@@ -8,36 +8,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import string
 
+from director.daemon.wiring import read_token
 from director.schema.config import Settings
 from director.schema.notes import bgp_notes, snat_notes
-
-TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
-
-
-def read_token(path: str) -> str:
-    """The admin token: one line of 16 or more characters that a bearer header can carry
-    (RFC 6750's token68: letters, digits and -._~+/=). Raises ValueError saying why not."""
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"api.token_file {path}: the file is not text") from None
-    except OSError as exc:
-        raise ValueError(f"api.token_file {path}: {exc.strerror or exc}") from None
-    token = text.strip()
-    if "\n" in token or "\r" in token:
-        raise ValueError(f"api.token_file {path}: the token must be one line (found several)")
-    if not set(token) <= TOKEN_CHARS:
-        raise ValueError(
-            f"api.token_file {path}: the token may hold only letters, digits and -._~+/= "
-            "(what an Authorization: Bearer header carries)"
-        )
-    if len(token) < 16:
-        raise ValueError(f"api.token_file {path}: the token must be at least 16 characters")
-    return token
-
 
 Problem = tuple[str, str]  # the field at fault (api.listen), and what is wrong with it
 

@@ -61,6 +61,7 @@ _UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the sect
 # a service, its check (or _UNCHECKED), and whether it is full NAT
 Parsed = tuple[VirtualService, object, bool]
 
+
 def _digest(item: str) -> bytes:
     """What an item is remembered by: its text's digest (16 bytes where the text of a
     5,000-service file's items held 3.3 MB for life)."""

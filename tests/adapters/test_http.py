@@ -24,8 +24,8 @@ import pytest
 
 from director.adapters.http import HttpServer as ApiServer
 from director.adapters.promtext import Collector, GaugeMetricFamily
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.wait import eventually
@@ -362,7 +362,7 @@ def test_more_connections_than_descriptors_leave_the_director_working(tmp_path: 
     script = (
         "import resource, threading\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))\n"
-        "from director.cli.runtime import Runtime\n"
+        "from director.daemon.runtime import Runtime\n"
         "from director.dataplane.fake import FakeIpvs\n"
         "from director.schema.config import load_config\n"
         f"Runtime(load_config({str(tmp_path / 'd.yaml')!r}), FakeIpvs()).start()\n"

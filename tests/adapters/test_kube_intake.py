@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from director.adapters.kube_intake import ChildListed
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service

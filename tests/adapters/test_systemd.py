@@ -55,7 +55,7 @@ def test_director_run_says_ready_then_feeds_the_watchdog_until_its_loop_stops(
         "import sys, threading, time\n"
         "import director.cli.main as cli, director.engine.loop as c\n"
         "from director.dataplane.fake import FakeIpvs\n"
-        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs()\n"
+        "import director.daemon.run; director.daemon.run.open_ipvs = lambda netns: FakeIpvs()\n"
         "real, began = c.Controller.step, time.monotonic()\n"
         "def step(self, wait=0.5):\n"
         "    if time.monotonic() - began > 3: threading.Event().wait()\n"

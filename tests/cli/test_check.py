@@ -244,7 +244,7 @@ def test_two_clusters_that_reach_one_api_server_are_refused_by_check_and_run(
     """Issue 71, 4: two clusters: entries whose kubeconfigs reach the same API server passed
     check --clusters, and at run time each Service's status flipped between two addresses
     about three times a second, for ever. Both refuse it, naming the two."""
-    from director.cli import wiring
+    from director.daemon import wiring
     from director.schema.config import parse_config
     from lab.kubeapi import FakeApiServer
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from director.cli.runtime import Runtime
 from director.core.services import Op, OpKind
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.wait import eventually

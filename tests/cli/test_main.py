@@ -121,7 +121,7 @@ def run_director(config: Path) -> subprocess.CompletedProcess[str]:
     script = (
         "import sys; import director.cli.main as cli; "
         "from director.dataplane.fake import FakeIpvs; "
-        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
+        "import director.daemon.run; director.daemon.run.open_ipvs = lambda netns: FakeIpvs(); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
     return subprocess.run(
@@ -231,7 +231,7 @@ def run_until(
     script = (
         "import atexit, sys; import director.cli.main as cli; "
         "from director.dataplane.fake import FakeIpvs; "
-        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
+        "import director.daemon.run; director.daemon.run.open_ipvs = lambda netns: FakeIpvs(); "
         f"atexit.register(lambda: print({MODULES!r} + ' '.join(sorted(sys.modules)), "
         "file=sys.stderr, flush=True)); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, service
 from lab.wait import eventually

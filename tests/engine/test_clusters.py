@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import Settings, parse_config
 from director.web.app import create_app

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.engine.reload import RESTART_ONLY
 from director.schema.config import load_config
@@ -263,7 +263,7 @@ def director_run(config: Path, **env: str) -> subprocess.Popen[str]:
         "import sys\n"
         "import director.cli.main as cli\n"
         "from director.dataplane.fake import FakeIpvs\n"
-        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs()\n"
+        "import director.daemon.run; director.daemon.run.open_ipvs = lambda netns: FakeIpvs()\n"
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))\n"
     )
     return subprocess.Popen(
@@ -330,7 +330,7 @@ def test_the_main_thread_wakes_for_a_signal_whose_handler_takes_no_lock() -> Non
     error."""
     import threading
 
-    from director.cli.run import Wake
+    from director.daemon.run import Wake
 
     asked: set[str] = set()
     previous = signal.signal(signal.SIGUSR1, lambda *_: asked.add("stop"))

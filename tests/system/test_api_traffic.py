@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
 from director.schema.config import parse_config

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.promtext import generate_latest
-from director.cli import wiring
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon import wiring
+from director.daemon.runtime import Runtime
 from lab.kubeapi import FakeApiServer, endpoint_slice, node, service
 from lab.wait import eventually
 from tests.kubelab import restricted, settings

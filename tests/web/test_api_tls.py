@@ -7,7 +7,7 @@ import ssl
 import urllib.request
 from pathlib import Path
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from lab.kubeapi import FakeApiServer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from director.web.app import create_app

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from director.cli.runtime import Runtime
 from director.core.model import IpProtocol as Protocol, ServiceKey
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
 from director.web.app import create_app

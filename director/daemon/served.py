@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, NamedTuple
 
-from director.cli import wiring
+from director.daemon import wiring
 from director.engine.loop import Controller
 from director.logs import event
 from director.schema.config import Settings

@@ -16,7 +16,7 @@ def test_decommission_finds_a_director_without_an_api_by_its_lock(tmp_path: Path
     import signal
     import time
 
-    from director.cli import runlock
+    from director.daemon import runlock
 
     config = tmp_path / "director.yaml"
     config.write_text(
@@ -26,7 +26,7 @@ def test_decommission_finds_a_director_without_an_api_by_its_lock(tmp_path: Path
     script = (
         "import sys; import director.cli.main as cli; "
         "from director.dataplane.fake import FakeIpvs; "
-        "import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs(); "
+        "import director.daemon.run; director.daemon.run.open_ipvs = lambda netns: FakeIpvs(); "
         f"sys.exit(cli.main(['run', '--config', {str(config)!r}]))"
     )
     director = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)

@@ -21,17 +21,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from director import logs
-from director.cli import runlock
-from director.cli.plans import EXIT_FATAL, open_ipvs
+from director.daemon import runlock
+from director.daemon.wiring import open_ipvs
 from director.dataplane.interface import IpvsUnavailable
 
 if TYPE_CHECKING:
-    from director.cli.runtime import Runtime
+    from director.daemon.runtime import Runtime
     from director.dataplane.interface import Ipvs
     from director.schema.config import Settings
     from director.schema.reparse import Reparser
 
 _log = logging.getLogger("director.cli")
+EXIT_FATAL = 4  # a thread the director needs died: systemd restarts it
 
 
 class Phases:
@@ -93,7 +94,7 @@ def _serve(
     """The director until it is asked to stop (or fails); its exit status."""
     import signal
 
-    from director.cli.runtime import Runtime
+    from director.daemon.runtime import Runtime
     from director.dataplane.fake import FakeIpvs
     from director.dataplane.memory import one_heap
     from director.schema.config import ConfigError

@@ -1,4 +1,4 @@
-"""``director run``'s runtime: its parts (made by ``director.cli.wiring``) started, watched,
+"""``director run``'s runtime: its parts (made by ``director.daemon.wiring``) started, watched,
 reloaded and stopped; the lease elector; the controller thread.
 
 Kept apart from the CLI so tests, the demo and the benchmarks run exactly what operators
@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from director.adapters.systemd import Notifier
-from director.cli import wiring
-from director.cli.preflight import read_token
-from director.cli.served import Served, intakes
-from director.cli.wiring import Daemons
 from director.core.firewall import Firewall
+from director.daemon import wiring
+from director.daemon.served import Served, intakes
+from director.daemon.wiring import Daemons, read_token
 from director.dataplane.interface import Ipvs
 from director.engine import clusters
 from director.engine.events import Leaving, Reloaded, Reply

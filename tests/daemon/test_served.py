@@ -13,8 +13,8 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from director.cli.runtime import Runtime
-from director.cli.served import SWITCH_INTERVAL
+from director.daemon.runtime import Runtime
+from director.daemon.served import SWITCH_INTERVAL
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import load_config
 from lab.kubeapi import FakeApiServer, node, service

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from director.cli import wiring
 from director.core.firewall import FakeFirewall
 from director.core.owned import Ledger
+from director.daemon import wiring
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.schema.config import parse_config
@@ -67,7 +67,7 @@ def test_kubeconfig_on_the_command_line_is_refused_with_several_clusters() -> No
     only be a mistake (which cluster?), so the start is refused, not the flag ignored."""
     import pytest
 
-    from director.cli.wiring import clusters
+    from director.daemon.wiring import clusters
     from director.schema.config import parse_config
 
     settings = parse_config(

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from director.cli.runtime import Runtime
+from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from lab.kubeapi import FakeApiServer, service
 from lab.wait import eventually
@@ -29,7 +29,7 @@ def test_a_dead_loop_thread_ends_the_process_with_a_nonzero_status(tmp_path: Pat
         import director.engine.loop as c
         import director.cli.main as cli
         from director.dataplane.fake import FakeIpvs
-        import director.cli.run; director.cli.run.open_ipvs = lambda netns: FakeIpvs()
+        import director.daemon.run; director.daemon.run.open_ipvs = lambda netns: FakeIpvs()
         steps = []
         real = c.Controller.step
         def step(self, wait=0.5):
