@@ -6,7 +6,6 @@ the lock with the process, however it ends (kill -9 included): no stale file mis
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 from pathlib import Path
 from typing import IO
@@ -16,6 +15,8 @@ LOCK_DIR = Path("/run/lock")
 
 def path_for(config: str) -> Path:
     """The lock of ``config`` (one per file, whatever path names it)."""
+    import hashlib  # here: a first start's early table waits for nothing of this
+
     digest = hashlib.sha256(os.path.realpath(config).encode()).hexdigest()[:16]
     where = LOCK_DIR if LOCK_DIR.is_dir() else Path("/tmp")
     return where / f"lvs-director-{digest}.lock"
