@@ -6,6 +6,7 @@ the lock with the process, however it ends (kill -9 included): no stale file mis
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from pathlib import Path
 from typing import IO
@@ -18,8 +19,6 @@ LOCK_DIRS = (Path("/run/director"), Path("/run/lock"), Path("/tmp"))
 
 def path_for(config: str) -> Path:
     """The lock of ``config`` (one per file, whatever path names it)."""
-    import hashlib  # here: a first start's early table waits for nothing of this
-
     digest = hashlib.sha256(os.path.realpath(config).encode()).hexdigest()[:16]
     where = next((d for d in LOCK_DIRS if d.is_dir()), Path("/tmp"))
     return where / f"lvs-director-{digest}.lock"
