@@ -9,7 +9,7 @@ import ipaddress
 import os
 import socket
 
-from director.daemon.wiring import read_token
+from director.daemon.token import read_token
 from director.schema.config import Settings
 from director.schema.notes import bgp_notes, snat_notes
 

@@ -23,7 +23,8 @@ from director.adapters.systemd import Notifier
 from director.core.firewall import Firewall
 from director.daemon import wiring
 from director.daemon.served import Served, intakes
-from director.daemon.wiring import Daemons, read_token
+from director.daemon.token import read_token
+from director.daemon.wiring import Daemons
 from director.dataplane.interface import Ipvs
 from director.engine import clusters
 from director.engine.events import Leaving, Reloaded, Reply

@@ -10,7 +10,6 @@ Prometheus's client (its figures are served by the API alone).
 from __future__ import annotations
 
 import logging
-import string
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -21,6 +20,7 @@ from director.core.announce import PeerState
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
 from director.core.owned import Ledger
+from director.daemon.token import read_token
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.engine.events import BoxAddresses, LeaseRefused, TargetChecked, VrrpChanged
@@ -47,32 +47,6 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.web.front import Token
 
 log = logging.getLogger("director.runtime")
-
-
-TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=")
-
-
-def read_token(path: str) -> str:
-    """The admin token: one line of 16 or more characters that a bearer header can carry
-    (RFC 6750's token68: letters, digits and -._~+/=). Raises ValueError saying why not."""
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"api.token_file {path}: the file is not text") from None
-    except OSError as exc:
-        raise ValueError(f"api.token_file {path}: {exc.strerror or exc}") from None
-    token = text.strip()
-    if "\n" in token or "\r" in token:
-        raise ValueError(f"api.token_file {path}: the token must be one line (found several)")
-    if not set(token) <= TOKEN_CHARS:
-        raise ValueError(
-            f"api.token_file {path}: the token may hold only letters, digits and -._~+/= "
-            "(what an Authorization: Bearer header carries)"
-        )
-    if len(token) < 16:
-        raise ValueError(f"api.token_file {path}: the token must be at least 16 characters")
-    return token
 
 
 def open_ipvs(netns: str | None) -> Ipvs:
