@@ -29,7 +29,7 @@ from director.core.ownership import Ownership
 from director.core.services import Table, VirtualService
 from director.dataplane.kernel import KernelIpvs
 from director.engine.reconcile import Reconciler
-from lab.netns import Netns
+from lab.netns import fresh_namespace
 
 DESTS = 10
 # RFC 2544 benchmarking range; only ever inside the bench namespace.
@@ -95,18 +95,6 @@ def incremental(reconciler: Reconciler, table: Table, rounds: int = 40) -> dict[
         "ms_p50": statistics.median(times),
         "ms_p99": sorted(times)[int(len(times) * 0.99) - 1] if len(times) > 1 else times[0],
     }
-
-
-def fresh_namespace(name: str) -> tuple[Netns, KernelIpvs]:
-    """A new network namespace: its own IPVS, with an empty table and an empty dest trash.
-
-    Fresh for every contender: after a mass delete the kernel keeps removed real servers in
-    a trash list for a while and every add scans it, so a contender that ran second in a
-    just-flushed namespace would pay for the first one (measured: 188 s instead of 9 s).
-    """
-    ns = Netns(name)
-    ns.ip("link set lo up")
-    return ns, KernelIpvs(netns=name)
 
 
 def ipvsadm(ns: str, *argv: str, stdin: Path | None = None) -> float:

@@ -499,7 +499,7 @@ def one(
 
         result = run(FakeIpvs(record=False), count, rounds, turn=turn)
     else:
-        from lab.bench import fresh_namespace
+        from lab.netns import fresh_namespace
 
         ns, ipvs = fresh_namespace(f"bench-kube-{count}")
         try:

@@ -15,9 +15,12 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from director.dataplane.netns import enter_netns
+
+if TYPE_CHECKING:
+    from director.dataplane.kernel import KernelIpvs
 
 T = TypeVar("T")
 
@@ -432,3 +435,17 @@ def ask_udp(
         return sock.recv(2048).decode().strip()
     finally:
         sock.close()
+
+
+def fresh_namespace(name: str) -> tuple[Netns, KernelIpvs]:
+    """A new network namespace: its own IPVS, with an empty table and an empty dest trash.
+
+    Fresh for every contender: after a mass delete the kernel keeps removed real servers in
+    a trash list for a while and every add scans it, so a contender that ran second in a
+    just-flushed namespace would pay for the first one (measured: 188 s instead of 9 s).
+    """
+    from director.dataplane.kernel import KernelIpvs
+
+    ns = Netns(name)
+    ns.ip("link set lo up")
+    return ns, KernelIpvs(netns=name)

@@ -323,3 +323,11 @@ def test_the_start_bench_rotates_its_contenders_and_pairs_each_turns_ratio() -> 
     keepalived = [1.0, 3.0, 1.0, 3.0, 3.0]
     director = [0.9, 2.7, 0.9, 2.7, 2.7]
     assert paired_ratio(director, keepalived) == 0.9
+
+
+def test_lab_has_no_import_circle() -> None:
+    """lab/ is test support the tests import: held to the rule director/ is held to (issue 72:
+    lab.bench and lab.bench_kube imported each other)."""
+    from lab import shape
+
+    assert shape.circles(shape.LAB) == []
