@@ -55,12 +55,11 @@ class Lines:
 
 def precise(text: str) -> tuple[object, Lines]:
     """The plain data and the line of every part; YamlError if it is not plain YAML."""
-    root = _compose(text)
+    root = _compose(text, untagged=True)
     lines = Lines({}, {})
     if root is None:
         return None, lines
-    _check_depth(root)
-    return _plain(root, (), lines), lines
+    return _plain(root, (), lines, 1), lines
 
 
 def _loader(yaml: ModuleType) -> type:
@@ -68,12 +67,33 @@ def _loader(yaml: ModuleType) -> type:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[no-any-return]
 
 
-def _compose(text: str) -> yaml.Node | None:
+_UNTAGGED: dict[type, type] = {}
+
+
+def _untagged(yaml: ModuleType) -> type:
+    """The safe loader without implicit tags for scalars: every scalar is kept as its text,
+    so YAML 1.1's patterns (numbers, booleans, timestamps), tried on each scalar, are never
+    needed (they were half of composing a big file)."""
+    base = _loader(yaml)
+    made = _UNTAGGED.get(base)
+    if made is None:
+        scalar = yaml.ScalarNode
+
+        def resolve(self: object, kind: type, value: object, implicit: object) -> str:
+            if kind is scalar:
+                return "tag:yaml.org,2002:str"
+            return base.resolve(self, kind, value, implicit)  # type: ignore[attr-defined,no-any-return]
+
+        made = _UNTAGGED[base] = type("Untagged", (base,), {"resolve": resolve})
+    return made
+
+
+def _compose(text: str, *, untagged: bool = False) -> yaml.Node | None:
     """The YAML node tree, or a YamlError naming the line (never a traceback)."""
     import yaml
 
     try:
-        return yaml.compose(text, Loader=_loader(yaml))
+        return yaml.compose(text, Loader=_untagged(yaml) if untagged else _loader(yaml))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else 0
@@ -87,36 +107,24 @@ def _compose(text: str) -> yaml.Node | None:
         raise YamlError(0, (), "not valid YAML: nested far too deeply") from None
 
 
-def _check_depth(node: yaml.Node) -> None:
-    """Refuse absurd nesting (each node once: aliases cannot make the walk explode)."""
-    import yaml
-
-    stack = [(node, 1)]
-    seen: set[int] = set()
-    while stack:
-        item, depth = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if depth > MAX_DEPTH:
-            raise YamlError(item.start_mark.line + 1, (), f"nested deeper than {MAX_DEPTH} levels")
-        if isinstance(item, yaml.MappingNode):
-            stack.extend((child, depth + 1) for pair in item.value for child in pair)
-        elif isinstance(item, yaml.SequenceNode):
-            stack.extend((child, depth + 1) for child in item.value)
-
-
-def _plain(node: yaml.Node, path: Path, lines: Lines) -> object:
+def _plain(node: yaml.Node, path: Path, lines: Lines, depth: int) -> object:
+    """The node as plain data, the line of each part in ``lines``; absurd nesting refused
+    before it is walked further (``MAX_DEPTH``), and aliases that expand past
+    ``MAX_VALUES``."""
     import yaml
 
     lines.values[path] = node.start_mark.line + 1
+    if depth > MAX_DEPTH:
+        raise YamlError(lines.values[path], (), f"nested deeper than {MAX_DEPTH} levels")
     lines.count += 1
     if lines.count > MAX_VALUES:
         raise YamlError(lines.values[path], (), f"aliases expand to over {MAX_VALUES} values")
     if isinstance(node, yaml.ScalarNode):
         return str(node.value)
     if isinstance(node, yaml.SequenceNode):
-        return [_plain(item, (*path, index), lines) for index, item in enumerate(node.value)]
+        return [
+            _plain(item, (*path, index), lines, depth + 1) for index, item in enumerate(node.value)
+        ]
     out: dict[str, object] = {}
     for key_node, value_node in node.value:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
@@ -128,7 +136,7 @@ def _plain(node: yaml.Node, path: Path, lines: Lines) -> object:
             first = lines.keys[(*path, key)]
             raise YamlError(line, (*path, label), f"duplicate key (first given on line {first})")
         lines.keys[(*path, key)] = line
-        out[key] = _plain(value_node, (*path, key), lines)
+        out[key] = _plain(value_node, (*path, key), lines, depth + 1)
     return out
 
 
