@@ -10,6 +10,7 @@ value, so every fault is reported with its line.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -54,12 +55,151 @@ class Lines:
 
 
 def precise(text: str) -> tuple[object, Lines]:
-    """The plain data and the line of every part; YamlError if it is not plain YAML."""
-    root = _compose(text, untagged=True)
+    """The plain data and the line of every part; YamlError if it is not plain YAML.
+
+    Built from PyYAML's event stream (its C parser where built), not from a composed node
+    tree: no node object is made per scalar, and no pattern is tried on one (every scalar is
+    kept as its text). An alias stands for its anchor's value (the same object, counted
+    towards ``MAX_VALUES`` at its full size, and located at the alias's line)."""
+    import yaml
+
     lines = Lines({}, {})
-    if root is None:
-        return None, lines
-    return _plain(root, (), lines, 1), lines
+    try:
+        return _built(yaml.parse(text, Loader=_loader(yaml)), lines, yaml), lines
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else 0
+        raise YamlError(line, (), f"not valid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:  # a reader error: a character YAML does not allow
+        mark = getattr(exc, "position", None)
+        line = text[:mark].count("\n") + 1 if isinstance(mark, int) else 0
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise YamlError(line, (), f"not valid YAML: {first}") from None
+
+
+class _Open:
+    """A mapping or list being read: where it is, and (a mapping) the key read last."""
+
+    __slots__ = ("anchor", "at", "key", "path", "value")
+
+    def __init__(
+        self, value: dict[str, object] | list[object], path: Path, anchor: str | None, at: int
+    ) -> None:
+        self.value, self.path, self.anchor = value, path, anchor
+        self.key: str | None = None
+        self.at = at  # values counted before it (its anchor's size is the difference)
+
+
+class _Builder:
+    """Plain data from a document's events: each value placed where the open mapping or list
+    on top of the stack wants it, with its line."""
+
+    def __init__(self, lines: Lines) -> None:
+        self.lines = lines
+        self.stack: list[_Open] = []
+        self.anchors: dict[str, tuple[object, int]] = {}
+        self.root: object = None
+        self.documents = 0
+
+    def _path(self) -> Path:
+        top = self.stack[-1] if self.stack else None
+        if top is None:
+            return ()
+        if isinstance(top.value, list):
+            return (*top.path, len(top.value))
+        assert top.key is not None
+        return (*top.path, top.key)
+
+    def _wants_key(self) -> _Open | None:
+        top = self.stack[-1] if self.stack else None
+        return top if top is not None and isinstance(top.value, dict) and top.key is None else None
+
+    def _place(self, value: object, line: int, size: int) -> None:
+        lines = self.lines
+        lines.values[self._path()] = line
+        lines.count += size
+        if lines.count > MAX_VALUES:
+            raise YamlError(line, (), f"aliases expand to over {MAX_VALUES} values")
+        top = self.stack[-1] if self.stack else None
+        if top is None:
+            self.root = value
+        elif isinstance(top.value, list):
+            top.value.append(value)
+        else:
+            assert top.key is not None
+            top.value[top.key] = value
+            top.key = None
+
+    def _key(self, top: _Open, key: object, line: int) -> None:
+        if not isinstance(key, str):
+            raise YamlError(line, top.path, "keys must be strings")
+        label = key if key.isprintable() else shown(key)  # errors are one line
+        assert isinstance(top.value, dict)
+        if key in top.value:
+            first = self.lines.keys[(*top.path, key)]
+            why = f"duplicate key (first given on line {first})"
+            raise YamlError(line, (*top.path, label), why)
+        self.lines.keys[(*top.path, key)] = line
+        top.key = key
+
+    def scalar(self, value: str, anchor: str | None, line: int) -> None:
+        top = self._wants_key()
+        if top is not None:
+            self._key(top, value, line)
+            return
+        self._place(value, line, 1)
+        if anchor:
+            self.anchors[anchor] = (value, 1)
+
+    def alias(self, anchor: str, line: int) -> None:
+        if anchor not in self.anchors:
+            raise YamlError(line, (), f"not valid YAML: found undefined alias {anchor!r}")
+        value, size = self.anchors[anchor]
+        top = self._wants_key()
+        if top is not None:
+            self._key(top, value, line)
+            return
+        self._place(value, line, size)
+
+    def open(self, made: dict[str, object] | list[object], anchor: str | None, line: int) -> None:
+        top = self._wants_key()
+        if top is not None:
+            raise YamlError(line, top.path, "keys must be strings")
+        if len(self.stack) + 1 > MAX_DEPTH:
+            raise YamlError(line, (), f"nested deeper than {MAX_DEPTH} levels")
+        path = self._path()
+        self._place(made, line, 1)
+        self.stack.append(_Open(made, path, anchor, self.lines.count))
+
+    def close(self) -> None:
+        closed = self.stack.pop()
+        if closed.anchor:
+            self.anchors[closed.anchor] = (closed.value, self.lines.count - closed.at + 1)
+
+    def document(self, line: int) -> None:
+        self.documents += 1
+        if self.documents > 1:
+            raise YamlError(line, (), "not valid YAML: expected a single document in the stream")
+
+
+def _built(events: Iterator[object], lines: Lines, yaml: ModuleType) -> object:
+    """The document's plain data from its events (one document at most)."""
+    builder = _Builder(lines)
+    for event in events:
+        line = event.start_mark.line + 1  # type: ignore[attr-defined]
+        if isinstance(event, yaml.ScalarEvent):
+            builder.scalar(event.value, event.anchor, line)
+        elif isinstance(event, yaml.AliasEvent):
+            builder.alias(event.anchor, line)
+        elif isinstance(event, yaml.MappingStartEvent):
+            builder.open({}, event.anchor, line)
+        elif isinstance(event, yaml.SequenceStartEvent):
+            builder.open([], event.anchor, line)
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            builder.close()
+        elif isinstance(event, yaml.DocumentStartEvent):
+            builder.document(line)
+    return builder.root
 
 
 def _loader(yaml: ModuleType) -> type:
@@ -67,33 +207,12 @@ def _loader(yaml: ModuleType) -> type:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[no-any-return]
 
 
-_UNTAGGED: dict[type, type] = {}
-
-
-def _untagged(yaml: ModuleType) -> type:
-    """The safe loader without implicit tags for scalars: every scalar is kept as its text,
-    so YAML 1.1's patterns (numbers, booleans, timestamps), tried on each scalar, are never
-    needed (they were half of composing a big file)."""
-    base = _loader(yaml)
-    made = _UNTAGGED.get(base)
-    if made is None:
-        scalar = yaml.ScalarNode
-
-        def resolve(self: object, kind: type, value: object, implicit: object) -> str:
-            if kind is scalar:
-                return "tag:yaml.org,2002:str"
-            return base.resolve(self, kind, value, implicit)  # type: ignore[attr-defined,no-any-return]
-
-        made = _UNTAGGED[base] = type("Untagged", (base,), {"resolve": resolve})
-    return made
-
-
-def _compose(text: str, *, untagged: bool = False) -> yaml.Node | None:
+def _compose(text: str) -> yaml.Node | None:
     """The YAML node tree, or a YamlError naming the line (never a traceback)."""
     import yaml
 
     try:
-        return yaml.compose(text, Loader=_untagged(yaml) if untagged else _loader(yaml))
+        return yaml.compose(text, Loader=_loader(yaml))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else 0
@@ -105,39 +224,6 @@ def _compose(text: str, *, untagged: bool = False) -> yaml.Node | None:
         raise YamlError(line, (), f"not valid YAML: {first}") from None
     except RecursionError:
         raise YamlError(0, (), "not valid YAML: nested far too deeply") from None
-
-
-def _plain(node: yaml.Node, path: Path, lines: Lines, depth: int) -> object:
-    """The node as plain data, the line of each part in ``lines``; absurd nesting refused
-    before it is walked further (``MAX_DEPTH``), and aliases that expand past
-    ``MAX_VALUES``."""
-    import yaml
-
-    lines.values[path] = node.start_mark.line + 1
-    if depth > MAX_DEPTH:
-        raise YamlError(lines.values[path], (), f"nested deeper than {MAX_DEPTH} levels")
-    lines.count += 1
-    if lines.count > MAX_VALUES:
-        raise YamlError(lines.values[path], (), f"aliases expand to over {MAX_VALUES} values")
-    if isinstance(node, yaml.ScalarNode):
-        return str(node.value)
-    if isinstance(node, yaml.SequenceNode):
-        return [
-            _plain(item, (*path, index), lines, depth + 1) for index, item in enumerate(node.value)
-        ]
-    out: dict[str, object] = {}
-    for key_node, value_node in node.value:
-        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-        if not isinstance(key, str):
-            raise YamlError(key_node.start_mark.line + 1, path, "keys must be strings")
-        label = key if key.isprintable() else shown(key)  # errors are one line
-        line = key_node.start_mark.line + 1
-        if key in out:
-            first = lines.keys[(*path, key)]
-            raise YamlError(line, (*path, label), f"duplicate key (first given on line {first})")
-        lines.keys[(*path, key)] = line
-        out[key] = _plain(value_node, (*path, key), lines, depth + 1)
-    return out
 
 
 # A key whose value is a secret (not a path to one: token_file and the like are not).

@@ -50,3 +50,28 @@ def test_every_scalar_is_read_as_its_text(word: str) -> None:
     data, lines = yamldoc.precise(f"bgp:\n  password: {word}\n")
     assert data == {"bgp": {"password": word}}
     assert lines.of(("bgp", "password")) == 2
+
+
+def test_aliases_cannot_expand_a_small_file_into_a_huge_one() -> None:
+    """A billion laughs: each alias counts at its anchor's full size, so a few lines that
+    would expand past MAX_VALUES are refused with the line where they would."""
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for level in "bcdefghi":
+        previous = chr(ord(level) - 1)
+        laughs += f"{level}: &{level} [" + ", ".join([f"*{previous}"] * 10) + "]\n"
+    with pytest.raises(yamldoc.YamlError, match="aliases expand to over"):
+        yamldoc.precise(laughs)
+
+
+def test_nesting_beyond_the_limit_is_refused_where_it_goes_too_deep() -> None:
+    deep = "a: " + "[" * (yamldoc.MAX_DEPTH + 1) + "]" * (yamldoc.MAX_DEPTH + 1) + "\n"
+    with pytest.raises(yamldoc.YamlError, match="nested deeper than"):
+        yamldoc.precise(deep)
+
+
+def test_two_documents_and_an_undefined_alias_are_refused_with_their_line() -> None:
+    with pytest.raises(yamldoc.YamlError, match="a single document") as caught:
+        yamldoc.precise("a: 1\n---\nb: 2\n")
+    assert caught.value.line == 2
+    with pytest.raises(yamldoc.YamlError, match="not valid YAML"):
+        yamldoc.precise("a: *nowhere\n")
