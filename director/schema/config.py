@@ -148,12 +148,16 @@ def parse_config(text: str, source: str = "<config>") -> Settings:
 
 
 def _parse(text: str, source: str) -> Settings:
-    data, lines = _precise(text, source)
+    try:  # without every part's line: they are read (again) only to name a fault's place
+        data = yamldoc.read(text)
+    except yamldoc.YamlError:
+        data, _ = _precise(text, source)  # raises, with the line
     if data is None:
         return Settings(source=source)
     try:
         return compile_document(read_document(data), source)
     except (Invalid, Refusal, Problem) as exc:
+        _, lines = _precise(text, source)
         raise _located(exc, lines, source) from None
 
 
