@@ -117,6 +117,10 @@ class Controller:
             exports=self.exports,
             guarded=self._guarded,
             resync_seconds=min(k.resync_seconds for k in served or [kube]),
+            table=self.table,
+            gate=self.gate,
+            drains=self.drains,
+            source_filter=self.filter,
         )
 
     @property

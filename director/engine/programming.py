@@ -39,19 +39,20 @@ class Programmer:
         exports: Exports,
         guarded: Guard,
         resync_seconds: float,
+        table: Programmed,
+        gate: HealthGate,
+        drains: Draining,
+        source_filter: SourceFilter,
     ) -> None:
+        """The parts it programs with are the loop's own (the translator shapes with the
+        same): handed in, not reached through the translator."""
         self.translator, self.intake, self.syncer = translator, intake, syncer
         self.pace, self.exports, self.guarded = pace, exports, guarded
+        self.table, self.gate, self.drains, self.filter = table, gate, drains, source_filter
         self.resync_seconds = resync_seconds
         # Where the first sync's time went: (phase, seconds) for read, translate, program
         # and publish, in order (``startup.timing`` in the log).
         self.first_sync_phases: tuple[tuple[str, float], ...] = ()
-
-    # The parts the translator shapes with, programmed here too.
-    table: Programmed = property(lambda self: self.translator.table)  # type: ignore[assignment]
-    gate: HealthGate = property(lambda self: self.translator.gate)  # type: ignore[assignment]
-    drains: Draining = property(lambda self: self.translator.drains)  # type: ignore[assignment]
-    filter: SourceFilter = property(lambda self: self.translator.filter)  # type: ignore[assignment]
 
     def first_sync(self) -> None:
         clock = time.perf_counter()
