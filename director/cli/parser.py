@@ -211,8 +211,8 @@ COMMANDS = frozenset(name for names, _ in _PARTS for name in names)
 def build_parser(only: str | None = None) -> _Parser:
     """The command's parser; with ``only`` (one of COMMANDS), of that command's part alone:
     what it parses of that command's arguments is the same, without making the other
-    commands' parsers (28 in all with ctl's own: 5-10 ms of every start, most of it gettext
-    looking for a catalogue for each one's headings)."""
+    commands' parsers (28 in all with ctl's own, most of their cost gettext looking for a
+    catalogue for each one's headings)."""
     parser = _Parser(prog="director", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"director {__version__}")
     parser.add_argument(

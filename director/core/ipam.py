@@ -91,7 +91,7 @@ class Allocator:
     _held: dict[str, tuple[Address, ...]] = field(default_factory=dict)
     _cursor: dict[tuple[str, int], int] = field(default_factory=dict)
     # Addresses in use per pool, kept as they are taken and freed: the loop reads it on
-    # every step, and counting 10,000 addresses against the pools took 40 ms each time.
+    # every step, and counting every address against the pools each time was not cheap.
     _in_pool: dict[str, int] = field(default_factory=dict)
     # address -> the Service whose status names it and that holds nothing yet: no other
     # Service is given it as a fresh address meanwhile (``claim``)

@@ -67,9 +67,8 @@ class Served:
             # A relist parses thousands of objects on its watcher's thread. By default a
             # thread that wants the interpreter waits 5 ms before it asks the busy one to
             # let go, and one more such wait for every other busy thread: another
-            # cluster's event, the loop and the API waited 10-30 ms behind a relist. At
-            # 1 ms they wait a few ms (``lab.bench_clusters``: B's p99 while A relists
-            # 19.4 ms against 11.4 ms).
+            # cluster's event, the loop and the API waited behind a relist. At 1 ms they
+            # wait far less (``lab.bench_clusters`` measures it).
             sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         for elector in self.electors:
             elector.start()

@@ -245,7 +245,7 @@ def changed_keys(prefixes: Iterable[bytes]) -> set[ServiceKey] | None:
     (``socket.inet_ntop``). None, every service read in full, if one cannot be read back:
     a change is never missed for want of a name. Only the changed few are read back: a
     resync tests each service it would skip against a set of keys, never formats its
-    prefix (28 ms at 10,000 services, natively, against 1 ms)."""
+    prefix."""
     keys: set[ServiceKey] = set()
     for prefix in prefixes:
         found = _keys_of(prefix)

@@ -119,9 +119,8 @@ class Exports:
         """After a step whose view copied the desired table afresh (one dict as big as the
         table, about once per sqrt(2n) changes): collect the young generations now, out of
         the lock and after the kernel has the step's changes, so the copy moves to the old
-        generation here and not during a later event. Left to itself, the next event's
-        young collection walked it: 1.6 ms natively at 10,000 Services, 8-14 ms under
-        emulation, against 0.3-0.4 ms for any other young collection."""
+        generation here and not during a later event (whose young collection would otherwise
+        walk it, several times the cost of any other)."""
         self.settle_due = False
         gc.collect(1)
 

@@ -21,9 +21,8 @@ log = logging.getLogger("director.controller")
 ClusterEvent = WatchState | Listed | ObjectChanged
 CLUSTER_EVENTS = (WatchState, Listed, ObjectChanged)
 # Watch events of one cluster taken in a step, at most. Another cluster's event that comes
-# during a step waits for its end: at 64, B's p99 while A's EndpointSlices churned was 33 ms
-# (6.6x B alone), at 8 13-19 ms; a backlog drains as fast at 8 as at 64 (2,300 events a
-# second, host, fake): a step costs little besides its events.
+# during a step waits for its end: the fewer a step takes, the less it waits, and a backlog
+# drains as fast at 8 as at 64 (a step costs little besides its events; lab.bench_clusters).
 EVENTS_STEP = 8
 RESOURCES = ("services", "endpointslices", "nodes")
 
@@ -57,8 +56,7 @@ class Intake:
         watch events: the rest are held back for the next steps, each cluster's in its
         order, so that one cluster's burst (thousands of EndpointSlices churned) does not
         make another's events wait behind all of it. (Taking a lone cluster's burst whole
-        was tried: an event of another cluster then waited behind the whole of it, and
-        B's p99 under A's churn was 39-46 ms against 23 ms.)"""
+        was tried: an event of another cluster then waited behind the whole of it.)"""
         arrived: list[Event] = []
         try:
             arrived.append(self.queue.get(timeout=0.0 if self._held else wait))

@@ -41,9 +41,8 @@ class Layered(Mapping[K, V]):
     by the views that follow, and the changes made since (``None``: removed). Publishing a
     step that changed one virtual service copies the changes so far, not 10,000 entries;
     a copy that large made every step's garbage a young 10,000-entry dict, and the next
-    young-generation collection walked it (1.2 ms at 10,000 Services against 0.3 ms at
-    1,000, natively). The base is copied afresh once the changes outgrow ~sqrt(2n), which
-    keeps the cost per change at about that."""
+    young-generation collection walked it. The base is copied afresh once the changes
+    outgrow ~sqrt(2n), which keeps the cost per change at about that."""
 
     __slots__ = ("_base", "_changes", "_len")
 

@@ -2,7 +2,7 @@
 module's source: the configuration's field descriptions, for the JSON Schema and the docs.
 
 ``ast`` and ``inspect`` are loaded when a class's docs are first asked for, not with the
-schema: a start reads its file without them (tens of milliseconds under emulation)."""
+schema: a start reads its file without them."""
 
 from __future__ import annotations
 

@@ -45,8 +45,7 @@ _NOT_PLAIN = re.compile(r"(?:^|[\s\[{,:?-])[&*!]\S|<<")
 
 def _not_plain(text: str) -> bool:
     """``_NOT_PLAIN`` is in the text. Most files hold none of its characters, and looking
-    for each of them is a scan in C: 2 ms for a 5,000-service file, where the pattern's
-    own search took 60 ms (a sixth of the whole parse)."""
+    for each of them is a scan in C, far cheaper than the pattern's own search."""
     if "&" not in text and "*" not in text and "!" not in text and "<<" not in text:
         return False
     return _NOT_PLAIN.search(text) is not None

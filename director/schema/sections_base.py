@@ -38,8 +38,8 @@ _SECTION = "__director_section__"
 _AFTER = "__director_after__"
 # A module's sections that its annotations name but that it imports only when a file gives
 # their key (a dict of class name to module, named so in the module): a static box's file
-# has no ha:, bgp: or pools:, and their modules (and the core they pull in) took 60-75 ms of
-# a ``director check``'s imports (``python -X importtime``, a busy host).
+# has no ha:, bgp: or pools:, and their modules (and the core they pull in) would be most of
+# a ``director check``'s imports for nothing.
 LATER = "LATER_SECTIONS"
 
 
