@@ -221,25 +221,6 @@ def _loader(yaml: ModuleType) -> type:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[no-any-return]
 
 
-def _compose(text: str) -> yaml.Node | None:
-    """The YAML node tree, or a YamlError naming the line (never a traceback)."""
-    import yaml
-
-    try:
-        return yaml.compose(text, Loader=_loader(yaml))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = mark.line + 1 if mark is not None else 0
-        raise YamlError(line, (), f"not valid YAML: {exc.problem}") from None
-    except yaml.YAMLError as exc:  # a reader error: a character YAML does not allow
-        mark = getattr(exc, "position", None)
-        line = text[:mark].count("\n") + 1 if isinstance(mark, int) else 0
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise YamlError(line, (), f"not valid YAML: {first}") from None
-    except RecursionError:
-        raise YamlError(0, (), "not valid YAML: nested far too deeply") from None
-
-
 # A key whose value is a secret (not a path to one: token_file and the like are not).
 _SECRET_KEY = re.compile(r"(?:password|passwd|secret|token|credential)(?!_?file)", re.I)
 
