@@ -225,19 +225,20 @@ def answered(lab: Lab, vip: str, first_port: int) -> tuple[list[str], int]:
     return out, lost
 
 
-def test_the_shipped_bgp_default_keeps_a_failed_backends_new_flows_flowing(
+def test_the_shipped_bgp_default_sends_a_quiesced_backends_new_flows_on(
     lab: Lab, ipvs: KernelIpvs
 ) -> None:
     """Issue 71, 5 (severe): BGP services defaulted to mh with mh-port and no mh-fallback.
     The kernel's Maglev table keeps a quiesced real server's slots (a failed check, a
     drain), and without mh-fallback a new flow hashed to one finds no destination and is
-    refused, on every director, for as long as the check fails. The shipped default
-    (``BGP_SCHEDULER``) sends those flows on: none refused. mh-port alone, for contrast,
-    refuses about the failed backend's share."""
+    refused, on every director, for as long as the check fails. The fault injected is what
+    a failed check (or a drain) does to the kernel: the real server quiesced at weight 0.
+    The shipped default (``BGP_SCHEDULER``) sends those flows on: none refused. mh-port
+    alone, for contrast, refuses about the quiesced backend's share."""
     from director.core.dests import BGP_SCHEDULER
 
     every = real_servers(lab)
-    failed = every[5]._replace(weight=0)  # what a failed health check does (quiesce)
+    failed = every[5]._replace(weight=0)  # what a failed health check does: quiesce
     dests = [*every[:5], failed, *every[6:]]
     shipped = service(VIPS[0], dests, ServiceConfig(BGP_SCHEDULER[0], BGP_SCHEDULER[1]))
     bare = service(VIPS[1], dests, ServiceConfig("mh", frozenset({"mh-port"})))
