@@ -102,18 +102,27 @@ def real_servers(lab: Lab) -> list[RealServer]:
 
 def choices(lab: Lab, vip: str, first_port: int) -> list[str]:
     """The backend that answers each of FLOWS flows (client source ports in a row)."""
-    source = lab.client_sources4[0]
-    out = []
+    reached, lost = answered(lab, vip, first_port, timeout=3)
+    assert lost == 0, f"{lost} of {FLOWS} flows to {vip} got no answer"
+    return reached
+
+
+def answered(lab: Lab, vip: str, first_port: int, timeout: float = 1.0) -> tuple[list[str], int]:
+    """(the backend each flow reached, flows refused or unanswered) for FLOWS flows (client
+    source ports in a row)."""
+    source, out, lost = lab.client_sources4[0], [], 0
     for sport in range(first_port, first_port + FLOWS):
         sock = lab.client.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            sock.settimeout(3)
+            sock.settimeout(timeout)
             sock.bind((source, sport))
             sock.sendto(b"q", (vip, PORT))
             out.append(sock.recv(512).decode())
+        except OSError:  # ICMP port unreachable (no destination), or nothing back
+            lost += 1
         finally:
             sock.close()
-    return out
+    return out, lost
 
 
 def agree(a: list[str], b: list[str]) -> int:
@@ -206,23 +215,6 @@ def test_quiescing_a_backend_moves_no_other_backends_flows(lab: Lab, ipvs: Kerne
     assert name not in after
     assert len(moved) == before.count(name) > 0
     assert choices(lab, VIPS[2], 22000) == after  # the same table as the one that saw it live
-
-
-def answered(lab: Lab, vip: str, first_port: int) -> tuple[list[str], int]:
-    """(the backend each flow reached, flows refused or unanswered) for FLOWS flows."""
-    source, out, lost = lab.client_sources4[0], [], 0
-    for sport in range(first_port, first_port + FLOWS):
-        sock = lab.client.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            sock.settimeout(1)
-            sock.bind((source, sport))
-            sock.sendto(b"q", (vip, PORT))
-            out.append(sock.recv(512).decode())
-        except OSError:  # ICMP port unreachable (no destination), or nothing back
-            lost += 1
-        finally:
-            sock.close()
-    return out, lost
 
 
 def test_the_shipped_bgp_default_sends_a_quiesced_backends_new_flows_on(
