@@ -4,7 +4,7 @@ The VM lab measures this under software emulation, where every daemon runs tens 
 slower than on hardware. BGP and BFD need no IPVS, so this runs on the host itself: the
 scale-out lab's router (FRR, ECMP, BFD 200 ms x 3, ``lab.bgp.router_config``) and three
 directors, each running FRR with the configuration the director renders and applies
-(``director.adapters.frr.FrrSync``, the VIP held on ``lo``), all namespaces on one bridge.
+(``director.adapters.frr.announce.FrrSync``, the VIP held on ``lo``), all namespaces on one bridge.
 For each fault, ROUNDS times: the time from the fault to bgpd taking the session down (read
 from the router's FRR log, with the reason FRR gives) and to the router's kernel route
 losing the next hop (polled every 5 ms).
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from director.adapters.frr_sync import FrrSync
+from director.adapters.frr.sync import FrrSync
 from director.core.announce import Route
 from director.schema.config import parse_config
 from lab.bgp import (
@@ -81,8 +81,7 @@ class Speaker:
         """FRR started, then the director's configuration applied (the first time)."""
         start_frr(self.ns)
         route = Route(VIP, "edge", True, "bench")
-        if not self.sync.install({VIP: route}):
-            raise SystemExit(f"{self.ns.name}: FRR refused the director's configuration")
+        self.sync.install({VIP: route})  # raises FrrRejected: FRR refused the file
 
     def restart(self) -> None:
         """FRR started again after kill -9, from the file the director left (as at boot)."""

@@ -121,7 +121,7 @@ bgp:
                 api.delete("services", name)
                 api.delete("endpointslices", f"{name}-abcde")
                 time.sleep(1)  # its address released before the next round
-            result = {
+            result: dict[str, object] = {
                 "vips": vips,
                 "rounds": rounds,
                 "converged_s": round(converged_s, 1),

@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from director.adapters.kube import FIELD_MANAGER, RESOURCES, KubeApi, api_client
-from director.adapters.metrics_ipvs import IpvsExposition, Scrape
-from director.adapters.promtext import CollectorRegistry
+from director.adapters.kube.client import FIELD_MANAGER, RESOURCES, KubeApi, api_client
+from director.adapters.metrics.ipvs import IpvsExposition, Scrape
+from director.adapters.metrics.promtext import CollectorRegistry
 from director.daemon.runtime import Runtime
 from director.dataplane.interface import Ipvs
 from director.engine.reconcile import SyncReport
@@ -105,7 +105,7 @@ def _service(i: int) -> dict[str, Any]:
             "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
         },
     }
-    obj = json.loads(json.dumps(manifest))
+    obj: dict[str, Any] = json.loads(json.dumps(manifest))
     obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
         json.dumps(manifest, separators=(",", ":")) + "\n"
     )

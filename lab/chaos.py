@@ -521,7 +521,7 @@ def bgp_suite(workdir: Path, outcomes: list[Outcome], out: Path) -> None:
             start_director_process(lab, d, tools)
         if wait_nexthops(lab, 3, 180) is None:
             raise RuntimeError("the router never held three next hops")
-        talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
+        talkers = Talkers(lab, VIP, count=60, period=0.1)
         victim = lab.directors[0]
         try:
             time.sleep(2)

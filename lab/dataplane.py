@@ -90,9 +90,8 @@ class Servers:
             be.ns.sysctls({"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 4096})
         self._spawn(lab.backends[0].ns, ["iperf3", "-s", "-p", str(BULK_PORT)])
         for be in lab.backends:
-            eventually(lambda be=be: f":{WEB_PORT} " in be.ns.exec(["ss", "-Hltn"]), what="nginx")
-        first = lab.backends[0].ns
-        eventually(lambda: f":{BULK_PORT} " in first.exec(["ss", "-Hltn"]), what="iperf3")
+            listening(be.ns, WEB_PORT, "nginx")
+        listening(lab.backends[0].ns, BULK_PORT, "iperf3")
 
     def _spawn(self, ns: Netns, argv: list[str]) -> None:
         self.procs.append(
@@ -109,6 +108,10 @@ class Servers:
             proc.kill()
             proc.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def listening(ns: Netns, port: int, what: str) -> None:
+    eventually(lambda: f":{port} " in ns.exec(["ss", "-Hltn"]), what=what)
 
 
 def box_lab(prefix: str) -> Lab:
@@ -271,12 +274,18 @@ class DirectorBox:
             held = self.ipvs.read_service(ServiceKey.inet(IpProtocol.TCP, vip, port))
             if held is None or len(held.real_servers) != len(members):
                 return False
-            if any(rs.forwarding.name.lower() != kernel[forwarding] for rs in held.real_servers):
+            if any(
+                rs.forwarding.name.lower() != kernel[forwarding]
+                for rs in held.real_servers.values()
+            ):
                 return False
         table = self.lab.lvs.exec(["nft", "list", "table", "inet", "director"], check=False)
         filtered = "svc4_" in table
-        fullnat = f"{WEB} . tcp . {WEB_PORT}" in table
-        others = f"{OTHER} . tcp . {WEB_PORT}" in table
+        marked = self.lab.lvs.exec(
+            ["nft", "list", "set", "inet", "director", "fullnat4"], check=False
+        )
+        fullnat = f"{WEB} . tcp . {WEB_PORT}" in marked
+        others = f"{OTHER} . tcp . {WEB_PORT}" in marked
         return (
             filtered == bool(variant.source_ranges)
             and fullnat == (variant.mode == "fullnat")

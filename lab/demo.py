@@ -27,11 +27,18 @@ from lab.wait import eventually
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from director.dataplane.interface import Ipvs
     from lab.kubeapi import FakeApiServer
     from lab.netns import Backend
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "static.yaml"
 REQUESTS = 24
+
+
+def real_servers(ipvs: Ipvs, key: ServiceKey) -> frozenset[tuple[str, int]]:
+    """The real servers the kernel holds for ``key`` (none while it holds no service)."""
+    held = ipvs.read_service(key)
+    return frozenset(held.real_servers) if held is not None else frozenset()
 
 
 def banner(text: str) -> None:
@@ -64,8 +71,8 @@ def kubernetes_demo(lab: Lab) -> None:
     banner("Kubernetes: director run against an API server (the lab's stand-in)")
     lab.lvs.ip(f"route add local {KUBE_POOL} dev lo")  # a lone director: the pool is local
     api = FakeApiServer().start()
-    for index, be in enumerate(lab.backends, 1):
-        api.create("nodes", node(f"node{index}", be.ipv4))
+    for index, backend in enumerate(lab.backends, 1):
+        api.create("nodes", node(f"node{index}", backend.ipv4))
     kubeconfig = api.kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig")
     settings = parse_config(
         f"pools: [{{name: demo, addresses: [{KUBE_POOL}]}}]\n"
@@ -76,7 +83,7 @@ def kubernetes_demo(lab: Lab) -> None:
     ipvs = KernelIpvs(netns=lab.lvs.name)
     runtime = Runtime(settings, ipvs).start()
     runtime.wait_ready(60)
-    names = [be.name for be in lab.backends]
+    names = [b.name for b in lab.backends]
     be = {b.name: b.ipv4 for b in lab.backends}
     ports = [("http", "TCP", 8080)]
 
@@ -118,11 +125,11 @@ def kubernetes_demo(lab: Lab) -> None:
             print(f"  Event {event['type']} {event['reason']}: {event['message']}")
         show(vip, "2 endpoints:")
         api.patch("endpointslices", "web-abcde", slice_of(*((n, False) for n in names)))
-        eventually(lambda: len(ipvs.read_service(key).real_servers) == 3, what="scale up")
+        eventually(lambda: len(real_servers(ipvs, key)) == 3, what="scale up")
         show(vip, "scaled to 3 endpoints:")
         api.patch("endpointslices", "web-abcde", slice_of(*((n, n == names[2]) for n in names)))
         gone = (be[names[2]], 8080)
-        eventually(lambda: gone not in ipvs.read_service(key).real_servers, what="drain")
+        eventually(lambda: gone not in real_servers(ipvs, key), what="drain")
         show(vip, f"{names[2]} terminating (drained, removed):")
         print(lab.lvs.exec(["ipvsadm", "-Ln", "-t", f"{vip}:80"]).rstrip())
         api.delete("services", "web")
@@ -163,20 +170,20 @@ def fullnat_demo(lab: Lab, api: FakeApiServer, ipvs: KernelIpvs) -> None:
                     [("http", "TCP", 8080)],
                 ),
             )
-            ingress = eventually(
-                lambda n=name: api.get("services", n)["status"]["loadBalancer"].get("ingress"),
-                what="status",
-            )
+
+            def ingress_of(n: str = name) -> list[dict[str, str]]:
+                return api.get("services", n)["status"]["loadBalancer"].get("ingress") or []
+
+            ingress = eventually(ingress_of, what="status")
             vips[name] = ingress[0]["ip"]
             key = ServiceKey.inet(Protocol.TCP, vips[name], 80)
+
             # every real server, not the service alone: a read may fall between the
             # service's add and its real servers' (a request then had none to go to)
-            eventually(
-                lambda k=key: (
-                    len(getattr(ipvs.read_service(k), "real_servers", ())) == len(lab.backends)
-                ),
-                what="the kernel",
-            )
+            def whole(k: ServiceKey = key) -> bool:
+                return len(real_servers(ipvs, k)) == len(lab.backends)
+
+            eventually(whole, what="the kernel")
         answered: Counter[str] = Counter()
         for i in range(REQUESTS):
             try:
@@ -281,7 +288,7 @@ def clusters_demo(lab: Lab) -> None:
         create("staging", "web", be[2:])
         vips = {cluster: address(cluster, "web") for cluster in apis}
         for cluster, vip in vips.items():
-            eventually(lambda v=vip: ipvs.read_service(ServiceKey.inet(Protocol.TCP, v, 80)))
+            eventually(lambda: real_servers(ipvs, ServiceKey.inet(Protocol.TCP, vip, 80)))  # noqa: B023
             spread = answered(vip)
             print(
                 f"{cluster}/default/web  {vip}:80 from pool {cluster}: "
@@ -313,7 +320,7 @@ def clusters_demo(lab: Lab) -> None:
             started = time.perf_counter()
             rows = [(ip, None, True, False) for ip in be[1:]]
             apis["staging"].patch("endpointslices", "web-abcde", endpoint_slice("web", rows, ports))
-            eventually(lambda: len(ipvs.read_service(key).real_servers) == 2, what="the change")
+            eventually(lambda: len(real_servers(ipvs, key)) == 2, what="the change")
             took = 1000 * (time.perf_counter() - started)
             prod = answered(vips["prod"])
             print(
@@ -463,9 +470,9 @@ def clusters_pair_demo() -> None:
         for d in (d1, d2):
             assert d.runtime is not None
             health = d.runtime.controller.health
-            held = " ".join(v for v in vips.values() if d.has(v)) or "-"
-            leads = ", ".join(f"{c}={'yes' if on else 'no'}" for c, on in health.leaders.items())
-            print(f"{d.name}: VRRP {health.vrrp_state:<7} VIPs {held:<29} status writer: {leads}")
+            holds = " ".join(v for v in vips.values() if d.has(v)) or "-"
+            writes = ", ".join(f"{c}={'yes' if on else 'no'}" for c, on in health.leaders.items())
+            print(f"{d.name}: VRRP {health.vrrp_state:<7} VIPs {holds:<29} status writer: {writes}")
         check(all(len(w) == 1 for w in writers().values()), "one status writer in each cluster")
         # Traffic from a steady pair: d2's keepalived has just started, and its VRRP
         # process runs at ordinary priority until its director gives it real-time (one
@@ -474,7 +481,9 @@ def clusters_pair_demo() -> None:
         for d in (d1, d2):
             sync = d.runtime.daemons.keepalived if d.runtime else None
             adopted = sync is None or sync.realtime
-            wait_for(lambda r=adopted: r is True or (r.drift() is None and r.sets > 0), 15)
+            if adopted is not True:  # the keeper of keepalived's priority: set, and true
+                keeper = adopted
+                wait_for(lambda: keeper.drift() is None and keeper.sets > 0, 15)  # noqa: B023
         wait_for(lambda: all(d1.has(v) and not d2.has(v) for v in vips.values()), 15)
         talkers = {c: Talkers(lab, vip, count=20, period=0.1) for c, vip in vips.items()}
         wait_for(lambda: all(t.answered >= 200 for t in talkers.values()), 30)
@@ -564,7 +573,7 @@ def scale_out_demo() -> None:
         )
         check(took is not None, "the router holds the VIP through all three directors")
         print(vtysh(lab.router, f"show ip route {VIP}/32").rstrip())
-        talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
+        talkers = Talkers(lab, VIP, count=60, period=0.1)
         time.sleep(2)
         print(
             f"60 connections, each asking every 100 ms, spread by the router's hash: "
@@ -598,7 +607,8 @@ def main() -> None:
     args = parser.parse_args()
     settings = load_config(args.config)
     vips: dict[Forwarding, set[str]] = {f: set() for f in Forwarding}
-    tcp_ports, udp_ports = set(), set()
+    tcp_ports: set[int] = set()
+    udp_ports: set[int] = set()
     for vs in settings.services.values():
         modes = {rs.forwarding for rs in vs.real_servers.values()}
         mode = modes.pop() if len(modes) == 1 else Forwarding.NAT

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from director.adapters.keepalived_process import LIMIT_US
+from director.adapters.pair.processes import LIMIT_US
 from director.daemon.runtime import Runtime
 from director.dataplane.kernel import KernelIpvs
 from director.schema.config import parse_config

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -1363,7 +1363,7 @@ def service(
 
 def endpoint_slice(
     service_name: str,
-    endpoints: list[tuple[str, str | None, bool, bool]],  # (address, node, ready, terminating)
+    endpoints: Sequence[tuple[str, str | None, bool, bool]],  # (address, node, ready, terminating)
     ports: list[tuple[str, str, int]],
     *,
     name: str | None = None,

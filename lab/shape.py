@@ -123,9 +123,9 @@ def attributes(cls: ast.ClassDef) -> set[str]:
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, ast.FunctionDef) and _forwards(node):
             names.add(node.name)
-    for node in ast.walk(cls):
-        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    for sub in ast.walk(cls):
+        if isinstance(sub, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             for target in targets:
                 for item in ast.walk(target):
                     if (

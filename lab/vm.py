@@ -215,8 +215,8 @@ def kernel_suite(pytest_args: list[str], results: Path | None = None) -> int:
     if not junit.exists():
         print("lab: FAILED: no JUnit results came back from the VM")
         return 1
-    suite = ET.parse(junit).getroot()
-    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    root = ET.parse(junit).getroot()
+    suite = root.find("testsuite") if root.tag == "testsuites" else root
     assert suite is not None
     counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
     ran = counts["tests"] - counts["skipped"]

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.adapters.metrics import Metrics
-from director.adapters.metrics_daemons import FrrFigures
-from director.adapters.promtext import generate_latest
+from director.adapters.metrics.collector import Metrics
+from director.adapters.metrics.daemons import FrrFigures
+from director.adapters.metrics.promtext import generate_latest
 from director.core.announce import PeerState
 from director.core.services import Op, OpKind
 from director.dataplane.fake import FakeIpvs

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from director.adapters.kube import KubeApi, KubeError, api_client
+from director.adapters.kube.client import KubeApi, KubeError, api_client
 from lab.kubeapi import FakeApiServer, endpoint_slice, service
 
 SERVICES = "/api/v1/namespaces/default/services"
@@ -177,7 +177,7 @@ def test_after_a_restart_a_resumed_watch_gets_410_in_the_stream(
 ) -> None:
     """kube-apiserver answers 200 and then an ERROR object (410 Expired) to a watch from
     before its restart: the client must relist."""
-    from director.adapters.kube import NODES, Gone
+    from director.adapters.kube.client import NODES, Gone
 
     server, api = kube
     _, version = api.list(NODES, lambda obj: obj)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from director.adapters.metrics import DirectorCollector, Recorder
-from director.adapters.metrics_ipvs import IpvsExposition, Scrape
-from director.adapters.promtext import CollectorRegistry
+from director.adapters.metrics.collector import DirectorCollector, Recorder
+from director.adapters.metrics.ipvs import IpvsExposition, Scrape
+from director.adapters.metrics.promtext import CollectorRegistry
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.dataplane.fake import FakeIpvs
 from director.engine.loop import Controller

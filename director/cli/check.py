@@ -129,7 +129,7 @@ def _check_clusters(args: argparse.Namespace, settings: Settings, report: dict[s
 
 def _one_server_each(args: argparse.Namespace, settings: Settings, report: dict[str, Any]) -> int:
     """No two clusters' kubeconfigs reach one API server (``run`` refuses it too)."""
-    from director.adapters.kube import api_client
+    from director.adapters.kube.client import api_client
     from director.daemon.wiring import same_server
 
     configured = []
@@ -148,8 +148,8 @@ def _check_kubeconfig(
 ) -> int:
     """The kubeconfig parses; unless --offline, the API server answers and would let this
     director hold the status Lease (a dry run: nothing is written)."""
-    from director.adapters.kube import FIELD_MANAGER, KubeApi, api_client
-    from director.adapters.kube_write import KubeWriter
+    from director.adapters.kube.client import FIELD_MANAGER, KubeApi, api_client
+    from director.adapters.kube.write import KubeWriter
     from director.schema.config import KubeSettings
 
     try:  # parses the file and its credentials

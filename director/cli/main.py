@@ -67,7 +67,7 @@ def cmd_plan(args: argparse.Namespace, apply: bool) -> int:
 def cmd_keepalived_config(args: argparse.Namespace) -> int:
     """keepalived.conf for the static services' VIPs: what an edge box starts with before
     the director's first sync (the director rewrites it with every VIP set change)."""
-    from director.adapters.keepalived import render_keepalived
+    from director.adapters.pair.keepalived import render_keepalived
     from director.schema.config import load_config
 
     settings = load_config(args.config)
@@ -86,7 +86,7 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
 def cmd_conntrackd_config(args: argparse.Namespace) -> int:
     """conntrackd.conf for this box's half of the pair (ha.conntrackd): what conntrackd
     starts with on a new box (the director keeps the file as rendered from then on)."""
-    from director.adapters.conntrackd import render_conntrackd
+    from director.adapters.pair.conntrackd import render_conntrackd
     from director.schema.config import load_config
 
     settings = load_config(args.config)

@@ -163,7 +163,7 @@ def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
     import tempfile
     from pathlib import Path
 
-    from director.adapters.conntrackd import (
+    from director.adapters.pair.conntrackd import (
         ConntrackdRejected,
         field_at_fault,
         parse_check,

@@ -37,7 +37,7 @@ from director.schema.config import ConfigError, Settings
 from director.schema.reparse import Reparser
 
 if TYPE_CHECKING:
-    from director.adapters.metrics import Metrics
+    from director.adapters.metrics.collector import Metrics
 
 log = logging.getLogger("director.runtime")
 RELOAD_WAIT = 120.0  # seconds the loop has to take a reloaded file (a 5,000-service table)
@@ -340,7 +340,7 @@ class Runtime:
         # before the withdrawal can go out: wait for it, however slow the box. A text FRR
         # refused waits for a change, but its routes went out on what FRR runs: FRR itself
         # says whether anything is still announced.
-        from director.adapters.frr import RELOAD_SECONDS
+        from director.adapters.frr.announce import RELOAD_SECONDS
 
         settled = self.daemons.frr.quiet(RELOAD_SECONDS + 30) and self.daemons.frr.withdrawn(
             timeout=10

@@ -15,10 +15,10 @@ from director.logs import event
 from director.schema.config import Settings
 
 if TYPE_CHECKING:
-    from director.adapters.kube import Handler
-    from director.adapters.kube_intake import Zygote
-    from director.adapters.kube_watch import Watcher
-    from director.adapters.lease import Elector
+    from director.adapters.kube.client import Handler
+    from director.adapters.kube.intake import Zygote
+    from director.adapters.kube.lease import Elector
+    from director.adapters.kube.watch import Watcher
 
 
 log = logging.getLogger("director.runtime")
@@ -135,7 +135,7 @@ def intakes(settings: Settings, override: bool | None) -> Intakes:
     the fork server of those, made now: before the director has a second thread."""
     if not in_processes(settings, override):
         return Intakes(None, override)
-    from director.adapters.kube_intake import Zygote
+    from director.adapters.kube.intake import Zygote
 
     return Intakes(Zygote(), override)
 
@@ -153,7 +153,7 @@ def watchers(
     resources are ``prod/services`` and the like, its objects carry its name."""
     if not served:  # a static box loads no Kubernetes client
         return []
-    from director.adapters.kube_intake import cluster_watchers
+    from director.adapters.kube.intake import cluster_watchers
 
     out: list[Watcher] = []
     for one in served:

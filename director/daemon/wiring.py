@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from director.adapters.lease import Elector
+from director.adapters.kube.lease import Elector
 from director.core.announce import PeerState
 from director.core.firewall import FakeFirewall, Firewall
 from director.core.model import Family
@@ -32,18 +32,18 @@ from director.schema.config import Settings
 if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (a static
     # box without `kubernetes:` or `api:` loads neither the Kubernetes client nor flask)
     from director.adapters.box import BoxWatch
-    from director.adapters.conntrackd import ConntrackdFile
-    from director.adapters.frr_sync import FrrSync
-    from director.adapters.http import HttpServer as ApiServer
-    from director.adapters.keepalived import KeepalivedSync
-    from director.adapters.kube import KubeApi
-    from director.adapters.kube_write import KubeWriter
-    from director.adapters.metrics import Metrics
-    from director.adapters.metrics_daemons import FrrFigures
-    from director.adapters.metrics_ipvs import Scrape
+    from director.adapters.frr.sync import FrrSync
+    from director.adapters.http.server import HttpServer as ApiServer
+    from director.adapters.kube.client import KubeApi
+    from director.adapters.kube.write import KubeWriter
+    from director.adapters.metrics.collector import Metrics
+    from director.adapters.metrics.daemons import FrrFigures
+    from director.adapters.metrics.ipvs import Scrape
+    from director.adapters.pair.conntrackd import ConntrackdFile
+    from director.adapters.pair.keepalived import KeepalivedSync
+    from director.adapters.pair.vrrp import VrrpFifo
     from director.adapters.prober import Checker
     from director.adapters.sysctl import Sysctls
-    from director.adapters.vrrp import VrrpFifo
     from director.web.front import Token
 
 log = logging.getLogger("director.runtime")
@@ -141,8 +141,8 @@ def clusters(
             "--kubeconfig stands for kubernetes.kubeconfig; with clusters: each cluster names "
             "its own kubeconfig in the file"
         )
-    from director.adapters.kube import KubeApi
-    from director.adapters.kube_write import KubeWriter
+    from director.adapters.kube.client import KubeApi
+    from director.adapters.kube.write import KubeWriter
 
     out: list[Cluster] = []
     for kube in settings.served:
@@ -274,7 +274,7 @@ def metrics(settings: Settings, wanted: bool | None = None) -> Metrics | None:
     restart-only section, so no reload can ask for it later)."""
     if not (settings.api is not None if wanted is None else wanted):
         return None
-    from director.adapters.metrics import Metrics
+    from director.adapters.metrics.collector import Metrics
 
     return Metrics()
 
@@ -303,7 +303,7 @@ def api_server(
     it to load. ``token``: the admin token (a reload replaces it)."""
     if settings.api is None or token is None:
         return None
-    from director.adapters.http import HttpServer as ApiServer
+    from director.adapters.http.server import HttpServer as ApiServer
     from director.web.app import create_app
     from director.web.front import MAX_BODY, early_gate
 
@@ -357,8 +357,8 @@ def vrrp(settings: Settings, dry_run: bool, controller: Controller, hooks: Hooks
     """The pair's parts: keepalived's file, its state FIFO, conntrackd's file."""
     if settings.ha is None or dry_run:
         return None
-    from director.adapters.keepalived import KeepalivedSync
-    from director.adapters.vrrp import VrrpFifo
+    from director.adapters.pair.keepalived import KeepalivedSync
+    from director.adapters.pair.vrrp import VrrpFifo
 
     owned = controller.health.owned
     sync = KeepalivedSync(settings.ha, settings.source, ledger=owned)
@@ -373,7 +373,7 @@ def vrrp(settings: Settings, dry_run: bool, controller: Controller, hooks: Hooks
     fifo = VrrpFifo(settings.ha.fifo, heard)
     conntrackd = None
     if settings.ha.conntrackd is not None:
-        from director.adapters.conntrackd import ConntrackdFile
+        from director.adapters.pair.conntrackd import ConntrackdFile
 
         conntrackd = ConntrackdFile(settings.ha.conntrackd, settings.source, ledger=owned)
     return Vrrp(sync, fifo, conntrackd)
@@ -394,7 +394,7 @@ def frr(
     if isinstance(ipvs, FakeIpvs):  # nothing real to announce: the host is not touched
         event(log, "bgp.off", reason="the fake dataplane: routes are decided, not announced")
         return None
-    from director.adapters.frr_sync import FrrSync
+    from director.adapters.frr.sync import FrrSync
 
     sync = FrrSync(
         settings.bgp, settings.pools, settings.source, netns=netns, ledger=controller.health.owned
@@ -414,7 +414,7 @@ def frr_figures(daemons: Daemons | None) -> FrrFigures | None:
     sync = daemons.frr if daemons is not None else None
     if sync is None:
         return None
-    from director.adapters.metrics_daemons import FrrFigures
+    from director.adapters.metrics.daemons import FrrFigures
 
     return FrrFigures(sync.sessions, sync.frr.rejected, sync.frr.reloads)
 

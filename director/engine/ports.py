@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class ClusterWriter(Protocol):
-    """What the loop writes to the cluster (``director.adapters.kube.KubeWriter``)."""
+    """What the loop writes to the cluster (``director.adapters.kube.client.KubeWriter``)."""
 
     def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None: ...
 
@@ -33,7 +33,7 @@ class ClusterWriter(Protocol):
 
 
 class LoopMetrics(Protocol):
-    """The figures the loop feeds (``director.adapters.metrics.Recorder``)."""
+    """The figures the loop feeds (``director.adapters.metrics.collector.Recorder``)."""
 
     def observe_sync(self, kind: str, seconds: float) -> None: ...
 

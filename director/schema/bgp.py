@@ -1,7 +1,7 @@
 """``bgp:``: this director's BGP speaker (FRR), its peers, and how FRR is reached.
 
 The director renders FRR's configuration from this section and the VIPs it decides to
-announce (:mod:`director.adapters.frr`); every value here ends up in that file, so each is
+announce (:mod:`director.adapters.frr.announce`); every value here ends up in that file, so each is
 checked as strictly as the file's syntax needs (addresses canonical, numbers bounded,
 passwords without spaces or quotes).
 """

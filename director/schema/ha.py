@@ -148,7 +148,7 @@ class HaSettings(Section):
     """keepalived's network namespace, if it is not the director's."""
     # keepalived's VRRP process at this real-time priority (SCHED_RR; 0: ordinary): a box
     # whose CPU is taken by busy processes still sends its adverts on time. The director
-    # sets it on the process (director.adapters.keepalived_process), not keepalived.
+    # sets it on the process (director.adapters.pair.processes), not keepalived.
     realtime_priority: Annotated[int, integer(0, 99)] = 50
     """keepalived's VRRP process runs at this real-time priority (0: ordinary scheduling), so
     adverts leave on time on a busy box. The director sets it on the process and keeps it

@@ -129,7 +129,7 @@ def problem_answer(status: int, detail: str) -> Answer:
 
 
 class MetricsText(Protocol):
-    """What ``/metrics`` serves (``director.adapters.metrics_ipvs.Scrape``)."""
+    """What ``/metrics`` serves (``director.adapters.metrics.ipvs.Scrape``)."""
 
     content_type: str
 

@@ -130,7 +130,7 @@ def run_director(config: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_config_path_cannot_inject_keepalived_configuration(tmp_path: Path) -> None:
-    from director.adapters.keepalived import render_keepalived
+    from director.adapters.pair.keepalived import render_keepalived
     from director.schema.config import load_config
     from director.schema.ha import HaSettings
 

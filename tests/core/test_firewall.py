@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.adapters.promtext import generate_latest
+from director.adapters.metrics.promtext import generate_latest
 from director.core.firewall import FakeFirewall, render_nft
 from director.core.model import Family, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.options import Problem

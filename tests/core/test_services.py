@@ -30,7 +30,7 @@ def test_keys_and_ops_read_like_ipvsadm() -> None:
 def test_a_namespace_or_a_cluster_named_static_is_never_taken_for_the_file_s_own() -> None:
     """Issue 71, 4: a Service in a namespace (or a cluster) named ``static`` was shown as one
     of the file's static services in the API, the status page and the metrics."""
-    from director.adapters.metrics_ipvs import origin_labels
+    from director.adapters.metrics.ipvs import origin_labels
     from director.core.services import static_name
     from director.web.views import origin
 

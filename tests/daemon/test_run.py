@@ -28,14 +28,14 @@ def test_a_static_box_without_api_loads_neither_the_cluster_client_nor_the_web_s
     assert {"director", "yaml"} <= loaded, "the import log was read"
     unused = CLUSTER_ONLY | API_ONLY | {"jinja2", "pydantic", "pydantic_core", "prometheus_client"}
     assert loaded.isdisjoint(unused), sorted(loaded & unused)
-    assert not {"director.adapters.promtext", "ssl", "email"} & full, sorted(full)
+    assert not {"director.adapters.metrics.promtext", "ssl", "email"} & full, sorted(full)
 
 
 def test_a_static_box_with_the_api_keeps_its_figures_but_loads_no_cluster_client(
     tmp_path: Path,
 ) -> None:
     full = modules_loaded_by_run(api_config(tmp_path), whole=True)
-    assert "director.adapters.promtext" in full, sorted(full)
+    assert "director.adapters.metrics.promtext" in full, sorted(full)
     loaded = {name.split(".")[0] for name in full}
     unused = CLUSTER_ONLY | {"prometheus_client"}
     assert loaded.isdisjoint(unused), sorted(loaded & unused)

@@ -224,7 +224,7 @@ def test_resyncs_and_counter_reads_see_the_whole_table_every_time(netns: str) ->
     from director.core.ownership import Ownership
     from director.dataplane.kernel import KernelIpvs
     from director.engine.reconcile import Reconciler
-    from lab.bench import read_growth
+    from lab.reads import read_growth
 
     desired = {}
     for i in range(2000):

@@ -34,7 +34,7 @@ def test_a_pair_programs_the_same_table_and_one_writes_status(
 
 
 def test_a_write_for_a_deleted_service_is_dropped_not_retried_forever() -> None:
-    from director.adapters.kube import KubeError
+    from director.adapters.kube.client import KubeError
     from director.engine.outbox import Outbox
 
     calls: list[str] = []

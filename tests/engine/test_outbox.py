@@ -24,7 +24,7 @@ class Refusing(Writer):
         self.release.set()
 
     def patch_status(self, namespace: str, name: str, ips: tuple[str, ...]) -> None:
-        from director.adapters.kube import KubeError
+        from director.adapters.kube.client import KubeError
 
         self.release.wait(5)
         self.attempts.append(f"status {name}")
@@ -36,7 +36,7 @@ class Refusing(Writer):
     def event(
         self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str
     ) -> None:
-        from director.adapters.kube import KubeError
+        from director.adapters.kube.client import KubeError
 
         self.release.wait(5)
         self.attempts.append(f"event {name}")
@@ -126,7 +126,7 @@ def test_a_server_answering_429_is_asked_once_per_backoff_step_not_once_per_even
     """5,000 distinct Events (a tenant value in each message) against a server answering
     429: the Events queue waits as a whole, so the attempts are a handful, not thousands;
     no more than MAX_EVENTS wait, the oldest giving way; the status queue goes on."""
-    from director.adapters.kube import KubeError
+    from director.adapters.kube.client import KubeError
     from director.engine.outbox import MAX_EVENTS
 
     attempts: list[str] = []

@@ -10,8 +10,8 @@ import inspect
 
 import pytest
 
-from director.adapters.kube_write import KubeWriter
-from director.adapters.metrics import Recorder
+from director.adapters.kube.write import KubeWriter
+from director.adapters.metrics.collector import Recorder
 from director.engine import ports
 from director.engine.door import Door
 

@@ -51,7 +51,7 @@ def metric(runtime: Runtime, name: str, labels: dict[str, str] | None = None) ->
     """The sample ``name`` with ``labels`` as a scrape writes it (Prometheus's own parser)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from director.adapters.promtext import generate_latest
+    from director.adapters.metrics.promtext import generate_latest
 
     assert runtime.metrics is not None, "the runtime keeps its figures (metrics=True)"
     text = generate_latest(runtime.metrics.registry).decode()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from director.adapters.metrics import Metrics
-from director.adapters.promtext import generate_latest
+from director.adapters.metrics.collector import Metrics
+from director.adapters.metrics.promtext import generate_latest
 from director.core.cluster_parse import service_from_json
 from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs

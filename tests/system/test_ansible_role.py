@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from director import __version__
-from director.adapters.keepalived_process import LIMIT_US
+from director.adapters.pair.processes import LIMIT_US
 from lab import debroot
 from lab.debroot import ROOT, WHEELHOUSE
 from tests.ansiblelab import REPO, ansible

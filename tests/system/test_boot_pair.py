@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from director.adapters.keepalived_process import LIMIT_US
+from director.adapters.pair.processes import LIMIT_US
 from lab import bootpair
 from lab.bootlab import BACKENDS, NAT_PORT, WORK, Box, Responder
 from lab.bootpair import EDGE1, EDGE2, FULLNAT_VIP, GATEWAY, MEMBERS, NAT_VIP, Member

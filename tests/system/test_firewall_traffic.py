@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from director.adapters.promtext import generate_latest
+from director.adapters.metrics.promtext import generate_latest
 from director.core.model import IpProtocol as Protocol, ServiceKey
 from director.daemon import wiring
 from director.daemon.runtime import Runtime

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from director.adapters.keepalived import ConfigRejected
+from director.adapters.pair.keepalived import ConfigRejected
 from lab.ha import (
     ALIVE_SECONDS,
     DR_VIP,

@@ -1,0 +1,2 @@
+"""The admin API's HTTP server (``server``): Hypercorn and a2wsgi, with the director's guard
+between them."""

@@ -1,0 +1,106 @@
+"""Collectors of the daemons beside the director: keepalived's VRRP figures, conntrackd's
+cache and FRR's sessions and routes, each read at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
+
+from director.adapters.metrics.promtext import CounterMetricFamily, GaugeMetricFamily, Metric
+from director.core.announce import PeerState
+
+
+class KeepalivedCollector:
+    """keepalived's side of the metrics: configurations it refused, reloads.
+    ``counts()``: (rejected, reloads), or None without keepalived."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int] | None]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.counts()
+        if counts is None:
+            return
+        rejected, reloads = counts
+        yield CounterMetricFamily(
+            "director_keepalived_config_rejected",
+            "Rendered keepalived configurations that keepalived -t refused (never installed).",
+            value=rejected,
+        )
+        yield CounterMetricFamily(
+            "director_keepalived_reloads",
+            "keepalived reloads after a new configuration.",
+            value=reloads,
+        )
+
+
+class ConntrackCollector:
+    """netfilter's connection table where full NAT runs (``figures()``: its counters, or
+    None without full NAT): connections that could not be inserted, among them a full-NAT
+    connection that found no free port of its SNAT address."""
+
+    def __init__(self, figures: Callable[[], Mapping[str, int] | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures()
+        if not figures:
+            return
+        yield CounterMetricFamily(
+            "director_conntrack_insert_failed",
+            "New connections conntrack could not insert in the director's namespace and "
+            "dropped: with full NAT, one to a real server for which no port of the SNAT "
+            "address was free (port exhaustion). node_exporter's "
+            "node_nf_conntrack_stat_insert_failed is the host's own.",
+            value=figures.get("insert_failed", 0),
+        )
+        yield GaugeMetricFamily(
+            "director_conntrack_entries",
+            "Entries in netfilter's connection table in the director's namespace (full NAT "
+            "keeps one per connection).",
+            value=figures.get("entries", 0),
+        )
+
+
+class FrrFigures(NamedTuple):
+    sessions: tuple[PeerState, ...]
+    rejected: int
+    reloads: int
+
+
+class FrrCollector:
+    """FRR's side: each BGP session (and its BFD), configurations FRR refused, reloads."""
+
+    def __init__(self, figures: Callable[[], FrrFigures | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures()
+        if figures is None:
+            return
+        up = GaugeMetricFamily(
+            "director_bgp_session_up",
+            "1 while the BGP session to the peer is established.",
+            labels=["peer"],
+        )
+        bfd = GaugeMetricFamily(
+            "director_bgp_bfd_up",
+            "1 while BFD to the peer is up (peers with BFD only).",
+            labels=["peer"],
+        )
+        for peer in figures.sessions:
+            up.add_metric([peer.address], 1 if peer.up else 0)
+            if peer.bfd != "-":
+                bfd.add_metric([peer.address], 1 if peer.bfd == "up" else 0)
+        yield up
+        yield bfd
+        yield CounterMetricFamily(
+            "director_frr_config_rejected",
+            "Rendered FRR configurations that vtysh or frr-reload.py refused (never live).",
+            value=figures.rejected,
+        )
+        yield CounterMetricFamily(
+            "director_frr_reloads",
+            "FRR configurations applied (frr-reload.py).",
+            value=figures.reloads,
+        )
