@@ -144,7 +144,7 @@ def settle(runtime: Runtime) -> None:
     deadline = time.monotonic() + 600
     controller = runtime.controller
     while time.monotonic() < deadline and not (
-        controller.reporter.leader and controller.intake.queue.empty()
+        controller.parts.reporter.leader and controller.parts.intake.queue.empty()
     ):
         time.sleep(0.1)
     time.sleep(1)
@@ -208,7 +208,7 @@ def isolation(
             settle(runtime)
             first_sync = time.perf_counter() - started
             relists: list[float] = []  # when each of A's Services relists reached the loop
-            inbox = runtime.controller.intake.queue
+            inbox = runtime.controller.parts.intake.queue
             put = inbox.put
 
             received: dict[str, float] = {}  # when a change of B's reached the loop's queue

@@ -88,17 +88,17 @@ kubernetes: {{kubeconfig: {api.kubeconfig(workdir / "kc")}, identity: a, lease_s
                 endpoint_slice(name, [("192.0.2.11", "n1", True, False)], [("http", "TCP", 8080)]),
             )
             key = ServiceKey.inet(IpProtocol.TCP, "198.51.100.0", 80)
-            loop = runtime.controller
+            parts = runtime.controller.parts
             eventually(
-                lambda: key in loop.exports.view.desired or key in loop.filter.held_back,
+                lambda: key in parts.exports.view.desired or key in parts.filter.held_back,
                 timeout=60,
                 what="taken in",
             )
             if ranges > MAX_SOURCE_RANGES:
                 eventually(lambda: api.events_for(name), timeout=30, what="its Warning")
             time.sleep(1.0)
-            served = key in runtime.controller.exports.view.desired
-            filtered = key in runtime.controller.exports.view.filtered
+            served = key in runtime.controller.parts.exports.view.desired
+            filtered = key in runtime.controller.parts.exports.view.filtered
             events = [e["reason"] for e in api.events_for(name)]
     return {
         "ranges": ranges,

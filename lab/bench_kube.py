@@ -379,14 +379,15 @@ def run(
         # Wait for the lease and its recomputation to settle (they are not the figure).
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not (
-            runtime.controller.reporter.leader and runtime.controller.intake.queue.empty()
+            runtime.controller.parts.reporter.leader
+            and runtime.controller.parts.intake.queue.empty()
         ):
             time.sleep(0.1)
         time.sleep(1)
         # When each change reached the director (its watch handed the parsed slice to the
         # loop): the director's own share of the latency, without the API server's.
         received: dict[str, float] = {}
-        inbox = runtime.controller.intake.queue
+        inbox = runtime.controller.parts.intake.queue
         put = inbox.put
 
         def arrived(item: Any, *args: Any, **kwargs: Any) -> None:
@@ -448,7 +449,7 @@ def run(
         memory = rss_mb()
         # What every director then does once a minute (resync_seconds, 86400 here so that
         # none fell among the events): read the whole kernel table back and diff it.
-        pace = runtime.controller.pace
+        pace = runtime.controller.parts.pace
         t0 = time.perf_counter()
         pace.resynced(0)
         while pace.resync_due(time.monotonic()):

@@ -76,7 +76,9 @@ def exported() -> set[str]:
     try:
         eventually(lambda: controller.health.synced, what="the first sync")
         controller.post(WatchState("services", True))  # as a watch of the cluster reports
-        eventually(lambda: controller.exports.view.status.connected, what="the watch's report")
+        eventually(
+            lambda: controller.parts.exports.view.status.connected, what="the watch's report"
+        )
         peer = PeerState("198.18.0.1", 64500, "Established", 3.0, 1, "up")
         metrics = Metrics()
         metrics.serve(

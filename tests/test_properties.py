@@ -271,7 +271,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeApiS
         runtime = Runtime(config, FakeIpvs())
         with runtime.start():
             assert runtime.wait_ready(20)
-            eventually(lambda: runtime.controller.reporter.leader, what="the lease")
+            eventually(lambda: runtime.controller.parts.reporter.leader, what="the lease")
             yield api, runtime
 
 
@@ -311,7 +311,7 @@ def test_a_running_loop_fed_garbage_keeps_programming_the_good_services(
     made.append(("services", good))
     try:
         eventually(
-            lambda: runtime.controller.table.produced.get(f"default/{good}"),
+            lambda: runtime.controller.parts.table.produced.get(f"default/{good}"),
             timeout=20,
             what="the good Service programmed",
         )

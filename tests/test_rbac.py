@@ -91,7 +91,7 @@ api: {{listen: "127.0.0.1:0", token_file: {tmp_path / "token"},
                 what="a Lease renewal",
             )
             # the same Warning twice is one Event, counted (events create, get, patch)
-            reporter = runtime.controller.reporter
+            reporter = runtime.controller.parts.reporter
             for value, told in (("bogus", True), (None, False), ("bogus", True)):
                 api.patch(
                     "services",

@@ -66,7 +66,7 @@ def test_an_api_write_that_cannot_be_stored_is_a_503_and_changes_nothing(
         assert "No space left on device" in body["detail"]
         key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
         assert ipvs.read().services[key].config.scheduler == "rr", "nothing changed"
-        assert runtime.controller.store.current.schedulers == {}
+        assert runtime.controller.parts.store.current.schedulers == {}
         status, body = call(url, "GET", "/api/v1/status")
         assert status == 200 and body["last_error"].startswith("intents not stored")
         # The loop goes on: with room again, the same write is stored, and applied when
@@ -138,7 +138,7 @@ def test_fifty_identical_drains_at_once_make_one_drain(served: tuple[str, Runtim
     assert at_once(50, lambda: call(url, "POST", "/api/v1/drains", drain)[0]) == (
         [201] + [409] * 49
     )
-    assert len(runtime.controller.store.current.drains) == 1
+    assert len(runtime.controller.parts.store.current.drains) == 1
     ident = call(url, "GET", "/api/v1/drains")[1]["items"][0]["id"]
     undrain = f"/api/v1/drains/{ident}"
     assert at_once(50, lambda: call(url, "DELETE", undrain)[0]) == [200] + [404] * 49
@@ -149,7 +149,7 @@ def test_a_drain_is_readable_and_undrainable_right_after_its_201(
 ) -> None:
     url, runtime = served
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
-    ipvs = runtime.controller.syncer.reconciler.ipvs
+    ipvs = runtime.controller.parts.syncer.reconciler.ipvs
     for _ in range(200):
         status, drain = call(url, "POST", "/api/v1/drains", {"address": "192.0.2.12"})
         assert status == 201, drain
@@ -158,7 +158,7 @@ def test_a_drain_is_readable_and_undrainable_right_after_its_201(
         status, body = call(url, "DELETE", f"/api/v1/drains/{drain['id']}")
         assert status == 200, body
         assert ipvs.read().services[key].real_servers[("192.0.2.12", 8080)].weight == 1
-    assert runtime.controller.store.current.drains == {}
+    assert runtime.controller.parts.store.current.drains == {}
 
 
 def test_drains_are_bounded(served: tuple[str, Runtime]) -> None:

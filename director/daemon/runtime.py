@@ -179,7 +179,7 @@ class Runtime:
     def essential_threads(self) -> list[threading.Thread]:
         """The threads without which the director silently stops doing its job."""
         threads = [self._thread, *self.served.threads()]
-        for outbox in self.controller.reporter.outboxes.values():
+        for outbox in self.controller.parts.reporter.outboxes.values():
             threads += outbox.threads
         parts = (
             self.checker,
@@ -331,7 +331,7 @@ class Runtime:
         self.controller.post(Leaving(reason))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            maintenance = self.controller.exports.view.addressing.maintenance or ""
+            maintenance = self.controller.parts.exports.view.addressing.maintenance or ""
             if maintenance.startswith("the director is stopping"):
                 break
             time.sleep(0.05)

@@ -36,6 +36,7 @@ from director.engine.hooks import Hooks
 from director.engine.intake import RESOURCES, Intake, required_resources, served_clusters
 from director.engine.intent_store import Answer, IntentStore
 from director.engine.pace import Pace
+from director.engine.parts import Parts
 from director.engine.ports import ClusterWriter, LoopMetrics
 from director.engine.programming import Programmer
 from director.engine.reconcile import Reconciler, SyncReport
@@ -79,48 +80,34 @@ class Controller:
         self.health = LoopStatus()
         owned = self.health.owned  # each owned resource's state, as its keeper finds it
         hooks = hooks or Hooks()
-        self.pace = Pace(hooks, clock)
-        self.intake = Intake(self.health, required_resources(settings), served_clusters(settings))
-        self.store = IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned)
+        pace = Pace(hooks, clock)
+        intake = Intake(self.health, required_resources(settings), served_clusters(settings))
         reconciler = Reconciler(ipvs, settings.ownership, dry_run=dry_run)
-        self.syncer = Syncer(
-            reconciler, self.health, recorder=recorder, observer=observer, ledger=owned
-        )
         boxes = {} if dry_run else outboxes(writer, self.post)
         clusters = [kube.cluster for kube in served] or [""]
-        self.reporter = Reporter(boxes, self.health, dry_run=dry_run, clusters=clusters)
+        reporter = Reporter(boxes, self.health, dry_run=dry_run, clusters=clusters)
         allocator = Allocator(settings.pools, reserved_addresses(settings))
-        self.addresses = Addresses(allocator, self.reporter)
-        self.gate = HealthGate(settings.health, hooks)
-        self.drains = Draining(ipvs, clock, max(k.drain_timeout_seconds for k in served or [kube]))
-        self.filter = SourceFilter(firewall, self.health, clock, dry_run=dry_run, ledger=owned)
-        self.table = Programmed(settings.services)
-        self.exports = Exports(state_file, hooks, settings.bgp_pools, ledger=owned, clock=clock)
-        translator = Translator(
-            settings,
-            build_policy(settings, ipvs.schedulers()),
-            intake=self.intake,
-            table=self.table,
-            addresses=self.addresses,
-            reporter=self.reporter,
-            gate=self.gate,
-            drains=self.drains,
-            source_filter=self.filter,
-            store=self.store,
-            reconciler=reconciler,
+        self.parts = Parts(
+            intake=intake,
+            store=IntentStore(intents_file, self.health, dry_run=dry_run, ledger=owned),
+            syncer=Syncer(
+                reconciler, self.health, recorder=recorder, observer=observer, ledger=owned
+            ),
+            reporter=reporter,
+            addresses=Addresses(allocator, reporter),
+            gate=HealthGate(settings.health, hooks),
+            drains=Draining(ipvs, clock, max(k.drain_timeout_seconds for k in served or [kube])),
+            filter=SourceFilter(firewall, self.health, clock, dry_run=dry_run, ledger=owned),
+            table=Programmed(settings.services),
+            exports=Exports(state_file, hooks, settings.bgp_pools, ledger=owned, clock=clock),
+            pace=pace,
         )
+        translator = Translator(settings, build_policy(settings, ipvs.schedulers()), self.parts)
         self.programmer = Programmer(
             translator,
-            intake=self.intake,
-            syncer=self.syncer,
-            pace=self.pace,
-            exports=self.exports,
+            self.parts,
             guarded=self._guarded,
             resync_seconds=min(k.resync_seconds for k in served or [kube]),
-            table=self.table,
-            gate=self.gate,
-            drains=self.drains,
-            source_filter=self.filter,
         )
 
     @property
@@ -132,17 +119,17 @@ class Controller:
         return Door(
             lambda: self.settings,
             translator=self.programmer.translator,
-            reconciler=self.syncer.reconciler,
-            pace=self.pace,
-            source_filter=self.filter,
-            exports=self.exports,
+            reconciler=self.parts.syncer.reconciler,
+            pace=self.parts.pace,
+            source_filter=self.parts.filter,
+            exports=self.parts.exports,
             submit=self.submit_intent,
         )
 
     # -- input -----------------------------------------------------------------------
     def post(self, ev: events.Event) -> None:
         """Hand the loop an event (from any thread)."""
-        self.intake.queue.put(ev)
+        self.parts.intake.queue.put(ev)
 
     def submit(self, resource: str, kind: str, payload: Any) -> None:
         """Watchers call this from their threads with ``(resource, kind, payload)``."""
@@ -165,58 +152,65 @@ class Controller:
     def run(self, stop: threading.Event, tick: float = 0.5) -> None:
         while not stop.is_set():
             self.step(tick)
-        for outbox in self.reporter.outboxes.values():
+        for outbox in self.parts.reporter.outboxes.values():
             outbox.close()
 
     def step(self, wait: float = 0.5) -> None:
         """Take a burst of queued events, then sync what they touched. Never raises: an
         unexpected error is logged with its traceback, counted, shown as ``last_error``,
         and the loop goes on (after a short pause when it keeps failing)."""
-        self.pace.pause()  # a first sync with nothing left to list (static) waits for nothing:
-        busy = self.intake.snapshot.relisting  # a list is being taken in: on at once
-        batch = self.intake.take(
-            0.0 if busy or (not self.health.first_sync_done and self.intake.listed()) else wait
+        # A first sync with nothing left to list (static) waits for nothing:
+        self.parts.pace.pause()
+        busy = self.parts.intake.snapshot.relisting  # a list is being taken in: on at once
+        batch = self.parts.intake.take(
+            0.0
+            if busy or (not self.health.first_sync_done and self.parts.intake.listed())
+            else wait
         )
         replies: list[Answer] = []
         with self.lock:
             try:
                 self._step(batch, replies)
-                self.pace.stepped(ok=True)
+                self.parts.pace.stepped(ok=True)
             except Exception as exc:
-                self.pace.stepped(ok=False)
+                self.parts.pace.stepped(ok=False)
                 self.loop_error("step", exc)
             finally:
                 # Publishing is a unit of work (a failure is tried again next step). Ready
                 # only once the view says so: /readyz never lags the flag.
-                due = batch or self.exports.due
+                due = batch or self.parts.exports.due
                 if due and self._guarded("publish", self._publish):
                     self.health.synced = self.health.first_sync_done
                 # Answered once the view shows the step: a change in force as far as it could
                 # be (200), or not stored and not made (503, the status shows why).
                 for reply, status, detail in replies:
                     reply.resolve(status, detail)
-                self.pace.beat()
-        if self.exports.settle_due:
-            self._guarded("settle", self.exports.settle)
-        self.pace.after_step()
+                self.parts.pace.beat()
+        if self.parts.exports.settle_due:
+            self._guarded("settle", self.parts.exports.settle)
+        self.parts.pace.after_step()
 
     def _publish(self) -> None:
         """The step's record (each part's state as the step ends) to the view."""
-        allocator, health = self.addresses.allocator, self.health
+        allocator, health = self.parts.addresses.allocator, self.health
         step = Step(
             status=health.copy(synced=health.first_sync_done),
-            draining=MappingProxyType({k: frozenset(v) for k, v in self.drains.waiting.items()}),
-            intents=self.store.current,
+            draining=MappingProxyType(
+                {k: frozenset(v) for k, v in self.parts.drains.waiting.items()}
+            ),
+            intents=self.parts.store.current,
             pools=tuple(
                 PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in self.settings.pools
             ),
-            filtered=frozenset(self.filter.enforced),
-            lease_refused=self.reporter.lease_refused,
+            filtered=frozenset(self.parts.filter.enforced),
+            lease_refused=self.parts.reporter.lease_refused,
         )
-        self.exports.publish(step, self.table, self.gate, self.intake.snapshot)
+        self.parts.exports.publish(
+            step, self.parts.table, self.parts.gate, self.parts.intake.snapshot
+        )
 
     def loop_error(self, where: str, exc: BaseException) -> None:
-        self.exports.due = True
+        self.parts.exports.due = True
         self.health.loop_errors += 1
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         self.health.last_error = f"{where}: {reason}"
@@ -242,38 +236,40 @@ class Controller:
                 dirty |= self._absorb(ev)
             except Exception as exc:  # one event, not the batch
                 self.loop_error(f"absorb {type(ev).__name__}", exc)
-        dirty |= self.intake.advance()
+        dirty |= self.parts.intake.advance()
         if intents:
-            dirty |= self.store.take(intents, replies)
-        now = self.pace.clock()
+            dirty |= self.parts.store.take(intents, replies)
+        now = self.parts.pace.clock()
         if not self.health.first_sync_done:
-            if self.intake.listed():
+            if self.parts.intake.listed():
                 self._first_sync()
             return
         dirty |= self._timed(now)
         if dirty:
             self.programmer.sync(dirty)
-        if self.pace.resync_due(now):
+        if self.parts.pace.resync_due(now):
             self.programmer.full_resync()
-        self._guarded("state file", self.exports.write_state, self.table, self.addresses)
+        self._guarded(
+            "state file", self.parts.exports.write_state, self.parts.table, self.parts.addresses
+        )
         self._guarded("announce", self.programmer.announce, self.health.first_sync_done)
 
     def _timed(self, now: float) -> set[str]:
         """What timers make due: drains to check, a held-back filter to try again, owned
         files and the packet filter to read back."""
-        self.store.verify(now)
-        dirty, changed = self.filter.timed(now)
-        if self.drains.waiting and self.pace.drain_check_due(now):
+        self.parts.store.verify(now)
+        dirty, changed = self.parts.filter.timed(now)
+        if self.parts.drains.waiting and self.parts.pace.drain_check_due(now):
             changed = True
-            dirty |= self.table.refs(self.drains.waiting)
-        self.exports.due |= changed
+            dirty |= self.parts.table.refs(self.parts.drains.waiting)
+        self.parts.exports.due |= changed
         return dirty
 
     def _absorb(self, ev: events.Event) -> set[str]:
         """Fold one event into the loop's state; return the Services it touches."""
         match ev:
             case events.TargetChecked(target, up):
-                return self.table.refs(self.gate.observe(target, up))
+                return self.parts.table.refs(self.parts.gate.observe(target, up))
             case events.VrrpChanged(state):
                 if state != self.health.vrrp_state:
                     event(log, "vrrp.role", state=state, previous=self.health.vrrp_state or "-")
@@ -281,15 +277,15 @@ class Controller:
             case events.LeaderChanged(leader, cluster):
                 return self._lead(leader, cluster)
             case events.Leaving(reason):
-                self.exports.vips.leaving = reason
+                self.parts.exports.vips.leaving = reason
             case events.Reloaded(settings, reply, writers):
                 reply.resolve(*reload.apply(self, settings, writers))
             case events.BoxAddresses(addresses):
                 return self._box(dict(addresses))
             case events.WriteFailed() | events.LeaseRefused():
-                self.reporter.absorb(ev)
+                self.parts.reporter.absorb(ev)
             case events.WatchState() | events.Listed() | events.ObjectChanged():
-                return self.intake.absorb(ev)
+                return self.parts.intake.absorb(ev)
         return set()
 
     def _box(self, box: dict[str, str]) -> set[str]:
@@ -298,21 +294,26 @@ class Controller:
         gets another, one that asked for it is refused with an Event)."""
         if not self.programmer.translator.box_changed(box):
             return set()
-        self.addresses.allocator.reserved = reserved_addresses(self.settings, box)
+        self.parts.addresses.allocator.reserved = reserved_addresses(self.settings, box)
         event(log, "box.addresses", addresses=",".join(sorted(box)) or "-")
         return {ALL}
 
     def _lead(self, leader: bool, cluster: str = "") -> set[str]:
-        if leader == self.reporter.leads(cluster) or self.syncer.reconciler.dry_run:
+        if leader == self.parts.reporter.leads(cluster) or self.parts.syncer.reconciler.dry_run:
             return set()
         kube = next((k for k in self.settings.served if k.cluster == cluster), self.kube)
         event(log, "lease.changed", leader=leader, cluster=cluster or "-", identity=kube.identity)
-        self.reporter.lead(leader, cluster)
-        return self.intake.snapshot.every(cluster)
+        self.parts.reporter.lead(leader, cluster)
+        return self.parts.intake.snapshot.every(cluster)
 
     def _first_sync(self) -> None:
         self.programmer.first_sync()
         self.health.first_sync_done = True
-        desired = len(self.table.desired)
-        event(log, "controller.ready", services=len(self.table.produced), virtual_services=desired)
-        self.exports.ready(f"{desired} virtual services programmed")
+        desired = len(self.parts.table.desired)
+        event(
+            log,
+            "controller.ready",
+            services=len(self.parts.table.produced),
+            virtual_services=desired,
+        )
+        self.parts.exports.ready(f"{desired} virtual services programmed")

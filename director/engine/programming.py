@@ -14,14 +14,7 @@ from director.core.model import ServiceKey
 from director.core.services import VirtualService
 from director.core.snapshot import ALL
 from director.dataplane.memory import give_back_free_memory
-from director.engine.draining import Draining
-from director.engine.exports import Exports
-from director.engine.health_gate import HealthGate
-from director.engine.intake import Intake
-from director.engine.pace import Pace
-from director.engine.source_filter import SourceFilter
-from director.engine.syncer import Syncer
-from director.engine.table import Programmed
+from director.engine.parts import Parts
 from director.engine.translator import Translator
 from director.engine.view import STATIC
 
@@ -30,26 +23,12 @@ Guard = Callable[..., bool]  # (where, action, *args): run one unit of work, sur
 
 class Programmer:
     def __init__(
-        self,
-        translator: Translator,
-        *,
-        intake: Intake,
-        syncer: Syncer,
-        pace: Pace,
-        exports: Exports,
-        guarded: Guard,
-        resync_seconds: float,
-        table: Programmed,
-        gate: HealthGate,
-        drains: Draining,
-        source_filter: SourceFilter,
+        self, translator: Translator, parts: Parts, *, guarded: Guard, resync_seconds: float
     ) -> None:
-        """The parts it programs with are the loop's own (the translator shapes with the
-        same): handed in, not reached through the translator."""
-        self.translator, self.intake, self.syncer = translator, intake, syncer
-        self.pace, self.exports, self.guarded = pace, exports, guarded
-        self.table, self.gate, self.drains, self.filter = table, gate, drains, source_filter
-        self.resync_seconds = resync_seconds
+        """The parts it programs with are the loop's own, the ones the translator shapes
+        with (``Parts``)."""
+        self.translator, self.parts = translator, parts
+        self.guarded, self.resync_seconds = guarded, resync_seconds
         # Where the first sync's time went: (phase, seconds) for read, translate, program
         # and publish, in order (``startup.timing`` in the log).
         self.first_sync_phases: tuple[tuple[str, float], ...] = ()
@@ -63,19 +42,21 @@ class Programmer:
             clock, before = time.perf_counter(), clock
             phases.append((phase, clock - before))
 
-        self.syncer.reconciler.observe()  # drains are computed against what the kernel holds
+        self.parts.syncer.reconciler.observe()  # drains are computed against what the kernel holds
         done("read")
         for key, vs in self.translator.static().items():
-            self.table.put(key, vs, STATIC)
-        for ref in self.translator.order(self.intake.snapshot.services):
+            self.parts.table.put(key, vs, STATIC)
+        for ref in self.translator.order(self.parts.intake.snapshot.services):
             self.guarded(f"service {ref}", self._adopt, ref)
-        for key in self.filter.enforce():
-            self.filter.hold_back(key, self.table.desired.get(key), self.table.owner.get(key, ""))
-            self.table.without(key)
+        for key in self.parts.filter.enforce():
+            self.parts.filter.hold_back(
+                key, self.parts.table.desired.get(key), self.parts.table.owner.get(key, "")
+            )
+            self.parts.table.without(key)
         done("translate")
         self.full_resync(reread=False)
         done("program")
-        self.exports.vips.keys_changed()
+        self.parts.exports.vips.keys_changed()
         self.announce(ready=True)
         # The snapshot and tables are long-lived: keep the collector from walking them on
         # every full collection (a 10,000-Service table is ~1M objects; see gc.freeze).
@@ -88,33 +69,33 @@ class Programmer:
     def announce(self, ready: bool) -> None:
         """The VIPs as the table now stands: announced where served (``ready``: the first
         sync is applied), withdrawn where every real server is down or in maintenance."""
-        self.exports.vips.update(
-            self.table.desired,
-            self.syncer.reconciler.actual,
+        self.parts.exports.vips.update(
+            self.parts.table.desired,
+            self.parts.syncer.reconciler.actual,
             ready,
-            self.gate.all_down,
-            self.translator.store.current.maintenance,
+            self.parts.gate.all_down,
+            self.parts.store.current.maintenance,
         )
 
     def _adopt(self, ref: str) -> None:
         fresh = self.translator.service(ref)
         for key, vs in fresh.items():
-            self.table.put(key, vs, ref)
-        self.table.produce(ref, (*self.table.produced.get(ref, ()), *fresh))
+            self.parts.table.put(key, vs, ref)
+        self.parts.table.produce(ref, (*self.parts.table.produced.get(ref, ()), *fresh))
 
     def full_resync(self, reread: bool = True) -> None:
-        self.syncer.full(self.table.desired, reread=reread)
-        self.exports.vips.touched(self.table.desired)  # drift repaired, or found
-        self.pace.resynced(self.resync_seconds)
-        self.exports.state_due = self.exports.due = True
+        self.parts.syncer.full(self.parts.table.desired, reread=reread)
+        self.parts.exports.vips.touched(self.parts.table.desired)  # drift repaired, or found
+        self.parts.pace.resynced(self.resync_seconds)
+        self.parts.exports.state_due = self.parts.exports.due = True
         if reread:  # the kernel's table, read whole, is garbage now
             give_back_free_memory()
 
     def sync(self, dirty: set[str]) -> None:
         """Recompute and program the Services in ``dirty`` (ALL: every one)."""
-        self.exports.due = True
-        table = self.table
-        services = self.intake.snapshot.services
+        self.parts.exports.due = True
+        table = self.parts.table
+        services = self.parts.intake.snapshot.services
         refs = set(services) | set(table.produced) if ALL in dirty else dirty
         if STATIC in refs or ALL in dirty:
             self.sync_static()
@@ -132,7 +113,7 @@ class Programmer:
         for group in [ordered] if ALL in dirty else by_cluster(ordered):
             for ref in group:
                 self.guarded(f"service {ref}", compute, ref)
-            blocked = self.filter.enforce()
+            blocked = self.parts.filter.enforce()
             for ref, (computed, seconds) in fresh.items():
                 self.guarded(f"service {ref}", self._program, ref, computed, blocked, seconds)
             fresh.clear()
@@ -144,22 +125,22 @@ class Programmer:
         """Recompute and program the configuration's services (``keys``: these only). A
         full-NAT one whose SNAT rule is not in force is held back (out of the kernel)."""
         computed = self.translator.static(keys)
-        blocked = self.filter.enforce() & computed.keys()
-        held = self.filter.release(STATIC)
+        blocked = self.parts.filter.enforce() & computed.keys()
+        held = self.parts.filter.release(STATIC)
         for key in held - computed.keys():  # not recomputed: still held back
-            self.filter.hold_back(key, None, STATIC)
+            self.parts.filter.hold_back(key, None, STATIC)
         for key, vs in computed.items():
             if key in blocked:
-                self.filter.hold_back(key, None if key in held else vs, STATIC)
-                self.table.desired.pop(key, None)
-                self.table.owner[key] = STATIC
-                self.table.changed[key] = None
-                self.syncer.one(key, None, STATIC)
+                self.parts.filter.hold_back(key, None if key in held else vs, STATIC)
+                self.parts.table.desired.pop(key, None)
+                self.parts.table.owner[key] = STATIC
+                self.parts.table.changed[key] = None
+                self.parts.syncer.one(key, None, STATIC)
             else:
-                self.table.put(key, vs, STATIC)
-                self.syncer.one(key, vs, STATIC)
-            self.exports.vips.touched((key,))
-        self.exports.state_due = True
+                self.parts.table.put(key, vs, STATIC)
+                self.parts.syncer.one(key, vs, STATIC)
+            self.parts.exports.vips.touched((key,))
+        self.parts.exports.state_due = True
 
     def _program(
         self,
@@ -170,28 +151,28 @@ class Programmer:
     ) -> None:
         """Bring the kernel to one Service's freshly computed virtual services."""
         started = time.perf_counter()
-        before_held = self.filter.release(ref)
+        before_held = self.parts.filter.release(ref)
         for key in blocked & fresh.keys():
-            self.filter.hold_back(key, None if key in before_held else fresh[key], ref)
+            self.parts.filter.hold_back(key, None if key in before_held else fresh[key], ref)
             del fresh[key]
-        before = frozenset(self.table.produced.get(ref, ()))
+        before = frozenset(self.parts.table.produced.get(ref, ()))
         for key in before - fresh.keys():
-            self.table.drop(key)
-            self.gate.forget(key)
-            self.drains.forget(key)
-            self.syncer.one(key, None, ref)
+            self.parts.table.drop(key)
+            self.parts.gate.forget(key)
+            self.parts.drains.forget(key)
+            self.parts.syncer.one(key, None, ref)
         for key, vs in fresh.items():
-            self.table.put(key, vs, ref)
-            self.syncer.one(key, vs, ref)
+            self.parts.table.put(key, vs, ref)
+            self.parts.syncer.one(key, vs, ref)
         if fresh.keys() != before:
-            self.exports.vips.keys_changed()
-        self.exports.vips.touched(before | fresh.keys())
-        self.table.produce(ref, fresh)
-        self.exports.state_due = True
-        triggers = (s.trigger_time for s in self.intake.snapshot.slices_for(ref))
-        self.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)
-        if not fresh and ref not in self.intake.snapshot.services:
-            self.syncer.forget(ref)  # nothing kept for a Service that is gone
+            self.parts.exports.vips.keys_changed()
+        self.parts.exports.vips.touched(before | fresh.keys())
+        self.parts.table.produce(ref, fresh)
+        self.parts.exports.state_due = True
+        triggers = (s.trigger_time for s in self.parts.intake.snapshot.slices_for(ref))
+        self.parts.syncer.programmed(ref, seconds + time.perf_counter() - started, triggers)
+        if not fresh and ref not in self.parts.intake.snapshot.services:
+            self.parts.syncer.forget(ref)  # nothing kept for a Service that is gone
 
 
 def by_cluster(refs: list[str]) -> list[list[str]]:

@@ -24,17 +24,10 @@ from director.engine.view import STATIC
 from director.schema.config import Settings
 
 if TYPE_CHECKING:
-    from director.engine.addresses import Addresses
-    from director.engine.draining import Draining
     from director.engine.events import Event
-    from director.engine.exports import Exports
-    from director.engine.health_gate import HealthGate
-    from director.engine.intake import Intake
+    from director.engine.parts import Parts
     from director.engine.ports import ClusterWriter
     from director.engine.programming import Programmer
-    from director.engine.reporter import Reporter
-    from director.engine.syncer import Syncer
-    from director.engine.table import Programmed
     from director.engine.view import LoopStatus
 
 
@@ -43,16 +36,9 @@ class Reloadable(Protocol):
     and the parts that hold a service's state."""
 
     settings: Settings
-    table: Programmed
-    addresses: Addresses
-    gate: HealthGate
-    drains: Draining
+    parts: Parts
     health: LoopStatus
-    syncer: Syncer
-    exports: Exports
     programmer: Programmer
-    intake: Intake
-    reporter: Reporter
 
     def loop_error(self, where: str, exc: BaseException) -> None: ...
 
@@ -125,13 +111,13 @@ def _check_changes(old: Settings, new: Settings) -> set[ServiceKey]:
 def conflict(loop: Reloadable, new: Settings, diff: Difference) -> str | None:
     """Why the new services cannot be taken now (None: they can)."""
     for key in sorted(diff.added, key=str):
-        holder = loop.table.owner.get(key)
+        holder = loop.parts.table.owner.get(key)
         if holder is not None and holder != STATIC:
             return (
                 f"{new.services[key].origin}: {key} is programmed for Service {holder}; "
                 "remove it there first (a restart would take it from the Service)"
             )
-    allocator = loop.addresses.allocator
+    allocator = loop.parts.addresses.allocator
     for key in sorted(diff.added, key=str):
         if key.fwmark:
             continue
@@ -164,7 +150,7 @@ def _apply(
 ) -> tuple[int, str]:
     old = loop.settings
     diff = difference(old, new)
-    why = conflict(loop, new, diff) or clusters.pools_kept(old, new, loop.addresses.allocator)
+    why = conflict(loop, new, diff) or clusters.pools_kept(old, new, loop.parts.addresses.allocator)
     if why is not None:
         return 409, why
     loop.settings = new
@@ -173,32 +159,34 @@ def _apply(
         old,
         new,
         writers,
-        intake=loop.intake,
-        reporter=loop.reporter,
+        intake=loop.parts.intake,
+        reporter=loop.parts.reporter,
         translator=loop.programmer.translator,
         post=loop.post,
-        dry_run=loop.syncer.reconciler.dry_run,
+        dry_run=loop.parts.syncer.reconciler.dry_run,
     )
     if diff.added or diff.removed or came_and_went:
-        loop.addresses.allocator.reserved = reserved_addresses(new, loop.programmer.translator.box)
+        loop.parts.addresses.allocator.reserved = reserved_addresses(
+            new, loop.programmer.translator.box
+        )
     if came_and_went:
-        reconciler = loop.syncer.reconciler
+        reconciler = loop.parts.syncer.reconciler
         reconciler.ownership = clusters.owned_through(reconciler.ownership, new.ownership)
-    table = loop.table
+    table = loop.parts.table
     for key in diff.removed:
         table.drop(key)
-        loop.gate.forget(key)
-        loop.drains.forget(key)
+        loop.parts.gate.forget(key)
+        loop.parts.drains.forget(key)
         if loop.health.first_sync_done:
-            loop.syncer.one(key, None, STATIC)
+            loop.parts.syncer.one(key, None, STATIC)
     for key in diff.added:
         table.owner[key] = STATIC
     table.stale |= {"keys", "services", "checks"}
-    loop.exports.due = loop.exports.state_due = True
+    loop.parts.exports.due = loop.parts.exports.state_due = True
     flipped = (old.static_snat ^ new.static_snat) & new.services.keys()  # nat <-> fullnat
     if loop.health.first_sync_done and (diff.added or diff.removed or diff.changed or flipped):
-        loop.exports.vips.keys_changed()
-        loop.exports.vips.touched(diff.removed)
+        loop.parts.exports.vips.keys_changed()
+        loop.parts.exports.vips.touched(diff.removed)
         loop.programmer.sync_static(diff.added | diff.changed | flipped)
     if dirty and loop.health.first_sync_done:
         loop.programmer.sync(dirty)

@@ -13,15 +13,8 @@ from director.core.model import Family, ServiceKey, canonical_address
 from director.core.options import Policy, Reserved, relevant
 from director.core.services import Table, VirtualService
 from director.core.translate import translate
-from director.engine.addresses import Addresses
-from director.engine.draining import Draining, Terminating
-from director.engine.health_gate import HealthGate
-from director.engine.intake import Intake
-from director.engine.intent_store import IntentStore
-from director.engine.reconcile import Reconciler
-from director.engine.reporter import Reporter
-from director.engine.source_filter import SourceFilter
-from director.engine.table import Programmed
+from director.engine.draining import Terminating
+from director.engine.parts import Parts
 from director.engine.view import STATIC
 from director.logs import event
 from director.schema.config import KubeSettings, Settings
@@ -109,28 +102,11 @@ def given_pools(settings: Settings, kube: KubeSettings) -> frozenset[str] | None
 
 
 class Translator:
-    def __init__(
-        self,
-        settings: Settings,
-        policy: Policy,
-        *,
-        intake: Intake,
-        table: Programmed,
-        addresses: Addresses,
-        reporter: Reporter,
-        gate: HealthGate,
-        drains: Draining,
-        source_filter: SourceFilter,
-        store: IntentStore,
-        reconciler: Reconciler,
-    ) -> None:
-        self.settings, self.policy = settings, policy
+    def __init__(self, settings: Settings, policy: Policy, parts: Parts) -> None:
+        self.settings, self.policy, self.parts = settings, policy, parts
         # each cluster's (the one cluster's is ``policy``)
         self.policies = {**build_policies(settings, policy.schedulers), policy.cluster: policy}
         self.box: dict[str, str] = {}  # this box's own addresses (to interface), as last read
-        self.intake, self.table, self.addresses, self.reporter = intake, table, addresses, reporter
-        self.gate, self.drains, self.filter = gate, drains, source_filter
-        self.store, self.reconciler = store, reconciler
 
     def box_changed(self, box: Mapping[str, str]) -> bool:
         """This box's own addresses read anew: the policies follow (no endpoint may be one);
@@ -150,12 +126,12 @@ class Translator:
         """Services already holding an address first (restart safety), oldest first. Every
         address their statuses name is claimed first, before any of them is given a fresh
         one (``Allocator.claim``), as at a start."""
-        services = self.intake.snapshot.services
+        services = self.parts.intake.snapshot.services
         refs = list(refs)
         for ref in refs:
             svc = services.get(ref)
             if svc is not None and svc.status_ips:
-                self.addresses.claim(ref, svc.status_ips)
+                self.parts.addresses.claim(ref, svc.status_ips)
 
         def rank(ref: str) -> tuple[int, str, str]:
             svc = services.get(ref)
@@ -167,17 +143,17 @@ class Translator:
 
     def service(self, ref: str) -> dict[ServiceKey, VirtualService]:
         """The virtual services Service ``ref`` asks for now (none: it is gone or not ours)."""
-        snapshot = self.intake.snapshot
+        snapshot = self.parts.intake.snapshot
         svc = snapshot.services.get(ref)
         policy = self.policy_of(svc)
         if svc is None or not relevant(svc, policy):
-            self.addresses.release(ref)
-            self.table.set_options(ref, None)
-            self.reporter.forget(ref)
-            self.filter.want(ref, {})
+            self.parts.addresses.release(ref)
+            self.parts.table.set_options(ref, None)
+            self.parts.reporter.forget(ref)
+            self.parts.filter.want(ref, {})
             return {}
-        previous = self.table.options.get(ref)
-        addresses = self.addresses.keep(svc, policy, previous)
+        previous = self.parts.table.options.get(ref)
+        addresses = self.parts.addresses.keep(svc, policy, previous)
         result = translate(
             svc,
             addresses,
@@ -185,18 +161,18 @@ class Translator:
             snapshot.nodes_of(svc.cluster),
             policy,
             previous=previous,
-            bgp=self.addresses.announced_over_bgp(addresses),
-            pool_forwarding=self.addresses.forwarding_of(addresses),
+            bgp=self.parts.addresses.announced_over_bgp(addresses),
+            pool_forwarding=self.parts.addresses.forwarding_of(addresses),
         )
         if result.options is not None:
-            self.table.set_options(ref, result.options)
-        self.reporter.report_problems(svc, result.problems)
-        self.filter.want(ref, result.restrictions, result.snat)
+            self.parts.table.set_options(ref, result.options)
+        self.parts.reporter.report_problems(svc, result.problems)
+        self.parts.filter.want(ref, result.restrictions, result.snat)
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
-            holder = self.table.owner.get(key)
+            holder = self.parts.table.owner.get(key)
             if holder is not None and holder != ref:
-                self.reporter.report(
+                self.parts.reporter.report(
                     svc,
                     "Warning",
                     "VirtualServiceTaken",
@@ -204,7 +180,7 @@ class Translator:
                     f"taken:{key}",
                 )
                 continue
-            self.gate.set_checks(key, result.checks.get(key, {}))
+            self.parts.gate.set_checks(key, result.checks.get(key, {}))
             out[key] = self.finish(key, vs, ref, result.draining)
         return out
 
@@ -219,7 +195,7 @@ class Translator:
         drains and health."""
         out: Table = {}
         settings = self.settings
-        self.filter.want(STATIC, {}, settings.static_snat)  # the whole file's, always
+        self.parts.filter.want(STATIC, {}, settings.static_snat)  # the whole file's, always
         chosen = (
             settings.services.items()
             if keys is None
@@ -228,7 +204,7 @@ class Translator:
         for key, vs in chosen:
             spec = settings.static_checks.get(key, self.policy.check)  # None: unchecked
             checked = spec is not None and settings.health is not None
-            self.gate.set_checks(
+            self.parts.gate.set_checks(
                 key,
                 {dest: (Target(rs.address, rs.port, spec),) for dest, rs in vs.real_servers.items()}
                 if checked and spec is not None
@@ -241,7 +217,7 @@ class Translator:
         self, key: ServiceKey, vs: VirtualService, ref: str, terminating: Terminating
     ) -> VirtualService:
         """A virtual service as programmed: the API's intents, health, then drains."""
-        checked, alarm = self.gate.apply(key, self.store.current.apply(key, vs))
+        checked, alarm = self.parts.gate.apply(key, self.parts.store.current.apply(key, vs))
         if alarm:
             event(
                 log,
@@ -251,13 +227,15 @@ class Translator:
                 origin=vs.origin,
                 action="kept: serving something beats serving nothing",
             )
-            svc = self.intake.snapshot.services.get(ref)
+            svc = self.parts.intake.snapshot.services.get(ref)
             if svc is not None:
-                self.reporter.report(
+                self.parts.reporter.report(
                     svc,
                     "Warning",
                     "AllBackendsDown",
                     f"every real server of {key} fails its health check; kept",
                     f"all-down:{key}",
                 )
-        return self.drains.apply(key, checked, self.reconciler.actual.get(key), terminating)
+        return self.parts.drains.apply(
+            key, checked, self.parts.syncer.reconciler.actual.get(key), terminating
+        )

@@ -260,7 +260,7 @@ def test_when_every_real_server_fails_they_are_kept_and_it_is_said_loudly(
     controller, ipvs, checker, stop = run_static(STATIC.format(a=free_port(), b=free_port()))
     key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
     try:
-        eventually(lambda: key in controller.gate.all_down, timeout=10, what="all down")
+        eventually(lambda: key in controller.parts.gate.all_down, timeout=10, what="all down")
 
         def weights() -> set[int]:
             return {rs.weight for rs in ipvs.read().services[key].real_servers.values()}
@@ -268,7 +268,7 @@ def test_when_every_real_server_fails_they_are_kept_and_it_is_said_loudly(
         # The first to fail may be quiesced before the second fails (a slow box probes them
         # apart): once both fail, both are back at their weight, serving something.
         eventually(lambda: weights() == {1}, timeout=10, what="every real server kept")
-        assert key in controller.gate.all_down
+        assert key in controller.parts.gate.all_down
         # Said by the loop's thread just after the gate marks it (the test may look between).
         eventually(
             lambda: any("event=health.all_down" in r.getMessage() for r in caplog.records),

@@ -144,7 +144,7 @@ def test_a_filter_nft_refuses_holds_the_restricted_service_back_and_nothing_else
         eventually(lambda: len(ipvs.read().services) == 1, what="the open Service served")
         eventually(lambda: getattr(runtime.controller.health.owned.get("nftables"), "failures", 0))
         (served,) = ipvs.read().services
-        assert runtime.controller.table.owner[served] == "default/public"
+        assert runtime.controller.parts.table.owner[served] == "default/public"
         assert "Could not process rule" in (runtime.controller.health.last_error or "")
         firewall.fail = None  # nft works again: the held-back Service follows, filtered
         eventually(lambda: len(ipvs.read().services) == 2, timeout=15, what="the retry")
@@ -174,11 +174,11 @@ def test_a_full_nat_service_waits_for_its_snat_rule_and_the_others_do_not(
         api.create("services", service("public", [("http", "TCP", 80)]))
         eventually(lambda: len(ipvs.read().services) == 1, what="the other Service served")
         (served,) = ipvs.read().services
-        assert runtime.controller.table.owner[served] == "default/public"
+        assert runtime.controller.parts.table.owner[served] == "default/public"
         firewall.fail = None
         eventually(lambda: len(ipvs.read().services) == 2, timeout=15, what="the retry")
         (fullnat,) = firewall.snat
-        assert runtime.controller.table.owner[fullnat] == "default/untouched-nodes"
+        assert runtime.controller.parts.table.owner[fullnat] == "default/untouched-nodes"
         dests = ipvs.read().services[fullnat].real_servers.values()
         assert {d.forwarding for d in dests} == {Forwarding.NAT}
 
@@ -246,7 +246,9 @@ def test_a_full_nat_static_service_waits_for_its_rule_and_follows_a_reload(tmp_p
             listed = client.get("/api/v1/services", headers={"Authorization": "Bearer t"})
             return {rs["forwarding"] for rs in listed.get_json()["items"][0]["real_servers"]}
 
-        assert runtime.controller.exports.view.owner.get(key) == "static", "the view's owner, back"
+        assert runtime.controller.parts.exports.view.owner.get(key) == "static", (
+            "the view's owner, back"
+        )
         assert shown() == {"fullnat"}, "the API says full NAT, not the kernel's nat"
         path.write_text(STATIC_FULLNAT.format(forwarding="nat"))
         assert runtime.reload(str(path))[0] == "applied"
@@ -349,7 +351,7 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
             what="the filter written again",
         )
         state = eventually(lambda: (s := owned.get("nftables")) and s.in_sync and s.repairs and s)
-        assert state.repairs == 1 and key in runtime.controller.exports.view.filtered
+        assert state.repairs == 1 and key in runtime.controller.parts.exports.view.filtered
         assert not firewall.admits(key, "203.0.113.3")
         # Flushed again, and nft now refuses the table: closed until it takes it.
         firewall.fail = "Error: Could not process rule: Operation not supported"
@@ -358,7 +360,7 @@ def test_a_flushed_ruleset_is_found_and_written_again_and_closed_while_it_cannot
         client = create_app(runtime.controller.door(), "t").test_client()
         ready = client.get("/readyz")
         assert ready.status_code == 503 and "nftables" in ready.get_json()["detail"]
-        assert key not in runtime.controller.exports.view.filtered
+        assert key not in runtime.controller.parts.exports.view.filtered
         firewall.fail = None
         eventually(lambda: key in ipvs.read().services, timeout=15, what="served, filtered")
         assert firewall.rules == {key: ("203.0.113.2/32",)}

@@ -105,7 +105,7 @@ def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
         eventually(lambda: vs_of(ipvs, vip_a) is None, what="a's Service out of the kernel")
         # the address is no longer a's: its status stops naming it
         eventually(lambda: ingress(a, "web") == [], what="a's status taken back")
-        allocator = runtime.controller.addresses.allocator
+        allocator = runtime.controller.parts.addresses.allocator
         assert allocator.users(ip_address(vip_a)) == (), "a's address released"
         eventually(lambda: not any(w._thread.is_alive() for w in watching_a), timeout=10)
         assert runtime.controller.health.leaders == {"b": True}
@@ -119,7 +119,7 @@ def test_a_cluster_added_then_another_removed_by_reload(tmp_path: Path) -> None:
         assert vs_of(ipvs, vip_b) is not None, "b untouched"
         # a late change in the removed cluster changes nothing
         a.create("services", service("late", PORTS))
-        assert "a/default/late" not in runtime.controller.intake.snapshot.services
+        assert "a/default/late" not in runtime.controller.parts.intake.snapshot.services
         held = a.store.list("leases", None)["items"]
         assert all(not lease["spec"].get("holderIdentity") for lease in held), "a's Lease given up"
 

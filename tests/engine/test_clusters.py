@@ -68,7 +68,7 @@ def site(tmp_path: Path) -> Iterator[Site]:
         runtime.start()
         try:
             assert runtime.wait_ready(20), "the first sync never came"
-            eventually(lambda: runtime.controller.reporter.leader, what="both Leases")
+            eventually(lambda: runtime.controller.parts.reporter.leader, what="both Leases")
             yield Site(a, b, runtime, ipvs)
         finally:
             runtime.stop()
@@ -89,7 +89,7 @@ def test_each_clusters_services_get_its_own_pools_nodes_and_status(site: Site) -
     # each cluster's comes, in its own cluster, after its status.
     for cluster in (site.a, site.b):
         assert eventually(partial(reasons, cluster, "web"), what="the Event") == ["AddressAssigned"]
-    produced = site.runtime.controller.table.produced
+    produced = site.runtime.controller.parts.table.produced
     assert {"a/default/web", "b/default/web"} <= set(produced)
     # a's NodePort VIP serves a's node ports only
     node_port = site.a.get("services", "web")["spec"]["ports"][0]["nodePort"]
@@ -144,9 +144,9 @@ def test_the_api_names_a_service_by_cluster_where_two_have_it(site: Site) -> Non
     site.a.create("services", service("only-a", PORTS))
     eventually(lambda: ingress(site.b, "web") and ingress(site.a, "only-a"))
     controller = site.runtime.controller
-    writers = {name: box.writer for name, box in controller.reporter.outboxes.items()}
+    writers = {name: box.writer for name, box in controller.parts.reporter.outboxes.items()}
     client: FlaskClient = create_app(controller.door(), TOKEN, writer=writers).test_client()
-    eventually(lambda: "b/default/web" in controller.exports.view.services, what="the view")
+    eventually(lambda: "b/default/web" in controller.parts.exports.view.services, what="the view")
     is_problem(client.get("/api/v1/services/default/web", headers=AUTH), 409)
     reply = client.get("/api/v1/services/default/web?cluster=b", headers=AUTH)
     assert reply.status_code == 200 and reply.get_json()["service"] == "b/default/web"
@@ -209,8 +209,8 @@ def test_director_status_shows_each_cluster(site: Site, monkeypatch: pytest.Monk
 
     controller = site.runtime.controller
     client = create_app(controller.door(), TOKEN).test_client()
-    eventually(lambda: controller.exports.view.status.leaders == {"a": True, "b": True})
-    eventually(lambda: controller.exports.view.status.kubernetes_connected)
+    eventually(lambda: controller.parts.exports.view.status.leaders == {"a": True, "b": True})
+    eventually(lambda: controller.parts.exports.view.status.kubernetes_connected)
     reply = client.get("/api/v1/status", headers=AUTH).get_json()
     monkeypatch.setattr(ctl, "call", lambda *_args, **_kw: reply)
     lines = ctl._status(argparse.Namespace(json=False)).splitlines()

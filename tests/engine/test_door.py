@@ -21,7 +21,7 @@ def test_a_door_handed_out_at_start_reads_the_settings_and_view_of_now(director:
     assert door.settings is director.controller.settings
     assert list(door.settings.services) == [WEB]
     eventually(lambda: list(door.view.desired) == [WEB], what="the view after the reload")
-    assert door.view is director.controller.exports.view
+    assert door.view is director.controller.parts.exports.view
     assert door.ipvs is director.ipvs and door.dry_run is False
 
 

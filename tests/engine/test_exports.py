@@ -16,7 +16,7 @@ def test_a_view_that_cannot_be_published_is_an_error_survived(
 ) -> None:
     settings = parse_config("ownership: {networks: [198.51.100.0/24]}\n", "static.yaml")
     controller = Controller(FakeIpvs(), settings)
-    real = controller.exports.publish
+    real = controller.parts.exports.publish
     calls = {"n": 0}
 
     def flaky(*args: Any) -> None:
@@ -25,10 +25,10 @@ def test_a_view_that_cannot_be_published_is_an_error_survived(
             raise RuntimeError("a bug in the read model")
         real(*args)
 
-    monkeypatch.setattr(controller.exports, "publish", flaky)
+    monkeypatch.setattr(controller.parts.exports, "publish", flaky)
     controller.step(0.01)  # does not raise: counted, shown, and tried again
     assert controller.health.loop_errors == 1
     assert controller.health.last_error == "publish: RuntimeError: a bug in the read model"
-    assert not controller.exports.view.status.synced
+    assert not controller.parts.exports.view.status.synced
     controller.step(0.01)
-    assert controller.exports.view.status.synced and controller.health.synced
+    assert controller.parts.exports.view.status.synced and controller.health.synced

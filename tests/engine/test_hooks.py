@@ -40,7 +40,7 @@ def test_the_vrrp_vip_set_goes_to_keepalived_s_hook_and_no_route_to_frr_s() -> N
     routes: list[dict[str, Route]] = []
     hooks.announce = told.append
     hooks.on_routes = lambda r: routes.append(dict(r))
-    controller.exports.vips.keys_changed()
+    controller.parts.exports.vips.keys_changed()
     controller.step(0.01)
     assert told == [frozenset({"198.51.100.10"})]
     assert routes == [], "no bgp pool: no route to tell FRR"

@@ -57,7 +57,7 @@ def test_a_change_answered_as_not_made_is_never_made_later(tmp_path: Any) -> Non
     reply = controller.submit_intent(SetMaintenance("kernel upgrade"), timeout=0)
     assert not reply.ok  # the loop was not stepping: the asker gave up
     controller.step(0.01)
-    assert controller.store.current.maintenance is None
+    assert controller.parts.store.current.maintenance is None
     assert not path.exists() or json.loads(path.read_text()).get("maintenance") is None
     taken = Reply()
     assert taken.take() and not taken.abandon(), "taken first: the asker waits for its answer"

@@ -27,7 +27,7 @@ def test_a_pair_programs_the_same_table_and_one_writes_status(
         api.create("services", service("web", PORTS))
         eventually(lambda: ingress(api, "web"))
         eventually(lambda: one.read().services and one.read().services == two.read().services)
-        leaders = [r.controller.reporter.leader for r in (first, second)]
+        leaders = [r.controller.parts.reporter.leader for r in (first, second)]
         assert sorted(leaders) == [False, True]
         statuses = [h for h in api.store.history["services"] if h[1] == "MODIFIED"]
         assert len(statuses) == 1, "only the leader writes status"

@@ -206,7 +206,7 @@ def test_a_deleted_service_leaves_nothing_behind_and_a_zoneless_trigger_time_is_
             piece = endpoint_slice(name, [("10.1.0.1", "n1", True, False)], SLICE_PORTS)
             piece["metadata"]["annotations"] = {trigger: when}  # type: ignore[index]
             api.create("endpointslices", piece)
-        syncer = runtime.controller.syncer
+        syncer = runtime.controller.parts.syncer
         eventually(lambda: "default/web" in syncer._triggers, what="the trigger time observed")
         assert "default/naive" not in syncer._triggers
         assert runtime.controller.health.loop_errors == 0

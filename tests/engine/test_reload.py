@@ -92,7 +92,9 @@ def test_a_one_line_change_reaches_the_kernel_as_one_operation(
     # The view (the API's, the status page's) is published once the loop's step ends.
     eventually(
         lambda: (
-            runtime.controller.exports.view.desired[key(0)].real_servers[("192.0.2.1", 8080)].weight
+            runtime.controller.parts.exports.view.desired[key(0)]
+            .real_servers[("192.0.2.1", 8080)]
+            .weight
             == 5
         ),
         what="the view's desired weight",
@@ -121,7 +123,7 @@ def test_services_added_and_removed_and_nothing_foreign_touched(
     eventually(
         lambda: (
             ServiceKey.inet(Protocol.TCP, "198.51.100.60", 443)
-            in runtime.controller.exports.view.desired
+            in runtime.controller.parts.exports.view.desired
         ),
         5,
     )

@@ -65,7 +65,7 @@ def test_write_failures_reach_the_metrics_through_the_loop() -> None:
     controller = Controller(FakeIpvs(), parse_config("ownership: {networks: [10.0.0.0/8]}\n"))
     controller.post(WriteFailed("patch", "services/status", "500", False))
     controller.step(0.01)
-    assert controller.exports.view.status.write_errors == {
+    assert controller.parts.exports.view.status.write_errors == {
         ("", "patch", "services/status", "500"): 1
     }
     # one cluster (kubernetes:): the series as they always were, no cluster label

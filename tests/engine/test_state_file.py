@@ -26,10 +26,10 @@ def test_the_state_file_follows_the_table_at_most_once_a_second(tmp_path: Any) -
     for _ in range(3):
         controller.step(0.01)
     assert weights() == [1, 1]
-    (target,) = controller.gate.checks[TCP][A]
+    (target,) = controller.parts.gate.checks[TCP][A]
     controller.post(TargetChecked(target, up=False))
     controller.step(0.01)
-    assert controller.exports.view.desired[TCP].real_servers[A].weight == 0
+    assert controller.parts.exports.view.desired[TCP].real_servers[A].weight == 0
     assert weights() == [1, 1]  # written less than a second ago: not yet
     clock.now += 1.0
     controller.step(0.01)
@@ -63,7 +63,7 @@ def test_a_state_file_that_cannot_be_written_never_holds_back_the_step_or_the_vi
         clock.now += 1.0
     owned = controller.health.owned.get("state-file")
     assert owned is not None and not owned.in_sync and owned.failures >= 1
-    assert controller.health.loop_errors == 0 and controller.pace._failures == 0
+    assert controller.health.loop_errors == 0 and controller.parts.pace._failures == 0
     assert told, "the VIP set was handed on all the same"
     (tmp_path / "state").unlink()
     (tmp_path / "elsewhere").rename(folder)

@@ -31,7 +31,7 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
         eventually(lambda: controller.health.synced, what="the first sync")
         client = create_app(controller.door(), "t0ken-for-the-admin-api").test_client()
         auth = {"Authorization": "Bearer t0ken-for-the-admin-api"}
-        before = controller.exports.view.version
+        before = controller.parts.exports.view.version
         answers: list[Any] = []
         with controller.lock:  # the loop is busy: it cannot step
             reader = threading.Thread(
@@ -43,8 +43,8 @@ def test_the_api_answers_from_the_view_while_the_loop_holds_its_lock() -> None:
         assert answers[0].get_json()["counts"]["virtual_services"] == 1
         # An intent is answered once the view shows it.
         reply = controller.submit_intent(AddDrain(Drain("192.0.2.1", None, None)))
-        assert reply.ok and controller.exports.view.version > before
-        assert len(controller.exports.view.intents.drains) == 1
+        assert reply.ok and controller.parts.exports.view.version > before
+        assert len(controller.parts.exports.view.intents.drains) == 1
     finally:
         stop.set()
         loop.join(5)
@@ -54,18 +54,21 @@ def test_a_check_verdict_reaches_the_view_without_any_other_change() -> None:
     controller = Controller(FakeIpvs(), parse_config(CHECKED, "static.yaml"))
     for _ in range(3):
         controller.step(0.01)
-    assert controller.exports.view.status.synced and controller.exports.view.unhealthy == {}
-    before = controller.exports.view
-    (target,) = controller.gate.checks[TCP][A]
+    assert (
+        controller.parts.exports.view.status.synced
+        and controller.parts.exports.view.unhealthy == {}
+    )
+    before = controller.parts.exports.view
+    (target,) = controller.parts.gate.checks[TCP][A]
     controller.post(TargetChecked(target, up=False))
     controller.step(0.01)
-    assert controller.exports.view.unhealthy == {TCP: frozenset({A})}
-    assert controller.exports.view.desired[TCP].real_servers[A].weight == 0  # quiesced
+    assert controller.parts.exports.view.unhealthy == {TCP: frozenset({A})}
+    assert controller.parts.exports.view.desired[TCP].real_servers[A].weight == 0  # quiesced
     assert before.desired[TCP].real_servers[A].weight == 1  # an older view is unchanged
     controller.post(TargetChecked(target, up=True))
     controller.step(0.01)
-    assert controller.exports.view.unhealthy == {}
-    assert controller.exports.view.desired[TCP].real_servers[A].weight == 1
+    assert controller.parts.exports.view.unhealthy == {}
+    assert controller.parts.exports.view.desired[TCP].real_servers[A].weight == 1
 
 
 def test_the_views_fresh_copy_of_the_table_is_out_of_the_young_generation_after_its_step() -> None:
@@ -82,15 +85,15 @@ def test_the_views_fresh_copy_of_the_table_is_out_of_the_young_generation_after_
     controller = Controller(FakeIpvs(), parse_config(config, "static.yaml"))
     for _ in range(3):
         controller.step(0.01)
-    assert len(controller.exports.view.desired) == 100
-    target = controller.gate.checks[TCP][A][0]  # checks 192.0.2.1:8080, for all 100
+    assert len(controller.parts.exports.view.desired) == 100
+    target = controller.parts.gate.checks[TCP][A][0]  # checks 192.0.2.1:8080, for all 100
     for up in (False, True, False):
-        before = controller.exports.view.desired
+        before = controller.parts.exports.view.desired
         controller.post(TargetChecked(target, up))
         controller.step(0.01)
-        desired = controller.exports.view.desired
+        desired = controller.parts.exports.view.desired
         assert desired.rebased(before)  # 100 virtual services changed: a fresh copy
         assert {vs.real_servers[A].weight for vs in desired.values()} == {int(up)}
         base = gc.get_referents(desired)[0]
-        assert base == dict(controller.table.desired)
+        assert base == dict(controller.parts.table.desired)
         assert any(obj is base for obj in gc.get_objects(generation=2))

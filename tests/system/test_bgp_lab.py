@@ -383,7 +383,7 @@ def test_a_vip_with_no_healthy_backend_is_withdrawn_and_announced_again(lab: Bgp
     gone = wait_nexthops(lab, 0, 60)
     runtime = lab.directors[0].runtime
     assert runtime is not None
-    reason = runtime.controller.exports.view.addressing.routes[VIP].reason
+    reason = runtime.controller.parts.exports.view.addressing.routes[VIP].reason
     print(f"\nbgp every backend down: route withdrawn by all three after {gone} s; {reason=}")
     for be in lab.backends:
         lab.servers.start_listening(be, 80)

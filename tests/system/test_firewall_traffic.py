@@ -168,7 +168,8 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                 with pytest.raises(OSError):  # dropped: the connection times out
                     ask_tcp(lab.client, vip, 80, source=excluded, timeout=2)
                 dropped = eventually(
-                    lambda: runtime.controller.filter.firewall.dropped().get(key), what="drops"
+                    lambda: runtime.controller.parts.filter.firewall.dropped().get(key),
+                    what="drops",
                 )
                 assert dropped >= 1
                 ruleset = json.loads(lab.lvs.exec(["nft", "-j", "list", "ruleset"]))["nftables"]
@@ -183,7 +184,7 @@ def test_nftables_refuses_an_excluded_client_and_serves_an_allowed_one(
                 # The Service opened up: the filter goes, the excluded client gets in.
                 api.patch("services", "web", {"spec": {"loadBalancerSourceRanges": None}})
                 eventually(
-                    lambda: not runtime.controller.filter.firewall.dropped(),
+                    lambda: not runtime.controller.parts.filter.firewall.dropped(),
                     what="the filter removed",
                 )
                 assert ask_tcp(lab.client, vip, 80, source=excluded)

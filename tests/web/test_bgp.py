@@ -58,7 +58,9 @@ def test_maintenance_withdraws_every_route_keeps_ipvs_and_survives_a_restart(
     stop.set()
 
     controller, stop = run(config(), ipvs)  # a restart stays out until put back
-    assert controller.exports.view.addressing.routes[VIP].reason == "maintenance: kernel upgrade"
+    assert (
+        controller.parts.exports.view.addressing.routes[VIP].reason == "maintenance: kernel upgrade"
+    )
     client = create_app(controller.door(), "t").test_client()
     back = client.delete("/api/v1/maintenance", headers=auth).get_json()
     assert back["maintenance"] is None and back["announced"] == 1

@@ -50,7 +50,7 @@ def test_a_lease_namespace_that_does_not_exist_makes_the_director_unready_and_sa
             api.create("namespaces", {"metadata": {"name": "lvs-director"}}, namespace="")
             eventually(lambda: client.get("/readyz").status_code == 200, what="ready again")
             eventually(
-                lambda: runtime.controller.exports.view.status.leader, what="the Lease taken"
+                lambda: runtime.controller.parts.exports.view.status.leader, what="the Lease taken"
             )
             assert client.get("/api/v1/status", headers=AUTH).get_json()["lease_refused"] is None
         finally:

@@ -55,7 +55,7 @@ def test_static_scheduler_set_in_place_survives_restart_and_unsets(
     assert (web["scheduler"], web["scheduler_source"]) == ("sh", "api")
     # A restarted director finds the choice in its intents file.
     again = Director(parse_config(STATIC, "static.yaml"), tmp_path / "intents.json")
-    assert again.controller.store.current.schedulers["web"] == ("sh", frozenset({"sh-port"}))
+    assert again.controller.parts.store.current.schedulers["web"] == ("sh", frozenset({"sh-port"}))
     assert client.delete("/api/v1/static/web/scheduler", headers=AUTH).status_code == 200
     eventually(lambda: director.vs().config.scheduler == "rr", what="back to the config's rr")
 
@@ -88,7 +88,7 @@ def kube(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Runtime, FlaskClient, 
         runtime.start()
         assert runtime.wait_ready(20)
         app = create_app(
-            runtime.controller.door(), TOKEN, writer=runtime.controller.reporter.outbox.writer
+            runtime.controller.door(), TOKEN, writer=runtime.controller.parts.reporter.outbox.writer
         )  # type: ignore[union-attr, arg-type]
         try:
             yield api, runtime, app.test_client(), ipvs

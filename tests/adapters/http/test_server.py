@@ -266,11 +266,11 @@ def test_fifty_clients_writing_at_once_lose_nothing(director: tuple[str, Runtime
         f"({CLIENTS * WRITES / seconds:.0f}/s), {len(failures)} failed"
     )
     assert failures == [], failures[:10]
-    table = runtime.controller.syncer.reconciler.ipvs.read().services
+    table = runtime.controller.parts.syncer.reconciler.ipvs.read().services
     for index in range(CLIENTS):
         key = ServiceKey.inet(Protocol.TCP, f"198.51.100.{1 + index}", 80)
         assert table[key].config.scheduler == last[index], f"s{index}"
-    stored = json.loads(Path(runtime.controller.store.path or "").read_text())["schedulers"]
+    stored = json.loads(Path(runtime.controller.parts.store.path or "").read_text())["schedulers"]
     assert {name: v["scheduler"] for name, v in stored.items()} == {
         f"s{i}": last[i] for i in range(CLIENTS)
     }

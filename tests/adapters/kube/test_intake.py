@@ -152,7 +152,7 @@ def test_kill_9_of_a_list_process_mid_relist(site: Site) -> None:
 def test_a_relist_hands_the_director_only_what_changed(site: Site) -> None:
     for i in range(30):  # (no address: nothing the director writes changes them)
         site.a.create("services", service(f"s{i}", PORTS, type="ClusterIP", lb_class=None))
-    snapshot = site.runtime.controller.intake.snapshot
+    snapshot = site.runtime.controller.parts.intake.snapshot
     eventually(lambda: sum(r.startswith("a/") for r in snapshot.services) == 30)
     held = site.watcher("a/services").held
     decoded, relists = held.decoded, held.relists
@@ -182,7 +182,7 @@ def test_a_list_the_server_refuses_is_retried_with_the_credentials_of_then(site:
     process reads it and lists."""
     for i in range(150):  # more than a first page
         site.a.create("services", service(f"s{i}", PORTS, type="ClusterIP", lb_class=None))
-    snapshot = site.runtime.controller.intake.snapshot
+    snapshot = site.runtime.controller.parts.intake.snapshot
     eventually(lambda: sum(r.startswith("a/") for r in snapshot.services) == 150)
     health = site.runtime.controller.health
     watcher = site.watcher("a/services")
