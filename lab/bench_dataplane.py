@@ -61,24 +61,24 @@ def main() -> None:
     mine_runs: dict[str, list[Figures]] = {v.name: [] for v in VARIANTS}
     conntrack: dict[str, str] = {}
     spread: dict[str, dict[str, int]] = {}
-    with labs(args.out) as (bare_lab, dir_lab, box):
-        assert box is not None
+    with labs(args.out) as boxes:
         for round_ in range(args.rounds):
             order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
             for mode in order:
-                bare(bare_lab, mode)
+                bare(boxes.bare, mode)
                 settle()
-                figures = measure(bare_lab, args.seconds, args.connections)
+                figures = measure(boxes.bare, args.seconds, args.connections)
                 bare_runs[mode].append(figures)
-                spread[f"bare {mode}"] = served_by(bare_lab)
+                spread[f"bare {mode}"] = served_by(boxes.bare)
                 say(f"round {round_ + 1} bare {mode}: {figures.as_dict()}")
                 for variant in (v for v in VARIANTS if v.bare == mode):
+                    box = boxes.director(variant)
                     box.serve(variant)
                     settle()
-                    figures = measure(dir_lab, args.seconds, args.connections)
+                    figures = measure(box.lab, args.seconds, args.connections)
                     mine_runs[variant.name].append(figures)
-                    spread[variant.name] = served_by(dir_lab)
-                    conntrack[variant.name] = dir_lab.lvs.exec(
+                    spread[variant.name] = served_by(box.lab)
+                    conntrack[variant.name] = box.lab.lvs.exec(
                         ["sysctl", "-n", "net.ipv4.vs.conntrack"]
                     ).strip()
                     say(f"round {round_ + 1} {variant.name}: {figures.as_dict()}")

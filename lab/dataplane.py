@@ -172,6 +172,12 @@ class Variant:
         """The bare IPVS set-up it is compared with."""
         return self.mode
 
+    @property
+    def snat(self) -> bool:
+        """Served by the box whose file has ``snat:`` (full NAT possible: IPVS's connections
+        tracked by conntrack, ``vs.conntrack=1``); the others by a box without it."""
+        return self.mode == "fullnat" or self.other_fullnat
+
 
 VARIANTS = (
     Variant("nat", "nat"),
@@ -184,16 +190,15 @@ VARIANTS = (
 )
 
 
-def director_config(kubeconfig: Path) -> str:
+def director_config(kubeconfig: Path, snat: bool) -> str:
     """The shipped defaults (a TCP health check of every real server, as in production),
-    the VIPs' pool and the box's SNAT address."""
+    the VIPs' pool and, for full NAT, the box's SNAT address."""
+    full = f"snat:\n  addresses: [{SNAT}]\n" if snat else ""
     return f"""
 pools:
   - name: default
     addresses: [{POOL}]
-snat:
-  addresses: [{SNAT}]
-kubernetes:
+{full}kubernetes:
   kubeconfig: {kubeconfig}
   identity: director-a
   lease_seconds: 2
@@ -219,14 +224,14 @@ class DirectorBox:
     stand-in; ``serve(variant)`` changes the Services and waits until the kernel and the
     nftables table hold them."""
 
-    def __init__(self, lab: Lab, api: FakeApiServer, workdir: Path) -> None:
+    def __init__(self, lab: Lab, api: FakeApiServer, workdir: Path, snat: bool) -> None:
         from director.daemon.runtime import Runtime
         from director.dataplane.kernel import KernelIpvs
         from director.schema.config import parse_config
 
         self.lab, self.api = lab, api
         self.ipvs: KernelIpvs = KernelIpvs(netns=lab.lvs.name)
-        text = director_config(api.kubeconfig(workdir / "kubeconfig"))
+        text = director_config(api.kubeconfig(workdir / f"{lab.prefix}.kubeconfig"), snat)
         self.settings = parse_config(text, "dataplane.yaml")
         self.runtime: Runtime = Runtime(self.settings, self.ipvs)
         self.present: set[str] = set()
@@ -334,6 +339,12 @@ def parse_wrk(text: str) -> tuple[float, float, int]:
     return rate, p99_ms, errors
 
 
+def requests_done(text: str) -> int:
+    """How many requests wrk completed."""
+    found = re.search(r"(\d+) requests in", text)
+    return int(found.group(1)) if found else 0
+
+
 def wrk(client: Netns, vip: str, seconds: float, connections: int, close: bool) -> str:
     argv = ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency"]
     argv += ["--timeout", "5s"]
@@ -370,32 +381,45 @@ def served_by(lab: Lab) -> dict[str, int]:
     return seen
 
 
+@dataclass
+class Boxes:
+    """The bare box, and two director boxes: one whose file has no ``snat:`` (nat, dr, tun)
+    and one with it (full NAT, and nat beside it)."""
+
+    bare: Lab
+    plain: DirectorBox
+    fullnat: DirectorBox
+
+    def director(self, variant: Variant) -> DirectorBox:
+        return self.fullnat if variant.snat else self.plain
+
+
 @contextlib.contextmanager
-def labs(workdir: Path, director: bool = True) -> Iterator[tuple[Lab, Lab, DirectorBox | None]]:
-    """The bare lab and the director's lab with their servers; the director running on its
-    box (``director``) beside the API stand-in."""
+def labs(workdir: Path) -> Iterator[Boxes]:
+    """The three labs with their servers, each director beside an API stand-in of its own."""
     from lab.kubeapi import FakeApiServer
 
     run(["modprobe", "-a", "ip_vs_rr", "nf_conntrack", "nft_chain_nat"], check=False)
     made: list[Lab] = []
     servers = Servers()
-    try:
-        for prefix in ("bare", "dir"):
+    with contextlib.ExitStack() as stack:
+
+        def close_labs() -> None:
+            for lab in made:
+                lab.close()
+
+        stack.callback(close_labs)
+        stack.callback(servers.close)
+        for prefix in ("bare", "dir", "dirfn"):
             made.append(box_lab(prefix))
             servers.start(made[-1])
-        if not director:
-            yield made[0], made[1], None
-            return
-        with FakeApiServer() as api:
-            box = DirectorBox(made[1], api, workdir)
-            try:
-                yield made[0], made[1], box
-            finally:
-                box.close()
-    finally:
-        servers.close()
-        for lab in made:
-            lab.close()
+        boxes = []
+        for lab, snat in ((made[1], False), (made[2], True)):
+            api = stack.enter_context(FakeApiServer())
+            box = DirectorBox(lab, api, workdir, snat)
+            stack.callback(box.close)
+            boxes.append(box)
+        yield Boxes(made[0], boxes[0], boxes[1])
 
 
 def settle(seconds: float = 1.0) -> None:
