@@ -19,13 +19,14 @@ import yaml
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
+from director.core.annotations import ipam_request
 from director.core.checks import CheckSpec
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.ipam import Allocator
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, canonical_address
-from director.core.options import Policy, ipam_request
 from director.core.ownership import Ownership
 from director.core.plan import build_plan
+from director.core.policy import Policy
 from director.core.pools import Pool
 from director.core.translate import translate
 from director.daemon.runtime import Runtime

@@ -14,6 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from director.core.annotations import (
+    A_FORWARDING,
+    A_HEALTH,
+    NODE_HEALTHZ,
+    PROTOCOLS,
+    Options,
+    Problem,
+    interned,
+)
 from director.core.checks import CheckSpec, Target, parse_check
 from director.core.cluster import NodeInfo, ServiceInfo, SliceInfo
 from director.core.dests import hash_order
@@ -28,19 +37,7 @@ from director.core.model import (
     shown,
     sloppy_address,
 )
-from director.core.options import (
-    A_FORWARDING,
-    A_HEALTH,
-    NODE_HEALTHZ,
-    PROTOCOLS,
-    Options,
-    Policy,
-    Problem,
-    interned,
-    options,
-    wants_address,
-    wants_nodeports,
-)
+from director.core.policy import Policy, options, wants_address, wants_nodeports
 from director.core.services import VirtualService
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
+from director.core.annotations import Options, ipam_request
 from director.core.cluster import ServiceInfo
 from director.core.ipam import Allocator
 from director.core.model import Forwarding
-from director.core.options import Options, Policy, ipam_request, node_ports_missing, wants_address
+from director.core.policy import Policy, node_ports_missing, wants_address
 from director.core.pools import Address
 from director.engine.reporter import Reporter
 from director.schema.config import Settings

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from director.core.cluster import ServiceInfo
 from director.core.firewall import Firewall
 from director.core.intents import Intent
-from director.core.options import Policy
+from director.core.policy import Policy
 from director.dataplane.interface import Ipvs
 from director.schema.config import Settings
 

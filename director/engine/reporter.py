@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
+from director.core.annotations import Problem
 from director.core.cluster import ServiceInfo
-from director.core.options import Problem
 from director.engine.events import LeaseRefused, WriteFailed
 from director.engine.outbox import Outbox
 from director.engine.ports import ClusterWriter

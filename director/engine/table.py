@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from director.core.annotations import Options
 from director.core.model import ServiceKey
-from director.core.options import Options
 from director.core.services import Table, VirtualService
 from director.engine.view import STATIC
 

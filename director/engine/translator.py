@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
 from director.core.model import Family, ServiceKey, canonical_address
-from director.core.options import Policy, Reserved, relevant
+from director.core.policy import Policy, Reserved, relevant
 from director.core.services import Table, VirtualService
 from director.core.translate import translate
 from director.engine.draining import Terminating

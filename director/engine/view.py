@@ -15,12 +15,12 @@ from math import isqrt
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
+from director.core.annotations import Options
 from director.core.announce import Route
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo, split_resource
 from director.core.intents import Intents
 from director.core.model import DestKey, ServiceKey
-from director.core.options import Options
 from director.core.owned import Ledger
 from director.core.services import VirtualService
 

@@ -11,11 +11,12 @@ from typing import Any, Protocol
 
 from flask import current_app
 
+from director.core.annotations import PROTOCOLS
 from director.core.announce import PeerState
 from director.core.cluster import service_ref, split_ref
 from director.core.intents import Intent
 from director.core.model import ServiceKey, shown
-from director.core.options import PROTOCOLS, relevant
+from director.core.policy import relevant
 from director.core.services import KernelTable
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort

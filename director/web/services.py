@@ -7,8 +7,8 @@ import logging
 
 from flask import Blueprint, Response, jsonify, request
 
+from director.core.annotations import A_OVERRIDE
 from director.core.intents import SetScheduler
-from director.core.options import A_OVERRIDE
 from director.logs import event
 from director.schema import api as shapes, paths, replies
 from director.web import views

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics.promtext import generate_latest
+from director.core.annotations import Problem
 from director.core.firewall import FakeFirewall, render_nft
 from director.core.model import Family, Forwarding, IpProtocol as Protocol, ServiceKey
-from director.core.options import Problem
 from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import load_config, parse_config

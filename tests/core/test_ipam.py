@@ -295,8 +295,8 @@ def _cluster_request(
     cluster: str, index: int, requested: int | None, pool: str | None, sharing: bool
 ) -> Request:
     """What ipam_request makes of a Service of ``cluster`` (its pools, its sharing key)."""
+    from director.core.annotations import ipam_request
     from director.core.cluster_parse import service_from_json
-    from director.core.options import ipam_request
     from lab.kubeapi import service
 
     annotations = {}

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, IpProtocol as Protocol, ServiceKey
-from director.core.options import Policy
+from director.core.policy import Policy
 from director.core.translate import translate
 from lab.kubeapi import endpoint_slice, node, service
 
@@ -314,7 +314,7 @@ def test_an_endpoint_that_is_the_box_or_a_vip_is_refused_with_a_reason() -> None
     """Issue 71, 4: a selector-less Service's hand-made EndpointSlice could point a VIP at
     the box's own addresses or at another VIP. Such endpoints are refused (an Event says
     which and why, once each); the others serve."""
-    from director.core.options import Reserved
+    from director.core.policy import Reserved
     from director.core.pools import Pool
 
     pool = Pool.parse("tenants", ["198.51.100.0/28"])

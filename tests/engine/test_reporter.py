@@ -6,8 +6,8 @@ from pathlib import Path
 
 from director.adapters.metrics.collector import Metrics
 from director.adapters.metrics.promtext import generate_latest
+from director.core.annotations import Problem
 from director.core.cluster_parse import service_from_json
-from director.core.options import Problem
 from director.dataplane.fake import FakeIpvs
 from director.engine.events import WriteFailed
 from director.engine.loop import Controller
