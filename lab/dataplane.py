@@ -370,8 +370,9 @@ def measure(lab: Lab, seconds: float, connections: int = 32) -> Figures:
 
 
 def served_by(lab: Lab) -> dict[str, int]:
-    """Connections each backend's box entry has seen (``ipvsadm`` stats): proof that the
-    load went through IPVS to both real servers."""
+    """Connections IPVS scheduled to each real server (``ipvsadm`` stats): proof that the
+    load went through IPVS to both. The kernel sums its per-CPU counters into these on its
+    estimator's timer, every 2 s: read them 2 s after the load to see all of it."""
     out = lab.lvs.exec(["ipvsadm", "-Ln", "--stats", "-t", f"{WEB}:{WEB_PORT}"])
     seen: dict[str, int] = {}
     for line in out.splitlines():
@@ -420,6 +421,9 @@ def labs(workdir: Path) -> Iterator[Boxes]:
             stack.callback(box.close)
             boxes.append(box)
         yield Boxes(made[0], boxes[0], boxes[1])
+
+
+STATS_LAG = 2.5  # seconds: the IPVS estimator's period (2 s), and a margin
 
 
 def settle(seconds: float = 1.0) -> None:
