@@ -11,11 +11,14 @@ PY := $(VENV)/bin/python
 # to be the lab's router; nftables for source filtering; promtool (prometheus) to check the metrics
 # and the alert rules; chromium to render the status page; openssl for the TLS test; zsh to test
 # shell completion; debootstrap for the Debian root the Ansible role is applied to; ruby to check
-# the Vagrantfile.
+# the Vagrantfile; wrk, iperf3 and nginx-light for the data path's load and real servers (only
+# ever run inside the lab VM's namespaces: the package's own nginx service is stopped and
+# disabled on this machine).
 APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-static binutils file \
-	ipvsadm keepalived conntrackd frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby
+	ipvsadm keepalived conntrackd frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby \
+	wrk iperf3 nginx-light
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench chaos wheelhouse lock fresh boot-test docs clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench bench-dataplane chaos wheelhouse lock fresh boot-test docs clean
 
 setup: system venv
 
@@ -26,7 +29,9 @@ system:
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	fi; \
+	if [ -d /run/systemd/system ] && systemctl is-enabled -q nginx 2>/dev/null; then \
+	  systemctl disable --now -q nginx; fi
 
 venv: $(VENV)/.installed
 
@@ -96,6 +101,15 @@ bench: setup
 	cp .lab/lab.bench_static/results.json bench/static-memory.json
 	$(PY) -m lab.vm run lab.bench_kube --memory 6G -- --adapter kernel
 	cp .lab/lab.bench_kube/results.json bench/kube-vm.json
+	$(MAKE) bench-dataplane
+
+# The data path in the lab VM (wrk, iperf3, nginx): bare IPVS against the director in each
+# mode, then a pair's failover under load; bounded in time, only between the lab's namespaces.
+bench-dataplane: setup
+	$(PY) -m lab.vm run lab.bench_dataplane --memory 4G -- --rounds 5 --seconds 5
+	cp .lab/lab.bench_dataplane/results.json bench/dataplane.json
+	$(PY) -m lab.vm run lab.bench_failover --memory 4G
+	cp .lab/lab.bench_failover/results.json bench/failover-load.json
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.

@@ -66,7 +66,7 @@ http {{
   keepalive_requests 100000000;
   keepalive_timeout 120s;
   server {{
-    listen 80 backlog=4096;
+    listen {port} backlog=4096;
     location / {{ return 200 "{name}\\n"; }}
   }}
 }}
@@ -82,16 +82,19 @@ class Servers:
 
     def start(self, lab: Lab) -> None:
         for be in lab.backends:
-            folder = self.workdir / f"{lab.prefix}-{be.name}"
-            folder.mkdir(parents=True)
-            conf = folder / "nginx.conf"
-            conf.write_text(NGINX.format(dir=folder, name=be.name))
-            self._spawn(be.ns, ["nginx", "-c", str(conf), "-p", str(folder), "-e", "stderr"])
-            be.ns.sysctls({"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 4096})
+            self.nginx(be.ns, f"{lab.prefix}-{be.name}", be.name, WEB_PORT)
         self._spawn(lab.backends[0].ns, ["iperf3", "-s", "-p", str(BULK_PORT)])
-        for be in lab.backends:
-            listening(be.ns, WEB_PORT, "nginx")
         listening(lab.backends[0].ns, BULK_PORT, "iperf3")
+
+    def nginx(self, ns: Netns, label: str, name: str, port: int) -> None:
+        """nginx in ``ns`` on ``port``, answering ``name`` and a newline to every request."""
+        folder = self.workdir / label
+        folder.mkdir(parents=True)
+        conf = folder / "nginx.conf"
+        conf.write_text(NGINX.format(dir=folder, name=name, port=port))
+        self._spawn(ns, ["nginx", "-c", str(conf), "-p", str(folder), "-e", "stderr"])
+        ns.sysctls({"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 4096})
+        listening(ns, port, "nginx")
 
     def _spawn(self, ns: Netns, argv: list[str]) -> None:
         self.procs.append(
@@ -345,12 +348,19 @@ def requests_done(text: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def wrk(client: Netns, vip: str, seconds: float, connections: int, close: bool) -> str:
-    argv = ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency"]
-    argv += ["--timeout", "5s"]
+def wrk_argv(vip: str, seconds: float, connections: int, close: bool, port: int) -> list[str]:
+    threads = min(2, connections)
+    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s"]
+    argv += ["--latency", "--timeout", "5s"]
     if close:
         argv += ["-H", "Connection: close"]
-    return client.exec([*argv, f"http://{vip}:{WEB_PORT}/"])
+    return [*argv, f"http://{vip}:{port}/"]
+
+
+def wrk(
+    client: Netns, vip: str, seconds: float, connections: int, *, close: bool, port: int = WEB_PORT
+) -> str:
+    return client.exec(wrk_argv(vip, seconds, connections, close, port))
 
 
 def iperf(client: Netns, vip: str, seconds: float) -> float:

@@ -86,7 +86,7 @@ def exported() -> set[str]:
             FakeIpvs(),
             lambda: (0, 0),
             lambda: FrrFigures((peer,), 0, 0),
-            lambda: {"entries": 3, "insert_failed": 0},  # full NAT's conntrack figures
+            lambda: {"entries": 3, "insert_failed": 0, "max": 262144},  # full NAT's conntrack
         )
         text = generate_latest(metrics.registry).decode()
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -86,8 +87,9 @@ def read_sysctls(netns: str | None, names: list[str]) -> dict[str, str]:
 def conntrack_stats(netns: str | None) -> dict[str, int]:
     """netfilter's connection-tracking counters as seen from ``netns``, summed over the
     CPUs (``/proc/net/stat/nf_conntrack``: a header, then one row of hex figures per CPU;
-    ``entries`` is the table's size, the same in every row). Empty when conntrack is not
-    loaded there. Raises OSError when the file cannot be read."""
+    ``entries`` is the table's size, the same in every row), and ``max``, the most it may
+    hold (``net.netfilter.nf_conntrack_max``: past it new connections are dropped). Empty
+    when conntrack is not loaded there. Raises OSError when the file cannot be read."""
     from pathlib import Path
 
     def read() -> dict[str, int]:
@@ -101,6 +103,8 @@ def conntrack_stats(netns: str | None) -> dict[str, int]:
             for name, figure in zip(names, row.split(), strict=False):
                 value = int(figure, 16)
                 totals[name] = value if name == "entries" else totals[name] + value
+        with contextlib.suppress(OSError, ValueError):
+            totals["max"] = int(Path("/proc/sys/net/netfilter/nf_conntrack_max").read_text())
         return totals
 
     return in_netns(netns, read)

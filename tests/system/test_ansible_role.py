@@ -12,6 +12,7 @@ applies it, on a kernel with IPVS.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import stat
@@ -407,6 +408,12 @@ def test_kernel_modules_and_sysctls_are_written_for_boot(applied: tuple[Run, Run
     sysctl_file = (ROOT / "etc/sysctl.d/90-director.conf").read_text()
     for name, value in EXPECTED_SYSCTLS.items():
         assert re.search(rf"^{re.escape(name)}\s*=\s*{value}$", sysctl_file, re.M), name
+    assert "nf_conntrack_max" not in sysctl_file, "no full NAT: conntrack's table untouched"
+    # IPVS's connection table sized for the box's memory: 64 buckets per MiB, 2^12 to 2^20
+    memory_mb = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
+    bits = max(12, min(20, int(math.log2(memory_mb * 64))))
+    options = (ROOT / "etc/modprobe.d/director.conf").read_text()
+    assert f"options ip_vs conn_tab_bits={bits}\n" in options
 
 
 @pytest.mark.role

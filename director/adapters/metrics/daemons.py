@@ -60,6 +60,19 @@ class ConntrackCollector:
             "keeps one per connection).",
             value=figures.get("entries", 0),
         )
+        if "max" in figures:
+            yield GaugeMetricFamily(
+                "director_conntrack_max",
+                "The most entries netfilter's connection table may hold "
+                "(net.netfilter.nf_conntrack_max): past it new connections are dropped.",
+                value=figures["max"],
+            )
+        yield CounterMetricFamily(
+            "director_conntrack_dropped",
+            "New connections conntrack dropped because its table was full (its drop and "
+            "early_drop counters): raise nf_conntrack_max, or the box's memory.",
+            value=figures.get("drop", 0) + figures.get("early_drop", 0),
+        )
 
 
 class FrrFigures(NamedTuple):

@@ -44,6 +44,15 @@ def test_keepalived_and_conntrack_figures_are_what_was_counted() -> None:
     assert scraped(ConntrackCollector(lambda: figures)) == {
         ("director_conntrack_insert_failed_total", ()): 3,
         ("director_conntrack_entries", ()): 41,
+        ("director_conntrack_dropped_total", ()): 0,
+    }
+    # the table's ceiling, and what was dropped for want of room (drop + early_drop)
+    full: Mapping[str, int] = {"entries": 262144, "max": 262144, "drop": 5, "early_drop": 2}
+    assert scraped(ConntrackCollector(lambda: full)) == {
+        ("director_conntrack_insert_failed_total", ()): 0,
+        ("director_conntrack_entries", ()): 262144,
+        ("director_conntrack_max", ()): 262144,
+        ("director_conntrack_dropped_total", ()): 7,
     }
 
 
