@@ -20,19 +20,23 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from lab.dataplane import MODES, VARIANTS, Figures, bare, labs, measure, served_by, settle
 
 METRICS = ("cps", "rps", "gbps", "p99_ms", "p99_new_ms")
 
 
-def medians(runs: list[Figures]) -> dict[str, float]:
-    out = {m: round(statistics.median(getattr(r, m) for r in runs), 3) for m in METRICS}
+def medians(runs: list[Figures]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        m: round(statistics.median(getattr(r, m) for r in runs), 3) for m in METRICS
+    }
     out["errors"] = sum(r.errors for r in runs)
+    out["each_round"] = {m: [round(getattr(r, m), 3) for r in runs] for m in ("cps", "rps", "gbps")}
     return out
 
 
-def ratios(mine: dict[str, float], floor: dict[str, float]) -> dict[str, float]:
+def ratios(mine: dict[str, Any], floor: dict[str, Any]) -> dict[str, float]:
     def ratio(a: float, b: float) -> float:
         return round(a / b, 3) if b else float("nan")
 

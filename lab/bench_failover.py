@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -241,7 +242,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"kernel": os.uname().release, "seconds": args.seconds}
     for name, fullnat in (("nat", False), ("fullnat", True)):
-        results[name] = scenario(args.out, fullnat, args.seconds)
+        # the pair's files (keepalived's FIFO among them) on the guest's own disk, not 9p
+        with tempfile.TemporaryDirectory(prefix="failover-") as workdir:
+            results[name] = scenario(Path(workdir), fullnat, args.seconds)
         print(f"bench failover {name}: {results[name]}", flush=True)
     results["entry_bytes"] = entry_sizes()
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
