@@ -1,11 +1,12 @@
 """The data path in the lab VM: real load (Debian's wrk and iperf3) through a box to real
 servers (nginx), forwarded either by IPVS set up by hand with ``ipvsadm`` or by the director.
 
-Two labs of the same shape (``lab.netns.build_lab``: a client namespace, the box, two
+Three labs of the same shape (``lab.netns.build_lab``: a client namespace, the box, two
 backends on the box's bridge) live side by side in one boot: ``bare`` holds what an operator
-would type, ``director`` what the director made from Kubernetes Services. Both route the VIPs'
-range to themselves (``local`` route), and every backend holds the VIPs on ``lo`` (ARP quiet)
-so that one backend set-up serves nat, dr, tun and full NAT alike.
+would type, ``dir`` and ``dirfn`` what the director made from Kubernetes Services, on a box
+whose file has no ``snat:`` and on one whose file has it (full NAT, and every IPVS connection
+tracked). Each routes the VIPs' range to itself (``local`` route), and every backend holds
+the VIPs on ``lo`` (ARP quiet) so that one backend set-up serves nat, dr, tun and full NAT.
 
 Two virtual services on each box: ``web`` (port 80, both backends, rr: nginx answering a
 few bytes) and ``bulk`` (port 5201, the first backend alone: iperf3 opens two connections
@@ -40,13 +41,12 @@ WEB_PORT, BULK_PORT = 80, 5201
 SNAT = f"{BACKEND_NET4}.1"  # the box's own address on the backends' bridge
 MODES = ("nat", "dr", "tun", "fullnat")
 IPVSADM_FLAG = {"nat": "-m", "fullnat": "-m", "dr": "-g", "tun": "-i"}
-CLIENT = "203.0.113.2"  # the client's first address (wrk and iperf3 leave from it)
 BENCH_MARK = 0x00400000
 
 
 def ranges(count: int) -> list[str]:
-    """``count`` source ranges of which only the last admits the lab's client: the filter
-    looks through all of them for each new connection."""
+    """``count`` source ranges of which only the last admits the lab's client (the worst
+    place in a list; nftables' interval set finds it in one lookup)."""
     out = [f"10.{i // 250}.{i % 250}.0/24" for i in range(count - 1)]
     return [*out, "203.0.113.0/24"]
 
