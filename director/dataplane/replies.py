@@ -4,8 +4,8 @@ A resync reads every service's real servers back; most of the time they are what
 before found. Each reply is marked: the hash of every byte of its messages but their headers
 and what traffic changes (connection counts and counters; ``layouts.dest_settled``), in
 their order. The same mark, the same configuration: ``KernelIpvs`` then takes the real
-servers it read before and decodes nothing (decoding was a third of a no-op resync under
-emulation, 26 us for each of 100,000 real servers). Two different replies share a mark by
+servers it read before and decodes nothing (decoding was a third of a no-op resync, see
+``bench/HISTORY.md``). Two different replies share a mark by
 a 64-bit hash collision alone: Python's hash of bytes is keyed at random per process, so a
 cluster's objects cannot aim at one.
 """
@@ -29,8 +29,8 @@ def dest_request_of(data: bytes, offset: int, end: int) -> bytes | None:
     """The GET_DEST request for the service of the GET_SERVICE reply message at ``offset``:
     the service's attribute as the kernel wrote it, sent back whole. The kernel takes a
     service's key from it (its family, and its mark or its protocol, address and port:
-    ``ip_vs_genl_parse_service`` asked for no full entry) and reads nothing else; encoding
-    the key anew cost a resync 1.7 us a service natively."""
+    ``ip_vs_genl_parse_service`` asked for no full entry) and reads nothing else, so the key is
+    not encoded anew for every service of a resync."""
     start = offset + 20  # nlmsghdr + genlmsghdr
     alen, kind = NLA.unpack_from(data, start)
     if kind & NLA_TYPE_MASK != CMD_ATTR_SERVICE or start + alen > end:

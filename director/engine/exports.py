@@ -127,8 +127,8 @@ class Exports:
     def write_state(self, table: Programmed, addresses: Addresses) -> None:
         """Rewrite the state file if the table changed: at most once every
         ``STATE_FILE_SECONDS``, and spending at most a tenth of the loop's time on it. Each
-        write is the whole table (12.7 MB and 0.8 s natively at 10,000 Services) where a
-        change is one virtual service. The loop steps at least twice a second, so the last
+        write is the whole table (megabytes at 10,000 Services) where a change is one
+        virtual service. The loop steps at least twice a second, so the last
         change is always written, that much later. The file is owned state: looked at every
         ``VERIFY_SECONDS`` and written again if someone removed or replaced it; a write
         that fails (a full disk, the folder gone) is tried again with a backoff, and never

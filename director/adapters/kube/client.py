@@ -31,8 +31,8 @@ from director import __version__
 from director.core.errors import DirectorError
 from director.logs import event
 
-# A list's pages: about this much JSON each (decoded in one uninterruptible call, 2-3 ms),
-# starting at FIRST_PAGE objects, never fewer than MIN_PAGE.
+# A list's pages: about this much JSON each (decoded in one call no other thread can
+# interrupt), starting at FIRST_PAGE objects, never fewer than MIN_PAGE.
 PAGE_BYTES = 512 * 1024
 FIRST_PAGE, MIN_PAGE = 100, 20
 
@@ -41,10 +41,10 @@ def settle_page() -> None:
     """After each page of a list: collected, and what survives frozen (long-lived, never
     walked again; a frozen object is still freed when its last reference goes, as when the
     next relist's copy replaces it). Everything older was frozen at the last page or the
-    first sync, so the collection walks what was made since: about one page, a few ms.
-    Left to the collector, a relist's hundreds of thousands of objects were walked by full
-    collections of 40-135 ms as they piled up, or, held back to the list's end, by one of
-    10-24 ms; either held every thread, so every cluster's events. It is a full collection,
+    first sync, so the collection walks what was made since: about one page. Left to the
+    collector, a relist's hundreds of thousands of objects were walked by full collections
+    as they piled up (or by one at the list's end), each holding every thread, so every
+    cluster's events (``lab.bench_clusters`` measures it). It is a full collection,
     not a young one: objects the collector promoted while the page was parsed are old
     already, and a cycle among them would be frozen for good (a leak)."""
     gc.collect()
@@ -276,10 +276,10 @@ class KubeApi:
         as JSON), and the resourceVersion to watch from.
 
         ``page``: objects a page, at most. A page's JSON is decoded in one call that no other
-        thread can interrupt (500 EndpointSlices of 10 endpoints: 1.7 MB, 10 ms held), so
-        pages are sized to about ``PAGE_BYTES``: the first of ``FIRST_PAGE`` objects, each
-        next one from the size of the last. Another cluster's events wait for one page's
-        decoding at most (2-3 ms)."""
+        thread can interrupt (the bigger the page, the longer every thread waits), so pages
+        are sized to about ``PAGE_BYTES``: the first of ``FIRST_PAGE`` objects, each next one
+        from the size of the last. Another cluster's events wait for one page's decoding at
+        most."""
         out: list[Any] = []
         token = ""
         version = ""

@@ -333,7 +333,7 @@ class ChildListed(Watcher):
         del handed, taken
         # As after each page of a list decoded here: what was made since the last freeze
         # collected, and what survives frozen (full collections never walk what the director
-        # holds: they held every thread, another cluster's events too, for 3-5 ms).
+        # holds: they held every thread, another cluster's events too).
         settle_page()
         event(
             log,

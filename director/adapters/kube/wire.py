@@ -34,7 +34,7 @@ from director.core.cluster import NO_LABELS, NodeInfo, ServiceInfo, SliceInfo
 from director.core.untrusted import shared, short
 
 Info = ServiceInfo | SliceInfo | NodeInfo
-PART = 256  # objects of a relist in one frame: each frame is decoded in well under 1 ms
+PART = 256  # objects of a relist in one frame: a frame's decoding holds the loop briefly
 MAX_FRAME = 1 << 30
 _HEADER = 4
 
