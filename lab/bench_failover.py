@@ -18,10 +18,8 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +39,7 @@ from lab.ha import (
     start_director,
     start_keepalived,
 )
-from lab.netns import Netns
+from lab.netns import Netns, Prober
 from lab.wait import wait_for
 
 LOAD_PORT, NGINX_PORT = 81, 8081  # the load's virtual service, and nginx on each backend
@@ -67,39 +65,6 @@ def held(ns: Netns, vip: str) -> int:
     lists them."""
     out = ns.exec(["ipvsadm", "-Lnc"])
     return sum(1 for line in out.splitlines() if f" {vip}:" in line)
-
-
-class Prober:
-    """A new connection every 50 ms to ``vip``:80 (each asks once and waits 1 s): when the
-    failing ones were, for the window in which new connections failed."""
-
-    def __init__(self, client: Netns, vip: str) -> None:
-        self.client, self.vip = client, vip
-        self.failed: list[float] = []
-        self.tried = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="prober")
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            self.tried += 1
-            try:
-                sock = self.client.socket(socket.AF_INET, socket.SOCK_STREAM)
-                with sock:
-                    sock.settimeout(1.0)
-                    sock.connect((self.vip, 80))
-                    sock.sendall(b"q\n")
-                    if not sock.recv(64):
-                        raise OSError("closed")
-            except OSError:
-                self.failed.append(time.monotonic())
-
-    def close(self) -> dict[str, Any]:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        window = self.failed[-1] - self.failed[0] if self.failed else 0.0
-        return {"tried": self.tried, "failed": len(self.failed), "window_s": round(window, 2)}
 
 
 @contextlib.contextmanager
@@ -152,20 +117,20 @@ def under_load(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    prober = Prober(lab.client, vip)
+    prober = Prober(lab.client, vip, period=0.05, timeout=1.0)
     time.sleep(after)
     took = fault()
     out, _ = load.communicate(timeout=seconds + 60)
-    probed = prober.close()
+    answered, tried = prober.close()
     rate, _p99, errors = parse_wrk(out)
     done = requests_done(out)
     return {
         "cps": round(rate, 1),
         "new_total": done + errors,
         "new_failed": errors,
-        "probe_failed": probed["failed"],
-        "probe_tried": probed["tried"],
-        "failed_window_s": probed["window_s"],
+        "probe_failed": tried - answered,
+        "probe_tried": tried,
+        "failed_window_s": round(prober.failed_window, 2),
         "takeover_s": took,
     }
 

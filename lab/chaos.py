@@ -27,11 +27,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,6 +40,7 @@ from typing import Any
 
 from lab.bgp import TOKEN
 from lab.kubeapi import FakeApiServer, endpoint_slice, service
+from lab.netns import Prober
 from lab.wait import wait_for
 
 RESYNC = 60.0  # the target: every owned resource back in sync within one resync period
@@ -115,43 +114,6 @@ def in_sync(url: str, since: float, timeout: float = 2 * RESYNC) -> float | None
 
 def repairs(url: str) -> dict[str, int]:
     return {name: o["repairs"] for name, o in owned(url).items()}
-
-
-class Prober:
-    """New connections to ``vip`` from ``client``, one every 100 ms, in the background:
-    how many were refused or unanswered (each waits 3 s for its answer)."""
-
-    def __init__(self, client: Any, vip: str, source: str | None = None) -> None:
-        self.client, self.vip, self.source = client, vip, source
-        self.tried = self.ok = 0
-        self.answered_at: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            self.tried += 1
-            try:
-                sock = self.client.socket(socket.AF_INET, socket.SOCK_STREAM)
-                try:
-                    sock.settimeout(3.0)
-                    if self.source:
-                        sock.bind((self.source, 0))
-                    sock.connect((self.vip, 80))
-                    sock.sendall(b"q\n")
-                    if sock.recv(64):
-                        self.ok += 1
-                        self.answered_at.append(time.monotonic())
-                finally:
-                    sock.close()
-            except OSError:
-                pass
-
-    def close(self) -> tuple[int, int]:
-        self._stop.set()
-        self._thread.join(10)
-        return self.ok, self.tried
 
 
 @contextlib.contextmanager

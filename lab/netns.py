@@ -13,6 +13,7 @@ import selectors
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -449,3 +450,56 @@ def fresh_namespace(name: str) -> tuple[Netns, KernelIpvs]:
     ns = Netns(name)
     ns.ip("link set lo up")
     return ns, KernelIpvs(netns=name)
+
+
+class Prober:
+    """New connections to ``vip``:80 from ``client`` in the background, one every ``period``
+    seconds, each asking once and waiting ``timeout`` seconds for its answer: how many were
+    answered, and when the answered and the failed ones were."""
+
+    def __init__(
+        self,
+        client: Netns,
+        vip: str,
+        source: str | None = None,
+        *,
+        period: float = 0.1,
+        timeout: float = 3.0,
+    ) -> None:
+        self.client, self.vip, self.source = client, vip, source
+        self.period, self.timeout = period, timeout
+        self.tried = self.ok = 0
+        self.answered_at: list[float] = []
+        self.failed_at: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="prober")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.tried += 1
+            try:
+                sock = self.client.socket(socket.AF_INET, socket.SOCK_STREAM)
+                with sock:
+                    sock.settimeout(self.timeout)
+                    if self.source:
+                        sock.bind((self.source, 0))
+                    sock.connect((self.vip, 80))
+                    sock.sendall(b"q\n")
+                    if not sock.recv(64):
+                        raise OSError("closed unanswered")
+                self.ok += 1
+                self.answered_at.append(time.monotonic())
+            except OSError:
+                self.failed_at.append(time.monotonic())
+
+    def close(self) -> tuple[int, int]:
+        """Stop; (answered, tried)."""
+        self._stop.set()
+        self._thread.join(10)
+        return self.ok, self.tried
+
+    @property
+    def failed_window(self) -> float:
+        """Seconds from the first failed connection to the last (0 when none or one)."""
+        return self.failed_at[-1] - self.failed_at[0] if self.failed_at else 0.0
