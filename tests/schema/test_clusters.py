@@ -105,13 +105,12 @@ def test_a_clusters_kubeconfig_is_never_a_file_the_director_writes() -> None:
 
 
 def test_the_worked_example_of_the_docs_loads() -> None:
-    """docs/kubernetes.md's "Several clusters" example is a file the director takes."""
+    """docs/clusters.md's example is a file the director takes."""
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
-    section = page.split("### Several clusters", 1)[1]
-    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
-    settings = parse_config(example, "kubernetes.md")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "clusters.md").read_text()
+    example = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    settings = parse_config(example, "clusters.md")
     prod, staging = settings.served
     assert (prod.cluster, staging.cluster) == ("prod", "staging")
     assert staging.load_balancer_class == "example.com/edge"
