@@ -30,8 +30,9 @@ system:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi; \
-	if [ -d /run/systemd/system ] && systemctl is-enabled -q nginx 2>/dev/null; then \
-	  systemctl disable --now -q nginx; fi
+	if [ -d /run/systemd/system ]; then \
+	  if systemctl is-enabled -q nginx 2>/dev/null; then systemctl disable --now -q nginx; fi; \
+	elif [ -f /run/nginx.pid ]; then service nginx stop >/dev/null 2>&1 || true; fi
 
 venv: $(VENV)/.installed
 
