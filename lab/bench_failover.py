@@ -21,7 +21,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,13 @@ def calibrate(lab: HaLab, vip: str, seconds: float) -> tuple[float, int, float]:
 
 
 def under_load(
-    lab: HaLab, vip: str, connections: int, seconds: float, *, fault: Any, after: float
+    lab: HaLab,
+    vip: str,
+    connections: int,
+    seconds: float,
+    *,
+    fault: Callable[[], float | None],
+    after: float,
 ) -> dict[str, Any]:
     """wrk for ``seconds``; ``fault()`` ``after`` seconds in; what clients saw."""
     load = subprocess.Popen(
