@@ -107,10 +107,9 @@ bench: setup
 # The data path in the lab VM (wrk, iperf3, nginx): bare IPVS against the director in each
 # mode, then a pair's failover under load; bounded in time, only between the lab's namespaces.
 bench-dataplane: setup
-	$(PY) -m lab.vm run lab.bench_dataplane --memory 4G -- --rounds 5 --seconds 5
+	$(PY) -m lab.vm run lab.bench_dataplane --memory 4G -- --rounds 5 --seconds 5 --failover-seconds 30
 	cp .lab/lab.bench_dataplane/results.json bench/dataplane.json
-	$(PY) -m lab.vm run lab.bench_failover --memory 4G
-	cp .lab/lab.bench_failover/results.json bench/failover-load.json
+	cp .lab/lab.bench_dataplane/failover.json bench/failover-load.json
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.

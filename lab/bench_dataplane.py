@@ -10,6 +10,9 @@ the ratios are director / bare in the same mode (above 1 is better for cps, rps 
 below 1 is better for p99). Software emulation makes every figure small: compare ratios.
 
     python -m lab.vm run lab.bench_dataplane --memory 4G -- --rounds 3 --seconds 5
+
+With ``--failover-seconds S``, ``lab.bench_failover`` follows in the same boot (its figures
+in ``failover.json`` beside ``results.json``): what ``make bench-dataplane`` runs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab import bench_failover
 from lab.dataplane import MODES, VARIANTS, Figures, bare, labs, measure, served_by, settle
 
 METRICS = ("cps", "rps", "gbps", "p99_ms", "p99_new_ms")
@@ -59,6 +63,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--failover-seconds", type=float, help="then the failover bench")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     bare_runs: dict[str, list[Figures]] = {m: [] for m in MODES}
@@ -108,6 +113,9 @@ def main() -> None:
         "p99": "milliseconds, on kept connections (p99_new: a connection per request)",
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    if args.failover_seconds:
+        failover = bench_failover.run(args.failover_seconds)
+        (args.out / "failover.json").write_text(json.dumps(failover, indent=1) + "\n")
     for name, row in modes.items():
         say(
             f"{name:20} cps {row['cps_ratio']:.2f}  rps {row['rps_ratio']:.2f}  "

@@ -9,7 +9,15 @@ the failback (keepalived started again; it takes the VIPs back after ``preempt_d
 Counted: long-lived connections kept and requests failed on them, new connections that
 failed (wrk's errors) and the window in which a prober's new connections failed.
 
+The same on the BGP fleet (``lab.bgp``: three directors behind a router's ECMP, Maglev, tun):
+kill -9 of one director's FRR and of the director itself, under the same kind of load, then
+the director back. No sync daemon there: the survivors carry its flows by the same Maglev
+table and sloppy TCP; what it costs is the new connections the router still sent to the
+dead box until BFD dropped it.
+
     python -m lab.vm run lab.bench_failover --memory 4G
+
+``make bench-dataplane`` runs it in the same boot as ``lab.bench_dataplane``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from lab import bgp
 from lab.dataplane import Servers, parse_wrk, requests_done, wrk, wrk_argv
 from lab.ha import (
     FULLNAT_VIP,
@@ -89,41 +98,35 @@ def pair(workdir: Path, fullnat: bool) -> Iterator[HaLab]:
         lab.close()
 
 
-def calibrate(lab: HaLab, vip: str, seconds: float) -> tuple[float, int, float]:
+def calibrate(client: Netns, vip: str, seconds: float, port: int) -> tuple[float, int, float]:
     """The highest new-connection rate (wrk, 32 connections), and the concurrency whose
     rate is nearest half of it: (highest, connections, that rate)."""
-    top = parse_wrk(wrk(lab.client, vip, seconds, 32, close=True, port=LOAD_PORT))[0]
+    top = parse_wrk(wrk(client, vip, seconds, 32, close=True, port=port))[0]
     rates = {
-        c: parse_wrk(wrk(lab.client, vip, seconds, c, close=True, port=LOAD_PORT))[0]
-        for c in (1, 2, 4, 8)
+        c: parse_wrk(wrk(client, vip, seconds, c, close=True, port=port))[0] for c in (1, 2, 4, 8)
     }
     chosen = min(rates, key=lambda c: abs(rates[c] - top / 2))
     return top, chosen, rates[chosen]
 
 
 def under_load(
-    lab: HaLab,
+    client: Netns,
     vip: str,
     connections: int,
     seconds: float,
     *,
     fault: Callable[[], float | None],
     after: float,
+    port: int = LOAD_PORT,
 ) -> dict[str, Any]:
     """wrk for ``seconds``; ``fault()`` ``after`` seconds in; what clients saw."""
     load = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            lab.client.name,
-            *wrk_argv(vip, seconds, connections, True, LOAD_PORT),
-        ],
+        ["ip", "netns", "exec", client.name, *wrk_argv(vip, seconds, connections, True, port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    prober = Prober(lab.client, vip, period=0.05, timeout=1.0)
+    prober = Prober(client, vip, period=0.05, timeout=1.0)
     time.sleep(after)
     took = fault()
     out, _ = load.communicate(timeout=seconds + 60)
@@ -145,7 +148,7 @@ def scenario(workdir: Path, fullnat: bool, seconds: float) -> dict[str, Any]:
     vip = FULLNAT_VIP if fullnat else NAT_VIP
     with pair(workdir / ("fullnat" if fullnat else "nat"), fullnat) as lab:
         d1, d2 = lab.directors
-        top, connections, rate = calibrate(lab, vip, 5)
+        top, connections, rate = calibrate(lab.client, vip, 5, LOAD_PORT)
         print(f"bench failover: highest {top:.0f}/s, load -c{connections} {rate:.0f}/s", flush=True)
         talkers = Talkers(lab, vip, count=LONG_LIVED, period=1.0)
         try:
@@ -159,7 +162,7 @@ def scenario(workdir: Path, fullnat: bool, seconds: float) -> dict[str, Any]:
                 kill_keepalived(d1)
                 return wait_for(lambda: d2.has(vip), 10) and round(time.monotonic() - started, 2)
 
-            over = under_load(lab, vip, connections, seconds, fault=kill, after=seconds / 3)
+            over = under_load(lab.client, vip, connections, seconds, fault=kill, after=seconds / 3)
             kept_after_failover = talkers.alive
 
             def back() -> float | None:
@@ -168,7 +171,9 @@ def scenario(workdir: Path, fullnat: bool, seconds: float) -> dict[str, Any]:
                 taken = wait_for(lambda: d1.has(vip) and not d2.has(vip), PREEMPT_DELAY + 30)
                 return taken and round(time.monotonic() - started, 2)
 
-            back_figures = under_load(lab, vip, connections, seconds, fault=back, after=seconds / 4)
+            back_figures = under_load(
+                lab.client, vip, connections, seconds, fault=back, after=seconds / 4
+            )
         finally:
             talkers.close()
         return {
@@ -193,6 +198,77 @@ def scenario(workdir: Path, fullnat: bool, seconds: float) -> dict[str, Any]:
         }
 
 
+def bgp_scenario(workdir: Path, seconds: float) -> dict[str, Any]:
+    """kill -9 of one director of three (its FRR and the director: a box whose software
+    died) under load, then the director back; tun, Maglev, nginx on every backend."""
+    servers = Servers()
+    with bgp.bgp_lab("fob", workdir) as lab:
+        try:
+            for be in lab.backends:
+                servers.nginx(be.ns, f"fob-{be.name}", be.name, LOAD_PORT)
+            victim, *others = lab.directors
+            for d in others:
+                bgp.start_director(lab, d, load_port=LOAD_PORT)
+            bgp.start_frr(victim.ns)
+            bgp.start_director_process(lab, victim, load_port=LOAD_PORT)
+            if bgp.wait_nexthops(lab, 3, 180) is None:
+                raise RuntimeError("the router never held three next hops")
+            top, connections, rate = calibrate(lab.client, bgp.VIP, 5, LOAD_PORT)
+            print(f"bench failover bgp: highest {top:.0f}/s, load -c{connections} {rate:.0f}/s")
+            talkers = Talkers(lab, bgp.VIP, count=LONG_LIVED, period=1.0)
+            carried: dict[str, int] = {}
+            try:
+                if wait_for(lambda: talkers.answered >= LONG_LIVED, 60) is None:
+                    raise RuntimeError("the long-lived connections never all answered")
+
+                def kill() -> float | None:
+                    carried.update(bgp.connections_per_director(lab, bgp.VIP))
+                    started = time.monotonic()
+                    bgp.kill_frr(victim.ns)
+                    bgp.kill_director_process(victim)
+                    took = bgp.wait_nexthops(lab, 2, 30, since=started)
+                    return None if took is None else round(took, 2)
+
+                over = under_load(
+                    lab.client, bgp.VIP, connections, seconds, fault=kill, after=seconds / 3
+                )
+                kept_after_failover = talkers.alive
+
+                def back() -> float | None:
+                    # FRR starts from the frr.conf the director left, and announces at once
+                    started = time.monotonic()
+                    bgp.start_director(lab, victim, load_port=LOAD_PORT)
+                    took = bgp.wait_nexthops(lab, 3, 180, since=started)
+                    return None if took is None else round(took, 2)
+
+                # long enough that the router takes the director back while the load runs
+                back_figures = under_load(
+                    lab.client, bgp.VIP, connections, 3 * seconds, fault=back, after=seconds / 4
+                )
+            finally:
+                talkers.close()
+        finally:
+            servers.close()
+    return {
+        "highest_cps": round(top, 1),
+        "load_connections": connections,
+        "cps": over["cps"],
+        "long_lived": LONG_LIVED,
+        "long_lived_kept": talkers.alive,
+        "long_lived_kept_after_failover": kept_after_failover,
+        "long_lived_failed_requests": talkers.failed,
+        "victim_carried": carried.get(victim.name, 0),
+        "new_failed": over["new_failed"],
+        "new_total": over["new_total"],
+        "failed_window_s": over["failed_window_s"],
+        "takeover_s": over["takeover_s"],
+        "probe": {"failed": over["probe_failed"], "tried": over["probe_tried"]},
+        "sync_held_ratio": None,
+        "sync": "none: the survivors carry the dead box's flows by the same Maglev table",
+        "failback": back_figures,
+    }
+
+
 def entry_sizes() -> dict[str, int]:
     """Bytes the kernel allocates per IPVS connection and per conntrack entry (their slab
     caches' object sizes): what a box's memory holds of each."""
@@ -205,19 +281,32 @@ def entry_sizes() -> dict[str, int]:
     return sizes
 
 
+SCENARIOS = ("nat", "fullnat", "bgp")
+
+
+def run(seconds: float, names: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
+    """The scenarios, one after the other: the figures ``bench/failover-load.json`` keeps."""
+    results: dict[str, Any] = {"kernel": os.uname().release, "seconds": seconds}
+    for name in names:
+        # the labs' files (keepalived's FIFO among them) on the guest's own disk, not 9p
+        with tempfile.TemporaryDirectory(prefix="failover-") as workdir:
+            if name == "bgp":
+                results[name] = bgp_scenario(Path(workdir), seconds)
+            else:
+                results[name] = scenario(Path(workdir), name == "fullnat", seconds)
+        print(f"bench failover {name}: {results[name]}", flush=True)
+    results["entry_bytes"] = entry_sizes()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"kernel": os.uname().release, "seconds": args.seconds}
-    for name, fullnat in (("nat", False), ("fullnat", True)):
-        # the pair's files (keepalived's FIFO among them) on the guest's own disk, not 9p
-        with tempfile.TemporaryDirectory(prefix="failover-") as workdir:
-            results[name] = scenario(Path(workdir), fullnat, args.seconds)
-        print(f"bench failover {name}: {results[name]}", flush=True)
-    results["entry_bytes"] = entry_sizes()
+    results = run(args.seconds, tuple(args.only))
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 

@@ -382,10 +382,21 @@ def director_config(
     *,
     api_port: int = 0,
     tools: Path | None = None,
+    load_port: int | None = None,
 ) -> str:
     """``tools``: a folder with the vtysh and frr-reload.py the director is to run (the
-    chaos suite's stand-ins, which it can take away and put back)."""
+    chaos suite's stand-ins, which it can take away and put back); ``load_port``: one more
+    tun service on the VIP, at that port, to the same backends (a load bench's web servers)."""
     real = ", ".join(f"{{address: {be.ipv4}, port: {PORT}}}" for be in backends)
+    load = ", ".join(f"{{address: {be.ipv4}, port: {load_port}}}" for be in backends)
+    load_service = f"""  - name: web-load
+    address: {VIP}
+    port: {load_port}
+    scheduler: mh
+    flags: [mh-port]
+    forwarding: tun
+    real_servers: [{load}]
+"""
     d.token_file.write_text(TOKEN + "\n")
     # Health checks quick enough for a test: down after 2 failed checks 0.5 s apart.
     return f"""
@@ -413,6 +424,7 @@ services:
     flags: [mh-port]
     forwarding: fullnat
     real_servers: [{real}]
+{load_service if load_port else ""}\
 snat: {{addresses: [{d.back}]}}
 health: {{check: tcp, interval: 0.5, timeout: 0.4, rise: 1, fall: 2}}
 api:
@@ -441,24 +453,37 @@ def start_director(
     backends: list[Backend] | None = None,
     frr: bool = True,
     extra_peer: str | None = None,
+    *,
+    load_port: int | None = None,
 ) -> None:
     """FRR (with whatever frr.conf the director left; ``frr``: it is not running), then the
     director itself (``backends``: its real servers, in this order in its file;
     ``extra_peer``: one more BGP peer)."""
     if frr:
         start_frr(d.ns)
-    text = director_config(d, lab.backends if backends is None else backends, extra_peer=extra_peer)
+    text = director_config(
+        d,
+        lab.backends if backends is None else backends,
+        extra_peer=extra_peer,
+        load_port=load_port,
+    )
     d.ipvs = KernelIpvs(netns=d.ns.name)
     d.runtime = Runtime(parse_config(text, f"{d.name}.yaml"), d.ipvs, netns=d.ns.name).start()
     if not d.runtime.wait_ready(60):
         raise RuntimeError(f"{d.name}: the director never synced")
 
 
-def start_director_process(lab: BgpLab, d: BgpDirector, tools: Path | None = None) -> None:
+def start_director_process(
+    lab: BgpLab, d: BgpDirector, tools: Path | None = None, load_port: int | None = None
+) -> None:
     """The director as systemd runs it: a process of its own (``director run --netns``),
     ready once its API says so."""
     config = d.workdir / "director.yaml"
-    config.write_text(director_config(d, lab.backends, api_port=API_PORTS[d.name], tools=tools))
+    config.write_text(
+        director_config(
+            d, lab.backends, api_port=API_PORTS[d.name], tools=tools, load_port=load_port
+        )
+    )
     log = (d.workdir / "director.log").open("ab")
     d.process = subprocess.Popen(
         [sys.executable, "-m", "director", "run", "--config", str(config), "--netns", d.ns.name],
