@@ -18,7 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics.collector import Metrics
-from director.adapters.metrics.daemons import FrrFigures
+from director.adapters.metrics.daemons import ConntrackdFigures, FrrFigures
 from director.adapters.metrics.promtext import generate_latest
 from director.core.announce import PeerState
 from director.core.services import Op, OpKind
@@ -85,8 +85,9 @@ def exported() -> set[str]:
             controller.door(),
             FakeIpvs(),
             lambda: (0, 0),
-            lambda: FrrFigures((peer,), 0, 0),
-            lambda: {"entries": 3, "insert_failed": 0, "max": 262144},  # full NAT's conntrack
+            frr=lambda: FrrFigures((peer,), 0, 0),
+            conntrack=lambda: {"entries": 3, "insert_failed": 0, "max": 262144},  # full NAT's
+            conntrackd=lambda: ConntrackdFigures(True, 3),
         )
         text = generate_latest(metrics.registry).decode()
     finally:

@@ -86,7 +86,7 @@ def cmd_keepalived_config(args: argparse.Namespace) -> int:
 def cmd_conntrackd_config(args: argparse.Namespace) -> int:
     """conntrackd.conf for this box's half of the pair (ha.conntrackd): what conntrackd
     starts with on a new box (the director keeps the file as rendered from then on)."""
-    from director.adapters.pair.conntrackd import render_conntrackd
+    from director.adapters.pair.conntrackd import box_table_max, render_conntrackd
     from director.schema.config import load_config
 
     settings = load_config(args.config)
@@ -97,7 +97,8 @@ def cmd_conntrackd_config(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    sys.stdout.write(render_conntrackd(settings.ha.conntrackd, settings.source))
+    text = render_conntrackd(settings.ha.conntrackd, settings.source, table_max=box_table_max())
+    sys.stdout.write(text)
     return 0
 
 

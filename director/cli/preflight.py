@@ -165,6 +165,7 @@ def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
 
     from director.adapters.pair.conntrackd import (
         ConntrackdRejected,
+        box_table_max,
         field_at_fault,
         parse_check,
         render_conntrackd,
@@ -180,7 +181,7 @@ def _conntrackd(settings: Settings) -> tuple[list[Problem], list[str]]:
         ]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "conntrackd.conf"
-        text = render_conntrackd(ct, settings.source)
+        text = render_conntrackd(ct, settings.source, table_max=box_table_max())
         path.write_text(text)
         try:
             parse_check(ct.conntrackd, path)

@@ -92,8 +92,9 @@ class Runtime:
                 self.controller.door(),
                 reader,
                 lambda: wiring.keepalived_counts(self._daemons()),
-                lambda: wiring.frr_figures(self._daemons()),
-                lambda: wiring.conntrack(self._daemons()),
+                frr=lambda: wiring.frr_figures(self._daemons()),
+                conntrack=lambda: wiring.conntrack(self._daemons()),
+                conntrackd=lambda: wiring.conntrackd_figures(self._daemons()),
             )
         )
         self.served = Served(settings, made, self.controller, dry_run, watch_seconds, intakes=kept)

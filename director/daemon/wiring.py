@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # each adapter is imported where the file asks for its part (
     from director.adapters.kube.client import KubeApi
     from director.adapters.kube.write import KubeWriter
     from director.adapters.metrics.collector import Metrics
-    from director.adapters.metrics.daemons import FrrFigures
+    from director.adapters.metrics.daemons import ConntrackdFigures, FrrFigures
     from director.adapters.metrics.ipvs import Scrape
     from director.adapters.pair.conntrackd import ConntrackdFile
     from director.adapters.pair.keepalived import KeepalivedSync
@@ -430,6 +430,29 @@ def conntrack(daemons: Daemons | None) -> dict[str, int] | None:
         return conntrack_stats(keeper.netns)
     except OSError:
         return None
+
+
+def conntrackd_figures(daemons: Daemons | None) -> ConntrackdFigures | None:
+    """What the pair's conntrackd says of itself (None where the director runs none)."""
+    kept = daemons.conntrackd if daemons is not None else None
+    if kept is None:
+        return None
+    from director.adapters.metrics.daemons import ConntrackdFigures
+    from director.adapters.pair.conntrackd import read_stats
+
+    stats = read_stats(kept.ct.conntrackd, kept.path)
+    if stats is None:
+        return ConntrackdFigures(up=False)
+    return ConntrackdFigures(
+        True,
+        stats.internal,
+        stats.cache_failed,
+        stats.inject_failed,
+        stats.send_errors,
+        stats.recv_errors,
+        stats.malformed,
+        stats.lost,
+    )
 
 
 def keepalived_counts(daemons: Daemons | None) -> tuple[int, int] | None:

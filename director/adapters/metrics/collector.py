@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 from director.adapters.metrics.daemons import (
     ConntrackCollector,
+    ConntrackdCollector,
+    ConntrackdFigures,
     FrrCollector,
     FrrFigures,
     KeepalivedCollector,
@@ -355,13 +357,16 @@ class Metrics:
         loop: LoopPort,
         reader: Ipvs | None,
         keepalived: Callable[[], tuple[int, int] | None],
+        *,
         frr: Callable[[], FrrFigures | None] = lambda: None,
         conntrack: Callable[[], Mapping[str, int] | None] = lambda: None,
+        conntrackd: Callable[[], ConntrackdFigures | None] = lambda: None,
     ) -> Scrape:
         self.registry.register(DirectorCollector(loop))
         self.registry.register(KeepalivedCollector(keepalived))
         self.registry.register(FrrCollector(frr))
         self.registry.register(ConntrackCollector(conntrack))
+        self.registry.register(ConntrackdCollector(conntrackd))
         return Scrape(self.registry, IpvsExposition(loop, reader))
 
 

@@ -75,6 +75,77 @@ class ConntrackCollector:
         )
 
 
+class ConntrackdFigures(NamedTuple):
+    """What conntrackd said of itself (``up`` False: it did not answer; the rest 0)."""
+
+    up: bool
+    internal: int = 0
+    cache_failed: int = 0
+    inject_failed: int = 0
+    send_errors: int = 0
+    recv_errors: int = 0
+    malformed: int = 0
+    lost: int = 0
+
+
+class ConntrackdCollector:
+    """conntrackd beside full NAT in a pair (``figures()``: None where the director does not
+    run it): whether it answers, its caches, and what its sync channel lost."""
+
+    def __init__(self, figures: Callable[[], ConntrackdFigures | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures()
+        if figures is None:
+            return
+        yield GaugeMetricFamily(
+            "director_conntrackd_up",
+            "1 while conntrackd answers on its socket (conntrackd -s): without it a takeover "
+            "finds no full-NAT mapping of the peer's connections.",
+            value=1 if figures.up else 0,
+        )
+        if not figures.up:
+            return
+        yield GaugeMetricFamily(
+            "director_conntrackd_internal_entries",
+            "This box's connections in conntrackd's internal cache (what it sends the peer): "
+            "on a healthy pair close to director_conntrack_entries of the box.",
+            value=figures.internal,
+        )
+        yield CounterMetricFamily(
+            "director_conntrackd_cache_failed",
+            "Internal cache creations, updates and removals conntrackd could not make (a full "
+            "cache among them): those connections never reach the peer.",
+            value=figures.cache_failed,
+        )
+        yield CounterMetricFamily(
+            "director_conntrackd_inject_failed",
+            "The peer's connections this box's kernel refused to take from conntrackd (its "
+            "conntrack table full, among the causes): lost at a takeover.",
+            value=figures.inject_failed,
+        )
+        errors = CounterMetricFamily(
+            "director_conntrackd_sync_errors",
+            "Sync messages conntrackd failed to send or to receive on its channel.",
+            labels=["direction"],
+        )
+        errors.add_metric(["send"], figures.send_errors)
+        errors.add_metric(["recv"], figures.recv_errors)
+        yield errors
+        yield CounterMetricFamily(
+            "director_conntrackd_sync_lost",
+            "Sync messages from the peer that never arrived (gaps in their sequence): the "
+            "entries they carried are missing here until the next resync.",
+            value=figures.lost,
+        )
+        yield CounterMetricFamily(
+            "director_conntrackd_sync_malformed",
+            "Sync messages from the peer conntrackd could not read.",
+            value=figures.malformed,
+        )
+
+
 class FrrFigures(NamedTuple):
     sessions: tuple[PeerState, ...]
     rejected: int

@@ -16,6 +16,8 @@ connection from its first packet.
 - ``ConntrackdFile``: the director owns the file: written when it differs (after the parse
   check), read back on a schedule, put back when changed or removed. conntrackd reads it
   when it starts; nothing is signalled (the file changes only with ``ha:``, at a restart).
+- ``read_stats``: what the running daemon says of itself (``conntrackd -s``): its caches,
+  and the messages it failed to send, receive or found lost or malformed (the metrics).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from director.adapters.render import TEMPLATES, environment
@@ -70,9 +73,32 @@ def _family(address: str) -> str:
     return "IPv4" if Family.of(address) is Family.INET else "IPv6"
 
 
+# nf_conntrack_max where it cannot be read (conntrack not loaded yet): the role's floor.
+TABLE_MAX = 262144
+_TABLE_MAX_FILE = Path("/proc/sys/net/netfilter/nf_conntrack_max")
+
+
+def box_table_max(path: Path = _TABLE_MAX_FILE) -> int:
+    """The most entries this box's conntrack table may hold (``nf_conntrack_max``, which the
+    role sizes for the box's memory), or TABLE_MAX where it cannot be read."""
+    try:
+        value = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return TABLE_MAX
+    return value if value > 0 else TABLE_MAX
+
+
 def render_conntrackd(
-    ct: ConntrackdSettings, source_config: str = "director", templates: Path = TEMPLATES
+    ct: ConntrackdSettings,
+    source_config: str = "director",
+    templates: Path = TEMPLATES,
+    *,
+    table_max: int = TABLE_MAX,
 ) -> str:
+    """``table_max``: the box's nf_conntrack_max. conntrackd's cache holds up to twice it
+    (``HashLimit``, as conntrackd's own documentation asks: entries of closed connections
+    wait there to be sent again): a smaller limit leaves every connection past it unsynced,
+    and a takeover breaks it."""
     source, peer = canonical_address(ct.source), canonical_address(ct.peer)
     return (
         environment(templates)
@@ -86,6 +112,7 @@ def render_conntrackd(
             interface=ct.interface,
             socket=ct.socket,
             lock_file=ct.lock_file,
+            hash_limit=2 * table_max,
             ignore=[{"family": _family(a), "text": a} for a in (source, peer)],
         )
     )
@@ -126,7 +153,7 @@ class ConntrackdFile(Keeper[str]):
     ) -> None:
         self.ct = ct
         self.path = Path(ct.config_file)
-        self.text = render_conntrackd(ct, source_config)
+        self.text = render_conntrackd(ct, source_config, table_max=box_table_max())
         super().__init__(ledger)
 
     def start(self) -> None:
@@ -158,3 +185,82 @@ class ConntrackdFile(Keeper[str]):
 
     def verify(self, value: str) -> str | None:
         return file_drift(self.path, value)
+
+
+@dataclass(frozen=True)
+class ConntrackdStats:
+    """conntrackd's own figures (``conntrackd -s``): this box's connections in its internal
+    cache (sent to the peer), cache operations that failed, the peer's connections the
+    kernel refused to take (``external inject``, or the external cache where one is kept),
+    and its sync channel's messages that failed to go out or in, or came malformed or with a
+    gap in their sequence (lost: missing here until the next resync)."""
+
+    internal: int
+    cache_failed: int
+    inject_failed: int
+    send_errors: int
+    recv_errors: int
+    malformed: int
+    lost: int
+
+
+_SECTION = re.compile(r"^(cache internal|cache external|external inject):")
+_ACTIVE = re.compile(r"current active connections:\s+(\d+)")
+_FAILED = re.compile(r"failed:\s+(\d+)")
+_ERRORS = re.compile(r"(\d+) Error send\s+(\d+) Error recv")
+# 1.4.x says "Malformed msgs ... Lost msgs"; older ones "Pckts mfrm ... Pckts lost"
+_SEQUENCE = re.compile(r"(\d+) (?:Malformed msgs|Pckts mfrm)\s+(\d+) (?:Lost msgs|Pckts lost)")
+
+
+def parse_stats(text: str) -> ConntrackdStats | None:
+    """``conntrackd -s``'s report: a section a cache (``cache internal:``, and ``external
+    inject:`` or ``cache external:``), one a sync channel, the message tracking; None when
+    it holds no internal cache (not a sync daemon's report)."""
+    internal: int | None = None
+    failed = {"cache internal": 0, "cache external": 0, "external inject": 0}
+    send = recv = malformed = lost = 0
+    section = ""
+    for line in text.splitlines():
+        header = _SECTION.match(line.strip())
+        if header:
+            section = header.group(1)
+            continue
+        if not line.strip():
+            section = ""
+        found = _ACTIVE.search(line)
+        if found and section == "cache internal":
+            internal = int(found.group(1))
+        found = _FAILED.search(line)
+        if found and section:
+            failed[section] += int(found.group(1))
+        found = _ERRORS.search(line)
+        if found:
+            send, recv = send + int(found.group(1)), recv + int(found.group(2))
+        found = _SEQUENCE.search(line)
+        if found:
+            malformed, lost = malformed + int(found.group(1)), lost + int(found.group(2))
+    if internal is None:
+        return None
+    return ConntrackdStats(
+        internal,
+        failed["cache internal"],
+        failed["external inject"] + failed["cache external"],
+        send,
+        recv,
+        malformed,
+        lost,
+    )
+
+
+def read_stats(binary: str, path: Path) -> ConntrackdStats | None:
+    """The running conntrackd's figures, or None when none answers (not running, not
+    started yet on this box, or its socket refused us): the metric says it is down."""
+    try:
+        done = subprocess.run(
+            [binary, "-C", str(path), "-s"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_stats(done.stdout)

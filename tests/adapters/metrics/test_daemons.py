@@ -9,6 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from director.adapters.metrics.daemons import (
     ConntrackCollector,
+    ConntrackdCollector,
+    ConntrackdFigures,
     FrrCollector,
     FrrFigures,
     KeepalivedCollector,
@@ -33,6 +35,7 @@ def test_a_daemon_that_is_not_there_says_nothing() -> None:
     assert scraped(KeepalivedCollector(lambda: None)) == {}
     assert scraped(ConntrackCollector(lambda: None)) == {}
     assert scraped(FrrCollector(lambda: None)) == {}
+    assert scraped(ConntrackdCollector(lambda: None)) == {}
 
 
 def test_keepalived_and_conntrack_figures_are_what_was_counted() -> None:
@@ -53,6 +56,25 @@ def test_keepalived_and_conntrack_figures_are_what_was_counted() -> None:
         ("director_conntrack_entries", ()): 262144,
         ("director_conntrack_max", ()): 262144,
         ("director_conntrack_dropped_total", ()): 7,
+    }
+
+
+def test_conntrackd_down_is_said_as_down_and_its_losses_as_counters() -> None:
+    """A conntrackd that does not answer shows as down, with no figures that would read as
+    "nothing lost"; one that answers shows its cache and what its sync lost."""
+    assert scraped(ConntrackdCollector(lambda: ConntrackdFigures(up=False))) == {
+        ("director_conntrackd_up", ()): 0
+    }
+    figures = ConntrackdFigures(True, 7, 1, 3, 4, 1, 2, 6)
+    assert scraped(ConntrackdCollector(lambda: figures)) == {
+        ("director_conntrackd_up", ()): 1,
+        ("director_conntrackd_internal_entries", ()): 7,
+        ("director_conntrackd_cache_failed_total", ()): 1,
+        ("director_conntrackd_inject_failed_total", ()): 3,
+        ("director_conntrackd_sync_errors_total", (("direction", "send"),)): 4,
+        ("director_conntrackd_sync_errors_total", (("direction", "recv"),)): 1,
+        ("director_conntrackd_sync_malformed_total", ()): 2,
+        ("director_conntrackd_sync_lost_total", ()): 6,
     }
 
 
