@@ -235,9 +235,12 @@ def bgp_scenario(workdir: Path, seconds: float) -> dict[str, Any]:
                 kept_after_failover = talkers.alive
 
                 def back() -> float | None:
-                    # FRR starts from the frr.conf the director left, and announces at once
+                    # as systemd starts them: FRR (from the frr.conf the director left), then
+                    # the director, a process of its own (one started in this process would
+                    # starve the prober here of the interpreter, and read as failures)
                     started = time.monotonic()
-                    bgp.start_director(lab, victim, load_port=LOAD_PORT)
+                    bgp.start_frr(victim.ns)
+                    bgp.start_director_process(lab, victim, load_port=LOAD_PORT)
                     took = bgp.wait_nexthops(lab, 3, 180, since=started)
                     return None if took is None else round(took, 2)
 
