@@ -18,7 +18,7 @@ APT_PACKAGES := python3 python3-venv qemu-system-x86 linux-image-amd64 busybox-s
 	ipvsadm keepalived conntrackd frr nftables iproute2 kmod procps prometheus chromium openssl zsh debootstrap ruby \
 	wrk iperf3 nginx-light
 
-.PHONY: setup system venv lint unit role-test kernel-test test demo bench bench-dataplane chaos wheelhouse lock fresh boot-test docs clean
+.PHONY: setup system venv lint unit role-test kernel-test test demo bench bench-dataplane bench-flood chaos wheelhouse lock fresh boot-test docs clean
 
 setup: system venv
 
@@ -103,6 +103,7 @@ bench: setup
 	$(PY) -m lab.vm run lab.bench_kube --memory 6G -- --adapter kernel
 	cp .lab/lab.bench_kube/results.json bench/kube-vm.json
 	$(MAKE) bench-dataplane
+	$(MAKE) bench-flood
 
 # The data path in the lab VM (wrk, iperf3, nginx): bare IPVS against the director in each
 # mode, then a pair's failover under load; bounded in time, only between the lab's namespaces.
@@ -110,6 +111,12 @@ bench-dataplane: setup
 	$(PY) -m lab.vm run lab.bench_dataplane --memory 4G -- --rounds 5 --seconds 5 --failover-seconds 30
 	cp .lab/lab.bench_dataplane/results.json bench/dataplane.json
 	cp .lab/lab.bench_dataplane/failover.json bench/failover-load.json
+
+# A SYN flood of the lab's own (spoofed from 198.18.0.0/15, bounded) against a box, with the
+# SYN guard and without it: what clients, the API and the backends see (bench/flood.json).
+bench-flood: setup
+	$(PY) -m lab.vm run lab.bench_flood --memory 4G -- --seconds 20
+	cp .lab/lab.bench_flood/results.json bench/flood.json
 
 # The README's two commands in a clean Debian 12 root (debootstrap, cached in .lab/fresh-base):
 # proves that they install everything they need. Run it after any change to the set-up.

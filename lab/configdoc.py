@@ -24,6 +24,7 @@ ORDER = (
     "services",
     "pools",
     "snat",
+    "guard",
     "kubernetes",
     "clusters",
     "api",

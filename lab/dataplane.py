@@ -1,12 +1,14 @@
 """The data path in the lab VM: real load (Debian's wrk and iperf3) through a box to real
 servers (nginx), forwarded either by IPVS set up by hand with ``ipvsadm`` or by the director.
 
-Three labs of the same shape (``lab.netns.build_lab``: a client namespace, the box, two
+Four labs of the same shape (``lab.netns.build_lab``: a client namespace, the box, two
 backends on the box's bridge) live side by side in one boot: ``bare`` holds what an operator
-would type, ``dir`` and ``dirfn`` what the director made from Kubernetes Services, on a box
-whose file has no ``snat:`` and on one whose file has it (full NAT, and every IPVS connection
-tracked). Each routes the VIPs' range to itself (``local`` route), and every backend holds
-the VIPs on ``lo`` (ARP quiet) so that one backend set-up serves nat, dr, tun and full NAT.
+would type, ``dir``, ``dirfn`` and ``dirg`` what the director made from Kubernetes Services,
+on a box whose file has no ``snat:``, on one whose file has it (full NAT, and every IPVS
+connection tracked), and on one with ``snat:`` and the SYN guard (``guard.syn``, which the
+other two turn off). Each routes the VIPs' range to itself (``local`` route), and every
+backend holds the VIPs on ``lo`` (ARP quiet) so that one backend set-up serves nat, dr, tun
+and full NAT.
 
 Two virtual services on each box: ``web`` (port 80, both backends, rr: nginx answering a
 few bytes) and ``bulk`` (port 5201, the first backend alone: iperf3 opens two connections
@@ -169,6 +171,7 @@ class Variant:
     mode: str  # the Services' forwarding
     source_ranges: int = 0  # loadBalancerSourceRanges on both Services
     other_fullnat: bool = False  # a third Service, full NAT, elsewhere on the box
+    guard: bool = False  # the SYN guard (guard.syn) on the box, the Services guarded
 
     @property
     def bare(self) -> str:
@@ -190,13 +193,17 @@ VARIANTS = (
     Variant("nat+ranges1000", "nat", source_ranges=1000),
     Variant("fullnat+ranges1000", "fullnat", source_ranges=1000),
     Variant("nat+conntrack", "nat", other_fullnat=True),
+    Variant("nat+guard", "nat", guard=True),
+    Variant("fullnat+guard", "fullnat", guard=True),
 )
 
 
-def director_config(kubeconfig: Path, snat: bool) -> str:
+def director_config(kubeconfig: Path, snat: bool, guard: bool = False) -> str:
     """The shipped defaults (a TCP health check of every real server, as in production),
-    the VIPs' pool and, for full NAT, the box's SNAT address."""
+    the VIPs' pool and, for full NAT, the box's SNAT address; the SYN guard (on by default
+    for a box on its own) only with ``guard``: it tracks every connection of the box."""
     full = f"snat:\n  addresses: [{SNAT}]\n" if snat else ""
+    full += "" if guard else "guard:\n  syn: off\n"
     return f"""
 pools:
   - name: default
@@ -227,14 +234,16 @@ class DirectorBox:
     stand-in; ``serve(variant)`` changes the Services and waits until the kernel and the
     nftables table hold them."""
 
-    def __init__(self, lab: Lab, api: FakeApiServer, workdir: Path, snat: bool) -> None:
+    def __init__(
+        self, lab: Lab, api: FakeApiServer, workdir: Path, snat: bool, guard: bool = False
+    ) -> None:
         from director.daemon.runtime import Runtime
         from director.dataplane.kernel import KernelIpvs
         from director.schema.config import parse_config
 
         self.lab, self.api = lab, api
         self.ipvs: KernelIpvs = KernelIpvs(netns=lab.lvs.name)
-        text = director_config(api.kubeconfig(workdir / f"{lab.prefix}.kubeconfig"), snat)
+        text = director_config(api.kubeconfig(workdir / f"{lab.prefix}.kubeconfig"), snat, guard)
         self.settings = parse_config(text, "dataplane.yaml")
         self.runtime: Runtime = Runtime(self.settings, self.ipvs)
         self.present: set[str] = set()
@@ -294,10 +303,14 @@ class DirectorBox:
         )
         fullnat = f"{WEB} . tcp . {WEB_PORT}" in marked
         others = f"{OTHER} . tcp . {WEB_PORT}" in marked
+        guarded = self.lab.lvs.exec(
+            ["nft", "list", "set", "inet", "director", "guard4"], check=False
+        )
         return (
             filtered == bool(variant.source_ranges)
             and fullnat == (variant.mode == "fullnat")
             and others == variant.other_fullnat
+            and (f"{WEB} . tcp . {WEB_PORT}" in guarded) == variant.guard
         )
 
     def close(self) -> None:
@@ -394,23 +407,28 @@ def served_by(lab: Lab) -> dict[str, int]:
 
 @dataclass
 class Boxes:
-    """The bare box, and two director boxes: one whose file has no ``snat:`` (nat, dr, tun)
-    and one with it (full NAT, and nat beside it)."""
+    """The bare box, and three director boxes: one whose file has no ``snat:`` (nat, dr,
+    tun), one with it (full NAT, and nat beside it), and one with both and the SYN guard."""
 
     bare: Lab
     plain: DirectorBox
     fullnat: DirectorBox
+    guarded: DirectorBox
 
     def director(self, variant: Variant) -> DirectorBox:
+        if variant.guard:
+            return self.guarded
         return self.fullnat if variant.snat else self.plain
 
 
 @contextlib.contextmanager
 def labs(workdir: Path) -> Iterator[Boxes]:
-    """The three labs with their servers, each director beside an API stand-in of its own."""
+    """The four labs with their servers, each director beside an API stand-in of its own."""
     from lab.kubeapi import FakeApiServer
 
-    run(["modprobe", "-a", "ip_vs_rr", "nf_conntrack", "nft_chain_nat"], check=False)
+    run(
+        ["modprobe", "-a", "ip_vs_rr", "nf_conntrack", "nft_chain_nat", "nft_synproxy"], check=False
+    )
     made: list[Lab] = []
     servers = Servers()
     with contextlib.ExitStack() as stack:
@@ -421,16 +439,20 @@ def labs(workdir: Path) -> Iterator[Boxes]:
 
         stack.callback(close_labs)
         stack.callback(servers.close)
-        for prefix in ("bare", "dir", "dirfn"):
+        for prefix in ("bare", "dir", "dirfn", "dirg"):
             made.append(box_lab(prefix))
             servers.start(made[-1])
         boxes = []
-        for lab, snat in ((made[1], False), (made[2], True)):
+        for lab, snat, guard in (
+            (made[1], False, False),
+            (made[2], True, False),
+            (made[3], True, True),
+        ):
             api = stack.enter_context(FakeApiServer())
-            box = DirectorBox(lab, api, workdir, snat)
+            box = DirectorBox(lab, api, workdir, snat, guard)
             stack.callback(box.close)
             boxes.append(box)
-        yield Boxes(made[0], boxes[0], boxes[1])
+        yield Boxes(made[0], boxes[0], boxes[1], boxes[2])
 
 
 STATS_LAG = 2.5  # seconds: the IPVS estimator's period (2 s), and a margin

@@ -412,6 +412,7 @@ def test_the_role_names_each_clusters_kubeconfig_in_the_file_it_writes(tmp_path:
         "director_api_tls_cert_file": "",
         "director_ha": False,
         "director_bgp": False,
+        "director_syn_guard": "auto",
         "director_kubeconfig": "",
         "director_cluster_kubeconfigs": {"prod": "apiVersion: v1", "lab": "apiVersion: v1"},
         "director_config": {

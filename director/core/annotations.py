@@ -34,6 +34,7 @@ A_POOL = PREFIX + "pool"
 A_SHARED = PREFIX + "allow-shared-ip"
 A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
 A_LOCAL_WEIGHTS = PREFIX + "local-weights"  # endpoints (the default) | even
+A_SYN_GUARD = PREFIX + "syn-guard"  # on | off (default: the box's guard.syn)
 # Every annotation the director reads: another under its prefix is a typo (``schedular``),
 # said with an Event rather than silently ignored.
 ANNOTATIONS = frozenset(
@@ -48,8 +49,10 @@ ANNOTATIONS = frozenset(
         A_SHARED,
         A_HEALTH,
         A_LOCAL_WEIGHTS,
+        A_SYN_GUARD,
     }
 )
+SWITCH = {"on": True, "true": True, "off": False, "false": False}
 BACKEND_MODES = ("nodeport", "pod")
 LOCAL_WEIGHTS = ("endpoints", "even")
 NODE_HEALTHZ = CheckSpec("http", "/healthz", (200, 200), interval=2.0, timeout=1.0, rise=1, fall=1)
@@ -67,6 +70,8 @@ class Options:
     scheduler_source: str = "default"  # default | annotation
     # externalTrafficPolicy Local: weigh each node by its ready local endpoints (else evenly)
     local_weights: bool = True
+    # SYN cookies answered by the box before IPVS (TCP, nat and fullnat only)
+    syn_guard: bool = False
 
 
 @dataclass(frozen=True, slots=True)

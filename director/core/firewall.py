@@ -13,6 +13,19 @@ real server, and at postrouting a marked packet leaves from the box's SNAT addre
 ``net.ipv4.vs.conntrack=1``, conntrack undoes it on the reply before IPVS sees it). The real
 servers reply to the director whatever their routes.
 
+The SYN guard (``guard.syn``) lives there too: a SYN to a guarded ``VIP . tcp . port`` is
+left untracked at prerouting (priority raw), and at input (priority -5, after the source
+filter, before IPVS) nftables' ``synproxy`` answers it with a SYN cookie and drops it. Only
+a client whose ACK carries a valid cookie gets further: synproxy then opens the connection
+to the VIP from the box's own stack (IPVS schedules it at local output, and conntrack's
+sequence adjustment joins the two halves), so spoofed SYNs never reach IPVS's connection
+table or a real server's accept queue. It needs IPVS's connections tracked
+(``net.ipv4.vs.conntrack=1``) and ``nf_conntrack_tcp_loose=0`` (the cookie's ACK must be
+"invalid", not picked up), and it works for nat and fullnat only: by dr or tun the real
+server's SYN-ACK never comes back through the box. For full NAT, the connection synproxy
+opens is marked at output as the client's packets are at prerouting, so it leaves from the
+SNAT address too.
+
 The whole table is brought to the desired state in one ``nft -f`` transaction (all or
 nothing: a ruleset nft refuses leaves the old one in force). No other table is ever touched.
 Each service's drop counter is a named counter object that outlives rule changes, so the
@@ -31,9 +44,10 @@ import hashlib
 import ipaddress
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
-from director.core.model import Family, ServiceKey, plain_network
+from director.core.model import Family, IpProtocol, ServiceKey, plain_network
 from director.core.owned import Refused, Transient
 
 TABLE = "director"
@@ -42,7 +56,26 @@ CHAIN_PREFIX = "svc"
 COUNTER_PREFIX = "drop"
 SET_PREFIX = "src"
 SNAT_MARK = 0x00400000  # the packet mark bit full-NAT traffic carries from prerouting
-SNAT_OBJECTS = ("fullnat_mark", "fullnat_snat", "fullnat4", "fullnat6")  # chains, then sets
+SNAT_OBJECTS = (  # chains, then sets
+    "fullnat_mark",
+    "fullnat_out",
+    "fullnat_snat",
+    "fullnat4",
+    "fullnat6",
+)
+GUARD_OBJECTS = ("guard_raw", "guard_in", "guard4", "guard6")  # chains, then sets
+GUARD_COUNTER = "guard_dropped"  # packets to a guarded service neither cookie nor connection
+
+
+@dataclass(frozen=True, slots=True)
+class SynGuard:
+    """What the box's SYN cookies offer a client: the real servers' MSS (IPv4; IPv6 gets 20
+    less) and window scale (a client that is told another scale than the real server uses
+    gets its windows wrong)."""
+
+    mss: int = 1460
+    wscale: int = 7
+
 
 Restrictions = Mapping[ServiceKey, tuple[str, ...]]
 
@@ -57,13 +90,24 @@ class FirewallError(Refused):
 class Firewall(Protocol):
     """What the engine needs of the packet filter."""
 
-    def apply(self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()) -> None:
-        """Make ``restrictions`` the whole set of filtered services, and ``snat`` the whole
-        set of full-NAT ones. Raises FirewallError (the previous rules stay in force)."""
+    def apply(
+        self,
+        restrictions: Restrictions,
+        snat: frozenset[ServiceKey] = frozenset(),
+        guard: frozenset[ServiceKey] = frozenset(),
+    ) -> None:
+        """Make ``restrictions`` the whole set of filtered services, ``snat`` the whole set
+        of full-NAT ones, ``guard`` the whole set of SYN-guarded ones. Raises FirewallError
+        (the previous rules stay in force)."""
         ...
 
     def dropped(self) -> dict[ServiceKey, int]:
         """Packets dropped per filtered service since its filter was first made."""
+        ...
+
+    def guard_dropped(self) -> int:
+        """Packets the SYN guard dropped (neither a valid cookie nor part of a connection)
+        since it was first made (0 without it)."""
         ...
 
     def in_use(self) -> bool:
@@ -112,13 +156,16 @@ def render_nft(
     snat: frozenset[ServiceKey] = frozenset(),
     snat_to: Mapping[Family, tuple[str, ...]] | None = None,
     snat_ports: tuple[int, int] | None = None,
+    *,
+    guard: frozenset[ServiceKey] = frozenset(),
+    syn_guard: SynGuard | None = None,
 ) -> str:
     """The ``nft -f`` script that makes table ``inet director`` hold exactly
-    ``restrictions`` and full NAT for ``snat`` (from the addresses ``snat_to`` gives per
-    family, in turn when several; none: no full NAT at all); ``existing``: names of chains,
-    sets and counters the
-    table holds now (the obsolete ones are deleted in the same transaction). Linear in the
-    number of services and ranges."""
+    ``restrictions``, full NAT for ``snat`` (from the addresses ``snat_to`` gives per
+    family, in turn when several; none: no full NAT at all) and the SYN guard for ``guard``
+    (with ``syn_guard``'s options; None: no guard at all); ``existing``: names of chains,
+    sets and counters the table holds now (the obsolete ones are deleted in the same
+    transaction). Linear in the number of services and ranges."""
     t = f"{FAMILY} {TABLE}"
     existing = list(existing)
     lines = [
@@ -166,20 +213,67 @@ def render_nft(
         )
     to = snat_to or {}
     marked = frozenset(k for k in snat if to.get(k.family))  # none of its family: held back
+    guarded = guarded_keys(guard) if syn_guard is not None else frozenset()
+    if guarded:  # before full NAT's chains: they name its sets
+        wanted.update((*GUARD_OBJECTS, GUARD_COUNTER))
+        lines += _guard_lines(t, guarded, syn_guard or SynGuard())
     if marked:  # no full-NAT service: none of its objects either
         wanted.update(SNAT_OBJECTS)
-        lines += _snat_lines(t, marked, to, snat_ports)
+        lines += _snat_lines(t, marked, to, snat_ports, guarded)
     gone = sorted(set(existing) - wanted)
-    # Full NAT's chains first (they name its sets), then its sets.
-    lines += [
-        f"delete {'chain' if n.startswith('fullnat_') else 'set'} {t} {n}"
-        for n in SNAT_OBJECTS
-        if n in gone
-    ]
+    # Full NAT's and the guard's chains first (they name their sets), then their sets.
+    for objects in (SNAT_OBJECTS, GUARD_OBJECTS):
+        lines += [f"delete chain {t} {n}" for n in objects if n in gone and "_" in n]
+    for objects in (SNAT_OBJECTS, GUARD_OBJECTS):
+        lines += [f"delete set {t} {n}" for n in objects if n in gone and "_" not in n]
+    if GUARD_COUNTER in gone:
+        lines.append(f"delete counter {t} {GUARD_COUNTER}")
     # Chains first (their rules name the sets), then the sets and counters.
     for prefix, kind in ((CHAIN_PREFIX, "chain"), (SET_PREFIX, "set"), (COUNTER_PREFIX, "counter")):
         lines += [f"delete {kind} {t} {name}" for name in gone if name.startswith(prefix)]
     return "\n".join(lines) + "\n"
+
+
+def guarded_keys(guard: Iterable[ServiceKey]) -> frozenset[ServiceKey]:
+    """The virtual services a SYN guard can cover: TCP, an address and a port."""
+    return frozenset(k for k in guard if not k.fwmark and k.protocol is IpProtocol.TCP)
+
+
+def _elements(keys: Iterable[ServiceKey], family: Family) -> list[str]:
+    return [f"{k.address} . tcp . {k.port}" for k in sorted(keys) if k.family is family and k.port]
+
+
+def _guard_lines(t: str, guard: frozenset[ServiceKey], options: SynGuard) -> list[str]:
+    """The SYN guard: SYNs to a guarded service untracked at prerouting, answered with a
+    cookie by synproxy at input; what is neither a valid cookie nor part of a connection is
+    counted and dropped."""
+    lines = [
+        f"add set {t} guard4 {{ type ipv4_addr . inet_proto . inet_service ; }}",
+        f"add set {t} guard6 {{ type ipv6_addr . inet_proto . inet_service ; }}",
+        f"flush set {t} guard4",
+        f"flush set {t} guard6",
+        f"add counter {t} {GUARD_COUNTER}",
+        f"add chain {t} guard_raw {{ type filter hook prerouting priority raw ; policy accept ; }}",
+        f"flush chain {t} guard_raw",
+        f"add chain {t} guard_in {{ type filter hook input priority -5 ; policy accept ; }}",
+        f"flush chain {t} guard_in",
+    ]
+    for name, match, verb, mss in (
+        ("guard4", "ipv4", "ip", options.mss),
+        ("guard6", "ipv6", "ip6", options.mss - 20),
+    ):
+        where = f"meta nfproto {match} {verb} daddr . meta l4proto . th dport @{name}"
+        lines += [
+            f"add rule {t} guard_raw {where} tcp flags & (fin | syn | rst | ack) == syn notrack",
+            f"add rule {t} guard_in {where} ct state invalid,untracked synproxy mss {mss} "
+            f"wscale {options.wscale} timestamp sack-perm",
+            f'add rule {t} guard_in {where} ct state invalid counter name "{GUARD_COUNTER}" drop',
+        ]
+    for name, family in (("guard4", Family.INET), ("guard6", Family.INET6)):
+        elements = _elements(guard, family)
+        if elements:
+            lines.append(f"add element {t} {name} {{ {', '.join(elements)} }}")
+    return lines
 
 
 def _snat_lines(
@@ -187,10 +281,12 @@ def _snat_lines(
     snat: frozenset[ServiceKey],
     snat_to: Mapping[Family, tuple[str, ...]],
     ports: tuple[int, int] | None = None,
+    guarded: frozenset[ServiceKey] = frozenset(),
 ) -> list[str]:
     """Full NAT: mark what is bound for a full-NAT virtual service, SNAT what is marked
     (from ``ports``, LOW-HIGH, when given; several addresses of a family in turn, one per
-    new connection: conntrack keeps a connection's choice)."""
+    new connection: conntrack keeps a connection's choice). ``guarded``: the SYN-guarded
+    services, whose handshake's last ACK is "invalid" by design (synproxy takes it)."""
     mark = f"0x{SNAT_MARK:08x}"
     lines = [
         f"add set {t} fullnat4 {{ type ipv4_addr . inet_proto . inet_service ; }}",
@@ -200,6 +296,10 @@ def _snat_lines(
         f"add chain {t} fullnat_mark {{ type filter hook prerouting priority -150 ; "
         "policy accept ; }",
         f"flush chain {t} fullnat_mark",
+        # What the box itself opens to a full-NAT VIP (the SYN guard's connections among
+        # it) is marked too, before IPVS schedules it at output.
+        f"add chain {t} fullnat_out {{ type filter hook output priority -150 ; policy accept ; }}",
+        f"flush chain {t} fullnat_out",
     ]
     # A packet conntrack cannot place (``ct state invalid``: the middle of a connection this
     # box has no entry for, with nf_conntrack_tcp_loose=0, as after a takeover whose entry
@@ -212,14 +312,23 @@ def _snat_lines(
                 f"add rule {t} fullnat_mark meta nfproto {match} {verb} daddr "
                 f"{_one_or_set(sources)} ct state invalid drop"
             )
+    # a guarded service's cookie ACK is "invalid" by design: it goes on to synproxy
+    spare4, spare6 = (
+        (" ip daddr . meta l4proto . th dport != @guard4", " ip6 daddr . meta l4proto . th dport"
+         " != @guard6") if guarded else ("", "")
+    )  # fmt: skip
     lines += [
         f"add rule {t} fullnat_mark meta nfproto ipv4 ip daddr . meta l4proto . th dport "
-        "@fullnat4 ct state invalid drop",
+        f"@fullnat4{spare4} ct state invalid drop",
         f"add rule {t} fullnat_mark meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
-        "@fullnat6 ct state invalid drop",
+        f"@fullnat6{spare6} ct state invalid drop",
         f"add rule {t} fullnat_mark meta nfproto ipv4 ip daddr . meta l4proto . th dport "
         f"@fullnat4 meta mark set meta mark | {mark}",
         f"add rule {t} fullnat_mark meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
+        f"@fullnat6 meta mark set meta mark | {mark}",
+        f"add rule {t} fullnat_out meta nfproto ipv4 ip daddr . meta l4proto . th dport "
+        f"@fullnat4 meta mark set meta mark | {mark}",
+        f"add rule {t} fullnat_out meta nfproto ipv6 ip6 daddr . meta l4proto . th dport "
         f"@fullnat6 meta mark set meta mark | {mark}",
         f"add chain {t} fullnat_snat {{ type nat hook postrouting priority srcnat ; "
         "policy accept ; }",
@@ -267,16 +376,20 @@ def _snat_to(family: Family, sources: tuple[str, ...], ports: tuple[int, int] | 
 
 class FakeFirewall:
     """The filter as data, with nft's rule that a service needs an address and a port, and
-    the faults a test injects: nft refusing (``fail``), nft not runnable (``unrunnable``),
-    and the table flushed by someone else (``flush``)."""
+    the faults a test injects: nft refusing (``fail``), nft refusing the SYN guard alone
+    (``refuse_guard``: a kernel without synproxy), nft not runnable (``unrunnable``), and the
+    table flushed by someone else (``flush``)."""
 
     def __init__(self) -> None:
         self.rules: dict[ServiceKey, tuple[str, ...]] = {}
         self.snat: frozenset[ServiceKey] = frozenset()  # full-NAT services in force
+        self.guard: frozenset[ServiceKey] = frozenset()  # SYN-guarded services in force
+        self.guard_drops = 0  # what the guard dropped (a test sets it)
         self.counts: dict[ServiceKey, int] = {}
         self.applies = 0
         self.fail: str | None = None  # set by a test: the next applies are refused
         self.unrunnable: str | None = None  # set by a test: nft cannot be run at all
+        self.refuse_guard: str | None = None  # set by a test: a kernel without synproxy
         self.table = False  # the table exists
         self._lock = threading.Lock()
 
@@ -284,14 +397,22 @@ class FakeFirewall:
         if self.unrunnable is not None:
             raise Transient(f"cannot run nft: {self.unrunnable}")
 
-    def apply(self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()) -> None:
+    def apply(
+        self,
+        restrictions: Restrictions,
+        snat: frozenset[ServiceKey] = frozenset(),
+        guard: frozenset[ServiceKey] = frozenset(),
+    ) -> None:
         with self._lock:
             self._runnable()
             if self.fail is not None:
                 raise FirewallError(self.fail)
+            if self.refuse_guard is not None and guarded_keys(guard):
+                raise FirewallError(self.refuse_guard)
             self.applies += 1
             self.table = True
             self.snat = frozenset(k for k in snat if not k.fwmark and k.protocol is not None)
+            self.guard = guarded_keys(guard)
             self.rules = {
                 key: tuple(clean_ranges(key, ranges))
                 for key, ranges in restrictions.items()
@@ -302,16 +423,22 @@ class FakeFirewall:
     def flush(self) -> None:
         """``nft flush ruleset``, run by someone else: the table is gone."""
         with self._lock:
-            self.rules, self.counts, self.table, self.snat = {}, {}, False, frozenset()
+            self.rules, self.counts, self.table = {}, {}, False
+            self.snat = self.guard = frozenset()
 
     def dropped(self) -> dict[ServiceKey, int]:
         with self._lock:
             self._runnable()
             return {key: self.counts.get(key, 0) for key in self.rules}
 
+    def guard_dropped(self) -> int:
+        with self._lock:
+            self._runnable()
+            return self.guard_drops if self.guard else 0
+
     def in_use(self) -> bool:
         with self._lock:
-            return bool(self.rules or self.snat)
+            return bool(self.rules or self.snat or self.guard)
 
     def fingerprint(self) -> str:
         with self._lock:
@@ -322,6 +449,7 @@ class FakeFirewall:
                 (
                     sorted((str(k), v) for k, v in self.rules.items()),
                     sorted(str(k) for k in self.snat),
+                    sorted(str(k) for k in self.guard),
                 )
             )
             return hashlib.sha256(text.encode()).hexdigest()

@@ -18,11 +18,13 @@ from director.core.annotations import (
     A_NODEPORT,
     A_OVERRIDE,
     A_SCHEDULER,
+    A_SYN_GUARD,
     ANNOTATIONS,
     BACKEND_MODES,
     LOCAL_WEIGHTS,
     NO_FLAGS,
     PROTOCOLS,
+    SWITCH,
     Options,
     Problem,
     interned,
@@ -80,6 +82,10 @@ class Policy:
     cluster: str = ""  # the cluster this policy is for ("": the one cluster)
     pools: frozenset[str] | None = None  # the pools its Services may draw from (None: all)
     reserved: Reserved = field(default_factory=Reserved)  # what no endpoint may be
+    # The box's SYN guard (guard.syn resolved): a Service is guarded unless it opts out.
+    # False: the box guards none (off, or auto in a pair or a fleet; syn_guard_off says why).
+    syn_guard: bool = False
+    syn_guard_off: str = ""
 
 
 def wants_address(svc: ServiceInfo, policy: Policy) -> bool:
@@ -202,9 +208,47 @@ def options(
         problems.append(
             Problem(A_LOCAL_WEIGHTS, f"{shown(text)} is not one of {', '.join(LOCAL_WEIGHTS)}")
         )
+    syn_guard = _syn_guard(svc, policy, forwarding, problems)
     return interned(
-        Options(scheduler, flags, forwarding, backends, source, local_weights)
+        Options(scheduler, flags, forwarding, backends, source, local_weights, syn_guard)
     ), problems
+
+
+def _syn_guard(
+    svc: ServiceInfo, policy: Policy, forwarding: Forwarding, problems: list[Problem]
+) -> bool:
+    """Is the Service SYN-guarded: the box's default, or its annotation's on/off. Only nat
+    and fullnat can be (by dr or tun the real server's answer never comes back through the
+    box), and only on a box whose guard can run at all."""
+    text = svc.annotations.get(A_SYN_GUARD)
+    wanted = policy.syn_guard
+    if text is not None:
+        switch = SWITCH.get(text.strip().lower())
+        if switch is None:
+            problems.append(Problem(A_SYN_GUARD, f"{shown(text)} is not one of on, off"))
+        elif switch and not policy.syn_guard:
+            problems.append(
+                Problem(
+                    A_SYN_GUARD,
+                    f"this box guards no Service ({policy.syn_guard_off or 'guard.syn is off'}); "
+                    "not guarded",
+                    "GuardRefused",
+                )
+            )
+        else:
+            wanted = switch
+    if wanted and forwarding not in (Forwarding.NAT, Forwarding.FULLNAT):
+        if text is not None and SWITCH.get(text.strip().lower()):
+            problems.append(
+                Problem(
+                    A_SYN_GUARD,
+                    f"{forwarding.label} cannot be SYN-guarded (the real servers answer the "
+                    "clients directly: the box never sees the handshake end); not guarded",
+                    "GuardRefused",
+                )
+            )
+        return False
+    return wanted
 
 
 def _bgp_problems(scheduler: str, policy: Policy) -> list[Problem]:

@@ -31,6 +31,7 @@ from director.core.model import (
     DestKey,
     Family,
     Forwarding,
+    IpProtocol,
     RealServer,
     ServiceConfig,
     ServiceKey,
@@ -58,6 +59,9 @@ class Translation:
     # Full-NAT virtual services: the director's SNAT address is the source their real
     # servers see (not programmed until that rule is in force).
     snat: frozenset[ServiceKey] = frozenset()
+    # SYN-guarded virtual services (TCP, nat or fullnat): the box answers their SYNs with
+    # cookies before IPVS sees a connection.
+    guard: frozenset[ServiceKey] = frozenset()
 
 
 def _target_port(port: Mapping[str, int], svc_port_name: str, target: int | str) -> int:
@@ -114,6 +118,7 @@ def translate(
     draining: set[tuple[ServiceKey, DestKey]] = set()
     restrictions: dict[ServiceKey, tuple[str, ...]] = {}
     snat: set[ServiceKey] = set()
+    guard: set[ServiceKey] = set()
     fullnat = opts.forwarding is Forwarding.FULLNAT
     for want in wants:
         key = want.key
@@ -129,6 +134,8 @@ def translate(
             continue
         if fullnat:
             snat.add(key)
+        if opts.syn_guard and key.protocol is IpProtocol.TCP:
+            guard.add(key)
         config = interned(
             ServiceConfig(
                 opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
@@ -148,7 +155,14 @@ def translate(
         if want.allowed is not None:
             restrictions[key] = want.allowed
     return Translation(
-        out, opts, tuple(problems), frozenset(draining), checks, restrictions, frozenset(snat)
+        out,
+        opts,
+        tuple(problems),
+        frozenset(draining),
+        checks,
+        restrictions,
+        frozenset(snat),
+        frozenset(guard),
     )
 
 

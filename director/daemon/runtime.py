@@ -95,6 +95,12 @@ class Runtime:
                 frr=lambda: wiring.frr_figures(self._daemons()),
                 conntrack=lambda: wiring.conntrack(self._daemons()),
                 conntrackd=lambda: wiring.conntrackd_figures(self._daemons()),
+                syn_guard=lambda: wiring.syn_guard_figures(
+                    settings,
+                    self.controller.parts.filter.guard,
+                    self.controller.parts.filter.firewall,
+                    netns or getattr(ipvs, "netns", None),
+                ),
             )
         )
         self.served = Served(settings, made, self.controller, dry_run, watch_seconds, intakes=kept)

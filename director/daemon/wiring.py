@@ -9,6 +9,7 @@ Prometheus's client (its figures are served by the API alone).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -17,15 +18,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from director.adapters.kube.lease import Elector
 from director.core.announce import PeerState
-from director.core.firewall import FakeFirewall, Firewall
+from director.core.firewall import FakeFirewall, Firewall, SynGuard
 from director.core.model import Family
-from director.core.owned import Ledger
+from director.core.owned import Failure, Ledger
 from director.daemon.token import read_token
 from director.dataplane.fake import FakeIpvs
 from director.dataplane.interface import Ipvs
 from director.engine.events import BoxAddresses, LeaseRefused, TargetChecked, VrrpChanged
 from director.engine.hooks import Hooks
 from director.engine.loop import COMPONENT, Controller
+from director.engine.source_filter import Guarded
 from director.logs import event
 from director.schema.config import Settings
 
@@ -83,6 +85,15 @@ STRICT_PICKUP = {
         "0",
         "a full-NAT connection taken over without its entry gets a new SNAT port and breaks",
     )
+}
+# The SYN guard: synproxy's connections to the VIP are IPVS's, tracked; the ACK that carries
+# a cookie has no entry and must be "invalid" for synproxy to take it, not picked up.
+SYN_GUARD_SYSCTLS = {
+    "net.ipv4.vs.conntrack": ("1", "SYN-guarded connections are reset after the handshake"),
+    "net.netfilter.nf_conntrack_tcp_loose": (
+        "0",
+        "a SYN-guarded client's cookie is not checked: its ACK reaches IPVS, which resets it",
+    ),
 }
 
 
@@ -211,7 +222,8 @@ def kernel_settings(
     settings: Settings, ipvs: Ipvs, netns: str | None, dry_run: bool, ledger: Ledger
 ) -> Sysctls | None:
     """The kernel parameters the director relies on, kept: ``expire_nodest_conn`` on every
-    box, and what full NAT and BGP need (none beside the fake: the host is not touched)."""
+    box, and what full NAT, the SYN guard and BGP need (none beside the fake: the host is
+    not touched)."""
     if dry_run or isinstance(ipvs, FakeIpvs):
         return None
     wanted = {
@@ -221,6 +233,8 @@ def kernel_settings(
     }
     if settings.snat and settings.ha is not None and settings.ha.conntrackd is not None:
         wanted.update(STRICT_PICKUP)
+    if settings.syn_guard[0]:
+        wanted.update(SYN_GUARD_SYSCTLS)
     from director.adapters.sysctl import Sysctls
 
     return Sysctls(netns or getattr(ipvs, "netns", None), wanted, ledger=ledger)
@@ -239,7 +253,9 @@ def firewall(ipvs: Ipvs, netns: str | None, settings: Settings, dry_run: bool) -
     for address in settings.snat.addresses if settings.snat else ():
         snat_to[Family.of(address)] = (*snat_to.get(Family.of(address), ()), address)
     ports = settings.snat.ports if settings.snat else None
-    return NftFirewall(where, snat_to=snat_to, snat_ports=ports)
+    guarding, _ = settings.syn_guard
+    guard = SynGuard(settings.guard.mss, settings.guard.wscale) if guarding else None
+    return NftFirewall(where, snat_to=snat_to, snat_ports=ports, syn_guard=guard)
 
 
 def electors(settings: Settings, served: list[Cluster], controller: Controller) -> list[Elector]:
@@ -430,6 +446,23 @@ def conntrack(daemons: Daemons | None) -> dict[str, int] | None:
         return conntrack_stats(keeper.netns)
     except OSError:
         return None
+
+
+def syn_guard_figures(
+    settings: Settings, guard: Guarded, firewall: Firewall | None, netns: str | None
+) -> dict[str, int] | None:
+    """The SYN guard's figures (None on a box that guards nothing): synproxy's counters,
+    the guard's drops, and how many virtual services it covers."""
+    if not settings.syn_guard[0] or firewall is None:
+        return None
+    from director.dataplane.netns import synproxy_stats
+
+    figures: dict[str, int] = {"services": len(guard.enforced)}
+    with contextlib.suppress(OSError):
+        figures.update(synproxy_stats(netns))
+    with contextlib.suppress(Failure):
+        figures["dropped"] = firewall.guard_dropped()
+    return figures
 
 
 def conntrackd_figures(daemons: Daemons | None) -> ConntrackdFigures | None:

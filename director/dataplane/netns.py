@@ -108,3 +108,27 @@ def conntrack_stats(netns: str | None) -> dict[str, int]:
         return totals
 
     return in_netns(netns, read)
+
+
+def synproxy_stats(netns: str | None) -> dict[str, int]:
+    """synproxy's counters as seen from ``netns``, summed over the CPUs
+    (``/proc/net/stat/synproxy``: ``syn_received``, SYNs answered with a cookie;
+    ``cookie_valid``, handshakes a client completed; ``cookie_invalid``, ACKs whose cookie
+    was wrong or stale; ``cookie_retrans``, ``conn_reopened``). Empty when synproxy is not
+    loaded there. Raises OSError when the file cannot be read."""
+    from pathlib import Path
+
+    def read() -> dict[str, int]:
+        try:
+            lines = Path("/proc/thread-self/net/stat/synproxy").read_text().splitlines()
+        except FileNotFoundError:
+            return {}
+        names = lines[0].split() if lines else []
+        totals = dict.fromkeys(names, 0)
+        for row in lines[1:]:
+            for name, figure in zip(names, row.split(), strict=False):
+                totals[name] += int(figure, 16)
+        totals.pop("entries", None)  # always 0: synproxy keeps no table of its own
+        return totals
+
+    return in_netns(netns, read)

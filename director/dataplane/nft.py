@@ -20,10 +20,13 @@ from director.core.firewall import (
     CHAIN_PREFIX,
     COUNTER_PREFIX,
     FAMILY,
+    GUARD_COUNTER,
+    GUARD_OBJECTS,
     SNAT_OBJECTS,
     TABLE,
     FirewallError,
     Restrictions,
+    SynGuard,
     object_name,
     render_nft,
 )
@@ -42,11 +45,13 @@ class NftFirewall:
         nft: str = "nft",
         snat_to: dict[Family, tuple[str, ...]] | None = None,
         snat_ports: tuple[int, int] | None = None,
+        syn_guard: SynGuard | None = None,
     ) -> None:
         """``snat_to``: the box's SNAT addresses per family (full NAT; none: no full NAT),
-        ``snat_ports``: the source ports it leaves from (None: the kernel's choice)."""
+        ``snat_ports``: the source ports it leaves from (None: the kernel's choice),
+        ``syn_guard``: what SYN cookies offer (None: no SYN guard on this box)."""
         self.netns, self.nft, self.snat_to = netns, nft, snat_to or {}
-        self.snat_ports = snat_ports
+        self.snat_ports, self.syn_guard = snat_ports, syn_guard
         self._names: dict[str, ServiceKey] = {}  # counter name -> service
         self._existing: list[str] | None = None  # chains, sets, counters (None: not known)
         self._lock = threading.Lock()
@@ -80,7 +85,12 @@ class NftFirewall:
         except (ValueError, AttributeError) as exc:
             raise Transient(f"nft -j printed something unexpected: {exc}") from None
 
-    def apply(self, restrictions: Restrictions, snat: frozenset[ServiceKey] = frozenset()) -> None:
+    def apply(
+        self,
+        restrictions: Restrictions,
+        snat: frozenset[ServiceKey] = frozenset(),
+        guard: frozenset[ServiceKey] = frozenset(),
+    ) -> None:
         """One transaction. What the table holds (to delete what is no longer wanted) is
         known from the last read-back (``fingerprint``, taken after every write): read
         again only when unknown, or when the transaction failed on it (the table changed
@@ -89,29 +99,39 @@ class NftFirewall:
             known = self._existing
             try:
                 existing = known if known is not None else _names(self._objects())
-                self._run(
-                    ["-f", "-"],
-                    render_nft(restrictions, existing, snat, self.snat_to, self.snat_ports),
-                )
+                self._run(["-f", "-"], self._script(restrictions, existing, snat, guard))
             except FirewallError:
                 if known is None:
                     raise
                 self._existing = None
-                self._run(
-                    ["-f", "-"],
-                    render_nft(
-                        restrictions, _names(self._objects()), snat, self.snat_to, self.snat_ports
-                    ),
-                )
+                existing = _names(self._objects())
+                self._run(["-f", "-"], self._script(restrictions, existing, snat, guard))
             self._existing = None  # changed: read again (fingerprint, or the next apply)
             self._names = {object_name(COUNTER_PREFIX, key): key for key in restrictions}
+
+    def _script(
+        self,
+        restrictions: Restrictions,
+        existing: list[str],
+        snat: frozenset[ServiceKey],
+        guard: frozenset[ServiceKey],
+    ) -> str:
+        return render_nft(
+            restrictions,
+            existing,
+            snat,
+            self.snat_to,
+            self.snat_ports,
+            guard=guard,
+            syn_guard=self.syn_guard,
+        )
 
     def in_use(self) -> bool:
         with self._lock:
             try:
                 return any(
                     str(item["chain"].get("name", "")).startswith(CHAIN_PREFIX)
-                    or item["chain"].get("name") in SNAT_OBJECTS
+                    or item["chain"].get("name") in (*SNAT_OBJECTS, *GUARD_OBJECTS)
                     for item in self._objects()
                     if isinstance(item.get("chain"), dict)
                 )
@@ -138,6 +158,14 @@ class NftFirewall:
                 if key is not None:
                     out[key] = int(counter.get("packets") or 0)
             return out
+
+    def guard_dropped(self) -> int:
+        with self._lock:
+            for item in self._objects():
+                counter = item.get("counter")
+                if isinstance(counter, dict) and counter.get("name") == GUARD_COUNTER:
+                    return int(counter.get("packets") or 0)
+            return 0
 
 
 def _steady(value: object) -> object:

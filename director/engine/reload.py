@@ -46,7 +46,7 @@ class Reloadable(Protocol):
 
 
 _NONE = object()  # no check line (None is "health_check: none")
-RELOADABLE = frozenset({"source", "services", "static_checks", "static_snat"})
+RELOADABLE = frozenset({"source", "services", "static_checks", "static_snat", "static_guard"})
 RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in RELOADABLE)
 
 
@@ -183,7 +183,10 @@ def _apply(
         table.owner[key] = STATIC
     table.stale |= {"keys", "services", "checks"}
     loop.parts.exports.due = loop.parts.exports.state_due = True
-    flipped = (old.static_snat ^ new.static_snat) & new.services.keys()  # nat <-> fullnat
+    # nat <-> fullnat, guarded <-> not
+    flipped = ((old.static_snat ^ new.static_snat) | (old.static_guard ^ new.static_guard)) & (
+        new.services.keys()
+    )
     if loop.health.first_sync_done and (diff.added or diff.removed or diff.changed or flipped):
         loop.parts.exports.vips.keys_changed()
         loop.parts.exports.vips.touched(diff.removed)

@@ -43,6 +43,21 @@ class FullNat:
     enforced: frozenset[ServiceKey] = frozenset()
 
 
+@dataclass
+class Guarded:
+    """The SYN-guarded virtual services each Service asks for, and those in force. A
+    guarded service whose guard is not in force is served all the same (the guard is a
+    defence, not what the Service asks to be); the status says which are guarded."""
+
+    wanted: dict[str, frozenset[ServiceKey]] = field(default_factory=dict)
+    enforced: frozenset[ServiceKey] = frozenset()
+    # The guard nft refused (a kernel without synproxy, say), and why: the rest of the table
+    # went in without it, and it is tried again when the guarded services change or the
+    # table is written again after drift.
+    refused: frozenset[ServiceKey] | None = None
+    reason: str = ""
+
+
 class SourceFilter:
     def __init__(
         self,
@@ -57,10 +72,13 @@ class SourceFilter:
         self.ledger = ledger or Ledger()
         self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
         self.fullnat = FullNat()  # full-NAT Services' virtual services
+        self.guard = Guarded()  # SYN-guarded virtual services
         self.enforced: dict[ServiceKey, tuple[str, ...]] = {}  # in force, as far as known
         self.synced = False  # the firewall holds exactly ``enforced`` and ``fullnat.enforced``
-        self._attempted: tuple[dict[ServiceKey, tuple[str, ...]], frozenset[ServiceKey]] | None
-        self._attempted = None
+        self._attempted: (
+            tuple[dict[ServiceKey, tuple[str, ...]], frozenset[ServiceKey], frozenset[ServiceKey]]
+            | None
+        ) = None
         self.retry = Retry(clock, cap=RETRY_SECONDS, refused_after=REFUSED_SECONDS)
         self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
         self._print: str | None = None  # the table's fingerprint after our last write
@@ -72,17 +90,19 @@ class SourceFilter:
         ref: str,
         restrictions: dict[ServiceKey, tuple[str, ...]],
         snat: frozenset[ServiceKey] = frozenset(),
+        guard: frozenset[ServiceKey] = frozenset(),
     ) -> None:
-        """What a Service asks for now: source ranges, and full NAT (only Services with
-        either are kept: ``enforce`` walks them on every sync)."""
+        """What a Service asks for now: source ranges, full NAT and the SYN guard (only
+        Services with any are kept: ``enforce`` walks them on every sync)."""
         if restrictions:
             self.restrictions[ref] = restrictions
         else:
             self.restrictions.pop(ref, None)
-        if snat:
-            self.fullnat.wanted[ref] = snat
-        else:
-            self.fullnat.wanted.pop(ref, None)
+        for held, asked in ((self.fullnat.wanted, snat), (self.guard.wanted, guard)):
+            if asked:
+                held[ref] = asked
+            else:
+                held.pop(ref, None)
 
     def enforce(self) -> set[ServiceKey]:
         """Bring the firewall to the Services' source ranges and full NAT; return the
@@ -91,17 +111,23 @@ class SourceFilter:
         for by_key in self.restrictions.values():
             wanted.update(by_key)
         wanted_snat = frozenset().union(*self.fullnat.wanted.values())
-        if (wanted, wanted_snat) != self._attempted:
+        wanted_guard = frozenset().union(*self.guard.wanted.values())
+        if self.firewall is None or wanted_guard == self.guard.refused:
+            wanted_guard = frozenset()  # nothing to guard with, or nft will not take it
+        if (wanted, wanted_snat, wanted_guard) != self._attempted:
             self.retry.changed()
-        changed = wanted != self.enforced or wanted_snat != self.fullnat.enforced
+        changed = (
+            wanted != self.enforced
+            or wanted_snat != self.fullnat.enforced
+            or wanted_guard != self.guard.enforced
+        )
         if self.retry.due() and (changed or not self.synced):
-            self._attempted = (dict(wanted), wanted_snat)
-            if not (
-                wanted or wanted_snat or self.enforced or self.fullnat.enforced or self._in_use()
-            ):
+            self._attempted = (dict(wanted), wanted_snat, wanted_guard)
+            held = self.enforced or self.fullnat.enforced or self.guard.enforced
+            if not (wanted or wanted_snat or wanted_guard or held or self._in_use()):
                 self.synced = True  # nothing wanted, nothing of ours in force
             else:
-                self._apply(wanted, wanted_snat)
+                self._apply(wanted, wanted_snat, wanted_guard)
         return {key for key in wanted if key not in self.enforced} | (
             wanted_snat - self.fullnat.enforced
         )
@@ -156,10 +182,11 @@ class SourceFilter:
             "restricted virtual services leave IPVS should that fail",
         )
         # Nothing is known to be in force: what cannot be written again is held back.
-        self.enforced, self.fullnat.enforced = {}, frozenset()
+        self.enforced, self.fullnat.enforced, self.guard.enforced = {}, frozenset(), frozenset()
+        self.guard.refused = None  # written again whole: the guard is tried again too
         self.synced, self._print = False, None
         self.retry.succeeded()  # try at once
-        return set(self.restrictions) | set(self.fullnat.wanted)
+        return set(self.restrictions) | set(self.fullnat.wanted) | set(self.guard.wanted)
 
     def hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Not programmed until its filter is in force. ``vs``: say so (None: said before)."""
@@ -181,19 +208,52 @@ class SourceFilter:
             del self.held_back[key]
         return keys
 
+    def _apply_guarded(
+        self,
+        wanted: dict[ServiceKey, tuple[str, ...]],
+        snat: frozenset[ServiceKey],
+        guard: frozenset[ServiceKey],
+    ) -> frozenset[ServiceKey]:
+        """The table with the guard; should nft refuse it, without (the guard is a defence:
+        the source filters and full NAT must not go down with it). What went in."""
+        assert self.firewall is not None
+        try:
+            self.firewall.apply(wanted, snat, guard)
+            self.guard.refused = None
+            return guard
+        except FirewallError as exc:
+            if not guard:
+                raise
+            self.firewall.apply(wanted, snat, frozenset())
+            self.guard.refused, self.guard.reason = guard, str(exc)[:500]
+            event(
+                log,
+                "guard.refused",
+                level=logging.ERROR,
+                guarded=len(guard),
+                nft=str(exc)[:500],
+                action="served without the SYN guard; tried again when the guarded services change",
+            )
+            return frozenset()
+
     def _in_use(self) -> bool:
         return not self.dry_run and self.firewall is not None and self.firewall.in_use()
 
     def _apply(
-        self, wanted: dict[ServiceKey, tuple[str, ...]], snat: frozenset[ServiceKey]
+        self,
+        wanted: dict[ServiceKey, tuple[str, ...]],
+        snat: frozenset[ServiceKey],
+        guard: frozenset[ServiceKey],
     ) -> None:
         if self.dry_run:
-            event(log, "firewall.would_apply", services=len(wanted), snat=len(snat))
+            event(
+                log, "firewall.would_apply", services=len(wanted), snat=len(snat), guard=len(guard)
+            )
         else:
             try:
                 if self.firewall is None:
                     raise FirewallError("no packet filter is configured on this director")
-                self.firewall.apply(wanted, snat)
+                guard = self._apply_guarded(wanted, snat, guard)
                 self._print = self.firewall.fingerprint()
             except Failure as exc:
                 self.status.last_error = f"firewall: {exc}"[:300]
@@ -221,8 +281,8 @@ class SourceFilter:
                     services=len(wanted),
                 )
                 self._drift = None
-            event(log, "firewall.applied", services=len(wanted), snat=len(snat))
+            event(log, "firewall.applied", services=len(wanted), snat=len(snat), guard=len(guard))
         self.retry.succeeded()
-        self.enforced, self.fullnat.enforced = dict(wanted), snat
+        self.enforced, self.fullnat.enforced, self.guard.enforced = dict(wanted), snat, guard
         self.synced = True
         self._next_verify = self.clock() + VERIFY_SECONDS

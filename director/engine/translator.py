@@ -32,6 +32,7 @@ def build_policy(
     default the one of ``kubernetes:``; ``box``: this box's own addresses, to interface)."""
     kube = kube or settings.kubernetes or KubeSettings()
     health = settings.health
+    syn_guard, syn_guard_off = settings.syn_guard
     return Policy(
         load_balancer_class=kube.load_balancer_class,
         default_class=kube.default_class,
@@ -48,6 +49,8 @@ def build_policy(
         cluster=kube.cluster,
         pools=given_pools(settings, kube),
         reserved=reserved(settings, box),
+        syn_guard=syn_guard,
+        syn_guard_off=syn_guard_off,
     )
 
 
@@ -167,7 +170,7 @@ class Translator:
         if result.options is not None:
             self.parts.table.set_options(ref, result.options)
         self.parts.reporter.report_problems(svc, result.problems)
-        self.parts.filter.want(ref, result.restrictions, result.snat)
+        self.parts.filter.want(ref, result.restrictions, result.snat, result.guard)
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.parts.table.owner.get(key)
@@ -195,7 +198,8 @@ class Translator:
         drains and health."""
         out: Table = {}
         settings = self.settings
-        self.parts.filter.want(STATIC, {}, settings.static_snat)  # the whole file's, always
+        # the whole file's, always
+        self.parts.filter.want(STATIC, {}, settings.static_snat, settings.static_guard)
         chosen = (
             settings.services.items()
             if keys is None

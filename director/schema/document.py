@@ -16,6 +16,7 @@ from director.schema.sections import (
     ApiSettings,
     ClusterSettings,
     Defaults,
+    GuardSettings,
     HealthSettings,
     KubeSettings,
     OwnershipEntry,
@@ -74,6 +75,7 @@ class Document(Section):
     health: HealthSettings | None = None
     bgp: BgpSettings | None = None
     snat: SnatSettings | None = None
+    guard: GuardSettings | None = None
 
 
 def read_document(data: object) -> Document:
@@ -101,6 +103,29 @@ class Settings:
     static_snat: frozenset[ServiceKey] = frozenset()  # the static services with full NAT
     # clusters: (several clusters, each named); kubernetes: is the one unnamed cluster
     clusters: tuple[ClusterSettings, ...] = ()
+    guard: GuardSettings = field(default_factory=GuardSettings)
+    # the static services the box answers SYNs for (TCP, nat or fullnat, not opted out)
+    static_guard: frozenset[ServiceKey] = frozenset()
+
+    @property
+    def syn_guard(self) -> tuple[bool, str]:
+        """Does this box guard Services' SYNs (guard.syn resolved), and if not, why."""
+        mode = self.guard.syn
+        if mode == "off":
+            return False, "guard.syn is off"
+        if mode == "on":
+            return True, ""
+        if self.bgp is not None:
+            return False, (
+                "guard.syn is auto, and a box of a BGP fleet guards nothing: a flow the "
+                "routers move to another director would lose its handshake's state"
+            )
+        if self.ha is not None:
+            return False, (
+                "guard.syn is auto, and a box of a pair guards nothing: a takeover would "
+                "break the guarded connections (their handshake's state is this box's alone)"
+            )
+        return True, ""
 
     @property
     def served(self) -> tuple[KubeSettings, ...]:

@@ -58,7 +58,7 @@ class _Check(Enum):
 _UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the section's default
 
 # a service, its check (or _UNCHECKED), and whether it is full NAT
-Parsed = tuple[VirtualService, object, bool]
+Parsed = tuple[VirtualService, object, bool, bool]  # the service, its check, full NAT, guarded
 
 
 def _digest(item: str) -> bytes:
@@ -164,6 +164,7 @@ class Reparser:
                 vs,
                 checks.get(key, _UNCHECKED),
                 key in settings.static_snat,
+                key in settings.static_guard,
             )
 
     def _incremental(self, parts: Split, source: str) -> Settings | None:
@@ -191,15 +192,19 @@ class Reparser:
                     vs,
                     small.static_checks.get(key, _UNCHECKED),
                     key in small.static_snat,
+                    key in small.static_guard,
                 )
         services: Table = {}
         checks: dict[ServiceKey, CheckSpec | None] = {}
         snat: set[ServiceKey] = set()
+        guarded: set[ServiceKey] = set()
         names: set[str] = set()
         for digest in digests:
-            vs, check, full = parsed.get(digest) or known[digest]
+            vs, check, full, guard = parsed.get(digest) or known[digest]
             if full:
                 snat.add(vs.key)
+            if guard:
+                guarded.add(vs.key)
             if vs.key in services or (vs.origin != "static" and vs.origin in names):
                 return None  # declared twice: the whole file says where
             services[vs.key] = vs
@@ -213,6 +218,7 @@ class Reparser:
             services=services,
             static_checks=checks,
             static_snat=frozenset(snat),
+            static_guard=frozenset(guarded),
         )
         self._items = {digest: parsed.get(digest) or known[digest] for digest in digests}
         self._settings = settings

@@ -71,6 +71,8 @@ class VirtualService(TypedDict):
     flags: NotRequired[list[str]]
     persistence: NotRequired[int]
     programmed: NotRequired[bool]
+    # the box answers its SYNs with cookies (guard.syn)
+    syn_guard: NotRequired[bool]
     counters: NotRequired[Counters]
     real_servers: list[RealServer]
 

@@ -13,12 +13,18 @@ from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
 from director.core.dests import BGP_SCHEDULER, HASHING_SCHEDULERS, NAT_OVER_BGP, Dests
-from director.core.model import Family, Forwarding, ServiceKey, check_flags
+from director.core.model import Family, Forwarding, IpProtocol, ServiceKey, check_flags
 from director.core.ownership import Network, Ownership
 from director.core.services import Table
 from director.schema.clusters import clusters_apart
 from director.schema.document import Document, Settings
-from director.schema.sections import Defaults, HealthSettings, KubeSettings, OwnershipEntry
+from director.schema.sections import (
+    Defaults,
+    GuardSettings,
+    HealthSettings,
+    KubeSettings,
+    OwnershipEntry,
+)
 from director.schema.static import Refusal
 
 if TYPE_CHECKING:
@@ -38,6 +44,7 @@ class _Compiling:
     services: Table = field(default_factory=dict)
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
     static_snat: set[ServiceKey] = field(default_factory=set)
+    static_guard: set[ServiceKey] = field(default_factory=set)
     source: str = ""  # the file's path, as given
 
 
@@ -332,6 +339,33 @@ def snat_floats_with_conntrackd(c: _Compiling) -> None:
             )
 
 
+def static_guard(c: _Compiling) -> None:
+    """The static services the box answers SYNs for: TCP, forwarded by nat or fullnat,
+    where guard.syn guards, unless syn_guard: false. syn_guard: true where it cannot be is
+    refused with its line (nothing would guard the service that asks for it)."""
+    doc = c.doc
+    guard = doc.guard or GuardSettings()
+    active, why = _syn_guard_of(doc, guard)
+    for index, (entry, key) in enumerate(zip(doc.services, c.services, strict=True)):
+        modes = {rs.forwarding for rs in c.services[key].real_servers.values()}
+        can = key.protocol is IpProtocol.TCP and not key.fwmark and modes <= {Forwarding.NAT}
+        if entry.syn_guard and not can:
+            raise Refusal(
+                ("services", index, "syn_guard"),
+                "only a TCP service forwarded by nat or fullnat can be SYN-guarded (by dr or "
+                "tun the real servers answer the clients directly)",
+            )
+        if entry.syn_guard and not active:
+            raise Refusal(("services", index, "syn_guard"), f"nothing is guarded here: {why}")
+        if active and can and entry.syn_guard is not False:
+            c.static_guard.add(key)
+
+
+def _syn_guard_of(doc: Document, guard: GuardSettings) -> tuple[bool, str]:
+    """guard.syn resolved for this file (the same as ``Settings.syn_guard``)."""
+    return Settings(bgp=doc.bgp, ha=doc.ha, guard=guard).syn_guard
+
+
 RULES: tuple[Rule, ...] = (
     owned_ranges,
     pools_apart,
@@ -344,6 +378,7 @@ RULES: tuple[Rule, ...] = (
     bgp_pools_have_peers,
     static_checks_parse,
     fullnat_has_its_addresses,
+    static_guard,
 )
 
 
@@ -366,4 +401,6 @@ def compile_document(doc: Document, source: str) -> Settings:
         doc.snat,
         frozenset(c.static_snat),
         doc.clusters,
+        doc.guard or GuardSettings(),
+        frozenset(c.static_guard),
     )

@@ -160,6 +160,39 @@ class SnatSettings(Section):
     (director_conntrack_insert_failed)."""
 
 
+SYN_GUARD_MODES = ("auto", "on", "off")
+_SYN_GUARD = one_of(*SYN_GUARD_MODES)
+# YAML 1.1 reads a bare on/off as a boolean: taken as the word it was
+SYN_GUARD = Rule(
+    lambda v: ("on" if v else "off") if isinstance(v, bool) else _SYN_GUARD(v), _SYN_GUARD.schema
+)
+
+
+@section
+class GuardSettings(Section):
+    """``guard:``: how the box defends itself and the real servers behind it."""
+
+    syn: Annotated[str, SYN_GUARD] = "auto"
+    """SYN flood defence of TCP services forwarded by nat or fullnat: the box answers each
+    SYN itself with a SYN cookie (nftables synproxy), and only a client whose ACK returns a
+    valid cookie reaches IPVS and a real server: spoofed SYNs fill neither IPVS's connection
+    table nor a real server's accept queue. auto: on for a box on its own (no ha:, no bgp:);
+    off in a pair or a BGP fleet, where a guarded connection's handshake state is this box's
+    alone and a takeover would break it. on: guard there too, accepting that. off: guard
+    nothing. With the guard, every IPVS connection is tracked by conntrack
+    (net.ipv4.vs.conntrack=1, nf_conntrack_tcp_loose=0; the role sets both and sizes
+    nf_conntrack_max). dr and tun cannot be guarded (the real servers answer the clients
+    directly; let them use their own syncookies). A Service opts out with the annotation
+    lvs-director.io/syn-guard: "off", a static service with syn_guard: false."""
+    mss: Annotated[int, integer(536, 9000)] = 1460
+    """The MSS the box's SYN cookie answer offers clients (IPv6: 20 less): the real servers'
+    own (their interface's MTU less 40)."""
+    wscale: Annotated[int, integer(0, 14)] = 7
+    """The window scale the box's SYN cookie answer offers clients: the real servers' own
+    (Linux uses 7 with its default buffer sizes); another value gives the clients the wrong
+    windows."""
+
+
 @section
 class KubeSettings(Section):
     """``kubernetes:``: which Services this director serves, and how."""

@@ -25,6 +25,7 @@ from director.core.model import (
 from director.core.services import VirtualService
 from director.schema.fields import (
     ADDRESS,
+    FLAG,
     NAME_RE,
     TEXT,
     Path,
@@ -257,6 +258,9 @@ class ServiceEntry(Section):
     health_check: Annotated[str | None, TEXT] = None  # none, tcp, http[:/path], https[:/path]
     """This service's check: none, tcp, http:/path, https:/path or http[s]://HOST/path (default:
     health.check)."""
+    syn_guard: Annotated[bool | None, FLAG] = None
+    """false: this service's SYNs are not answered with cookies by the box (default: guarded
+    where guard.syn guards, if it is TCP forwarded by nat or fullnat)."""
 
     def key(self) -> ServiceKey:
         if self.fwmark is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from director.core.cluster import split_ref
 from director.core.intents import Drain
-from director.core.model import Forwarding, ServiceKey
+from director.core.model import Forwarding, IpProtocol, ServiceKey
 from director.core.services import KernelTable, VirtualService, static_name
 from director.engine.view import STATIC, LoopView
 from director.schema import replies
@@ -50,6 +50,7 @@ def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[repl
             view=view,
             drains=drains,
             full_nat=_full_nat(ctx, view, key),
+            syn_guard=_syn_guard(ctx, view, key),
         )
         for key in sorted(desired, key=str)
     ]
@@ -63,6 +64,16 @@ def _full_nat(ctx: ApiContext, view: LoopView, key: ServiceKey) -> bool:
         return key in ctx.loop.settings.static_snat
     opts = view.options.get(ref)
     return opts is not None and opts.forwarding is Forwarding.FULLNAT
+
+
+def _syn_guard(ctx: ApiContext, view: LoopView, key: ServiceKey) -> bool:
+    """Whether the box answers ``key``'s SYNs with cookies (guard.syn, and the Service's
+    annotation or the static service's syn_guard)."""
+    ref = view.owner.get(key, "")
+    if ref == STATIC:
+        return key in ctx.loop.settings.static_guard
+    opts = view.options.get(ref)
+    return opts is not None and opts.syn_guard and key.protocol is IpProtocol.TCP
 
 
 def _scheduler_source(view: LoopView, key: ServiceKey, vs: VirtualService) -> str:
@@ -82,6 +93,7 @@ def service(
     view: LoopView,
     drains: tuple[Drain, ...],
     full_nat: bool = False,
+    syn_guard: bool = False,
 ) -> replies.VirtualService:
     draining = view.draining.get(key, frozenset())
     unhealthy = view.unhealthy.get(key, frozenset())
@@ -117,6 +129,7 @@ def service(
         "flags": sorted(vs.config.flags),
         "persistence": vs.config.persistence,
         "programmed": programmed is not None and programmed == vs,
+        "syn_guard": syn_guard,
         "counters": replies.counters(kernel.service_stats.get(key)),
         "real_servers": dests,
     }

@@ -42,9 +42,14 @@ def test_the_kernel_s_parameters_follow_what_the_file_asks_for() -> None:
     """expire_nodest_conn on every box (issue 71, 5: only the role set it, and a box set up
     by hand left clients hanging after a drain); the rest as the file asks."""
     nodest = {"net.ipv4.vs.expire_nodest_conn": "1"}
-    assert wanted("") == nodest
-    assert wanted(SNAT) == {**nodest, "net.ipv4.vs.conntrack": "1"}
+    off = "guard: {syn: off}\n"
+    assert wanted(off) == nodest
+    assert wanted(SNAT + off) == {**nodest, "net.ipv4.vs.conntrack": "1"}
     assert wanted(BGP) == {**nodest, "net.ipv4.vs.sloppy_tcp": "1", "net.ipv4.vs.sloppy_sctp": "1"}
+    # the SYN guard (a box on its own guards by default): every connection tracked, and
+    # the cookie's ACK left "invalid" for synproxy
+    guarded = {"net.ipv4.vs.conntrack": "1", "net.netfilter.nf_conntrack_tcp_loose": "0"}
+    assert wanted("") == {**nodest, **guarded}
     assert wanted(SNAT, FakeIpvs()) is None  # the fake: the host's kernel is not touched
 
 

@@ -64,6 +64,7 @@ SERVICE_KEYS = {
     "forwarding",
     "real_servers",
     "health_check",
+    "syn_guard",
 }
 
 

@@ -1,7 +1,8 @@
 """The data path under real load (the lab VM): each forwarding mode the director programs
 carries wrk's requests and iperf3's stream to untouched real servers (nginx), every request
-answered and every one counted by the kernel on a real server. Counts, never timings: the
-figures are ``make bench-dataplane``'s."""
+answered and every one counted by the kernel on a real server; behind the SYN guard too,
+each connection through a cookie. Counts, never timings: the figures are
+``make bench-dataplane``'s."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 def test_each_forwarding_mode_carries_real_load_to_both_real_servers(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from director.dataplane.netns import synproxy_stats
     from lab.dataplane import (
         BULK,
         STATS_LAG,
@@ -28,12 +30,14 @@ def test_each_forwarding_mode_carries_real_load_to_both_real_servers(
         wrk,
     )
 
+    modes = ("nat", "dr", "tun", "fullnat", "nat+guard", "fullnat+guard")
     seen: list[str] = []
     with labs(tmp_path) as boxes:
-        for variant in (v for v in VARIANTS if v.name in ("nat", "dr", "tun", "fullnat")):
+        for variant in (v for v in VARIANTS if v.name in modes):
             box = boxes.director(variant)
             box.serve(variant)
             before = served_by(box.lab)
+            cookies = synproxy_stats(box.lab.lvs.name).get("cookie_valid", 0)
             out = wrk(box.lab.client, WEB, seconds=2, connections=4, close=True)
             _rate, _p99, errors = parse_wrk(out)
             done = requests_done(out)
@@ -48,6 +52,11 @@ def test_each_forwarding_mode_carries_real_load_to_both_real_servers(
             # each request its own connection (Connection: close), each one scheduled by
             # IPVS to a real server
             assert sum(grown.values()) >= done, (variant.name, grown, done)
+            passed = synproxy_stats(box.lab.lvs.name).get("cookie_valid", 0) - cookies
+            if variant.guard:  # each connection came through a SYN cookie
+                assert passed >= done, (variant.name, passed, done)
+            else:
+                assert passed == 0, (variant.name, passed)
             gbps = iperf(box.lab.client, BULK, seconds=1)
             assert gbps > 0, variant.name
             seen.append(f"{variant.name}: {done} requests, {sorted(grown.values())}")

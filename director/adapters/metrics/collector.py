@@ -21,6 +21,7 @@ from director.adapters.metrics.daemons import (
     FrrCollector,
     FrrFigures,
     KeepalivedCollector,
+    SynGuardCollector,
 )
 from director.adapters.metrics.ipvs import SERVICE_LABELS, IpvsExposition, Scrape, service_labels
 from director.adapters.metrics.promtext import (
@@ -361,12 +362,14 @@ class Metrics:
         frr: Callable[[], FrrFigures | None] = lambda: None,
         conntrack: Callable[[], Mapping[str, int] | None] = lambda: None,
         conntrackd: Callable[[], ConntrackdFigures | None] = lambda: None,
+        syn_guard: Callable[[], Mapping[str, int] | None] = lambda: None,
     ) -> Scrape:
         self.registry.register(DirectorCollector(loop))
         self.registry.register(KeepalivedCollector(keepalived))
         self.registry.register(FrrCollector(frr))
         self.registry.register(ConntrackCollector(conntrack))
         self.registry.register(ConntrackdCollector(conntrackd))
+        self.registry.register(SynGuardCollector(syn_guard))
         return Scrape(self.registry, IpvsExposition(loop, reader))
 
 

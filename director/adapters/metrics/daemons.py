@@ -75,6 +75,47 @@ class ConntrackCollector:
         )
 
 
+class SynGuardCollector:
+    """The SYN guard where the box runs it (``figures()``: synproxy's counters and the
+    guard's drops, or None where nothing is guarded): how many SYNs the box answered
+    itself, how many clients came back with a valid cookie, and what was dropped."""
+
+    def __init__(self, figures: Callable[[], Mapping[str, int] | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures()
+        if figures is None:
+            return
+        yield GaugeMetricFamily(
+            "director_syn_guard_services",
+            "Virtual services whose SYNs the box answers with cookies (guard.syn).",
+            value=figures.get("services", 0),
+        )
+        yield CounterMetricFamily(
+            "director_syn_guard_cookies_sent",
+            "SYNs to a guarded service the box answered with a SYN cookie (synproxy's "
+            "syn_received): under a flood, the flood's rate.",
+            value=figures.get("syn_received", 0),
+        )
+        yield CounterMetricFamily(
+            "director_syn_guard_cookies_valid",
+            "Clients that came back with a valid cookie and were let through to IPVS.",
+            value=figures.get("cookie_valid", 0),
+        )
+        yield CounterMetricFamily(
+            "director_syn_guard_cookies_invalid",
+            "ACKs to a guarded service whose cookie was wrong or stale (dropped).",
+            value=figures.get("cookie_invalid", 0),
+        )
+        yield CounterMetricFamily(
+            "director_syn_guard_dropped_packets",
+            "Packets to a guarded service that were neither a valid cookie nor part of a "
+            "connection (dropped by the guard).",
+            value=figures.get("dropped", 0),
+        )
+
+
 class ConntrackdFigures(NamedTuple):
     """What conntrackd said of itself (``up`` False: it did not answer; the rest 0)."""
 
