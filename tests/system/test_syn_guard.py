@@ -140,7 +140,8 @@ snat: {{addresses: [{snat}]}}
                 be.ns.exec(["ss", "-Htn", "state", "established", f"( sport = :{NAT_PORT} )"])
                 for be in lab.backends
             )
-            assert f"{snat}:" in peers, peers
+            # the peer column, as IPv4 or IPv4-mapped (the servers listen on both families)
+            assert f" {snat}:" in peers or f"[::ffff:{snat}]:" in peers, peers
 
             # A flood: the guarded service's IPVS table and real servers never see it; the
             # one that opted out holds a connection for each spoofed SYN.
