@@ -88,6 +88,7 @@ def exported() -> set[str]:
             frr=lambda: FrrFigures((peer,), 0, 0),
             conntrack=lambda: {"entries": 3, "insert_failed": 0, "max": 262144},  # full NAT's
             conntrackd=lambda: ConntrackdFigures(True, 3),
+            syn_guard=lambda: {"services": 1, "syn_received": 9, "cookie_valid": 2, "dropped": 1},
         )
         text = generate_latest(metrics.registry).decode()
     finally:
