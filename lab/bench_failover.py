@@ -177,18 +177,7 @@ def scenario(workdir: Path, fullnat: bool, seconds: float) -> dict[str, Any]:
         finally:
             talkers.close()
         return {
-            "highest_cps": round(top, 1),
-            "load_connections": connections,
-            "cps": over["cps"],
-            "long_lived": LONG_LIVED,
-            "long_lived_kept": talkers.alive,
-            "long_lived_kept_after_failover": kept_after_failover,
-            "long_lived_failed_requests": talkers.failed,
-            "new_failed": over["new_failed"],
-            "new_total": over["new_total"],
-            "failed_window_s": over["failed_window_s"],
-            "takeover_s": over["takeover_s"],
-            "probe": {"failed": over["probe_failed"], "tried": over["probe_tried"]},
+            **_kept(top, connections, over, talkers, kept_after_failover),
             "sync_master_held": lag.get("master", 0),
             "sync_backup_held": lag.get("backup", 0),
             "sync_held_ratio": round(lag["backup"] / lag["master"], 3)
@@ -253,22 +242,32 @@ def bgp_scenario(workdir: Path, seconds: float) -> dict[str, Any]:
         finally:
             servers.close()
     return {
+        **_kept(top, connections, over, talkers, kept_after_failover),
+        "victim_carried": carried.get(victim.name, 0),
+        "sync_held_ratio": None,
+        "sync": "none: the survivors carry the dead box's flows by the same Maglev table",
+        "failback": back_figures,
+    }
+
+
+def _kept(
+    top: float, connections: int, over: dict[str, Any], talkers: Talkers, kept_after: int
+) -> dict[str, Any]:
+    """What a scenario's clients saw through the fault: the load, the long-lived connections
+    kept, the new connections that failed."""
+    return {
         "highest_cps": round(top, 1),
         "load_connections": connections,
         "cps": over["cps"],
         "long_lived": LONG_LIVED,
         "long_lived_kept": talkers.alive,
-        "long_lived_kept_after_failover": kept_after_failover,
+        "long_lived_kept_after_failover": kept_after,
         "long_lived_failed_requests": talkers.failed,
-        "victim_carried": carried.get(victim.name, 0),
         "new_failed": over["new_failed"],
         "new_total": over["new_total"],
         "failed_window_s": over["failed_window_s"],
         "takeover_s": over["takeover_s"],
         "probe": {"failed": over["probe_failed"], "tried": over["probe_tried"]},
-        "sync_held_ratio": None,
-        "sync": "none: the survivors carry the dead box's flows by the same Maglev table",
-        "failback": back_figures,
     }
 
 

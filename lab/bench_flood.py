@@ -113,7 +113,7 @@ def director(lab: Lab, path: Path) -> Iterator[Api]:
                 raise RuntimeError(f"director run exited {process.returncode}")
             with contextlib.suppress(OSError, ValueError):
                 _ms, body = api.status()
-                if body.get("in_sync"):
+                if body.get("ready"):
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError("the director never synced")
@@ -124,6 +124,8 @@ def director(lab: Lab, path: Path) -> Iterator[Api]:
         process.wait(60)
         lab.lvs.exec(["ipvsadm", "-C"])
         lab.lvs.exec(["nft", "delete", "table", "inet", "director"], check=False)
+        # what the guard set, undone: the next run starts from the kernel's defaults
+        lab.lvs.sysctls({"net.ipv4.vs.conntrack": 0, "net.netfilter.nf_conntrack_tcp_loose": 1})
 
 
 def held(ns: Netns, vip: str) -> int:

@@ -84,27 +84,38 @@ def read_sysctls(netns: str | None, names: list[str]) -> dict[str, str]:
     return in_netns(netns, read)
 
 
+def _per_cpu(name: str) -> dict[str, int]:
+    """A ``/proc/net/stat`` file of this thread's namespace (a header, then one row of hex
+    figures per CPU), summed over the CPUs; ``entries`` is a table's size, the same in every
+    row, so it is taken as it is. Empty when the file is absent (its module not loaded)."""
+    from pathlib import Path
+
+    try:
+        lines = (Path("/proc/thread-self/net/stat") / name).read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    names = lines[0].split() if lines else []
+    totals = dict.fromkeys(names, 0)
+    for row in lines[1:]:
+        for key, figure in zip(names, row.split(), strict=False):
+            value = int(figure, 16)
+            totals[key] = value if key == "entries" else totals[key] + value
+    return totals
+
+
 def conntrack_stats(netns: str | None) -> dict[str, int]:
     """netfilter's connection-tracking counters as seen from ``netns``, summed over the
-    CPUs (``/proc/net/stat/nf_conntrack``: a header, then one row of hex figures per CPU;
-    ``entries`` is the table's size, the same in every row), and ``max``, the most it may
-    hold (``net.netfilter.nf_conntrack_max``: past it new connections are dropped). Empty
-    when conntrack is not loaded there. Raises OSError when the file cannot be read."""
+    CPUs (``/proc/net/stat/nf_conntrack``; ``entries`` is the table's size), and ``max``,
+    the most it may hold (``net.netfilter.nf_conntrack_max``: past it new connections are
+    dropped). Empty when conntrack is not loaded there. Raises OSError when the file cannot
+    be read."""
     from pathlib import Path
 
     def read() -> dict[str, int]:
-        try:
-            lines = Path("/proc/thread-self/net/stat/nf_conntrack").read_text().splitlines()
-        except FileNotFoundError:
-            return {}
-        names = lines[0].split() if lines else []
-        totals = dict.fromkeys(names, 0)
-        for row in lines[1:]:
-            for name, figure in zip(names, row.split(), strict=False):
-                value = int(figure, 16)
-                totals[name] = value if name == "entries" else totals[name] + value
-        with contextlib.suppress(OSError, ValueError):
-            totals["max"] = int(Path("/proc/sys/net/netfilter/nf_conntrack_max").read_text())
+        totals = _per_cpu("nf_conntrack")
+        if totals:
+            with contextlib.suppress(OSError, ValueError):
+                totals["max"] = int(Path("/proc/sys/net/netfilter/nf_conntrack_max").read_text())
         return totals
 
     return in_netns(netns, read)
@@ -116,18 +127,9 @@ def synproxy_stats(netns: str | None) -> dict[str, int]:
     ``cookie_valid``, handshakes a client completed; ``cookie_invalid``, ACKs whose cookie
     was wrong or stale; ``cookie_retrans``, ``conn_reopened``). Empty when synproxy is not
     loaded there. Raises OSError when the file cannot be read."""
-    from pathlib import Path
 
     def read() -> dict[str, int]:
-        try:
-            lines = Path("/proc/thread-self/net/stat/synproxy").read_text().splitlines()
-        except FileNotFoundError:
-            return {}
-        names = lines[0].split() if lines else []
-        totals = dict.fromkeys(names, 0)
-        for row in lines[1:]:
-            for name, figure in zip(names, row.split(), strict=False):
-                totals[name] += int(figure, 16)
+        totals = _per_cpu("synproxy")
         totals.pop("entries", None)  # always 0: synproxy keeps no table of its own
         return totals
 
