@@ -48,7 +48,7 @@ FLOODED, OTHER = "198.51.100.1", "198.51.100.2"
 API_PORT = 9190
 TOKEN = "flood-bench-admin-api-token-0123"
 LONG_LIVED = 100
-RESYNC = 30  # the director's resync period here (seconds)
+RESYNC = 60  # the director's resync period here (kubernetes.resync_seconds's default)
 
 
 def config(workdir: Path, lab: Lab, guard: bool) -> Path:
