@@ -75,9 +75,7 @@ def flood(vip: str, port: int, seconds: float, limit: int) -> dict[str, float]:
             for packet in pool[: min(len(pool), limit - sent)]:
                 try:
                     sock.sendto(packet, target)
-                except BlockingIOError:  # the device's queue is full: that is the ceiling
-                    continue
-                except OSError:  # ENOBUFS under pressure: likewise not sent
+                except OSError:  # the queue full (EAGAIN, ENOBUFS): not sent, the ceiling
                     continue
                 sent += 1
                 if not sent % 1024 and time.monotonic() >= deadline:

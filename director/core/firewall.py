@@ -56,14 +56,10 @@ CHAIN_PREFIX = "svc"
 COUNTER_PREFIX = "drop"
 SET_PREFIX = "src"
 SNAT_MARK = 0x00400000  # the packet mark bit full-NAT traffic carries from prerouting
-SNAT_OBJECTS = (  # chains, then sets
-    "fullnat_mark",
-    "fullnat_out",
-    "fullnat_snat",
-    "fullnat4",
-    "fullnat6",
-)
-GUARD_OBJECTS = ("guard_raw", "guard_in", "guard4", "guard6")  # chains, then sets
+SNAT_CHAINS, SNAT_SETS = ("fullnat_mark", "fullnat_out", "fullnat_snat"), ("fullnat4", "fullnat6")
+GUARD_CHAINS, GUARD_SETS = ("guard_raw", "guard_in"), ("guard4", "guard6")
+SNAT_OBJECTS = (*SNAT_CHAINS, *SNAT_SETS)
+GUARD_OBJECTS = (*GUARD_CHAINS, *GUARD_SETS)
 GUARD_COUNTER = "guard_dropped"  # packets to a guarded service neither cookie nor connection
 
 
@@ -222,10 +218,8 @@ def render_nft(
         lines += _snat_lines(t, marked, to, snat_ports, guarded)
     gone = sorted(set(existing) - wanted)
     # Full NAT's and the guard's chains first (they name their sets), then their sets.
-    for objects in (SNAT_OBJECTS, GUARD_OBJECTS):
-        lines += [f"delete chain {t} {n}" for n in objects if n in gone and "_" in n]
-    for objects in (SNAT_OBJECTS, GUARD_OBJECTS):
-        lines += [f"delete set {t} {n}" for n in objects if n in gone and "_" not in n]
+    lines += [f"delete chain {t} {n}" for n in (*SNAT_CHAINS, *GUARD_CHAINS) if n in gone]
+    lines += [f"delete set {t} {n}" for n in (*SNAT_SETS, *GUARD_SETS) if n in gone]
     if GUARD_COUNTER in gone:
         lines.append(f"delete counter {t} {GUARD_COUNTER}")
     # Chains first (their rules name the sets), then the sets and counters.

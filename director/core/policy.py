@@ -222,8 +222,8 @@ def _syn_guard(
     box), and only on a box whose guard can run at all."""
     text = svc.annotations.get(A_SYN_GUARD)
     wanted = policy.syn_guard
+    switch = None if text is None else SWITCH.get(text.strip().lower())
     if text is not None:
-        switch = SWITCH.get(text.strip().lower())
         if switch is None:
             problems.append(Problem(A_SYN_GUARD, f"{shown(text)} is not one of on, off"))
         elif switch and not policy.syn_guard:
@@ -238,7 +238,7 @@ def _syn_guard(
         else:
             wanted = switch
     if wanted and forwarding not in (Forwarding.NAT, Forwarding.FULLNAT):
-        if text is not None and SWITCH.get(text.strip().lower()):
+        if switch:
             problems.append(
                 Problem(
                     A_SYN_GUARD,

@@ -78,6 +78,25 @@ class Document(Section):
     guard: GuardSettings | None = None
 
 
+def syn_guard(mode: str, *, ha: bool, bgp: bool) -> tuple[bool, str]:
+    """guard.syn resolved: whether the box guards Services' SYNs, and if not, why."""
+    if mode == "off":
+        return False, "guard.syn is off"
+    if mode == "on":
+        return True, ""
+    if bgp:
+        return False, (
+            "guard.syn is auto, and a box of a BGP fleet guards nothing: a flow the "
+            "routers move to another director would lose its handshake's state"
+        )
+    if ha:
+        return False, (
+            "guard.syn is auto, and a box of a pair guards nothing: a takeover would "
+            "break the guarded connections (their handshake's state is this box's alone)"
+        )
+    return True, ""
+
+
 def read_document(data: object) -> Document:
     """The file's plain data as its sections; Invalid with every fault found."""
     return from_file(Document, data)
@@ -110,11 +129,7 @@ class Settings:
     @property
     def syn_guard(self) -> tuple[bool, str]:
         """Does this box guard Services' SYNs (guard.syn resolved), and if not, why."""
-        mode = self.guard.syn
-        if mode == "off":
-            return False, "guard.syn is off"
-        if mode == "on":
-            return True, ""
+        return syn_guard(self.guard.syn, ha=self.ha is not None, bgp=self.bgp is not None)
         if self.bgp is not None:
             return False, (
                 "guard.syn is auto, and a box of a BGP fleet guards nothing: a flow the "

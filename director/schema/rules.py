@@ -17,7 +17,7 @@ from director.core.model import Family, Forwarding, IpProtocol, ServiceKey, chec
 from director.core.ownership import Network, Ownership
 from director.core.services import Table
 from director.schema.clusters import clusters_apart
-from director.schema.document import Document, Settings
+from director.schema.document import Document, Settings, syn_guard
 from director.schema.sections import (
     Defaults,
     GuardSettings,
@@ -345,7 +345,7 @@ def static_guard(c: _Compiling) -> None:
     refused with its line (nothing would guard the service that asks for it)."""
     doc = c.doc
     guard = doc.guard or GuardSettings()
-    active, why = _syn_guard_of(doc, guard)
+    active, why = syn_guard(guard.syn, ha=doc.ha is not None, bgp=doc.bgp is not None)
     for index, (entry, key) in enumerate(zip(doc.services, c.services, strict=True)):
         modes = {rs.forwarding for rs in c.services[key].real_servers.values()}
         can = key.protocol is IpProtocol.TCP and not key.fwmark and modes <= {Forwarding.NAT}
@@ -359,11 +359,6 @@ def static_guard(c: _Compiling) -> None:
             raise Refusal(("services", index, "syn_guard"), f"nothing is guarded here: {why}")
         if active and can and entry.syn_guard is not False:
             c.static_guard.add(key)
-
-
-def _syn_guard_of(doc: Document, guard: GuardSettings) -> tuple[bool, str]:
-    """guard.syn resolved for this file (the same as ``Settings.syn_guard``)."""
-    return Settings(bgp=doc.bgp, ha=doc.ha, guard=guard).syn_guard
 
 
 RULES: tuple[Rule, ...] = (
