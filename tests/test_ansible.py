@@ -5,7 +5,9 @@ tests/system/test_ansible_role.py (in the lab VM)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
 import re
 import shutil
 import socket
@@ -257,10 +259,25 @@ def _box(tmp_path: Path, name: str, port: int) -> tuple[dict[str, Any], list[str
     return host, [str(wrapper), "run", "--dry-run", "--config", str(config)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports below the kernel's ephemeral range: no client socket and
+    no port-0 listener of another test can take one between now and the late start of a
+    box's director (a foreign director on it answers the box's token with 403), and every
+    socket is held until all are bound, so no port comes twice."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = random.sample(range(max(1024, low - 12000), low), k=64)
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for port in candidates:
+            s = stack.enter_context(socket.socket())
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise AssertionError(f"no {count} free ports below {low}")
 
 
 def _rollout(
@@ -314,10 +331,8 @@ def test_site_yml_rolls_out_one_box_at_a_time_and_waits_for_each(tmp_path: Path)
     once its wait has failed a first time (however long Ansible takes to get there), so the
     wait retries until it is ready; box-b's turn comes only after box-a's (serial: 1), in a
     batch of its own."""
-    (a, run_a), (b, run_b) = (
-        _box(tmp_path, "box-a", _free_port()),
-        _box(tmp_path, "box-b", _free_port()),
-    )
+    port_a, port_b = _free_ports(2)
+    (a, run_a), (b, run_b) = _box(tmp_path, "box-a", port_a), _box(tmp_path, "box-b", port_b)
     director_b = subprocess.Popen(run_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     director_a: list[subprocess.Popen[bytes]] = []
 
@@ -344,10 +359,8 @@ def test_a_box_that_never_gets_ready_stops_the_rollout_before_the_next(tmp_path:
     """box-a's director runs but is not a VRRP MASTER or BACKUP (director_ha: the pair's
     keepalived is not there): its wait gives up, the play fails, and box-b is never
     touched, though its director is ready."""
-    (a, run_a), (b, run_b) = (
-        _box(tmp_path, "box-a", _free_port()),
-        _box(tmp_path, "box-b", _free_port()),
-    )
+    port_a, port_b = _free_ports(2)
+    (a, run_a), (b, run_b) = _box(tmp_path, "box-a", port_a), _box(tmp_path, "box-b", port_b)
     a.update(director_ready_retries=3, director_ha=True)
     directors = [
         subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
