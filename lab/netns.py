@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -421,6 +422,31 @@ def ask_tcp(
         return conn.ask()
     finally:
         conn.close()
+
+
+def connect_attempts(
+    ns: Netns, address: str, port: int, source: str, count: int, *, wait: float = 0.3
+) -> tuple[int, float]:
+    """``count`` connection attempts from ``source`` to ``address``:``port`` at once: how
+    many were answered within ``wait`` (an accept or a reset: the SYN got through; too short
+    for TCP to send a SYN again), and the seconds they took in all."""
+
+    def one() -> bool:
+        with ns.socket(_family(address), socket.SOCK_STREAM) as s:
+            s.bind((source, 0))
+            s.settimeout(wait)
+            try:
+                s.connect((address, port))
+            except ConnectionRefusedError:
+                return True
+            except TimeoutError:
+                return False
+            return True
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        answered = sum(pool.map(lambda _: one(), range(count)))
+    return answered, time.monotonic() - started
 
 
 def ask_udp(

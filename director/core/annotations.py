@@ -14,6 +14,8 @@ from director.core.checks import CheckSpec
 from director.core.cluster import PREFIX, ServiceInfo
 from director.core.ipam import Request
 from director.core.model import (
+    NO_CAPS,
+    Caps,
     Forwarding,
     IpProtocol,
     ServiceConfig,
@@ -35,6 +37,9 @@ A_SHARED = PREFIX + "allow-shared-ip"
 A_HEALTH = PREFIX + "health-check"  # none | tcp | http[:/path] | https[:/path]
 A_LOCAL_WEIGHTS = PREFIX + "local-weights"  # endpoints (the default) | even
 A_SYN_GUARD = PREFIX + "syn-guard"  # on | off (default: the box's guard.syn)
+A_CLIENT_RATE = PREFIX + "client-rate"  # new TCP connections a second from one client address
+A_SERVICE_RATE = PREFIX + "service-rate"  # new TCP connections a second from all clients
+A_MAX_CONNECTIONS = PREFIX + "max-connections"  # connections a real server holds at once
 # Every annotation the director reads: another under its prefix is a typo (``schedular``),
 # said with an Event rather than silently ignored.
 ANNOTATIONS = frozenset(
@@ -50,6 +55,9 @@ ANNOTATIONS = frozenset(
         A_HEALTH,
         A_LOCAL_WEIGHTS,
         A_SYN_GUARD,
+        A_CLIENT_RATE,
+        A_SERVICE_RATE,
+        A_MAX_CONNECTIONS,
     }
 )
 SWITCH = {"on": True, "true": True, "off": False, "false": False}
@@ -72,6 +80,8 @@ class Options:
     local_weights: bool = True
     # SYN cookies answered by the box before IPVS (TCP, nat and fullnat only)
     syn_guard: bool = False
+    # new connections a second (per client, in all) and connections per real server
+    caps: Caps = NO_CAPS
 
 
 @dataclass(frozen=True, slots=True)

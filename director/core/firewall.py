@@ -26,6 +26,14 @@ server's SYN-ACK never comes back through the box. For full NAT, the connection 
 opens is marked at output as the client's packets are at prerouting, so it leaves from the
 SNAT address too.
 
+Limits per service (``RateLimit``) live in the service's chain too: a TCP SYN over the
+client's rate (one dynamic set per service, an element per client address carrying its own
+token bucket) or over the service's (a named limit object, which outlives rule changes) is
+counted and dropped, never reset. For a SYN-guarded service the service's rate counts the
+handshakes synproxy would complete (the cookie ACKs, which a client sends again until one
+passes) rather than SYNs, so a spoofed flood cannot use up the rate of the real clients;
+the client's rate counts SYNs before synproxy answers them in every case.
+
 The whole table is brought to the desired state in one ``nft -f`` transaction (all or
 nothing: a ruleset nft refuses leaves the old one in force). No other table is ever touched.
 Each service's drop counter is a named counter object that outlives rule changes, so the
@@ -47,7 +55,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from director.core.model import Family, IpProtocol, ServiceKey, plain_network
+from director.core.model import Family, IpProtocol, RateLimit, ServiceKey, plain_network
 from director.core.owned import Refused, Transient
 
 TABLE = "director"
@@ -61,6 +69,10 @@ GUARD_CHAINS, GUARD_SETS = ("guard_raw", "guard_in"), ("guard4", "guard6")
 SNAT_OBJECTS = (*SNAT_CHAINS, *SNAT_SETS)
 GUARD_OBJECTS = (*GUARD_CHAINS, *GUARD_SETS)
 GUARD_COUNTER = "guard_dropped"  # packets to a guarded service neither cookie nor connection
+METER_PREFIX, RATE_PREFIX, OVER_PREFIX = "client", "rate", "over"  # a service's limits
+METER_SIZE = 65536  # client addresses a service's meter tracks at once (then: not limited)
+METER_TIMEOUT = 60  # seconds a client's bucket is kept after its last SYN
+SYN = "tcp flags & (fin | syn | rst | ack) == syn"  # a connection's first packet
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,7 @@ class SynGuard:
 
 
 Restrictions = Mapping[ServiceKey, tuple[str, ...]]
+Limits = Mapping[ServiceKey, RateLimit]
 
 
 class FirewallError(Refused):
@@ -91,14 +104,20 @@ class Firewall(Protocol):
         restrictions: Restrictions,
         snat: frozenset[ServiceKey] = frozenset(),
         guard: frozenset[ServiceKey] = frozenset(),
+        limits: Limits | None = None,
     ) -> None:
         """Make ``restrictions`` the whole set of filtered services, ``snat`` the whole set
-        of full-NAT ones, ``guard`` the whole set of SYN-guarded ones. Raises FirewallError
-        (the previous rules stay in force)."""
+        of full-NAT ones, ``guard`` the whole set of SYN-guarded ones, ``limits`` the whole
+        set of limited ones. Raises FirewallError (the previous rules stay in force)."""
         ...
 
     def dropped(self) -> dict[ServiceKey, int]:
         """Packets dropped per filtered service since its filter was first made."""
+        ...
+
+    def limited(self) -> dict[ServiceKey, tuple[int, int]]:
+        """Connection attempts dropped per limited service since its limit was first made:
+        (over a client's rate, over the service's)."""
         ...
 
     def guard_dropped(self) -> int:
@@ -155,13 +174,14 @@ def render_nft(
     *,
     guard: frozenset[ServiceKey] = frozenset(),
     syn_guard: SynGuard | None = None,
+    limits: Limits | None = None,
 ) -> str:
     """The ``nft -f`` script that makes table ``inet director`` hold exactly
     ``restrictions``, full NAT for ``snat`` (from the addresses ``snat_to`` gives per
-    family, in turn when several; none: no full NAT at all) and the SYN guard for ``guard``
-    (with ``syn_guard``'s options; None: no guard at all); ``existing``: names of chains,
-    sets and counters the table holds now (the obsolete ones are deleted in the same
-    transaction). Linear in the number of services and ranges."""
+    family, in turn when several; none: no full NAT at all), the SYN guard for ``guard``
+    (with ``syn_guard``'s options; None: no guard at all) and ``limits``; ``existing``:
+    names of chains, sets, counters and limits the table holds now (the obsolete ones are
+    deleted in the same transaction). Linear in the number of services and ranges."""
     t = f"{FAMILY} {TABLE}"
     existing = list(existing)
     lines = [
@@ -175,41 +195,28 @@ def render_nft(
         f"flush map {t} services4",
         f"flush map {t} services6",
     ]
+    guarded = guarded_keys(guard) if syn_guard is not None else frozenset()
+    limited = {k: (limits or {})[k] for k in limited_keys(limits or {}, restrictions)}
     wanted: set[str] = set()
     sets: dict[str, list[str]] = {}
-    for key in sorted(k for k in restrictions if not k.fwmark and k.protocol is not None):
+    for key in sorted(k for k in {*restrictions, *limited} if not k.fwmark and k.protocol):
         assert key.protocol is not None
-        chain, counter = object_name(CHAIN_PREFIX, key), object_name(COUNTER_PREFIX, key)
-        wanted |= {chain, counter}
-        v4 = key.family is Family.INET
-        ranges = clean_ranges(key, restrictions[key])
-        name = set_name(key.family, ranges) if ranges else None
-        if name is not None and name not in sets:
-            sets[name] = ranges
-            kind = "ipv4_addr" if v4 else "ipv6_addr"
-            lines += [
-                f"add set {t} {name} {{ type {kind} ; flags interval ; }}",
-                f"flush set {t} {name}",
-                f"add element {t} {name} {{ {', '.join(ranges)} }}",
-            ]
-        lines += [
-            f"add counter {t} {counter}",
-            f"add chain {t} {chain}",
-            f"flush chain {t} {chain}",
-        ]
-        if name is not None:
-            wanted.add(name)
-            match = "ip saddr" if v4 else "ip6 saddr"
-            lines.append(f"add rule {t} {chain} {match} @{name} accept")
-        lines.append(f'add rule {t} {chain} counter name "{counter}" drop')
-        where = "services4" if v4 else "services6"
+        chain = object_name(CHAIN_PREFIX, key)
+        wanted.add(chain)
+        lines += [f"add chain {t} {chain}", f"flush chain {t} {chain}"]
+        if key in restrictions:
+            lines += _filter_lines(t, key, restrictions[key], sets, wanted)
+        if key in limited:
+            lines += _limit_lines(t, key, limited[key], key in guarded, wanted)
+        if key not in restrictions or clean_ranges(key, restrictions[key]):
+            lines.append(f"add rule {t} {chain} accept")  # open to none: the drop alone
+        where = "services4" if key.family is Family.INET else "services6"
         lines.append(
             f"add element {t} {where} {{ {key.address} . {key.protocol.label} . {key.port} : "
             f"goto {chain} }}"
         )
     to = snat_to or {}
     marked = frozenset(k for k in snat if to.get(k.family))  # none of its family: held back
-    guarded = guarded_keys(guard) if syn_guard is not None else frozenset()
     if guarded:  # before full NAT's chains: they name its sets
         wanted.update((*GUARD_OBJECTS, GUARD_COUNTER))
         lines += _guard_lines(t, guarded, syn_guard or SynGuard())
@@ -222,10 +229,102 @@ def render_nft(
     lines += [f"delete set {t} {n}" for n in (*SNAT_SETS, *GUARD_SETS) if n in gone]
     if GUARD_COUNTER in gone:
         lines.append(f"delete counter {t} {GUARD_COUNTER}")
-    # Chains first (their rules name the sets), then the sets and counters.
-    for prefix, kind in ((CHAIN_PREFIX, "chain"), (SET_PREFIX, "set"), (COUNTER_PREFIX, "counter")):
+    # Chains first (their rules name the sets, counters and limits), then those.
+    for prefix, kind in (
+        (CHAIN_PREFIX, "chain"),
+        (SET_PREFIX, "set"),
+        (METER_PREFIX, "set"),
+        (COUNTER_PREFIX, "counter"),
+        (OVER_PREFIX, "counter"),
+        (RATE_PREFIX, "limit"),
+    ):
         lines += [f"delete {kind} {t} {name}" for name in gone if name.startswith(prefix)]
     return "\n".join(lines) + "\n"
+
+
+def _filter_lines(
+    t: str, key: ServiceKey, allowed: Iterable[str], sets: dict[str, list[str]], wanted: set[str]
+) -> list[str]:
+    """The source filter in ``key``'s chain: a source outside its ranges is counted and
+    dropped (each distinct list of ranges one set, in ``sets``)."""
+    chain, counter = object_name(CHAIN_PREFIX, key), object_name(COUNTER_PREFIX, key)
+    wanted.add(counter)
+    v4 = key.family is Family.INET
+    ranges = clean_ranges(key, allowed)
+    name = set_name(key.family, ranges) if ranges else None
+    lines = []
+    if name is not None and name not in sets:
+        sets[name] = ranges
+        kind = "ipv4_addr" if v4 else "ipv6_addr"
+        lines += [
+            f"add set {t} {name} {{ type {kind} ; flags interval ; }}",
+            f"flush set {t} {name}",
+            f"add element {t} {name} {{ {', '.join(ranges)} }}",
+        ]
+    lines.append(f"add counter {t} {counter}")
+    outside = ""
+    if name is not None:
+        wanted.add(name)
+        outside = f"{'ip' if v4 else 'ip6'} saddr != @{name} "
+    lines.append(f'add rule {t} {chain} {outside}counter name "{counter}" drop')
+    return lines
+
+
+def limited_keys(limits: Limits, restrictions: Restrictions) -> list[ServiceKey]:
+    """The services whose limits go into the table: TCP with an address and a port and a
+    limit, not closed to every source (then nothing passes to be limited)."""
+    return [
+        key
+        for key, limit in limits.items()
+        if limit
+        and key.protocol is IpProtocol.TCP
+        and not key.fwmark
+        and (key not in restrictions or clean_ranges(key, restrictions[key]))
+    ]
+
+
+def limit_names(key: ServiceKey, limit: RateLimit) -> tuple[str, str, str]:
+    """``key``'s meter set, service limit object and over-limit counters' stem (``_client``,
+    ``_service``). The meter and the limit are named by their rate: one changed is a new
+    object (nft keeps a limit's rate in its rules, not in the set), the counters keep
+    counting."""
+    return (
+        f"{object_name(METER_PREFIX, key)}_{limit.client}",
+        f"{object_name(RATE_PREFIX, key)}_{limit.service}",
+        object_name(OVER_PREFIX, key),
+    )
+
+
+def _limit_lines(
+    t: str, key: ServiceKey, limit: RateLimit, guarded: bool, wanted: set[str]
+) -> list[str]:
+    """``key``'s limits in its chain: a client's SYNs over its rate, then the service's new
+    connections over its rate (SYNs; the cookie ACKs when guarded), counted and dropped."""
+    chain = object_name(CHAIN_PREFIX, key)
+    meter, rate, over = limit_names(key, limit)
+    lines = [f"add counter {t} {over}_client", f"add counter {t} {over}_service"]
+    wanted.update((f"{over}_client", f"{over}_service"))
+    if limit.client:
+        wanted.add(meter)
+        v4 = key.family is Family.INET
+        lines += [
+            f"add set {t} {meter} {{ type {'ipv4_addr' if v4 else 'ipv6_addr'} ; "
+            f"size {METER_SIZE} ; flags dynamic,timeout ; timeout {METER_TIMEOUT}s ; }}",
+            f"add rule {t} {chain} {SYN} update @{meter} {{ {'ip' if v4 else 'ip6'} saddr "
+            f"limit rate over {limit.client}/second burst {limit.client} packets }} "
+            f'counter name "{over}_client" drop',
+        ]
+    if limit.service:
+        wanted.add(rate)
+        # synproxy completes a guarded handshake on its ACK (invalid: no entry yet)
+        first = "ct state invalid,untracked tcp flags & (fin | syn | rst | ack) == ack"
+        lines += [
+            f"add limit {t} {rate} {{ rate over {limit.service}/second burst "
+            f"{limit.service} packets ; }}",
+            f'add rule {t} {chain} {first if guarded else SYN} limit name "{rate}" '
+            f'counter name "{over}_service" drop',
+        ]
+    return lines
 
 
 def guarded_keys(guard: Iterable[ServiceKey]) -> frozenset[ServiceKey]:
@@ -379,6 +478,8 @@ class FakeFirewall:
         self.snat: frozenset[ServiceKey] = frozenset()  # full-NAT services in force
         self.guard: frozenset[ServiceKey] = frozenset()  # SYN-guarded services in force
         self.guard_drops = 0  # what the guard dropped (a test sets it)
+        self.limits: dict[ServiceKey, RateLimit] = {}  # limited services in force
+        self.over: dict[ServiceKey, tuple[int, int]] = {}  # what limits dropped (a test sets it)
         self.counts: dict[ServiceKey, int] = {}
         self.applies = 0
         self.fail: str | None = None  # set by a test: the next applies are refused
@@ -396,6 +497,7 @@ class FakeFirewall:
         restrictions: Restrictions,
         snat: frozenset[ServiceKey] = frozenset(),
         guard: frozenset[ServiceKey] = frozenset(),
+        limits: Limits | None = None,
     ) -> None:
         with self._lock:
             self._runnable()
@@ -413,11 +515,12 @@ class FakeFirewall:
                 if not key.fwmark and key.protocol is not None
             }
             self.counts = {k: v for k, v in self.counts.items() if k in self.rules}
+            self.limits = {k: (limits or {})[k] for k in limited_keys(limits or {}, self.rules)}
 
     def flush(self) -> None:
         """``nft flush ruleset``, run by someone else: the table is gone."""
         with self._lock:
-            self.rules, self.counts, self.table = {}, {}, False
+            self.rules, self.counts, self.table, self.limits = {}, {}, False, {}
             self.snat = self.guard = frozenset()
 
     def dropped(self) -> dict[ServiceKey, int]:
@@ -430,9 +533,14 @@ class FakeFirewall:
             self._runnable()
             return self.guard_drops if self.guard else 0
 
+    def limited(self) -> dict[ServiceKey, tuple[int, int]]:
+        with self._lock:
+            self._runnable()
+            return {key: self.over.get(key, (0, 0)) for key in self.limits}
+
     def in_use(self) -> bool:
         with self._lock:
-            return bool(self.rules or self.snat or self.guard)
+            return bool(self.rules or self.snat or self.guard or self.limits)
 
     def fingerprint(self) -> str:
         with self._lock:
@@ -444,6 +552,7 @@ class FakeFirewall:
                     sorted((str(k), v) for k, v in self.rules.items()),
                     sorted(str(k) for k in self.snat),
                     sorted(str(k) for k in self.guard),
+                    sorted((str(k), v.client, v.service) for k, v in self.limits.items()),
                 )
             )
             return hashlib.sha256(text.encode()).hexdigest()

@@ -339,3 +339,42 @@ class ServiceConfig:
         if self.persistence:
             text += f" persistence={self.persistence}s/{self.netmask}"
         return text
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """New TCP connections a second a virtual service takes from one client address
+    (``client``) and from all clients together (``service``); 0: no limit. A burst of one
+    second's worth is let through at once; what is over is dropped (the client's TCP tries
+    again) and counted."""
+
+    client: int = 0
+    service: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.client or self.service)
+
+    def __str__(self) -> str:
+        parts = [f"{self.client}/s per client" if self.client else ""]
+        parts.append(f"{self.service}/s in all" if self.service else "")
+        return ", ".join(p for p in parts if p) or "none"
+
+
+MAX_RATE = 10_000_000  # new connections a second: far past what a box can take
+MAX_CONNECTIONS = 2**31 - 1  # IPVS's thresholds are 32-bit
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """What a Service (or its pool) caps: new connections a second (``rate``, the box's
+    nftables table) and connections a real server holds at once (``max_connections``:
+    IPVS's upper threshold, past which it sends the real server no new ones; 0: none)."""
+
+    rate: RateLimit = RateLimit()
+    max_connections: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.rate or self.max_connections)
+
+
+NO_CAPS = Caps()

@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 
 from director.core.annotations import (
     A_BACKENDS,
+    A_CLIENT_RATE,
     A_FORWARDING,
     A_LOCAL_WEIGHTS,
+    A_MAX_CONNECTIONS,
     A_NODEPORT,
     A_OVERRIDE,
     A_SCHEDULER,
+    A_SERVICE_RATE,
     A_SYN_GUARD,
     ANNOTATIONS,
     BACKEND_MODES,
@@ -34,7 +37,17 @@ from director.core.annotations import (
 from director.core.checks import CheckSpec
 from director.core.cluster import PREFIX, ServiceInfo
 from director.core.dests import BGP_SCHEDULER, HASHING_SCHEDULERS, NAT_OVER_BGP
-from director.core.model import CONFIGURABLE_FORWARDING, Family, Forwarding, shown
+from director.core.model import (
+    CONFIGURABLE_FORWARDING,
+    MAX_CONNECTIONS,
+    MAX_RATE,
+    NO_CAPS,
+    Caps,
+    Family,
+    Forwarding,
+    RateLimit,
+    shown,
+)
 from director.core.pools import Pool
 
 
@@ -145,11 +158,13 @@ def options(
     policy: Policy,
     previous: Options | None,
     bgp: bool = False,
-    pool_forwarding: Forwarding | None = None,
+    *,
+    pool: Pool | None = None,
 ) -> tuple[Options, list[Problem]]:
     """Per-Service settings from annotations; an invalid one keeps the last valid value.
-    ``bgp``: its address is announced over BGP (see :func:`defaults`)."""
-    default = defaults(policy, bgp, pool_forwarding)
+    ``bgp``: its address is announced over BGP (see :func:`defaults`); ``pool``: its
+    addresses' pool, whose forwarding, limits and guard switch an annotation overrides."""
+    default = defaults(policy, bgp, pool.forwarding if pool else None)
     base = previous or default
     problems: list[Problem] = [
         Problem(
@@ -208,20 +223,69 @@ def options(
         problems.append(
             Problem(A_LOCAL_WEIGHTS, f"{shown(text)} is not one of {', '.join(LOCAL_WEIGHTS)}")
         )
-    syn_guard = _syn_guard(svc, policy, forwarding, problems)
+    syn_guard = _syn_guard(svc, policy, forwarding, problems, pool.syn_guard if pool else None)
+    caps = _caps(svc, pool.caps if pool else NO_CAPS, (previous or default).caps, problems)
     return interned(
-        Options(scheduler, flags, forwarding, backends, source, local_weights, syn_guard)
+        Options(scheduler, flags, forwarding, backends, source, local_weights, syn_guard, caps)
     ), problems
 
 
+def _count(text: str, largest: int) -> int | str:
+    """A limit's annotation: a whole number (0, off or none: no limit), or why not."""
+    word = text.strip().lower()
+    if word in ("off", "none"):
+        return 0
+    if not word.isdigit() or int(word) > largest:
+        return f"{shown(text)} is not a whole number from 0 to {largest} (or off)"
+    return int(word)
+
+
+def _caps(svc: ServiceInfo, pool: Caps, kept: Caps, problems: list[Problem]) -> Caps:
+    """The Service's limits: its pool's, each part overridden by its annotation; a bad
+    value keeps the part's last valid one."""
+    values = {"client": pool.rate.client, "service": pool.rate.service}
+    values["connections"] = pool.max_connections
+    last = {"client": kept.rate.client, "service": kept.rate.service}
+    last["connections"] = kept.max_connections
+    for part, annotation, largest in (
+        ("client", A_CLIENT_RATE, MAX_RATE),
+        ("service", A_SERVICE_RATE, MAX_RATE),
+        ("connections", A_MAX_CONNECTIONS, MAX_CONNECTIONS),
+    ):
+        text = svc.annotations.get(annotation)
+        if text is None:
+            continue
+        value = _count(text, largest)
+        if isinstance(value, str):
+            problems.append(Problem(annotation, value))
+            values[part] = last[part]
+        else:
+            values[part] = value
+    rate = RateLimit(values["client"], values["service"])
+    if rate and not any(p.protocol == "TCP" for p in svc.ports):
+        problems.append(
+            Problem(
+                A_CLIENT_RATE if rate.client else A_SERVICE_RATE,
+                "a rate counts TCP connection attempts, and this Service has no TCP port: "
+                "not limited",
+                "LimitRefused",
+            )
+        )
+    return Caps(rate, values["connections"])
+
+
 def _syn_guard(
-    svc: ServiceInfo, policy: Policy, forwarding: Forwarding, problems: list[Problem]
+    svc: ServiceInfo,
+    policy: Policy,
+    forwarding: Forwarding,
+    problems: list[Problem],
+    pool: bool | None = None,
 ) -> bool:
-    """Is the Service SYN-guarded: the box's default, or its annotation's on/off. Only nat
-    and fullnat can be (by dr or tun the real server's answer never comes back through the
-    box), and only on a box whose guard can run at all."""
+    """Is the Service SYN-guarded: the box's default, its pool's switch (``pool``), or its
+    annotation's on/off. Only nat and fullnat can be (by dr or tun the real server's answer
+    never comes back through the box), and only on a box whose guard can run at all."""
     text = svc.annotations.get(A_SYN_GUARD)
-    wanted = policy.syn_guard
+    wanted = policy.syn_guard and pool is not False
     switch = None if text is None else SWITCH.get(text.strip().lower())
     if text is not None:
         if switch is None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from director.core.errors import DirectorError
-from director.core.model import Forwarding, plain_address, plain_network
+from director.core.model import NO_CAPS, Caps, Forwarding, plain_address, plain_network
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 PortKey = tuple[str, int]  # (protocol label, port)
@@ -142,6 +142,13 @@ class Pool:
     announce: Announce = Announce()  # how its addresses are made reachable
     allocation: Allocation = NO_LIMIT  # which Services it serves, and its priority
     forwarding: Forwarding | None = None  # its Services' default (None: the director's)
+    caps: Caps = NO_CAPS  # its Services' limits (each annotation wins over its part)
+    syn_guard: bool | None = None  # its Services SYN-guarded (None: the box's guard.syn)
+
+    @property
+    def gives(self) -> bool:
+        """Does it give its Services anything beyond addresses (forwarding, limits, guard)?"""
+        return self.forwarding is not None or bool(self.caps) or self.syn_guard is not None
 
     @classmethod
     def parse(
@@ -154,6 +161,8 @@ class Pool:
         *,
         allocation: Allocation = NO_LIMIT,
         forwarding: Forwarding | None = None,
+        caps: Caps = NO_CAPS,
+        syn_guard: bool | None = None,
     ) -> Pool:
         """``all_addresses``: IPv4 CIDRs give out their network and broadcast addresses too."""
         ranges = []
@@ -184,7 +193,10 @@ class Pool:
                 )
         if not ranges:
             raise PoolError("a pool needs at least one CIDR or range")
-        return cls(name, tuple(ranges), auto_assign, announce or Announce(), allocation, forwarding)
+        announce = announce or Announce()
+        return cls(
+            name, tuple(ranges), auto_assign, announce, allocation, forwarding, caps, syn_guard
+        )
 
     def contains(self, address: Address) -> bool:
         value = int(address)

@@ -32,6 +32,7 @@ from director.core.model import (
     Family,
     Forwarding,
     IpProtocol,
+    RateLimit,
     RealServer,
     ServiceConfig,
     ServiceKey,
@@ -39,6 +40,7 @@ from director.core.model import (
     sloppy_address,
 )
 from director.core.policy import Policy, options, wants_address, wants_nodeports
+from director.core.pools import Pool
 from director.core.services import VirtualService
 
 
@@ -62,6 +64,8 @@ class Translation:
     # SYN-guarded virtual services (TCP, nat or fullnat): the box answers their SYNs with
     # cookies before IPVS sees a connection.
     guard: frozenset[ServiceKey] = frozenset()
+    # Rate-limited virtual services (TCP): what is over is dropped by the box's nftables.
+    limits: dict[ServiceKey, RateLimit] = field(default_factory=dict)
 
 
 def _target_port(port: Mapping[str, int], svc_port_name: str, target: int | str) -> int:
@@ -96,11 +100,12 @@ def translate(
     *,
     previous: Options | None = None,
     bgp: bool = False,
-    pool_forwarding: Forwarding | None = None,
+    pool: Pool | None = None,
 ) -> Translation:
     """``bgp``: the Service's address is announced over BGP (every director serves it);
-    ``pool_forwarding``: the forwarding its pool gives its Services (the annotation wins)."""
-    opts, problems = options(svc, policy, previous, bgp, pool_forwarding)
+    ``pool``: its addresses' pool (its forwarding, limits and guard switch are the
+    Service's unless an annotation says otherwise)."""
+    opts, problems = options(svc, policy, previous, bgp, pool=pool)
     problems += [Problem("spec", text, "InvalidServiceField") for text in svc.problems]
     slices = tuple(slices)
     for sl in slices:
@@ -119,6 +124,7 @@ def translate(
     restrictions: dict[ServiceKey, tuple[str, ...]] = {}
     snat: set[ServiceKey] = set()
     guard: set[ServiceKey] = set()
+    limits: dict[ServiceKey, RateLimit] = {}
     fullnat = opts.forwarding is Forwarding.FULLNAT
     for want in wants:
         key = want.key
@@ -136,6 +142,8 @@ def translate(
             snat.add(key)
         if opts.syn_guard and key.protocol is IpProtocol.TCP:
             guard.add(key)
+        if opts.caps.rate and key.protocol is IpProtocol.TCP:
+            limits[key] = opts.caps.rate
         config = interned(
             ServiceConfig(
                 opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
@@ -148,6 +156,7 @@ def translate(
             forwarding=opts.forwarding.kernel,
             check=check,
             probe_port=probe if want.on_nodes else 0,
+            max_connections=opts.caps.max_connections,
         )
         draining.update((key, dkey) for dkey in gone)
         if targets:
@@ -163,6 +172,7 @@ def translate(
         restrictions,
         frozenset(snat),
         frozenset(guard),
+        limits,
     )
 
 
@@ -339,8 +349,10 @@ def _virtual_service(
     forwarding: Forwarding,
     check: CheckSpec | None,
     probe_port: int,
+    max_connections: int = 0,
 ) -> tuple[VirtualService, dict[DestKey, tuple[Target, ...]], list[DestKey]]:
-    """The virtual service, its real servers' checks, and those draining (not live)."""
+    """The virtual service, its real servers' checks, and those draining (not live).
+    ``max_connections``: each real server's upper threshold (0: none)."""
     dests: dict[DestKey, RealServer] = {}
     targets: dict[DestKey, tuple[Target, ...]] = {}
     draining: list[DestKey] = []
@@ -348,7 +360,7 @@ def _virtual_service(
         if port <= 0 or (address, port) in dests:
             continue
         dests[(address, port)] = RealServer(
-            address, port, min(weight * share, MAX_WEIGHT), forwarding
+            address, port, min(weight * share, MAX_WEIGHT), forwarding, max_connections
         )
         if not share:
             draining.append((address, port))

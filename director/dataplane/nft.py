@@ -22,11 +22,15 @@ from director.core.firewall import (
     FAMILY,
     GUARD_COUNTER,
     GUARD_OBJECTS,
+    METER_PREFIX,
+    OVER_PREFIX,
     SNAT_OBJECTS,
     TABLE,
     FirewallError,
+    Limits,
     Restrictions,
     SynGuard,
+    limited_keys,
     object_name,
     render_nft,
 )
@@ -53,6 +57,7 @@ class NftFirewall:
         self.netns, self.nft, self.snat_to = netns, nft, snat_to or {}
         self.snat_ports, self.syn_guard = snat_ports, syn_guard
         self._names: dict[str, ServiceKey] = {}  # counter name -> service
+        self._over: dict[str, ServiceKey] = {}  # over-limit counters' stem -> service
         self._existing: list[str] | None = None  # chains, sets, counters (None: not known)
         self._lock = threading.Lock()
 
@@ -90,6 +95,7 @@ class NftFirewall:
         restrictions: Restrictions,
         snat: frozenset[ServiceKey] = frozenset(),
         guard: frozenset[ServiceKey] = frozenset(),
+        limits: Limits | None = None,
     ) -> None:
         """One transaction. What the table holds (to delete what is no longer wanted) is
         known from the last read-back (``fingerprint``, taken after every write): read
@@ -99,15 +105,18 @@ class NftFirewall:
             known = self._existing
             try:
                 existing = known if known is not None else _names(self._objects())
-                self._run(["-f", "-"], self._script(restrictions, existing, snat, guard))
+                self._run(["-f", "-"], self._script(restrictions, existing, snat, guard, limits))
             except FirewallError:
                 if known is None:
                     raise
                 self._existing = None
                 existing = _names(self._objects())
-                self._run(["-f", "-"], self._script(restrictions, existing, snat, guard))
+                self._run(["-f", "-"], self._script(restrictions, existing, snat, guard, limits))
             self._existing = None  # changed: read again (fingerprint, or the next apply)
             self._names = {object_name(COUNTER_PREFIX, key): key for key in restrictions}
+            self._over = {
+                object_name(OVER_PREFIX, k): k for k in limited_keys(limits or {}, restrictions)
+            }
 
     def _script(
         self,
@@ -115,6 +124,7 @@ class NftFirewall:
         existing: list[str],
         snat: frozenset[ServiceKey],
         guard: frozenset[ServiceKey],
+        limits: Limits | None,
     ) -> str:
         return render_nft(
             restrictions,
@@ -124,6 +134,7 @@ class NftFirewall:
             self.snat_ports,
             guard=guard,
             syn_guard=self.syn_guard,
+            limits=limits,
         )
 
     def in_use(self) -> bool:
@@ -159,6 +170,19 @@ class NftFirewall:
                     out[key] = int(counter.get("packets") or 0)
             return out
 
+    def limited(self) -> dict[ServiceKey, tuple[int, int]]:
+        with self._lock:
+            found: dict[ServiceKey, list[int]] = {key: [0, 0] for key in self._over.values()}
+            for item in self._objects():
+                counter = item.get("counter")
+                if not isinstance(counter, dict):
+                    continue
+                stem, _, which = str(counter.get("name", "")).rpartition("_")
+                key = self._over.get(stem)
+                if key is not None and which in ("client", "service"):
+                    found[key][which == "service"] = int(counter.get("packets") or 0)
+            return {key: (a, b) for key, (a, b) in found.items()}
+
     def guard_dropped(self) -> int:
         with self._lock:
             for item in self._objects():
@@ -169,8 +193,12 @@ class NftFirewall:
 
 
 def _steady(value: object) -> object:
-    """``value`` (nft's JSON) without the counters' figures and the handles."""
+    """``value`` (nft's JSON) without the counters' figures, the handles, and the clients a
+    limit's meter holds (traffic puts them there, not a writer)."""
     if isinstance(value, dict):
+        item = value.get("set")
+        if isinstance(item, dict) and str(item.get("name", "")).startswith(METER_PREFIX):
+            return {"set": {k: _steady(v) for k, v in item.items() if k != "elem"}}
         return {k: _steady(v) for k, v in value.items() if k not in _VOLATILE}
     if isinstance(value, list):
         return [_steady(v) for v in value]
@@ -178,10 +206,10 @@ def _steady(value: object) -> object:
 
 
 def _names(items: list[dict[str, Any]]) -> list[str]:
-    """The chains, sets and counters of the director's table, from nft's JSON."""
+    """The chains, sets, counters and limits of the director's table, from nft's JSON."""
     return [
         str(item[kind].get("name", ""))
         for item in items
-        for kind in ("chain", "counter", "set")
+        for kind in ("chain", "counter", "set", "limit")
         if kind in item and isinstance(item[kind], dict)
     ]

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from director.core.annotations import Options, ipam_request
 from director.core.cluster import ServiceInfo
 from director.core.ipam import Allocator
-from director.core.model import Forwarding
 from director.core.policy import Policy, node_ports_missing, wants_address
-from director.core.pools import Address
+from director.core.pools import Address, Pool
 from director.engine.reporter import Reporter
 from director.schema.config import Settings
 
@@ -33,13 +32,12 @@ class Addresses:
                 return True
         return False
 
-    def forwarding_of(self, addresses: tuple[str, ...]) -> Forwarding | None:
-        """The forwarding the pool of ``addresses`` gives its Services (None: none set)."""
-        for text in addresses:
-            pool = self.allocator.pool_of(ipaddress.ip_address(text))
-            if pool is not None and pool.forwarding is not None:
-                return pool.forwarding
-        return None
+    def pool_of(self, addresses: tuple[str, ...]) -> Pool | None:
+        """The pool of ``addresses`` whose settings its Service gets: the first that gives
+        any (forwarding, limits, the guard's switch), else the first (None: no pool)."""
+        pools = [self.allocator.pool_of(ipaddress.ip_address(text)) for text in addresses]
+        found = [pool for pool in pools if pool is not None]
+        return next((pool for pool in found if pool.gives), found[0] if found else None)
 
     def release(self, ref: str) -> None:
         self.allocator.release(ref)

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from director.core.intents import Intents
-from director.core.model import DestKey, ServiceKey
+from director.core.model import DestKey, RateLimit, ServiceKey
 from director.core.owned import Ledger, Retry, classify, file_mark
 from director.core.pools import Pool
 from director.engine.announcer import VipAnnouncer
@@ -45,6 +45,7 @@ class Step(NamedTuple):
     intents: Intents
     pools: tuple[PoolUse, ...]
     filtered: frozenset[ServiceKey]
+    limits: Mapping[ServiceKey, RateLimit]  # the rate limits in force
     lease_refused: str | None
 
 
@@ -110,6 +111,7 @@ class Exports:
             ),
             all_down=len(gate.all_down),
             filtered=step.filtered,
+            limits=step.limits,
             lease_refused=step.lease_refused,
         )
         stale.clear()

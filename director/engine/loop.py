@@ -203,6 +203,7 @@ class Controller:
                 PoolUse(p.name, p.size(), allocator.in_use_in(p)) for p in self.settings.pools
             ),
             filtered=frozenset(self.parts.filter.enforced),
+            limits=MappingProxyType(dict(self.parts.filter.limits.enforced)),
             lease_refused=self.parts.reporter.lease_refused,
         )
         self.parts.exports.publish(

@@ -46,7 +46,9 @@ class Reloadable(Protocol):
 
 
 _NONE = object()  # no check line (None is "health_check: none")
-RELOADABLE = frozenset({"source", "services", "static_checks", "static_snat", "static_guard"})
+RELOADABLE = frozenset(
+    {"source", "services", "static_checks", "static_snat", "static_guard", "static_limits"}
+)
 RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in RELOADABLE)
 
 
@@ -183,10 +185,15 @@ def _apply(
         table.owner[key] = STATIC
     table.stale |= {"keys", "services", "checks"}
     loop.parts.exports.due = loop.parts.exports.state_due = True
-    # nat <-> fullnat, guarded <-> not
-    flipped = ((old.static_snat ^ new.static_snat) | (old.static_guard ^ new.static_guard)) & (
-        new.services.keys()
-    )
+    # nat <-> fullnat, guarded <-> not, a rate changed
+    rated = {
+        key
+        for key in old.static_limits.keys() | new.static_limits.keys()
+        if old.static_limits.get(key) != new.static_limits.get(key)
+    }
+    flipped = (
+        (old.static_snat ^ new.static_snat) | (old.static_guard ^ new.static_guard) | rated
+    ) & new.services.keys()
     if loop.health.first_sync_done and (diff.added or diff.removed or diff.changed or flipped):
         loop.parts.exports.vips.keys_changed()
         loop.parts.exports.vips.touched(diff.removed)

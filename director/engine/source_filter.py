@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from director.core.firewall import Firewall, FirewallError
-from director.core.model import ServiceKey
+from director.core.model import RateLimit, ServiceKey
 from director.core.owned import Failure, Ledger, Retry
 from director.core.services import VirtualService
 from director.engine.view import LoopStatus
@@ -58,6 +58,24 @@ class Guarded:
     reason: str = ""
 
 
+@dataclass
+class Limited:
+    """The limits each Service asks for, and those in force. A limited service whose
+    limits are not in force is served all the same (a limit is a defence, as the guard is);
+    the status says what is in force."""
+
+    wanted: dict[str, dict[ServiceKey, RateLimit]] = field(default_factory=dict)
+    enforced: dict[ServiceKey, RateLimit] = field(default_factory=dict)
+
+
+_Attempt = tuple[
+    dict[ServiceKey, tuple[str, ...]],
+    frozenset[ServiceKey],
+    frozenset[ServiceKey],
+    dict[ServiceKey, RateLimit],
+]
+
+
 class SourceFilter:
     def __init__(
         self,
@@ -73,12 +91,10 @@ class SourceFilter:
         self.restrictions: dict[str, dict[ServiceKey, tuple[str, ...]]] = {}
         self.fullnat = FullNat()  # full-NAT Services' virtual services
         self.guard = Guarded()  # SYN-guarded virtual services
+        self.limits = Limited()  # rate-limited virtual services
         self.enforced: dict[ServiceKey, tuple[str, ...]] = {}  # in force, as far as known
         self.synced = False  # the firewall holds exactly ``enforced`` and ``fullnat.enforced``
-        self._attempted: (
-            tuple[dict[ServiceKey, tuple[str, ...]], frozenset[ServiceKey], frozenset[ServiceKey]]
-            | None
-        ) = None
+        self._attempted: _Attempt | None = None
         self.retry = Retry(clock, cap=RETRY_SECONDS, refused_after=REFUSED_SECONDS)
         self.held_back: dict[ServiceKey, str] = {}  # restricted, filter not in force -> Service
         self._print: str | None = None  # the table's fingerprint after our last write
@@ -91,9 +107,10 @@ class SourceFilter:
         restrictions: dict[ServiceKey, tuple[str, ...]],
         snat: frozenset[ServiceKey] = frozenset(),
         guard: frozenset[ServiceKey] = frozenset(),
+        limits: dict[ServiceKey, RateLimit] | None = None,
     ) -> None:
-        """What a Service asks for now: source ranges, full NAT and the SYN guard (only
-        Services with any are kept: ``enforce`` walks them on every sync)."""
+        """What a Service asks for now: source ranges, full NAT, the SYN guard and limits
+        (only Services with any are kept: ``enforce`` walks them on every sync)."""
         if restrictions:
             self.restrictions[ref] = restrictions
         else:
@@ -103,6 +120,10 @@ class SourceFilter:
                 held[ref] = asked
             else:
                 held.pop(ref, None)
+        if limits:
+            self.limits.wanted[ref] = limits
+        else:
+            self.limits.wanted.pop(ref, None)
 
     def enforce(self) -> set[ServiceKey]:
         """Bring the firewall to the Services' source ranges and full NAT; return the
@@ -114,20 +135,30 @@ class SourceFilter:
         wanted_guard = frozenset().union(*self.guard.wanted.values())
         if self.firewall is None or wanted_guard == self.guard.refused:
             wanted_guard = frozenset()  # nothing to guard with, or nft will not take it
-        if (wanted, wanted_snat, wanted_guard) != self._attempted:
+        wanted_limits: dict[ServiceKey, RateLimit] = {}
+        for limits in self.limits.wanted.values():
+            wanted_limits.update(limits)
+        attempt = (wanted, wanted_snat, wanted_guard, wanted_limits)
+        if attempt != self._attempted:
             self.retry.changed()
         changed = (
             wanted != self.enforced
             or wanted_snat != self.fullnat.enforced
             or wanted_guard != self.guard.enforced
+            or wanted_limits != self.limits.enforced
         )
         if self.retry.due() and (changed or not self.synced):
-            self._attempted = (dict(wanted), wanted_snat, wanted_guard)
-            held = self.enforced or self.fullnat.enforced or self.guard.enforced
-            if not (wanted or wanted_snat or wanted_guard or held or self._in_use()):
+            self._attempted = (dict(wanted), wanted_snat, wanted_guard, dict(wanted_limits))
+            held = (
+                self.enforced
+                or self.fullnat.enforced
+                or self.guard.enforced
+                or self.limits.enforced
+            )
+            if not (any(attempt) or held or self._in_use()):
                 self.synced = True  # nothing wanted, nothing of ours in force
             else:
-                self._apply(wanted, wanted_snat, wanted_guard)
+                self._apply(*attempt)
         return {key for key in wanted if key not in self.enforced} | (
             wanted_snat - self.fullnat.enforced
         )
@@ -183,10 +214,16 @@ class SourceFilter:
         )
         # Nothing is known to be in force: what cannot be written again is held back.
         self.enforced, self.fullnat.enforced, self.guard.enforced = {}, frozenset(), frozenset()
+        self.limits.enforced = {}
         self.guard.refused = None  # written again whole: the guard is tried again too
         self.synced, self._print = False, None
         self.retry.succeeded()  # try at once
-        return set(self.restrictions) | set(self.fullnat.wanted) | set(self.guard.wanted)
+        return (
+            set(self.restrictions)
+            | set(self.fullnat.wanted)
+            | set(self.guard.wanted)
+            | set(self.limits.wanted)
+        )
 
     def hold_back(self, key: ServiceKey, vs: VirtualService | None, ref: str) -> None:
         """Not programmed until its filter is in force. ``vs``: say so (None: said before)."""
@@ -213,18 +250,19 @@ class SourceFilter:
         wanted: dict[ServiceKey, tuple[str, ...]],
         snat: frozenset[ServiceKey],
         guard: frozenset[ServiceKey],
+        limits: dict[ServiceKey, RateLimit],
     ) -> frozenset[ServiceKey]:
         """The table with the guard; should nft refuse it, without (the guard is a defence:
         the source filters and full NAT must not go down with it). What went in."""
         assert self.firewall is not None
         try:
-            self.firewall.apply(wanted, snat, guard)
+            self.firewall.apply(wanted, snat, guard, limits)
             self.guard.refused = None
             return guard
         except FirewallError as exc:
             if not guard:
                 raise
-            self.firewall.apply(wanted, snat, frozenset())
+            self.firewall.apply(wanted, snat, frozenset(), limits)
             self.guard.refused, self.guard.reason = guard, str(exc)[:500]
             event(
                 log,
@@ -244,16 +282,22 @@ class SourceFilter:
         wanted: dict[ServiceKey, tuple[str, ...]],
         snat: frozenset[ServiceKey],
         guard: frozenset[ServiceKey],
+        limits: dict[ServiceKey, RateLimit],
     ) -> None:
         if self.dry_run:
             event(
-                log, "firewall.would_apply", services=len(wanted), snat=len(snat), guard=len(guard)
+                log,
+                "firewall.would_apply",
+                services=len(wanted),
+                snat=len(snat),
+                guard=len(guard),
+                limited=len(limits),
             )
         else:
             try:
                 if self.firewall is None:
                     raise FirewallError("no packet filter is configured on this director")
-                guard = self._apply_guarded(wanted, snat, guard)
+                guard = self._apply_guarded(wanted, snat, guard, limits)
                 self._print = self.firewall.fingerprint()
             except Failure as exc:
                 self.status.last_error = f"firewall: {exc}"[:300]
@@ -281,8 +325,16 @@ class SourceFilter:
                     services=len(wanted),
                 )
                 self._drift = None
-            event(log, "firewall.applied", services=len(wanted), snat=len(snat), guard=len(guard))
+            event(
+                log,
+                "firewall.applied",
+                services=len(wanted),
+                snat=len(snat),
+                guard=len(guard),
+                limited=len(limits),
+            )
         self.retry.succeeded()
         self.enforced, self.fullnat.enforced, self.guard.enforced = dict(wanted), snat, guard
+        self.limits.enforced = dict(limits)
         self.synced = True
         self._next_verify = self.clock() + VERIFY_SECONDS

@@ -165,12 +165,12 @@ class Translator:
             policy,
             previous=previous,
             bgp=self.parts.addresses.announced_over_bgp(addresses),
-            pool_forwarding=self.parts.addresses.forwarding_of(addresses),
+            pool=self.parts.addresses.pool_of(addresses),
         )
         if result.options is not None:
             self.parts.table.set_options(ref, result.options)
         self.parts.reporter.report_problems(svc, result.problems)
-        self.parts.filter.want(ref, result.restrictions, result.snat, result.guard)
+        self.parts.filter.want(ref, result.restrictions, result.snat, result.guard, result.limits)
         out: dict[ServiceKey, VirtualService] = {}
         for key, vs in result.services.items():
             holder = self.parts.table.owner.get(key)
@@ -199,7 +199,9 @@ class Translator:
         out: Table = {}
         settings = self.settings
         # the whole file's, always
-        self.parts.filter.want(STATIC, {}, settings.static_snat, settings.static_guard)
+        self.parts.filter.want(
+            STATIC, {}, settings.static_snat, settings.static_guard, dict(settings.static_limits)
+        )
         chosen = (
             settings.services.items()
             if keys is None

@@ -20,7 +20,7 @@ from director.core.announce import Route
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo, split_resource
 from director.core.intents import Intents
-from director.core.model import DestKey, ServiceKey
+from director.core.model import DestKey, RateLimit, ServiceKey
 from director.core.owned import Ledger
 from director.core.services import VirtualService
 
@@ -210,6 +210,7 @@ class LoopView:
     addressing: Addressing = field(default_factory=Addressing)
     all_down: int = 0
     filtered: frozenset[ServiceKey] = frozenset()
+    limits: Mapping[ServiceKey, RateLimit] = field(default_factory=_empty)  # in force
     lease_refused: str | None = None  # why the API server refuses the status Lease
 
     @property

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
-from director.core.model import ServiceKey
+from director.core.model import RateLimit, ServiceKey
 from director.core.ownership import Ownership
 from director.core.services import Table
 from director.schema.sections import (
@@ -125,6 +125,8 @@ class Settings:
     guard: GuardSettings = field(default_factory=GuardSettings)
     # the static services the box answers SYNs for (TCP, nat or fullnat, not opted out)
     static_guard: frozenset[ServiceKey] = frozenset()
+    # the static services with rate limits (TCP), and theirs
+    static_limits: dict[ServiceKey, RateLimit] = field(default_factory=dict)
 
     @property
     def syn_guard(self) -> tuple[bool, str]:

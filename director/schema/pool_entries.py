@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from director.core.model import Forwarding
+from director.core.model import MAX_CONNECTIONS, MAX_RATE, Caps, Forwarding, RateLimit
 from director.core.pools import (
     NO_LIMIT,
     SELECTOR_OPERATORS,
@@ -158,6 +158,20 @@ class PoolEntry(Section):
     forwarding: Annotated[Forwarding | None, FORWARDING] = None
     """The forwarding of the Services given its addresses (their lvs-director.io/forwarding
     annotation wins; default: defaults.forwarding)."""
+    client_rate: Annotated[int, integer(0, MAX_RATE)] = 0
+    """New TCP connections a second its Services take from one client address (0: no limit;
+    a Service's lvs-director.io/client-rate wins). What is over is dropped and counted."""
+    service_rate: Annotated[int, integer(0, MAX_RATE)] = 0
+    """New TCP connections a second each of its Services takes from all clients together (0:
+    no limit; a Service's lvs-director.io/service-rate wins)."""
+    max_connections: Annotated[int, integer(0, MAX_CONNECTIONS)] = 0
+    """Connections each real server of its Services holds at once (IPVS's upper threshold:
+    past it the real server gets no new ones; 0: no limit; lvs-director.io/max-connections
+    wins)."""
+    syn_guard: Annotated[bool | None, FLAG] = None
+    """false: its Services' SYNs are not answered with cookies by the box; true: they are
+    (where guard.syn guards at all; nat and fullnat only). A Service's
+    lvs-director.io/syn-guard wins. Default: guard.syn's choice."""
     allocate_to: AllocationEntry | None = None
     """Limit the pool to some Services (namespaces, label selectors) and give it a priority
     over the others (none: every Service, no priority)."""
@@ -177,6 +191,8 @@ class PoolEntry(Section):
                 announce,
                 allocation=self.allocate_to.compile() if self.allocate_to else NO_LIMIT,
                 forwarding=self.forwarding,
+                caps=Caps(RateLimit(self.client_rate, self.service_rate), self.max_connections),
+                syn_guard=self.syn_guard,
             )
         except PoolError as exc:
             raise Refusal(("addresses",), str(exc)) from None

@@ -29,7 +29,7 @@ from enum import Enum
 from pathlib import Path
 
 from director.core.checks import CheckSpec
-from director.core.model import ServiceKey
+from director.core.model import RateLimit, ServiceKey
 from director.core.services import Table, VirtualService
 from director.schema.config import ConfigError, Settings, parse_config, read_config
 
@@ -58,7 +58,8 @@ class _Check(Enum):
 _UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the section's default
 
 # a service, its check (or _UNCHECKED), and whether it is full NAT
-Parsed = tuple[VirtualService, object, bool, bool]  # the service, its check, full NAT, guarded
+# the service, its check, full NAT, guarded, its rates
+Parsed = tuple[VirtualService, object, bool, bool, RateLimit | None]
 
 
 def _digest(item: str) -> bytes:
@@ -165,6 +166,7 @@ class Reparser:
                 checks.get(key, _UNCHECKED),
                 key in settings.static_snat,
                 key in settings.static_guard,
+                settings.static_limits.get(key),
             )
 
     def _incremental(self, parts: Split, source: str) -> Settings | None:
@@ -193,18 +195,22 @@ class Reparser:
                     small.static_checks.get(key, _UNCHECKED),
                     key in small.static_snat,
                     key in small.static_guard,
+                    small.static_limits.get(key),
                 )
         services: Table = {}
         checks: dict[ServiceKey, CheckSpec | None] = {}
         snat: set[ServiceKey] = set()
         guarded: set[ServiceKey] = set()
+        limits: dict[ServiceKey, RateLimit] = {}
         names: set[str] = set()
         for digest in digests:
-            vs, check, full, guard = parsed.get(digest) or known[digest]
+            vs, check, full, guard, limit = parsed.get(digest) or known[digest]
             if full:
                 snat.add(vs.key)
             if guard:
                 guarded.add(vs.key)
+            if limit is not None:
+                limits[vs.key] = limit
             if vs.key in services or (vs.origin != "static" and vs.origin in names):
                 return None  # declared twice: the whole file says where
             services[vs.key] = vs
@@ -219,6 +225,7 @@ class Reparser:
             static_checks=checks,
             static_snat=frozenset(snat),
             static_guard=frozenset(guarded),
+            static_limits=limits,
         )
         self._items = {digest: parsed.get(digest) or known[digest] for digest in digests}
         self._settings = settings

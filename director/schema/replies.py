@@ -56,6 +56,18 @@ class RealServer(TypedDict):
     active_connections: NotRequired[int]
     inactive_connections: NotRequired[int]
     counters: NotRequired[Counters]
+    # IPVS's upper threshold: past it the real server gets no new connections (0: none)
+    max_connections: NotRequired[int]
+
+
+class Limits(TypedDict):
+    """A service's rate limits in force (new TCP connections a second; 0: none) and the
+    connection attempts they dropped since they were first made."""
+
+    client_rate: int
+    service_rate: int
+    dropped_over_client_rate: int
+    dropped_over_service_rate: int
 
 
 class VirtualService(TypedDict):
@@ -73,6 +85,8 @@ class VirtualService(TypedDict):
     programmed: NotRequired[bool]
     # the box answers its SYNs with cookies (guard.syn)
     syn_guard: NotRequired[bool]
+    # present when it has rate limits in force
+    limits: NotRequired[Limits]
     counters: NotRequired[Counters]
     real_servers: list[RealServer]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
 from director.core.dests import BGP_SCHEDULER, HASHING_SCHEDULERS, NAT_OVER_BGP, Dests
-from director.core.model import Family, Forwarding, IpProtocol, ServiceKey, check_flags
+from director.core.model import Family, Forwarding, IpProtocol, RateLimit, ServiceKey, check_flags
 from director.core.ownership import Network, Ownership
 from director.core.services import Table
 from director.schema.clusters import clusters_apart
@@ -45,6 +45,7 @@ class _Compiling:
     static_checks: dict[ServiceKey, CheckSpec | None] = field(default_factory=dict)
     static_snat: set[ServiceKey] = field(default_factory=set)
     static_guard: set[ServiceKey] = field(default_factory=set)
+    static_limits: dict[ServiceKey, RateLimit] = field(default_factory=dict)
     source: str = ""  # the file's path, as given
 
 
@@ -361,6 +362,42 @@ def static_guard(c: _Compiling) -> None:
             c.static_guard.add(key)
 
 
+def pools_guard(c: _Compiling) -> None:
+    """A pool's ``syn_guard: true`` where it cannot be is refused with its line: on a box
+    that guards nothing, or with a forwarding that cannot be guarded (dr, tun)."""
+    doc = c.doc
+    active, why = syn_guard((doc.guard or GuardSettings()).syn, ha=doc.ha is not None,
+                            bgp=doc.bgp is not None)  # fmt: skip
+    for index, pool in enumerate(c.pools):
+        if not pool.syn_guard:
+            continue
+        if not active:
+            raise Refusal(("pools", index, "syn_guard"), f"nothing is guarded here: {why}")
+        if pool.forwarding in (Forwarding.DR, Forwarding.TUN):
+            raise Refusal(
+                ("pools", index, "syn_guard"),
+                f"{pool.forwarding.label} cannot be SYN-guarded (the real servers answer the "
+                "clients directly)",
+            )
+
+
+def static_limits(c: _Compiling) -> None:
+    """The static services' rates (client_rate, service_rate): TCP services only (a rate
+    counts connection attempts, SYNs); one elsewhere is refused with its line."""
+    for index, (entry, key) in enumerate(zip(c.doc.services, c.services, strict=True)):
+        limit = RateLimit(entry.client_rate, entry.service_rate)
+        if not limit:
+            continue
+        if key.protocol is not IpProtocol.TCP or key.fwmark:
+            field_name = "client_rate" if entry.client_rate else "service_rate"
+            raise Refusal(
+                ("services", index, field_name),
+                "a rate counts TCP connection attempts (SYNs): only a TCP service with an "
+                "address and a port can have one",
+            )
+        c.static_limits[key] = limit
+
+
 RULES: tuple[Rule, ...] = (
     owned_ranges,
     pools_apart,
@@ -374,6 +411,8 @@ RULES: tuple[Rule, ...] = (
     static_checks_parse,
     fullnat_has_its_addresses,
     static_guard,
+    pools_guard,
+    static_limits,
 )
 
 
@@ -398,4 +437,5 @@ def compile_document(doc: Document, source: str) -> Settings:
         doc.clusters,
         doc.guard or GuardSettings(),
         frozenset(c.static_guard),
+        dict(c.static_limits),
     )

@@ -12,6 +12,7 @@ from typing import Annotated, Any, NamedTuple
 
 from director.core.dests import KEY_SIZE, Dests, key_at, packed_key, shared_attrs
 from director.core.model import (
+    MAX_RATE,
     MAX_WEIGHT,
     Family,
     Forwarding,
@@ -261,6 +262,12 @@ class ServiceEntry(Section):
     syn_guard: Annotated[bool | None, FLAG] = None
     """false: this service's SYNs are not answered with cookies by the box (default: guarded
     where guard.syn guards, if it is TCP forwarded by nat or fullnat)."""
+    client_rate: Annotated[int, integer(0, MAX_RATE)] = 0
+    """New connections a second this TCP service takes from one client address; what is over
+    is dropped by the box and counted (0: no limit)."""
+    service_rate: Annotated[int, integer(0, MAX_RATE)] = 0
+    """New connections a second this TCP service takes from all clients together (0: no
+    limit)."""
 
     def key(self) -> ServiceKey:
         if self.fwmark is not None:

@@ -9,6 +9,7 @@ from typing import Any
 from director.core.cluster import split_ref
 from director.core.intents import Drain
 from director.core.model import Forwarding, IpProtocol, ServiceKey
+from director.core.owned import Failure
 from director.core.services import KernelTable, VirtualService, static_name
 from director.engine.view import STATIC, LoopView
 from director.schema import replies
@@ -41,6 +42,7 @@ def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[repl
     if keys is not None:
         desired = {k: desired[k] for k in keys if k in desired}
     drains = tuple(view.intents.drains.values())
+    limited = _limited(ctx, view)
     return [
         service(
             key,
@@ -51,9 +53,33 @@ def services(ctx: ApiContext, keys: list[ServiceKey] | None = None) -> list[repl
             drains=drains,
             full_nat=_full_nat(ctx, view, key),
             syn_guard=_syn_guard(ctx, view, key),
+            limits=limited.get(key),
         )
         for key in sorted(desired, key=str)
     ]
+
+
+def _limited(ctx: ApiContext, view: LoopView) -> dict[ServiceKey, replies.Limits]:
+    """The rate limits in force and what each dropped (nft's counters; none when nft cannot
+    be read: the limits are still said)."""
+    if not view.limits:
+        return {}
+    dropped: dict[ServiceKey, tuple[int, int]] = {}
+    firewall = ctx.loop.firewall
+    if firewall is not None:
+        try:
+            dropped = firewall.limited()
+        except Failure:  # nft failing: said where it is applied
+            dropped = {}
+    return {
+        key: {
+            "client_rate": limit.client,
+            "service_rate": limit.service,
+            "dropped_over_client_rate": dropped.get(key, (0, 0))[0],
+            "dropped_over_service_rate": dropped.get(key, (0, 0))[1],
+        }
+        for key, limit in view.limits.items()
+    }
 
 
 def _full_nat(ctx: ApiContext, view: LoopView, key: ServiceKey) -> bool:
@@ -94,6 +120,7 @@ def service(
     drains: tuple[Drain, ...],
     full_nat: bool = False,
     syn_guard: bool = False,
+    limits: replies.Limits | None = None,
 ) -> replies.VirtualService:
     draining = view.draining.get(key, frozenset())
     unhealthy = view.unhealthy.get(key, frozenset())
@@ -101,22 +128,23 @@ def service(
     for dkey, rs in vs.real_servers.items():
         state = kernel.dest_state.get((key, dkey))
         admin = any(d.matches(key, rs) for d in drains)
-        dests.append(
-            {
-                "address": rs.address,
-                "port": rs.port,
-                "weight": rs.weight,
-                "forwarding": "fullnat" if full_nat else rs.forwarding.label,
-                "state": "unhealthy"
-                if dkey in unhealthy
-                else ("draining" if (dkey in draining or admin) else "active"),
-                "active_connections": state.active_connections if state else 0,
-                "inactive_connections": state.inactive_connections if state else 0,
-                "counters": replies.counters(state.stats if state else None),
-            }
-        )
+        dest: replies.RealServer = {
+            "address": rs.address,
+            "port": rs.port,
+            "weight": rs.weight,
+            "forwarding": "fullnat" if full_nat else rs.forwarding.label,
+            "state": "unhealthy"
+            if dkey in unhealthy
+            else ("draining" if (dkey in draining or admin) else "active"),
+            "active_connections": state.active_connections if state else 0,
+            "inactive_connections": state.inactive_connections if state else 0,
+            "counters": replies.counters(state.stats if state else None),
+        }
+        if rs.upper_threshold:
+            dest["max_connections"] = rs.upper_threshold
+        dests.append(dest)
     programmed = kernel.services.get(key)
-    return {
+    out: replies.VirtualService = {
         "service": str(key),
         "family": key.family.label,
         "protocol": key.protocol.label if key.protocol else None,
@@ -133,6 +161,9 @@ def service(
         "counters": replies.counters(kernel.service_stats.get(key)),
         "real_servers": dests,
     }
+    if limits is not None:
+        out["limits"] = limits
+    return out
 
 
 def drains(ctx: ApiContext) -> list[replies.Drain]:

@@ -38,11 +38,12 @@ def test_the_ruleset_names_each_service_and_only_the_directors_table() -> None:
     sets = [line.split()[4] for line in lines if line.startswith("add set ")]
     assert len(sets) == 1 and sets[0].startswith("src4_")
     assert f"add element inet director {sets[0]} {{ 10.0.0.0/8, 192.168.1.0/24 }}" in lines
-    assert f"add rule inet director svc4_tcp_198_51_100_1_80 ip saddr @{sets[0]} accept" in lines
-    assert (
-        "add rule inet director svc4_tcp_198_51_100_1_80 counter name "
-        '"drop4_tcp_198_51_100_1_80" drop' in lines
-    )
+    # A source outside the ranges counted and dropped, the rest accepted.
+    assert [line for line in lines if "rule inet director svc4_tcp_198_51_100_1_80 " in line] == [
+        f"add rule inet director svc4_tcp_198_51_100_1_80 ip saddr != @{sets[0]} counter name "
+        '"drop4_tcp_198_51_100_1_80" drop',
+        "add rule inet director svc4_tcp_198_51_100_1_80 accept",
+    ]
     assert (
         "add element inet director services4 { 198.51.100.1 . tcp . 80 : goto "
         "svc4_tcp_198_51_100_1_80 }" in lines
@@ -69,7 +70,7 @@ def test_services_allowing_the_same_sources_share_one_set_and_overlaps_merge() -
     assert sets == [
         f"add element inet director {sets[0].split()[4]} {{ 10.0.0.0/8, 192.168.1.0/24 }}"
     ]
-    assert text.count(f"@{sets[0].split()[4]} accept") == 2
+    assert text.count(f"!= @{sets[0].split()[4]} counter") == 2
     # Dropping one of them deletes its chain; the set goes with the last user.
     names = [
         line.split()[4]

@@ -263,3 +263,15 @@ def test_a_kernel_that_refuses_the_guard_keeps_the_filters_and_full_nat(
         firewall.refuse_guard = None
         api.create("services", service("more", [("http", "TCP", 80)]))
         eventually(lambda: len(firewall.guard) == 2, timeout=15, what="the guard tried again")
+
+
+def test_a_pools_syn_guard_true_where_it_cannot_be_is_refused_with_its_line() -> None:
+    pool = "pools:\n  - {name: p, addresses: [198.51.100.0/28], syn_guard: true%s}\n"
+    kube = "kubernetes: {kubeconfig: /nonexistent}\n"
+    assert parse_config(pool % "" + kube, "ok.yaml").pools[0].syn_guard is True
+    with pytest.raises(ConfigError) as caught:
+        parse_config(pool % "" + kube + PAIR, "pair.yaml")
+    assert str(caught.value).startswith("pair.yaml:2: pools[0].syn_guard: nothing is guarded here")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(pool % ", forwarding: dr" + kube, "dr.yaml")
+    assert "pools[0].syn_guard: dr cannot be SYN-guarded" in str(caught.value)

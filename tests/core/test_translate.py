@@ -7,6 +7,7 @@ from dataclasses import replace
 from director.core.cluster_parse import node_from_json, service_from_json, slice_from_json
 from director.core.model import KNOWN_SCHEDULERS, Forwarding, IpProtocol as Protocol, ServiceKey
 from director.core.policy import Policy
+from director.core.pools import Pool
 from director.core.translate import translate
 from lab.kubeapi import endpoint_slice, node, service
 
@@ -301,13 +302,27 @@ def test_a_pool_s_forwarding_is_its_services_default_and_the_annotation_wins() -
     from director.core.model import Family
 
     policy = replace(POLICY, snat=frozenset({Family.INET}))
-    out = translate(svc(), ["198.51.100.1"], [], NODES, policy, pool_forwarding=Forwarding.FULLNAT)
+    pool = Pool.parse("p", ["198.51.100.0/24"], forwarding=Forwarding.FULLNAT)
+    out = translate(svc(), ["198.51.100.1"], [], NODES, policy, pool=pool)
     assert out.snat == {KEY} and out.options is not None
     assert out.options.forwarding is Forwarding.FULLNAT
     dr = svc(annotations={"lvs-director.io/forwarding": "dr"})
-    out = translate(dr, ["198.51.100.1"], [], NODES, policy, pool_forwarding=Forwarding.FULLNAT)
+    out = translate(dr, ["198.51.100.1"], [], NODES, policy, pool=pool)
     assert out.snat == frozenset() and out.options is not None
     assert out.options.forwarding is Forwarding.DR
+
+
+def test_a_pools_guard_switch_and_limits_are_its_services_and_an_annotation_wins() -> None:
+    from director.core.model import Caps, RateLimit
+
+    policy = replace(POLICY, syn_guard=True)
+    quiet = Pool.parse("p", ["198.51.100.0/24"], syn_guard=False, caps=Caps(RateLimit(9), 50))
+    out = translate(svc(), ["198.51.100.1"], [], NODES, policy, pool=quiet)
+    assert out.guard == frozenset() and out.limits == {KEY: RateLimit(9)}
+    on = svc(annotations={"lvs-director.io/syn-guard": "on", "lvs-director.io/client-rate": "3"})
+    out = translate(on, ["198.51.100.1"], [], NODES, policy, pool=quiet)
+    assert out.guard == {KEY} and out.limits == {KEY: RateLimit(3)}
+    assert translate(svc(), ["198.51.100.1"], [], NODES, policy).guard == {KEY}
 
 
 def test_an_endpoint_that_is_the_box_or_a_vip_is_refused_with_a_reason() -> None:

@@ -65,6 +65,8 @@ SERVICE_KEYS = {
     "real_servers",
     "health_check",
     "syn_guard",
+    "client_rate",
+    "service_rate",
 }
 
 

@@ -3,7 +3,8 @@ and full-NAT services with cookies (nftables synproxy), so a flood of spoofed SY
 neither IPVS's connection table nor the real servers' queues, while clients that complete
 the handshake are served (full NAT from the SNAT address). A service that opts out is
 flooded as before, for comparison. A flushed ruleset brings the guard back within a
-resync. Counts, never timings: the flood's figures are ``make bench-flood``'s."""
+resync. A client over its rate on a guarded service is dropped before the guard answers
+it, another client is not. Counts, never timings: the flood's figures are ``make bench-flood``'s."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.kernel
 
-WEB, OPEN, FULL = "198.51.100.1", "198.51.100.2", "198.51.100.3"
+WEB, OPEN, FULL, LIMITED = "198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"
 FLOOD = 3000  # spoofed SYNs a flood sends (bounded)
 
 
@@ -61,10 +62,10 @@ def scraped(runtime: object) -> dict[str, float]:
 
     text = generate_latest(runtime.metrics.registry).decode()  # type: ignore[attr-defined]
     return {
-        sample.name: sample.value
+        f"{sample.name}{sample.labels.get('limit', '')}": sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name.startswith("director_syn_guard")
+        if sample.name.startswith(("director_syn_guard", "director_limit"))
     }
 
 
@@ -83,6 +84,7 @@ def test_a_box_on_its_own_answers_a_flood_with_cookies_and_serves_its_clients(
         Connection,
         ask_tcp,
         build_lab,
+        connect_attempts,
         run,
         start_servers,
     )
@@ -100,11 +102,13 @@ services:
      real_servers: {servers}}}
   - {{name: full, address: {FULL}, port: 80, scheduler: rr, forwarding: fullnat,
      real_servers: {servers}}}
+  - {{name: limited, address: {LIMITED}, port: 80, scheduler: rr, client_rate: 5,
+     real_servers: {servers}}}
 snat: {{addresses: [{snat}]}}
 """
     try:
         lab.lvs.ip(
-            *(f"addr add {vip}/32 dev vips" for vip in (WEB, OPEN, FULL)),
+            *(f"addr add {vip}/32 dev vips" for vip in (WEB, OPEN, FULL, LIMITED)),
             # the box's answers to the flood go back to where it came from (and die there)
             f"route add 198.18.0.0/15 via {CLIENT_NET4}.2",
         )
@@ -143,6 +147,18 @@ snat: {{addresses: [{snat}]}}
             # the peer column, as IPv4 or IPv4-mapped (the servers listen on both families)
             assert f" {snat}:" in peers or f"[::ffff:{snat}]:" in peers, peers
 
+            # A client over its rate (5 new connections a second, counted before the guard
+            # answers): the burst gets through and the rest is dropped, not reset, and
+            # counted; another address is not slowed, and is served through IPVS.
+            greedy, took = connect_attempts(
+                lab.client, LIMITED, 80, lab.client_sources4[1], 30, wait=0.9
+            )
+            assert 5 <= greedy <= 5 + 5 * took + 1, (greedy, took)
+            polite = connect_attempts(lab.client, LIMITED, 80, lab.client_sources4[2], 5, wait=0.9)
+            assert polite[0] == 5
+            assert ask_tcp(lab.client, LIMITED, 80, lab.client_sources4[3]) in ("be1", "be2")
+            assert scraped(runtime)["director_limit_dropped_attempts_totalclient"] >= 30 - greedy
+
             # A flood: the guarded service's IPVS table and real servers never see it; the
             # one that opted out holds a connection for each spoofed SYN.
             web_before = held(lab.lvs, WEB)  # the handshakes above, closing
@@ -165,7 +181,7 @@ snat: {{addresses: [{snat}]}}
             assert ask_tcp(lab.client, WEB, 80) in ("be1", "be2")
             assert kept.ask() in ("be1", "be2")  # the long-lived connection carries on
             figures = scraped(runtime)
-            assert figures["director_syn_guard_services"] == 2
+            assert figures["director_syn_guard_services"] == 3
             assert figures["director_syn_guard_cookies_sent_total"] >= answered
 
             # Someone flushes the ruleset: the guard is back within a resync.

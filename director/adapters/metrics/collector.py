@@ -102,6 +102,7 @@ class DirectorCollector:
         )
         yield from self._loop(view)
         yield self._dropped(view)
+        yield self._limited(view)
         yield from self._state(view)
         yield from self._owned()
         yield from self._reads()
@@ -247,6 +248,26 @@ class DirectorCollector:
                 origin = view.desired[key].origin if key in view.desired else ""
                 dropped.add_metric(service_labels(key, origin), packets)
         return dropped
+
+    def _limited(self, view: LoopView) -> Metric:
+        over = CounterMetricFamily(
+            "director_limit_dropped_attempts",
+            "TCP connection attempts to a virtual service dropped by its rate limits: over one "
+            "client address's rate (limit=client) or the service's (limit=service).",
+            labels=[*SERVICE_LABELS, "limit"],
+        )
+        firewall = self.loop.firewall
+        if view.limits and firewall is not None:
+            try:
+                counts = firewall.limited()
+            except Failure:  # nft failing: logged where it is applied; no figures
+                counts = {}
+            for key, (client, service) in counts.items():
+                origin = view.desired[key].origin if key in view.desired else ""
+                labels = service_labels(key, origin)
+                over.add_metric([*labels, "client"], client)
+                over.add_metric([*labels, "service"], service)
+        return over
 
     @staticmethod
     def _state(view: LoopView) -> Iterator[Metric]:
