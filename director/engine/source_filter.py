@@ -285,14 +285,7 @@ class SourceFilter:
         limits: dict[ServiceKey, RateLimit],
     ) -> None:
         if self.dry_run:
-            event(
-                log,
-                "firewall.would_apply",
-                services=len(wanted),
-                snat=len(snat),
-                guard=len(guard),
-                limited=len(limits),
-            )
+            event(log, "firewall.would_apply", fields=_sizes(wanted, snat, guard, limits))
         else:
             try:
                 if self.firewall is None:
@@ -325,16 +318,19 @@ class SourceFilter:
                     services=len(wanted),
                 )
                 self._drift = None
-            event(
-                log,
-                "firewall.applied",
-                services=len(wanted),
-                snat=len(snat),
-                guard=len(guard),
-                limited=len(limits),
-            )
+            event(log, "firewall.applied", fields=_sizes(wanted, snat, guard, limits))
         self.retry.succeeded()
         self.enforced, self.fullnat.enforced, self.guard.enforced = dict(wanted), snat, guard
         self.limits.enforced = dict(limits)
         self.synced = True
         self._next_verify = self.clock() + VERIFY_SECONDS
+
+
+def _sizes(
+    wanted: dict[ServiceKey, tuple[str, ...]],
+    snat: frozenset[ServiceKey],
+    guard: frozenset[ServiceKey],
+    limits: dict[ServiceKey, RateLimit],
+) -> dict[str, int]:
+    """What a write holds, as its events say it."""
+    return {"services": len(wanted), "snat": len(snat), "guard": len(guard), "limited": len(limits)}

@@ -7,7 +7,6 @@ with IPVS and the SYN guard: ``tests/system/test_syn_guard.py``."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from director.dataplane.fake import FakeIpvs
 from director.schema.config import ConfigError, load_config, parse_config
 from director.web.app import create_app
 from lab.kubeapi import FakeApiServer, endpoint_slice, service
-from lab.netns import Netns
+from lab.netns import Netns, run
 from lab.wait import eventually
 
 WEB = ServiceKey.inet(Protocol.TCP, "198.51.100.1", 80)
@@ -102,25 +101,12 @@ def test_nft_takes_the_limits_beside_the_filter_the_guard_and_full_nat(tmp_path:
             syn_guard=SynGuard(),
             limits={WEB: RateLimit(20, 500)},
         )
-        done = subprocess.run(
-            ["ip", "netns", "exec", ns.name, "nft", "-f", "-"],
-            input=script,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+        run(["ip", "netns", "exec", ns.name, "nft", "-f", "-"], stdin=script)  # raises if refused
         held = ns.exec(["nft", "list", "table", "inet", "director"])
         assert "limit rate over 20/second burst 20 packets" in held
         assert "rate over 500/second burst 500 packets" in held
     finally:
         ns.close()
-
-
-@pytest.fixture
-def api() -> FakeApiServer:  # type: ignore[misc]
-    with FakeApiServer() as server:
-        yield server
 
 
 def test_annotations_limit_a_service_and_the_api_and_metrics_say_what_was_dropped(

@@ -192,12 +192,6 @@ def test_syn_guard_true_where_nothing_can_guard_it_is_refused_with_its_line(
     )
 
 
-@pytest.fixture
-def api() -> FakeApiServer:  # type: ignore[misc]
-    with FakeApiServer() as server:
-        yield server
-
-
 def test_services_are_guarded_unless_annotated_off_and_a_flush_puts_the_guard_back(
     api: FakeApiServer, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 from director.adapters.metrics.daemons import (
     ConntrackCollector,
@@ -34,10 +35,13 @@ from director.adapters.metrics.promtext import (
     Metric,
     ProcessCollector,
 )
+from director.core.model import ServiceKey
 from director.core.owned import Failure
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.engine.view import LoopStatus, LoopView
+
+T = TypeVar("T")
 
 Registry = CollectorRegistry  # what the runtime hands to extra collectors
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
@@ -240,11 +244,7 @@ class DirectorCollector:
         )
         firewall = self.loop.firewall
         if view.filtered and firewall is not None:
-            try:
-                counts = firewall.dropped()
-            except Failure:  # nft failing: logged where it is applied; no figures
-                counts = {}
-            for key, packets in counts.items():
+            for key, packets in _nft_read(firewall.dropped).items():
                 origin = view.desired[key].origin if key in view.desired else ""
                 dropped.add_metric(service_labels(key, origin), packets)
         return dropped
@@ -258,11 +258,7 @@ class DirectorCollector:
         )
         firewall = self.loop.firewall
         if view.limits and firewall is not None:
-            try:
-                counts = firewall.limited()
-            except Failure:  # nft failing: logged where it is applied; no figures
-                counts = {}
-            for key, (client, service) in counts.items():
+            for key, (client, service) in _nft_read(firewall.limited).items():
                 origin = view.desired[key].origin if key in view.desired else ""
                 labels = service_labels(key, origin)
                 over.add_metric([*labels, "client"], client)
@@ -408,3 +404,11 @@ def _write_errors(health: LoopStatus) -> Metric:
     for (cluster, verb, resource, code), count in sorted(health.write_errors.items()):
         writes.add_metric([verb, resource, code, *([cluster] if by_cluster else [])], count)
     return writes
+
+
+def _nft_read(read: Callable[[], dict[ServiceKey, T]]) -> dict[ServiceKey, T]:
+    """A firewall counters' read; none when nft fails (logged where the table is applied)."""
+    try:
+        return read()
+    except Failure:
+        return {}
