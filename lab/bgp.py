@@ -401,7 +401,8 @@ def director_config(
     # Health checks quick enough for a test: down after 2 failed checks 0.5 s apart.
     return f"""
 pools:
-  - {{name: edge, addresses: [198.51.100.0/28], announce: bgp, communities: ["{DIRECTOR_ASN}:10"]}}
+  - {{name: edge, addresses: [198.51.100.0/28], announce: bgp, communities: ["{DIRECTOR_ASN}:10"],
+     large_communities: ["{DIRECTOR_ASN}:1:4294967295"]}}
 services:
   - name: web
     address: {VIP}

@@ -19,7 +19,7 @@ KEY = ServiceKey.inet(IpProtocol.TCP, VIP, 80)
 BASE = """
 pools:
   - {name: edge, addresses: [198.51.100.0/28], announce: bgp, communities: ["64512:10"],
-     local_preference: 200}
+     local_preference: 200, large_communities: ["64512:1:4294967295"]}
   - {name: pair, addresses: [203.0.113.0/28]}
 bgp:
   asn: 64512

@@ -29,6 +29,7 @@ class Route:
     reason: str
     communities: tuple[str, ...] = ()
     local_preference: int | None = None
+    large_communities: tuple[str, ...] = ()
 
     @property
     def prefix(self) -> str:
@@ -88,7 +89,15 @@ def decide(
 
     def route(announced: bool, reason: str) -> Route:
         attrs = pool.announce
-        return Route(vip, pool.name, announced, reason, attrs.communities, attrs.local_preference)
+        return Route(
+            vip,
+            pool.name,
+            announced,
+            reason,
+            attrs.communities,
+            attrs.local_preference,
+            attrs.large_communities,
+        )
 
     if maintenance is not None:
         return route(False, f"maintenance: {maintenance}")

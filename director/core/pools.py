@@ -59,6 +59,7 @@ class Announce:
     kind: str = "vrrp"  # vrrp | bgp
     communities: tuple[str, ...] = ()
     local_preference: int | None = None
+    large_communities: tuple[str, ...] = ()  # RFC 8092: GLOBAL:LOCAL1:LOCAL2
 
     @property
     def bgp(self) -> bool:

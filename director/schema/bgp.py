@@ -25,6 +25,26 @@ from director.schema.sections import Section
 from director.schema.sections_base import after, section
 
 ASN = integer(1, 4294967295)
+
+
+def up_to(top: int) -> str:
+    """A regular expression for the whole numbers 0 to ``top`` without leading zeros: for
+    each digit of ``top`` that can be lower, ``top``'s digits before it, a lower one, any
+    after; then every shorter number."""
+    digits = str(top)
+    alternatives = [digits]
+    for at, digit in enumerate(digits):
+        low = 1 if at == 0 else 0
+        if int(digit) - 1 >= low:
+            rest = len(digits) - at - 1
+            tail = rf"\d{{{rest}}}" if rest else ""
+            alternatives.append(f"{digits[:at]}[{low}-{int(digit) - 1}]{tail}")
+    if len(digits) > 1:
+        alternatives.append(rf"[1-9]\d{{0,{len(digits) - 2}}}")
+    alternatives.append("0")
+    return f"(?:{'|'.join(alternatives)})"
+
+
 # A community as FRR writes it: AA:NN (each 0-65535), or a well-known name.
 # 0 to 65535: each half of a community is 16 bits (vtysh --dryrun passes 70000, bgpd not).
 _HALF = r"(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4})"
@@ -34,6 +54,15 @@ COMMUNITY = matching(
     lambda got: (
         f"{got!r} is not a community (AA:NN with each half 0 to 65535, or no-export, "
         "no-advertise, local-AS, blackhole, graceful-shutdown)"
+    ),
+)
+# A large community (RFC 8092): GLOBAL:LOCAL1:LOCAL2, each part 32 bits.
+_WORD = up_to(4294967295)
+LARGE_COMMUNITY_RE = rf"{_WORD}:{_WORD}:{_WORD}"
+LARGE_COMMUNITY = matching(
+    LARGE_COMMUNITY_RE,
+    lambda got: (
+        f"{got!r} is not a large community (GLOBAL:LOCAL1:LOCAL2, each part 0 to 4294967295)"
     ),
 )
 # FRR reads the password as one word: printable, no spaces, no quotes, no '!' (a comment).

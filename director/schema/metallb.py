@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from director.core.pools import Announce, Pool
-from director.schema.bgp import COMMUNITY_RE
+from director.schema.bgp import COMMUNITY_RE, LARGE_COMMUNITY_RE
 from director.schema.fields import DNS_LABEL_RE
 from director.schema.pool_entries import PoolEntry
 from director.schema.sections_base import Invalid
@@ -45,9 +45,10 @@ class Converted:
                     value = pool[key]
                     shown = str(value).lower() if isinstance(value, bool) else value
                     out.append(f"    {key}: {shown}")
-            if pool.get("communities"):
-                listed = ", ".join(_quote(c) for c in pool["communities"])
-                out.append(f"    communities: [{listed}]")
+            for key in ("communities", "large_communities"):
+                if pool.get(key):
+                    listed = ", ".join(_quote(c) for c in pool[key])
+                    out.append(f"    {key}: [{listed}]")
             if pool.get("allocate_to"):  # JSON is YAML: one line, every string quoted
                 out.append(f"    allocate_to: {json.dumps(pool['allocate_to'])}")
         out += [f"# note: {_comment(note)}" for note in self.notes]
@@ -343,17 +344,25 @@ def _bgp(entry: dict[str, Any], adverts: list[Mapping[str, Any]], notes: list[st
             )
             continue
         prefs.add(pref)
+    large: list[str] = []
     for advert in adverts:
         for community in _strings(_spec(advert).get("communities")):
-            if not re.fullmatch(COMMUNITY_RE, community):
+            # MetalLB writes a large community as large:GLOBAL:LOCAL1:LOCAL2
+            big = community.removeprefix("large:")
+            if big != community and re.fullmatch(LARGE_COMMUNITY_RE, big):
+                if big not in large:
+                    large.append(big)
+            elif not re.fullmatch(COMMUNITY_RE, community):
                 notes.append(
                     f"pool {entry['name']}: community {community!r} (a Community "
-                    "object's name, or a large community) is not carried over"
+                    "object's name) is not carried over"
                 )
             elif community not in communities:
                 communities.append(community)
     if communities:
         entry["communities"] = communities
+    if large:
+        entry["large_communities"] = large
     if len(prefs) == 1:
         entry["local_preference"] = prefs.pop()
     elif prefs:

@@ -15,7 +15,7 @@ from director.core.pools import (
     Pool,
     PoolError,
 )
-from director.schema.bgp import COMMUNITY
+from director.schema.bgp import COMMUNITY, LARGE_COMMUNITY
 from director.schema.fields import (
     DNS_LABEL,
     DNS_LABEL_RE,
@@ -153,6 +153,9 @@ class PoolEntry(Section):
     communities: Annotated[tuple[str, ...], list_of(COMMUNITY)] = ()  # bgp only
     """BGP communities set on this pool's routes (AA:NN, or a well-known name); announce: bgp
     only."""
+    large_communities: Annotated[tuple[str, ...], list_of(LARGE_COMMUNITY)] = ()  # bgp only
+    """BGP large communities (RFC 8092) set on this pool's routes, beside the standard ones:
+    GLOBAL:LOCAL1:LOCAL2, each part 0 to 4294967295; announce: bgp only."""
     local_preference: Annotated[int | None, integer(0, 4294967295)] = None  # bgp only
     """BGP local preference set on this pool's routes; announce: bgp only."""
     forwarding: Annotated[Forwarding | None, FORWARDING] = None
@@ -178,10 +181,12 @@ class PoolEntry(Section):
 
     def compile(self) -> Pool:
         if self.announce != "bgp":
-            for key in ("communities", "local_preference"):
+            for key in ("communities", "large_communities", "local_preference"):
                 if getattr(self, key) not in ((), None):
                     raise Refusal((key,), f"{key} is for pools announced over BGP (announce: bgp)")
-        announce = Announce(self.announce, self.communities, self.local_preference)
+        announce = Announce(
+            self.announce, self.communities, self.local_preference, self.large_communities
+        )
         try:
             return Pool.parse(
                 self.name,

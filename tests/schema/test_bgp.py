@@ -18,6 +18,7 @@ def test_the_bgp_section_and_pools_announced_over_it() -> None:
     assert [p.name for p in settings.bgp_pools] == ["edge"]
     edge = settings.bgp_pools[0].announce
     assert (edge.communities, edge.local_preference) == (("64512:10",), 200)
+    assert edge.large_communities == ("64512:1:4294967295",)
     peer = settings.bgp.peers[0]
     assert (peer.keepalive, peer.hold, peer.bfd, peer.bfd_interval_ms) == (1, 3, True, 300)
 
@@ -39,6 +40,15 @@ def test_the_bgp_section_and_pools_announced_over_it() -> None:
         (
             BASE.replace('"64512:10"', '"big"'),
             "d.yaml:3: pools[0].communities[0]: 'big' is not a community",
+        ),
+        (
+            BASE.replace("64512:1:4294967295", "64512:1:4294967296"),
+            "d.yaml:4: pools[0].large_communities[0]: '64512:1:4294967296' is not a large "
+            "community (GLOBAL:LOCAL1:LOCAL2, each part 0 to 4294967295)",
+        ),
+        (
+            BASE.replace('"64512:1:4294967295"', '"64512:10"'),
+            "pools[0].large_communities[0]: '64512:10' is not a large community",
         ),
         (
             BASE.replace("s3cret", '"two words"'),

@@ -134,7 +134,7 @@ items:
   metadata: {name: edge, namespace: metallb-system}
   spec:
     ipAddressPools: [edge.bgp]
-    communities: ["64512:10", "no-export", "my-named-community"]
+    communities: ["64512:10", "no-export", "my-named-community", "large:64512:1:4294967295"]
     localPref: 200
     aggregationLength: 32
 kind: List
@@ -159,6 +159,7 @@ def test_metallb_pools_become_a_pools_section_the_director_loads(tmp_path: Path)
         "auto_assign": False,
         "announce": "bgp",
         "communities": ["64512:10", "no-export"],
+        "large_communities": ["64512:1:4294967295"],
         "local_preference": 200,
         "allocate_to": {"priority": 50, "namespaces": ["shop"]},
     }

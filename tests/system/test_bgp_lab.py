@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from lab.bgp import (
+    DIRECTOR_ASN,
     DR_VIP,
     FULLNAT_VIP,
     NOBODY,
@@ -69,6 +70,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BgpLab]:
 
 def test_the_router_spreads_client_flows_over_all_three_directors(lab: BgpLab) -> None:
     assert lab.nexthops() == {d.front for d in lab.directors}
+    # the pool's communities, standard and large (RFC 8092), as the router received them
+    route = vtysh(lab.router, f"show bgp ipv4 unicast {VIP}/32")
+    assert f"Community: {DIRECTOR_ASN}:10" in route, route
+    assert f"Large Community: {DIRECTOR_ASN}:1:4294967295" in route, route
     talkers = Talkers(lab, VIP, count=60, period=0.1)  # type: ignore[arg-type]
     try:
         time.sleep(2)

@@ -67,6 +67,7 @@ def template_vars(
             {
                 "name": p.name,
                 "communities": p.announce.communities,
+                "large_communities": p.announce.large_communities,
                 "local_preference": p.announce.local_preference,
             }
             for p in pools

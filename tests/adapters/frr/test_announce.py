@@ -21,7 +21,10 @@ def test_frr_configuration_announces_what_is_served_and_frr_accepts_it(tmp_path:
     assert "network 198.51.100.10/32 route-map director-edge" in text
     assert "198.51.100.11" not in text  # withdrawn
     assert "address-family ipv6 unicast\n  network 2001:db8:100::5/128" in text
-    assert " set community 64512:10\n set local-preference 200" in text
+    assert (
+        " set community 64512:10\n set large-community 64512:1:4294967295\n"
+        " set local-preference 200"
+    ) in text
     assert " neighbor 198.18.0.1 bfd profile director-300ms-x3" in text
     assert " neighbor 2001:db8::1 password s3cret" in text
     assert " neighbor 2001:db8::1 ebgp-multihop 2" in text
