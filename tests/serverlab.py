@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from director.core.firewall import FakeFirewall
+from director.core.model import IpProtocol, ServiceKey
 from director.daemon.runtime import Runtime
 from director.dataplane.fake import FakeIpvs
 from director.schema.config import parse_config
@@ -22,6 +24,7 @@ from lab.wait import eventually
 from tests.weblab import TOKEN
 
 REPO = Path(__file__).resolve().parents[1]
+WEB = ServiceKey.inet(IpProtocol.TCP, "198.51.100.10", 80)
 
 
 def config(tmp_path: Path, api: FakeApiServer, extra_api: str = "") -> str:
@@ -35,6 +38,7 @@ services:
     address: 198.51.100.10
     port: 80
     scheduler: rr
+    client_rate: 20
     real_servers: [192.0.2.11:8080, 192.0.2.12:8080, 192.0.2.13:8080]
   - name: dns
     address: 198.51.100.53
@@ -56,7 +60,10 @@ def running(tmp_path: Path) -> Iterator[tuple[Runtime, FakeIpvs, str, FakeApiSer
         api.create("nodes", node("n1", "192.0.2.11"))
         api.create("services", service("web", [("http", "TCP", 80)]))
         ipvs = FakeIpvs()
-        runtime = Runtime(parse_config(config(tmp_path, api), "director.yaml"), ipvs)
+        firewall = FakeFirewall()  # the limits in force (a box on its own: the guard too)
+        firewall.over = {WEB: (3, 0)}
+        settings = parse_config(config(tmp_path, api), "director.yaml")
+        runtime = Runtime(settings, ipvs, firewall=firewall)
         runtime.start()
         try:
             assert runtime.wait_ready(20)

@@ -164,7 +164,8 @@ function render(data) {
       : (o.cluster ? o.cluster + "/" : "") + o.namespace + "/" + o.name + ":" + o.port_name;
     box.append(text("div", from + " · " + vs.scheduler + " (" + vs.scheduler_source + ")" +
       (vs.flags.length ? " " + vs.flags.join(",") : "") + " · " + vs.counters.connections +
-      " connections" + (vs.programmed ? "" : " · NOT PROGRAMMED"), "meta"));
+      " connections" + (vs.programmed ? "" : " · NOT PROGRAMMED") +
+      (vs.syn_guard ? " · SYN guard" : "") + limits(vs.limits), "meta"));
     box.append(health(vs), rates(vs));
     const table = document.createElement("table");
     const head = document.createElement("tr");
@@ -191,6 +192,13 @@ function render(data) {
   const doc = document.documentElement;
   doc.dataset.fits = String(Math.max(doc.scrollWidth, document.body.scrollWidth) <=
                             window.innerWidth);
+}
+function limits(l) {  // the rates in force, and what each dropped
+  if (!l) return "";
+  const part = (rate, what, dropped) => rate ? rate + "/s " + what + " (" + dropped +
+    " dropped)" : "";
+  return " · limits " + [part(l.client_rate, "per client", l.dropped_over_client_rate),
+    part(l.service_rate, "in all", l.dropped_over_service_rate)].filter(Boolean).join(", ");
 }
 function token() { return sessionStorage.getItem("director-token") || ""; }
 $("login").addEventListener("submit", (e) => {

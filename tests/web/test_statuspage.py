@@ -70,6 +70,8 @@ def test_the_status_page_renders_in_headless_chromium(running) -> None:  # type:
                 assert 'data-service="tcp 198.51.100.10:80"' in dom, dom[:2000]
                 assert TOKEN not in dom, "the token is kept in session storage, not shown"
                 assert "static/web · rr (config)" in dom
+                # a box on its own guards it; its client rate, and what it dropped
+                assert "SYN guard · limits 20/s per client (3 dropped)" in dom
                 assert "192.0.2.11:8080" in dom and ">7<" in dom  # its active connections
                 assert 'data-service="tcp 198.51.100.64:80"' in dom  # the Kubernetes Service
                 assert ">connected<" in dom and ">standalone<" in dom
