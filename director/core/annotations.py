@@ -40,6 +40,7 @@ A_SYN_GUARD = PREFIX + "syn-guard"  # on | off (default: the box's guard.syn)
 A_CLIENT_RATE = PREFIX + "client-rate"  # new TCP connections a second from one client address
 A_SERVICE_RATE = PREFIX + "service-rate"  # new TCP connections a second from all clients
 A_MAX_CONNECTIONS = PREFIX + "max-connections"  # connections a real server holds at once
+A_SORRY = PREFIX + "sorry-server"  # ADDRESS:PORT serving while no real server is up
 # Every annotation the director reads: another under its prefix is a typo (``schedular``),
 # said with an Event rather than silently ignored.
 ANNOTATIONS = frozenset(
@@ -58,6 +59,7 @@ ANNOTATIONS = frozenset(
         A_CLIENT_RATE,
         A_SERVICE_RATE,
         A_MAX_CONNECTIONS,
+        A_SORRY,
     }
 )
 SWITCH = {"on": True, "true": True, "off": False, "false": False}
@@ -82,6 +84,8 @@ class Options:
     syn_guard: bool = False
     # new connections a second (per client, in all) and connections per real server
     caps: Caps = NO_CAPS
+    # (address, port) that takes the traffic while none of its real servers is up
+    sorry: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -241,6 +241,25 @@ def sloppy_address(text: object) -> str | None:
     return text if canonical == text and type(text) is str else canonical
 
 
+class NotAnEndpoint(ValueError):
+    """Text not even shaped as ADDRESS:PORT (its address is not checked yet)."""
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``ADDRESS:PORT`` (IPv6 as ``[ADDRESS]:PORT``) -> (canonical address, port). Raises
+    NotAnEndpoint, or ValueError for an address that is none, with a message safe to
+    show."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = text.rpartition(":")
+    ascii_digits = port_text.isascii() and port_text.isdigit()  # not 8_0, not other scripts'
+    if not host or not ascii_digits or not 0 <= int(port_text) <= 65535:
+        raise NotAnEndpoint(f"{shown(text)} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT)")
+    return canonical_address(host), int(port_text)
+
+
 def format_endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 

@@ -21,6 +21,7 @@ from director.core.annotations import (
     A_OVERRIDE,
     A_SCHEDULER,
     A_SERVICE_RATE,
+    A_SORRY,
     A_SYN_GUARD,
     ANNOTATIONS,
     BACKEND_MODES,
@@ -46,6 +47,7 @@ from director.core.model import (
     Family,
     Forwarding,
     RateLimit,
+    parse_endpoint,
     shown,
 )
 from director.core.pools import Pool
@@ -225,9 +227,33 @@ def options(
         )
     syn_guard = _syn_guard(svc, policy, forwarding, problems, pool.syn_guard if pool else None)
     caps = _caps(svc, pool.caps if pool else NO_CAPS, (previous or default).caps, problems)
+    sorry = _sorry(svc, policy, (previous or default).sorry, problems)
     return interned(
-        Options(scheduler, flags, forwarding, backends, source, local_weights, syn_guard, caps)
+        Options(
+            scheduler, flags, forwarding, backends, source, local_weights, syn_guard, caps, sorry
+        )
     ), problems
+
+
+def _sorry(
+    svc: ServiceInfo, policy: Policy, kept: tuple[str, int] | None, problems: list[Problem]
+) -> tuple[str, int] | None:
+    """The Service's sorry server (ADDRESS:PORT), or none; a bad one keeps the last valid
+    one. Not the box itself nor a VIP (``Policy.reserved``), as no endpoint may be."""
+    text = svc.annotations.get(A_SORRY)
+    if text is None:
+        return None
+    try:
+        address, port = parse_endpoint(text.strip())
+    except ValueError as exc:
+        problems.append(Problem(A_SORRY, str(exc)))
+        return kept
+    why = policy.reserved.why(address)
+    if why is not None or not port:
+        reason = f"{address} is {why}" if why else "port 0 is no port"
+        problems.append(Problem(A_SORRY, f"{shown(text)}: {reason}; not used", "SorryRefused"))
+        return kept
+    return address, port
 
 
 def _count(text: str, largest: int) -> int | str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from director.core.annotations import (
     A_FORWARDING,
     A_HEALTH,
+    A_SORRY,
     NODE_HEALTHZ,
     PROTOCOLS,
     Options,
@@ -36,6 +37,7 @@ from director.core.model import (
     RealServer,
     ServiceConfig,
     ServiceKey,
+    format_endpoint,
     shown,
     sloppy_address,
 )
@@ -66,6 +68,8 @@ class Translation:
     guard: frozenset[ServiceKey] = frozenset()
     # Rate-limited virtual services (TCP): what is over is dropped by the box's nftables.
     limits: dict[ServiceKey, RateLimit] = field(default_factory=dict)
+    # What serves each virtual service while none of its real servers is up.
+    sorry: dict[ServiceKey, RealServer] = field(default_factory=dict)
 
 
 def _target_port(port: Mapping[str, int], svc_port_name: str, target: int | str) -> int:
@@ -125,6 +129,7 @@ def translate(
     snat: set[ServiceKey] = set()
     guard: set[ServiceKey] = set()
     limits: dict[ServiceKey, RateLimit] = {}
+    sorry: dict[ServiceKey, RealServer] = {}
     fullnat = opts.forwarding is Forwarding.FULLNAT
     for want in wants:
         key = want.key
@@ -144,6 +149,10 @@ def translate(
             guard.add(key)
         if opts.caps.rate and key.protocol is IpProtocol.TCP:
             limits[key] = opts.caps.rate
+        if opts.sorry is not None:
+            address, port = opts.sorry
+            if (":" in address) == (key.family is Family.INET6):
+                sorry[key] = RealServer(address, port, 1, opts.forwarding.kernel)
         config = interned(
             ServiceConfig(
                 opts.scheduler, opts.flags, svc.affinity_timeout or 0, key.family.max_prefix
@@ -163,6 +172,15 @@ def translate(
             checks[key] = targets
         if want.allowed is not None:
             restrictions[key] = want.allowed
+    if opts.sorry is not None and out and not sorry:
+        problems.append(
+            Problem(
+                A_SORRY,
+                f"sorry server {format_endpoint(*opts.sorry)} is of neither of the Service's "
+                "address families; not used",
+                "SorryRefused",
+            )
+        )
     return Translation(
         out,
         opts,
@@ -173,6 +191,7 @@ def translate(
         frozenset(snat),
         frozenset(guard),
         limits,
+        sorry,
     )
 
 

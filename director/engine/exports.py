@@ -110,6 +110,7 @@ class Exports:
                 step.pools, self.vips.snapshot, self.vips.maintenance, self.vips.transitions
             ),
             all_down=len(gate.all_down),
+            sorry=_frozen({key: server.key for key, server in gate.sorry.items()}),
             filtered=step.filtered,
             limits=step.limits,
             lease_refused=step.lease_refused,

@@ -1,5 +1,6 @@
 """Health gating: which real servers are checked with what, which fail, and what that does
-to a virtual service (weight 0, or removed and then drained; all failing: kept, loudly).
+to a virtual service (weight 0, or removed and then drained; all failing: kept, loudly, or
+its sorry server in their place, as keepalived's ``sorry_server``: also when it has none).
 
 The prober runs the checks; ``on_targets(add, remove)`` tells it what to check. A target
 shared by several virtual services is checked once.
@@ -8,7 +9,7 @@ shared by several virtual services is checked once.
 from __future__ import annotations
 
 from director.core.checks import Target
-from director.core.model import DestKey, ServiceKey
+from director.core.model import DestKey, RealServer, ServiceKey
 from director.core.services import VirtualService
 from director.engine.hooks import Hooks
 from director.schema.config import HealthSettings
@@ -24,6 +25,7 @@ class HealthGate:
         self.users: dict[Target, set[ServiceKey]] = {}
         self.down: set[Target] = set()
         self.all_down: set[ServiceKey] = set()  # every real server failing: kept, loudly
+        self.sorry: dict[ServiceKey, RealServer] = {}  # what serves while none is up
         self.version = 0  # bumped when ``checks`` changes (readers copy it then)
         self.verdicts = 0  # bumped when ``down`` changes
 
@@ -56,6 +58,19 @@ class HealthGate:
     def forget(self, key: ServiceKey) -> None:
         self.set_checks(key, {})
         self.all_down.discard(key)
+        self.sorry.pop(key, None)
+
+    def set_sorry(self, key: ServiceKey, server: RealServer | None) -> None:
+        """The server that takes ``key``'s traffic while none of its real servers is up."""
+        if server is None:
+            self.sorry.pop(key, None)
+        else:
+            self.sorry[key] = server
+
+    def sorry_for(self, key: ServiceKey, vs: VirtualService) -> bool:
+        """Is ``vs`` (as ``apply`` made it) ``key``'s sorry server alone?"""
+        server = self.sorry.get(key)
+        return server is not None and dict(vs.real_servers) == {server.key: server}
 
     def observe(self, target: Target, up: bool) -> set[ServiceKey]:
         """A target's new state; the virtual services that use it."""
@@ -82,7 +97,11 @@ class HealthGate:
 
     def apply(self, key: ServiceKey, vs: VirtualService) -> tuple[VirtualService, bool]:
         """``vs`` with its failing real servers at weight 0 (or removed), unless all of them
-        fail; and whether every one has just started failing (say so, once)."""
+        fail (then kept, or its sorry server alone); and whether every one has just started
+        failing (say so, once)."""
+        sorry = self.sorry.get(key)
+        if sorry is not None and not vs.real_servers:  # none at all: the sorry server
+            return VirtualService(key, vs.config, {sorry.key: sorry}, vs.origin), False
         if not self.down or key not in self.checks:
             self.all_down.discard(key)
             return vs, False
@@ -91,11 +110,13 @@ class HealthGate:
             self.all_down.discard(key)
             return vs, False
         health = self.settings
-        if len(failing) == len(vs.real_servers) and (health is None or health.all_down == "keep"):
-            if key in self.all_down:
-                return vs, False
+        every = len(failing) == len(vs.real_servers)
+        if every and (sorry is not None or health is None or health.all_down == "keep"):
+            first = key not in self.all_down
             self.all_down.add(key)
-            return vs, True
+            if sorry is not None:
+                return VirtualService(key, vs.config, {sorry.key: sorry}, vs.origin), first
+            return vs, first
         self.all_down.discard(key)
         dests = dict(vs.real_servers)
         for dkey in failing:

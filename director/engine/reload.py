@@ -47,7 +47,15 @@ class Reloadable(Protocol):
 
 _NONE = object()  # no check line (None is "health_check: none")
 RELOADABLE = frozenset(
-    {"source", "services", "static_checks", "static_snat", "static_guard", "static_limits"}
+    {
+        "source",
+        "services",
+        "static_checks",
+        "static_snat",
+        "static_guard",
+        "static_limits",
+        "static_sorry",
+    }
 )
 RESTART_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in RELOADABLE)
 
@@ -185,11 +193,15 @@ def _apply(
         table.owner[key] = STATIC
     table.stale |= {"keys", "services", "checks"}
     loop.parts.exports.due = loop.parts.exports.state_due = True
-    # nat <-> fullnat, guarded <-> not, a rate changed
+    # nat <-> fullnat, guarded <-> not, a rate or a sorry server changed
     rated = {
         key
-        for key in old.static_limits.keys() | new.static_limits.keys()
-        if old.static_limits.get(key) != new.static_limits.get(key)
+        for before, after in (
+            (old.static_limits, new.static_limits),
+            (old.static_sorry, new.static_sorry),
+        )
+        for key in before.keys() | after.keys()
+        if before.get(key) != after.get(key)
     }
     flipped = (
         (old.static_snat ^ new.static_snat) | (old.static_guard ^ new.static_guard) | rated

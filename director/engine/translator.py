@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from director.core.checks import Target
 from director.core.cluster import ServiceInfo
-from director.core.model import Family, ServiceKey, canonical_address
+from director.core.model import Family, ServiceKey, canonical_address, format_endpoint
 from director.core.policy import Policy, Reserved, relevant
 from director.core.services import Table, VirtualService
 from director.core.translate import translate
@@ -184,6 +184,7 @@ class Translator:
                 )
                 continue
             self.parts.gate.set_checks(key, result.checks.get(key, {}))
+            self.parts.gate.set_sorry(key, result.sorry.get(key))
             out[key] = self.finish(key, vs, ref, result.draining)
         return out
 
@@ -216,6 +217,7 @@ class Translator:
                 if checked and spec is not None
                 else {},
             )
+            self.parts.gate.set_sorry(key, settings.static_sorry.get(key))
             out[key] = self.finish(key, vs, STATIC, frozenset())
         return out
 
@@ -223,15 +225,23 @@ class Translator:
         self, key: ServiceKey, vs: VirtualService, ref: str, terminating: Terminating
     ) -> VirtualService:
         """A virtual service as programmed: the API's intents, health, then drains."""
-        checked, alarm = self.parts.gate.apply(key, self.parts.store.current.apply(key, vs))
+        gate = self.parts.gate
+        checked, alarm = gate.apply(key, self.parts.store.current.apply(key, vs))
         if alarm:
+            sorry = gate.sorry.get(key)
+            said = (
+                "kept"
+                if sorry is None
+                else f"served by its sorry server {format_endpoint(sorry.address, sorry.port)}"
+            )
+            done = f"{said}: serving something beats serving nothing" if sorry is None else said
             event(
                 log,
                 "health.all_down",
                 level=logging.ERROR,
                 service=key,
                 origin=vs.origin,
-                action="kept: serving something beats serving nothing",
+                action=done,
             )
             svc = self.parts.intake.snapshot.services.get(ref)
             if svc is not None:
@@ -239,7 +249,7 @@ class Translator:
                     svc,
                     "Warning",
                     "AllBackendsDown",
-                    f"every real server of {key} fails its health check; kept",
+                    f"every real server of {key} fails its health check; {said}",
                     f"all-down:{key}",
                 )
         return self.parts.drains.apply(

@@ -209,6 +209,8 @@ class LoopView:
     intents: Intents = field(default_factory=Intents)
     addressing: Addressing = field(default_factory=Addressing)
     all_down: int = 0
+    # each virtual service's sorry server (what serves while none of its real servers is up)
+    sorry: Mapping[ServiceKey, DestKey] = field(default_factory=_empty)
     filtered: frozenset[ServiceKey] = frozenset()
     limits: Mapping[ServiceKey, RateLimit] = field(default_factory=_empty)  # in force
     lease_refused: str | None = None  # why the API server refuses the status Lease

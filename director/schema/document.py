@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
 from director.core.errors import DirectorError
-from director.core.model import RateLimit, ServiceKey
+from director.core.model import RateLimit, RealServer, ServiceKey
 from director.core.ownership import Ownership
 from director.core.services import Table
 from director.schema.sections import (
@@ -127,6 +127,8 @@ class Settings:
     static_guard: frozenset[ServiceKey] = frozenset()
     # the static services with rate limits (TCP), and theirs
     static_limits: dict[ServiceKey, RateLimit] = field(default_factory=dict)
+    # the static services' sorry servers (what serves while none of their real servers is up)
+    static_sorry: dict[ServiceKey, RealServer] = field(default_factory=dict)
 
     @property
     def syn_guard(self) -> tuple[bool, str]:

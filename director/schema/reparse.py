@@ -29,7 +29,7 @@ from enum import Enum
 from pathlib import Path
 
 from director.core.checks import CheckSpec
-from director.core.model import RateLimit, ServiceKey
+from director.core.model import RateLimit, RealServer, ServiceKey
 from director.core.services import Table, VirtualService
 from director.schema.config import ConfigError, Settings, parse_config, read_config
 
@@ -58,8 +58,8 @@ class _Check(Enum):
 _UNCHECKED = _Check.UNCHECKED  # a service without a health_check line: the section's default
 
 # a service, its check (or _UNCHECKED), and whether it is full NAT
-# the service, its check, full NAT, guarded, its rates
-Parsed = tuple[VirtualService, object, bool, bool, RateLimit | None]
+# the service, its check, full NAT, guarded, its rates, its sorry server
+Parsed = tuple[VirtualService, object, bool, bool, RateLimit | None, RealServer | None]
 
 
 def _digest(item: str) -> bytes:
@@ -167,6 +167,7 @@ class Reparser:
                 key in settings.static_snat,
                 key in settings.static_guard,
                 settings.static_limits.get(key),
+                settings.static_sorry.get(key),
             )
 
     def _incremental(self, parts: Split, source: str) -> Settings | None:
@@ -196,15 +197,19 @@ class Reparser:
                     key in small.static_snat,
                     key in small.static_guard,
                     small.static_limits.get(key),
+                    small.static_sorry.get(key),
                 )
         services: Table = {}
         checks: dict[ServiceKey, CheckSpec | None] = {}
         snat: set[ServiceKey] = set()
         guarded: set[ServiceKey] = set()
         limits: dict[ServiceKey, RateLimit] = {}
+        sorry: dict[ServiceKey, RealServer] = {}
         names: set[str] = set()
         for digest in digests:
-            vs, check, full, guard, limit = parsed.get(digest) or known[digest]
+            vs, check, full, guard, limit, server = parsed.get(digest) or known[digest]
+            if server is not None:
+                sorry[vs.key] = server
             if full:
                 snat.add(vs.key)
             if guard:
@@ -226,6 +231,7 @@ class Reparser:
             static_snat=frozenset(snat),
             static_guard=frozenset(guarded),
             static_limits=limits,
+            static_sorry=sorry,
         )
         self._items = {digest: parsed.get(digest) or known[digest] for digest in digests}
         self._settings = settings

@@ -52,7 +52,8 @@ class RealServer(TypedDict):
     port: int
     weight: int
     forwarding: Annotated[str, one_of(f.label for f in Forwarding)]
-    state: Annotated[str, one_of(("active", "draining", "unhealthy"))]
+    # sorry: the sorry server, in the real servers' place while none of them is up
+    state: Annotated[str, one_of(("active", "draining", "unhealthy", "sorry"))]
     active_connections: NotRequired[int]
     inactive_connections: NotRequired[int]
     counters: NotRequired[Counters]

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 from director.core.checks import CheckSpec
 from director.core.dests import BGP_SCHEDULER, HASHING_SCHEDULERS, NAT_OVER_BGP, Dests
-from director.core.model import Family, Forwarding, IpProtocol, RateLimit, ServiceKey, check_flags
+from director.core.model import (
+    Family,
+    Forwarding,
+    IpProtocol,
+    RateLimit,
+    RealServer,
+    ServiceKey,
+    check_flags,
+)
 from director.core.ownership import Network, Ownership
 from director.core.services import Table
 from director.schema.clusters import clusters_apart
@@ -46,6 +54,7 @@ class _Compiling:
     static_snat: set[ServiceKey] = field(default_factory=set)
     static_guard: set[ServiceKey] = field(default_factory=set)
     static_limits: dict[ServiceKey, RateLimit] = field(default_factory=dict)
+    static_sorry: dict[ServiceKey, RealServer] = field(default_factory=dict)
     source: str = ""  # the file's path, as given
 
 
@@ -398,6 +407,19 @@ def static_limits(c: _Compiling) -> None:
         c.static_limits[key] = limit
 
 
+def static_sorry(c: _Compiling) -> None:
+    """The static services' sorry servers, each a real server of its service (its port, its
+    family, not one of its real servers), refused with its line otherwise."""
+    default = (c.doc.defaults or Defaults()).forwarding
+    for index, (entry, key) in enumerate(zip(c.doc.services, c.services, strict=True)):
+        try:
+            server = entry.sorry(key, c.services[key], default)
+        except Refusal as exc:
+            raise Refusal(("services", index, *exc.path), exc.reason) from None
+        if server is not None:
+            c.static_sorry[key] = server
+
+
 RULES: tuple[Rule, ...] = (
     owned_ranges,
     pools_apart,
@@ -413,6 +435,7 @@ RULES: tuple[Rule, ...] = (
     static_guard,
     pools_guard,
     static_limits,
+    static_sorry,
 )
 
 
@@ -438,4 +461,5 @@ def compile_document(doc: Document, source: str) -> Settings:
         doc.guard or GuardSettings(),
         frozenset(c.static_guard),
         dict(c.static_limits),
+        dict(c.static_sorry),
     )

@@ -17,10 +17,12 @@ from director.core.model import (
     Family,
     Forwarding,
     IpProtocol,
+    NotAnEndpoint,
+    RealServer,
     ServiceConfig,
     ServiceKey,
-    canonical_address,
     check_flags,
+    parse_endpoint,
     shown,
 )
 from director.core.services import VirtualService
@@ -32,7 +34,6 @@ from director.schema.fields import (
     Path,
     Rule,
     below,
-    digits,
     integer,
     list_of,
     matching,
@@ -57,18 +58,13 @@ class Refusal(ValueError):
 
 def _endpoint(value: str) -> tuple[str, int]:
     """``ADDRESS:PORT`` (IPv6 as ``[ADDRESS]:PORT``) as the long form's mapping."""
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_text = value.rpartition(":")
-    if not host or not digits(port_text) or not 0 <= int(port_text) <= 65535:
+    try:
+        return parse_endpoint(value)
+    except NotAnEndpoint:
         raise problem(
             f"{value!r} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT), "
             "or a mapping with address and port"
-        )
-    try:
-        return canonical_address(host), int(port_text)
+        ) from None
     except ValueError as exc:
         raise problem(str(exc)) from None
 
@@ -268,6 +264,28 @@ class ServiceEntry(Section):
     service_rate: Annotated[int, integer(0, MAX_RATE)] = 0
     """New connections a second this TCP service takes from all clients together (0: no
     limit)."""
+    sorry_server: Annotated[str | None, TEXT] = None
+    """ADDRESS:PORT ([v6]:PORT) that takes the traffic while none of its real servers is up
+    (all failing their checks), forwarded as they are; not checked itself."""
+
+    def sorry(self, key: ServiceKey, vs: VirtualService, default: Forwarding) -> RealServer | None:
+        """The sorry server as a real server of ``vs``; Refusal (below this entry) if it
+        cannot be one."""
+        if self.sorry_server is None:
+            return None
+        try:
+            address, port = _endpoint(self.sorry_server)
+        except Problem as exc:
+            raise Refusal(("sorry_server",), exc.reason) from None
+        if (":" in address) != (key.family is Family.INET6) or not port:
+            raise Refusal(
+                ("sorry_server",), "the sorry server needs a port, in the service's family"
+            )
+        if (address, port) in vs.real_servers:
+            raise Refusal(("sorry_server",), f"{self.sorry_server} is one of its real servers")
+        first = next(iter(vs.real_servers.values()), None)
+        mode = first.forwarding if first is not None else (self.forwarding or default)
+        return RealServer(address, port, 1, mode)
 
     def key(self) -> ServiceKey:
         if self.fwmark is not None:

@@ -133,7 +133,9 @@ def service(
             "port": rs.port,
             "weight": rs.weight,
             "forwarding": "fullnat" if full_nat else rs.forwarding.label,
-            "state": "unhealthy"
+            "state": "sorry"
+            if view.sorry.get(key) == dkey
+            else "unhealthy"
             if dkey in unhealthy
             else ("draining" if (dkey in draining or admin) else "active"),
             "active_connections": state.active_connections if state else 0,

@@ -277,3 +277,48 @@ def test_when_every_real_server_fails_they_are_kept_and_it_is_said_loudly(
     finally:
         stop.set()
         checker.stop()
+
+
+def test_a_sorry_server_serves_while_every_real_server_fails_and_leaves_when_one_is_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """keepalived's sorry_server: once both real servers fail their checks, the sorry server
+    alone takes the virtual service (said in the log, and by the API as ``sorry``); when one
+    real server passes again, it is back and the sorry server is gone."""
+    a, b = free_port(), free_port()
+    text = STATIC.format(a=a, b=b).replace(
+        "    real_servers:", "    sorry_server: 127.0.0.2:8080\n    real_servers:"
+    )
+    controller, ipvs, checker, stop = run_static(text)
+    key = ServiceKey.inet(Protocol.TCP, "198.51.100.10", 80)
+
+    def dests() -> dict[tuple[str, int], int]:
+        vs = ipvs.read().services.get(key)
+        return {d: rs.weight for d, rs in vs.real_servers.items()} if vs else {}
+
+    try:
+        eventually(lambda: dests() == {("127.0.0.2", 8080): 1}, timeout=10, what="sorry")
+        eventually(
+            lambda: any(
+                "event=health.all_down" in r.getMessage()
+                and "served by its sorry server 127.0.0.2:8080" in r.getMessage()
+                for r in caplog.records
+            ),
+            what="said",
+        )
+        from director.web.context import ApiContext
+        from director.web.views import services
+
+        ctx = ApiContext(controller.door(), ipvs, None, None)
+        listed = eventually(lambda: services(ctx)[0]["real_servers"])
+        assert [(rs["address"], rs["state"]) for rs in listed] == [("127.0.0.2", "sorry")]
+        back = Listener(a)
+        eventually(
+            lambda: dests().get(("127.0.0.1", a)) == 1 and ("127.0.0.2", 8080) not in dests(),
+            timeout=10,
+            what="a real server back, the sorry server gone",
+        )
+        back.close()
+    finally:
+        stop.set()
+        checker.stop()
