@@ -67,10 +67,11 @@ class HealthGate:
         else:
             self.sorry[key] = server
 
-    def sorry_for(self, key: ServiceKey, vs: VirtualService) -> bool:
-        """Is ``vs`` (as ``apply`` made it) ``key``'s sorry server alone?"""
-        server = self.sorry.get(key)
-        return server is not None and dict(vs.real_servers) == {server.key: server}
+    @property
+    def unserved(self) -> set[ServiceKey]:
+        """The virtual services whose every real server fails with no sorry server in their
+        place: a VIP of only these is not worth announcing over BGP."""
+        return {key for key in self.all_down if key not in self.sorry}
 
     def observe(self, target: Target, up: bool) -> set[ServiceKey]:
         """A target's new state; the virtual services that use it."""

@@ -68,12 +68,13 @@ class Programmer:
 
     def announce(self, ready: bool) -> None:
         """The VIPs as the table now stands: announced where served (``ready``: the first
-        sync is applied), withdrawn where every real server is down or in maintenance."""
+        sync is applied), withdrawn where every real server is down (and no sorry server
+        serves in their place) or in maintenance."""
         self.parts.exports.vips.update(
             self.parts.table.desired,
             self.parts.syncer.reconciler.actual,
             ready,
-            self.parts.gate.all_down,
+            self.parts.gate.unserved,
             self.parts.store.current.maintenance,
         )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from director.core.checks import CheckSpec, Target
-from director.core.model import IpProtocol, ServiceKey
+from director.core.model import IpProtocol, RealServer, ServiceKey
 from director.engine.health_gate import HealthGate
 from director.engine.hooks import Hooks
 from director.schema.config import HealthSettings
@@ -46,3 +46,27 @@ def test_remove_on_failure_takes_the_real_server_out() -> None:
     gate.observe(ta, up=False)
     out, _ = gate.apply(TCP, vs(TCP, A, B))
     assert set(out.real_servers) == {B}
+
+
+def test_a_sorry_server_takes_the_place_of_every_failing_real_server_and_of_none() -> None:
+    """All failing: the sorry server alone, said once, and the VIP still worth announcing
+    (``unserved``: failing with nothing in their place); no real server at all: the sorry
+    server too; one back: the real servers again."""
+    gate = HealthGate(HealthSettings(), Hooks())
+    ta, tb = Target(*A, CheckSpec()), Target(*B, CheckSpec())
+    gate.set_checks(TCP, {A: (ta,), B: (tb,)})
+    sorry = RealServer("192.0.2.99", 8080)
+    gate.set_sorry(TCP, sorry)
+    gate.observe(ta, up=False)
+    gate.observe(tb, up=False)
+    out, alarm = gate.apply(TCP, vs(TCP, A, B))
+    assert alarm and dict(out.real_servers) == {sorry.key: sorry}
+    assert TCP in gate.all_down and gate.unserved == set()
+    assert dict(gate.apply(TCP, vs(TCP))[0].real_servers) == {sorry.key: sorry}
+    gate.observe(ta, up=True)
+    out, _ = gate.apply(TCP, vs(TCP, A, B))
+    assert set(out.real_servers) == {A, B} and out.real_servers[B].weight == 0
+    gate.set_sorry(TCP, None)
+    gate.observe(ta, up=False)
+    gate.apply(TCP, vs(TCP, A, B))
+    assert gate.unserved == {TCP}  # kept, but nothing serves: withdrawn under BGP
