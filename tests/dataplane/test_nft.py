@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -99,9 +100,25 @@ def test_limits_are_held_and_read_back_as_the_filter_is(firewall) -> None:  # ty
     assert first and firewall.fingerprint() == first
     firewall.apply({WEB: ("10.0.0.0/8",)}, limits={WEB: RateLimit(client=5, service=50)})
     assert firewall.fingerprint() not in ("", first)
+    # a changed rate: a new meter and limit in the same transaction, the old ones deleted
+    firewall.apply({WEB: ("10.0.0.0/8",)}, limits={WEB: RateLimit(client=7, service=60)})
+    if isinstance(firewall, NftFirewall):
+        held = firewall.fingerprint() and _listed(firewall)
+        assert "client4_tcp_198_51_100_1_80_7 " in held and "_80_5 " not in held, held
+        assert "rate4_tcp_198_51_100_1_80_60 " in held and "_80_50 " not in held, held
     assert firewall.limited() == {WEB: (0, 0)} and firewall.dropped() == {WEB: 0}
     firewall.apply({})
     assert not firewall.in_use() and firewall.limited() == {}
+
+
+def _listed(firewall: NftFirewall) -> str:
+    assert firewall.netns is not None
+    return subprocess.run(
+        ["ip", "netns", "exec", firewall.netns, "nft", "list", "table", "inet", "director"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 @pytest.fixture
