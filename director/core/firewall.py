@@ -204,11 +204,12 @@ def render_nft(
         chain = object_name(CHAIN_PREFIX, key)
         wanted.add(chain)
         lines += [f"add chain {t} {chain}", f"flush chain {t} {chain}"]
-        if key in restrictions:
-            lines += _filter_lines(t, key, restrictions[key], sets, wanted)
+        ranges = clean_ranges(key, restrictions[key]) if key in restrictions else None
+        if ranges is not None:
+            lines += _filter_lines(t, key, ranges, sets, wanted)
         if key in limited:
             lines += _limit_lines(t, key, limited[key], key in guarded, wanted)
-        if key not in restrictions or clean_ranges(key, restrictions[key]):
+        if ranges is None or ranges:
             lines.append(f"add rule {t} {chain} accept")  # open to none: the drop alone
         where = "services4" if key.family is Family.INET else "services6"
         lines.append(
@@ -243,14 +244,14 @@ def render_nft(
 
 
 def _filter_lines(
-    t: str, key: ServiceKey, allowed: Iterable[str], sets: dict[str, list[str]], wanted: set[str]
+    t: str, key: ServiceKey, ranges: list[str], sets: dict[str, list[str]], wanted: set[str]
 ) -> list[str]:
-    """The source filter in ``key``'s chain: a source outside its ranges is counted and
-    dropped (each distinct list of ranges one set, in ``sets``)."""
+    """The source filter in ``key``'s chain: a source outside its ``ranges`` (as
+    ``clean_ranges`` gives them) is counted and dropped (each distinct list one set, in
+    ``sets``)."""
     chain, counter = object_name(CHAIN_PREFIX, key), object_name(COUNTER_PREFIX, key)
     wanted.add(counter)
     v4 = key.family is Family.INET
-    ranges = clean_ranges(key, allowed)
     name = set_name(key.family, ranges) if ranges else None
     lines = []
     if name is not None and name not in sets:

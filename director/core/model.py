@@ -255,7 +255,7 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     else:
         host, _, port_text = text.rpartition(":")
     ascii_digits = port_text.isascii() and port_text.isdigit()  # not 8_0, not other scripts'
-    if not host or not ascii_digits or not 0 <= int(port_text) <= 65535:
+    if not host or not ascii_digits or len(port_text) > 5 or int(port_text) > 65535:
         raise NotAnEndpoint(f"{shown(text)} is not ADDRESS:PORT (IPv6 as [ADDRESS]:PORT)")
     return canonical_address(host), int(port_text)
 

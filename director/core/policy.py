@@ -261,7 +261,11 @@ def _count(text: str, largest: int) -> int | str:
     word = text.strip().lower()
     if word in ("off", "none"):
         return 0
-    if not word.isdigit() or int(word) > largest:
+    # ASCII digits only, and no longer than the largest: int() would take ٨٠, or refuse
+    # thousands of digits with an error of its own
+    if not (word.isascii() and word.isdigit()) or len(word) > len(str(largest)):
+        return f"{shown(text)} is not a whole number from 0 to {largest} (or off)"
+    if int(word) > largest:
         return f"{shown(text)} is not a whole number from 0 to {largest} (or off)"
     return int(word)
 

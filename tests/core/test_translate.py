@@ -368,3 +368,18 @@ def test_an_unknown_annotation_and_a_broken_health_check_are_said_at_once() -> N
     assert reason == "UnknownAnnotation" and "known: " in message and "scheduler" in message
     assert "lvs-director.io/health-check" in said
     assert out.services[KEY].config.scheduler == "wlc"  # the typo changed nothing
+
+
+def test_hostile_limit_and_sorry_annotations_are_refused_not_raised() -> None:
+    """Thousands of digits (int() refuses past 4,300 with an error of its own), other
+    scripts' digits: each refused with a reason, the Service translated all the same."""
+    hostile = {
+        "lvs-director.io/client-rate": "9" * 5000,
+        "lvs-director.io/service-rate": "٨٠",
+        "lvs-director.io/max-connections": "-1",
+        "lvs-director.io/sorry-server": "192.0.2.9:" + "9" * 5000,
+    }
+    out = translate(svc(annotations=hostile), ["198.51.100.1"], [], NODES, POLICY)
+    said = {p.annotation for p in out.problems}
+    assert set(hostile) <= said, out.problems
+    assert out.limits == {} and out.sorry == {} and KEY in out.services
