@@ -51,12 +51,12 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from director.core.model import Family, IpProtocol, RateLimit, ServiceKey, plain_network
-from director.core.owned import Refused, Transient
+from director.core.owned import Failure, Refused, Transient
 
 TABLE = "director"
 FAMILY = "inet"
@@ -87,6 +87,7 @@ class SynGuard:
 
 Restrictions = Mapping[ServiceKey, tuple[str, ...]]
 Limits = Mapping[ServiceKey, RateLimit]
+T = TypeVar("T")
 
 
 class FirewallError(Refused):
@@ -134,6 +135,15 @@ class Firewall(Protocol):
         no table): it changes whenever anyone changes the table. Raises Transient when
         the table cannot be read."""
         ...
+
+
+def counts(read: Callable[[], dict[ServiceKey, T]]) -> dict[ServiceKey, T]:
+    """One of the firewall's counter reads (``dropped``, ``limited``) for a page or a
+    scrape: none when nft fails (that is logged where the table is applied)."""
+    try:
+        return read()
+    except Failure:
+        return {}
 
 
 def object_name(prefix: str, key: ServiceKey) -> str:

@@ -373,11 +373,6 @@ class RateLimit:
     def __bool__(self) -> bool:
         return bool(self.client or self.service)
 
-    def __str__(self) -> str:
-        parts = [f"{self.client}/s per client" if self.client else ""]
-        parts.append(f"{self.service}/s in all" if self.service else "")
-        return ", ".join(p for p in parts if p) or "none"
-
 
 MAX_RATE = 10_000_000  # new connections a second: far past what a box can take
 MAX_CONNECTIONS = 2**31 - 1  # IPVS's thresholds are 32-bit

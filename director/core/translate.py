@@ -151,7 +151,7 @@ def translate(
             limits[key] = opts.caps.rate
         if opts.sorry is not None:
             address, port = opts.sorry
-            if (":" in address) == (key.family is Family.INET6):
+            if Family.of(address) is key.family:
                 sorry[key] = RealServer(address, port, 1, opts.forwarding.kernel)
         config = interned(
             ServiceConfig(

@@ -277,7 +277,7 @@ class ServiceEntry(Section):
             address, port = _endpoint(self.sorry_server)
         except Problem as exc:
             raise Refusal(("sorry_server",), exc.reason) from None
-        if (":" in address) != (key.family is Family.INET6) or not port:
+        if Family.of(address) is not key.family or not port:
             raise Refusal(
                 ("sorry_server",), "the sorry server needs a port, in the service's family"
             )

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from director.core.cluster import split_ref
+from director.core.firewall import counts
 from director.core.intents import Drain
 from director.core.model import Forwarding, IpProtocol, ServiceKey
-from director.core.owned import Failure
 from director.core.services import KernelTable, VirtualService, static_name
 from director.engine.view import STATIC, LoopView
 from director.schema import replies
@@ -64,22 +64,18 @@ def _limited(ctx: ApiContext, view: LoopView) -> dict[ServiceKey, replies.Limits
     be read: the limits are still said)."""
     if not view.limits:
         return {}
-    dropped: dict[ServiceKey, tuple[int, int]] = {}
     firewall = ctx.loop.firewall
-    if firewall is not None:
-        try:
-            dropped = firewall.limited()
-        except Failure:  # nft failing: said where it is applied
-            dropped = {}
-    return {
-        key: {
+    dropped = counts(firewall.limited) if firewall is not None else {}
+    out: dict[ServiceKey, replies.Limits] = {}
+    for key, limit in view.limits.items():
+        client, service = dropped.get(key, (0, 0))
+        out[key] = {
             "client_rate": limit.client,
             "service_rate": limit.service,
-            "dropped_over_client_rate": dropped.get(key, (0, 0))[0],
-            "dropped_over_service_rate": dropped.get(key, (0, 0))[1],
+            "dropped_over_client_rate": client,
+            "dropped_over_service_rate": service,
         }
-        for key, limit in view.limits.items()
-    }
+    return out
 
 
 def _full_nat(ctx: ApiContext, view: LoopView, key: ServiceKey) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeVar
 
 from director.adapters.metrics.daemons import (
     ConntrackCollector,
@@ -35,13 +34,10 @@ from director.adapters.metrics.promtext import (
     Metric,
     ProcessCollector,
 )
-from director.core.model import ServiceKey
-from director.core.owned import Failure
+from director.core.firewall import counts
 from director.dataplane.interface import Ipvs
 from director.engine.ports import LoopPort
 from director.engine.view import LoopStatus, LoopView
-
-T = TypeVar("T")
 
 Registry = CollectorRegistry  # what the runtime hands to extra collectors
 # kube-proxy's sync histogram: 1 ms doubling to ~16 s.
@@ -244,7 +240,7 @@ class DirectorCollector:
         )
         firewall = self.loop.firewall
         if view.filtered and firewall is not None:
-            for key, packets in _nft_read(firewall.dropped).items():
+            for key, packets in counts(firewall.dropped).items():
                 origin = view.desired[key].origin if key in view.desired else ""
                 dropped.add_metric(service_labels(key, origin), packets)
         return dropped
@@ -258,7 +254,7 @@ class DirectorCollector:
         )
         firewall = self.loop.firewall
         if view.limits and firewall is not None:
-            for key, (client, service) in _nft_read(firewall.limited).items():
+            for key, (client, service) in counts(firewall.limited).items():
                 origin = view.desired[key].origin if key in view.desired else ""
                 labels = service_labels(key, origin)
                 over.add_metric([*labels, "client"], client)
@@ -404,11 +400,3 @@ def _write_errors(health: LoopStatus) -> Metric:
     for (cluster, verb, resource, code), count in sorted(health.write_errors.items()):
         writes.add_metric([verb, resource, code, *([cluster] if by_cluster else [])], count)
     return writes
-
-
-def _nft_read(read: Callable[[], dict[ServiceKey, T]]) -> dict[ServiceKey, T]:
-    """A firewall counters' read; none when nft fails (logged where the table is applied)."""
-    try:
-        return read()
-    except Failure:
-        return {}
